@@ -1,0 +1,1 @@
+"""Demo tour run by ``python -m skdpp`` (one module per estimator)."""
