@@ -1,0 +1,725 @@
+"""Grouped (per-user) data layer: :class:`UserIndex` and vectorised segment operations.
+
+Every estimator in skdpp builds one :class:`UserIndex` per fit from the ``groups``
+array (one user id per row).  All per-user computations (sums, means, outer-product
+sums, batched small linear solves, per-user row ranks and splits) are vectorised
+over users: there is no Python loop over users or rows in any function of this
+module, except in the documented fallbacks for ids that numpy cannot sort
+(mixed-type object arrays), which are hash-based.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "UserIndex",
+    "batched_solve",
+    "rank_within_user",
+    "segment_counts",
+    "segment_mean",
+    "segment_outer_sum",
+    "segment_sum",
+    "split_within_users",
+]
+
+# Default memory budget (bytes) of the temporary row-wise outer products built by
+# ``segment_outer_sum``.
+_OUTER_SUM_MAX_BYTES = 64 * 2**20
+
+
+def _is_missing_scalar(value):
+    """Return True for None / NaN / NaT / pd.NA-like scalars (object arrays only)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):  # pd.NA: bool(NA != NA) raises
+        return True
+
+
+_is_missing_ufunc = np.frompyfunc(_is_missing_scalar, 1, 1)
+
+
+def _type_key(value):
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+_type_key_ufunc = np.frompyfunc(_type_key, 1, 1)
+
+
+def _as_id_array(groups, name="groups"):
+    """Convert ``groups`` (array-like, pandas Series, list) to a 1-D numpy array."""
+    if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
+        groups = groups.to_numpy()
+    arr = np.asarray(groups)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(
+            f"`{name}` must be a 1-D array with one user id per row; got an array of "
+            f"shape {arr.shape}. Pass a 1-D array-like (list, numpy array or pandas "
+            "Series) of user ids."
+        )
+    return arr
+
+
+def _missing_mask(arr):
+    kind = arr.dtype.kind
+    if kind in "fc":
+        return np.isnan(arr)
+    if kind in "mM":
+        return np.isnat(arr)
+    if kind == "O":
+        if arr.size == 0:
+            return np.zeros(0, dtype=bool)
+        return _is_missing_ufunc(arr).astype(bool)
+    return np.zeros(arr.shape, dtype=bool)
+
+
+def _factorize_unorderable(arr):
+    """Factorise an object array whose elements numpy cannot sort together.
+
+    Ids are ordered by ``(type name, value)``: the array is split by the fully
+    qualified type name of each element (types sorted by name) and each type's
+    values are sorted with ``np.unique``.  If values of one type are themselves
+    unorderable (e.g. tuples mixing types), they are ordered by ``repr``.
+    The loop runs over the (few) distinct types, not over users or rows.
+    """
+    type_keys = _type_key_ufunc(arr).astype(str)
+    type_names, type_codes = np.unique(type_keys, return_inverse=True)
+    users_parts = []
+    codes = np.empty(arr.shape[0], dtype=np.int64)
+    offset = 0
+    for t in range(type_names.shape[0]):  # loop over distinct types only
+        rows = np.flatnonzero(type_codes == t)
+        values = arr[rows]
+        try:
+            uniq, inv = np.unique(values, return_inverse=True)
+        except TypeError:
+            reprs = np.frompyfunc(repr, 1, 1)(values).astype(str)
+            _, first, inv = np.unique(reprs, return_index=True, return_inverse=True)
+            uniq = values[first]
+        users_parts.append(np.asarray(uniq, dtype=object))
+        codes[rows] = inv.reshape(-1) + offset
+        offset += uniq.shape[0]
+    users = (
+        np.concatenate(users_parts) if users_parts else np.empty(0, dtype=object)
+    )
+    return users, codes
+
+
+def _kind_family(kind):
+    if kind in "biufc":
+        return "number"
+    return kind
+
+
+def _readonly(a):
+    a = np.asarray(a)
+    a.flags.writeable = False
+    return a
+
+
+class UserIndex:
+    """Index of the users (``groups``) of a data set, built once per fit.
+
+    Rows with the same id belong to one user, the privacy unit of skdpp.  The
+    index stores the sorted unique ids, the integer code of each row, the number
+    of rows per user and the row order sorted by user, so that per-user
+    operations are single vectorised numpy calls (see :func:`segment_sum`).
+
+    Build it with :meth:`from_groups`; the attributes are read-only arrays.
+
+    Attributes
+    ----------
+    users : ndarray of shape (n_users,)
+        Sorted unique user ids (dtype of the ids; ``object`` for mixed types,
+        see :meth:`from_groups`).
+    codes : ndarray of shape (n_samples,), dtype int64
+        Code of each row's user, in ``0..n_users-1``; ``users[codes]`` gives the ids.
+    counts : ndarray of shape (n_users,), dtype int64
+        Number of rows of each user (all ``>= 1`` for an index built by
+        :meth:`from_groups`).
+    order : ndarray of shape (n_samples,), dtype int64
+        Stable argsort of ``codes``: ``order[offsets[u]:offsets[u + 1]]`` are the
+        rows of user ``u`` in their original order.
+    offsets : ndarray of shape (n_users + 1,), dtype int64
+        Start of each user's block in ``order``; ``offsets[-1] == n_samples``.
+    n_users : int
+        Number of users.
+    n_samples : int
+        Number of rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import UserIndex
+    >>> index = UserIndex.from_groups(["b", "a", "b", "c"], n_samples=4)
+    >>> index.users
+    array(['a', 'b', 'c'], dtype='<U1')
+    >>> index.codes
+    array([1, 0, 1, 2])
+    >>> index.counts
+    array([1, 2, 1])
+    >>> index.lookup(["c", "z"])
+    array([ 2, -1])
+    """
+
+    __slots__ = (
+        "users",
+        "codes",
+        "counts",
+        "order",
+        "offsets",
+        "n_users",
+        "n_samples",
+        "_mixed",
+        "_lookup_table",
+    )
+
+    def __init__(self, users, codes, *, _mixed=False):
+        users = np.asarray(users)
+        codes = np.asarray(codes, dtype=np.int64)
+        n_users = int(users.shape[0])
+        counts = np.bincount(codes, minlength=n_users).astype(np.int64)
+        offsets = np.zeros(n_users + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        order = np.argsort(codes, kind="stable").astype(np.int64, copy=False)
+        object.__setattr__(self, "users", _readonly(users))
+        object.__setattr__(self, "codes", _readonly(codes))
+        object.__setattr__(self, "counts", _readonly(counts))
+        object.__setattr__(self, "order", _readonly(order))
+        object.__setattr__(self, "offsets", _readonly(offsets))
+        object.__setattr__(self, "n_users", n_users)
+        object.__setattr__(self, "n_samples", int(codes.shape[0]))
+        object.__setattr__(self, "_mixed", bool(_mixed))
+        object.__setattr__(self, "_lookup_table", None)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(
+            f"UserIndex is immutable: cannot set {name!r}. Build a new index with "
+            "UserIndex.from_groups or UserIndex.subset_rows."
+        )
+
+    def __repr__(self):
+        return f"UserIndex(n_users={self.n_users}, n_samples={self.n_samples})"
+
+    @classmethod
+    def from_groups(cls, groups, n_samples=None):
+        """Build the index from one user id per row.
+
+        Parameters
+        ----------
+        groups : array-like of shape (n_samples,) or None
+            User id of each row: integers, floats, strings or any hashable
+            objects (a pandas Series is accepted).  ``None`` means every row is
+            its own user (ids ``0..n_samples-1``): user-level privacy becomes
+            row-level privacy.
+        n_samples : int, default=None
+            Number of rows of the data; required when ``groups`` is None, and
+            checked against ``len(groups)`` otherwise.
+
+        Returns
+        -------
+        index : UserIndex
+
+        Raises
+        ------
+        ValueError
+            If ``groups`` has missing ids (None, NaN, NaT, pd.NA), is not 1-D, or
+            its length differs from ``n_samples``.
+
+        Notes
+        -----
+        Numeric, string and datetime ids are factorised with
+        ``np.unique(return_inverse=True)``.  Object arrays are factorised with
+        ``np.unique`` when their elements are mutually orderable; otherwise
+        (e.g. a mix of ``int`` and ``str`` ids) ids are ordered by
+        ``(type name, value)``, so ``1`` and ``"1"`` are different users and
+        ``users`` is an object array.  Ids are compared with Python equality,
+        so ``1``, ``1.0`` and ``True`` in an object array of mutually orderable
+        numbers are the same user.
+        """
+        if groups is None:
+            if n_samples is None:
+                raise ValueError(
+                    "`n_samples` is required when `groups` is None (every row is its "
+                    "own user); pass n_samples=X.shape[0]."
+                )
+            n_samples = cls._check_n_samples(n_samples)
+            return cls(np.arange(n_samples, dtype=np.int64),
+                       np.arange(n_samples, dtype=np.int64))
+        arr = _as_id_array(groups)
+        if n_samples is not None:
+            n_samples = cls._check_n_samples(n_samples)
+            if arr.shape[0] != n_samples:
+                raise ValueError(
+                    f"`groups` has {arr.shape[0]} ids but the data have {n_samples} "
+                    "rows; pass exactly one user id per row of X."
+                )
+        missing = _missing_mask(arr)
+        if missing.any():
+            first = int(np.flatnonzero(missing)[0])
+            raise ValueError(
+                f"`groups` contains {int(missing.sum())} missing user id(s) "
+                f"(None/NaN/NaT/NA; first at row {first}: {arr[first]!r}). Every row "
+                "must belong to a known user: drop those rows or give them explicit "
+                "ids (e.g. one new id per row to treat them as separate users)."
+            )
+        mixed = False
+        if arr.dtype.kind == "O":
+            try:
+                users, codes = np.unique(arr, return_inverse=True)
+            except TypeError:
+                users, codes = _factorize_unorderable(arr)
+                mixed = True
+        else:
+            users, codes = np.unique(arr, return_inverse=True)
+        return cls(users, codes.reshape(-1), _mixed=mixed)
+
+    @staticmethod
+    def _check_n_samples(n_samples):
+        if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) \
+                or n_samples < 0:
+            raise ValueError(
+                f"`n_samples` must be a non-negative integer; got {n_samples!r}. "
+                "Pass n_samples=X.shape[0]."
+            )
+        return int(n_samples)
+
+    def _table(self):
+        if self._lookup_table is None:
+            table = {u: i for i, u in enumerate(self.users.tolist())}
+            object.__setattr__(self, "_lookup_table", table)
+        return self._lookup_table
+
+    def _lookup_hash(self, ids):
+        table = self._table()
+
+        def get(v):
+            try:
+                return table.get(v, -1)
+            except TypeError:  # unhashable id
+                return -1
+
+        return np.fromiter((get(v) for v in ids.tolist()), dtype=np.int64,
+                           count=ids.shape[0])
+
+    def lookup(self, groups):
+        """Codes of the given user ids, ``-1`` for ids not in the index.
+
+        Parameters
+        ----------
+        groups : array-like of shape (n,)
+            User ids (any type).  Ids whose type cannot match the index (e.g.
+            string ids asked of an index of integer ids) are unseen, not errors.
+
+        Returns
+        -------
+        codes : ndarray of shape (n,), dtype int64
+            Code of each id in ``0..n_users-1``, or ``-1`` if unseen.
+
+        Notes
+        -----
+        Vectorised with ``np.searchsorted`` on the sorted ids; object ids that
+        cannot be compared with the index ids fall back to a hash table
+        (one dictionary lookup per id).  Missing ids (NaN, None) are unseen.
+        """
+        ids = _as_id_array(groups)
+        n = ids.shape[0]
+        out = np.full(n, -1, dtype=np.int64)
+        if n == 0 or self.n_users == 0:
+            return out
+        users = self.users
+        if self._mixed:
+            return self._lookup_hash(ids)
+        ukind, ikind = users.dtype.kind, ids.dtype.kind
+        if ukind != "O" and ikind != "O" and _kind_family(ukind) != _kind_family(ikind):
+            return out  # e.g. str ids asked of an index of int ids: all unseen
+        try:
+            pos = np.searchsorted(users, ids)
+            np.clip(pos, 0, self.n_users - 1, out=pos)
+            found = np.asarray(users[pos] == ids)
+            if found.shape != (n,):
+                raise TypeError("elementwise comparison failed")
+            found = found.astype(bool)
+        except (TypeError, ValueError, OverflowError):
+            return self._lookup_hash(ids)
+        out[found] = pos[found]
+        return out
+
+    def subset_rows(self, mask):
+        """Index of a subset of the rows, users without remaining rows dropped.
+
+        Parameters
+        ----------
+        mask : array-like of shape (n_samples,), bool, or integer row indices
+            Rows to keep.
+
+        Returns
+        -------
+        index : UserIndex
+            Index of the kept rows (in their original order).  Users that keep
+            at least one row are kept, in the same sorted order, and renumbered
+            ``0..n_kept-1``; users with no kept row are dropped.  Map the new
+            codes to the old ones with ``self.lookup(index.users)``.
+        """
+        rows = np.asarray(mask)
+        if rows.dtype == bool:
+            if rows.shape != (self.n_samples,):
+                raise ValueError(
+                    f"`mask` must have shape ({self.n_samples},); got {rows.shape}. "
+                    "Pass one boolean per row of the index."
+                )
+            sub_codes = self.codes[rows]
+        else:
+            sub_codes = self.codes[rows.astype(np.int64, copy=False)]
+        kept = np.bincount(sub_codes, minlength=self.n_users) > 0
+        remap = np.cumsum(kept) - 1
+        return UserIndex(self.users[kept], remap[sub_codes], _mixed=self._mixed)
+
+
+def _check_index(index):
+    if not isinstance(index, UserIndex):
+        raise TypeError(
+            f"`index` must be a UserIndex; got {type(index).__name__}. Build one with "
+            "UserIndex.from_groups(groups, n_samples)."
+        )
+
+
+def _check_rows(values, index, name="values"):
+    values = np.asarray(values)
+    if values.ndim == 0 or values.shape[0] != index.n_samples:
+        raise ValueError(
+            f"`{name}` must have one row per sample ({index.n_samples}); got shape "
+            f"{values.shape}. Pass an array whose first axis is aligned with `groups`."
+        )
+    return values
+
+
+def segment_counts(index):
+    """Number of rows of each user.
+
+    Parameters
+    ----------
+    index : UserIndex
+
+    Returns
+    -------
+    counts : ndarray of shape (n_users,), dtype int64
+        A writable copy of ``index.counts``.
+
+    Examples
+    --------
+    >>> from skdpp.utils import UserIndex, segment_counts
+    >>> segment_counts(UserIndex.from_groups([3, 1, 3], n_samples=3))
+    array([1, 2])
+    """
+    _check_index(index)
+    return np.array(index.counts, dtype=np.int64)
+
+
+def segment_sum(values, index):
+    """Per-user sums of rows.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_samples, ...)
+        One row per sample (aligned with the ``groups`` the index was built from).
+    index : UserIndex
+
+    Returns
+    -------
+    sums : ndarray of shape (n_users, ...)
+        ``sums[u] = values[index.codes == u].sum(axis=0)``; zero for a user
+        without rows (possible only for indexes built by hand).
+
+    Notes
+    -----
+    1-D float values use ``np.bincount`` with weights; other values use
+    ``np.add.reduceat`` over the rows sorted by user (one copy of ``values``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import UserIndex, segment_sum
+    >>> index = UserIndex.from_groups(["x", "y", "x"], n_samples=3)
+    >>> segment_sum(np.array([1.0, 2.0, 3.0]), index)
+    array([4., 2.])
+    """
+    _check_index(index)
+    values = _check_rows(values, index)
+    if values.ndim == 1 and values.dtype.kind == "f":
+        return np.bincount(index.codes, weights=values, minlength=index.n_users
+                           ).astype(np.result_type(values.dtype, np.float64))
+    out_dtype = np.result_type(values.dtype, np.int64) if values.dtype.kind in "bui" \
+        else values.dtype
+    out = np.zeros((index.n_users,) + values.shape[1:], dtype=out_dtype)
+    nonempty = index.counts > 0
+    if index.n_samples == 0 or not nonempty.any():
+        return out
+    sorted_values = values[index.order].astype(out_dtype, copy=False)
+    out[nonempty] = np.add.reduceat(sorted_values, index.offsets[:-1][nonempty], axis=0)
+    return out
+
+
+def segment_mean(values, index):
+    """Per-user means of rows.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_samples, ...)
+    index : UserIndex
+
+    Returns
+    -------
+    means : ndarray of shape (n_users, ...), float
+        NaN for a user without rows (possible only for indexes built by hand).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import UserIndex, segment_mean
+    >>> index = UserIndex.from_groups([0, 1, 0], n_samples=3)
+    >>> segment_mean(np.array([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0]]), index)
+    array([[2., 3.],
+           [5., 5.]])
+    """
+    sums = segment_sum(values, index)
+    sums = sums.astype(np.result_type(sums.dtype, np.float64), copy=False)
+    counts = index.counts.reshape((-1,) + (1,) * (sums.ndim - 1)).astype(np.float64)
+    out = np.full(sums.shape, np.nan, dtype=sums.dtype)
+    np.divide(sums, counts, out=out, where=counts > 0)
+    return out
+
+
+def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
+    """Per-user sums of row-wise outer products ``sum_r a_r b_r^T``.
+
+    Parameters
+    ----------
+    A : array-like of shape (n_samples, p)
+    B : array-like of shape (n_samples, q), default=None
+        ``None`` means ``B = A`` (per-user Gram matrices ``sum_r a_r a_r^T``).
+    index : UserIndex
+    max_bytes : int, default=64 MiB
+        Memory budget of the temporary outer products.
+
+    Returns
+    -------
+    sums : ndarray of shape (n_users, p, q)
+
+    Notes
+    -----
+    Rows are sorted by user and processed in chunks of
+    ``max(1, max_bytes // (8 * p * q))`` rows: each chunk's outer products
+    (``chunk × p × q`` floats) are summed per user with ``np.add.reduceat`` and
+    added to the result.  Peak extra memory is ``max_bytes`` plus the output
+    (``n_users × p × q`` floats) plus one sorted copy of ``A`` and ``B``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import UserIndex, segment_outer_sum
+    >>> index = UserIndex.from_groups([0, 0, 1], n_samples=3)
+    >>> A = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    >>> segment_outer_sum(A, None, index)[0]
+    array([[1., 0.],
+           [0., 4.]])
+    """
+    if index is None:
+        raise TypeError("segment_outer_sum() missing required argument `index`.")
+    _check_index(index)
+    A = _check_rows(A, index, "A")
+    B = A if B is None else _check_rows(B, index, "B")
+    if A.ndim != 2 or B.ndim != 2:
+        raise ValueError(
+            f"`A` and `B` must be 2-D (n_samples, p) and (n_samples, q); got shapes "
+            f"{A.shape} and {B.shape}. Reshape 1-D arrays with a[:, None]."
+        )
+    p, q = A.shape[1], B.shape[1]
+    dtype = np.result_type(A.dtype, B.dtype, np.float64)
+    out = np.zeros((index.n_users, p, q), dtype=dtype)
+    n = index.n_samples
+    if n == 0 or p == 0 or q == 0:
+        return out
+    As = A[index.order].astype(dtype, copy=False)
+    Bs = As if B is A else B[index.order].astype(dtype, copy=False)
+    item = np.dtype(dtype).itemsize
+    chunk = max(1, int(max_bytes // max(1, item * p * q)))
+    sorted_codes = index.codes[index.order]
+    for start in range(0, n, chunk):  # loop over memory chunks, not users or rows
+        stop = min(n, start + chunk)
+        c = sorted_codes[start:stop]
+        # first row of each user block inside this chunk
+        first = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
+        outer = As[start:stop, :, None] * Bs[start:stop, None, :]
+        out[c[first]] += np.add.reduceat(outer, first, axis=0)
+    return out
+
+
+def batched_solve(A, b, *, ridge=0.0):
+    """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
+
+    Parameters
+    ----------
+    A : array-like of shape (..., k, k)
+        Stack of square matrices.
+    b : array-like of shape (..., k) or (..., k, m)
+        Right-hand sides: a stack of vectors when ``b.ndim == A.ndim - 1``,
+        otherwise a stack of matrices.
+    ridge : float, default=0.0
+        Non-negative value added to the diagonal of every ``A_i``.
+
+    Returns
+    -------
+    x : ndarray of the shape of ``b``
+
+    Notes
+    -----
+    The stack is solved with one call to ``np.linalg.solve``.  Systems that are
+    singular or numerically singular (smallest singular value below
+    ``k * eps * largest``, or a non-finite solve result) are solved instead by
+    the Moore-Penrose pseudo-inverse, vectorised over the failing items: the
+    minimum-norm least-squares solution (e.g. a user with fewer rows than
+    ``k`` gets the minimum-norm head).  Inputs are not modified.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import batched_solve
+    >>> A = np.stack([2.0 * np.eye(2), np.zeros((2, 2))])
+    >>> batched_solve(A, np.ones((2, 2)))
+    array([[0.5, 0.5],
+           [0. , 0. ]])
+    """
+    A = np.asarray(A)
+    b = np.asarray(b)
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(
+            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}."
+        )
+    if not (np.isscalar(ridge) and np.isfinite(ridge) and ridge >= 0):
+        raise ValueError(f"`ridge` must be a finite number >= 0; got {ridge!r}.")
+    k = A.shape[-1]
+    vector = b.ndim == A.ndim - 1
+    B = b[..., None] if vector else b
+    if B.shape[:-1] != A.shape[:-1]:
+        raise ValueError(
+            f"`b` of shape {b.shape} does not match `A` of shape {A.shape}; expected "
+            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices)."
+        )
+    dtype = np.result_type(A.dtype, B.dtype, np.float64)
+    M = A.astype(dtype, copy=True)
+    if ridge:
+        M[..., np.arange(k), np.arange(k)] += ridge
+    B = B.astype(dtype, copy=False)
+    if k == 0 or M.size == 0:
+        x = np.zeros(B.shape, dtype=dtype)
+        return x[..., 0] if vector else x
+    sv = np.linalg.svd(M, compute_uv=False)
+    bad = ~(sv[..., -1] > k * np.finfo(np.float64).eps * sv[..., 0])
+    bad |= ~np.isfinite(sv).all(axis=-1)
+    x = np.empty(B.shape, dtype=dtype)
+    good = ~bad
+    if good.any():
+        x[good] = np.linalg.solve(M[good], B[good])
+        nonfinite = ~np.isfinite(x).reshape(x.shape[:-2] + (-1,)).all(axis=-1)
+        bad |= nonfinite & good
+    if bad.any():
+        x[bad] = np.linalg.pinv(M[bad]) @ B[bad]
+    return x[..., 0] if vector else x
+
+
+def _uniform_keys(rng, n):
+    if rng is None:
+        return None
+    if isinstance(rng, np.random.Generator):
+        return rng.random(n)
+    from sklearn.utils import check_random_state
+
+    return check_random_state(rng).random_sample(n)
+
+
+def rank_within_user(index, rng=None):
+    """Position of each row within its user's rows.
+
+    Parameters
+    ----------
+    index : UserIndex
+    rng : None, int, numpy.random.RandomState or numpy.random.Generator, default=None
+        ``None``: rows are ranked in their original order.  Otherwise each
+        user's rows are ranked in a uniformly random order (one uniform key per
+        row, ties broken by row order).
+
+    Returns
+    -------
+    rank : ndarray of shape (n_samples,), dtype int64
+        ``rank[r]`` in ``0..counts[codes[r]] - 1``; the ranks of one user's rows
+        are a permutation.
+
+    Examples
+    --------
+    >>> from skdpp.utils import UserIndex, rank_within_user
+    >>> index = UserIndex.from_groups(["a", "b", "a", "a"], n_samples=4)
+    >>> rank_within_user(index)
+    array([0, 0, 1, 2])
+    """
+    _check_index(index)
+    n = index.n_samples
+    keys = _uniform_keys(rng, n)
+    if keys is None:
+        perm = index.order
+    else:
+        perm = np.lexsort((keys, index.codes))
+    rank = np.empty(n, dtype=np.int64)
+    rank[perm] = np.arange(n, dtype=np.int64) - index.offsets[index.codes[perm]]
+    return rank
+
+
+def split_within_users(index, fraction, rng=None):
+    """Split each user's rows in two parts; ``True`` marks the first part.
+
+    Parameters
+    ----------
+    index : UserIndex
+    fraction : float in (0, 1)
+        Target fraction of each user's rows in the first part.
+    rng : None, int, RandomState or Generator, default=None
+        Randomness of the choice of rows (``None``: each user's first rows in
+        row order).
+
+    Returns
+    -------
+    mask : ndarray of shape (n_samples,), dtype bool
+        ``True`` for the rows of the first part (e.g. ``S^0`` of Snedeker et
+        al. 2025, Alg. 1), ``False`` for the second.
+
+    Notes
+    -----
+    A user with ``n >= 2`` rows puts ``ceil(fraction * n)`` rows in the first
+    part, clipped to ``[1, n - 1]`` so both parts are non-empty (10 rows and
+    ``fraction=0.5`` give 5 and 5).  A user with one row puts it in the first
+    part.  ``fraction * n`` is rounded to 9 decimals before the ceiling so
+    that, e.g., ``0.3 * 10`` gives 3, not 4.
+
+    Examples
+    --------
+    >>> from skdpp.utils import UserIndex, split_within_users
+    >>> index = UserIndex.from_groups([0, 0, 0, 0, 1], n_samples=5)
+    >>> split_within_users(index, 0.5)
+    array([ True,  True, False, False,  True])
+    """
+    _check_index(index)
+    if not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
+        raise ValueError(
+            f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}."
+        )
+    counts = index.counts
+    n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
+    n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
+                       counts)
+    rank = rank_within_user(index, rng)
+    return rank < n_first[index.codes]
