@@ -1,0 +1,307 @@
+"""Per-user splitters: hold out rows *within* each user.
+
+Personalized models predict for users seen in training; a useful validation
+split therefore keeps every test user in the training set (unlike
+:class:`sklearn.model_selection.GroupKFold`, which only measures cold start).
+All splitters are vectorised over users (:func:`skdpp.utils.rank_within_user`).
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.model_selection import BaseCrossValidator, BaseShuffleSplit
+from sklearn.utils import check_random_state, indexable
+from sklearn.utils._indexing import _safe_indexing
+
+from ..utils._grouped import UserIndex, rank_within_user
+
+__all__ = ["PerUserKFold", "PerUserShuffleSplit", "per_user_train_test_split"]
+
+
+def _check_groups(groups, n_samples, owner):
+    if groups is None:
+        raise ValueError(
+            f"{owner} needs `groups` (one user id per row) to split rows within users; "
+            "got groups=None. With groups=None every row is its own user and no row "
+            "could be tested while its user stays in training. Pass "
+            "split(X, y, groups=groups); inside cross_validate/GridSearchCV call "
+            "sklearn.set_config(enable_metadata_routing=True) and pass "
+            "params={'groups': groups} (or fit(X, y, groups=groups))."
+        )
+    return UserIndex.from_groups(groups, n_samples)
+
+
+def _n_test_per_user(counts, test_size, min_train_rows):
+    """``ceil(test_size * n)`` clipped to ``[1, n - min_train_rows]``; 0 if infeasible."""
+    n_test = np.ceil(np.round(test_size * counts, 9)).astype(np.int64)
+    cap = counts - min_train_rows
+    return np.where(cap >= 1, np.clip(n_test, 1, np.maximum(cap, 1)), 0)
+
+
+def _check_test_size(test_size):
+    if isinstance(test_size, bool) or not isinstance(test_size, numbers.Real) \
+            or not 0 < test_size < 1:
+        raise ValueError(
+            f"`test_size` must be a float in the open interval (0, 1) (the fraction of "
+            f"each user's rows to hold out); got {test_size!r}."
+        )
+
+
+class PerUserKFold(BaseCrossValidator):
+    """K-fold cross-validation of the rows *within* each user.
+
+    Each user's rows are dealt into ``n_splits`` folds, so every fold tests
+    some rows of (almost) every user while the user's other rows stay in
+    training: the split personalized models need (test users are seen in
+    training).  Users with fewer than ``n_splits`` rows are never tested: their
+    rows are in the training set of every split.
+
+    Parameters
+    ----------
+    n_splits : int, default=5
+        Number of folds, at least 2.
+    shuffle : bool, default=False
+        Whether to shuffle each user's rows before dealing them into folds.
+        Without shuffling, a user's rows are dealt in their original order.
+    random_state : int, RandomState instance or None, default=None
+        Randomness of the shuffle (and of which fold each user starts with);
+        only used when ``shuffle=True``.
+
+    Notes
+    -----
+    Fold of a row: ``(rank + start_u) % n_splits`` where ``rank`` is the row's
+    position within its user (random if ``shuffle``) and ``start_u`` is a
+    per-user offset (``code % n_splits``, random if ``shuffle``), which balances
+    fold sizes.  A user with ``n >= n_splits`` rows has ``floor(n / n_splits)``
+    or ``ceil(n / n_splits)`` rows in each test fold, and at least
+    ``n - ceil(n / n_splits) >= 1`` rows in training.  The test folds
+    partition the rows of the eligible users.
+
+    ``groups`` is required (see :meth:`split`); the splitter requests it by
+    default for metadata routing (``__metadata_request__split``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.model_selection import PerUserKFold
+    >>> groups = np.array(["a", "a", "b", "b", "a", "c"])
+    >>> X = np.zeros((6, 1))
+    >>> for train, test in PerUserKFold(n_splits=2).split(X, groups=groups):
+    ...     print(train, test)
+    [1 2 5] [0 3 4]
+    [0 3 4 5] [1 2]
+    """
+
+    __metadata_request__split = {"groups": True}
+
+    def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
+        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
+                or n_splits < 2:
+            raise ValueError(
+                f"`n_splits` must be an integer >= 2; got {n_splits!r}."
+            )
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"`shuffle` must be True or False; got {shuffle!r}.")
+        if not shuffle and random_state is not None:
+            raise ValueError(
+                "Setting `random_state` has no effect since `shuffle` is False; "
+                "leave random_state=None or set shuffle=True."
+            )
+        self.n_splits = int(n_splits)
+        self.shuffle = shuffle
+        self.random_state = random_state
+
+    def get_n_splits(self, X=None, y=None, groups=None):
+        """Number of splits, ``n_splits``.
+
+        Parameters
+        ----------
+        X, y, groups : object
+            Ignored, present for API compatibility.
+
+        Returns
+        -------
+        n_splits : int
+        """
+        return self.n_splits
+
+    def _folds(self, X, groups):
+        index = _check_groups(groups, X.shape[0] if hasattr(X, "shape") else len(X),
+                              type(self).__name__)
+        if self.shuffle:
+            rng = check_random_state(self.random_state)
+            start = rng.randint(self.n_splits, size=index.n_users)
+            rank = rank_within_user(index, rng)
+        else:
+            start = np.arange(index.n_users) % self.n_splits
+            rank = rank_within_user(index)
+        fold = (rank + start[index.codes]) % self.n_splits
+        eligible = index.counts[index.codes] >= self.n_splits
+        return np.where(eligible, fold, -1)
+
+    def split(self, X, y=None, groups=None):
+        """Generate train/test row indices, splitting within each user.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Data; only its number of rows is used.
+        y : array-like of shape (n_samples,), default=None
+            Ignored.
+        groups : array-like of shape (n_samples,)
+            User id of each row.  Required: ``None`` raises a ``ValueError``.
+
+        Yields
+        ------
+        train : ndarray of int
+            Training row indices of the split.
+        test : ndarray of int
+            Test row indices of the split.
+        """
+        X, y, groups = indexable(X, y, groups)
+        fold = self._folds(X, groups)
+        for f in range(self.n_splits):  # loop over folds, not users
+            test = fold == f
+            yield np.flatnonzero(~test), np.flatnonzero(test)
+
+
+class PerUserShuffleSplit(BaseShuffleSplit):
+    """Random train/test splits of the rows *within* each user.
+
+    In each split, every user with at least two rows puts
+    ``ceil(test_size * n)`` of its ``n`` rows (at least 1, at most ``n - 1``)
+    in the test set, chosen uniformly at random; users with one row stay in
+    training.  Test users are therefore always seen in training.
+
+    Parameters
+    ----------
+    n_splits : int, default=5
+        Number of re-shuffling and splitting iterations.
+    test_size : float in (0, 1), default=0.2
+        Fraction of each user's rows to hold out.
+    random_state : int, RandomState instance or None, default=None
+        Randomness of the splits; an int gives the same splits at each call of
+        :meth:`split`.
+
+    Notes
+    -----
+    ``groups`` is required and requested by default for metadata routing.
+    ``test_size * n`` is rounded to 9 decimals before the ceiling (so 0.3 of
+    10 rows is 3 rows).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.model_selection import PerUserShuffleSplit
+    >>> groups = np.repeat([10, 20], 5)
+    >>> cv = PerUserShuffleSplit(n_splits=1, test_size=0.4, random_state=0)
+    >>> train, test = next(cv.split(np.zeros((10, 1)), groups=groups))
+    >>> np.bincount(groups[test] // 10)[1:]
+    array([2, 2])
+    """
+
+    __metadata_request__split = {"groups": True}
+
+    def __init__(self, n_splits=5, *, test_size=0.2, random_state=None):
+        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
+                or n_splits < 1:
+            raise ValueError(f"`n_splits` must be an integer >= 1; got {n_splits!r}.")
+        _check_test_size(test_size)
+        super().__init__(n_splits=n_splits, test_size=test_size, train_size=None,
+                         random_state=random_state)
+        self._default_test_size = 0.2
+
+    def _iter_indices(self, X, y=None, groups=None):
+        index = _check_groups(groups, X.shape[0] if hasattr(X, "shape") else len(X),
+                              type(self).__name__)
+        n_test = _n_test_per_user(index.counts, self.test_size, 1)[index.codes]
+        rng = check_random_state(self.random_state)
+        for _ in range(self.n_splits):  # loop over splits, not users
+            test = rank_within_user(index, rng) < n_test
+            yield np.flatnonzero(~test), np.flatnonzero(test)
+
+    def split(self, X, y=None, groups=None):
+        """Generate train/test row indices, splitting within each user.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Data; only its number of rows is used.
+        y : array-like of shape (n_samples,), default=None
+            Ignored.
+        groups : array-like of shape (n_samples,)
+            User id of each row.  Required: ``None`` raises a ``ValueError``.
+
+        Yields
+        ------
+        train : ndarray of int
+        test : ndarray of int
+        """
+        return super().split(X, y, groups)
+
+
+def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
+                              min_train_rows=1):
+    """Split arrays into train and test rows *within* each user.
+
+    Parameters
+    ----------
+    *arrays : sequence of indexables with the same number of rows
+        Lists, numpy arrays, scipy sparse matrices or pandas DataFrames.
+    groups : array-like of shape (n_samples,)
+        User id of each row (required, keyword-only).
+    test_size : float in (0, 1), default=0.2
+        Fraction of each user's rows to hold out.
+    random_state : int, RandomState instance or None, default=None
+        Randomness of the choice of test rows.
+    min_train_rows : int, default=1
+        Minimum number of training rows every user keeps.
+
+    Returns
+    -------
+    splitting : list of length ``2 * (len(arrays) + 1)``
+        ``[a_train, a_test]`` for each input array, followed by
+        ``[groups_train, groups_test]``.
+
+    Notes
+    -----
+    A user with ``n`` rows holds out ``ceil(test_size * n)`` rows (rounded to 9
+    decimals first), clipped to ``[1, n - min_train_rows]``; a user with
+    ``n <= min_train_rows`` rows (for whom one test row would leave fewer than
+    ``min_train_rows`` training rows) stays entirely in training.  Rows keep
+    their original order in both parts.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.model_selection import per_user_train_test_split
+    >>> X = np.arange(12).reshape(6, 2)
+    >>> y = np.arange(6)
+    >>> groups = np.array([0, 0, 0, 0, 1, 2])
+    >>> X_tr, X_te, y_tr, y_te, g_tr, g_te = per_user_train_test_split(
+    ...     X, y, groups=groups, test_size=0.25, random_state=0)
+    >>> g_tr, g_te
+    (array([0, 0, 0, 1, 2]), array([0]))
+    """
+    if len(arrays) == 0:
+        raise ValueError("At least one array is required as input, e.g. "
+                         "per_user_train_test_split(X, y, groups=groups).")
+    _check_test_size(test_size)
+    if isinstance(min_train_rows, bool) or not isinstance(min_train_rows,
+                                                          numbers.Integral) \
+            or min_train_rows < 1:
+        raise ValueError(
+            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}."
+        )
+    arrays = indexable(*arrays)
+    n_samples = arrays[0].shape[0] if hasattr(arrays[0], "shape") else len(arrays[0])
+    index = _check_groups(groups, n_samples, "per_user_train_test_split")
+    groups_arr = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+    n_test = _n_test_per_user(index.counts, test_size, int(min_train_rows))
+    rank = rank_within_user(index, check_random_state(random_state))
+    test_mask = rank < n_test[index.codes]
+    train, test = np.flatnonzero(~test_mask), np.flatnonzero(test_mask)
+    out = []
+    for a in (*arrays, groups_arr):  # loop over the input arrays
+        out.extend((_safe_indexing(a, train), _safe_indexing(a, test)))
+    return out
