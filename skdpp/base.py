@@ -1,0 +1,320 @@
+"""Shared base for skdpp's personalized, user-level differentially private estimators.
+
+Every estimator in skdpp learns a *shared* part of the model, released under
+user-level differential privacy, and a *personal* part for every user, computed
+from the shared part and that user's rows only (the billboard model). This module
+holds what they all share:
+
+* the privacy parameters ``epsilon`` / ``delta`` and their validation,
+* the meaning of ``groups`` (one user id per row; ``None`` means every row is its
+  own user) and the mapping of ids to users at predict time (cold start for
+  unseen users),
+* :meth:`BasePersonalizedEstimator.personalize`, which fits personal parts for
+  new or known users without touching the shared part or the privacy report,
+* building ``privacy_report_`` from the fit's accountant,
+* the default metadata requests that let ``Pipeline``, ``GridSearchCV`` and
+  ``cross_validate`` route ``groups`` once metadata routing is enabled.
+"""
+
+import warnings
+from numbers import Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .exceptions import PrivacyLeakWarning
+from .privacy import PrivacyAccountant, PrivacyReport
+from .utils._grouped import UserIndex
+
+__all__ = [
+    "BasePersonalizedEstimator",
+    "PersonalizedClassifierMixin",
+    "PersonalizedRegressorMixin",
+]
+
+
+class BasePersonalizedEstimator(BaseEstimator):
+    """Base class for user-level DP personalized estimators.
+
+    Subclasses implement ``fit`` and ``predict`` (taking ``groups``), and the
+    two hooks used by :meth:`personalize`:
+
+    * ``_fit_personal(X, y, index) -> dict`` returning the personal parameters
+      of the users of ``index`` (arrays whose first axis is ``index.n_users``,
+      keyed by the fitted attribute names listed in ``_personal_attributes``),
+      computed from the released shared part and each user's own rows only;
+    * ``_validate_personal_input(X, y)`` (optional) to validate data the same
+      way ``fit`` does without resetting ``n_features_in_``.
+
+    Parameters common to all subclasses (declared by each subclass's
+    ``__init__``): ``epsilon``, ``delta``, ``random_state``.
+
+    Notes
+    -----
+    **Privacy unit.** One user: all rows sharing a ``groups`` value. The
+    neighbouring relation is *replace one user's entire data*; the number of
+    users is public. ``groups=None`` makes every row its own user, so the
+    guarantee degrades gracefully to row-level DP.
+
+    **Joint DP.** The shared part (and every other DP release of ``fit``) is
+    differentially private; each user's personal part is a function of the
+    shared part and that user's rows only, so the collection of personal
+    parts is jointly DP (billboard lemma).
+
+    ``epsilon=np.inf`` runs the same algorithm without privacy noise (the
+    non-private baseline); the report then says so.
+    """
+
+    _parameter_constraints: dict = {
+        "epsilon": [Interval(Real, 0, np.inf, closed="right")],
+        "delta": [Interval(Real, 0, 1, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
+    _personal_attributes: tuple = ()
+
+    # Route ``groups`` by default once ``sklearn.set_config(enable_metadata_routing=True)``.
+    __metadata_request__fit = {"groups": True}
+    __metadata_request__predict = {"groups": True}
+    __metadata_request__score = {"groups": True}
+
+    # ------------------------------------------------------------------ #
+    # Validation
+    # ------------------------------------------------------------------ #
+    def _validate_privacy_params(self):
+        """Checks that ``_parameter_constraints`` cannot express.
+
+        Booleans are rejected for ``epsilon`` and ``delta`` (``True`` is a
+        ``Real`` in Python), and ``clip_norm=None`` (no clipping, unbounded
+        sensitivity) is only allowed with ``epsilon=np.inf``.
+        """
+        for name in ("epsilon", "delta"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)):
+                raise ValueError(
+                    f"The '{name}' parameter must be a float, got the boolean {value!r}. "
+                    f"Pass a number, e.g. {name}=1.0."
+                )
+        clip_norm = getattr(self, "clip_norm", "absent")
+        if clip_norm is None and self.epsilon != np.inf:
+            raise ValueError(
+                f"clip_norm=None (no clipping) gives unbounded sensitivity and is only "
+                f"allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
+                f"positive clip_norm, or epsilon=np.inf for the non-private baseline."
+            )
+
+    def _validate_fit_input(self, X, y, groups, **validate_data_kwargs):
+        """Validate ``X``, ``y`` and ``groups`` for ``fit``; build the user index.
+
+        Returns
+        -------
+        X, y : validated arrays
+        index : UserIndex
+            The index of users in ``groups`` (``None``: every row its own user).
+
+        Also sets ``user_ids_`` (sorted unique ids), ``n_users_`` and warns with
+        :class:`~skdpp.exceptions.PrivacyLeakWarning` when ``delta >= 1 / n_users``.
+        """
+        self._validate_params()
+        self._validate_privacy_params()
+        X, y = validate_data(self, X, y, reset=True, **validate_data_kwargs)
+        index = UserIndex.from_groups(groups, X.shape[0])
+        self._fitted_with_groups = groups is not None
+        self.user_ids_ = index.users
+        self.n_users_ = int(index.n_users)
+        self._check_delta(index.n_users)
+        return X, y, index
+
+    def _check_delta(self, n_users):
+        if self.epsilon != np.inf and self.delta >= 1.0 / n_users:
+            warnings.warn(
+                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: a mechanism "
+                f"that publishes one whole user's data at random would meet this "
+                f"guarantee. Use delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
+                PrivacyLeakWarning,
+                stacklevel=3,
+            )
+
+    def _validate_personal_input(self, X, y):
+        """Validate data for :meth:`personalize` (override when ``fit`` differs)."""
+        return validate_data(self, X, y, reset=False, y_numeric=True)
+
+    # ------------------------------------------------------------------ #
+    # Users at predict time
+    # ------------------------------------------------------------------ #
+    def _user_codes(self, groups, n_samples):
+        """Map each row's user id to its position in ``user_ids_`` (-1: unseen).
+
+        Rows of unseen users get the cold-start prediction. ``groups=None``
+        treats every row as a new user; if the estimator was fitted with user
+        ids this is usually a mistake (e.g. ``Pipeline.score`` dropping
+        ``groups`` when metadata routing is off), so a warning is raised.
+        """
+        if groups is None:
+            if getattr(self, "_fitted_with_groups", False):
+                warnings.warn(
+                    f"{type(self).__name__} was fitted with user ids (groups) but was "
+                    "called with groups=None: every row is treated as a new user and "
+                    "gets the cold-start prediction. Pass groups=..., and enable "
+                    "sklearn.set_config(enable_metadata_routing=True) in "
+                    "Pipeline/GridSearchCV so that groups reach the estimator.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            return np.full(n_samples, -1, dtype=np.intp)
+        groups = _as_1d_ids(groups, n_samples)
+        known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
+        return known.lookup(groups)
+
+    # ------------------------------------------------------------------ #
+    # Personalization
+    # ------------------------------------------------------------------ #
+    def personalize(self, X, y, groups):
+        """Fit personal parts for the given users from their own rows.
+
+        Uses only the released shared part of the model and each user's rows
+        (Snedeker et al. 2025, Corollary 11), so it never changes the shared
+        part nor ``privacy_report_``. Known users are refitted on the given
+        rows; new users are added to ``user_ids_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The users' rows.
+        y : array-like of shape (n_samples,)
+            Their targets.
+        groups : array-like of shape (n_samples,)
+            User id of each row. Required: without ids the new personal parts
+            could not be told apart from the fitted ones.
+
+        Returns
+        -------
+        self : object
+            The estimator, with personal parts for these users.
+        """
+        check_is_fitted(self)
+        if groups is None:
+            raise ValueError(
+                "personalize requires groups (one user id per row); got groups=None. "
+                "Pass the user ids of the rows."
+            )
+        X, y = self._validate_personal_input(X, y)
+        index = UserIndex.from_groups(groups, X.shape[0])
+        personal = self._fit_personal(X, y, index)
+        self._merge_personal(index.users, personal)
+        return self
+
+    def _merge_personal(self, new_ids, personal):
+        """Insert or replace the personal parameters of ``new_ids`` (vectorised)."""
+        old_ids = self.user_ids_
+        if old_ids.dtype.kind != new_ids.dtype.kind and not (
+            old_ids.dtype.kind in "iu" and new_ids.dtype.kind in "iu"
+        ):
+            raise TypeError(
+                f"groups must use the same type of ids as in fit (fitted ids have dtype "
+                f"{old_ids.dtype}, got {new_ids.dtype}). Convert the ids, e.g. with "
+                f"np.asarray(groups).astype({old_ids.dtype.str!r})."
+            )
+        all_ids = np.union1d(old_ids, new_ids)
+        pos_old = np.searchsorted(all_ids, old_ids)
+        pos_new = np.searchsorted(all_ids, new_ids)
+        for name in self._personal_attributes:
+            old = getattr(self, name)
+            new = np.asarray(personal[name])
+            merged = np.zeros((all_ids.shape[0],) + old.shape[1:], dtype=np.result_type(old, new))
+            merged[pos_old] = old
+            merged[pos_new] = new
+            setattr(self, name, merged)
+        self.user_ids_ = all_ids
+
+    # ------------------------------------------------------------------ #
+    # Privacy plumbing
+    # ------------------------------------------------------------------ #
+    @staticmethod
+    def _new_accountant():
+        """A fresh accountant: one per fit, every release is composed into it."""
+        return PrivacyAccountant()
+
+    def _build_report(self, accountant, *, n_users, released, local, shares=None, notes=()):
+        """Build ``privacy_report_`` from the accountant's ledger.
+
+        Raises :class:`~skdpp.exceptions.PrivacyBudgetError` if the composed
+        releases spend more than the requested ``epsilon`` at ``delta``.
+        """
+        return PrivacyReport.from_accountant(
+            accountant,
+            epsilon=float(self.epsilon),
+            delta=float(self.delta),
+            n_users=int(n_users),
+            released=tuple(released),
+            local=tuple(local),
+            shares=shares,
+            notes=tuple(notes),
+        )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+class PersonalizedRegressorMixin(RegressorMixin):
+    """``score`` as the R² of ``predict(X, groups)`` (scikit-learn's convention)."""
+
+    def score(self, X, y, groups=None):
+        """Return the coefficient of determination R² of the personalized predictions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y : array-like of shape (n_samples,)
+            True targets.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row; rows of users seen in ``fit`` (or
+            ``personalize``) use their personal model, others the cold start.
+
+        Returns
+        -------
+        score : float
+            R² of ``self.predict(X, groups=groups)``.
+        """
+        return float(r2_score(y, self.predict(X, groups=groups)))
+
+
+class PersonalizedClassifierMixin(ClassifierMixin):
+    """``score`` as the accuracy of ``predict(X, groups)``."""
+
+    def score(self, X, y, groups=None):
+        """Return the accuracy of the personalized predictions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y : array-like of shape (n_samples,)
+            True labels.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row (unseen users get the cold-start prediction).
+
+        Returns
+        -------
+        score : float
+            Mean accuracy of ``self.predict(X, groups=groups)``.
+        """
+        return float(accuracy_score(y, self.predict(X, groups=groups)))
+
+
+def _as_1d_ids(groups, n_samples):
+    """``groups`` as a 1-D array of length ``n_samples`` (pandas Series accepted)."""
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != n_samples:
+        raise ValueError(
+            f"groups must be 1-D with one user id per row of X: expected shape "
+            f"({n_samples},), got {groups.shape}. Pass one id per row."
+        )
+    return groups
