@@ -1,0 +1,47 @@
+"""Differential-privacy layer of skdpp: events, accounting, calibration,
+mechanisms and the privacy report.
+
+This subpackage knows nothing about estimators. Privacy noise is drawn only in
+:mod:`skdpp.privacy.mechanisms`; every release is described by an event from
+:mod:`skdpp.privacy.events`, composed into a
+:class:`~skdpp.privacy.accounting.PrivacyAccountant`, and summarised by a
+:class:`~skdpp.privacy.report.PrivacyReport`.
+"""
+
+from .accounting import (
+    DEFAULT_RDP_ORDERS,
+    LedgerEntry,
+    PrivacyAccountant,
+    gaussian_delta,
+    gaussian_epsilon,
+    gaussian_mu,
+)
+from .events import (
+    ComposedEvent,
+    DpEvent,
+    ExponentialEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    NonPrivateEvent,
+    NoOpEvent,
+    PoissonSampledEvent,
+    SelfComposedEvent,
+)
+
+__all__ = [
+    "DEFAULT_RDP_ORDERS",
+    "ComposedEvent",
+    "DpEvent",
+    "ExponentialEvent",
+    "GaussianEvent",
+    "LaplaceEvent",
+    "LedgerEntry",
+    "NoOpEvent",
+    "NonPrivateEvent",
+    "PoissonSampledEvent",
+    "PrivacyAccountant",
+    "SelfComposedEvent",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_mu",
+]

@@ -1,0 +1,235 @@
+"""Privacy events: immutable descriptions of differentially private releases.
+
+Every noisy release made by an skdpp estimator is described by a
+:class:`DpEvent`, composed into the fit's
+:class:`~skdpp.privacy.accounting.PrivacyAccountant`. The vocabulary follows
+the dp-accounting library (``GaussianDpEvent``, ``PoissonSampledDpEvent``,
+...), so the two are easy to compare; skdpp does not depend on it at run time.
+
+All events are frozen dataclasses validated on construction.
+
+References
+----------
+.. [1] Mironov, I. (2017). Rényi Differential Privacy. arXiv:1702.07476.
+.. [2] Balle, B. and Wang, Y.-X. (2018). Improving the Gaussian Mechanism for
+       Differential Privacy: Analytical Calibration and Optimal Denoising.
+       arXiv:1805.06530.
+
+Examples
+--------
+>>> from skdpp.privacy.events import GaussianEvent, SelfComposedEvent
+>>> SelfComposedEvent(GaussianEvent(2.0), count=5)
+SelfComposedEvent(event=GaussianEvent(noise_multiplier=2.0), count=5)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+__all__ = [
+    "DpEvent",
+    "GaussianEvent",
+    "LaplaceEvent",
+    "ExponentialEvent",
+    "SelfComposedEvent",
+    "ComposedEvent",
+    "PoissonSampledEvent",
+    "NoOpEvent",
+    "NonPrivateEvent",
+]
+
+
+def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
+                high_inclusive=False, remedy=""):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{cls}: `{name}` must be a real number, got {value!r} "
+            f"(type {type(value).__name__})."
+        )
+    value = float(value)
+    ok_low = value >= low if low_inclusive else value > low
+    ok_high = value <= high if high_inclusive else value < high
+    if math.isnan(value) or not (ok_low and ok_high):
+        lb = "[" if low_inclusive else "("
+        hb = "]" if high_inclusive else ")"
+        raise ValueError(
+            f"{cls}: `{name}` must be in {lb}{low}, {high}{hb}, got {value!r}."
+            + (f" {remedy}" if remedy else "")
+        )
+    return value
+
+
+class DpEvent:
+    """Base class of all privacy events.
+
+    Subclasses are frozen dataclasses; an event only *describes* a release,
+    the :class:`~skdpp.privacy.accounting.PrivacyAccountant` turns composed
+    events into an (ε, δ) guarantee.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class NoOpEvent(DpEvent):
+    """An event that touches no private data and releases nothing."""
+
+
+@dataclass(frozen=True)
+class NonPrivateEvent(DpEvent):
+    """A release made without privacy noise (privacy loss ε = inf).
+
+    Produced when ``epsilon=np.inf`` (noise multiplier 0): the accountant then
+    reports ``epsilon = inf``.
+    """
+
+
+@dataclass(frozen=True)
+class GaussianEvent(DpEvent):
+    """Gaussian mechanism: noise std = ``noise_multiplier`` × L2 sensitivity.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Ratio z of the noise standard deviation to the L2 sensitivity, in
+        ``[0, inf)``. ``0`` means no noise (the accountant treats it as
+        non-private).
+
+    Notes
+    -----
+    A single release is ``1/z``-GDP (Dong, Roth & Su 2019) and
+    ``α/(2z²)``-RDP of every order α (Mironov 2017).
+    """
+
+    noise_multiplier: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "noise_multiplier", _check_real(
+            "noise_multiplier", self.noise_multiplier, cls="GaussianEvent", low=0.0,
+            remedy="Use noise_multiplier=0 only for a non-private release."))
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(DpEvent):
+    """Laplace mechanism: scale b = ``noise_multiplier`` × L1 sensitivity.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Ratio z of the Laplace scale to the L1 sensitivity, in ``[0, inf)``.
+        A release is pure ``1/z``-DP; ``0`` means no noise.
+    """
+
+    noise_multiplier: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "noise_multiplier", _check_real(
+            "noise_multiplier", self.noise_multiplier, cls="LaplaceEvent", low=0.0,
+            remedy="Use noise_multiplier=0 only for a non-private release."))
+
+
+@dataclass(frozen=True)
+class ExponentialEvent(DpEvent):
+    """Exponential mechanism with privacy parameter ``epsilon``.
+
+    Parameters
+    ----------
+    epsilon : float
+        The selection is ε-DP and ε-bounded-range, in ``(0, inf]``;
+        ``inf`` is a non-private argmax.
+
+    Notes
+    -----
+    ε-bounded range implies ε²/8-zCDP (Cesar & Rogers 2021,
+    arXiv:2004.07223), which the RDP accountant uses.
+    """
+
+    epsilon: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", _check_real(
+            "epsilon", self.epsilon, cls="ExponentialEvent", low=0.0,
+            low_inclusive=False, high_inclusive=True,
+            remedy="Use epsilon=np.inf for a non-private argmax."))
+
+
+@dataclass(frozen=True)
+class SelfComposedEvent(DpEvent):
+    """``count`` adaptive repetitions of the same ``event``.
+
+    Parameters
+    ----------
+    event : DpEvent
+        The repeated event.
+    count : int
+        Number of repetitions, ``>= 0``.
+    """
+
+    event: DpEvent
+    count: int
+
+    def __post_init__(self):
+        if not isinstance(self.event, DpEvent):
+            raise TypeError(
+                f"SelfComposedEvent: `event` must be a DpEvent, got {self.event!r}.")
+        if isinstance(self.count, bool) or not isinstance(self.count, numbers.Integral):
+            raise TypeError(
+                f"SelfComposedEvent: `count` must be an int, got {self.count!r}.")
+        if self.count < 0:
+            raise ValueError(
+                f"SelfComposedEvent: `count` must be >= 0, got {self.count}.")
+        object.__setattr__(self, "count", int(self.count))
+
+
+@dataclass(frozen=True)
+class ComposedEvent(DpEvent):
+    """Adaptive composition of several events (in order).
+
+    Parameters
+    ----------
+    events : tuple of DpEvent
+        The composed events (a list is converted to a tuple).
+    """
+
+    events: tuple
+
+    def __post_init__(self):
+        events = tuple(self.events)
+        for i, event in enumerate(events):
+            if not isinstance(event, DpEvent):
+                raise TypeError(
+                    f"ComposedEvent: `events[{i}]` must be a DpEvent, got {event!r}.")
+        object.__setattr__(self, "events", events)
+
+
+@dataclass(frozen=True)
+class PoissonSampledEvent(DpEvent):
+    """``event`` applied to a Poisson subsample (each unit kept w.p. q).
+
+    Parameters
+    ----------
+    sampling_probability : float
+        Inclusion probability q in ``[0, 1]``.
+    event : DpEvent
+        The event applied to the subsample.
+
+    Notes
+    -----
+    The RDP analysis of the sampled Gaussian mechanism (Mironov, Talwar &
+    Zhang 2019, arXiv:1908.10530) is for the add/remove-one relation with the
+    noise multiplier taken relative to the add/remove sensitivity, as in
+    dp-accounting.
+    """
+
+    sampling_probability: float
+    event: DpEvent
+
+    def __post_init__(self):
+        object.__setattr__(self, "sampling_probability", _check_real(
+            "sampling_probability", self.sampling_probability,
+            cls="PoissonSampledEvent", low=0.0, high=1.0, high_inclusive=True))
+        if not isinstance(self.event, DpEvent):
+            raise TypeError(
+                f"PoissonSampledEvent: `event` must be a DpEvent, got {self.event!r}.")
