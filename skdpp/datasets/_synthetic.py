@@ -1,0 +1,548 @@
+"""Synthetic personalized data sets matching the papers' experiments.
+
+Every generator returns ``X, y, groups, info``: one row per sample, ``groups``
+the user id of each row (rows sorted by user) and ``info`` a
+:class:`sklearn.utils.Bunch` with the ground truth and, when requested,
+held-out rows of the same users (``X_test, y_test, groups_test``).  All
+randomness comes from ``random_state``.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.utils import Bunch, check_random_state
+
+from ..utils._grouped import UserIndex, split_within_users
+
+__all__ = [
+    "make_additive_personalized_regression",
+    "make_personalized_margin_classification",
+    "make_shared_representation_regression",
+    "make_skewed_ratings",
+]
+
+_FEATURE_DISTS = ("gaussian", "uniform", "rademacher")
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def _check_float(name, value, low, high, *, low_open=False, high_open=True):
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) \
+        and not np.isnan(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and \
+             (value < high if high_open else value <= high)
+    if not ok:
+        lb = "(" if low_open else "["
+        rb = ")" if high_open else "]"
+        raise ValueError(
+            f"`{name}` must be a number in {lb}{low}, {high}{rb}; got {value!r}."
+        )
+    return float(value)
+
+
+def _orthonormal(rng, d, k):
+    """U* from the QR decomposition of a d x k standard Gaussian matrix."""
+    q, _ = np.linalg.qr(rng.standard_normal((d, k)))
+    return q
+
+
+def _draw_features(rng, shape, feature_dist):
+    if feature_dist == "gaussian":
+        return rng.standard_normal(shape)
+    if feature_dist == "uniform":  # unit variance, 1-sub-Gaussian
+        return rng.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=shape)
+    return rng.choice(np.array([-1.0, 1.0]), size=shape)  # rademacher
+
+
+def _unit_rows(V):
+    norms = np.linalg.norm(V, axis=1, keepdims=True)
+    return V / np.where(norms > 0, norms, 1.0)
+
+
+def make_shared_representation_regression(
+    n_users=20000,
+    n_features=50,
+    n_components=2,
+    n_samples_per_user=10,
+    *,
+    noise=0.01,
+    head_norm="unit",
+    feature_dist="gaussian",
+    n_test_samples_per_user=10,
+    random_state=None,
+):
+    """Linear regression with a shared low-rank representation and personal heads.
+
+    User ``i``'s labels are ``y = <x, U* v_i*> + noise * N(0, 1)`` with a
+    shared ``U*`` (``n_features x n_components``, orthonormal columns) and a
+    personal head ``v_i*``: the synthetic setting of Snedeker et al. (2025),
+    Section 3.4 and App. B.4, and of Jain et al. (2021), Section 6.
+
+    Parameters
+    ----------
+    n_users : int, default=20000
+        Number of users ``n``.
+    n_features : int, default=50
+        Dimension ``d``.
+    n_components : int, default=2
+        Rank ``k <= d`` of the shared representation.
+    n_samples_per_user : int, default=10
+        Training rows per user ``m``.
+    noise : float, default=0.01
+        Standard deviation ``R`` of the Gaussian label noise.
+    head_norm : {"unit", "gaussian"}, default="unit"
+        ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as written in the papers;
+        ``"unit"``: the same draw normalised to unit norm, as in the authors'
+        code (the learning rate 2.5 and clip norm 10 of App. B.4 are tuned
+        for it).
+    feature_dist : {"gaussian", "uniform", "rademacher"}, default="gaussian"
+        Law of the i.i.d. feature coordinates: ``N(0, 1)`` (the papers),
+        uniform on ``[-sqrt(3), sqrt(3)]`` or ``±1``; all have identity
+        covariance and are 1-sub-Gaussian (Snedeker et al., Assumption 5).
+    n_test_samples_per_user : int, default=10
+        Held-out rows per user, drawn from the same distributions (population
+        MSE estimates); 0 for none.
+    random_state : int, RandomState instance or None, default=None
+        Seed of all draws.
+
+    Returns
+    -------
+    X : ndarray of shape (n_users * n_samples_per_user, n_features)
+    y : ndarray of shape (n_users * n_samples_per_user,)
+    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
+        User id of each row (``0..n_users-1``, rows sorted by user).
+    info : Bunch
+        ``U`` (n_features, n_components) orthonormal ``U*``; ``V``
+        (n_users, n_components) heads ``v_i*``; ``coef`` (n_users, n_features)
+        ``U* v_i*`` per user; ``noise``; and, if
+        ``n_test_samples_per_user > 0``, ``X_test``, ``y_test``, ``groups_test``.
+
+    Notes
+    -----
+    ``U*`` is the Q factor of the QR decomposition of a ``d x k`` standard
+    Gaussian matrix (App. B.4).  Draw order: ``U*``, heads, training features,
+    training noise, test features, test noise.  The Bayes risk (population
+    MSE of the true model) is ``noise ** 2``.
+
+    References
+    ----------
+    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited",
+       ICML 2025, arXiv:2506.19220, Section 3.4 and App. B.4.
+    .. [2] Jain, Rush, Smith, Song, Thakurta. "Differentially Private Model
+       Personalization", NeurIPS 2021 (Advances in Neural Information
+       Processing Systems 34), Section 6.
+
+    Examples
+    --------
+    >>> from skdpp.datasets import make_shared_representation_regression
+    >>> X, y, groups, info = make_shared_representation_regression(
+    ...     n_users=100, n_features=5, n_components=2, random_state=0)
+    >>> X.shape, y.shape, groups.shape, info.U.shape, info.V.shape
+    ((1000, 5), (1000,), (1000,), (5, 2), (100, 2))
+    >>> info.X_test.shape
+    (1000, 5)
+    """
+    n_users = _check_int("n_users", n_users, 1)
+    d = _check_int("n_features", n_features, 1)
+    k = _check_int("n_components", n_components, 1)
+    if k > d:
+        raise ValueError(
+            f"`n_components` must be <= n_features={d}; got {k}. Lower n_components."
+        )
+    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
+    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
+    noise = _check_float("noise", noise, 0, np.inf)
+    if head_norm not in ("unit", "gaussian"):
+        raise ValueError(f"`head_norm` must be 'unit' or 'gaussian'; got {head_norm!r}.")
+    if feature_dist not in _FEATURE_DISTS:
+        raise ValueError(
+            f"`feature_dist` must be one of {list(_FEATURE_DISTS)}; got {feature_dist!r}."
+        )
+    rng = check_random_state(random_state)
+    U = _orthonormal(rng, d, k)
+    V = rng.standard_normal((n_users, k))
+    if head_norm == "unit":
+        V = _unit_rows(V)
+
+    def draw(m_rows):
+        groups = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
+        X = _draw_features(rng, (groups.shape[0], d), feature_dist)
+        y = np.einsum("ij,ij->i", X @ U, V[groups])
+        y += noise * rng.standard_normal(groups.shape[0])
+        return X, y, groups
+
+    X, y, groups = draw(m)
+    info = Bunch(U=U, V=V, coef=V @ U.T, noise=noise)
+    if m_test > 0:
+        info.X_test, info.y_test, info.groups_test = draw(m_test)
+    return X, y, groups, info
+
+
+def make_additive_personalized_regression(
+    n_users=1000,
+    n_features=100,
+    n_samples_per_user=100,
+    *,
+    n_personal_features=5,
+    personal_scale=0.01,
+    global_scale=10.0,
+    noise=0.01,
+    n_test_samples_per_user=0,
+    random_state=None,
+):
+    """Linear regression with a global model plus personal offsets (additive model).
+
+    The synthetic experiment of Bietti et al. (2022), Section 6:
+    ``theta_0 ~ N(0, global_scale^2 I_d)``; user ``i``'s parameters
+    ``theta_i* = theta_0 + delta_i`` where ``delta_i`` is zero on the first
+    ``d - n_personal_features`` coordinates and
+    ``N(0, personal_scale^2)`` on the last ones; ``x ~ N(0, Sigma)`` with
+    ``Sigma = diag(1/k)``, ``k = 1..d``; ``y = <theta_i*, x> + noise * N(0, 1)``.
+
+    Parameters
+    ----------
+    n_users : int, default=1000
+        Number of users ``N``.
+    n_features : int, default=100
+        Dimension ``d``.
+    n_samples_per_user : int, default=100
+        Training rows per user.  The paper streams fresh minibatches of 10
+        rows per iteration (up to 10 000 rows per user); a fixed sample is
+        drawn here.
+    n_personal_features : int, default=5
+        Number of trailing coordinates on which users differ.
+    personal_scale : float, default=0.01
+        Standard deviation of the personal offsets.
+    global_scale : float, default=10.0
+        Standard deviation of the shared parameters ``theta_0``.
+    noise : float, default=0.01
+        Standard deviation ``tau`` of the label noise.
+    n_test_samples_per_user : int, default=0
+        Held-out rows per user; 0 for none.
+    random_state : int, RandomState instance or None, default=None
+        Seed of all draws.
+
+    Returns
+    -------
+    X : ndarray of shape (n_users * n_samples_per_user, n_features)
+    y : ndarray of shape (n_users * n_samples_per_user,)
+    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
+    info : Bunch
+        ``w`` (n_features,) global parameters ``theta_0``; ``theta``
+        (n_users, n_features) personal offsets ``delta_i`` (so that the true
+        model of user ``i`` is ``w + theta[i]``); ``coef`` (n_users,
+        n_features) ``w + theta``; ``feature_variances`` (n_features,) the
+        diagonal of ``Sigma``; ``bayes_risk`` = ``noise ** 2``; and, if
+        requested, ``X_test``, ``y_test``, ``groups_test``.
+
+    Notes
+    -----
+    The paper reports the excess risk, in closed form:
+    ``1/N sum_i ||w + theta_i - theta_i*||_Sigma^2 =
+    mean(((w + theta - info.coef) ** 2) @ info.feature_variances)``; the
+    population MSE of a model is that excess risk plus ``bayes_risk``.
+
+    References
+    ----------
+    .. [1] Bietti, Wei, Dudík, Langford, Wu. "Personalization Improves
+       Privacy-Accuracy Tradeoffs in Federated Learning", ICML 2022,
+       arXiv:2202.05318, Section 6 (synthetic dataset) and App. A.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.datasets import make_additive_personalized_regression
+    >>> X, y, groups, info = make_additive_personalized_regression(
+    ...     n_users=10, n_features=8, n_samples_per_user=20, n_personal_features=2,
+    ...     random_state=0)
+    >>> X.shape, info.theta.shape
+    ((200, 8), (10, 8))
+    >>> bool(np.all(info.theta[:, :6] == 0))
+    True
+    """
+    n_users = _check_int("n_users", n_users, 1)
+    d = _check_int("n_features", n_features, 1)
+    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
+    p = _check_int("n_personal_features", n_personal_features, 0)
+    if p > d:
+        raise ValueError(
+            f"`n_personal_features` must be <= n_features={d}; got {p}."
+        )
+    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
+    personal_scale = _check_float("personal_scale", personal_scale, 0, np.inf)
+    global_scale = _check_float("global_scale", global_scale, 0, np.inf)
+    noise = _check_float("noise", noise, 0, np.inf)
+    rng = check_random_state(random_state)
+    w = global_scale * rng.standard_normal(d)
+    theta = np.zeros((n_users, d))
+    theta[:, d - p:] = personal_scale * rng.standard_normal((n_users, p))
+    coef = w + theta
+    variances = 1.0 / np.arange(1, d + 1)
+
+    def draw(m_rows):
+        groups = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
+        X = rng.standard_normal((groups.shape[0], d)) * np.sqrt(variances)
+        y = np.einsum("ij,ij->i", X, coef[groups])
+        y += noise * rng.standard_normal(groups.shape[0])
+        return X, y, groups
+
+    X, y, groups = draw(m)
+    info = Bunch(w=w, theta=theta, coef=coef, feature_variances=variances,
+                 bayes_risk=noise ** 2, noise=noise)
+    if m_test > 0:
+        info.X_test, info.y_test, info.groups_test = draw(m_test)
+    return X, y, groups, info
+
+
+def _project_unit_ball(A):
+    norms = np.linalg.norm(A, axis=1, keepdims=True)
+    return A / np.maximum(norms, 1.0)
+
+
+def make_skewed_ratings(
+    n_users=10000,
+    n_items=100,
+    n_components=5,
+    *,
+    power=1.0,
+    mean_items_per_user=20.0,
+    noise=1e-3,
+    test_size=0.2,
+    random_state=None,
+):
+    """Ratings with a skewed (power-law) item frequency: multi-task regression.
+
+    The synthetic experiment of Krichene et al. (2023), App. C: ``m`` tasks
+    (items) with parameters ``theta_i``, ``n`` users with vectors ``u_j``,
+    both ``N(0, I_d)`` projected onto the unit ball; item ``i`` has a
+    frequency ``q_i`` drawn from the power law with density ``a x^(a-1)`` on
+    ``[0, 1]``, normalised so that ``sum_i q_i = mean_items_per_user``; every
+    (user, item) pair is observed independently with probability ``q_i``, with
+    rating ``y_ij = <theta_i, u_j> + noise * N(0, 1)``.
+
+    Parameters
+    ----------
+    n_users : int, default=10000
+        Number of users ``n`` (users without any observed item are absent
+        from the output).
+    n_items : int, default=100
+        Number of items (tasks) ``m``.
+    n_components : int, default=5
+        Dimension ``d`` of the user and item vectors.
+    power : float, default=1.0
+        Power-law exponent ``a > 0`` (the paper uses 1 and 2).
+    mean_items_per_user : float, default=20.0
+        Sum of the item probabilities, i.e. expected items per user.
+        Probabilities above 1 after normalisation are clipped to 1.
+    noise : float, default=1e-3
+        Standard deviation ``sigma_F`` of the rating noise.
+    test_size : float in [0, 1), default=0.2
+        Fraction of each user's ratings held out (the paper's 80-20 split),
+        split within each user with
+        :func:`skdpp.utils.split_within_users`: a user with ``n >= 2``
+        ratings keeps ``ceil((1 - test_size) n)`` (at most ``n - 1``) in
+        training; a user with one rating keeps it in training.  0 for no split.
+    random_state : int, RandomState instance or None, default=None
+        Seed of all draws.
+
+    Returns
+    -------
+    X : ndarray of shape (n_ratings, 1), dtype int64
+        Item id of each training rating (``0..n_items-1``).
+    y : ndarray of shape (n_ratings,)
+        Ratings.
+    groups : ndarray of shape (n_ratings,), dtype int64
+        User id of each rating (rows sorted by user).
+    info : Bunch
+        ``user_factors`` (n_users, n_components) the ``u_j``;
+        ``item_factors`` (n_items, n_components) the ``theta_i``;
+        ``item_probabilities`` (n_items,) the ``q_i``; ``item_counts``
+        (n_items,) the number of training ratings of each item (``n_i``);
+        ``noise``; and, if ``test_size > 0``, ``X_test``, ``y_test``,
+        ``groups_test``.
+
+    References
+    ----------
+    .. [1] Krichene, Jain, Song, Sundararajan, Thakurta, Zhang. "Multi-Task
+       Differential Privacy Under Distribution Skew", ICML 2023,
+       arXiv:2302.07975, App. C.
+
+    Examples
+    --------
+    >>> from skdpp.datasets import make_skewed_ratings
+    >>> X, y, groups, info = make_skewed_ratings(n_users=200, random_state=0)
+    >>> X.shape[1], info.item_factors.shape, info.user_factors.shape
+    (1, (100, 5), (200, 5))
+    >>> bool(set(info.groups_test) <= set(groups))
+    True
+    """
+    n_users = _check_int("n_users", n_users, 1)
+    n_items = _check_int("n_items", n_items, 1)
+    d = _check_int("n_components", n_components, 1)
+    power = _check_float("power", power, 0, np.inf, low_open=True)
+    mean_items = _check_float("mean_items_per_user", mean_items_per_user, 0, np.inf,
+                              low_open=True)
+    noise = _check_float("noise", noise, 0, np.inf)
+    test_size = _check_float("test_size", test_size, 0, 1)
+    rng = check_random_state(random_state)
+    item_factors = _project_unit_ball(rng.standard_normal((n_items, d)))
+    user_factors = _project_unit_ball(rng.standard_normal((n_users, d)))
+    q = rng.random_sample(n_items) ** (1.0 / power)  # inverse CDF of a x^(a-1)
+    q = np.minimum(q * (mean_items / q.sum()), 1.0)
+    observed = rng.random_sample((n_users, n_items)) < q
+    users, items = np.nonzero(observed)  # row-major: sorted by user
+    users = users.astype(np.int64)
+    items = items.astype(np.int64)
+    y = np.einsum("ij,ij->i", user_factors[users], item_factors[items])
+    y += noise * rng.standard_normal(users.shape[0])
+    info = Bunch(user_factors=user_factors, item_factors=item_factors,
+                 item_probabilities=q, noise=noise)
+    if test_size > 0 and users.shape[0] > 0:
+        train = split_within_users(UserIndex.from_groups(users), 1.0 - test_size, rng)
+        info.X_test = items[~train][:, None]
+        info.y_test = y[~train]
+        info.groups_test = users[~train]
+        users, items, y = users[train], items[train], y[train]
+    info.item_counts = np.bincount(items, minlength=n_items)
+    return items[:, None], y, users, info
+
+
+def make_personalized_margin_classification(
+    n_users=1000,
+    n_features=50,
+    n_components=2,
+    n_samples_per_user=10,
+    *,
+    radius=1.0,
+    margin=0.05,
+    head_norm=1.0,
+    flip_y=0.0,
+    n_test_samples_per_user=0,
+    random_state=None,
+):
+    """Binary classification with a shared representation and a margin.
+
+    The setting of Snedeker et al. (2025), Section 4: features in the
+    Euclidean ball of radius ``r``, a shared ``U*`` (``d x k``, orthonormal
+    columns), personal heads ``v_i*`` with ``||v_i*|| = Gamma`` and labels
+    ``y = sign(<x, U* v_i*>)`` in ``{-1, +1}``; points with
+    ``|<x, U* v_i*>| < rho`` are rejected and redrawn, so the true model has
+    margin ``rho`` (zero margin loss ``l_rho``).
+
+    Parameters
+    ----------
+    n_users : int, default=1000
+    n_features : int, default=50
+        Dimension ``d``.
+    n_components : int, default=2
+        Rank ``k <= d``.
+    n_samples_per_user : int, default=10
+        Training rows per user ``m`` (Alg. 3 splits them in halves ``S^0``,
+        ``S^1``).
+    radius : float, default=1.0
+        Radius ``r`` of the feature ball; features are uniform in the ball.
+    margin : float, default=0.05
+        Margin ``rho``, in ``[0, radius * head_norm)``.  For uniform features
+        ``<x, U* v_i*>`` has standard deviation about
+        ``radius * head_norm / sqrt(n_features + 2)``; margins much larger
+        make the rejection sampling slow (an error is raised if fewer than
+        about 0.1% of the draws are accepted).
+    head_norm : float, default=1.0
+        Norm ``Gamma`` of the heads (``v_i* ~ N(0, I_k)`` rescaled).
+    flip_y : float in [0, 0.5], default=0.0
+        Probability of flipping each label after the margin selection
+        (training and test rows); flipped rows are in ``info``.
+    n_test_samples_per_user : int, default=0
+        Held-out rows per user; 0 for none.
+    random_state : int, RandomState instance or None, default=None
+
+    Returns
+    -------
+    X : ndarray of shape (n_users * n_samples_per_user, n_features)
+        ``||x|| <= radius``.
+    y : ndarray of shape (n_users * n_samples_per_user,), dtype int64
+        Labels in ``{-1, +1}``.
+    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
+        Rows sorted by user.
+    info : Bunch
+        ``U``, ``V``, ``margin``, ``flipped`` (bool per row) and, if
+        requested, ``X_test``, ``y_test``, ``groups_test``, ``flipped_test``.
+
+    Notes
+    -----
+    Rejection sampling is vectorised: every round redraws all missing rows at
+    once (a loop over rounds, not over users or rows).
+
+    References
+    ----------
+    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited",
+       ICML 2025, arXiv:2506.19220, Section 4 (Definition 13, Algorithm 3).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.datasets import make_personalized_margin_classification
+    >>> X, y, groups, info = make_personalized_margin_classification(
+    ...     n_users=20, n_features=10, margin=0.1, random_state=0)
+    >>> sorted(set(y.tolist()))
+    [-1, 1]
+    >>> scores = np.einsum("ij,ij->i", X @ info.U, info.V[groups])
+    >>> bool(np.all(y * scores >= 0.1))
+    True
+    """
+    n_users = _check_int("n_users", n_users, 1)
+    d = _check_int("n_features", n_features, 1)
+    k = _check_int("n_components", n_components, 1)
+    if k > d:
+        raise ValueError(f"`n_components` must be <= n_features={d}; got {k}.")
+    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
+    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
+    radius = _check_float("radius", radius, 0, np.inf, low_open=True)
+    head_norm = _check_float("head_norm", head_norm, 0, np.inf, low_open=True)
+    margin = _check_float("margin", margin, 0, radius * head_norm)
+    flip_y = _check_float("flip_y", flip_y, 0, 0.5, high_open=False)
+    rng = check_random_state(random_state)
+    U = _orthonormal(rng, d, k)
+    V = head_norm * _unit_rows(rng.standard_normal((n_users, k)))
+    W = V @ U.T  # (n_users, d) true weight vector of each user
+
+    def draw(m_rows):
+        pending = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
+        n_total = pending.shape[0]
+        X_parts, g_parts = [], []
+        n_draws = 0
+        while pending.shape[0] > 0:  # rounds of rejection sampling
+            n = pending.shape[0]
+            g = rng.standard_normal((n, d))
+            g /= np.linalg.norm(g, axis=1, keepdims=True)
+            x = g * (radius * rng.random_sample(n) ** (1.0 / d))[:, None]
+            ok = np.abs(np.einsum("ij,ij->i", x, W[pending])) >= margin
+            X_parts.append(x[ok])
+            g_parts.append(pending[ok])
+            pending = pending[~ok]
+            n_draws += n
+            if n_draws > 1000 * n_total and pending.shape[0] > 0:
+                raise ValueError(
+                    f"`margin`={margin} rejects almost every point (radius={radius}, "
+                    f"head_norm={head_norm}, n_features={d}); use a margin below "
+                    f"~{radius * head_norm / np.sqrt(d + 2):.3g} or a larger radius."
+                )
+        X = np.concatenate(X_parts)
+        groups = np.concatenate(g_parts)
+        order = np.argsort(groups, kind="stable")
+        X, groups = X[order], groups[order]
+        y = np.where(np.einsum("ij,ij->i", X, W[groups]) >= 0, 1, -1).astype(np.int64)
+        flipped = rng.random_sample(n_total) < flip_y
+        y[flipped] *= -1
+        return X, y, groups, flipped
+
+    X, y, groups, flipped = draw(m)
+    info = Bunch(U=U, V=V, margin=margin, flipped=flipped)
+    if m_test > 0:
+        info.X_test, info.y_test, info.groups_test, info.flipped_test = draw(m_test)
+    return X, y, groups, info
