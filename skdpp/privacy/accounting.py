@@ -169,7 +169,7 @@ def gaussian_delta(mu, epsilon):
     --------
     >>> from skdpp.privacy import gaussian_delta
     >>> round(gaussian_delta(1.0, 1.0), 6)
-    0.126936
+    0.126937
     """
     mu = _check_mu(mu)
     epsilon = float(epsilon)
@@ -202,7 +202,7 @@ def gaussian_epsilon(mu, delta):
     --------
     >>> from skdpp.privacy import gaussian_epsilon
     >>> round(gaussian_epsilon(1.0, 1e-5), 6)
-    4.357098
+    4.377178
     """
     mu = _check_mu(mu)
     delta = float(delta)
@@ -257,7 +257,7 @@ def gaussian_mu(epsilon, delta):
     --------
     >>> from skdpp.privacy import gaussian_mu
     >>> round(1 / gaussian_mu(1.0, 1e-5) * 10 ** 0.5, 4)   # sigma for 10 releases
-    11.9412
+    11.7973
     """
     epsilon = float(epsilon)
     delta = float(delta)
