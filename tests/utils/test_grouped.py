@@ -299,3 +299,13 @@ def test_split_within_users_bad_fraction(fraction):
     index = UserIndex.from_groups([0, 0], 2)
     with pytest.raises(ValueError, match="`fraction`"):
         split_within_users(index, fraction)
+
+
+def test_batched_solve_numerically_singular_items_use_pinv():
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(6, 3))
+    A = np.einsum("ni,nj->nij", a, a)  # rank-1 Gram matrices: one row per user, k=3
+    A[0] = A[0] + np.eye(3)  # one well-posed item in the stack
+    b = rng.normal(size=(6, 3))
+    expected = (np.linalg.pinv(A) @ b[..., None])[..., 0]
+    assert_allclose(batched_solve(A, b), expected, rtol=1e-8, atol=1e-10)
