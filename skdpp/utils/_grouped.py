@@ -56,6 +56,9 @@ def _as_id_array(groups, name="groups"):
     arr = np.asarray(groups)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    elif arr.ndim > 1 and not isinstance(groups, np.ndarray):
+        # a sequence of tuples (hashable ids) -> 1-D object array of tuples
+        arr = np.fromiter(groups, dtype=object, count=len(groups))
     if arr.ndim != 1:
         raise ValueError(
             f"`{name}` must be a 1-D array with one user id per row; got an array of "
@@ -131,6 +134,15 @@ class UserIndex:
     operations are single vectorised numpy calls (see :func:`segment_sum`).
 
     Build it with :meth:`from_groups`; the attributes are read-only arrays.
+
+    Parameters
+    ----------
+    users : array-like of shape (n_users,)
+        Sorted unique user ids.
+    codes : array-like of shape (n_samples,) of int
+        Code of each row's user in ``0..n_users-1``.  The constructor does not
+        validate its inputs (users without rows get ``counts == 0``; all
+        segment operations handle them); prefer :meth:`from_groups`.
 
     Attributes
     ----------

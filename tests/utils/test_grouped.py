@@ -309,3 +309,17 @@ def test_batched_solve_numerically_singular_items_use_pinv():
     b = rng.normal(size=(6, 3))
     expected = (np.linalg.pinv(A) @ b[..., None])[..., 0]
     assert_allclose(batched_solve(A, b), expected, rtol=1e-8, atol=1e-10)
+
+
+def test_tuple_ids_are_users():
+    index = UserIndex.from_groups([(1, "a"), (2, "b"), (1, "a")], 3)
+    assert index.n_users == 2
+    assert_array_equal(index.codes, [0, 1, 0])
+    assert_array_equal(index.lookup([(2, "b"), (3, "c")]), [1, -1])
+
+
+def test_constructor_allows_users_without_rows():
+    index = UserIndex(np.array([0, 1, 2]), np.array([0, 2, 2]))
+    assert_array_equal(index.counts, [1, 0, 2])
+    assert_allclose(segment_sum(np.ones((3, 2)), index), [[1, 1], [0, 0], [2, 2]])
+    assert_allclose(segment_outer_sum(np.ones((3, 1)), None, index)[:, 0, 0], [1, 0, 2])
