@@ -1,0 +1,732 @@
+"""Shared-representation building blocks for :class:`PrivateFedRepRegressor` and
+:class:`PrivAltMinRegressor`.
+
+The model is ``y ≈ <x, U v_i>`` with a shared embedding ``U`` (``d × k``,
+orthonormal columns, released under user-level DP) and a personal head ``v_i``
+(``k``) per user, computed from ``U`` and that user's rows only.
+
+This module holds the pieces both estimators use, all vectorised over users:
+
+* :class:`_RowBlocks` — a subset of rows grouped by user (CSR layout), with
+  weighted per-user sums computed as one sparse-times-dense product (no copy of
+  ``X``), per-user ``k × k`` Gram matrices and random ranks within users;
+* :func:`_solve_heads` / :func:`fit_heads` — batched per-user least squares for
+  the heads on a given ``U``;
+* :func:`private_spectral_init` (Snedeker et al. 2025, Alg. 2) and
+  :func:`private_pairwise_init` (Jain et al. 2021, Alg. 3) — private spectral
+  initialisations of ``U``;
+* :func:`private_mean_head` — the cold-start head, a DP mean of clipped
+  per-user heads;
+* :func:`subspace_distance` — the principal-angle distance of Snedeker et al.
+  (2025), Definition 2.
+
+Noise is drawn only through :mod:`skdpp.privacy.mechanisms`; every function that
+releases something returns the mechanism's event and the stated sensitivity so
+the caller composes it into its accountant.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..privacy import mechanisms
+from ..utils._grouped import batched_solve, segment_outer_sum, UserIndex
+
+__all__ = [
+    "fit_heads",
+    "private_mean_head",
+    "private_pairwise_init",
+    "private_spectral_init",
+    "random_init",
+    "subspace_distance",
+]
+
+# Relative ridge added to each user's k x k head system: tiny for users with at
+# least k rows (numerical safety only: changes heads by ~1e-10 relative), larger for
+# users with fewer rows than k (approximately the minimum-norm least-squares head).
+_HEAD_RIDGE = 1e-10
+_HEAD_RIDGE_DEFICIENT = 1e-6
+
+# Rows per chunk in the row-chunked Gram products (bounds temporary memory).
+_CHUNK_BYTES = 16 * 2**20
+
+
+# --------------------------------------------------------------------------- #
+# Clipping helpers (the only place per-user contributions are scaled)
+# --------------------------------------------------------------------------- #
+def _row_norms(M):
+    """Overflow-safe Euclidean norms of the rows of a 2-D array."""
+    M = np.asarray(M, dtype=np.float64)
+    if M.shape[1] == 0:
+        return np.zeros(M.shape[0])
+    scale = np.max(np.abs(M), axis=1)
+    safe = np.where(scale > 0, scale, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = scale * np.sqrt(np.einsum("ij,ij->i", M / safe[:, None], M / safe[:, None]))
+    return np.where(scale > 0, out, 0.0)
+
+
+def _clip_scale(norms, clip_norm):
+    """Per-contribution clipping factor ``min(1, clip_norm / norm)``.
+
+    ``clip(M, C) = M * min(1, C / ||M||)`` (Snedeker et al. 2025, §3.2). Zero
+    norms give factor 1; infinite norms give 0; ``clip_norm=None`` gives 1
+    (no clipping, allowed only with ``epsilon=np.inf``).
+    """
+    norms = np.asarray(norms, dtype=np.float64)
+    scale = np.ones_like(norms)
+    if clip_norm is None:
+        return scale
+    big = norms > clip_norm
+    with np.errstate(divide="ignore", over="ignore"):
+        scale[big] = clip_norm / norms[big]
+    return scale
+
+
+def _clip_values(y, clip):
+    """``clip(y; ζ) = sign(y) min(|y|, ζ)`` (Jain et al. 2021, Alg. 2-3)."""
+    y = np.asarray(y, dtype=np.float64)
+    return y if clip is None else np.clip(y, -clip, clip)
+
+
+# --------------------------------------------------------------------------- #
+# Rows grouped by user
+# --------------------------------------------------------------------------- #
+class _RowBlocks:
+    """A subset of the rows of ``X`` grouped by user, for vectorised per-user sums.
+
+    Parameters
+    ----------
+    rows : ndarray of int
+        Row indices (into ``X``) of the subset.
+    codes : ndarray of int
+        User code (``0..n_users-1``) of each of those rows.
+    n_users : int
+        Number of users of the fit (users without rows in the subset get zeros).
+
+    Attributes
+    ----------
+    rows, codes : ndarray
+        The subset, sorted by user (stable: original order within a user).
+    counts : ndarray of shape (n_users,)
+    indptr : ndarray of shape (n_users + 1,)
+    """
+
+    def __init__(self, rows, codes, n_users):
+        rows = np.asarray(rows, dtype=np.int64)
+        codes = np.asarray(codes, dtype=np.int64)
+        order = np.argsort(codes, kind="stable")
+        self.rows = rows[order]
+        self.codes = codes[order]
+        self.n_users = int(n_users)
+        self.counts = np.bincount(self.codes, minlength=self.n_users).astype(np.int64)
+        self.indptr = np.zeros(self.n_users + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=self.indptr[1:])
+
+    @classmethod
+    def from_mask(cls, mask, all_codes, n_users):
+        rows = np.flatnonzero(mask)
+        return cls(rows, np.asarray(all_codes)[rows], n_users)
+
+    def __len__(self):
+        return self.rows.shape[0]
+
+    def take(self, keep):
+        """Sub-blocks keeping the rows where ``keep`` (aligned with ``self.rows``)."""
+        return _RowBlocks(self.rows[keep], self.codes[keep], self.n_users)
+
+    def sum(self, values):
+        """Per-user sums of ``values`` (aligned with ``self.rows``), shape (n_users, ...)."""
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim == 1:
+            return np.bincount(self.codes, weights=values, minlength=self.n_users)
+        flat = values.reshape(values.shape[0], -1)
+        out = np.empty((self.n_users, flat.shape[1]))
+        for j in range(flat.shape[1]):  # loop over (few) columns, not users or rows
+            out[:, j] = np.bincount(self.codes, weights=flat[:, j], minlength=self.n_users)
+        return out.reshape((self.n_users,) + values.shape[1:])
+
+    def weighted_row_sum(self, weights, X):
+        """``out[u] = sum_{r in u} weights_r X[row_r]`` as one sparse @ dense product."""
+        M = sp.csr_matrix(
+            (np.asarray(weights, dtype=np.float64), self.rows, self.indptr),
+            shape=(self.n_users, X.shape[0]),
+        )
+        return np.asarray(M @ X)
+
+    def gram(self, P):
+        """Per-user ``sum_r p_r p_r^T`` of ``P`` (aligned rows), shape (n_users, k, k)."""
+        k = P.shape[1]
+        out = np.empty((self.n_users, k, k))
+        for a in range(k):  # loop over the k(k+1)/2 entries, not users or rows
+            for b in range(a, k):
+                s = np.bincount(self.codes, weights=P[:, a] * P[:, b], minlength=self.n_users)
+                out[:, a, b] = s
+                out[:, b, a] = s
+        return out
+
+    def ranks(self, keys=None):
+        """Rank of each row within its user: by ``keys`` if given, else row order."""
+        n = len(self)
+        perm = np.arange(n) if keys is None else np.lexsort((keys, self.codes))
+        rank = np.empty(n, dtype=np.int64)
+        rank[perm] = np.arange(n, dtype=np.int64) - self.indptr[self.codes[perm]]
+        return rank
+
+
+def _weighted_gram(X, rows, weights, rows2=None):
+    """``sum_r w_r x_{rows[r]} x_{rows2[r]}^T`` (d × d), chunked over rows.
+
+    ``weights`` may be 2-D of shape (n, q): then the result is (d, d, q), one Gram
+    per weight column, computed with one matrix product per chunk.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    squeeze = weights.ndim == 1
+    W = weights[:, None] if squeeze else weights
+    d, q = X.shape[1], W.shape[1]
+    out = np.zeros((d, d * q))
+    n = rows.shape[0]
+    chunk = max(1, _CHUNK_BYTES // (8 * max(1, d * q)))
+    for start in range(0, n, chunk):  # loop over memory chunks, not users or rows
+        r = rows[start:start + chunk]
+        Xa = X[r]
+        Xb = Xa if rows2 is None else X[rows2[start:start + chunk]]
+        weighted = (Xb[:, :, None] * W[start:start + chunk, None, :]).reshape(len(r), d * q)
+        out += Xa.T @ weighted
+    out = out.reshape(d, d, q)
+    return out[:, :, 0] if squeeze else out
+
+
+# --------------------------------------------------------------------------- #
+# Heads
+# --------------------------------------------------------------------------- #
+def _solve_heads(A, r, counts):
+    """Solve the per-user ``k × k`` normal equations ``A_i v_i = r_i``.
+
+    A relative ridge ``λ_i = c · tr(A_i) / k`` is added, with ``c = 1e-10`` for
+    users with at least ``k`` rows (numerical safety) and ``c = 1e-6`` for users
+    with fewer rows than ``k`` (whose least-squares head is not unique: this
+    gives approximately the minimum-norm head). Users without rows get ``0``.
+    """
+    k = A.shape[-1]
+    tr = np.trace(A, axis1=1, axis2=2)
+    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
+    lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
+    M = A + lam[:, None, None] * np.eye(k)
+    try:
+        with np.errstate(all="ignore"):
+            v = np.linalg.solve(M, r[..., None])[..., 0]
+        if not np.all(np.isfinite(v)):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
+        v = batched_solve(M, r)
+    return v
+
+
+def fit_heads(X, y, U, blocks, P_all=None):
+    """Exact per-user least-squares heads ``argmin_v sum (y - <U^T x, v>)^2``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, d)
+    y : ndarray of shape (n_samples,)
+    U : ndarray of shape (d, k)
+    blocks : _RowBlocks
+        The rows to fit on, grouped by user.
+    P_all : ndarray of shape (n_samples, k), default=None
+        ``X @ U`` if already computed (avoids copying rows of ``X``).
+
+    Returns
+    -------
+    V : ndarray of shape (n_users, k)
+        Zero for users without rows in ``blocks``.
+    P : ndarray of shape (len(blocks), k)
+        ``X[blocks.rows] @ U`` (reused by callers).
+    """
+    if P_all is not None:
+        P = P_all[blocks.rows]
+    else:
+        P = X[blocks.rows] @ U if len(blocks) else np.zeros((0, U.shape[1]))
+    A = blocks.gram(P)
+    r = blocks.sum(P * y[blocks.rows][:, None])
+    return _solve_heads(A, r, blocks.counts), P
+
+
+def random_init(n_features, n_components, rng):
+    """A uniformly random orthonormal ``d × k`` matrix (QR of a Gaussian matrix)."""
+    G = rng.standard_normal((n_features, n_components))
+    Q, _ = np.linalg.qr(G)
+    return Q
+
+
+def _top_eigenvectors(M, k):
+    """Eigenvectors of the ``k`` largest (algebraic) eigenvalues of symmetric ``M``."""
+    M = (M + M.T) / 2.0
+    w, Q = np.linalg.eigh(M)
+    return Q[:, np.argsort(w)[::-1][:k]]
+
+
+# --------------------------------------------------------------------------- #
+# Private initialisations
+# --------------------------------------------------------------------------- #
+def _pair_gram_fro2(X, y, blocks):
+    """Per-user ``||A_u A_u^T||_F^2`` with ``a_r = y_r x_r`` (rows of ``blocks``).
+
+    Users with at most ``d`` rows: sum over ordered pairs of rows of the squared
+    inner products (cost ``m_u^2 d``). Users with more rows: the ``d × d`` Gram
+    ``A_u^T A_u`` via :func:`~skdpp.utils._grouped.segment_outer_sum` (cost
+    ``m_u d^2``). Both are vectorised and chunked.
+    """
+    d = X.shape[1]
+    n_users = blocks.n_users
+    out = np.zeros(n_users)
+    counts = blocks.counts
+    light_user = (counts > 0) & (counts <= max(d, 1))
+    row_light = light_user[blocks.codes]
+    # --- light users: all ordered pairs (r1, r2) of rows of the same user
+    lrows = np.flatnonzero(row_light)  # positions in blocks (sorted by user)
+    if lrows.size:
+        m_of = counts[blocks.codes[lrows]]
+        start_of = blocks.indptr[blocks.codes[lrows]]
+        pair_bytes = 8 * (2 * d + 4)
+        max_pairs = max(1, _CHUNK_BYTES // pair_bytes)
+        # chunk over rows so that the number of pairs per chunk is bounded
+        cum = np.cumsum(m_of)
+        bounds = np.searchsorted(cum, np.arange(max_pairs, cum[-1] + max_pairs, max_pairs),
+                                 side="right")
+        bounds = np.unique(np.concatenate(([0], np.minimum(bounds, lrows.size),
+                                           [lrows.size])))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):  # memory chunks
+            if hi <= lo:
+                continue
+            pos1 = np.repeat(lrows[lo:hi], m_of[lo:hi])
+            reps = m_of[lo:hi]
+            first = np.repeat(np.cumsum(reps) - reps, reps)
+            pos2 = np.repeat(start_of[lo:hi], reps) + (np.arange(pos1.size) - first)
+            r1, r2 = blocks.rows[pos1], blocks.rows[pos2]
+            dots = np.einsum("ij,ij->i", X[r1], X[r2]) * y[r1] * y[r2]
+            out += np.bincount(blocks.codes[pos1], weights=dots**2, minlength=n_users)
+    # --- heavy users: d x d Gram per user, chunked over users
+    heavy = np.flatnonzero(counts > max(d, 1))
+    if heavy.size:
+        per_chunk = max(1, (64 * 2**20) // (8 * d * d))
+        for lo in range(0, heavy.size, per_chunk):  # memory chunks of users
+            users = heavy[lo:lo + per_chunk]
+            sel = np.isin(blocks.codes, users)
+            rows = blocks.rows[sel]
+            idx = UserIndex(users, np.searchsorted(users, blocks.codes[sel]))
+            A = X[rows] * y[rows][:, None]
+            G = segment_outer_sum(A, None, idx)
+            out[users] = np.einsum("uij,uij->u", G, G)
+    return out
+
+
+def spectral_statistic(X, y, blocks, clip_norm):
+    """Sum over users of the clipped U-statistics ``clip(Z_i, ψ)`` (Alg. 2, lines 4-6).
+
+    ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
+    the user's ``m_i`` rows in ``blocks`` (zero when ``m_i < 2``), computed as
+    ``(s_i s_i^T - sum_j a_j a_j^T) / (m_i (m_i - 1))`` with ``a_j = y_j x_j`` and
+    ``s_i = sum_j a_j``; its Frobenius norm is computed exactly without forming
+    ``Z_i``.
+
+    Returns
+    -------
+    total : ndarray of shape (d, d)
+        ``sum_i clip(Z_i, ψ)`` (symmetric).
+    norms : ndarray of shape (n_users,)
+        ``||Z_i||_F`` before clipping.
+    """
+    m = blocks.counts.astype(np.float64)
+    yb = y[blocks.rows]
+    S = blocks.weighted_row_sum(yb, X)  # s_i = sum_j y_j x_j
+    s2 = np.einsum("ij,ij->i", S, S)
+    # sum_j (a_j^T s_i)^2, chunked over rows
+    proj2 = np.zeros(blocks.n_users)
+    chunk = max(1, _CHUNK_BYTES // (8 * max(1, X.shape[1])))
+    for lo in range(0, len(blocks), chunk):  # memory chunks
+        rr, cc = blocks.rows[lo:lo + chunk], blocks.codes[lo:lo + chunk]
+        t = np.einsum("ij,ij->i", X[rr], S[cc]) * yb[lo:lo + chunk]
+        proj2 += np.bincount(cc, weights=t**2, minlength=blocks.n_users)
+    g2 = _pair_gram_fro2(X, y, blocks)
+    pairs = m * (m - 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm2 = np.maximum(s2**2 - 2.0 * proj2 + g2, 0.0)
+        norms = np.where(pairs > 0, np.sqrt(norm2) / np.where(pairs > 0, pairs, 1.0), 0.0)
+    c = _clip_scale(norms, clip_norm)
+    w = np.where(pairs > 0, c / np.where(pairs > 0, pairs, 1.0), 0.0)
+    total = (S * w[:, None]).T @ S - _weighted_gram(X, blocks.rows, w[blocks.codes] * yb**2)
+    return (total + total.T) / 2.0, norms
+
+
+def private_spectral_init(X, y, blocks, n_components, *, clip_norm, noise_multiplier, rng):
+    """Private initialisation of Snedeker, Zhou & Bassily (2025), Alg. 2.
+
+    Releases ``sum_i clip(Z_i, ψ_init)`` (Alg. 2, line 6, before the division by
+    the public ``n``) with the Gaussian mechanism and symmetric noise, then
+    returns the top-``k`` eigenvectors (line 7).
+
+    Sensitivity (replace one user): ``||clip(Z_i) - clip(Z_i')||_F <= 2 ψ_init``.
+
+    Returns
+    -------
+    U : ndarray of shape (d, k)
+    event : DpEvent
+    sensitivity : float or None
+    """
+    total, _ = spectral_statistic(X, y, blocks, clip_norm)
+    if clip_norm is None:
+        release, event = _nonprivate(total)
+        sensitivity = None
+    else:
+        sensitivity = 2.0 * clip_norm
+        release, event = mechanisms.gaussian_mechanism(
+            total, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng,
+            symmetric=True,
+        )
+    return _top_eigenvectors(release, n_components), event, sensitivity
+
+
+def pairwise_statistic(X, y, blocks, label_clip):
+    """Sum over users of the per-user mean of Jain et al.'s pair matrices (Alg. 3, line 1).
+
+    Each user's rows (in ``blocks`` order) are paired consecutively,
+    ``(0, 1), (2, 3), ...`` (an odd last row is unused); a pair gives
+    ``sym(x x'^T / (||x|| ||x'||) clip(y; ζ) clip(y'; ζ))`` with
+    ``sym(M) = (M + M^T) / 2``; each user contributes the mean over its pairs.
+
+    Returns
+    -------
+    total : ndarray of shape (d, d)
+    """
+    rank = blocks.ranks()
+    n_pairs = blocks.counts // 2
+    first = (rank % 2 == 0) & (rank + 1 < blocks.counts[blocks.codes])
+    p1 = np.flatnonzero(first)
+    p2 = p1 + 1  # blocks are sorted by user, rows of a user are contiguous
+    r1, r2 = blocks.rows[p1], blocks.rows[p2]
+    codes = blocks.codes[p1]
+    nx = _row_norms(X)
+    denom = nx[r1] * nx[r2]
+    yc = _clip_values(y, label_clip)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(denom > 0, yc[r1] * yc[r2] / np.where(denom > 0, denom, 1.0), 0.0)
+    w = w / np.maximum(n_pairs[codes], 1)
+    total = _weighted_gram(X, r1, w, rows2=r2)
+    return (total + total.T) / 2.0
+
+
+def private_pairwise_init(X, y, blocks, n_components, *, label_clip, noise_multiplier, rng):
+    """Private initialisation of Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3.
+
+    Each user's contribution (mean of its pair matrices) has Frobenius norm at
+    most ``ζ^2``, so the sum has sensitivity ``2 ζ^2`` under replace-one-user.
+
+    Returns
+    -------
+    U : ndarray of shape (d, k)
+    event : DpEvent
+    sensitivity : float or None
+    """
+    total = pairwise_statistic(X, y, blocks, label_clip)
+    if label_clip is None:
+        release, event = _nonprivate(total)
+        sensitivity = None
+    else:
+        sensitivity = 2.0 * label_clip**2
+        release, event = mechanisms.gaussian_mechanism(
+            total, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng,
+            symmetric=True,
+        )
+    return _top_eigenvectors(release, n_components), event, sensitivity
+
+
+def _nonprivate(value):
+    """Release without noise (only reachable with ``epsilon=np.inf`` and no clipping)."""
+    from ..privacy import NonPrivateEvent
+
+    return np.array(value, dtype=np.float64, copy=True), NonPrivateEvent()
+
+
+# --------------------------------------------------------------------------- #
+# Cold start
+# --------------------------------------------------------------------------- #
+def private_mean_head(V, present, *, clip_norm, noise_multiplier, rng, n_users):
+    """DP mean of the users' heads clipped to ``clip_norm`` (the cold-start head).
+
+    ``sum_i clip(v_i, C)`` over users with rows (``present``) is released with the
+    Gaussian mechanism (sensitivity ``2 C`` under replace-one-user) and divided
+    by the public number of users.
+
+    Returns
+    -------
+    mean_head : ndarray of shape (k,)
+    event : DpEvent
+    sensitivity : float or None
+    """
+    V = np.asarray(V, dtype=np.float64)
+    c = _clip_scale(_row_norms(V), clip_norm) * np.asarray(present, dtype=np.float64)
+    total = (V * c[:, None]).sum(axis=0)
+    if clip_norm is None:
+        release, event = _nonprivate(total)
+        sensitivity = None
+    else:
+        sensitivity = 2.0 * clip_norm
+        release, event = mechanisms.gaussian_mechanism(
+            total, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng
+        )
+    return release / max(n_users, 1), event, sensitivity
+
+
+# --------------------------------------------------------------------------- #
+# Evaluation
+# --------------------------------------------------------------------------- #
+def subspace_distance(U1, U2):
+    """Principal-angle distance between column spaces (Snedeker et al. 2025, Def. 2).
+
+    ``dist(U1, U2) = ||(I - Q1 Q1^T) Q2||_2`` where ``Q1``, ``Q2`` are orthonormal
+    bases of the column spaces: the sine of the largest principal angle, in
+    ``[0, 1]``.
+
+    Parameters
+    ----------
+    U1, U2 : array-like of shape (d, k)
+
+    Returns
+    -------
+    dist : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.linear_model._representation import subspace_distance
+    >>> round(subspace_distance(np.eye(3)[:, :1], np.eye(3)[:, 1:2]), 6)
+    1.0
+    """
+    Q1, _ = np.linalg.qr(np.asarray(U1, dtype=np.float64))
+    Q2, _ = np.linalg.qr(np.asarray(U2, dtype=np.float64))
+    R = Q2 - Q1 @ (Q1.T @ Q2)
+    return float(min(1.0, np.linalg.norm(R, 2)))
+
+
+# --------------------------------------------------------------------------- #
+# Shared estimator plumbing
+# --------------------------------------------------------------------------- #
+_RNG_STREAMS = ("split", "init", "batches", "noise")
+
+
+def _child_rngs(random_state):
+    """Independent generators for the split, the initialisation, the batches and the noise.
+
+    ``check_random_state(random_state)`` is called once; it draws one seed per
+    stream, in the fixed order of ``_RNG_STREAMS``. Separate streams keep the
+    draws of one purpose (e.g. per-row keys, whose number depends on the data
+    size) from shifting the others.
+    """
+    from sklearn.utils import check_random_state
+
+    rng = check_random_state(random_state)
+    seeds = rng.randint(0, np.iinfo(np.int32).max, size=len(_RNG_STREAMS))
+    return {name: np.random.RandomState(int(s)) for name, s in zip(_RNG_STREAMS, seeds)}
+
+
+def _split_blocks(index, rng):
+    """``S^0`` / ``S^1`` split of each user's rows (Snedeker et al. 2025, Alg. 1).
+
+    Returns ``(s0, s1)`` as :class:`_RowBlocks`: half of each user's rows (at
+    random, ``ceil(m/2)``; a one-row user keeps its row in ``S^0``).
+    """
+    from ..utils._grouped import split_within_users
+
+    mask = split_within_users(index, 0.5, rng)
+    return (_RowBlocks.from_mask(mask, index.codes, index.n_users),
+            _RowBlocks.from_mask(~mask, index.codes, index.n_users))
+
+
+def _final_blocks(s0, s1):
+    """Rows for the final heads: ``S^1`` (Alg. 1, line 14); ``S^0`` for users without ``S^1`` rows."""
+    no_s1 = s1.counts == 0
+    extra = no_s1[s0.codes]
+    return _RowBlocks(np.concatenate([s1.rows, s0.rows[extra]]),
+                      np.concatenate([s1.codes, s0.codes[extra]]), s0.n_users)
+
+
+_INIT_OPTIONS = ("private_spectral", "private_pairwise", "random")
+
+
+def _common_constraints():
+    from numbers import Integral, Real
+
+    from sklearn.utils._param_validation import Interval, StrOptions
+
+    from ..base import BasePersonalizedEstimator
+
+    positive_or_none = [Interval(Real, 0, None, closed="neither"), None]
+    return {
+        **BasePersonalizedEstimator._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions(set(_INIT_OPTIONS)), "array-like"],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "clip_norm": positive_or_none,
+        "init_clip_norm": positive_or_none,
+        "head_clip_norm": positive_or_none,
+        "init_share": [Interval(Real, 0, 1, closed="left")],
+        "cold_start_share": [Interval(Real, 0, 1, closed="left")],
+        "batch_mode": [StrOptions({"same", "disjoint"})],
+        "verbose": ["verbose"],
+    }
+
+
+class _RepresentationMixin:
+    """Plumbing shared by the two shared-representation regressors (not public).
+
+    Subclasses define ``fit``; this mixin provides validation of the
+    representation parameters, the initialisation of ``U``, the final heads, the
+    cold-start head, ``predict`` and the ``personalize`` hook.
+    """
+
+    _personal_attributes = ("heads_",)
+
+    # ----------------------------------------------------------------- checks
+    def _check_params_for_data(self, n_features):
+        k = self.n_components
+        if k > n_features:
+            raise ValueError(
+                f"n_components={k} must be <= n_features={n_features} (the shared "
+                f"embedding U is n_features x n_components with orthonormal columns). "
+                f"Pass n_components <= {n_features}."
+            )
+        if self.init_share + self.cold_start_share >= 1:
+            raise ValueError(
+                f"init_share + cold_start_share must be < 1 so that the iterations get a "
+                f"positive share of the budget; got init_share={self.init_share!r} and "
+                f"cold_start_share={self.cold_start_share!r}. Lower one of them."
+            )
+        if self.epsilon != np.inf:
+            for name in self._clip_param_names:
+                if getattr(self, name) is None:
+                    raise ValueError(
+                        f"{name}=None (no clipping) gives unbounded sensitivity and is "
+                        f"only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. "
+                        f"Pass a positive {name}."
+                    )
+        if not isinstance(self.init, str):
+            U0 = np.asarray(self.init, dtype=np.float64)
+            if U0.shape != (n_features, k) or not np.all(np.isfinite(U0)):
+                raise ValueError(
+                    f"init as an array must be a finite public warm start of shape "
+                    f"(n_features, n_components) = ({n_features}, {k}); got shape "
+                    f"{U0.shape}. Pass an array of that shape or one of {_INIT_OPTIONS}."
+                )
+            if np.linalg.matrix_rank(U0) < k:
+                raise ValueError(
+                    f"init as an array must have rank n_components={k}; the given "
+                    f"matrix is rank deficient. Pass a full-rank warm start."
+                )
+
+    def _private_init(self):
+        return isinstance(self.init, str) and self.init.startswith("private")
+
+    # --------------------------------------------------------- budget plan
+    def _phases(self, n_iteration_releases):
+        """Named budget plan: ``init``, ``iterations``, ``cold_start``."""
+        from ..privacy import Phase
+
+        phases = []
+        iter_share = 1.0 - self.cold_start_share
+        if self._private_init():
+            if self.init_share > 0:
+                phases.append(Phase("init", share=self.init_share, mechanism="gaussian",
+                                    count=1))
+            iter_share -= self.init_share
+        if n_iteration_releases > 0:
+            phases.append(Phase("iterations", share=iter_share, mechanism="gaussian",
+                                count=int(n_iteration_releases)))
+        if self.cold_start_share > 0:
+            phases.append(Phase("cold_start", share=self.cold_start_share,
+                                mechanism="gaussian", count=1))
+        return phases
+
+    # ----------------------------------------------------------------- init
+    def _initial_components(self, X, y, s0, rngs, params, accountant, label_clip=None):
+        d, k = X.shape[1], self.n_components
+        rng = rngs["noise"]
+        if isinstance(self.init, str) and self.init == "random":
+            return random_init(d, k, rngs["init"])
+        if not isinstance(self.init, str):  # public warm start
+            Q, _ = np.linalg.qr(np.asarray(self.init, dtype=np.float64))
+            return Q
+        if self.init_share == 0:
+            raise ValueError(
+                f"init={self.init!r} releases a private statistic and needs a positive "
+                f"init_share; got init_share=0. Pass init_share > 0, or init='random' / "
+                f"an array."
+            )
+        z = params["init"]
+        if self.init == "private_spectral":
+            U, event, sens = private_spectral_init(
+                X, y, s0, k, clip_norm=self.init_clip_norm, noise_multiplier=z, rng=rng)
+            clip = self.init_clip_norm
+        else:
+            U, event, sens = private_pairwise_init(
+                X, y, s0, k, label_clip=label_clip, noise_multiplier=z, rng=rng)
+            clip = label_clip
+        accountant.compose(event, phase="init", mechanism="gaussian", sensitivity=sens,
+                           clip_norm=clip)
+        return U
+
+    # ---------------------------------------------------------- final part
+    def _finish(self, X, y, U, s0, s1, rngs, params, accountant, n_users):
+        """Final heads (Alg. 1, line 14) and the DP cold-start head."""
+        V, _ = fit_heads(X, y, U, _final_blocks(s0, s1))
+        if self.cold_start_share > 0:
+            present = (s0.counts + s1.counts) > 0
+            head, event, sens = private_mean_head(
+                V, present, clip_norm=self.head_clip_norm,
+                noise_multiplier=params["cold_start"], rng=rngs["noise"], n_users=n_users)
+            accountant.compose(event, phase="cold_start", mechanism="gaussian",
+                               sensitivity=sens, clip_norm=self.head_clip_norm)
+        else:
+            head = np.zeros(U.shape[1])
+        return V, head
+
+    def _fit_personal(self, X, y, index):
+        """Heads of the users of ``index`` from their own rows and the released ``U``."""
+        blocks = _RowBlocks(np.arange(index.n_samples), index.codes, index.n_users)
+        V, _ = fit_heads(X, np.asarray(y, dtype=np.float64), self.components_, blocks)
+        return {"heads_": V}
+
+    # -------------------------------------------------------------- predict
+    def predict(self, X, groups=None):
+        """Predict with each known user's head, the cold-start head for unseen users.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row. Rows of users seen in ``fit`` (or added by
+            ``personalize``) use ``x^T U v_i``; other rows (and all rows when
+            ``groups=None``) use the cold-start head ``x^T U v_cold``.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+        """
+        from sklearn.utils.validation import check_is_fitted, validate_data
+
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        codes = self._user_codes(groups, X.shape[0])
+        known = codes >= 0
+        H = np.empty((X.shape[0], self.components_.shape[1]))
+        H[known] = self.heads_[codes[known]]
+        H[~known] = self.cold_start_head_
+        return np.einsum("ij,ij->i", X @ self.components_, H)
+
+    def _report_notes(self):
+        return ()
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.regressor_tags.poor_score = True
+        return tags

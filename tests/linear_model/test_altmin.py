@@ -1,0 +1,313 @@
+"""Tests of PrivAltMinRegressor (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1-3)."""
+
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from skdpp.datasets import make_shared_representation_regression
+from skdpp.linear_model import _altmin, _representation
+from skdpp.linear_model._altmin import PrivAltMinRegressor
+from skdpp.linear_model._representation import subspace_distance
+from tests.privacy.harness import (
+    adversarial_neighbours,
+    assert_sensitivity,
+    audit_epsilon_lower_bound,
+    noise_off,
+    record_noise,
+)
+
+_RIDGE, _RIDGE_DEFICIENT = 1e-10, 1e-6
+
+
+def _ref_head(P, y, k):
+    A, r = P.T @ P, P.T @ y
+    c = _RIDGE_DEFICIENT if len(y) < k else _RIDGE
+    lam = max(c * np.trace(A) / k, np.finfo(float).tiny)
+    return np.linalg.solve(A + lam * np.eye(k), r)
+
+
+def _ref_split(groups, rng):
+    keys = rng.random_sample(len(groups))
+    s0 = np.zeros(len(groups), dtype=bool)
+    for u in np.unique(groups):
+        rows = np.flatnonzero(groups == u)
+        rows = rows[np.lexsort((rows, keys[rows]))]
+        m = len(rows)
+        n_first = m if m == 1 else min(max(math.ceil(m / 2), 1), m - 1)
+        s0[rows[:n_first]] = True
+    return s0
+
+
+def _ref_altmin(X, y, groups, U0, *, T, eta, zeta, schedule, batch_mode, seed):
+    """Plain-loop Alg. 1 + Alg. 2 without noise, materialising every vec(x v^T)."""
+    rs = np.random.RandomState(seed)
+    seeds = rs.randint(0, np.iinfo(np.int32).max, size=4)  # split, init, batches, noise
+    s0 = _ref_split(groups, np.random.RandomState(seeds[0]))
+    users = np.unique(groups)
+    n, (d, k) = len(users), U0.shape
+    if schedule == "disjoint":
+        perm = np.random.RandomState(seeds[2]).permutation(n)
+        chunk = np.empty(n, dtype=int)
+        chunk[perm] = np.arange(n) * T // n
+    U = U0.copy()
+    for t in range(T):
+        G, b = np.zeros((d * k, d * k)), np.zeros(d * k)
+        for i, u in enumerate(users):
+            if schedule == "disjoint" and chunk[i] != t:
+                continue
+            rows = np.flatnonzero((groups == u) & s0)
+            if batch_mode == "same":
+                head_rows = stat_rows = rows
+            else:
+                half = (len(rows) + 1) // 2
+                head_rows, stat_rows = rows[:half], rows[half:]
+            v = _ref_head(X[head_rows] @ U, y[head_rows], k)
+            for r in stat_rows:
+                W = np.outer(X[r], v).ravel(order="F")  # vec(x v^T), columns stacked
+                norm = np.linalg.norm(W)
+                if norm > eta:
+                    W = W * eta / norm
+                yt = np.clip(y[r], -zeta, zeta)
+                G += np.outer(W, W) / len(stat_rows)
+                b += yt * W / len(stat_rows)
+        u = np.linalg.solve(G, b)
+        U, _ = np.linalg.qr(u.reshape((d, k), order="F"))
+    heads = np.zeros((n, k))
+    for i, u in enumerate(users):
+        rows = np.flatnonzero((groups == u) & ~s0)
+        heads[i] = _ref_head(X[rows] @ U, y[rows], k)
+    return U, heads
+
+
+def _small_data(n_users=30, d=5, m=8, seed=0, noise=0.1):
+    X, y, groups, info = make_shared_representation_regression(
+        n_users=n_users, n_features=d, n_components=2, n_samples_per_user=m, noise=noise,
+        n_test_samples_per_user=0, random_state=seed)
+    return X, y, groups, info
+
+
+@pytest.mark.parametrize("schedule", ["full", "disjoint"])
+@pytest.mark.parametrize("batch_mode", ["same", "disjoint"])
+def test_epsilon_inf_matches_loop_reference(schedule, batch_mode):
+    X, y, groups, _ = _small_data()
+    U0 = np.linalg.qr(np.random.default_rng(5).standard_normal((5, 2)))[0]
+    est = PrivAltMinRegressor(
+        epsilon=np.inf, init=U0, max_iter=3, clip_norm=2.0, label_clip=0.8,
+        schedule=schedule, batch_mode=batch_mode, random_state=3,
+    ).fit(X, y, groups=groups)
+    U, heads = _ref_altmin(X, y, groups, U0, T=3, eta=2.0, zeta=0.8, schedule=schedule,
+                           batch_mode=batch_mode, seed=3)
+    assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
+    assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture(scope="module")
+def medium():
+    return make_shared_representation_regression(
+        n_users=3000, n_features=10, n_components=2, n_samples_per_user=10,
+        n_test_samples_per_user=10, random_state=0)
+
+
+def _test_mse(est, info):
+    pred = est.predict(info.X_test, groups=info.groups_test)
+    return float(np.mean((pred - info.y_test) ** 2))
+
+
+def test_error_falls_as_epsilon_grows(medium):
+    X, y, groups, info = medium
+    dist, mse = [], []
+    for eps in [0.1, 1.0, np.inf]:
+        est = PrivAltMinRegressor(epsilon=eps, random_state=0).fit(X, y, groups=groups)
+        dist.append(subspace_distance(est.components_, info.U))
+        mse.append(_test_mse(est, info))
+    # seeded; measured (0.1, 1, inf): dist (0.98, 0.37, 0.017), mse (1.4, 0.16, 5.8e-4)
+    assert dist[0] > dist[1] > dist[2]
+    assert mse[0] > mse[1] > mse[2]
+    assert dist[2] < 0.05 and mse[2] < 2e-3
+
+
+def test_components_are_orthonormal(medium):
+    X, y, groups, _ = medium
+    est = PrivAltMinRegressor(epsilon=0.5, random_state=0).fit(X, y, groups=groups)
+    assert_allclose(est.components_.T @ est.components_, np.eye(2), atol=1e-12)
+
+
+def test_deterministic_under_random_state(medium):
+    X, y, groups, _ = medium
+    a = PrivAltMinRegressor(epsilon=1.0, random_state=7).fit(X, y, groups=groups)
+    b = PrivAltMinRegressor(epsilon=1.0, random_state=7).fit(X, y, groups=groups)
+    assert_allclose(a.components_, b.components_, rtol=0, atol=0)
+    assert_allclose(a.heads_, b.heads_, rtol=0, atol=0)
+
+
+def test_inputs_not_modified():
+    X, y, groups, _ = _small_data()
+    X0, y0, g0 = X.copy(), y.copy(), groups.copy()
+    PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=groups)
+    assert_allclose(X, X0, rtol=0, atol=0)
+    assert_allclose(y, y0, rtol=0, atol=0)
+    assert (groups == g0).all()
+
+
+@pytest.mark.parametrize("schedule, count", [("full", 6), ("disjoint", 2)])
+def test_budget_plan_and_parallel_composition(schedule, count):
+    X, y, groups, _ = _small_data()
+    est = PrivAltMinRegressor(epsilon=1.0, max_iter=3, schedule=schedule,
+                              random_state=0).fit(X, y, groups=groups)
+    report = est.privacy_report_
+    phases = {p.name: p for p in report.phases}
+    assert set(phases) == {"init", "iterations", "cold_start"}
+    assert phases["iterations"].count == count
+    assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
+
+
+def test_bad_input():
+    X, y, groups, _ = _small_data()
+    with pytest.raises(ValueError, match="n_components=6 must be <= n_features=5"):
+        PrivAltMinRegressor(n_components=6).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="label_clip=None"):
+        PrivAltMinRegressor(label_clip=None).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="schedule"):
+        PrivAltMinRegressor(schedule="sometimes").fit(X, y, groups=groups)
+    Xn = X.copy()
+    Xn[3, 1] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        PrivAltMinRegressor().fit(Xn, y, groups=groups)
+
+
+def test_one_row_users_groups_none_and_unseen_users():
+    X, y, groups, _ = _small_data()
+    g = groups.copy()
+    g[:4] = np.arange(100, 104)
+    est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=g)
+    assert np.all(np.isfinite(est.heads_))
+    expected = X[:2] @ est.components_ @ est.cold_start_head_
+    assert_allclose(est.predict(X[:2], groups=["a", "b"]), expected, rtol=1e-12)
+    est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y)
+    assert np.all(np.isfinite(est.predict(X)))
+
+
+# --------------------------------------------------------------------------- #
+# Privacy
+# --------------------------------------------------------------------------- #
+def _canary_last(X, y, groups):
+    user = groups.max()
+    order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
+    return X[order], y[order], groups[order], user
+
+
+@pytest.mark.parametrize("schedule, init", [("full", "private_spectral"),
+                                            ("disjoint", "private_pairwise")])
+def test_sensitivity_adversarial_neighbours(schedule, init):
+    X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
+
+    def fit_on(X, y, g):
+        return PrivAltMinRegressor(epsilon=1.0, max_iter=2, schedule=schedule, init=init,
+                                   random_state=0).fit(X, y, groups=g)
+
+    for name, X2, y2, g2 in adversarial_neighbours(X, y, groups, user):
+        ratios = assert_sensitivity(fit_on, (X, y, groups), (X2, y2, g2))
+        assert len(ratios) == 1 + 2 * 2 + 1, name
+
+
+def _broken_no_clipping(monkeypatch):
+    ones = lambda norms, clip_norm: np.ones_like(np.asarray(norms, float))  # noqa: E731
+    monkeypatch.setattr(_representation, "_clip_scale", ones)
+    monkeypatch.setattr(_altmin, "_clip_scale", ones)
+    monkeypatch.setattr(_altmin, "_clip_values", lambda y, clip: np.asarray(y, float))
+
+
+def _broken_per_row(monkeypatch):
+    """Rows clipped but SUMMED per user (no per-user mean): many rows, many times the bound."""
+    monkeypatch.setattr(_altmin, "_user_weights", lambda blocks: np.ones(len(blocks)))
+
+
+@pytest.mark.parametrize("breaker", [_broken_no_clipping, _broken_per_row])
+def test_sensitivity_test_catches_broken_variants(monkeypatch, breaker):
+    X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
+    breaker(monkeypatch)
+
+    def fit_on(X, y, g):
+        return PrivAltMinRegressor(epsilon=1.0, max_iter=1, init=np.eye(4)[:, :2],
+                                   cold_start_share=0.0, random_state=0).fit(X, y, groups=g)
+
+    neighbours = {name: (X2, y2, g2) for name, X2, y2, g2 in
+                  adversarial_neighbours(X, y, groups, user)}
+    with pytest.raises(AssertionError, match="more than its stated sensitivity"):
+        assert_sensitivity(fit_on, (X, y, groups), neighbours["many_rows"])
+
+
+def _audit_data():
+    """20 users with true subspace span(e1, e2); the canary's rows push U towards e3."""
+    rng = np.random.default_rng(1)
+    n_users, m = 20, 4
+    X = rng.standard_normal((n_users * m, 3))
+    heads = rng.standard_normal((n_users, 2))
+    heads /= np.linalg.norm(heads, axis=1, keepdims=True)
+    groups = np.repeat(np.arange(n_users), m)
+    y = np.einsum("ij,ij->i", X[:, :2], heads[groups]) + 0.01 * rng.standard_normal(len(groups))
+    user = n_users - 1
+    keep = groups != user
+    Xc = rng.standard_normal((50, 3))
+    Xc[:, 1] = 0.0
+    yc = 10.0 * Xc[:, 0] + 10.0 * Xc[:, 2]
+    return (X, y, groups), (np.r_[X[keep], Xc], np.r_[y[keep], yc],
+                            np.r_[groups[keep], np.full(50, user)])
+
+
+def _audit_run(data, neighbour_data, epsilon):
+    U0 = np.eye(3)[:, :2]
+
+    def run(seed, neighbour):
+        X, y, g = neighbour_data if neighbour else data
+        est = PrivAltMinRegressor(epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0,
+                                  clip_norm=2.0, label_clip=2.0,
+                                  random_state=seed).fit(X, y, groups=g)
+        return float(np.linalg.norm(est.components_[2]))
+
+    return run
+
+
+def test_audit_lower_bound_below_claimed_epsilon():
+    data, neighbour = _audit_data()
+    lower = audit_epsilon_lower_bound(_audit_run(data, neighbour, 1.0), 300, delta=1e-6)
+    assert lower <= 1.0
+
+
+@pytest.mark.parametrize("breaker", ["noise_off", "no_clipping"])
+def test_audit_catches_broken_variants(monkeypatch, breaker):
+    data, neighbour = _audit_data()
+    if breaker == "no_clipping":
+        _broken_no_clipping(monkeypatch)
+        lower = audit_epsilon_lower_bound(_audit_run(data, neighbour, 1.0), 300, delta=1e-6)
+    else:
+        with noise_off():
+            lower = audit_epsilon_lower_bound(_audit_run(data, neighbour, 1.0), 300,
+                                              delta=1e-6)
+    assert lower > 1.0
+
+
+def test_noise_level_matches_report():
+    X, y, groups, _ = _small_data(n_users=40, d=8, m=6)
+    est = PrivAltMinRegressor(epsilon=1.0, max_iter=2, random_state=0)
+    draws = record_noise(lambda: est.fit(X, y, groups=groups))
+    phases = {p.name: p for p in est.privacy_report_.phases}
+    names = ["init"] + ["iterations"] * 4 + ["cold_start"]
+    assert len(draws) == len(names)
+    pooled = []
+    for draw, name in zip(draws, names):
+        p = phases[name]
+        assert_allclose(draw["scale"], p.noise_multiplier * draw["sensitivity"], rtol=1e-12)
+        noise = draw["noise"]
+        if draw["symmetric"]:
+            assert_allclose(noise, noise.T, rtol=0, atol=0)
+            noise = noise[np.triu_indices(noise.shape[0])]
+        pooled.append(np.ravel(noise) / draw["scale"])
+    pooled = np.concatenate(pooled)
+    assert pooled.size > 300
+    assert abs(pooled.std() - 1.0) < 0.15  # false-alarm rate < 1e-4 at this size
+    gram, moment = draws[1], draws[2]
+    assert_allclose(gram["sensitivity"], np.sqrt(2) * est.clip_norm**2, rtol=1e-12)
+    assert_allclose(moment["sensitivity"], 2 * est.label_clip * est.clip_norm, rtol=1e-12)

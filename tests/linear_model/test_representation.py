@@ -1,0 +1,134 @@
+"""Tests of the shared-representation building blocks (loop-based references)."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._altmin import _kron_gram
+from skdpp.utils import UserIndex
+
+
+def _toy(n_users=7, d=4, seed=0, max_rows=6):
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, max_rows + 1, size=n_users)
+    groups = np.repeat(np.arange(n_users), counts)
+    rng.shuffle(groups)
+    X = rng.standard_normal((groups.size, d))
+    y = rng.standard_normal(groups.size)
+    return X, y, groups
+
+
+def _blocks(groups):
+    index = UserIndex.from_groups(groups, len(groups))
+    return rep._RowBlocks(np.arange(len(groups)), index.codes, index.n_users), index
+
+
+def test_fit_heads_matches_per_user_least_squares():
+    X, y, groups = _toy(max_rows=8)
+    blocks, index = _blocks(groups)
+    U, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((X.shape[1], 2)))
+    V, _ = rep.fit_heads(X, y, U, blocks)
+    for u in range(index.n_users):
+        rows = index.codes == u
+        P = X[rows] @ U
+        if rows.sum() >= 2:
+            expected = np.linalg.lstsq(P, y[rows], rcond=None)[0]
+            assert_allclose(V[u], expected, rtol=1e-7, atol=1e-9)
+        else:  # underdetermined: approximately the minimum-norm solution
+            expected = np.linalg.pinv(P) @ y[rows]
+            assert_allclose(V[u], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_fit_heads_user_without_rows_gets_zero_head():
+    X, y, groups = _toy()
+    blocks, index = _blocks(groups)
+    sub = blocks.take(blocks.codes != 3)
+    V, _ = rep.fit_heads(X, y, np.eye(X.shape[1])[:, :2], sub)
+    assert_allclose(V[3], 0.0, atol=0)
+
+
+def _loop_spectral_statistic(X, y, groups, clip):
+    d = X.shape[1]
+    total = np.zeros((d, d))
+    for u in np.unique(groups):
+        Xu, yu = X[groups == u], y[groups == u]
+        m = len(yu)
+        Z = np.zeros((d, d))
+        for j1 in range(m):
+            for j2 in range(m):
+                if j1 != j2:
+                    Z += yu[j1] * yu[j2] * np.outer(Xu[j1], Xu[j2])
+        if m >= 2:
+            Z /= m * (m - 1)
+        norm = np.linalg.norm(Z)
+        if clip is not None and norm > clip:
+            Z *= clip / norm
+        total += Z
+    return total
+
+
+@pytest.mark.parametrize("clip", [None, 0.5, 3.0])
+def test_spectral_statistic_matches_loop_reference(clip):
+    X, y, groups = _toy(n_users=9, d=3, max_rows=7)  # some users have more rows than d
+    blocks, _ = _blocks(groups)
+    total, norms = rep.spectral_statistic(X, y, blocks, clip)
+    assert_allclose(total, _loop_spectral_statistic(X, y, groups, clip), rtol=1e-10,
+                    atol=1e-12)
+
+
+def _loop_pairwise_statistic(X, y, groups, zeta):
+    d = X.shape[1]
+    total = np.zeros((d, d))
+    yc = np.clip(y, -zeta, zeta)
+    for u in np.unique(groups):
+        rows = np.flatnonzero(groups == u)
+        acc, n_pairs = np.zeros((d, d)), len(rows) // 2
+        for p in range(n_pairs):
+            a, b = rows[2 * p], rows[2 * p + 1]
+            M = np.outer(X[a], X[b]) / (np.linalg.norm(X[a]) * np.linalg.norm(X[b]))
+            acc += (M + M.T) / 2 * yc[a] * yc[b]
+        if n_pairs:
+            total += acc / n_pairs
+    return total
+
+
+def test_pairwise_statistic_matches_loop_reference():
+    X, y, groups = _toy(n_users=8, d=4, max_rows=7)
+    blocks, _ = _blocks(groups)
+    assert_allclose(rep.pairwise_statistic(X, y, blocks, 0.7),
+                    _loop_pairwise_statistic(X, y, groups, 0.7), rtol=1e-10, atol=1e-12)
+
+
+def test_kron_gram_matches_materialised_vec():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((6, 4))
+    V = rng.standard_normal((6, 3))
+    w = rng.random(6)
+    W = np.stack([np.outer(X[r], V[r]).ravel(order="F") for r in range(6)])  # vec(x v^T)
+    expected = (W * w[:, None]).T @ W
+    assert_allclose(_kron_gram(X, np.arange(6), V, w), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_clip_scale_is_overflow_safe():
+    scale = rep._clip_scale(np.array([0.0, 0.5, 2.0, np.inf]), 1.0)
+    assert_allclose(scale, [1.0, 1.0, 0.5, 0.0])
+    assert_allclose(rep._row_norms(np.array([[3e200, 4e200], [0.0, 0.0]])), [5e200, 0.0])
+
+
+def test_subspace_distance_properties():
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((6, 2)))
+    R = rng.standard_normal((2, 2))
+    assert rep.subspace_distance(U, U @ R) < 1e-12  # same column space
+    W = np.linalg.qr(np.c_[U, rng.standard_normal((6, 2))])[0][:, 2:]
+    assert_allclose(rep.subspace_distance(U, W), 1.0, rtol=1e-12)  # orthogonal spaces
+    angle = 0.3
+    a = np.array([[1.0], [0.0]])
+    b = np.array([[np.cos(angle)], [np.sin(angle)]])
+    assert_allclose(rep.subspace_distance(a, b), np.sin(angle), rtol=1e-12)
+
+
+def test_random_init_is_orthonormal():
+    Q = rep.random_init(7, 3, np.random.RandomState(0))
+    assert_allclose(Q.T @ Q, np.eye(3), atol=1e-12)
