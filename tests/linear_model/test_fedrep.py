@@ -152,13 +152,13 @@ def test_components_are_orthonormal(medium):
 def test_cold_start_and_personalize(medium):
     X, y, groups, info = medium
     est = PrivateFedRepRegressor(epsilon=2.0, random_state=0).fit(X, y, groups=groups)
-    new = np.full(20, "new-user")
+    new = np.full(20, 10**6)  # an unseen user id (same id type as in fit)
     Xn = info.X_test[:20]
     cold = est.predict(Xn, groups=new)
     assert_allclose(cold, Xn @ est.components_ @ est.cold_start_head_, rtol=1e-12)
     report = str(est.privacy_report_)
     est.personalize(info.X_test[:20], info.y_test[:20], groups=new)
-    assert "new-user" in est.user_ids_
+    assert 10**6 in est.user_ids_
     assert str(est.privacy_report_) == report
     own = est.predict(Xn, groups=new)
     assert np.mean((own - info.y_test[:20]) ** 2) < np.mean((cold - info.y_test[:20]) ** 2)

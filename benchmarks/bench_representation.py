@@ -1,0 +1,143 @@
+"""Speed, memory and tuning benchmark of PrivateFedRepRegressor / PrivAltMinRegressor.
+
+Usage::
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_representation.py [--quick] [--tune]
+        [--max-users N]
+
+* fit time at the papers' setting (n=20 000, d=50, k=2, m=10), median of 3 fits;
+* fit time and peak memory (tracemalloc, allocations made during ``fit``) of
+  ``PrivateFedRepRegressor`` (T=5, defaults) for n ∈ {1e4, 1e5, 1e6} users with
+  10 rows each and d=50, against the size of ``X``;
+* ``--tune``: the small grid used to choose the defaults (test MSE at ε=1 and 4).
+
+Writes ``benchmarks/results/fedrep_benchmark.md`` and ``fedrep_benchmark.csv``
+(``_quick`` suffix with ``--quick``).
+"""
+
+import argparse
+import gc
+import itertools
+import platform
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from skdpp.datasets import make_shared_representation_regression
+from skdpp.linear_model._altmin import PrivAltMinRegressor
+from skdpp.linear_model._fedrep import PrivateFedRepRegressor
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+def data(n_users, seed=0, n_test=0):
+    return make_shared_representation_regression(
+        n_users=n_users, n_features=50, n_components=2, n_samples_per_user=10, noise=0.01,
+        n_test_samples_per_user=n_test, random_state=seed)
+
+
+def timed_fit(est, X, y, groups, trace=False):
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+    tic = time.perf_counter()
+    est.fit(X, y, groups=groups)
+    seconds = time.perf_counter() - tic
+    peak = None
+    if trace:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return seconds, peak
+
+
+def _markdown(frame):
+    """A markdown table (no tabulate dependency)."""
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+
+    head = "| " + " | ".join(frame.columns) + " |"
+    sep = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def main(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--max-users", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    rows, lines = [], []
+
+    # 1. paper setting: median of 3 fits
+    X, y, groups, info = data(2_000 if args.quick else 20_000, n_test=10)
+    for name, cls in [("PrivateFedRepRegressor", PrivateFedRepRegressor),
+                      ("PrivAltMinRegressor", PrivAltMinRegressor)]:
+        times = [timed_fit(cls(epsilon=1.0, random_state=s), X, y, groups)[0]
+                 for s in range(3)]
+        rows.append(dict(benchmark="paper setting", estimator=name, n_users=len(info.V),
+                         seconds=float(np.median(times))))
+        print(rows[-1], flush=True)
+
+    # 2. scale: FedRep T=5, 10 rows per user, d=50
+    sizes = [10_000, 100_000, 1_000_000]
+    if args.quick:
+        sizes = [10_000, 100_000]
+    for n in [s for s in sizes if s <= args.max_users]:
+        X, y, groups, _ = data(n)
+        seconds, peak = timed_fit(PrivateFedRepRegressor(epsilon=1.0, random_state=0),
+                                  X, y, groups, trace=True)
+        rows.append(dict(benchmark="scale", estimator="PrivateFedRepRegressor", n_users=n,
+                         seconds=seconds, peak_mib=peak / 2**20, x_mib=X.nbytes / 2**20,
+                         peak_over_x=peak / X.nbytes))
+        print(rows[-1], flush=True)
+        del X, y, groups
+        gc.collect()
+
+    # 3. tuning grid (optional)
+    if args.tune:
+        X, y, groups, info = data(20_000, seed=1, n_test=10)
+
+        def mse(est):
+            pred = est.predict(info.X_test, groups=info.groups_test)
+            return float(np.mean((pred - info.y_test) ** 2))
+
+        for eps, lr, clip in itertools.product([1.0, 4.0], [0.5, 1.0, 2.0], [0.5, 1.0, 2.0]):
+            est = PrivateFedRepRegressor(epsilon=eps, learning_rate=lr, clip_norm=clip,
+                                         random_state=0).fit(X, y, groups=groups)
+            rows.append(dict(benchmark="tune", estimator="PrivateFedRepRegressor",
+                             n_users=20_000, epsilon=eps, learning_rate=lr, clip_norm=clip,
+                             mse=mse(est)))
+            print(rows[-1], flush=True)
+        for eps, T, clip, zeta in itertools.product([1.0, 8.0], [1, 2, 3], [3.0, 5.0, 7.0],
+                                                    [1.0, 2.0]):
+            est = PrivAltMinRegressor(epsilon=eps, max_iter=T, clip_norm=clip,
+                                      label_clip=zeta, random_state=0).fit(X, y, groups=groups)
+            rows.append(dict(benchmark="tune", estimator="PrivAltMinRegressor",
+                             n_users=20_000, epsilon=eps, max_iter=T, clip_norm=clip,
+                             label_clip=zeta, mse=mse(est)))
+            print(rows[-1], flush=True)
+
+    table = pd.DataFrame(rows)
+    suffix = "_quick" if args.quick else ""
+    table.to_csv(OUT / f"fedrep_benchmark{suffix}.csv", index=False)
+    lines.append("# PrivateFedRepRegressor / PrivAltMinRegressor benchmark\n")
+    lines.append("Command: `OPENBLAS_NUM_THREADS=1 python benchmarks/bench_representation.py "
+                 + " ".join(argv) + "`\n")
+    lines.append(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
+                 f"numpy {np.__version__}; 2 cores shared with other jobs, so wall-clock "
+                 "times are inflated by contention.\n")
+    for bench, part in table.groupby("benchmark", sort=False):
+        lines.append(f"\n## {bench}\n")
+        lines.append(_markdown(part.dropna(axis=1, how="all")))
+        lines.append("")
+    (OUT / f"fedrep_benchmark{suffix}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
