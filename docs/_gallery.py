@@ -5,10 +5,10 @@ sphinx-gallery needs a gallery header file next to the scripts; the
 the scripts into ``docs/_gallery_src/`` (generated, git-ignored) next to the
 header below. Only top-level ``plot_*.py`` files are used. A script whose module
 docstring does not start with a reStructuredText title (which sphinx-gallery
-requires) is left out with a message, instead of failing the whole build.
+requires) is left out with a message, instead of failing the whole build; a
+title whose over/underline is shorter than the title is fixed in the copy.
 """
 
-import ast
 import re
 import shutil
 from pathlib import Path
@@ -32,20 +32,38 @@ documentation builds in seconds); run any of them with
 ``-D plot_gallery=1`` to execute them all and embed their figures.
 """
 
-_TITLE = re.compile(r"^\s*(\S[^\n]*)\n(=+|-+|\*+|#+|~+)\s*(\n|$)")
+# optional overline, title line, underline
+# In the raw source: the docstring opening, an optional overline, the title and
+# its underline.
+_SOURCE_TITLE = re.compile(
+    r'^(?P<head>(?:[ \t]*#[^\n]*\n|[ \t]*\n)*[rRuU]?(?:"""|\'\'\')[ \t]*\n?)'
+    r'(?:(?P<over>[ \t]*([=\-*#~])\3*)[ \t]*\n)?'
+    r'(?P<title>[^\n]*\S)[ \t]*\n'
+    r'(?P<under>[ \t]*([=\-*#~])\6*)[ \t]*(?=\n)'
+)
 
 
-def _has_title(path):
-    """Whether the script's module docstring starts with an RST title."""
-    try:
-        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")),
-                                      clean=True)
-    except (SyntaxError, UnicodeDecodeError, ValueError):
-        return False
-    if not docstring:
-        return False
-    match = _TITLE.match(docstring)
-    return bool(match) and len(match.group(2)) >= len(match.group(1).rstrip())
+def _normalise_title(text):
+    """Return ``(text, fixed)`` with the docstring title's adornment lengths fixed.
+
+    sphinx-gallery renders the module docstring as reStructuredText, where an
+    overline/underline shorter than the title is a warning (an error with
+    ``-W``). The staged copy gets adornments exactly as long as the title.
+    Returns ``(None, False)`` when the docstring does not start with a title.
+    """
+    match = _SOURCE_TITLE.match(text)
+    if not match:
+        return None, False
+    title = match.group("title").strip()
+    char = match.group("under").strip()[0]
+    over = match.group("over")
+    fixed = (len(match.group("under").strip()) != len(title)
+             or (over is not None and len(over.strip()) != len(title)))
+    new = match.group("head")
+    if over is not None:
+        new += char * len(title) + "\n"
+    new += title + "\n" + char * len(title)
+    return new + text[match.end():], fixed
 
 
 def stage_examples(examples_dir):
@@ -60,13 +78,17 @@ def stage_examples(examples_dir):
     (STAGING_DIR / "GALLERY_HEADER.rst").write_text(HEADER, encoding="utf-8")
     staged = []
     for script in sorted(examples_dir.glob("plot_*.py")) if examples_dir.is_dir() else []:
-        if not _has_title(script):
+        text, fixed = _normalise_title(script.read_text(encoding="utf-8"))
+        if text is None:
             logger.info(
                 f"[skdpp docs] gallery: skipping {script.name}: its module docstring "
                 "must start with a title underlined with '=' (sphinx-gallery format)."
             )
             continue
-        shutil.copy2(script, STAGING_DIR / script.name)
+        if fixed:
+            logger.info(f"[skdpp docs] gallery: {script.name}: title over/underline "
+                        "length adjusted to the title in the staged copy.")
+        (STAGING_DIR / script.name).write_text(text, encoding="utf-8")
         staged.append(script.name)
     logger.info(f"[skdpp docs] gallery: {len(staged)} example(s) staged: {staged}")
     return staged
