@@ -158,7 +158,8 @@ def _privaltmin(X, y, head_blocks, stat_blocks, U0, *, n_rounds, schedule, clip_
         floor = 2.0 * noise_multiplier * sens_G * np.sqrt(d * k) if private else 0.0
         u = _psd_solve(G_rel, b_rel, floor)
         Z = u.reshape(k, d).T  # un-vec (columns consecutive)
-        U, _ = np.linalg.qr(Z)
+        if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
+            U, _ = np.linalg.qr(Z)
         if verbose:
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {len(sb)} rows of "
                   f"{int(np.sum(sb.counts > 0))} users, {100 * float(np.mean(c < 1)) if c.size else 0:.1f}% "

@@ -100,10 +100,14 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
     """
     n_users = s0.n_users
     batch_rng = rng if batch_rng is None else batch_rng
+    # One seed per round, so that the number of rows drawn in one round (data
+    # dependent) never shifts the batches of the next rounds.
+    round_seeds = batch_rng.randint(0, np.iinfo(np.int32).max, size=n_iter)
     U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
     for t in range(n_iter):  # line 2
-        head_blocks, grad_blocks = _fedrep_batches(s0, batch_mode, batch_size, batch_rng)  # line 5
+        head_blocks, grad_blocks = _fedrep_batches(  # line 5
+            s0, batch_mode, batch_size, np.random.RandomState(int(round_seeds[t])))
         P_all = X @ U
         V, _ = fit_heads(X, y, U, head_blocks, P_all=P_all)  # line 6
         total, c = _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm)  # lines 7-10

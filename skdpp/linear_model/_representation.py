@@ -54,21 +54,25 @@ _CHUNK_BYTES = 16 * 2**20
 # Clipping helpers (the only place per-user contributions are scaled)
 # --------------------------------------------------------------------------- #
 def _row_norms(M):
-    """Overflow-safe Euclidean norms of the rows of a 2-D array (chunked, low memory)."""
+    """Euclidean norms of the rows of a 2-D array, overflow-safe.
+
+    One fast pass ``sqrt(sum m^2)``; rows whose squares overflow (entries beyond
+    ~1e154) are recomputed after scaling by their largest entry.
+    """
     M = np.asarray(M, dtype=np.float64)
-    n = M.shape[0]
-    out = np.zeros(n)
-    if M.shape[1] == 0 or n == 0:
-        return out
-    chunk = max(1, _CHUNK_BYTES // (8 * M.shape[1]))
-    for lo in range(0, n, chunk):  # memory chunks, not users or rows
-        block = M[lo:lo + chunk]
+    if M.shape[1] == 0 or M.shape[0] == 0:
+        return np.zeros(M.shape[0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.sqrt(np.einsum("ij,ij->i", M, M))
+    bad = ~np.isfinite(out)
+    if bad.any():
+        block = M[bad]
         scale = np.max(np.abs(block), axis=1)
-        safe = np.where(scale > 0, scale, 1.0)
+        safe = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)
         scaled = block / safe[:, None]
         with np.errstate(over="ignore", invalid="ignore"):
-            norms = scale * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
-        out[lo:lo + chunk] = np.where(scale > 0, norms, 0.0)
+            out[bad] = np.where(np.isfinite(scale),
+                                safe * np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), np.inf)
     return out
 
 

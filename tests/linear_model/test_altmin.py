@@ -239,33 +239,33 @@ def test_sensitivity_test_catches_broken_variants(monkeypatch, breaker):
         assert_sensitivity(fit_on, (X, y, groups), neighbours["many_rows"])
 
 
-def _audit_data():
-    """20 users with true subspace span(e1, e2); the canary's rows push U towards e3."""
+def _audit_data(d=10):
+    """40 users with true subspace span(e1, e2) in R^10; the canary pulls U towards e3."""
     rng = np.random.default_rng(1)
-    n_users, m = 20, 4
-    X = rng.standard_normal((n_users * m, 3))
+    n_users, m = 40, 20
+    X = rng.standard_normal((n_users * m, d))
     heads = rng.standard_normal((n_users, 2))
     heads /= np.linalg.norm(heads, axis=1, keepdims=True)
     groups = np.repeat(np.arange(n_users), m)
     y = np.einsum("ij,ij->i", X[:, :2], heads[groups]) + 0.01 * rng.standard_normal(len(groups))
     user = n_users - 1
     keep = groups != user
-    Xc = rng.standard_normal((50, 3))
-    Xc[:, 1] = 0.0
-    yc = 10.0 * Xc[:, 0] + 10.0 * Xc[:, 2]
+    Xc = np.zeros((50, d))
+    Xc[:, [0, 2]] = 1000.0 * rng.standard_normal((50, 2))
+    yc = Xc[:, 0] + 10.0 * Xc[:, 2]  # huge rows: only clipping bounds the canary's influence
     return (X, y, groups), (np.r_[X[keep], Xc], np.r_[y[keep], yc],
                             np.r_[groups[keep], np.full(50, user)])
 
 
 def _audit_run(data, neighbour_data, epsilon):
-    U0 = np.eye(3)[:, :2]
+    U0 = np.eye(data[0].shape[1])[:, :2]
 
     def run(seed, neighbour):
         X, y, g = neighbour_data if neighbour else data
         est = PrivAltMinRegressor(epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0,
-                                  clip_norm=2.0, label_clip=2.0,
+                                  clip_norm=5.0, label_clip=5.0,
                                   random_state=seed).fit(X, y, groups=g)
-        return float(np.linalg.norm(est.components_[2]))
+        return float(np.linalg.norm(est.components_[2]))  # weight on the canary's e3
 
     return run
 

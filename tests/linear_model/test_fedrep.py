@@ -56,10 +56,12 @@ def _ref_fedrep(X, y, groups, U0, *, T, lr, psi, batch_mode, seed, head_clip):
     s0 = _ref_split(groups, split_rng)
     # S^0 rows listed user by user (row order within a user): the order of the batch keys
     s0_rows = [np.flatnonzero((groups == u) & s0) for u in users]
+    round_seeds = batch_rng.randint(0, np.iinfo(np.int32).max, size=T)
     U = U0.copy()
-    for _ in range(T):
+    for t in range(T):
         if batch_mode == "disjoint":
-            keys = batch_rng.random_sample(sum(len(r) for r in s0_rows))
+            keys = np.random.RandomState(round_seeds[t]).random_sample(
+                sum(len(r) for r in s0_rows))
         total = np.zeros_like(U)
         pos = 0
         for rows in s0_rows:
