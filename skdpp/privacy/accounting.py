@@ -123,7 +123,7 @@ def _log_gaussian_delta(mu, epsilon):
     #   δ = exp(−a²/2)/2 · [erfcx(x0) − erfcx(x1)],  x0 = −a/√2 < x1 = −b/√2.
     x0 = -a / math.sqrt(2.0)
     x1 = -b / math.sqrt(2.0)
-    h = x1 - x0
+    h = mu / math.sqrt(2.0)  # = x1 - x0, computed without cancellation
     if h < 1.0:
         # erfcx(x0) − erfcx(x1) = ∫_{x0}^{x1} (2/√π − 2t erfcx(t)) dt, computed
         # by quadrature to avoid cancellation when μ is tiny.
