@@ -1,0 +1,511 @@
+"""Privacy mechanisms: the only place in skdpp where privacy noise is drawn.
+
+Every mechanism is a pure function of ``(value, *, sensitivity, ..., rng)``
+returning the release and its :mod:`~skdpp.privacy.events` event, to be
+composed into the fit's accountant. Noise is drawn by exactly two private
+hooks, looked up as module globals at call time so that the privacy test
+harness can monkeypatch them:
+
+* :func:`_add_noise` -- Gaussian or Laplace noise added to a value;
+* :func:`_sample_index` -- the exponential mechanism's random selection.
+
+Neighbouring relation: replace one user's entire data. A sum of per-user
+contributions each clipped to Frobenius norm ``C`` therefore has L2
+sensitivity ``2C`` (:func:`gaussian_sum`).
+
+Floating-point noise is not hardened against floating-point side channels
+(Mironov 2012); the guarantees are those of the idealised real-valued
+mechanisms.
+
+References
+----------
+.. [1] Dwork, C. and Roth, A. (2014). The Algorithmic Foundations of
+       Differential Privacy.
+.. [2] McSherry, F. and Talwar, K. (2007). Mechanism Design via Differential
+       Privacy.
+.. [3] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
+.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
+
+Examples
+--------
+>>> import numpy as np
+>>> from skdpp.privacy.mechanisms import gaussian_sum
+>>> rng = np.random.default_rng(0)
+>>> contributions = np.array([[3.0, 4.0], [0.3, 0.4]])
+>>> release, event = gaussian_sum(contributions, clip_norm=1.0, noise_multiplier=2.0,
+...                               rng=rng)
+>>> release.shape, event
+((2,), GaussianEvent(noise_multiplier=2.0))
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from scipy import special
+
+from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
+
+__all__ = [
+    "clip_by_norm",
+    "exponential_mechanism",
+    "exponential_mechanism_probabilities",
+    "gaussian_mechanism",
+    "gaussian_sum",
+    "laplace_mechanism",
+    "noisy_counts",
+]
+
+
+# --------------------------------------------------------------------------
+# argument checks
+# --------------------------------------------------------------------------
+
+def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number, got {value!r}.")
+    value = float(value)
+    ok = (value >= 0.0 if allow_zero else value > 0.0) and not math.isnan(value)
+    if ok and math.isinf(value) and not allow_inf:
+        ok = False
+    if not ok:
+        lo = "[0" if allow_zero else "(0"
+        hi = "inf]" if allow_inf else "inf)"
+        raise ValueError(
+            f"`{name}` must be in {lo}, {hi}, got {value!r}." + (f" {remedy}" if remedy else ""))
+    return value
+
+
+def _check_rng(rng):
+    if not isinstance(rng, (np.random.Generator, np.random.RandomState)):
+        raise TypeError(
+            "`rng` must be a numpy Generator or RandomState (e.g. from "
+            f"sklearn.utils.check_random_state), got {type(rng).__name__}.")
+    return rng
+
+
+def _as_float_array(value, name):
+    arr = np.array(value, dtype=float, copy=True)
+    if np.isnan(arr).any():
+        raise ValueError(f"`{name}` contains NaN; privacy mechanisms need finite inputs.")
+    return arr
+
+
+# --------------------------------------------------------------------------
+# clipping
+# --------------------------------------------------------------------------
+
+def clip_by_norm(values, clip_norm):
+    """Scale each leading slice to Frobenius norm at most ``clip_norm``.
+
+    Parameters
+    ----------
+    values : array-like of shape (n, ...)
+        One slice per user (or row). Never modified.
+    clip_norm : float or None
+        Clip norm C > 0. ``None`` returns an unchanged copy.
+
+    Returns
+    -------
+    clipped : ndarray of shape (n, ...)
+        ``values[i] * min(1, C / ||values[i]||_F)``. Slices with norm <= C
+        are returned bit-for-bit; zero slices stay zero.
+
+    Notes
+    -----
+    Norms are computed after dividing each slice by its largest absolute
+    entry, so values up to the float maximum do not overflow. Slices with
+    infinite entries are clipped to ``C`` times the normalised sign pattern of
+    their infinite entries (the limit of scaling). NaN raises ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import clip_by_norm
+    >>> clip_by_norm(np.array([[3.0, 4.0], [0.3, 0.4], [1e300, 1e300]]), 1.0)
+    array([[0.6       , 0.8       ],
+           [0.3       , 0.4       ],
+           [0.70710678, 0.70710678]])
+    """
+    arr = np.array(values, dtype=float, copy=True)
+    if clip_norm is None:
+        return arr
+    clip_norm = _check_nonneg("clip_norm", clip_norm, allow_zero=False,
+                              remedy="Pass clip_norm=None to disable clipping (only "
+                                     "allowed when epsilon=inf).")
+    if arr.ndim == 0:
+        raise ValueError("`values` must have a leading (per-user) axis; got a scalar.")
+    if np.isnan(arr).any():
+        raise ValueError("`values` contains NaN; cannot clip.")
+    n = arr.shape[0]
+    if arr.size == 0:
+        return arr
+    flat = arr.reshape(n, -1)
+    absmax = np.max(np.abs(flat), axis=1)
+    has_inf = np.isinf(absmax)
+    scaled = np.zeros_like(flat)
+    finite = ~has_inf & (absmax > 0)
+    scaled[finite] = flat[finite] / absmax[finite, None]
+    if has_inf.any():
+        inf_rows = flat[has_inf]
+        scaled[has_inf] = np.where(np.isinf(inf_rows), np.sign(inf_rows), 0.0)
+    unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(d)] or 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = np.where(has_inf, np.inf, absmax * unit_norm)
+    too_big = norm > clip_norm
+    if too_big.any():
+        flat[too_big] = scaled[too_big] * (clip_norm / unit_norm[too_big])[:, None]
+    return flat.reshape(arr.shape)
+
+
+# --------------------------------------------------------------------------
+# noise hooks (the only places randomness for privacy is drawn)
+# --------------------------------------------------------------------------
+
+def _mirror_upper(a):
+    """Symmetric matrix built from the upper triangle (incl. diagonal) of ``a``."""
+    upper = np.triu(a)
+    return upper + np.swapaxes(np.triu(a, 1), -1, -2)
+
+
+def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):
+    """Return ``value`` plus privacy noise (a new array).
+
+    THE single function every mechanism calls to draw additive noise; the
+    privacy test harness monkeypatches it (noise off, record and replay).
+
+    Parameters
+    ----------
+    value : ndarray
+        Pre-noise value (not modified).
+    distribution : {"gaussian", "laplace"}
+        Noise distribution.
+    scale : float
+        Noise std (gaussian) or Laplace scale b (laplace), >= 0.
+    sensitivity : float
+        Stated L2 (gaussian) / L1 (laplace) sensitivity of ``value``
+        (informational here; the harness checks it).
+    rng : numpy.random.Generator or RandomState
+        Source of randomness.
+    symmetric : bool, default=False
+        ``value`` has shape (..., p, p); the result is symmetric: the upper
+        triangle of ``value`` (incl. diagonal) gets iid noise and is mirrored.
+
+    Returns
+    -------
+    noisy : ndarray
+        Same shape as ``value``.
+    """
+    value = np.asarray(value, dtype=float)
+    if symmetric:
+        if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
+            raise ValueError(
+                f"symmetric=True needs a value of shape (..., p, p), got {value.shape}.")
+        value = _mirror_upper(value)
+    if scale == 0.0:
+        return np.array(value, copy=True)
+    if distribution == "gaussian":
+        noise = rng.normal(0.0, scale, size=value.shape)
+    elif distribution == "laplace":
+        noise = rng.laplace(0.0, scale, size=value.shape)
+    else:
+        raise ValueError(
+            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    if symmetric:
+        noise = _mirror_upper(noise)
+    return value + noise
+
+
+def _sample_index(scores, *, sensitivity, epsilon, rng):
+    """The exponential mechanism's random draw (Gumbel-max); returns an int.
+
+    ``P(i) ∝ exp(ε s_i / (2Δ))``. With ``epsilon=inf`` the argmax is
+    returned, ties broken uniformly at random. Monkeypatched by the harness.
+    """
+    scores = np.asarray(scores, dtype=float)
+    if math.isinf(epsilon):
+        best = np.flatnonzero(scores == scores.max())
+        return int(best[0]) if best.size == 1 else int(rng.choice(best))
+    # shift by the max score first (exact for nearby scores, no overflow)
+    logits = (epsilon / (2.0 * sensitivity)) * (scores - scores.max())
+    gumbel = rng.gumbel(size=scores.shape)
+    return int(np.argmax(logits + gumbel))
+
+
+# --------------------------------------------------------------------------
+# mechanisms
+# --------------------------------------------------------------------------
+
+def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
+    """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
+
+    Parameters
+    ----------
+    value : array-like
+        Pre-noise value (not modified).
+    sensitivity : float
+        L2 sensitivity Δ of ``value`` under replace-one-user, >= 0.
+    noise_multiplier : float
+        z >= 0; 0 releases ``value`` without noise (non-private).
+    rng : numpy.random.Generator or RandomState
+    symmetric : bool, default=False
+        ``value`` has shape (..., p, p): the release is symmetric, built from
+        the upper triangle (incl. diagonal) of ``value`` plus iid noise,
+        mirrored.
+
+    Returns
+    -------
+    release : ndarray
+    event : GaussianEvent or NonPrivateEvent
+
+    Notes
+    -----
+    Symmetric noise: the release is a post-processing (mirroring) of the
+    upper triangle ``u(value)`` plus iid ``N(0, (zΔ)²)`` noise. For any
+    difference ``D`` between neighbouring values, ``||u(D)||_2 <= ||D||_F``
+    (off-diagonal entries appear twice in ``||D||_F``), so the L2
+    sensitivity of ``u(value)`` is at most the stated Frobenius sensitivity
+    Δ and the Gaussian-mechanism guarantee with multiplier z holds. Each
+    off-diagonal entry of the released matrix has noise variance ``(zΔ)²``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import gaussian_mechanism
+    >>> rng = np.random.default_rng(0)
+    >>> release, event = gaussian_mechanism(np.eye(2), sensitivity=1.0,
+    ...                                     noise_multiplier=1.0, rng=rng,
+    ...                                     symmetric=True)
+    >>> bool(np.array_equal(release, release.T)), event
+    (True, GaussianEvent(noise_multiplier=1.0))
+    """
+    sensitivity = _check_nonneg("sensitivity", sensitivity)
+    z = _check_nonneg("noise_multiplier", noise_multiplier,
+                      remedy="Use noise_multiplier=0 for the non-private baseline.")
+    value = _as_float_array(value, "value")
+    if z == 0.0:
+        if symmetric:
+            if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
+                raise ValueError("symmetric=True needs a value of shape (..., p, p), "
+                                 f"got {value.shape}.")
+            value = _mirror_upper(value)
+        return value, NonPrivateEvent()
+    _check_rng(rng)
+    release = _add_noise(value, distribution="gaussian", scale=z * sensitivity,
+                         sensitivity=sensitivity, rng=rng, symmetric=symmetric)
+    return release, GaussianEvent(z)
+
+
+def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=False):
+    """Noisy sum of per-user contributions, each clipped to ``clip_norm``.
+
+    Parameters
+    ----------
+    contributions : array-like of shape (n_users, ...)
+        One contribution per user (leading axis). Not modified.
+    clip_norm : float or None
+        Frobenius clip norm C > 0 of each user's slice. ``None`` (no clipping)
+        is only allowed with ``noise_multiplier=0``.
+    noise_multiplier : float
+        z >= 0; the noise std is ``z · 2C`` (replace-one-user sensitivity 2C).
+    rng : numpy.random.Generator or RandomState
+    symmetric : bool, default=False
+        Contributions are (n_users, ..., p, p) symmetric matrices; the noise
+        is symmetric (see :func:`gaussian_mechanism`).
+
+    Returns
+    -------
+    release : ndarray of shape contributions.shape[1:]
+    event : GaussianEvent or NonPrivateEvent
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import gaussian_sum
+    >>> release, event = gaussian_sum(np.ones((4, 3)), clip_norm=1.0,
+    ...                               noise_multiplier=0.0, rng=None)
+    >>> release.round(4), event
+    (array([2.3094, 2.3094, 2.3094]), NonPrivateEvent())
+    """
+    z = _check_nonneg("noise_multiplier", noise_multiplier,
+                      remedy="Use noise_multiplier=0 for the non-private baseline.")
+    if clip_norm is None and z > 0.0:
+        raise ValueError(
+            "`clip_norm` is None but noise_multiplier > 0: a private sum needs a "
+            "finite clip norm (clip_norm=None is only allowed when epsilon=inf).")
+    arr = np.asarray(contributions, dtype=float)
+    if arr.ndim < 1:
+        raise ValueError("`contributions` must have a leading per-user axis.")
+    clipped = clip_by_norm(arr, clip_norm)
+    total = clipped.sum(axis=0)
+    sensitivity = 0.0 if clip_norm is None else 2.0 * float(clip_norm)
+    return gaussian_mechanism(total, sensitivity=sensitivity, noise_multiplier=z,
+                              rng=rng, symmetric=symmetric)
+
+
+def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
+    """Release ``value`` with Laplace noise of scale ``noise_multiplier · sensitivity``.
+
+    Parameters
+    ----------
+    value : array-like
+        Pre-noise value (not modified).
+    sensitivity : float
+        L1 sensitivity Δ₁ of ``value`` under replace-one-user, >= 0.
+    noise_multiplier : float
+        z >= 0; the release is pure ``1/z``-DP. 0 means no noise.
+    rng : numpy.random.Generator or RandomState
+
+    Returns
+    -------
+    release : ndarray
+    event : LaplaceEvent or NonPrivateEvent
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import laplace_mechanism
+    >>> _, event = laplace_mechanism([3.0, 5.0], sensitivity=2.0, noise_multiplier=4.0,
+    ...                              rng=np.random.default_rng(0))
+    >>> event
+    LaplaceEvent(noise_multiplier=4.0)
+    """
+    sensitivity = _check_nonneg("sensitivity", sensitivity)
+    z = _check_nonneg("noise_multiplier", noise_multiplier,
+                      remedy="Use noise_multiplier=0 for the non-private baseline.")
+    value = _as_float_array(value, "value")
+    if z == 0.0:
+        return value, NonPrivateEvent()
+    _check_rng(rng)
+    release = _add_noise(value, distribution="laplace", scale=z * sensitivity,
+                         sensitivity=sensitivity, rng=rng)
+    return release, LaplaceEvent(z)
+
+
+def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gaussian"):
+    """Noisy release of a count vector (e.g. items' user counts).
+
+    Parameters
+    ----------
+    counts : array-like
+        Counts (not modified).
+    sensitivity : float
+        L2 (gaussian) or L1 (laplace) sensitivity of ``counts`` under
+        replace-one-user (e.g. 2 × the max items per user for L1).
+    noise_multiplier : float
+        z >= 0.
+    rng : numpy.random.Generator or RandomState
+    mechanism : {"gaussian", "laplace"}, default="gaussian"
+
+    Returns
+    -------
+    release : ndarray of float
+    event : GaussianEvent, LaplaceEvent or NonPrivateEvent
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import noisy_counts
+    >>> _, event = noisy_counts([10, 3], sensitivity=2.0, noise_multiplier=1.5,
+    ...                         rng=np.random.default_rng(0), mechanism="laplace")
+    >>> event
+    LaplaceEvent(noise_multiplier=1.5)
+    """
+    if mechanism == "gaussian":
+        return gaussian_mechanism(counts, sensitivity=sensitivity,
+                                  noise_multiplier=noise_multiplier, rng=rng)
+    if mechanism == "laplace":
+        return laplace_mechanism(counts, sensitivity=sensitivity,
+                                 noise_multiplier=noise_multiplier, rng=rng)
+    raise ValueError(f"`mechanism` must be 'gaussian' or 'laplace', got {mechanism!r}.")
+
+
+def _check_scores(scores):
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 1 or scores.size == 0:
+        raise ValueError(
+            f"`scores` must be a non-empty 1-d array, got shape {scores.shape}.")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("`scores` must be finite (no NaN or inf).")
+    return scores
+
+
+def exponential_mechanism_probabilities(scores, *, sensitivity, epsilon):
+    """Selection probabilities of the exponential mechanism.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_candidates,)
+        Finite quality scores (higher is better).
+    sensitivity : float
+        Δ > 0: max change of any score under replace-one-user (L∞).
+    epsilon : float
+        ε in ``(0, inf]``; ``inf`` gives the uniform distribution over the
+        argmax set.
+
+    Returns
+    -------
+    probabilities : ndarray of shape (n_candidates,)
+        ``softmax(ε s / (2Δ))``, computed with log-sum-exp.
+
+    Examples
+    --------
+    >>> from skdpp.privacy.mechanisms import exponential_mechanism_probabilities
+    >>> exponential_mechanism_probabilities([0.0, 1.0], sensitivity=1.0,
+    ...                                     epsilon=2.0).round(4)
+    array([0.2689, 0.7311])
+    """
+    scores = _check_scores(scores)
+    sensitivity = _check_nonneg("sensitivity", sensitivity, allow_zero=False)
+    epsilon = _check_nonneg("epsilon", epsilon, allow_zero=False, allow_inf=True)
+    if math.isinf(epsilon):
+        best = scores == scores.max()
+        return best / best.sum()
+    logits = (epsilon / (2.0 * sensitivity)) * (scores - scores.max())
+    return np.exp(logits - special.logsumexp(logits))
+
+
+def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
+    """Select an index with probability ∝ ``exp(ε · score / (2Δ))``.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_candidates,)
+        Finite quality scores (higher is better).
+    sensitivity : float
+        Δ > 0: max change of any score under replace-one-user (L∞).
+    epsilon : float
+        ε in ``(0, inf]``; ``inf`` returns the argmax (ties at random).
+    rng : numpy.random.Generator or RandomState
+
+    Returns
+    -------
+    index : int
+    event : ExponentialEvent or NonPrivateEvent
+        The selection is ε-DP and ε-bounded-range.
+
+    References
+    ----------
+    .. [1] McSherry, F. and Talwar, K. (2007). Mechanism Design via
+           Differential Privacy.
+    .. [2] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import exponential_mechanism
+    >>> index, event = exponential_mechanism([0.0, 0.0, 50.0], sensitivity=1.0,
+    ...                                      epsilon=1.0, rng=np.random.default_rng(0))
+    >>> index, event
+    (2, ExponentialEvent(epsilon=1.0))
+    """
+    scores = _check_scores(scores)
+    sensitivity = _check_nonneg("sensitivity", sensitivity, allow_zero=False)
+    epsilon = _check_nonneg("epsilon", epsilon, allow_zero=False, allow_inf=True,
+                            remedy="Use epsilon=np.inf for a non-private argmax.")
+    _check_rng(rng)
+    index = int(_sample_index(scores, sensitivity=sensitivity, epsilon=epsilon, rng=rng))
+    event = NonPrivateEvent() if math.isinf(epsilon) else ExponentialEvent(epsilon)
+    return index, event
