@@ -16,6 +16,7 @@ from .accounting import (
     gaussian_epsilon,
     gaussian_mu,
 )
+from .calibration import Phase, calibrate, plan_events
 from .events import (
     ComposedEvent,
     DpEvent,
@@ -27,6 +28,16 @@ from .events import (
     PoissonSampledEvent,
     SelfComposedEvent,
 )
+from .mechanisms import (
+    clip_by_norm,
+    exponential_mechanism,
+    exponential_mechanism_probabilities,
+    gaussian_mechanism,
+    gaussian_sum,
+    laplace_mechanism,
+    noisy_counts,
+)
+from .report import PhaseReport, PrivacyReport
 
 __all__ = [
     "DEFAULT_RDP_ORDERS",
@@ -44,4 +55,16 @@ __all__ = [
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",
+    "Phase",
+    "calibrate",
+    "plan_events",
+    "clip_by_norm",
+    "exponential_mechanism",
+    "exponential_mechanism_probabilities",
+    "gaussian_mechanism",
+    "gaussian_sum",
+    "laplace_mechanism",
+    "noisy_counts",
+    "PhaseReport",
+    "PrivacyReport",
 ]

@@ -1,0 +1,343 @@
+"""The privacy report attached to every fitted skdpp estimator.
+
+:class:`PrivacyReport` is built from a fit's
+:class:`~skdpp.privacy.accounting.PrivacyAccountant` ledger by
+:meth:`PrivacyReport.from_accountant`, which also checks the spent budget
+against the requested one (raising
+:class:`~skdpp.exceptions.PrivacyBudgetError` when it is exceeded).
+
+References
+----------
+.. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
+.. [2] Mironov, I. (2017). arXiv:1702.07476.
+.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+
+Examples
+--------
+>>> from skdpp.privacy import GaussianEvent, PrivacyAccountant, PrivacyReport
+>>> acc = PrivacyAccountant().compose(GaussianEvent(9.45), count=5,
+...                                   phase="iterations", sensitivity=2.0,
+...                                   clip_norm=1.0)
+>>> report = PrivacyReport.from_accountant(acc, epsilon=1.0, delta=1e-6,
+...                                        n_users=1000, released=("V",),
+...                                        local=("U",))
+>>> report.accountant, round(report.epsilon_spent, 4)
+('exact-gdp', 0.9997)
+>>> report.phases[0].count
+5
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from ..exceptions import PrivacyBudgetError
+from .accounting import PrivacyAccountant, _flatten
+from .events import (
+    ExponentialEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    NonPrivateEvent,
+    PoissonSampledEvent,
+)
+
+__all__ = ["PhaseReport", "PrivacyReport"]
+
+_REL_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    """Summary of one budget phase.
+
+    Attributes
+    ----------
+    name : str
+        Phase name.
+    share : float or None
+        Fraction of the zCDP budget planned for the phase (normalised), if
+        known.
+    mechanism : str
+        Mechanism(s) used, e.g. ``"gaussian"``.
+    sensitivity : float, tuple of float or None
+        Stated sensitivity of each release (a tuple when it varies).
+    noise_multiplier : float, tuple of float or None
+        Noise multiplier z of each release (Gaussian/Laplace), or the
+        per-selection ε for the exponential mechanism; ``0.0`` when no noise.
+    count : int
+        Total number of releases in the phase.
+    sampling_rate : float or tuple of float
+        Poisson sampling rate (1.0 when not subsampled).
+    clip_norm : float, tuple of float or None
+        Clip norm bounding the sensitivity.
+    epsilon : float or None
+        ε of the phase on its own at the report's δ (not additive across
+        phases; the total is composed jointly).
+    """
+
+    name: str
+    share: Optional[float]
+    mechanism: str
+    sensitivity: object
+    noise_multiplier: object
+    count: int
+    sampling_rate: object
+    clip_norm: object
+    epsilon: Optional[float] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyReport:
+    """User-level differential-privacy guarantee of a fitted estimator.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The requested budget.
+    epsilon_spent : float
+        ε composed over every release (at ``delta_spent``).
+    delta_spent : float
+        δ actually used (0 for plans that only use pure-ε mechanisms and meet
+        ε by basic composition).
+    accountant : str
+        Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"pure"``,
+        ``"non-private"`` or ``"none"``.
+    unit : str, default="user"
+        Privacy unit.
+    neighbouring : str, default="replace-one-user"
+        Neighbouring relation.
+    n_users : int
+        Number of users (public).
+    phases : tuple of PhaseReport
+        The budget plan as executed.
+    released : tuple of str
+        What is released (the DP "billboard").
+    local : tuple of str
+        What is kept local (per-user parameters, joint DP).
+    notes : tuple of str
+        Free-text notes (deviations, conventions).
+    """
+
+    epsilon: float
+    delta: float
+    epsilon_spent: float
+    delta_spent: float
+    accountant: str
+    unit: str = "user"
+    neighbouring: str = "replace-one-user"
+    n_users: int
+    phases: tuple = ()
+    released: tuple = ()
+    local: tuple = ()
+    notes: tuple = ()
+
+    @property
+    def is_private(self):
+        """bool: whether the guarantee is finite."""
+        return math.isfinite(self.epsilon_spent)
+
+    # -------------------------------------------------------------------
+    @classmethod
+    def from_accountant(cls, accountant, *, epsilon, delta, n_users, released=(),
+                        local=(), shares=None, notes=()):
+        """Build the report from an accountant's ledger and check the budget.
+
+        Parameters
+        ----------
+        accountant : PrivacyAccountant
+            The fit's accountant.
+        epsilon : float
+            Requested ε in ``(0, inf]``.
+        delta : float
+            Requested δ in ``[0, 1)``.
+        n_users : int
+            Number of users.
+        released, local : sequence of str, default=()
+            Names of released / locally kept quantities.
+        shares : dict of str to float, default=None
+            Planned share of each phase (normalised in the report).
+        notes : sequence of str, default=()
+            Extra notes.
+
+        Returns
+        -------
+        report : PrivacyReport
+
+        Raises
+        ------
+        PrivacyBudgetError
+            If the spent ε exceeds the requested ε (relative tolerance 1e-9).
+        """
+        if not isinstance(accountant, PrivacyAccountant):
+            raise TypeError(
+                f"`accountant` must be a PrivacyAccountant, got {type(accountant).__name__}.")
+        epsilon, delta = float(epsilon), float(delta)
+        if not epsilon > 0.0:
+            raise ValueError(f"`epsilon` must be in (0, inf], got {epsilon!r}.")
+        if not 0.0 <= delta < 1.0:
+            raise ValueError(f"`delta` must be in [0, 1), got {delta!r}.")
+        method = accountant.method
+        notes = tuple(notes)
+        if method == "none":
+            eps_spent, delta_spent = 0.0, 0.0
+        elif method == "non-private":
+            eps_spent, delta_spent = math.inf, delta
+        elif method == "pure":
+            basic = accountant.pure_epsilon()
+            if basic <= epsilon * (1 + _REL_TOL) or delta == 0.0:
+                eps_spent, delta_spent = basic, 0.0
+            else:
+                eps_spent, delta_spent = accountant.get_epsilon(delta), delta
+        else:
+            eps_spent, delta_spent = accountant.get_epsilon(delta), delta
+
+        if math.isinf(epsilon):
+            notes = notes + ("Non-private: epsilon=inf was requested; no noise is "
+                             "added and no privacy guarantee holds.",)
+        elif eps_spent > epsilon * (1 + _REL_TOL):
+            raise PrivacyBudgetError(
+                f"The fit spent epsilon={eps_spent:.6g} at delta={delta_spent:g} "
+                f"(accountant {method!r}), more than the requested epsilon={epsilon:g}. "
+                "Increase the noise (re-calibrate the plan) or request a larger epsilon.")
+
+        total_share = None
+        if shares:
+            total_share = sum(float(v) for v in shares.values())
+        groups = {}
+        for entry in accountant.ledger:
+            groups.setdefault(entry.phase, []).append(entry)
+        phase_reports = []
+        for name, entries in groups.items():
+            share = None
+            if shares and name in shares and total_share:
+                share = float(shares[name]) / total_share
+            phase_reports.append(_phase_report(name, share, entries, delta,
+                                               accountant.orders))
+        return cls(epsilon=epsilon, delta=delta, epsilon_spent=float(eps_spent),
+                   delta_spent=float(delta_spent), accountant=method,
+                   n_users=int(n_users), phases=tuple(phase_reports),
+                   released=tuple(released), local=tuple(local), notes=notes)
+
+    # -------------------------------------------------------------------
+    def to_dict(self):
+        """The report as plain Python types (phases as a list of dicts)."""
+        out = asdict(self)
+        out["phases"] = [asdict(p) for p in self.phases]
+        for key in ("released", "local", "notes"):
+            out[key] = list(out[key])
+        return out
+
+    def _rows(self):
+        header = ["phase", "share", "mechanism", "sensitivity", "noise", "count",
+                  "sampling", "clip", "eps alone"]
+        rows = []
+        for p in self.phases:
+            rows.append([p.name, _fmt(p.share), p.mechanism, _fmt(p.sensitivity),
+                         _fmt(p.noise_multiplier), str(p.count), _fmt(p.sampling_rate),
+                         _fmt(p.clip_norm), _fmt(p.epsilon)])
+        return header, rows
+
+    def _headline(self):
+        if not self.is_private or math.isinf(self.epsilon):
+            return (f"NON-PRIVATE (requested epsilon={_fmt(self.epsilon)}; "
+                    f"spent epsilon={_fmt(self.epsilon_spent)})")
+        return (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP "
+                f"[requested ({_fmt(self.epsilon)}, {_fmt(self.delta)})]")
+
+    def __str__(self):
+        lines = [
+            "PrivacyReport: " + self._headline(),
+            f"  unit: {self.unit}, neighbouring: {self.neighbouring}, "
+            f"n_users: {self.n_users}, accountant: {self.accountant}",
+            f"  released: {', '.join(self.released) or '-'}; "
+            f"kept local: {', '.join(self.local) or '-'}",
+        ]
+        header, rows = self._rows()
+        if rows:
+            widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+            fmt = "  " + "  ".join("{:<%d}" % w for w in widths)
+            lines.append(fmt.format(*header).rstrip())
+            lines.append("  " + "  ".join("-" * w for w in widths))
+            lines.extend(fmt.format(*r).rstrip() for r in rows)
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        esc = html.escape
+        header, rows = self._rows()
+        parts = [f"<div><strong>PrivacyReport</strong>: {esc(self._headline())}<br>",
+                 f"unit: {esc(self.unit)}, neighbouring: {esc(self.neighbouring)}, "
+                 f"n_users: {self.n_users}, accountant: {esc(self.accountant)}<br>",
+                 f"released: {esc(', '.join(self.released) or '-')}; kept local: "
+                 f"{esc(', '.join(self.local) or '-')}"]
+        if rows:
+            parts.append("<table><thead><tr>"
+                         + "".join(f"<th>{esc(h)}</th>" for h in header)
+                         + "</tr></thead><tbody>")
+            for r in rows:
+                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
+            parts.append("</tbody></table>")
+        if self.notes:
+            parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+                         + "</ul>")
+        parts.append("</div>")
+        return "".join(parts)
+
+
+def _fmt(value):
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return "/".join(_fmt(v) for v in value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf"
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _unique(values):
+    vals = []
+    for v in values:
+        if v not in vals:
+            vals.append(v)
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+def _phase_report(name, share, entries, delta, orders):
+    count = 0
+    noise, rates, mechs = [], [], []
+    for entry in entries:
+        atoms = []
+        _flatten(entry.event, entry.count, atoms)
+        for atom, c in atoms:
+            count += c
+            rate = 1.0
+            if isinstance(atom, PoissonSampledEvent):
+                rate, atom = atom.sampling_probability, atom.event
+            rates.append(rate)
+            if isinstance(atom, (GaussianEvent, LaplaceEvent)):
+                noise.append(atom.noise_multiplier)
+            elif isinstance(atom, ExponentialEvent):
+                noise.append(atom.epsilon)
+            elif isinstance(atom, NonPrivateEvent):
+                noise.append(0.0)
+        mechs.append(entry.mechanism)
+    standalone = PrivacyAccountant(orders=orders)
+    for entry in entries:
+        standalone.compose(entry.event, entry.count, phase=name)
+    phase_eps = standalone.get_epsilon(delta)
+    mechanism = _unique(mechs)
+    if isinstance(mechanism, tuple):
+        mechanism = "+".join(str(m) for m in mechanism)
+    return PhaseReport(
+        name=name, share=share, mechanism=str(mechanism), count=int(count),
+        sensitivity=_unique([e.sensitivity for e in entries]),
+        noise_multiplier=_unique(noise), sampling_rate=_unique(rates) or 1.0,
+        clip_norm=_unique([e.clip_norm for e in entries]), epsilon=float(phase_eps))
