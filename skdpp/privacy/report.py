@@ -22,7 +22,7 @@ Examples
 ...                                        n_users=1000, released=("V",),
 ...                                        local=("U",))
 >>> report.accountant, round(report.epsilon_spent, 4)
-('exact-gdp', 0.9997)
+('exact-gdp', 0.9996)
 >>> report.phases[0].count
 5
 """
