@@ -16,6 +16,7 @@ from tests.privacy.harness import (
     assert_sensitivity,
     audit_epsilon_lower_bound,
     noise_off,
+    record_noise,
 )
 
 
@@ -114,6 +115,44 @@ def test_user_terms_lie_in_unit_interval_and_empty_users_are_zero():
     assert_array_equal(losses[:, 3], 0.0)
 
 
+def reference_heads(F, y, codes, n_users, directions, head_bound, margin):
+    """Loop-based local heads: lexicographic (0-1, margin, hinge) minimum."""
+    heads = np.zeros((n_users, F.shape[1]))
+    for i in range(n_users):
+        rows = np.flatnonzero(codes == i)
+        if rows.size == 0:
+            continue
+        own = (y[rows][:, None] * F[rows]).sum(axis=0)
+        nrm = np.linalg.norm(own)
+        dirs = list(directions) + [own / nrm if nrm > 0 else np.zeros_like(own)]
+        keys = []
+        for u in dirs:
+            mg = head_bound * y[rows] * (F[rows] @ u)
+            h = np.mean(np.maximum(0.0, margin - mg))
+            keys.append((np.sum(mg <= 0), np.sum(mg <= margin), h))
+        heads[i] = head_bound * dirs[min(range(len(dirs)), key=lambda j: keys[j])]
+    return heads
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 32 * 2**20])
+def test_heads_and_cold_start_scores_match_loop_reference(monkeypatch, chunk_bytes):
+    monkeypatch.setattr(jlm, "_CHUNK_BYTES", chunk_bytes)
+    rng = np.random.RandomState(40)
+    n_users = 9
+    codes = rng.randint(0, n_users - 1, size=60)          # user 8 has no rows
+    F = rng.randn(60, 2)
+    y = np.where(rng.rand(60) < 0.5, -1.0, 1.0)
+    dirs = jlm._direction_grid(2, 16, rng)
+    heads, has_rows = jlm._head_objective_argmin(F, y, codes, n_users, dirs, 2.0, 0.3)
+    assert_allclose(heads, reference_heads(F, y, codes, n_users, dirs, 2.0, 0.3),
+                    rtol=0, atol=1e-12)
+    assert_array_equal(has_rows, np.arange(n_users) < 8)
+    want = np.array([-np.mean([np.mean(y[codes == i] * (F[codes == i] @ u) <= 0.15)
+                               for i in range(8)] + [0.0]) for u in dirs])
+    got = jlm._population_direction_scores(F, y, codes, n_users, dirs, 0.15)
+    assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 def _capture_selection(monkeypatch):
     """Patch the exponential mechanism's sampler to record its inputs."""
     calls = []
@@ -135,7 +174,8 @@ def test_selection_probabilities_are_softmax_of_scores(monkeypatch):
     clf.fit(X, y, groups=g)
     scores, sens, eps = calls[0]                      # the selection comes first
     assert sens == pytest.approx(1.0 / 12, rel=1e-12)
-    plan = calibrate(jlm._budget_phases(1, "random", 0.3, 0.1), epsilon=2.0, delta=1e-6)
+    plan = calibrate(jlm._budget_phases(1, "random", clf.subspace_share, clf.cold_start_share),
+                     epsilon=2.0, delta=1e-6)
     assert eps == pytest.approx(plan["selection"], rel=1e-12)
     probs = mechanisms.exponential_mechanism_probabilities(scores, sensitivity=sens,
                                                            epsilon=eps)
@@ -236,6 +276,24 @@ def test_sensitivity_harness_multiclass_and_split():
     fit = _fit_on(candidates="subspace", epsilon=1.0, split="half")
     for name, X2, y2, g2 in adversarial_neighbours(X, y, g, user=4, n_rows=300):
         assert_sensitivity(fit, (X, y, g), (X2, y2, g2))
+
+
+def test_subspace_noise_has_the_calibrated_scale():
+    X, y, g = make_margin_data(30, 4, 50, seed=14)
+    clf = JLMarginClassifier(random_state=0, n_components=1, jl_dim=40, n_candidates=4,
+                             epsilon=1.0)
+    draws = record_noise(lambda: clf.fit(X, y, groups=g))
+    assert len(draws) == 1
+    draw = draws[0]
+    plan = calibrate(jlm._budget_phases(1, "subspace", clf.subspace_share,
+                                        clf.cold_start_share), epsilon=1.0, delta=1e-6)
+    assert draw["sensitivity"] == pytest.approx(np.sqrt(2.0), rel=1e-12)
+    assert draw["scale"] == pytest.approx(plan["subspace"] * np.sqrt(2.0), rel=1e-12)
+    noise = draw["noise"]
+    assert_allclose(noise, noise.T, rtol=0, atol=0)
+    upper = noise[np.triu_indices(40)]
+    # 820 i.i.d. draws: the sample std is within 5 standard errors (~12 %)
+    assert abs(upper.std() / draw["scale"] - 1) < 5 / np.sqrt(2 * upper.size)
 
 
 def _caught(fit, X, y, g, user):
@@ -341,7 +399,9 @@ def test_audit_catches_noise_off(monkeypatch):
 def test_audit_selection_frequency_matches_exponential_mechanism(monkeypatch):
     """Empirical P(e1 | D) matches 1 / (1 + exp(-eps_sel / 2)) (binomial 5-sigma band)."""
     run = _audit_setup(monkeypatch)(epsilon=1.0)
-    plan = calibrate(jlm._budget_phases(1, "random", 0.3, 0.1), epsilon=1.0, delta=1e-6)
+    defaults = JLMarginClassifier()
+    plan = calibrate(jlm._budget_phases(1, "random", defaults.subspace_share,
+                                        defaults.cold_start_share), epsilon=1.0, delta=1e-6)
     p = 1.0 / (1.0 + np.exp(-plan["selection"] / 2.0))
     n = 400
     hits = sum(run(seed, False) for seed in range(n))
@@ -462,7 +522,8 @@ def test_multiclass_one_vs_rest_splits_the_budget_equally():
         vals = [shares[f"{phase}[{p}]"] for p in range(3)]
         assert_allclose(vals, vals[0], rtol=1e-12)
     assert clf.privacy_report_.epsilon_spent <= 1.0 * (1 + 1e-9)
-    plan = calibrate(jlm._budget_phases(3, "subspace", 0.3, 0.1), epsilon=1.0, delta=1e-6)
+    plan = calibrate(jlm._budget_phases(3, "subspace", clf.subspace_share, clf.cold_start_share),
+                     epsilon=1.0, delta=1e-6)
     assert_allclose(plan["selection[0]"], plan["selection[2]"], rtol=1e-12)
 
 
@@ -524,7 +585,7 @@ def test_subspace_needs_positive_delta_and_shares_below_one():
     with pytest.raises(ValueError, match="delta > 0"):
         JLMarginClassifier(delta=0.0, **FAST).fit(X, y, groups=g)
     with pytest.raises(ValueError, match="subspace_share"):
-        JLMarginClassifier(subspace_share=0.6, cold_start_share=0.5, **FAST).fit(X, y,
+        JLMarginClassifier(subspace_share=0.7, cold_start_share=0.3, **FAST).fit(X, y,
                                                                                  groups=g)
 
 
