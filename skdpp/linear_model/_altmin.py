@@ -1,6 +1,6 @@
 """Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3)."""
 
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
