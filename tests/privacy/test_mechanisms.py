@@ -327,3 +327,46 @@ def test_exponential_validates(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         exponential_mechanism(**args)
+
+
+# ---------------------------------------------------------------- sensitivity checks
+def _neighbour_shift(contributions, neighbour_contributions, clip_norm):
+    a, _ = gaussian_sum(contributions, clip_norm=clip_norm, noise_multiplier=0.0, rng=None)
+    b, _ = gaussian_sum(neighbour_contributions, clip_norm=clip_norm, noise_multiplier=0.0,
+                        rng=None)
+    return np.linalg.norm(a - b)
+
+
+@pytest.mark.parametrize("replacement", ["huge", "zeros", "opposite"])
+def test_gaussian_sum_replace_one_user_within_two_c(replacement):
+    rng = np.random.default_rng(0)
+    C = 1.0
+    contributions = rng.normal(size=(30, 3, 3))
+    neighbour = contributions.copy()
+    neighbour[4] = {"huge": np.full((3, 3), 1e300), "zeros": np.zeros((3, 3)),
+                    "opposite": -1e6 * contributions[4]}[replacement]
+    assert _neighbour_shift(contributions, neighbour, C) <= 2 * C * (1 + 1e-9)
+
+
+def test_clipping_off_is_caught_by_sensitivity_check():
+    rng = np.random.default_rng(0)
+    contributions = rng.normal(size=(30, 4))
+    neighbour = contributions.copy()
+    neighbour[0] = 1e6
+    assert _neighbour_shift(contributions, neighbour, None) > 2 * 1.0 * (1 + 1e-9)
+
+
+def test_per_row_clipping_is_caught_by_sensitivity_check():
+    # Clipping each row instead of each user's total: a user with 10 000 rows
+    # moves the sum by far more than 2C.
+    rng = np.random.default_rng(0)
+    C = 1.0
+    rows_d = rng.normal(size=(10, 2))
+    rows_d2 = np.vstack([rows_d[1:], np.tile([5.0, 0.0], (10_000, 1))])
+    per_row_d = clip_by_norm(rows_d, C).sum(axis=0)
+    per_row_d2 = clip_by_norm(rows_d2, C).sum(axis=0)
+    assert np.linalg.norm(per_row_d - per_row_d2) > 2 * C
+    # per-user clipping (the 10 000 rows are one user's contribution) is within 2C
+    users_d = rows_d[:, None, :]
+    users_d2 = np.concatenate([rows_d[1:], rows_d2[9:].sum(axis=0, keepdims=True)])[:, None]
+    assert _neighbour_shift(users_d, users_d2, C) <= 2 * C * (1 + 1e-9)
