@@ -21,9 +21,9 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
-from threadpoolctl import threadpool_limits
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy import Phase, calibrate, mechanisms
@@ -614,12 +614,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from skdpp.datasets import make_skewed_ratings
     >>> from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
     >>> X, y, groups, info = make_skewed_ratings(n_users=2000, power=0.5,
     ...                                          random_state=0)
     >>> mf = AdaptiveWeightMF(n_components=5, epsilon=5.0, mu=0.5, center=False,
-    ...                       user_bias=False, random_state=0)
+    ...                       user_bias=False, items=np.arange(100), random_state=0)
     >>> mf = mf.fit(X, y, groups)
     >>> mf.item_embeddings_.shape
     (100, 5)
@@ -906,11 +907,15 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         # per-entry gradient at v_i = 0).
         grad_clip = cu * cr if self.grad_clip is None else float(self.grad_clip)
         sens_g = 2.0 * sqrt_beta * grad_clip
+        if not np.isfinite(sens_A + sens_b + sens_g):
+            # Only reachable with epsilon=inf and no clipping: nothing is noised
+            # (noise multiplier 0), the releases are non-private.
+            sens_A = sens_b = sens_g = 0.0
         # Item-side ridge: `reg` plus `noise_ridge` times sigma_A sqrt(k), the
         # spectral scale of the symmetric noise of a Gram release with this
         # phase's noise multiplier (public: post-processing).
         item_ridge = float(self.reg)
-        if z["items"] > 0 and np.isfinite(sens_A):
+        if z["items"] > 0:
             item_ridge += self.noise_ridge * z["items"] * sens_A * np.sqrt(k)
         if self.solver == "sgd":
             # Per-item step sizes from public quantities only: an estimate of the
@@ -984,7 +989,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         ]
         self.privacy_report_ = self._build_report(
             accountant, n_users=n_users, released=tuple(released),
-            local=("user_embeddings_", "user_biases_"), notes=tuple(notes),
+            local=("user_embeddings_", "user_biases_"),
+            shares={phase.name: phase.share for phase in phases}, notes=tuple(notes),
         )
         return self
 
