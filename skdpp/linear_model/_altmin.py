@@ -40,7 +40,7 @@ def _kron_gram(X, rows, V_rows, weights):
     for idx, (a, b) in enumerate(pairs):  # k(k+1)/2 blocks
         G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
         G[b * d:(b + 1) * d, a * d:(a + 1) * d] = blocks[:, :, idx].T
-    return G
+    return (G + G.T) / 2.0  # exactly symmetric
 
 
 def _weighted_cross(X, rows, W):
