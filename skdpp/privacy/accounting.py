@@ -15,9 +15,24 @@ available analysis:
     ``ε = Σ ε_i`` with δ = 0; for δ > 0 the RDP bound is also computed and the
     smaller ε is reported.
 ``"rdp"``
-    Anything else (Poisson-subsampled Gaussians, mixtures): Rényi DP over the
-    same default orders as dp-accounting's ``RdpAccountant`` and the
-    conversion to (ε, δ) of Canonne, Kamath & Steinke (2020).
+    Anything else without subsampling (mixtures of Gaussian, Laplace and
+    exponential events): Rényi DP over the same default orders as
+    dp-accounting's ``RdpAccountant`` and the conversion to (ε, δ) of Canonne,
+    Kamath & Steinke (2020).
+``"rdp-zero-out"``
+    The ledger holds Poisson-subsampled Gaussians. The sampled-Gaussian RDP
+    bound of Mironov, Talwar & Zhang (2019) is an *add/remove* analysis; it
+    does not directly cover replace-one-user. skdpp charges such ledgers
+    through *zero-out* neighbours: datasets ``D`` and ``D'`` that differ in one
+    user are both neighbours of ``D0``, in which that user is replaced by a
+    null user contributing zero to every sampled sum. Against ``D0`` a sampled
+    sum of contributions clipped to ``C`` has sensitivity ``C`` (half its
+    replace-one sensitivity ``2C``), so ``PoissonSampledEvent(q,
+    GaussianEvent(z))`` is charged as the add/remove sampled Gaussian with
+    noise multiplier ``2 z``; every other event keeps its replace-one analysis
+    (replacing a user by the null user is a replacement). The composition is
+    ``(ε0, δ0)``-DP against ``D0``, hence ``(2 ε0, (1 + e^ε0) δ0)``-DP under
+    replace-one-user (group privacy of size 2); the best split of δ is used.
 ``"non-private"``
     Some release was made without noise: ε = inf.
 ``"none"``
@@ -604,7 +619,7 @@ class PrivacyAccountant:
         Every composed release, in order.
     method : str
         The analysis :meth:`get_epsilon` uses: ``"exact-gdp"``, ``"pure"``,
-        ``"rdp"``, ``"non-private"`` or ``"none"``.
+        ``"rdp"``, ``"rdp-zero-out"``, ``"non-private"`` or ``"none"``.
 
     Notes
     -----
@@ -617,7 +632,10 @@ class PrivacyAccountant:
     ``min(ε, αε²/8)`` for the exponential mechanism (ε-bounded range ⇒
     ε²/8-zCDP, Cesar & Rogers 2021; also capped by the pure-DP RDP bound), and
     ``α/(2z²)`` for Gaussians. ``"pure"`` adds pure ε's and, when δ > 0,
-    reports the minimum with the RDP bound.
+    reports the minimum with the RDP bound. ``"rdp-zero-out"`` (ledgers with
+    Poisson-subsampled Gaussians) composes against the zero-out neighbour and
+    doubles ε by group privacy, because the sampled-Gaussian RDP bound is an
+    add/remove analysis (see the module docstring).
 
     References
     ----------
@@ -636,9 +654,9 @@ class PrivacyAccountant:
     >>> _ = acc.compose(PoissonSampledEvent(0.01, GaussianEvent(1.0)), count=1000,
     ...                 phase="sgd")
     >>> acc.method
-    'rdp'
+    'rdp-zero-out'
     >>> round(acc.get_epsilon(1e-5), 3)
-    2.101
+    1.471
     """
 
     def __init__(self, orders=None):
@@ -709,7 +727,8 @@ class PrivacyAccountant:
 
     @property
     def method(self):
-        """str: ``"exact-gdp"``, ``"pure"``, ``"rdp"``, ``"non-private"`` or ``"none"``."""
+        """str: ``"exact-gdp"``, ``"pure"``, ``"rdp"``, ``"rdp-zero-out"``, ``"non-private"``
+        or ``"none"`` (see the module docstring)."""
         atoms = self._atoms()
         if not atoms:
             return "none"
@@ -719,6 +738,8 @@ class PrivacyAccountant:
             return "exact-gdp"
         if all(isinstance(a, (LaplaceEvent, ExponentialEvent)) for a, _ in atoms):
             return "pure"
+        if any(isinstance(a, PoissonSampledEvent) for a, _ in atoms):
+            return "rdp-zero-out"
         return "rdp"
 
     # -- summaries ---------------------------------------------------------
@@ -744,7 +765,12 @@ class PrivacyAccountant:
         return total
 
     def rdp(self):
-        """Composed RDP guarantee at each of :attr:`orders` (ndarray)."""
+        """Composed RDP guarantee at each of :attr:`orders` (ndarray).
+
+        For ``method == "rdp-zero-out"`` this is the RDP against the zero-out
+        neighbour (sampled Gaussians at noise multiplier ``2 z``), see the
+        module docstring; it is *not* a replace-one-user RDP guarantee.
+        """
         orders = self._orders
         total = np.zeros_like(orders)
         cache = {}
@@ -755,8 +781,9 @@ class PrivacyAccountant:
                 elif isinstance(a, GaussianEvent):
                     cache[a] = orders / (2.0 * a.noise_multiplier ** 2)
                 elif isinstance(a, PoissonSampledEvent):
+                    # Zero-out sensitivity C = half the replace-one sensitivity 2C.
                     cache[a] = _rdp_poisson_gaussian(
-                        a.sampling_probability, a.event.noise_multiplier, orders)
+                        a.sampling_probability, 2.0 * a.event.noise_multiplier, orders)
                 elif isinstance(a, LaplaceEvent):
                     cache[a] = _rdp_laplace(a.noise_multiplier, orders)
                 elif isinstance(a, ExponentialEvent):
@@ -797,6 +824,8 @@ class PrivacyAccountant:
             if delta > 0.0:
                 eps = min(eps, rdp_to_epsilon(self._orders, self.rdp(), delta))
             return eps
+        if method == "rdp-zero-out":
+            return _zero_out_epsilon(self._orders, self.rdp(), delta)
         return rdp_to_epsilon(self._orders, self.rdp(), delta)
 
     def get_delta(self, epsilon):
@@ -826,11 +855,35 @@ class PrivacyAccountant:
             return gaussian_delta(self.gdp_mu(), epsilon)
         if method == "pure" and epsilon >= self.pure_epsilon():
             return 0.0
+        if method == "rdp-zero-out":
+            # (eps0, delta0) against the zero-out neighbour gives
+            # (2 eps0, (1 + e^eps0) delta0) under replace-one-user.
+            half = epsilon / 2.0
+            return min(1.0, (1.0 + math.exp(half))
+                       * rdp_to_delta(self._orders, self.rdp(), half))
         return rdp_to_delta(self._orders, self.rdp(), epsilon)
 
     def __repr__(self):
         return (f"PrivacyAccountant(method={self.method!r}, "
                 f"n_entries={len(self._ledger)})")
+
+
+def _zero_out_epsilon(orders, rdp, delta):
+    """Replace-one ε from RDP against the zero-out neighbour (group privacy of 2).
+
+    Returns ``min 2 ε0(δ0)`` over ``δ0`` with ``(1 + e^ε0(δ0)) δ0 <= delta``,
+    searched on a fine logarithmic grid of ``δ0 / delta`` (any feasible point
+    gives a valid guarantee; the grid only affects tightness).
+    """
+    if delta <= 0.0:
+        return math.inf
+    best = math.inf
+    for ratio in np.logspace(-8, 0, 321)[:-1]:
+        d0 = delta * ratio
+        eps0 = rdp_to_epsilon(orders, rdp, d0)
+        if (1.0 + math.exp(min(eps0, 700.0))) * d0 <= delta:
+            best = min(best, 2.0 * eps0)
+    return best
 
 
 def _mechanism_name(event):

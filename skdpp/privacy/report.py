@@ -103,8 +103,9 @@ class PrivacyReport:
         δ actually used (0 for plans that only use pure-ε mechanisms and meet
         ε by basic composition).
     accountant : str
-        Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"pure"``,
-        ``"non-private"`` or ``"none"``.
+        Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"rdp-zero-out"``,
+        ``"pure"``, ``"non-private"`` or ``"none"`` (see
+        :mod:`skdpp.privacy.accounting`).
     unit : str, default="user"
         Privacy unit.
     neighbouring : str, default="replace-one-user"

@@ -123,7 +123,7 @@ def test_sampling_rate_reported():
                                       phase="sgd")
     report = _report(acc, epsilon=10.0)
     assert (report.accountant, report.phases[0].sampling_rate, report.phases[0].count) == (
-        "rdp", 0.01, 100)
+        "rdp-zero-out", 0.01, 100)
 
 
 def test_to_dict_round_trips_plain_types():
