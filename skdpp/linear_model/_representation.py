@@ -203,6 +203,16 @@ def _weighted_gram(X, rows, weights, rows2=None):
     per weight column, computed with one matrix product per chunk.
     """
     weights = np.asarray(weights, dtype=np.float64)
+    if rows2 is None and weights.ndim == 1 and np.all(weights >= 0):
+        # Non-negative weights: (sqrt(w) X)^T (sqrt(w) X), one symmetric product per chunk.
+        d = X.shape[1]
+        out = np.zeros((d, d))
+        root = np.sqrt(weights)
+        chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
+        for start in range(0, rows.shape[0], chunk):  # memory chunks
+            B = X[rows[start:start + chunk]] * root[start:start + chunk, None]
+            out += B.T @ B
+        return out
     squeeze = weights.ndim == 1
     W = weights[:, None] if squeeze else weights
     d, q = X.shape[1], W.shape[1]
