@@ -1,3 +1,29 @@
-"""skdpp: user-level differentially private model personalization for scikit-learn."""
+"""skdpp: user-level differentially private model personalization for scikit-learn.
+
+Estimators learn a shared part of the model under user-level differential
+privacy and a personal part for every user from that user's rows only.
+"""
+
+from .decomposition import AdaptiveWeightMF
+from .exceptions import PrivacyBudgetError, PrivacyLeakWarning
+from .linear_model import (
+    JLMarginClassifier,
+    PPSGDRegressor,
+    PrivAltMinRegressor,
+    PrivateFedRepRegressor,
+)
+from .privacy import PrivacyReport
 
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AdaptiveWeightMF",
+    "JLMarginClassifier",
+    "PPSGDRegressor",
+    "PrivAltMinRegressor",
+    "PrivacyBudgetError",
+    "PrivacyLeakWarning",
+    "PrivacyReport",
+    "PrivateFedRepRegressor",
+    "__version__",
+]

@@ -265,7 +265,7 @@ class BasePersonalizedEstimator(BaseEstimator):
 class PersonalizedRegressorMixin(RegressorMixin):
     """``score`` as the R² of ``predict(X, groups)`` (scikit-learn's convention)."""
 
-    def score(self, X, y, groups=None):
+    def score(self, X, y, groups=None, sample_weight=None):
         """Return the coefficient of determination R² of the personalized predictions.
 
         Parameters
@@ -277,19 +277,23 @@ class PersonalizedRegressorMixin(RegressorMixin):
         groups : array-like of shape (n_samples,), default=None
             User id of each row; rows of users seen in ``fit`` (or
             ``personalize``) use their personal model, others the cold start.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the test rows in the score (evaluation only: ``fit``
+            takes no sample weights). Accepted because ``Pipeline.score``
+            passes it on when metadata routing is enabled.
 
         Returns
         -------
         score : float
             R² of ``self.predict(X, groups=groups)``.
         """
-        return float(r2_score(y, self.predict(X, groups=groups)))
+        return float(r2_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
 
 
 class PersonalizedClassifierMixin(ClassifierMixin):
     """``score`` as the accuracy of ``predict(X, groups)``."""
 
-    def score(self, X, y, groups=None):
+    def score(self, X, y, groups=None, sample_weight=None):
         """Return the accuracy of the personalized predictions.
 
         Parameters
@@ -300,13 +304,17 @@ class PersonalizedClassifierMixin(ClassifierMixin):
             True labels.
         groups : array-like of shape (n_samples,), default=None
             User id of each row (unseen users get the cold-start prediction).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the test rows in the score (evaluation only).
 
         Returns
         -------
         score : float
             Mean accuracy of ``self.predict(X, groups=groups)``.
         """
-        return float(accuracy_score(y, self.predict(X, groups=groups)))
+        return float(
+            accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight)
+        )
 
 
 def _as_1d_ids(groups, n_samples):
