@@ -87,10 +87,11 @@ SECTIONS = [
     ),
     (
         "Privacy: mechanisms",
-        "skdpp.privacy.mechanisms",
+        "skdpp.privacy",
         ["clip_by_norm", "gaussian_mechanism", "gaussian_sum", "laplace_mechanism",
          "noisy_counts", "exponential_mechanism", "exponential_mechanism_probabilities"],
-        "The only place where privacy noise is drawn.",
+        "The functions of :mod:`skdpp.privacy.mechanisms`, the only place where "
+        "privacy noise is drawn.",
     ),
     (
         "Base classes",
@@ -106,10 +107,6 @@ SECTIONS = [
         "",
     ),
 ]
-
-# Sections whose module's whole __all__ is split over several sections.
-_SPLIT_MODULES = {"skdpp.privacy"}
-
 
 def _public_names(module):
     names = getattr(module, "__all__", None)
@@ -187,8 +184,6 @@ def _collect():
             sections.append((title, modname, description, [], list(order)))
             continue
         public = _public_names(module)
-        if modname.endswith(".mechanisms") and not hasattr(module, "__all__"):
-            public = [n for n in public if inspect.isfunction(getattr(module, n))]
         entries, missing = [], []
         for name in order:
             if name in public or (name in vars(module) and not hasattr(module, "__all__")):

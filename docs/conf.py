@@ -14,6 +14,7 @@ build time from what the installed ``skdpp`` actually exports (see
 exported never breaks the build: its entry is simply absent.
 """
 
+import re
 import shutil
 import sys
 from datetime import date
@@ -97,5 +98,34 @@ def _prepare_generated_sources(app, config):
     _gallery.stage_examples(HERE.parent / "examples")
 
 
+_SECTION_UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
+_PARAM_LINE = re.compile(r"^(?P<name>[*\w][\w, *\\]*?) : (?P<type>.+)$")
+_TRAILING_UNDERSCORE = re.compile(r"(?<![\w`\\])([A-Za-z]\w*?)_(?![\w`])")
+
+
+def _escape_trailing_underscores(app, what, name, obj, options, lines):
+    """Escape ``n_users_``-style names in the *types* of numpydoc entries.
+
+    In reStructuredText ``word_`` is a hyperlink reference, so a type such as
+    ``ndarray of shape (n_users_, n_components)`` fails the build with
+    "Unknown target name". numpydoc escapes the parameter names but not the
+    types; this runs just before numpydoc and escapes them (``n_users\_``).
+    """
+    in_section = False
+    for i, line in enumerate(lines):
+        if i + 1 < len(lines) and _SECTION_UNDERLINE.match(lines[i + 1]) and line.strip():
+            in_section = line.strip() in {"Parameters", "Attributes", "Returns",
+                                          "Yields", "Other Parameters", "Raises"}
+            continue
+        if not in_section or line[:1].isspace() or not line.strip():
+            continue
+        match = _PARAM_LINE.match(line)
+        if match:
+            typ = _TRAILING_UNDERSCORE.sub(r"\1\\_", match.group("type"))
+            lines[i] = f"{match.group('name')} : {typ}"
+
+
 def setup(app):
     app.connect("config-inited", _prepare_generated_sources, priority=0)
+    # before numpydoc's own autodoc-process-docstring handler (priority 500)
+    app.connect("autodoc-process-docstring", _escape_trailing_underscores, priority=400)
