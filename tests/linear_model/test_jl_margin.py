@@ -604,3 +604,17 @@ def test_auto_jl_dim_rule():
     assert jlm._auto_jl_dim(100, 20, 2, radius=1.0, head_bound=1.0, margin=0.1) == 20
     assert jlm._auto_jl_dim(100, 5000, 2, radius=1.0, head_bound=1.0, margin=0.01) == 256
     assert jlm._auto_jl_dim(100, 1, 2, radius=1.0, head_bound=1.0, margin=0.1) == 2
+
+
+@pytest.mark.parametrize("n_components,n_dir", [(2, 8), (2, 64), (2, 5), (3, 16), (1, 2)])
+def test_user_losses_match_reference_for_every_grid(n_components, n_dir):
+    rng = np.random.RandomState(41)
+    Z = rng.randn(50, 4) * rng.uniform(0.01, 1.0, size=(50, 1))
+    codes = rng.randint(0, 6, size=50)
+    y = np.where(rng.rand(50) < 0.5, -1.0, 1.0)
+    cands = jlm._random_candidates(4, n_components, 7, rng)
+    dirs = jlm._direction_grid(n_components, n_dir, rng)
+    for threshold in (0.0, 0.05, 0.3):
+        got = jlm._candidate_user_losses(Z, y, codes, 6, cands, dirs, threshold)
+        want = reference_user_losses(Z, y, codes, 6, cands, dirs, threshold)
+        assert_allclose(got, want, rtol=0, atol=1e-12)
