@@ -749,9 +749,6 @@ class _RepresentationMixin:
         H[~known] = self.cold_start_head_
         return np.einsum("ij,ij->i", X @ self.components_, H)
 
-    def _report_notes(self):
-        return ()
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.regressor_tags.poor_score = True
