@@ -45,7 +45,8 @@ def _ref_split(groups, rng):
     return s0
 
 
-def _ref_fedrep(X, y, groups, U0, *, T, lr, psi, batch_mode, seed, head_clip):
+def _ref_fedrep(X, y, groups, U0, *, T, lr, psi, batch_mode, seed, head_clip,
+                batch_size=None):
     """Plain-loop Alg. 1 without noise (epsilon=inf), same randomness as the estimator."""
     rs = np.random.RandomState(seed)
     seeds = rs.randint(0, np.iinfo(np.int32).max, size=4)  # split, init, batches, noise
@@ -59,19 +60,23 @@ def _ref_fedrep(X, y, groups, U0, *, T, lr, psi, batch_mode, seed, head_clip):
     round_seeds = batch_rng.randint(0, np.iinfo(np.int32).max, size=T)
     U = U0.copy()
     for t in range(T):
-        if batch_mode == "disjoint":
+        if batch_mode == "disjoint" or batch_size is not None:
             keys = np.random.RandomState(round_seeds[t]).random_sample(
                 sum(len(r) for r in s0_rows))
         total = np.zeros_like(U)
         pos = 0
         for rows in s0_rows:
-            if batch_mode == "same":
+            if batch_mode == "same" and batch_size is None:
                 B = Bp = rows
             else:
                 kk = keys[pos:pos + len(rows)]
                 perm = rows[np.lexsort((np.arange(len(rows)), kk))]
-                b = len(rows) // 2
-                B, Bp = perm[:b], perm[b:2 * b]
+                if batch_mode == "same":
+                    B = Bp = perm[:batch_size]
+                else:
+                    b = len(rows) // 2 if batch_size is None else min(batch_size,
+                                                                      len(rows) // 2)
+                    B, Bp = perm[:b], perm[b:2 * b]
             pos += len(rows)
             v = _ref_head(X[B] @ U, y[B], k)
             grad = np.zeros_like(U)
@@ -100,17 +105,19 @@ def _small_data(n_users=12, d=5, m=8, seed=0):
     return X, y, groups, info
 
 
-@pytest.mark.parametrize("batch_mode", ["same", "disjoint"])
-def test_epsilon_inf_matches_loop_reference(batch_mode):
+@pytest.mark.parametrize("batch_mode, batch_size", [("same", None), ("disjoint", None),
+                                                    ("same", 3), ("disjoint", 2)])
+def test_epsilon_inf_matches_loop_reference(batch_mode, batch_size):
     X, y, groups, info = _small_data()
     rng = np.random.default_rng(5)
     U0 = np.linalg.qr(rng.standard_normal((X.shape[1], 2)))[0]
     est = PrivateFedRepRegressor(
         epsilon=np.inf, init=U0, max_iter=4, learning_rate=0.7, clip_norm=0.8,
-        head_clip_norm=0.5, batch_mode=batch_mode, random_state=3,
+        head_clip_norm=0.5, batch_mode=batch_mode, batch_size=batch_size, random_state=3,
     ).fit(X, y, groups=groups)
     U, heads, cold = _ref_fedrep(X, y, groups, U0, T=4, lr=0.7, psi=0.8,
-                                 batch_mode=batch_mode, seed=3, head_clip=0.5)
+                                 batch_mode=batch_mode, seed=3, head_clip=0.5,
+                                 batch_size=batch_size)
     assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
     assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
     assert_allclose(est.cold_start_head_, cold, rtol=1e-10, atol=1e-10)
@@ -174,6 +181,13 @@ def test_deterministic_under_random_state(medium):
     assert_allclose(a.components_, b.components_, rtol=0, atol=0)
     assert_allclose(a.heads_, b.heads_, rtol=0, atol=0)
     assert not np.allclose(a.components_, c.components_)
+
+
+def test_verbose_prints_one_line_per_iteration(capsys):
+    X, y, groups, _ = _small_data()
+    PrivateFedRepRegressor(max_iter=3, verbose=1, random_state=0).fit(X, y, groups=groups)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "[PrivateFedRep]" in ln]
+    assert len(lines) == 3
 
 
 def test_inputs_not_modified():
