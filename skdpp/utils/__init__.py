@@ -2,6 +2,7 @@
 
 from ._grouped import (
     UserIndex,
+    argsort_within,
     batched_solve,
     rank_within_user,
     segment_counts,
@@ -13,6 +14,7 @@ from ._grouped import (
 
 __all__ = [
     "UserIndex",
+    "argsort_within",
     "batched_solve",
     "rank_within_user",
     "segment_counts",
