@@ -164,9 +164,12 @@ def _privaltmin(X, y, head_blocks, stat_blocks, U0, *, n_rounds, schedule, clip_
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)
         if verbose:
-            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {len(sb)} rows of "
-                  f"{int(np.sum(sb.counts > 0))} users, {100 * float(np.mean(c < 1)) if c.size else 0:.1f}% "
-                  "of rows clipped")
+            # Public quantities only: the number of rows, of users with rows and of
+            # clipped rows are statistics of the private data and are never printed.
+            n_active = n_users if chunk is None else int(np.sum(chunk == t))
+            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {n_active} scheduled users, "
+                  f"released the Gram and moment statistics (noise multiplier "
+                  f"{noise_multiplier:.3g})")
     return U
 
 
@@ -250,7 +253,9 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         Seeds the data split, the user permutation, the random initialisation
         and the privacy noise.
     verbose : int, default=0
-        Print one line per round when positive.
+        Print one line per round when positive (public quantities only:
+        statistics of the private data, such as row counts or the share of
+        clipped rows, are never printed).
 
     Attributes
     ----------

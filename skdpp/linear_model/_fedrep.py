@@ -115,7 +115,7 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
             s0, batch_mode, batch_size, np.random.RandomState(int(round_seeds[t])))
         P_all = X @ U
         V, _ = fit_heads(X, y, U, head_blocks, P_all=P_all)  # line 6
-        total, c = _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm)  # lines 7-10
+        total, _ = _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm)  # lines 7-10
         if sensitivity is None:  # epsilon=inf without clipping: nothing to protect
             from ._representation import _nonprivate
 
@@ -131,9 +131,11 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
         U_hat = U - learning_rate * (release / n_users)
         U, _ = np.linalg.qr(U_hat)
         if verbose:
-            clipped = float(np.mean(c < 1)) if c.size else 0.0
-            print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: "
-                  f"{100 * clipped:.1f}% of user gradients clipped")
+            # Public quantities only: the share of clipped users, the number of rows
+            # etc. are statistics of the private data and are never printed.
+            std = 0.0 if sensitivity is None else noise_multiplier * sensitivity
+            print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
+                  f"gradient sum (noise std {std:.3g})")
     return U
 
 
@@ -196,7 +198,9 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         Seeds the data split, the batches, the random initialisation and the
         privacy noise (all drawn from one generator per fit).
     verbose : int, default=0
-        Print one line per iteration when positive.
+        Print one line per iteration when positive (public quantities only:
+        statistics of the private data, such as the share of clipped users, are
+        never printed).
 
     Attributes
     ----------
@@ -236,7 +240,12 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)``, ``d × d``,
       sensitivity ``2 ψ_init``, symmetric Gaussian noise; ``Z_i`` is the user's
       U-statistic ``1/(m_i(m_i-1)) sum_{j≠j'} y_j y_j' x_j x_j'^T`` on its
-      ``S^0`` rows (zero for a one-row user).
+      ``S^0`` rows (zero for a one-row user). Each user's clipping factor is
+      computed from the norm of the matrix actually added to the sum (see
+      ``spectral_statistic``), so the bound holds in floating point even when
+      ``Z_i`` is a small difference of huge terms. With
+      ``init="private_pairwise"``: the sum of per-user mean pair matrices,
+      sensitivity ``2 ζ^2`` with ``ζ = init_clip_norm``.
     * ``iterations`` (Alg. 1, line 10), one per round: ``sum_i clip(∇_{i,t}, ψ)``,
       ``d × k``, sensitivity ``2 ψ``. The average over users divides by the
       public ``n``, which is post-processing.

@@ -297,59 +297,66 @@ def _top_eigenvectors(M, k):
 # --------------------------------------------------------------------------- #
 # Private initialisations
 # --------------------------------------------------------------------------- #
-def _user_moments(X, y, blocks):
-    """Per-user ``s_u = sum_j a_j``, ``sum_j (a_j^T s_u)^2`` and ``||A_u A_u^T||_F^2``.
+# Users whose scaled U-statistic has Frobenius norm below this are dropped (their
+# contribution is set to zero, always within the clip bound): avoids overflow of
+# ``clip / norm`` for degenerate users (see :func:`_clip_factors`).
+_TINY_NORM = 1e-250
 
-    ``a_j = y_j x_j`` over the user's rows in ``blocks``. Users with at most ``d``
-    rows are processed by row count (a loop over the distinct counts, not over
-    users): their rows are gathered into a ``(n_users_c, c, d)`` stack, chunked,
-    and the ``c × c`` row Grams come from one batched product. Users with more
-    than ``d`` rows use ``d × d`` Grams (:func:`segment_outer_sum`, chunked).
+
+def _user_scales(X_rows, y_rows, starts):
+    """Per-user ``max |x|`` and ``max |y|`` over consecutive row segments (1 for zeros)."""
+    with np.errstate(invalid="ignore"):
+        mx = np.maximum.reduceat(np.max(np.abs(X_rows), axis=1), starts) if X_rows.shape[1] \
+            else np.zeros(starts.size)
+        my = np.maximum.reduceat(np.abs(y_rows), starts)
+    return np.where(mx > 0, mx, 1.0), np.where(my > 0, my, 1.0)
+
+
+def _clip_factors(norms_scaled, sx, sy, clip_norm):
+    """Factors ``f`` with ``f Z'_i = clip(Z_i, ψ)`` where ``Z_i = (sx sy)^2 Z'_i``.
+
+    ``norms_scaled`` is ``||Z'_i||_F`` of the *computed* scaled matrix, so the
+    contribution actually added, ``f Z'_i``, has norm ``min(||Z_i||, ψ)`` up to
+    rounding whatever cancellation occurred while forming ``Z'_i``.
+
+    Returns
+    -------
+    f : ndarray
+    norms : ndarray
+        ``||Z_i||_F`` (may be ``inf`` when it overflows).
     """
-    n_users, d = blocks.n_users, X.shape[1]
-    counts = blocks.counts
-    yb = y[blocks.rows]
-    S = np.zeros((n_users, d))
-    proj2 = np.zeros(n_users)
-    g2 = np.zeros(n_users)
-    for c in np.unique(counts[(counts > 0) & (counts <= max(d, 1))]):  # distinct counts
-        users = np.flatnonzero(counts == c)
-        per_chunk = max(1, _CHUNK_BYTES // (8 * c * max(d, c)))
-        for lo in range(0, users.size, per_chunk):  # memory chunks
-            u = users[lo:lo + per_chunk]
-            pos = blocks.indptr[u][:, None] + np.arange(c)
-            A = X[blocks.rows[pos]] * yb[pos][..., None]  # (n_c, c, d)
-            su = A.sum(axis=1)
-            S[u] = su
-            proj2[u] = np.einsum("ucd,ud->uc", A, su).__pow__(2).sum(axis=1)
-            G = A @ A.transpose(0, 2, 1)
-            g2[u] = np.einsum("uij,uij->u", G, G)
-    heavy = np.flatnonzero(counts > max(d, 1))
-    if heavy.size:
-        per_chunk = max(1, (64 * 2**20) // (8 * d * d))
-        for lo in range(0, heavy.size, per_chunk):  # memory chunks of users
-            users = heavy[lo:lo + per_chunk]
-            sel = np.isin(blocks.codes, users)
-            rows = blocks.rows[sel]
-            idx = UserIndex(users, np.searchsorted(users, blocks.codes[sel]))
-            A = X[rows] * y[rows][:, None]
-            su = segment_sum(A, idx)
-            S[users] = su
-            proj2[users] = segment_sum(np.einsum("ij,ij->i", A, su[idx.codes]) ** 2, idx)
-            G = segment_outer_sum(A, None, idx)
-            g2[users] = np.einsum("uij,uij->u", G, G)
-    return S, proj2, g2
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        mu2 = (sx * sy) ** 2
+        ok = norms_scaled >= _TINY_NORM
+        norms = np.where(norms_scaled > 0, mu2 * norms_scaled, 0.0)
+        if clip_norm is None:
+            f = np.where(ok, mu2, 0.0)
+        else:
+            f = np.where(ok, np.minimum(mu2, clip_norm / np.where(ok, norms_scaled, 1.0)), 0.0)
+            f = np.where(np.isfinite(f), f, 0.0)
+    return f, norms
 
 
 def spectral_statistic(X, y, blocks, clip_norm):
     """Sum over users of the clipped U-statistics ``clip(Z_i, ψ)`` (Alg. 2, lines 4-6).
 
     ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
-    the user's ``m_i`` rows in ``blocks`` (zero when ``m_i < 2``), computed as
-    ``(s_i s_i^T - sum_j a_j a_j^T) / (m_i (m_i - 1))`` with ``a_j = y_j x_j`` and
-    ``s_i = sum_j a_j``; its Frobenius norm
-    ``||s||^4 - 2 sum_j (a_j^T s)^2 + ||A A^T||_F^2`` (over ``(m(m-1))^2``) is
-    computed exactly without forming ``Z_i``.
+    the user's ``m_i`` rows in ``blocks`` (zero when ``m_i < 2``).
+
+    Numerics (this is what makes the stated sensitivity hold in floating
+    point): each user's rows ``a_j = y_j x_j`` are first scaled by the user's
+    ``max |x|`` and ``max |y|`` (no overflow), and the clipping factor is
+    computed from the norm of the *same computed matrix* that is added to the
+    sum. ``Z_i`` is a difference ``s s^T - sum_j a_j a_j^T`` that can cancel
+    catastrophically (e.g. one row ``1e6 e_1`` and one row ``1e-4 e_2``): a norm
+    obtained from an expanded formula (``||s||^4 - 2 sum (a_j^T s)^2 + ...``)
+    can then be 0 while ``||Z_i||`` is large, and large per-user terms summed
+    across users absorb other users' contributions. Users with at most ``d``
+    rows use a thin QR ``A_i^T = Q_i R_i``: ``Z_i = Q_i B_i Q_i^T`` with the
+    ``m_i × m_i`` matrix ``B_i = R_i (11^T - I) R_i^T / (m_i(m_i-1))`` and
+    ``||Z_i||_F = ||B_i||_F`` (``Q_i`` orthonormal); users with more rows form
+    ``Z_i`` (``d × d``) explicitly. Either way each added term has norm at most
+    ``ψ`` (up to rounding).
 
     Returns
     -------
@@ -358,17 +365,46 @@ def spectral_statistic(X, y, blocks, clip_norm):
     norms : ndarray of shape (n_users,)
         ``||Z_i||_F`` before clipping.
     """
-    m = blocks.counts.astype(np.float64)
-    yb = y[blocks.rows]
-    S, proj2, g2 = _user_moments(X, y, blocks)
-    s2 = np.einsum("ij,ij->i", S, S)
-    pairs = m * (m - 1.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        norm2 = np.maximum(s2**2 - 2.0 * proj2 + g2, 0.0)
-        norms = np.where(pairs > 0, np.sqrt(norm2) / np.where(pairs > 0, pairs, 1.0), 0.0)
-    c = _clip_scale(norms, clip_norm)
-    w = np.where(pairs > 0, c / np.where(pairs > 0, pairs, 1.0), 0.0)
-    total = (S * w[:, None]).T @ S - _weighted_gram(X, blocks.rows, w[blocks.codes] * yb**2)
+    n_users, d = blocks.n_users, X.shape[1]
+    counts = blocks.counts
+    total = np.zeros((d, d))
+    norms = np.zeros(n_users)
+    # Users with 2 <= m <= d rows: batched thin QR per distinct row count.
+    for c in np.unique(counts[(counts >= 2) & (counts <= d)]):  # distinct counts
+        users = np.flatnonzero(counts == c)
+        per_chunk = max(1, _CHUNK_BYTES // (8 * c * d))
+        for lo in range(0, users.size, per_chunk):  # memory chunks
+            u = users[lo:lo + per_chunk]
+            r = blocks.rows[blocks.indptr[u][:, None] + np.arange(c)]  # (n_c, c)
+            Xu, yu = X[r], y[r]
+            sx, sy = _user_scales(Xu.reshape(-1, d), yu.ravel(), np.arange(u.size) * c)
+            Ap = (Xu / sx[:, None, None]) * (yu / sy[:, None])[..., None]  # (n_c, c, d)
+            Q, R = np.linalg.qr(Ap.transpose(0, 2, 1))  # (n_c, d, c), (n_c, c, c)
+            rs = R.sum(axis=2)  # R 1
+            B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / (c * (c - 1.0))
+            f, norms[u] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", B, B)), sx, sy,
+                                        clip_norm)
+            QB = Q @ (B * f[:, None, None])
+            total += QB.transpose(1, 0, 2).reshape(d, -1) @ Q.transpose(1, 0, 2).reshape(d, -1).T
+    # Users with more than d rows: explicit d x d matrices, chunked over users.
+    heavy = np.flatnonzero(counts > max(d, 1))
+    if heavy.size:
+        per_chunk = max(1, (64 * 2**20) // (8 * d * d))
+        for lo in range(0, heavy.size, per_chunk):  # memory chunks of users
+            users = heavy[lo:lo + per_chunk]
+            sel = np.isin(blocks.codes, users)  # blocks are sorted by user
+            rows = blocks.rows[sel]
+            local = np.searchsorted(users, blocks.codes[sel])
+            idx = UserIndex(users, local)
+            sx, sy = _user_scales(X[rows], y[rows], idx.offsets[:-1])
+            Ap = (X[rows] / sx[local][:, None]) * (y[rows] / sy[local])[:, None]
+            s = segment_sum(Ap, idx)
+            m = counts[users].astype(np.float64)
+            Zp = (s[:, :, None] * s[:, None, :] - segment_outer_sum(Ap, None, idx)) \
+                / (m * (m - 1.0))[:, None, None]
+            f, norms[users] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", Zp, Zp)), sx, sy,
+                                            clip_norm)
+            total += np.tensordot(f, Zp, axes=1)
     return (total + total.T) / 2.0, norms
 
 

@@ -163,6 +163,24 @@ def test_budget_plan_and_parallel_composition(schedule, count):
     assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("schedule", ["full", "disjoint"])
+def test_verbose_prints_no_private_statistics(capsys, schedule):
+    """The printed lines are the same for neighbouring datasets (noise off)."""
+    X, y, groups, _ = _small_data(n_users=15, d=4, m=6)
+    user = groups.max()
+    order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
+    X, y, groups = X[order], y[order], groups[order]
+    outputs = []
+    for name, X2, y2, g2 in [("original", X, y, groups),
+                             *adversarial_neighbours(X, y, groups, user)]:
+        with noise_off():
+            PrivAltMinRegressor(max_iter=2, schedule=schedule, verbose=1,
+                                random_state=0).fit(X2, y2, groups=g2)
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0].count("[PrivAltMin]") == 2
+    assert all(out == outputs[0] for out in outputs[1:])
+
+
 def test_bad_input():
     X, y, groups, _ = _small_data()
     with pytest.raises(ValueError, match="n_components=6 must be <= n_features=5"):

@@ -190,6 +190,19 @@ def test_verbose_prints_one_line_per_iteration(capsys):
     assert len(lines) == 3
 
 
+def test_verbose_prints_no_private_statistics(capsys):
+    """The printed lines are the same for neighbouring datasets (noise off)."""
+    X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
+    outputs = []
+    for name, X2, y2, g2 in [("original", X, y, groups),
+                             *adversarial_neighbours(X, y, groups, user)]:
+        with noise_off():
+            PrivateFedRepRegressor(max_iter=2, verbose=1, random_state=0).fit(X2, y2, groups=g2)
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0].count("[PrivateFedRep]") == 2
+    assert all(out == outputs[0] for out in outputs[1:])
+
+
 def test_inputs_not_modified():
     X, y, groups, _ = _small_data()
     X0, y0, g0 = X.copy(), y.copy(), groups.copy()

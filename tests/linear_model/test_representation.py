@@ -132,3 +132,31 @@ def test_subspace_distance_properties():
 def test_random_init_is_orthonormal():
     Q = rep.random_init(7, 3, np.random.RandomState(0))
     assert_allclose(Q.T @ Q, np.eye(3), atol=1e-12)
+
+
+@pytest.mark.parametrize("n_small", [1, 6])  # 2 rows (<= d: QR path) and 7 rows (> d)
+@pytest.mark.parametrize("big, small", [(1e6, 1e-4), (1e10, 1e-8), (1e15, 1e-6)])
+def test_spectral_statistic_sensitivity_under_cancellation(big, small, n_small):
+    """Replacing one user moves sum_i clip(Z_i, psi) by at most 2 psi in floating point.
+
+    The canary's Z_i is a difference of huge terms (one row ``big e_1``, rows
+    ``small e_2``): ``||Z_i||`` is large but ``s s^T`` and ``sum a a^T`` nearly
+    cancel. A norm from the expanded formula ``||s||^4 - 2 sum (a^T s)^2 + ...``
+    came out 0 (no clipping: the release moved by 7 to 1e13 times 2 psi).
+    """
+    rng = np.random.default_rng(0)
+    n_users, m, d, psi = 40, 6, 4, 5.0
+    X = rng.standard_normal((n_users * m, d))
+    y = rng.standard_normal(n_users * m)
+    groups = np.repeat(np.arange(n_users), m)
+    keep = groups != n_users - 1
+    Xc = np.zeros((1 + n_small, d))
+    Xc[0, 0] = big
+    Xc[1:, 1] = small
+    X2 = np.r_[X[keep], Xc]
+    y2 = np.r_[y[keep], np.ones(1 + n_small)]
+    g2 = np.r_[groups[keep], np.full(1 + n_small, n_users - 1)]
+    t1, _ = rep.spectral_statistic(X, y, _blocks(groups)[0], psi)
+    t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
+    assert norms[-1] > psi  # the canary is clipped
+    assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
