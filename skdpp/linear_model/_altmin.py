@@ -10,13 +10,15 @@ from ..privacy import calibrate, mechanisms
 from ._representation import (
     _CHUNK_BYTES,
     _child_rngs,
-    _clip_scale,
+    _clip_scale,  # noqa: F401  (patched by the broken-variant tests)
     _clip_values,
+    _clipped_magnitudes,
     _common_constraints,
     _nonprivate,
     _RepresentationMixin,
     _row_norms,
     _split_blocks,
+    _unit_rows,
     _weighted_gram,
     fit_heads,
 )
@@ -24,7 +26,7 @@ from ._representation import (
 __all__ = ["PrivAltMinRegressor"]
 
 
-def _kron_gram(X, rows, V_rows, weights):
+def _kron_gram(X, rows, V_rows, weights, unit_rows=False):
     """``sum_r w_r vec(x_r v_r^T) vec(x_r v_r^T)^T`` (``dk × dk``) without per-row ``dk`` vectors.
 
     With column-major ``vec``, ``vec(x v^T) = v ⊗ x`` and
@@ -35,7 +37,7 @@ def _kron_gram(X, rows, V_rows, weights):
     d, k = X.shape[1], V_rows.shape[1]
     pairs = [(a, b) for a in range(k) for b in range(a, k)]
     W = np.stack([weights * V_rows[:, a] * V_rows[:, b] for a, b in pairs], axis=1)
-    blocks = _weighted_gram(X, rows, W)
+    blocks = _weighted_gram(X, rows, W, unit_rows=unit_rows)
     G = np.empty((d * k, d * k))
     for idx, (a, b) in enumerate(pairs):  # k(k+1)/2 blocks
         G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
@@ -43,13 +45,16 @@ def _kron_gram(X, rows, V_rows, weights):
     return (G + G.T) / 2.0  # exactly symmetric
 
 
-def _weighted_cross(X, rows, W):
-    """``sum_r x_{rows[r]} w_r^T`` (``d × q``), chunked over rows."""
+def _weighted_cross(X, rows, W, unit_rows=False):
+    """``sum_r x_{rows[r]} w_r^T`` (``d × q``), chunked over rows (``x / ||x||`` if ``unit_rows``)."""
     d = X.shape[1]
     out = np.zeros((d, W.shape[1]))
     chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
     for lo in range(0, rows.shape[0], chunk):  # memory chunks
-        out += X[rows[lo:lo + chunk]].T @ W[lo:lo + chunk]
+        Xc = X[rows[lo:lo + chunk]]
+        if unit_rows:
+            Xc = _unit_rows(Xc)[0]
+        out += Xc.T @ W[lo:lo + chunk]
     return out
 
 
@@ -133,14 +138,20 @@ def _privaltmin(X, y, head_blocks, stat_blocks, U0, *, n_rounds, schedule, clip_
         # Alg. 2, line 1: W_r = clip(vec(x_r v^T); eta), y_r = clip(y_r; zeta); each user
         # contributes the MEAN over its rows, so its contribution to the Gram has trace
         # <= eta^2 and to b norm <= zeta * eta whatever its number of rows.
+        # W_r = min(||x|| ||v||, eta) vec(unit(x) unit(v)^T), formed from unit vectors so
+        # that ||W_r|| <= eta holds for any magnitudes (no inexact norm in a division).
         rows, codes = sb.rows, sb.codes
-        Vr = V[codes]
+        v_unit, v_norm = _unit_rows(V)
+        Vr = v_unit[codes]
         with np.errstate(over="ignore", invalid="ignore"):
-            c = _clip_scale(xnorm[rows] * _row_norms(V)[codes], clip_norm)
+            norms = xnorm[rows] * v_norm[codes]
+            norms = np.where((xnorm[rows] > 0) & (v_norm[codes] > 0), norms, 0.0)
+        mag, c = _clipped_magnitudes(norms, clip_norm)
         yt = _clip_values(y[rows], label_clip)
         w = _user_weights(sb)
-        G = _kron_gram(X, rows, Vr, w * c**2)
-        bvec = _weighted_cross(X, rows, (w * c * yt)[:, None] * Vr).T.ravel()  # vec(B)
+        G = _kron_gram(X, rows, Vr, w * mag**2, unit_rows=True)
+        bvec = _weighted_cross(X, rows, (w * mag * yt)[:, None] * Vr,
+                               unit_rows=True).T.ravel()  # vec(B)
         # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
         if private:
             G_rel, ev_G = mechanisms.gaussian_mechanism(
@@ -294,7 +305,10 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     ``W_priv`` (symmetric Gaussian noise) and ``b_priv``, then
     ``u = argmin u^T W_priv u - 2 u^T b_priv`` and ``U = QR(unvec(u))``.
     The ``dk × dk`` statistic is built from Kronecker blocks
-    ``sum_r w_r v_a v_b x_r x_r^T`` without per-row ``dk`` vectors.
+    ``sum_r w_r v_a v_b x_r x_r^T`` without per-row ``dk`` vectors. Clipped
+    rows are formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from the unit
+    vectors ``x̂ = x/||x||``, ``v̂ = v/||v||``, so the norm bound holds in
+    floating point for any magnitudes of ``x`` and ``v``.
 
     **Sensitivities** (replace one user, Frobenius / L2):
 

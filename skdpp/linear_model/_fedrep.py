@@ -9,12 +9,13 @@ from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy import calibrate, mechanisms
 from ._representation import (
     _child_rngs,
-    _clip_scale,
+    _clip_scale,  # noqa: F401  (patched by the broken-variant tests)
+    _clipped_magnitudes,
     _common_constraints,
     _RepresentationMixin,
-    _row_norms,
     _RowBlocks,
     _split_blocks,
+    _unit_rows,
     fit_heads,
 )
 
@@ -60,10 +61,14 @@ def _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm):
     resid = y[rows] - np.einsum("ij,ij->i", P_all[rows], V[grad_blocks.codes])
     b = np.maximum(grad_blocks.counts, 1)
     g = grad_blocks.weighted_row_sum(-2.0 * resid / b[grad_blocks.codes], X)
+    # clip(g v^T) = min(||g|| ||v||, psi) * unit(g) unit(v)^T: formed from unit vectors so
+    # that the bound holds for any magnitudes (no inexact ||g|| ||v|| in a division).
+    g_unit, g_norm = _unit_rows(g)
+    v_unit, v_norm = _unit_rows(V)
     with np.errstate(over="ignore", invalid="ignore"):
-        norms = _row_norms(g) * _row_norms(V)
-    c = _clip_scale(norms, clip_norm)
-    return (g * c[:, None]).T @ V, c
+        norms = np.where((g_norm > 0) & (v_norm > 0), g_norm * v_norm, 0.0)
+    mag, c = _clipped_magnitudes(norms, clip_norm)
+    return (g_unit * mag[:, None]).T @ v_unit, c
 
 
 def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_multiplier,
@@ -248,7 +253,10 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       sensitivity ``2 ζ^2`` with ``ζ = init_clip_norm``.
     * ``iterations`` (Alg. 1, line 10), one per round: ``sum_i clip(∇_{i,t}, ψ)``,
       ``d × k``, sensitivity ``2 ψ``. The average over users divides by the
-      public ``n``, which is post-processing.
+      public ``n``, which is post-processing. The gradient is rank one,
+      ``g_i v_i^T``; its clipped value is formed as ``min(||g_i|| ||v_i||, ψ)
+      ĝ_i v̂_i^T`` from unit vectors, so the bound holds in floating point
+      for any magnitudes.
     * ``cold_start``: ``sum_i clip(v_i, C_head)``, sensitivity ``2 C_head``.
 
     **Budget plan.** The phases ``init`` (share ``init_share``), ``iterations``

@@ -55,31 +55,74 @@ _HEAD_RIDGE_DEFICIENT = 1e-6
 # Rows per chunk in the row-chunked Gram products (bounds temporary memory).
 _CHUNK_BYTES = 16 * 2**20
 
+# Row norms below this are recomputed with scaling (their squares are subnormal).
+_SMALL_NORM = 1e-146
+
 
 # --------------------------------------------------------------------------- #
 # Clipping helpers (the only place per-user contributions are scaled)
 # --------------------------------------------------------------------------- #
 def _row_norms(M):
-    """Euclidean norms of the rows of a 2-D array, overflow-safe.
+    """Euclidean norms of the rows of a 2-D array, overflow- and underflow-safe.
 
     One fast pass ``sqrt(sum m^2)``; rows whose squares overflow (entries beyond
-    ~1e154) are recomputed after scaling by their largest entry.
+    ~1e154) or underflow (norms below ~1e-146, where the squares lose precision
+    and can even round to zero) are recomputed after scaling by their largest
+    entry.
     """
     M = np.asarray(M, dtype=np.float64)
     if M.shape[1] == 0 or M.shape[0] == 0:
         return np.zeros(M.shape[0])
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         out = np.sqrt(np.einsum("ij,ij->i", M, M))
-    bad = ~np.isfinite(out)
+    bad = ~np.isfinite(out) | (out < _SMALL_NORM)
     if bad.any():
-        block = M[bad]
-        scale = np.max(np.abs(block), axis=1)
-        safe = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)
-        scaled = block / safe[:, None]
-        with np.errstate(over="ignore", invalid="ignore"):
-            out[bad] = np.where(np.isfinite(scale),
-                                safe * np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), np.inf)
+        out[bad] = _unit_rows(M[bad])[1]
     return out
+
+
+def _unit_rows(M):
+    """``(M_r / ||M_r||, ||M_r||)`` for the rows of a 2-D array, for any finite or infinite values.
+
+    Each row is divided by its largest absolute entry before its norm is taken,
+    so the unit rows have norm 1 up to rounding whatever the magnitude of the
+    entries (subnormal to huge); zero rows give zero. Rows with infinite entries
+    give the normalised sign pattern of those entries and norm ``inf`` (the
+    limit of scaling). Clipping as ``min(||m||, C) * unit(m)`` therefore never
+    exceeds ``C``, unlike ``m * (C / ||m||)`` with an inexact ``||m||``.
+    """
+    M = np.asarray(M, dtype=np.float64)
+    n = M.shape[0]
+    if M.shape[1] == 0 or n == 0:
+        return np.zeros_like(M), np.zeros(n)
+    absmax = np.max(np.abs(M), axis=1)
+    has_inf = np.isinf(absmax)
+    scaled = np.zeros_like(M)
+    finite = ~has_inf & (absmax > 0)
+    scaled[finite] = M[finite] / absmax[finite, None]
+    if has_inf.any():
+        rows = M[has_inf]
+        scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
+    with np.errstate(under="ignore"):
+        unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(d)] or 0
+    nz = unit_norm > 0
+    unit = np.zeros_like(M)
+    unit[nz] = scaled[nz] / unit_norm[nz, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.where(has_inf, np.inf, absmax * unit_norm)
+    return unit, norms
+
+
+def _clipped_magnitudes(norms, clip_norm):
+    """``min(norm, clip_norm)`` via :func:`_clip_scale` (``norm`` where the factor is 1).
+
+    Returns ``(magnitudes, factors)``; a contribution ``magnitude * unit`` has
+    norm at most ``clip_norm`` up to rounding.
+    """
+    norms = np.asarray(norms, dtype=np.float64)
+    c = _clip_scale(norms, clip_norm)
+    mag = np.where(c < 1, clip_norm if clip_norm is not None else np.inf, norms)
+    return mag, c
 
 
 def _clip_scale(norms, clip_norm):
@@ -192,13 +235,18 @@ class _RowBlocks:
         return rank
 
 
-def _weighted_gram(X, rows, weights, rows2=None):
+def _weighted_gram(X, rows, weights, rows2=None, unit_rows=False):
     """``sum_r w_r x_{rows[r]} x_{rows2[r]}^T`` (d × d), chunked over rows.
 
     ``weights`` may be 2-D of shape (n, q): then the result is (d, d, q), one Gram
     per weight column, computed with one matrix product per chunk.
+    ``unit_rows=True`` uses ``x / ||x||`` (see :func:`_unit_rows`) instead of ``x``.
     """
     weights = np.asarray(weights, dtype=np.float64)
+
+    def take(r):
+        return _unit_rows(X[r])[0] if unit_rows else X[r]
+
     if rows2 is None and weights.ndim == 1 and np.all(weights >= 0):
         # Non-negative weights: (sqrt(w) X)^T (sqrt(w) X), one symmetric product per chunk.
         d = X.shape[1]
@@ -206,7 +254,7 @@ def _weighted_gram(X, rows, weights, rows2=None):
         root = np.sqrt(weights)
         chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
         for start in range(0, rows.shape[0], chunk):  # memory chunks
-            B = X[rows[start:start + chunk]] * root[start:start + chunk, None]
+            B = take(rows[start:start + chunk]) * root[start:start + chunk, None]
             out += B.T @ B
         return out
     squeeze = weights.ndim == 1
@@ -217,8 +265,8 @@ def _weighted_gram(X, rows, weights, rows2=None):
     chunk = max(1, _CHUNK_BYTES // (8 * max(1, d * q)))
     for start in range(0, n, chunk):  # loop over memory chunks, not users or rows
         r = rows[start:start + chunk]
-        Xa = X[r]
-        Xb = Xa if rows2 is None else X[rows2[start:start + chunk]]
+        Xa = take(r)
+        Xb = Xa if rows2 is None else take(rows2[start:start + chunk])
         weighted = (Xb[:, :, None] * W[start:start + chunk, None, :]).reshape(len(r), d * q)
         out += Xa.T @ weighted
     out = out.reshape(d, d, q)
@@ -455,13 +503,11 @@ def pairwise_statistic(X, y, blocks, label_clip):
     p2 = p1 + 1  # blocks are sorted by user, rows of a user are contiguous
     r1, r2 = blocks.rows[p1], blocks.rows[p2]
     codes = blocks.codes[p1]
-    nx = _row_norms(X)
-    denom = nx[r1] * nx[r2]
     yc = _clip_values(y, label_clip)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(denom > 0, yc[r1] * yc[r2] / np.where(denom > 0, denom, 1.0), 0.0)
-    w = w / np.maximum(n_pairs[codes], 1)
-    total = _weighted_gram(X, r1, w, rows2=r2)
+    w = yc[r1] * yc[r2] / np.maximum(n_pairs[codes], 1)
+    # Unit rows x / ||x|| are formed directly (never x * (y y' / (||x|| ||x'||))), so
+    # each pair matrix has norm <= |y y'| for any magnitude of x (zero rows give 0).
+    total = _weighted_gram(X, r1, w, rows2=r2, unit_rows=True)
     return (total + total.T) / 2.0
 
 

@@ -329,3 +329,24 @@ def test_noise_level_matches_report():
     gram, moment = draws[1], draws[2]
     assert_allclose(gram["sensitivity"], np.sqrt(2) * est.clip_norm**2, rtol=1e-12)
     assert_allclose(moment["sensitivity"], 2 * est.label_clip * est.clip_norm, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-155, 1e-160])
+@pytest.mark.parametrize("init", ["random", "private_pairwise"])
+def test_sensitivity_tiny_rows(scale, init):
+    """A canary with tiny rows (huge heads) stays within the stated sensitivities.
+
+    ``c^2 v_a v_b`` overflowed to ``inf * 0 = NaN`` (the fit raised, i.e. one
+    user could make it fail) and norms of subnormal squares under-clipped.
+    """
+    X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
+    keep = groups != user
+    rng = np.random.default_rng(0)
+    Xc, yc = rng.standard_normal((12, 4)) * scale, 1e3 * rng.standard_normal(12)
+    neighbour = (np.r_[X[keep], Xc], np.r_[y[keep], yc], np.r_[groups[keep], np.full(12, user)])
+
+    def fit_on(X, y, g):
+        return PrivAltMinRegressor(epsilon=1.0, max_iter=2, init=init, label_clip=1e3,
+                                   cold_start_share=0.0, random_state=0).fit(X, y, groups=g)
+
+    assert_sensitivity(fit_on, (X, y, groups), neighbour)

@@ -398,3 +398,21 @@ def test_noise_level_matches_report():
     pooled = np.concatenate(pooled)
     # ~330 standard normals: std within 15% of 1 has false-alarm rate < 1e-4
     assert abs(pooled.std() - 1.0) < 0.15
+
+
+@pytest.mark.parametrize("x_scale, v_scale", [(1e-160, 1e160), (1e-155, 1e150), (1e200, 1e100)])
+def test_clipped_gradient_bounded_for_any_magnitude(x_scale, v_scale):
+    """One user's clipped gradient g v^T has norm <= psi for tiny/huge g and v.
+
+    ``||g||`` from subnormal squares (g ~ 1e-160) came out 0 or too small, so a
+    huge head left the gradient unclipped.
+    """
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((6, 4)) * x_scale
+    y = 1e3 * rng.standard_normal(6)
+    blocks = _representation._RowBlocks(np.arange(6), np.zeros(6, dtype=int), 1)
+    V = np.array([[v_scale, -v_scale]])
+    P_all = X @ np.eye(4)[:, :2]
+    total, _ = _fedrep._clipped_gradient_sum(X, y, P_all, V, blocks, 1.0)
+    assert np.all(np.isfinite(total))
+    assert np.linalg.norm(total) <= 1.0 * (1 + 1e-12)

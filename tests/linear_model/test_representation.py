@@ -160,3 +160,27 @@ def test_spectral_statistic_sensitivity_under_cancellation(big, small, n_small):
     t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
     assert norms[-1] > psi  # the canary is clipped
     assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1e-155, 1e-158, 1e-160, 10**-161.6, 1e-200, 1e150, 1e300])
+def test_pairwise_contribution_bounded_for_any_magnitude(scale):
+    """One user's pair matrix has norm <= zeta^2 whatever the magnitude of its rows.
+
+    Dividing by ``||x|| ||x'||`` computed from subnormal squares gave norms up to
+    1.13 zeta^2 (or NaN) for rows near 1e-160.
+    """
+    X = np.array([[scale, 0.0], [0.7 * scale, 0.7 * scale]])
+    blocks = rep._RowBlocks(np.arange(2), np.zeros(2, dtype=int), 1)
+    total = rep.pairwise_statistic(X, np.array([3.0, -3.0]), blocks, 1.0)
+    assert np.all(np.isfinite(total))
+    assert np.linalg.norm(total) <= 1.0 * (1 + 1e-12)
+
+
+def test_unit_rows_and_row_norms_for_any_magnitude():
+    M = np.array([[3e-160, 4e-160], [3e-320, 4e-320], [3e200, 4e200], [0.0, 0.0],
+                  [np.inf, -np.inf]])
+    unit, norms = rep._unit_rows(M)
+    assert_allclose(np.linalg.norm(unit, axis=1), [1, 1, 1, 0, 1], rtol=1e-15)
+    assert_allclose(norms[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
+    assert norms[4] == np.inf
+    assert_allclose(rep._row_norms(M[:4])[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
