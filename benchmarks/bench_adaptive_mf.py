@@ -11,12 +11,15 @@ Usage::
     python benchmarks/bench_adaptive_mf.py                       # full size
     python benchmarks/bench_adaptive_mf.py --n-ratings 1000000   # smaller
 
-Appends one row per run to ``benchmarks/results/adaptive_mf_scale.csv``.
+Appends one row per run to ``benchmarks/results/adaptive_mf_scale.csv``;
+``--compare`` also writes ``adaptive_mf_scale_rmse.csv`` (test RMSE of the
+budget allocations at epsilon = 1 on this skewed ML-10M-sized problem).
 Timings on a shared machine are inflated by contention: the ``note`` column
 says so when given with ``--note``.
 """
 
 import argparse
+import csv
 import resource
 import time
 from pathlib import Path
@@ -35,11 +38,13 @@ def make_data(n_ratings, n_users, n_items, rank=8, seed=0):
     item_p /= item_p.sum()
     user_p = rng.lognormal(0.0, 1.0, n_users)
     user_p /= user_p.sum()
-    # Draw more pairs than needed, deduplicate, keep n_ratings.
-    n_draw = int(n_ratings * 1.15)
-    users = rng.choice(n_users, size=n_draw, p=user_p)
-    items = rng.choice(n_items, size=n_draw, p=item_p)
-    pairs = np.unique(users.astype(np.int64) * n_items + items)
+    # Draw pairs in rounds until n_ratings distinct ones (a few rounds).
+    pairs = np.empty(0, dtype=np.int64)
+    while pairs.size < n_ratings:
+        n_draw = int(1.2 * (n_ratings - pairs.size)) + 1000
+        users = rng.choice(n_users, size=n_draw, p=user_p)
+        items = rng.choice(n_items, size=n_draw, p=item_p)
+        pairs = np.unique(np.concatenate([pairs, users.astype(np.int64) * n_items + items]))
     pairs = rng.permutation(pairs)[:n_ratings]
     users, items = pairs // n_items, pairs % n_items
     U = rng.standard_normal((n_users, rank)) / np.sqrt(rank)
@@ -55,9 +60,13 @@ def main():
     parser.add_argument("--n-items", type=int, default=10_000)
     parser.add_argument("--n-components", type=int, default=32)
     parser.add_argument("--n-iter", type=int, default=5)
+    parser.add_argument("--reg", type=float, default=1.0)
     parser.add_argument("--solver", default="als", choices=["als", "sgd"])
     parser.add_argument("--weighting", default="adaptive")
     parser.add_argument("--note", default="")
+    parser.add_argument("--compare", action="store_true",
+                        help="also fit uniform/tail/adaptive at epsilon=1 on a 90/10 "
+                             "split and record test RMSE")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -68,7 +77,7 @@ def main():
 
     est = AdaptiveWeightMF(
         n_components=args.n_components, epsilon=1.0, delta=1e-5, rating_clip=2.0,
-        n_iter=args.n_iter, solver=args.solver, weighting=args.weighting,
+        n_iter=args.n_iter, solver=args.solver, weighting=args.weighting, reg=args.reg,
         user_budget=50, random_state=0, verbose=1,
     )
     t0 = time.perf_counter()
@@ -87,13 +96,63 @@ def main():
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "adaptive_mf_scale.csv"
     new = not out.exists()
-    with open(out, "a") as f:
+    with open(out, "a", newline="") as f:
+        writer = csv.writer(f)
         if new:
-            f.write("n_ratings,n_users,n_items,n_components,n_iter,solver,weighting,"
-                    "data_s,fit_s,predict_1e6_s,peak_rss_gb,note\n")
-        f.write(f"{y.size},{np.unique(groups).size},{np.unique(X).size},"
-                f"{args.n_components},{args.n_iter},{args.solver},{args.weighting},"
-                f"{t_data:.1f},{t_fit:.1f},{t_pred:.2f},{peak_gb:.2f},{args.note}\n")
+            writer.writerow(["n_ratings", "n_users", "n_items", "n_components", "n_iter",
+                             "solver", "weighting", "data_s", "fit_s", "predict_1e6_s",
+                             "peak_rss_gb", "note"])
+        writer.writerow([y.size, np.unique(groups).size, np.unique(X).size,
+                         args.n_components, args.n_iter, args.solver, args.weighting,
+                         f"{t_data:.1f}", f"{t_fit:.1f}", f"{t_pred:.2f}", f"{peak_gb:.2f}",
+                         args.note])
+    if args.compare:
+        compare(X, y, groups, args)
+
+
+def compare(X, y, groups, args):
+    """Test RMSE of uniform / tail / adaptive at epsilon=1 on a 90/10 split."""
+    from skdpp.model_selection import per_user_train_test_split
+
+    X_tr, X_te, y_tr, y_te, g_tr, g_te = per_user_train_test_split(
+        X, y, groups=groups, test_size=0.1, random_state=0
+    )
+    rows = []
+    mean = y_tr.mean()
+    rows.append(("mean only (non-private)", float(np.sqrt(np.mean((y_te - mean) ** 2))), 0.0))
+    users, codes = np.unique(g_tr, return_inverse=True)
+    bias = np.bincount(codes, weights=y_tr - mean) / (np.bincount(codes) + args.reg)
+    pred = mean + bias[np.searchsorted(users, g_te)]
+    rows.append(("mean + user bias (non-private)",
+                 float(np.sqrt(np.mean((y_te - pred) ** 2))), 0.0))
+    for name, score, _ in rows:
+        print(f"{name:<32} test RMSE {score:.4f}", flush=True)
+    for name, params in [("uniform", dict(weighting="uniform")),
+                         ("tail", dict(weighting="tail")),
+                         ("adaptive mu=1/4", dict(weighting="adaptive", mu=0.25)),
+                         ("adaptive mu=1/2", dict(weighting="adaptive", mu=0.5))]:
+        t0 = time.perf_counter()
+        est = AdaptiveWeightMF(
+            n_components=args.n_components, epsilon=1.0, delta=1e-5, rating_clip=2.0,
+            n_iter=args.n_iter, solver=args.solver, user_budget=50, reg=args.reg,
+            random_state=0, **params,
+        ).fit(X_tr, y_tr, g_tr)
+        pred = est.predict(X_te, g_te)
+        score = float(np.sqrt(np.mean((pred - y_te) ** 2)))
+        rows.append((name, score, time.perf_counter() - t0))
+        print(f"epsilon=1 {name:<16} test RMSE {score:.4f} "
+              f"({rows[-1][2]:.0f} s)", flush=True)
+    out = RESULTS / "adaptive_mf_scale_rmse.csv"
+    new = not out.exists()
+    with open(out, "a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(["n_ratings", "n_components", "n_iter", "reg", "solver",
+                             "epsilon", "method", "test_rmse", "fit_s"])
+        for name, score, secs in rows:
+            eps = "inf" if "non-private" in name else 1.0
+            writer.writerow([y.size, args.n_components, args.n_iter, args.reg, args.solver,
+                             eps, name, f"{score:.4f}", f"{secs:.0f}"])
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ with three budget allocations:
 * ``adaptive``: weights ``omega_i ~ n_hat_i^-mu`` (eq. (11)-(12)) for
   ``mu`` in {1/4, 1/3, 1/2}.
 
-and the RMSE by movie-frequency bucket at epsilon = 1 (5 buckets with an
+(and Recall@10 of :meth:`recommend`, App. D.1), and the RMSE by
+movie-frequency bucket at epsilon = 1 (5 buckets with an
 equal number of movies, by training count; the analogue of the paper's
 Fig. 4). Every run charges the DP mean and DP counts to the budget.
 
@@ -45,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from skdpp.datasets import load_movielens  # noqa: E402
 from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF  # noqa: E402
-from skdpp.metrics import rmse  # noqa: E402
+from skdpp.metrics import recall_at_k, rmse  # noqa: E402
 from skdpp.model_selection import per_user_train_test_split  # noqa: E402
 
 try:
@@ -83,6 +84,9 @@ bucket_of_movie = dict(zip(movies[order], np.arange(movies.size) * N_BUCKETS // 
 test_bucket = np.array([bucket_of_movie.get(m, -1) for m in X_te[:, 0]])
 
 
+test_users = np.unique(g_te)
+
+
 def bucket_rmse(pred):
     return [rmse(y_te[test_bucket == b], pred[test_bucket == b]) for b in range(N_BUCKETS)]
 
@@ -93,17 +97,20 @@ for eps in EPSILONS + [np.inf]:
     for name, params in METHODS.items():
         if eps == np.inf and name != "uniform":
             continue
-        scores, buckets = [], []
+        scores, buckets, recalls = [], [], []
         for seed in SEEDS if eps != np.inf else [0]:
             est = AdaptiveWeightMF(epsilon=eps, random_state=seed, **COMMON, **params)
             est.fit(X_tr, y_tr, g_tr)
             pred = est.predict(X_te, groups=g_te)
             scores.append(rmse(y_te, pred))
             buckets.append(bucket_rmse(pred))
+            recs = est.recommend(test_users, n_items=10, exclude_seen=True)
+            recalls.append(recall_at_k(recs, g_te, X_te[:, 0], k=10, users=test_users))
         label = name if eps != np.inf else "non-private (eps=inf)"
-        rows.append((eps, label, float(np.mean(scores)), float(np.std(scores))))
+        rows.append((eps, label, float(np.mean(scores)), float(np.std(scores)),
+                     float(np.mean(recalls))))
         print(f"eps={eps:<4g} {label:<22} RMSE={np.mean(scores):.4f} "
-              f"(+/- {np.std(scores):.4f})")
+              f"(+/- {np.std(scores):.4f})  Recall@10={np.mean(recalls):.4f}")
         if eps in (1.0, np.inf):
             bucket_rows.append((eps, label, *np.mean(buckets, axis=0)))
 
@@ -114,14 +121,14 @@ resid = np.clip(y_tr - est.mean_, -2.0, 2.0)
 users, codes = np.unique(g_tr, return_inverse=True)
 bias = np.bincount(codes, weights=resid) / (np.bincount(codes) + COMMON["reg"])
 pred = est.mean_ + np.clip(bias[np.searchsorted(users, g_te)], -2.0, 2.0)
-rows.append((1.0, "bias only (eps=1 mean)", float(rmse(y_te, pred)), 0.0))
+rows.append((1.0, "bias only (eps=1 mean)", float(rmse(y_te, pred)), 0.0, np.nan))
 bucket_rows.append((1.0, "bias only (eps=1 mean)", *bucket_rmse(pred)))
 print(f"bias only RMSE={rmse(y_te, pred):.4f}")
 print(f"total time {time.perf_counter() - start:.1f} s")
 
 RESULTS.mkdir(parents=True, exist_ok=True)
 with open(RESULTS / "adaptive_mf_movielens.csv", "w") as f:
-    f.write("epsilon,method,rmse_mean,rmse_std\n")
+    f.write("epsilon,method,rmse_mean,rmse_std,recall_at_10\n")
     for r in rows:
         f.write(",".join(str(v) for v in r) + "\n")
 with open(RESULTS / "adaptive_mf_movielens_buckets.csv", "w") as f:
