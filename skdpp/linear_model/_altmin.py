@@ -363,6 +363,10 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       its ``S^0`` row. Alg. 3's ``sym`` is ``(M + M^T)/2`` (not the
       replication of the upper triangle, which can increase the norm).
     * The cold-start head is not in the paper; it has its own budget share.
+    * Floating point: heads are solved on per-user rescaled rows; a head or
+      gradient that still overflows (values near the float maximum) is set to
+      zero. This depends on that user's rows only, so the bounds above hold for
+      any finite input.
 
     References
     ----------

@@ -60,7 +60,11 @@ def _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm):
     rows = grad_blocks.rows
     resid = y[rows] - np.einsum("ij,ij->i", P_all[rows], V[grad_blocks.codes])
     b = np.maximum(grad_blocks.counts, 1)
-    g = grad_blocks.weighted_row_sum(-2.0 * resid / b[grad_blocks.codes], X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = grad_blocks.weighted_row_sum(-2.0 * resid / b[grad_blocks.codes], X)
+    # A gradient that is not a number (inf - inf for magnitudes near the float maximum)
+    # contributes zero: a function of that user's rows and the public U only.
+    g[np.isnan(g).any(axis=1)] = 0.0
     # clip(g v^T) = min(||g|| ||v||, psi) * unit(g) unit(v)^T: formed from unit vectors so
     # that the bound holds for any magnitudes (no inexact ||g|| ||v|| in a division).
     g_unit, g_norm = _unit_rows(g)
@@ -294,6 +298,10 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       population statistic is positive semi-definite.
     * The cold-start head (a DP mean of clipped heads) is not in the paper; it
       has its own budget share.
+    * Floating point: heads are solved on per-user rescaled rows; a head or
+      gradient that still overflows (values near the float maximum) is set to
+      zero. This depends on that user's rows only, so the bounds above hold for
+      any finite input.
 
     The per-user gradient clipping is the paper's; its clipping *level*
     ``ψ`` must not be chosen from the private data (tune it on public or

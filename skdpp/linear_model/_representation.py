@@ -315,7 +315,8 @@ def fit_heads(X, y, U, blocks, P_all=None):
     Returns
     -------
     V : ndarray of shape (n_users, k)
-        Zero for users without rows in ``blocks``.
+        Zero for users without rows in ``blocks`` (and for users whose head
+        overflows: magnitudes near the float maximum).
     P : ndarray of shape (len(blocks), k)
         ``X[blocks.rows] @ U`` (reused by callers).
     """
@@ -323,9 +324,30 @@ def fit_heads(X, y, U, blocks, P_all=None):
         P = P_all[blocks.rows]
     else:
         P = X[blocks.rows] @ U if len(blocks) else np.zeros((0, U.shape[1]))
-    A = blocks.gram(P)
-    r = blocks.sum(P * y[blocks.rows][:, None])
-    return _solve_heads(A, r, blocks.counts), P
+    yb = y[blocks.rows]
+    # Each user's system is solved for P / max|P| and y / max|y| (no overflow in the
+    # k x k Grams for any finite values; the relative ridge is scale invariant), then
+    # v = v' max|y| / max|P|. Heads that are still not finite (pathological magnitudes,
+    # e.g. X @ U overflowing) are set to zero: a function of the user's own rows only.
+    n_users = blocks.n_users
+    sp_, sy_ = np.ones(n_users), np.ones(n_users)
+    nz = blocks.counts > 0
+    if len(blocks) and P.shape[1]:
+        starts = blocks.indptr[:-1][nz]
+        with np.errstate(invalid="ignore"):
+            mp = np.maximum.reduceat(np.max(np.abs(P), axis=1), starts)
+            my = np.maximum.reduceat(np.abs(yb), starts)
+        sp_[nz] = np.where(mp > 0, mp, 1.0)
+        sy_[nz] = np.where(my > 0, my, 1.0)
+    bad = ~np.isfinite(sp_)
+    with np.errstate(invalid="ignore", over="ignore"):
+        Ps = P / sp_[blocks.codes][:, None]
+        Ps[bad[blocks.codes]] = 0.0
+        A = blocks.gram(Ps)
+        r = blocks.sum(Ps * (yb / sy_[blocks.codes])[:, None])
+        V = _solve_heads(A, r, blocks.counts) * (sy_ / sp_)[:, None]
+    V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
+    return V, P
 
 
 def random_init(n_features, n_components, rng):

@@ -416,3 +416,20 @@ def test_clipped_gradient_bounded_for_any_magnitude(x_scale, v_scale):
     total, _ = _fedrep._clipped_gradient_sum(X, y, P_all, V, blocks, 1.0)
     assert np.all(np.isfinite(total))
     assert np.linalg.norm(total) <= 1.0 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("x_scale, y_scale", [(1e155, 1.0), (1e300, 1e300), (1e-300, 1e300)])
+@pytest.mark.parametrize("batch_mode", ["same", "disjoint"])
+def test_sensitivity_extreme_magnitudes(x_scale, y_scale, batch_mode):
+    """A canary with extreme (finite) values neither breaks the bounds nor makes fit raise.
+
+    The per-user head Grams overflowed (rows ~1e155) and the batched solve raised
+    LinAlgError: one user could make the fit fail.
+    """
+    X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
+    keep = groups != user
+    rng = np.random.default_rng(0)
+    Xc, yc = rng.standard_normal((7, 4)) * x_scale, rng.standard_normal(7) * y_scale
+    neighbour = (np.r_[X[keep], Xc], np.r_[y[keep], yc], np.r_[groups[keep], np.full(7, user)])
+    fit_on = _fit_on(epsilon=1.0, max_iter=2, batch_mode=batch_mode)
+    assert len(assert_sensitivity(fit_on, (X, y, groups), neighbour)) == 4
