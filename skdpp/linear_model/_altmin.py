@@ -46,7 +46,7 @@ def _kron_gram(X, rows, V_rows, weights, unit_rows=False):
 
 
 def _weighted_cross(X, rows, W, unit_rows=False):
-    """``sum_r x_{rows[r]} w_r^T`` (``d × q``), chunked over rows (``x / ||x||`` if ``unit_rows``)."""
+    """``sum_r x_{rows[r]} w_r^T`` (``d × q``), chunked; ``x / ||x||`` if ``unit_rows``."""
     d = X.shape[1]
     out = np.zeros((d, W.shape[1]))
     chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
