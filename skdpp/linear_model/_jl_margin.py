@@ -108,7 +108,7 @@ def _random_candidates(jl_dim, n_components, n_candidates, rng):
 
 
 def _precondition(basis, M, *, ridge=_RIDGE):
-    """``orth((M M^T + lambda I)^{-1} P)``: the frame whose embedding ``M^T U~`` is closest to ``span(P)``'s preimage.
+    """``orth((M M^T + lambda I)^{-1} P)``: frames whose embedding follows ``span(P)``.
 
     The subspace release estimates ``span(M U*)``; the classifier of a
     candidate is ``<x, M^T U~ v>``, and ``M^T U~`` is proportional to
@@ -218,7 +218,7 @@ def _candidate_user_losses(Z, y, codes, n_users, candidates, directions, thresho
 
     Computes, for every candidate ``U~_c`` and user ``i``,
 
-        t_{c,i} = min_{u in D_i} (1/|S_i^0|) sum_{(z, y) in (S_i^0)_M} 1[y <U~_c^T z, u> <= rho / Gamma]
+        t_{c,i} = min_{u in D_i} mean_{(z, y) in (S_i^0)_M} 1[y <U~_c^T z, u> <= rho / Gamma]
 
     an upper bound of ``min_{||v|| <= Gamma} L^_rho(U~_c, v; (S_i^0)_M)``
     (Alg. 3, score ``f``): the minimum over ``v`` is attained at ``||v|| = Gamma``
@@ -699,7 +699,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     * ``subspace`` (only ``candidates="subspace"``): ``sum_i u_i u_i^T`` with
       ``u_i = a_i / ||a_i||`` the unit direction of ``a_i``, the mean of
-      ``y M x`` over user ``i``'s ``S^0`` rows (``u_i = 0`` if ``a_i = 0``).
+      ``y M x`` over user ``i``'s scoring rows (all its rows by default,
+      ``S^0`` with ``split="half"``; ``u_i = 0`` if ``a_i = 0``).
       Each contribution has Frobenius norm ``<= 1`` and, for unit vectors,
       ``||u u^T - w w^T||_F <= sqrt(2)``: Frobenius sensitivity ``sqrt(2)``
       under replace-one-user; symmetric Gaussian noise.  Post-processing:
@@ -708,19 +709,23 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
       the estimated subspace rather than along ``M^T M`` times it;
       ``lambda = 0.03 max(d / k', 1)``) and the candidates are
       ``orth(P' + s_c G_c)``, ``G_c`` i.i.d. ``N(0, 1/k')``, ``s_c`` evenly
-      spaced in ``[0, 1]`` (``s_0 = 0``).  Normalising ``a_i`` (instead of
+      spaced in ``[0, s_max]`` (``s_0 = 0``), ``s_max`` twice the
+      Davis-Kahan bound ``2 sigma sqrt(k') / gap`` computed from the released
+      eigengap, clipped to ``[0.1, 1]``.  Normalising ``a_i`` (instead of
       clipping it to ``r``) makes every user count equally and gives far
       less noise when ``||a_i|| << r``.
     * ``selection``: the exponential mechanism (Alg. 3, line 4) over the
       candidates with score ``f``; sensitivity ``1/n`` because every user's
       term lies in ``[0, 1]`` and depends only on that user's rows.
     * ``cold_start``: the exponential mechanism over the public direction
-      grid with score ``-(1/n) sum_i L^_rho(U~, Gamma u; (S_i^0)_M)``;
-      sensitivity ``1/n``.  Unseen users (and known users without rows in
+      grid with score ``-(1/n) sum_i L^_rho(U~, Gamma u; (S_i)_M)`` on the
+      scoring rows; sensitivity ``1/n``.  Unseen users (and known users without rows in
       their head set) predict with ``cold_start_heads_``.
 
-    **Budget plan.** Phases ``subspace`` (``subspace_share``), ``selection``
-    (the rest) and ``cold_start`` (``cold_start_share``); with one-vs-rest,
+    **Budget plan.** Phases ``subspace`` (``subspace_share``, default 0.7),
+    ``selection`` (the rest, default 0.25; 0.95 with ``candidates="random"``)
+    and ``cold_start`` (``cold_start_share``, default 0.05), as shares of the
+    zCDP budget (see :func:`skdpp.privacy.calibrate`); with one-vs-rest,
     each of the ``n_classes`` binary problems gets ``1/n_classes`` of every
     share (phase names suffixed ``[p]``).  The plan is calibrated by
     :func:`skdpp.privacy.calibrate` so the composition meets
@@ -760,8 +765,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     **Data-dependent quantities.** Only public ones: the number of users,
     ``n_features`` and the classes (the label set is treated as public, as
-    in all scikit-learn classifiers, unless given by ``classes``).  The JL matrix, direction grid and
-    random candidates are public randomness.
+    in all scikit-learn classifiers, unless given by ``classes``).  The JL
+    matrix, direction grid and random candidates are public randomness; the
+    candidate spread uses only the subspace release.
 
     Floating-point noise is not hardened against floating-point side channels.
 

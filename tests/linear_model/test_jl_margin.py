@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
-from sklearn.base import clone
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skdpp.linear_model import _jl_margin as jlm
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from skdpp.privacy import PrivacyAccountant, calibrate, mechanisms
+from skdpp.utils._grouped import UserIndex
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -386,11 +386,14 @@ def _audit_setup(monkeypatch):
 
 
 def test_audit_lower_bound_respects_epsilon(monkeypatch):
+    # Seeded (seeds 0..599); for a correct 1-DP fit the Clopper-Pearson bound
+    # exceeds 1 with probability <= alpha = 0.01 (the false-alarm rate).
     run = _audit_setup(monkeypatch)(epsilon=1.0)
     assert audit_epsilon_lower_bound(run, 300, alpha=0.01) <= 1.0
 
 
 def test_audit_catches_noise_off(monkeypatch):
+    # Broken variant: the exponential mechanism becomes the argmax.
     run = _audit_setup(monkeypatch)(epsilon=1.0)
     with noise_off():
         assert audit_epsilon_lower_bound(run, 300, alpha=0.01) > 1.0
@@ -452,7 +455,6 @@ def test_deterministic_given_random_state():
 
 
 def test_split_of_a_user_does_not_depend_on_other_users():
-    rng = np.random.RandomState(0)
     codes = np.repeat(np.arange(5), [3, 4, 5, 6, 7])
     codes2 = np.repeat(np.arange(5), [3, 40, 5, 6, 7])  # user 1 replaced
     m1 = jlm._split_half(codes, 5, np.random.RandomState(1))
@@ -461,7 +463,14 @@ def test_split_of_a_user_does_not_depend_on_other_users():
         assert_array_equal(m1[codes == u], m2[codes2 == u])
     counts = np.bincount(codes[m1], minlength=5)
     assert_array_equal(counts, [2, 2, 3, 3, 4])
-    del rng
+
+
+def test_half_split_users_with_one_row_get_the_cold_start_head():
+    X, y, g = make_margin_data(12, 4, 6, seed=35)
+    keep = (g != 3) | (np.arange(len(g)) % 4 == 0)        # user 3 keeps one row
+    clf = JLMarginClassifier(random_state=0, split="half", **FAST)
+    clf.fit(X[keep], y[keep], groups=g[keep])
+    assert_array_equal(clf.heads_[3], clf.cold_start_heads_)
 
 
 def test_decision_function_is_inner_product_with_personal_weights():
@@ -496,8 +505,7 @@ def test_personalize_adds_users_without_touching_the_release():
     # a new user's head is the local fit on its rows, not the cold start
     ref = JLMarginClassifier(random_state=0, **FAST).fit(X[g < 15], y[g < 15],
                                                          groups=g[g < 15])
-    local = ref._fit_personal(X[new], y[new], __import__(
-        "skdpp.utils._grouped", fromlist=["UserIndex"]).UserIndex.from_groups(g[new]))
+    local = ref._fit_personal(X[new], y[new], UserIndex.from_groups(g[new]))
     assert_allclose(clf.heads_[15:], local["heads_"], rtol=0, atol=0)
 
 
