@@ -172,7 +172,7 @@ def _split_half(codes, n_users, rng):
     rows, so one user's split never depends on another user's number of rows
     (the random stream is the same for neighbouring datasets).
     """
-    seeds = rng.randint(0, 2**32, size=(n_users, 2)).astype(np.uint64)
+    seeds = rng.randint(0, 2**32, size=(n_users, 2), dtype=np.uint32).astype(np.uint64)
     seeds = (seeds[:, 0] << np.uint64(32)) | seeds[:, 1]
     order, counts, starts = _sorted_blocks(codes, n_users)
     pos = np.empty(codes.shape[0], dtype=np.uint64)
@@ -267,28 +267,34 @@ def _candidate_user_losses(Z, y, codes, n_users, candidates, directions, thresho
     denom = np.maximum(counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, _direction_grid(2, n_dir, None))
-    per_cand = (n_rows * 120 + n_users * (n_dir + 1) * 16 if circle
-                else n_rows * ((n_dir + 1) * 17 + 6 * k * 8))
-    chunk = int(max(1, chunk_bytes // per_cand))
-    for lo in range(0, n_cand, chunk):  # loop over candidate chunks (memory), not users
-        cand = candidates[lo:lo + chunk]
+    # memory per candidate: the projections (outer chunks) and the loss counts
+    # of the grid directions (inner chunks)
+    outer = int(max(1, chunk_bytes // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
+    per_grid = (n_rows * 220 + n_users * (n_dir + 1) * 24 if circle
+                else n_rows * (n_dir * 17) + n_users * n_dir * 4)
+    inner = int(max(1, chunk_bytes // per_grid))
+    for lo in range(0, n_cand, outer):  # loop over candidate chunks (memory), not users
+        cand = candidates[lo:lo + outer]
         b = cand.shape[0]
         flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-        yF = (yZ @ flat).reshape(n_rows * b, k)              # y U~_c^T z, rows x cands
+        yF = (yZ @ flat).reshape(n_rows, b, k)               # y U~_c^T z, rows x cands
         own = (sums @ flat).reshape(n_users, b, k)           # U~_c^T sum_j y_j z_j
         norms = np.linalg.norm(own, axis=-1, keepdims=True)
         own = np.divide(own, norms, out=np.zeros_like(own), where=norms > 0)
-        # 1[y <U~^T z, u> <= rho / Gamma] for the grid directions and the own direction
-        if circle:
-            cnt_grid = _circle_grid_loss_counts(yF.reshape(n_rows, b, k), row_user, counts,
-                                                n_dir, threshold)
-        else:
-            loss_grid = (yF @ dirs_t <= threshold).reshape(n_rows, b * n_dir)
-            cnt_grid = (owner @ loss_grid.astype(np.float32)).reshape(n_users, b, n_dir)
-        loss_own = np.einsum("nbk,nbk->nb", yF.reshape(n_rows, b, k),
-                             own[row_user]) <= threshold
-        cnt_own = owner @ loss_own.astype(np.float32)
-        best = np.minimum(cnt_grid.min(axis=-1), cnt_own)     # (n_users, b) counts
+        # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
+        loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
+        best = owner @ loss_own.astype(np.float32)            # (n_users, b) counts
+        # ... and for the grid directions
+        for j in range(0, b, inner):
+            sub = yF[:, j:j + inner]
+            bs = sub.shape[1]
+            if circle:
+                cnt_grid = _circle_grid_loss_counts(sub, row_user, counts, n_dir, threshold)
+            else:
+                loss_grid = (sub.reshape(n_rows * bs, k) @ dirs_t <= threshold)
+                cnt_grid = (owner @ loss_grid.reshape(n_rows, bs * n_dir).astype(np.float32)
+                            ).reshape(n_users, bs, n_dir)
+            best[:, j:j + bs] = np.minimum(best[:, j:j + bs], cnt_grid.min(axis=-1))
         out[lo:lo + b] = (best / denom).T
     return out
 
@@ -938,6 +944,11 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                                   head_bound=self.head_bound, margin=self.margin)
         else:
             jl_dim = int(self.jl_dim)
+            if jl_dim < self.n_components:
+                raise ValueError(
+                    f"jl_dim={jl_dim} is smaller than n_components={self.n_components}: "
+                    f"the JL space must hold a rank-{self.n_components} frame. Pass "
+                    f"jl_dim >= n_components or jl_dim='auto'.")
 
         # Budget plan (named phases), calibrated over all planned releases.
         phases = _budget_phases(n_problems, self.candidates, self.subspace_share,

@@ -98,8 +98,9 @@ def test_user_losses_match_loop_reference():
     assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
-def test_user_losses_chunking_does_not_change_result():
-    Z, y, codes, n, cands, dirs = small_problem(n_candidates=9)
+@pytest.mark.parametrize("k", [2, 3])
+def test_user_losses_chunking_does_not_change_result(k):
+    Z, y, codes, n, cands, dirs = small_problem(n_candidates=9, k=k)
     full = jlm._candidate_user_losses(Z, y, codes, n, cands, dirs, 0.05)
     chunked = jlm._candidate_user_losses(Z, y, codes, n, cands, dirs, 0.05, chunk_bytes=1)
     assert_allclose(chunked, full, rtol=0, atol=0)
@@ -595,6 +596,12 @@ def test_subspace_needs_positive_delta_and_shares_below_one():
     with pytest.raises(ValueError, match="subspace_share"):
         JLMarginClassifier(subspace_share=0.7, cold_start_share=0.3, **FAST).fit(X, y,
                                                                                  groups=g)
+
+
+def test_jl_dim_below_n_components_raises():
+    X, y, g = make_margin_data(10, 3, 6, seed=36)
+    with pytest.raises(ValueError, match="jl_dim=1 is smaller than n_components=2"):
+        JLMarginClassifier(n_components=2, jl_dim=1).fit(X, y, groups=g)
 
 
 def test_no_clipping_only_without_privacy():
