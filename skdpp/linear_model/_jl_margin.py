@@ -1001,6 +1001,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                               "around the top eigenvectors of the DP 'subspace' release "
                               "(Gaussian mechanism: the fit is (epsilon, delta)-DP)."),
         ]
+        notes.append("The label set classes_ is treated as public"
+                     + (" (given by `classes`)." if self.classes is not None
+                        else " (inferred from y; pass `classes` to fix it)."))
         if n_problems > 1:
             notes.append(f"One-vs-rest over {n_problems} classes: the budget is split "
                          f"equally across the {n_problems} binary problems.")
