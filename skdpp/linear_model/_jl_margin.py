@@ -379,10 +379,22 @@ def _subspace_statistic(Z, y, codes, n_users):
     ``||a a^T - b b^T||_F^2 = ||a||^4 + ||b||^4 - 2 (a^T b)^2 <= 2``, so ``sqrt(2)``
     (see :func:`_subspace_sensitivity`).
     """
-    a = _label_weighted_means(Z, y, codes, n_users)
-    norms = np.linalg.norm(a, axis=1, keepdims=True)
-    u = np.divide(a, norms, out=np.zeros_like(a), where=norms > 0)   # 0 stays 0
+    u = _unit_rows(_label_weighted_means(Z, y, codes, n_users))     # 0 stays 0
     return u.T @ u
+
+
+def _unit_rows(a):
+    """Rows of ``a`` scaled to unit norm (zero rows stay zero), underflow-safe.
+
+    The norm is computed after dividing each row by its largest absolute
+    entry: ``np.linalg.norm`` squares the entries, and for rows of magnitude
+    ~1e-162 the squares underflow, so ``a / ||a||`` could have norm far above
+    1 (a user could then contribute far more than the stated sensitivity).
+    """
+    absmax = np.max(np.abs(a), axis=1, keepdims=True)
+    scaled = np.divide(a, absmax, out=np.zeros_like(a), where=absmax > 0)  # max entry 1
+    norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]        # >= 1 or 0
+    return np.divide(scaled, norms, out=np.zeros_like(a), where=norms > 0)
 
 
 def _subspace_sensitivity():
@@ -615,7 +627,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     candidates : {"subspace", "random"}, default="subspace"
         Candidate generator.  ``"random"``: data-independent Haar-random
         orthonormal frames (the paper's construction with a finite random
-        subset of the cover; pure ``epsilon``-DP).  ``"subspace"``: first a
+        subset of the cover; exponential mechanisms only, pure ``epsilon``-DP
+        with ``delta=0``).  ``"subspace"``: first a
         Gaussian-mechanism release of a noisy ``k' x k'`` second-moment matrix
         of the users' label-weighted mean directions, whose top
         ``n_components`` eigenvectors seed the candidates (see Notes); the fit
@@ -696,8 +709,11 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     of users is public); jointly DP in the billboard model: everything in
     ``fit`` that depends on more than one user is released through a DP
     mechanism; each head is a function of the releases and its user's rows.
-    With ``candidates="random"`` the fit is ``epsilon``-DP (pure: exponential
-    mechanisms only, basic composition); with ``candidates="subspace"`` it is
+    With ``candidates="random"`` only exponential mechanisms run: with
+    ``delta=0`` the fit is pure ``epsilon``-DP (basic composition); with
+    ``delta > 0`` the accountant may use the tighter ``(epsilon, delta)``
+    bound (e.g. with many one-vs-rest problems), and the report states the
+    ``delta`` spent.  With ``candidates="subspace"`` it is
     ``(epsilon, delta)``-DP (a Gaussian release composed with exponential
     mechanisms, accounted by the accountant).
 
@@ -996,7 +1012,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         notes = [
             "Shared embedding U_priv = M^T U~ selected by the exponential mechanism "
             "over a finite candidate set (Snedeker et al. 2025, Alg. 3).",
-            "Candidates: " + ("data-independent random orthonormal frames (pure DP)."
+            "Candidates: " + ("data-independent random orthonormal frames "
+                              "(exponential mechanisms only; pure DP with delta=0)."
                               if self.candidates == "random" else
                               "around the top eigenvectors of the DP 'subspace' release "
                               "(Gaussian mechanism: the fit is (epsilon, delta)-DP)."),

@@ -279,6 +279,41 @@ def test_sensitivity_harness_multiclass_and_split():
         assert_sensitivity(fit, (X, y, g), (X2, y2, g2))
 
 
+def _underflowing_direction(jl_dim):
+    """A vector whose entries' squares underflow: 1.6e-162**2 rounds up to the
+    smallest subnormal, 1.5e-162**2 rounds down to 0."""
+    z = np.full(jl_dim, 1.5e-162)
+    z[0] = 1.6e-162
+    return z
+
+
+def test_subspace_contribution_has_unit_norm_for_tiny_means():
+    """Normalising ``a / np.linalg.norm(a)`` underflows for ||a|| ~ 1e-162."""
+    z = _underflowing_direction(64)
+    stat = jlm._subspace_statistic(z[None], np.array([1.0]), np.array([0]), 1)
+    assert np.linalg.norm(stat) == pytest.approx(1.0, rel=1e-12)
+    u = z * 1e162 / np.linalg.norm(z * 1e162)
+    assert_allclose(stat, np.outer(u, u), rtol=0, atol=1e-12)
+    assert_array_equal(jlm._subspace_statistic(np.zeros((2, 3)), np.ones(2),
+                                               np.array([0, 1]), 2), 0.0)
+
+
+def test_sensitivity_harness_tiny_row_from_public_jl_matrix():
+    """One row x with M x = z (M is public): its contribution stays rank one, norm 1."""
+    X, y, g = make_margin_data(10, 4, 10, seed=8)
+    params = dict(FAST, jl_dim=8, candidates="subspace", epsilon=1.0, random_state=0)
+    M = JLMarginClassifier(**params).fit(X, y, groups=g).jl_matrix_
+    x = np.linalg.lstsq(M, _underflowing_direction(8), rcond=None)[0]
+    mine = g == 1
+    neighbour = (np.concatenate([X[~mine], x[None]]), np.concatenate([y[~mine], ["pos"]]),
+                 np.concatenate([g[~mine], [1]]))
+
+    def fit(X_, y_, g_):
+        JLMarginClassifier(**params).fit(X_, y_, groups=g_)
+
+    assert max(assert_sensitivity(fit, (X, y, g), neighbour)) <= 1 + 1e-9
+
+
 def test_subspace_noise_has_the_calibrated_scale():
     X, y, g = make_margin_data(30, 4, 50, seed=14)
     clf = JLMarginClassifier(random_state=0, n_components=1, jl_dim=40, n_candidates=4,
