@@ -1018,9 +1018,11 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                               "around the top eigenvectors of the DP 'subspace' release "
                               "(Gaussian mechanism: the fit is (epsilon, delta)-DP)."),
         ]
-        notes.append("The label set classes_ is treated as public"
-                     + (" (given by `classes`)." if self.classes is not None
-                        else " (inferred from y; pass `classes` to fix it)."))
+        notes.append("The label set classes_ is public (given by `classes`)."
+                     if self.classes is not None else
+                     "NOT COVERED: the label set classes_ was inferred from y and is "
+                     "released as is (one user holding a unique label changes it). "
+                     "Pass `classes` to make it public and covered by the guarantee.")
         if n_problems > 1:
             notes.append(f"One-vs-rest over {n_problems} classes: the budget is split "
                          f"equally across the {n_problems} binary problems.")
