@@ -9,11 +9,11 @@ def run(random_state=0):
     from ..linear_model._ppsgd import PPSGDRegressor
 
     X, y, groups, info = make_additive_personalized_regression(
-        n_users=2000, n_features=10, n_samples_per_user=50, n_personal_features=3,
-        personal_scale=1.0, global_scale=1.0, noise=0.1, random_state=random_state)
+        n_users=5000, n_features=10, n_samples_per_user=20, n_personal_features=2,
+        personal_scale=2.0, global_scale=1.0, noise=0.1, random_state=random_state)
     var = info.feature_variances
-    print("Additive model y = <x, w + theta_i>: 2000 users x 50 rows, d=10, users differ "
-          "on 3 coordinates.")
+    print("Additive model y = <x, w + theta_i>: 5000 users x 20 rows, d=10, users differ "
+          "on 2 coordinates.")
 
     def excess_risk(est):
         full = est.coef_ + est.offsets_
@@ -22,7 +22,7 @@ def run(random_state=0):
     report = None
     for alpha, name in [(0.0, "local only "), (1.0, "personalized"), (np.inf, "global only")]:
         est = PPSGDRegressor(epsilon=1.0, delta=1e-6, clip_norm=2.0, alpha=alpha,
-                             learning_rate=0.5, n_rounds=100, fit_intercept=False,
+                             learning_rate=0.5, n_rounds=60, fit_intercept=False,
                              random_state=random_state).fit(X, y, groups=groups)
         print(f"  {name} (alpha={alpha:<3}) epsilon=1: excess risk {excess_risk(est):.4f}, "
               f"epsilon spent {est.privacy_report_.epsilon_spent:.3g}")

@@ -334,6 +334,13 @@ def test_noise_multiplier_override_reports_spent_epsilon():
     assert_allclose(est.privacy_report_.epsilon, expected, rtol=1e-9)
 
 
+def test_noise_multiplier_override_with_alpha_zero_spends_nothing():
+    X, y, groups, _, _ = _additive_data()
+    est = PPSGDRegressor(noise_multiplier=2.0, alpha=0.0, n_rounds=5,
+                         random_state=0).fit(X, y, groups)
+    assert est.privacy_report_.epsilon_spent == 0.0
+
+
 # --------------------------------------------------------------------------- #
 # Privacy: harness (sensitivity, broken variants, audit, noise level)
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,90 @@
+"""Speed and memory of PPSGDRegressor.fit: time per round and peak memory.
+
+Settings: the paper's synthetic setting (Bietti et al. 2022, §6: N = 1000
+users, d = 100, minibatch 10; 100 stored rows per user, so 1000 rounds make
+10 passes), then 10^5 and 10^6 users, with every user in every round
+(``sample_rate=1``) and with client sampling (``sample_rate=0.1``).
+
+Peak memory is measured with ``tracemalloc`` (numpy reports its buffers to
+it) during ``fit`` only, i.e. on top of the input arrays. Timings are
+wall-clock on a shared 2-core machine (other jobs running): treat them as
+upper bounds.
+
+Writes ``benchmarks/results/ppsgd_benchmark.csv`` and prints a markdown table
+(copied into ``benchmarks/results/ppsgd_benchmark.md``).
+Run: ``python benchmarks/bench_ppsgd.py``
+"""
+
+import csv
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from skdpp.linear_model._ppsgd import PPSGDRegressor
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# (n_users, rows per user, n_features, batch_size, n_rounds, sample_rate)
+SETTINGS = [
+    (1_000, 100, 100, 10, 1000, 1.0),
+    (1_000, 100, 100, 10, 1000, 0.1),
+    (100_000, 10, 20, 10, 50, 1.0),
+    (100_000, 10, 20, 10, 200, 0.1),
+    (1_000_000, 4, 8, 4, 10, 1.0),
+    (1_000_000, 4, 8, 4, 50, 0.1),
+]
+
+
+def make_data(n_users, n_rows, d, seed=0):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_users), n_rows)
+    X = rng.standard_normal((n_users * n_rows, d))
+    w = rng.standard_normal(d)
+    y = X @ w + 0.1 * rng.standard_normal(len(groups))
+    return X, y, groups
+
+
+def main():
+    rows = []
+    for n_users, n_rows, d, batch, n_rounds, q in SETTINGS:
+        X, y, groups = make_data(n_users, n_rows, d)
+        est = PPSGDRegressor(epsilon=1.0, delta=1e-8, clip_norm=1.0, alpha=1.0,
+                             learning_rate=0.1, n_rounds=n_rounds, batch_size=batch,
+                             sample_rate=q, random_state=0)
+        tracemalloc.start()
+        start = time.perf_counter()
+        est.fit(X, y, groups=groups)
+        elapsed = time.perf_counter() - start
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        # Time of the rounds alone: the same fit with one round, subtracted.
+        one = PPSGDRegressor(**{**est.get_params(), "n_rounds": 1})
+        start = time.perf_counter()
+        one.fit(X, y, groups=groups)
+        overhead = time.perf_counter() - start
+        per_round = (elapsed - overhead) / max(n_rounds - 1, 1)
+        row = {"n_users": n_users, "rows_per_user": n_rows, "n_features": d,
+               "batch_size": batch, "sample_rate": q, "n_rounds": n_rounds,
+               "fit_seconds": round(elapsed, 3), "setup_seconds": round(overhead, 3),
+               "ms_per_round": round(1e3 * per_round, 3),
+               "peak_fit_memory_MB": round(peak / 2**20, 1),
+               "input_MB": round((X.nbytes + y.nbytes + groups.nbytes) / 2**20, 1)}
+        rows.append(row)
+        print(row, flush=True)
+        del X, y, groups
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "ppsgd_benchmark.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    header = list(rows[0])
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(row[h]) for h in header) + " |")
+
+
+if __name__ == "__main__":
+    main()
