@@ -287,7 +287,10 @@ def _ppsgd(source, n_users, n_features, *, n_rounds, sample_rate, lr_global, lr_
                     gap = (t - 1 - last[users])[:, None]
                     theta_sum[users] += gap * theta[users]
                 # Alg. 1, line 7 / Alg. 2, line 8: local step on theta_i.
-                theta[users] -= lr_local * grad
+                if users.size == n_users:
+                    theta -= lr_local * grad
+                else:
+                    theta[users] -= lr_local * grad
                 if average:
                     theta_sum[users] += theta[users]
                     last[users] = t
@@ -659,7 +662,6 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self._set_coef(w, theta)
         self.n_iter_ = int(self.n_rounds)
         self.noise_multiplier_ = z
-        self._salt = salt
         self.privacy_report_ = self._report(accountant, index.n_users, z)
         return self
 
