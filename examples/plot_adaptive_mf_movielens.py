@@ -156,6 +156,8 @@ for i, r in enumerate(bucket_rows):
     ax2.bar(np.arange(N_BUCKETS) + i * width, r[2:], width=width, label=r[1])
 ax2.set_xticks(np.arange(N_BUCKETS) + 0.4 - width / 2)
 ax2.set_xticklabels([f"bucket {b}" for b in range(N_BUCKETS)])
+values = np.array([r[2:] for r in bucket_rows], dtype=float)
+ax2.set_ylim(values.min() - 0.05, values.max() + 0.03)
 ax2.set_ylabel("test RMSE")
 ax2.set_title("epsilon=1: RMSE by movie frequency (0 = rarest)")
 ax2.legend(fontsize=7)
