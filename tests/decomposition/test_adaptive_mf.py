@@ -551,3 +551,22 @@ def test_verbose_prints_progress(capsys):
     _fast(verbose=1).fit(X, y, groups)
     out = capsys.readouterr().out
     assert "iteration 2/2" in out
+
+
+def test_single_user_and_one_row_users():
+    X = np.array([[0], [1], [2]])
+    y = np.array([1.0, 2.0, 3.0])
+    est = _fast().fit(X, y, np.zeros(3))
+    assert est.user_embeddings_.shape == (1, 2)
+    est = _fast().fit(X, y, np.array([0, 1, 2]))  # every user has one rating
+    assert np.all(np.isfinite(est.predict(X, [0, 1, 2])))
+
+
+@pytest.mark.parametrize("X, y, match", [
+    (np.array([[0], [1]]), np.array(["a", "b"]), None),
+    (np.array([0, 1]), np.array([1.0, 2.0]), "2D"),
+    (np.zeros((0, 1)), np.zeros(0), "0 sample"),
+])
+def test_bad_data(X, y, match):
+    with pytest.raises(ValueError, match=match):
+        _fast().fit(X, y, np.arange(len(y)))
