@@ -890,7 +890,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 noise_multiplier=z["counts"], rng=rng,
             )
             accountant.compose(event, phase="counts", mechanism="gaussian",
-                               sensitivity=sens, clip_norm=float(self.count_cap))
+                               sensitivity=sens, clip_norm=float(np.sqrt(self.count_cap)))
             self.item_counts_ = counts
         else:
             counts = None
@@ -990,7 +990,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         notes = [
             "The item catalogue (item_ids_) and the number of users are treated as "
             "public; pass `items=` a public catalogue if item existence is sensitive.",
+            f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
+            f"{float(self.user_budget):g} ({self.weighting} weights).",
         ]
+        if self.solver == "als":
+            notes.append("Phase 'items' alternates two releases per iteration: the "
+                         "per-item Gram matrices (sensitivity 2 sqrt(beta) C_u^2) and "
+                         "right-hand sides (2 sqrt(beta) C_u C_r).")
         self.privacy_report_ = self._build_report(
             accountant, n_users=n_users, released=tuple(released),
             local=("user_embeddings_", "user_biases_"),
