@@ -570,3 +570,23 @@ def test_single_user_and_one_row_users():
 def test_bad_data(X, y, match):
     with pytest.raises(ValueError, match=match):
         _fast().fit(X, y, np.arange(len(y)))
+
+
+def test_clip_normalization_is_eq_12():
+    user = np.array([0, 0, 0, 1])
+    item = np.array([0, 1, 2, 0])
+    counts = np.array([9.0, 4.0, 1.0])
+    beta = 1.0
+    n_users = 10  # users 2..9 rated nothing
+    w, omega = _task_weights(user, item, n_users, 3, weighting="adaptive", counts=counts,
+                             mu=0.5, budget=beta, normalization="clip",
+                             rng=check_random_state(0))
+    # eq. (11) with c(n)=1: omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1-2mu) / (n beta))
+    expected_omega = counts**-0.5 / np.sqrt(3 / (n_users * beta))
+    assert_allclose(omega, expected_omega, rtol=1e-12)
+    B = np.sum(expected_omega**2)  # user 0 rates every item and is over budget
+    assert B > beta
+    assert_allclose(w[:3], expected_omega * np.sqrt(beta / B), rtol=1e-11)
+    # user 1 (one item, omega_0^2 = 10/27 < beta) keeps omega_0: eq. (12)'s min(1, .)
+    assert expected_omega[0] ** 2 < beta
+    assert_allclose(w[3], expected_omega[0], rtol=1e-11)
