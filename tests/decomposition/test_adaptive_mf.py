@@ -339,6 +339,53 @@ def test_audit_catches_noise_off():
     assert lower > 1.0
 
 
+def _audit_item_path(cls, epsilon):
+    """Audit the item-embedding release (Alg. 1, b_i): canary rates item 0 with 0 or 1.
+
+    Every other user rates with 0, so their embeddings and targets are 0 and
+    only the canary moves b_0 (by C_u C_r sign(v_0^(0)) with C_u = 1e-3); the
+    statistic is the released v_0 times the sign of its (seeded, public)
+    initialisation.
+    """
+    rng = np.random.default_rng(7)
+    users = np.repeat(np.arange(20), 4)
+    items = rng.integers(0, 12, users.size)
+    X = np.concatenate([items, [0]])[:, None]
+    g = np.concatenate([users, [999]])
+
+    def run(seed, neighbour):
+        y = np.zeros(X.shape[0])
+        y[-1] = 1.0 if neighbour else 0.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = cls(n_components=1, n_iter=1, epsilon=epsilon, delta=1e-5,
+                      center=False, user_bias=False, weighting="uniform", user_budget=1,
+                      clip_norm=1e-3, noise_ridge=0.0, reg=1e-6, items=_CATALOGUE,
+                      random_state=seed).fit(X, y, g)
+        v0 = check_random_state(seed).standard_normal((12, 1))[0, 0]
+        return float(est.item_embeddings_[0, 0] * np.sign(v0))
+    return run
+
+
+def test_audit_item_release_respects_epsilon():
+    lower = audit_epsilon_lower_bound(_audit_item_path(AdaptiveWeightMF, 1.0), 200,
+                                      delta=1e-5)
+    assert lower <= 1.0
+
+
+def test_audit_item_release_catches_noise_off():
+    with noise_off():
+        lower = audit_epsilon_lower_bound(_audit_item_path(AdaptiveWeightMF, 1.0), 200,
+                                          delta=1e-5)
+    assert lower > 1.0
+
+
+def test_audit_item_release_catches_unclipped_user_embeddings():
+    lower = audit_epsilon_lower_bound(_audit_item_path(_NoUserClipping, 1.0), 200,
+                                      delta=1e-5)
+    assert lower > 1.0
+
+
 def test_privacy_report_phases():
     X, y, groups = _small_ratings(n_users=100, seed=2)
     est = _fast(epsilon=1.0, n_iter=3).fit(X, y, groups)
