@@ -206,7 +206,6 @@ def _task_weights(user, item, n_users, n_items, *, weighting, counts, mu, budget
     omega : ndarray of shape (n_items,) or None
         The public per-item weights (adaptive only).
     """
-    n = user.shape[0]
     if weighting == "adaptive":
         omega = _adaptive_item_weights(counts, mu=mu, budget=budget, n_users=n_users)
         om = omega[item]
@@ -806,9 +805,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     def _weights(self, user, item, n_users, counts, rng):
         """Per-entry task weights (eq. (11)-(12) or a sampling baseline)."""
         return _task_weights(
-            user, item, n_users, self.n_items_, weighting=self.weighting, counts=counts, mu=self.mu,
-            budget=float(self.user_budget), normalization=self.weight_normalization,
-            rng=rng,
+            user, item, n_users, self.n_items_, weighting=self.weighting, counts=counts,
+            mu=self.mu, budget=float(self.user_budget),
+            normalization=self.weight_normalization, rng=rng,
         )
 
     def _clip_users(self, U):
@@ -1090,7 +1089,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         Returns
         -------
-        item_ids : ndarray of shape (n_users_query, n_items) or (n_users_query, n_items, n_features)
+        item_ids : ndarray of shape (n_users_query, n_items[, n_features])
             Recommended item ids, best first. Unseen users are ranked by the
             noisy item counts (popularity), or by catalogue order if no counts
             were released.

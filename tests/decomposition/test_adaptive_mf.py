@@ -15,7 +15,6 @@ from skdpp.decomposition._adaptive_mf import (
     _task_weights,
 )
 from skdpp.exceptions import PrivacyLeakWarning
-from skdpp.privacy import mechanisms
 from tests.privacy.harness import (
     assert_sensitivity,
     audit_epsilon_lower_bound,
