@@ -274,8 +274,9 @@ def calibrate(phases, *, epsilon, delta):
             "pure-ε mechanism (laplace/exponential) for every phase.")
 
     def f(log_s):
-        return math.log(_epsilon_of(phases, _params_for_scale(phases, math.exp(log_s)),
-                                    delta)) - math.log(epsilon)
+        # epsilon(s) can be exactly 0 at a large delta: log(0) = -inf then.
+        spent = _epsilon_of(phases, _params_for_scale(phases, math.exp(log_s)), delta)
+        return (math.log(spent) if spent > 0.0 else -math.inf) - math.log(epsilon)
 
     # zCDP heuristic: rho ~ eps^2 / (4 log(1/delta)) or eps^2/2 for pure.
     guess = epsilon ** 2 / (4.0 * math.log(1.0 / delta)) if delta > 0 else epsilon ** 2 / 2

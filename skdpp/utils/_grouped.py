@@ -209,6 +209,11 @@ class UserIndex:
         object.__setattr__(self, "_mixed", bool(_mixed))
         object.__setattr__(self, "_lookup_table", None)
 
+    def __reduce__(self):
+        # Immutable slots: pickle by rebuilding from the ids and codes.
+        return (_rebuild_user_index, (np.asarray(self.users), np.asarray(self.codes),
+                                      self._mixed))
+
     def __setattr__(self, name, value):
         raise AttributeError(
             f"UserIndex is immutable: cannot set {name!r}. Build a new index with "
@@ -391,6 +396,10 @@ class UserIndex:
         kept = np.bincount(sub_codes, minlength=self.n_users) > 0
         remap = np.cumsum(kept) - 1
         return UserIndex(self.users[kept], remap[sub_codes], _mixed=self._mixed)
+
+
+def _rebuild_user_index(users, codes, mixed):
+    return UserIndex(users, codes, _mixed=mixed)
 
 
 def _check_index(index):

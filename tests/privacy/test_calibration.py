@@ -138,3 +138,11 @@ def test_plan_events_structure():
 def test_plan_events_missing_phase():
     with pytest.raises(KeyError, match="g"):
         plan_events([Phase("g", 1.0, "gaussian")], {})
+
+
+def test_calibration_with_large_delta_where_epsilon_reaches_zero():
+    # At delta=0.3 a noisy enough plan spends exactly epsilon=0: no math domain error.
+    params = calibrate([Phase("g", 1.0, "gaussian")], epsilon=1.0, delta=0.3)
+    assert params["g"] > 0
+    acc = PrivacyAccountant().compose(GaussianEvent(params["g"]), phase="g")
+    assert acc.get_epsilon(0.3) <= 1.0 * (1 + 1e-9)

@@ -1,5 +1,3 @@
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -70,18 +68,17 @@ def test_one_user():
     assert_allclose(segment_sum(np.arange(6.0), index), [15.0], rtol=1e-12)
 
 
-def test_million_users_fast():
+def test_million_users():
+    # Speed is measured in benchmarks/, not asserted here.
     rng = np.random.default_rng(1)
     groups = rng.permutation(1_000_000)
     values = rng.normal(size=(1_000_000, 2))
-    start = time.perf_counter()
     index = UserIndex.from_groups(groups, groups.shape[0])
     sums = segment_sum(values, index)
-    rank_within_user(index, rng)
-    elapsed = time.perf_counter() - start
+    rank = rank_within_user(index, rng)
     assert index.n_users == 1_000_000
     assert_allclose(sums[groups], values, rtol=1e-12)
-    assert elapsed < 10.0
+    assert_array_equal(rank, 0)
 
 
 def test_users_with_one_row_split_and_rank():
@@ -323,3 +320,13 @@ def test_constructor_allows_users_without_rows():
     assert_array_equal(index.counts, [1, 0, 2])
     assert_allclose(segment_sum(np.ones((3, 2)), index), [[1, 1], [0, 0], [2, 2]])
     assert_allclose(segment_outer_sum(np.ones((3, 1)), None, index)[:, 0, 0], [1, 0, 2])
+
+
+def test_user_index_pickles():
+    import pickle
+
+    index = UserIndex.from_groups(["b", "a", "b", 3], n_samples=4)
+    again = pickle.loads(pickle.dumps(index))
+    np.testing.assert_array_equal(again.codes, index.codes)
+    np.testing.assert_array_equal(again.offsets, index.offsets)
+    assert list(again.users) == list(index.users)
