@@ -23,9 +23,17 @@ private data costs privacy too; the curves show what each level of
 personalization can reach, not a private model selection). Test RMSE is
 averaged over 3 seeds of the privacy noise and minibatches.
 
+Measured (test RMSE of ratings; the training mean gives 1.041): local only
+0.918 (epsilon = 0); global only 1.110 / 1.045 / 1.037 at epsilon = 0.25 / 1 /
+8 (genres alone barely beat the mean); best personalized 0.918 (alpha 0.1) /
+0.917 (alpha 3) / 0.910 (alpha 10), and 0.909 without noise. As in the paper,
+small alpha is best under strong privacy and larger alpha as epsilon grows;
+on this data most of the gain is the personal part (user biases and genre
+tastes), which local learning gets for free.
+
 Writes ``benchmarks/results/ppsgd_movielens.csv`` and ``ppsgd_movielens.png``.
 Run: ``python examples/plot_ppsgd_movielens.py [path-to-ml-latest-small]``
-(about 5 minutes on 2 busy cores).
+(about 1 minute on 2 busy cores).
 """
 
 import csv
@@ -114,6 +122,8 @@ def main(path=DEFAULT_PATH):
     ax.axhline(best["personalized", np.inf][0], color="k", ls=":",
                label="personalized, non-private")
     ax.axhline(base, color="gray", ls="--", label="training mean")
+    ax.set_xticks(finite, [f"{e:g}" for e in finite])
+    ax.minorticks_off()
     ax.set_xlabel("epsilon (delta = 1e-6, user level)")
     ax.set_ylabel("test RMSE")
     ax.set_title("PPSGD on MovieLens (genres)")
