@@ -179,13 +179,17 @@ def _adaptive_item_weights(counts, *, mu, budget, n_users):
     noisy counts floored at 1 (post-processing), so that a user whose items are
     drawn in proportion to the counts spends ``beta`` in expectation.
     """
+    return np.exp(_log_adaptive_item_weights(counts, mu=mu, budget=budget, n_users=n_users))
+
+
+def _log_adaptive_item_weights(counts, *, mu, budget, n_users):
+    """``log(omega_i)`` of :func:`_adaptive_item_weights` (finite, never underflows)."""
     n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
     log_n = np.log(n_hat)
     # sum_i n_i^(1 - 2 mu) computed stably in log space.
     log_terms = (1.0 - 2.0 * mu) * log_n
     log_sum = np.logaddexp.reduce(log_terms)
-    log_omega = -mu * log_n + 0.5 * (np.log(n_users * budget) - log_sum)
-    return np.exp(log_omega)
+    return -mu * log_n + 0.5 * (np.log(n_users * budget) - log_sum)
 
 
 def _task_weights(user, item, n_users, n_items, *, weighting, counts, mu, budget,
@@ -207,15 +211,26 @@ def _task_weights(user, item, n_users, n_items, *, weighting, counts, mu, budget
         The public per-item weights (adaptive only).
     """
     if weighting == "adaptive":
-        omega = _adaptive_item_weights(counts, mu=mu, budget=budget, n_users=n_users)
-        om = omega[item]
-        B = np.bincount(user, weights=om**2, minlength=n_users)  # B_j, eq. (12)
-        ratio = np.divide(budget, B, out=np.ones(n_users), where=B > 0)
+        log_omega = _log_adaptive_item_weights(counts, mu=mu, budget=budget,
+                                               n_users=n_users)
+        omega = np.exp(log_omega)
+        # Work relative to each user's largest omega_i (a function of that user's
+        # items and the public omega): rel_ij = omega_i / top_j lies in (0, 1] and
+        # B_j / top_j^2 = sum_i rel_ij^2 lies in [1, n^j], so neither can underflow.
+        # Computing B_j = sum_i omega_i^2 directly underflows for large mu (B_j
+        # denormal or 0, then beta / B_j = inf: infinite weights, budget broken).
+        log_om = log_omega[item]
+        top = np.full(n_users, -np.inf)
+        np.maximum.at(top, user, log_om)
+        rel = np.exp(log_om - top[user])
+        B_rel = np.bincount(user, weights=rel**2, minlength=n_users)  # B_j / top_j^2
+        scale = np.sqrt(np.divide(budget, B_rel, out=np.zeros(n_users), where=B_rel > 0))
         if normalization == "clip":
-            factor = np.sqrt(np.minimum(1.0, ratio))
+            # eq. (12): omega_i min(1, sqrt(beta / B_j)) = rel_ij min(top_j, scale_j)
+            factor = np.minimum(np.exp(top), scale)
         else:
-            factor = np.sqrt(ratio)
-        return om * factor[user] * _SAFETY, omega
+            factor = scale  # omega_i sqrt(beta / B_j) = rel_ij sqrt(beta / (B_j / top_j^2))
+        return rel * factor[user] * _SAFETY, omega
     k = int(np.floor(budget))
     tie_break = _entry_uniforms(rng, user, item, n_items)
     if weighting == "uniform":
@@ -485,8 +500,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         u_j`` is clipped to this norm. ``None`` uses ``C_u * C_r``.
     items : array-like of shape (n_items,) or (n_items, n_features), default=None
         Public item catalogue. ``None`` uses the distinct items of ``X``
-        (treated as public, as the paper's ``m`` items). Ratings of items
-        outside ``items`` are ignored (with a warning).
+        (the paper's ``m`` items are public): the catalogue is then released
+        as is and is **not covered** by the guarantee (an item rated by a
+        single user appears or disappears with that user; the privacy report
+        says so). Ratings of items outside ``items`` are ignored (with a
+        warning).
     verbose : int, default=0
         Print progress per iteration when > 0.
     random_state : int, RandomState instance or None, default=None
@@ -503,7 +521,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
-        The item catalogue, sorted.
+        The item catalogue, sorted (not covered by the guarantee when
+        inferred from ``X``, i.e. ``items=None``).
     user_embeddings_ : ndarray of shape (n_users, n_components)
         Personal user embeddings, aligned with ``user_ids_`` (not clipped).
     user_biases_ : ndarray of shape (n_users,)
@@ -531,9 +550,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     -----
     **Privacy guarantee.** ``(epsilon, delta)`` user-level DP for the released
     ``item_embeddings_``, ``item_counts_`` and ``mean_`` under the
-    replace-one-user relation (the number of users and the item catalogue
-    are public). User embeddings and biases are functions of the releases and
-    the user's own ratings only, hence jointly DP (billboard model). Float
+    replace-one-user relation (the number of users is public, and so is the
+    item catalogue when given by ``items``; inferred from ``X`` it is released
+    as is and NOT covered, as the report notes). User embeddings and biases
+    are functions of the releases and the user's own ratings only, hence
+    jointly DP (billboard model). Float
     noise is not hardened against floating-point side channels.
 
     **Sensitivities (replace one user's data, L2).** Duplicate (user, item)
@@ -866,6 +887,33 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         phases = self._plan()
         z = calibrate(phases, epsilon=self.epsilon, delta=self.delta)
+        # Sensitivities of the item step (checked before any release).
+        sqrt_beta = np.sqrt(np.float64(self.user_budget))
+        cu = np.float64(np.inf if self.clip_norm is None else self.clip_norm)
+        cr = np.float64(np.inf if self.rating_clip is None else self.rating_clip)
+        with np.errstate(over="ignore"):  # overflow to inf is handled below
+            sens_A = 2.0 * sqrt_beta * cu**2
+            sens_b = 2.0 * sqrt_beta * cu * cr
+            # Gradient clip: default C_u * C_r, the bound of |r_ij| ||u_j|| (the
+            # per-entry gradient at v_i = 0).
+            grad_clip = cu * cr if self.grad_clip is None else np.float64(self.grad_clip)
+            sens_g = 2.0 * sqrt_beta * grad_clip
+        if not np.isfinite(sens_A + sens_b + sens_g):
+            if z["items"] > 0:
+                # A zeroed sensitivity would release the statistics without noise
+                # while the report states epsilon.
+                raise ValueError(
+                    f"The item-step sensitivities (2 sqrt(user_budget) clip_norm^2, "
+                    f"2 sqrt(user_budget) clip_norm rating_clip) overflow with "
+                    f"clip_norm={self.clip_norm!r}, rating_clip={self.rating_clip!r}, "
+                    f"user_budget={self.user_budget!r}, grad_clip={self.grad_clip!r}; "
+                    "pass smaller values (or epsilon=np.inf)."
+                )
+            # epsilon=inf without clipping: nothing is noised (noise multiplier
+            # 0), the releases are non-private.
+            sens_A = sens_b = sens_g = 0.0
+        sens_A, sens_b, sens_g, grad_clip = (float(sens_A), float(sens_b), float(sens_g),
+                                             float(grad_clip))
         accountant = self._new_accountant()
         user, item, rating = self._entries(X, y, index)
 
@@ -901,19 +949,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         u_kept, i_kept, w_kept = user[keep], item[keep], w[keep]
         W = _csr(u_kept, i_kept, w_kept, n_users, n_items)
 
-        sqrt_beta = np.sqrt(float(self.user_budget))
-        cu = np.inf if self.clip_norm is None else float(self.clip_norm)
-        cr = np.inf if self.rating_clip is None else float(self.rating_clip)
-        sens_A = 2.0 * sqrt_beta * cu**2
-        sens_b = 2.0 * sqrt_beta * cu * cr
-        # Gradient clip: default C_u * C_r, the bound of |r_ij| ||u_j|| (the
-        # per-entry gradient at v_i = 0).
-        grad_clip = cu * cr if self.grad_clip is None else float(self.grad_clip)
-        sens_g = 2.0 * sqrt_beta * grad_clip
-        if not np.isfinite(sens_A + sens_b + sens_g):
-            # Only reachable with epsilon=inf and no clipping: nothing is noised
-            # (noise multiplier 0), the releases are non-private.
-            sens_A = sens_b = sens_g = 0.0
         # Item-side ridge: `reg` plus `noise_ridge` times sigma_A sqrt(k), the
         # spectral scale of the symmetric noise of a Gram release with this
         # phase's noise multiplier (public: post-processing).
@@ -928,8 +963,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             step = self.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
 
         if self.verbose:
-            print(f"[AdaptiveWeightMF] {user.size} ratings, {n_users} users, "
-                  f"{n_items} items; set-up {time.perf_counter() - t_start:.1f} s")
+            # Public sizes only (the number of ratings is private, never printed).
+            print(f"[AdaptiveWeightMF] {n_users} users, {n_items} items; "
+                  f"set-up {time.perf_counter() - t_start:.1f} s")
         for t in range(self.n_iter):
             # Alg. 3, line 4: exact user least squares (local), then each u_j is
             # clipped to C_u before it enters the item statistics.
@@ -987,8 +1023,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         if self.item_counts_ is not None:
             released.append("item_counts_")
         notes = [
-            "The item catalogue (item_ids_) and the number of users are treated as "
-            "public; pass `items=` a public catalogue if item existence is sensitive.",
+            "The item catalogue item_ids_ is public (given by `items`)."
+            if self.items is not None else
+            "NOT COVERED: the item catalogue item_ids_ (which items have a row in "
+            "item_embeddings_ and item_counts_) was inferred from X and is released "
+            "as is (an item rated by a single user appears or disappears with that "
+            "user). Pass `items=` a public catalogue to make it public and covered "
+            "by the guarantee.",
+            "The number of users is public.",
             f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
             f"{float(self.user_budget):g} ({self.weighting} weights).",
         ]

@@ -161,6 +161,27 @@ def test_budget_normalization_spends_exactly_beta():
     assert w[0] < w[1] < w[2]
 
 
+@pytest.mark.parametrize("normalization", ["budget", "clip"])
+def test_user_weight_budget_survives_underflow_of_omega_squared(normalization):
+    # Large mu: omega_i^2 ~ n_i^(-2 mu) is denormal or 0 for the popular items,
+    # so sum_i omega_i^2 underflowed and beta / B_j overflowed (infinite weights).
+    mu, beta = 50.0, 20.0
+    counts = np.concatenate([[1.0], np.linspace(1400.0, 1700.0, 2000)])
+    n_items = counts.size
+    user = np.concatenate([np.arange(n_items - 1), [0]])  # user 0 also rates item 0
+    item = np.concatenate([np.arange(1, n_items), [0]])
+    order = np.lexsort((item, user))
+    user, item = user[order], item[order]
+    w, _ = _task_weights(user, item, n_items - 1, n_items, weighting="adaptive",
+                         counts=counts, mu=mu, budget=beta, normalization=normalization,
+                         rng=check_random_state(0))
+    spent = np.bincount(user, weights=w**2, minlength=n_items - 1)
+    assert np.all(np.isfinite(w)) and np.all(w >= 0)
+    assert np.all(spent <= beta)
+    if normalization == "budget":
+        assert_allclose(spent, beta, rtol=1e-10)  # every user spends exactly beta
+
+
 def test_adaptive_weights_follow_power_law():
     counts = np.array([1.0, 4.0, 16.0, -3.0])  # negative noisy count floored at 1
     omega = _adaptive_item_weights(counts, mu=0.5, budget=1.0, n_users=10)
@@ -391,6 +412,31 @@ def test_audit_item_release_catches_unclipped_user_embeddings():
     assert lower > 1.0
 
 
+@pytest.mark.parametrize("params", [
+    dict(clip_norm=1e154),
+    dict(clip_norm=1e200),
+    dict(clip_norm=1.0, rating_clip=1e308),
+    dict(solver="sgd", clip_norm=1e154, grad_clip=1.0),
+])
+def test_overflowing_sensitivity_raises_instead_of_dropping_noise(params):
+    # The sensitivities used to overflow to inf and be zeroed: the item
+    # statistics were released without noise while the report stated epsilon.
+    X, y, groups = _small_ratings(n_users=30, seed=2)
+    with pytest.raises(ValueError, match="overflow"):
+        _fast(epsilon=1.0, **params).fit(X, y, groups)
+    # Non-private baseline: no noise is expected, the fit runs.
+    _fast(epsilon=np.inf, **params).fit(X, y, groups)
+
+
+def test_inferred_catalogue_is_flagged_not_covered():
+    X, y, groups = _small_ratings(n_users=30, n_items=12, seed=2)
+    notes = _fast(epsilon=1.0).fit(X, y, groups).privacy_report_.notes
+    assert any(note.startswith("NOT COVERED") and "item_ids_" in note for note in notes)
+    notes = _fast(epsilon=1.0, items=_CATALOGUE).fit(X, y, groups).privacy_report_.notes
+    assert not any("NOT COVERED" in note for note in notes)
+    assert any("item_ids_ is public" in note for note in notes)
+
+
 def test_privacy_report_phases():
     X, y, groups = _small_ratings(n_users=100, seed=2)
     est = _fast(epsilon=1.0, n_iter=3).fit(X, y, groups)
@@ -603,6 +649,7 @@ def test_verbose_prints_progress(capsys):
     _fast(verbose=1).fit(X, y, groups)
     out = capsys.readouterr().out
     assert "iteration 2/2" in out
+    assert "ratings" not in out  # the number of ratings is private, never printed
 
 
 def test_single_user_and_one_row_users():
