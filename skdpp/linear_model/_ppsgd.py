@@ -76,7 +76,8 @@ class _CyclicBatchSampler:
     pass ``p`` and the first rows of pass ``p + 1`` (so within one pass every
     row is used exactly once, and a row can appear at most twice in one
     minibatch, only at a pass boundary). ``batch_size=None`` uses all of the
-    user's rows in every round.
+    user's rows in every round (a user whose minibatch is all of its rows is
+    never reshuffled: the order of the rows of a sum does not matter).
 
     The permutation of pass ``p`` of user ``u`` sorts the user's rows by the
     hash ``mix(salt, u, p, rank)`` of a per-fit random ``salt``; it is
@@ -141,7 +142,9 @@ class _CyclicBatchSampler:
         rows = self.stream[off_rep + np.where(wrapped, 0, vpos)]
         ends = c + m >= n
         if ends.any():
-            done = users[ends]
+            # A user whose minibatch is all of its rows needs no new order (the
+            # minibatch gradient is a sum over the rows).
+            done = users[ends & (m < n)]
             self.n_pass[done] += 1
             self._shuffle(done)
             if wrapped.any():
