@@ -379,22 +379,8 @@ def _subspace_statistic(Z, y, codes, n_users):
     ``||a a^T - b b^T||_F^2 = ||a||^4 + ||b||^4 - 2 (a^T b)^2 <= 2``, so ``sqrt(2)``
     (see :func:`_subspace_sensitivity`).
     """
-    u = _unit_rows(_label_weighted_means(Z, y, codes, n_users))     # 0 stays 0
+    u = _mechanisms.unit_rows(_label_weighted_means(Z, y, codes, n_users))[0]   # 0 stays 0
     return u.T @ u
-
-
-def _unit_rows(a):
-    """Rows of ``a`` scaled to unit norm (zero rows stay zero), underflow-safe.
-
-    The norm is computed after dividing each row by its largest absolute
-    entry: ``np.linalg.norm`` squares the entries, and for rows of magnitude
-    ~1e-162 the squares underflow, so ``a / ||a||`` could have norm far above
-    1 (a user could then contribute far more than the stated sensitivity).
-    """
-    absmax = np.max(np.abs(a), axis=1, keepdims=True)
-    scaled = np.divide(a, absmax, out=np.zeros_like(a), where=absmax > 0)  # max entry 1
-    norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]        # >= 1 or 0
-    return np.divide(scaled, norms, out=np.zeros_like(a), where=norms > 0)
 
 
 def _subspace_sensitivity():

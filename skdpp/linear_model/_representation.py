@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..privacy import mechanisms
+from ..privacy.mechanisms import unit_rows as _unit_rows
 from ..utils._grouped import (
     UserIndex,
     argsort_within,
@@ -79,38 +80,6 @@ def _row_norms(M):
     if bad.any():
         out[bad] = _unit_rows(M[bad])[1]
     return out
-
-
-def _unit_rows(M):
-    """``(M_r / ||M_r||, ||M_r||)`` for the rows of a 2-D array, for any finite or infinite values.
-
-    Each row is divided by its largest absolute entry before its norm is taken,
-    so the unit rows have norm 1 up to rounding whatever the magnitude of the
-    entries (subnormal to huge); zero rows give zero. Rows with infinite entries
-    give the normalised sign pattern of those entries and norm ``inf`` (the
-    limit of scaling). Clipping as ``min(||m||, C) * unit(m)`` therefore never
-    exceeds ``C``, unlike ``m * (C / ||m||)`` with an inexact ``||m||``.
-    """
-    M = np.asarray(M, dtype=np.float64)
-    n = M.shape[0]
-    if M.shape[1] == 0 or n == 0:
-        return np.zeros_like(M), np.zeros(n)
-    absmax = np.max(np.abs(M), axis=1)
-    has_inf = np.isinf(absmax)
-    scaled = np.zeros_like(M)
-    finite = ~has_inf & (absmax > 0)
-    scaled[finite] = M[finite] / absmax[finite, None]
-    if has_inf.any():
-        rows = M[has_inf]
-        scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
-    with np.errstate(under="ignore"):
-        unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(d)] or 0
-    nz = unit_norm > 0
-    unit = np.zeros_like(M)
-    unit[nz] = scaled[nz] / unit_norm[nz, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.where(has_inf, np.inf, absmax * unit_norm)
-    return unit, norms
 
 
 def _clipped_magnitudes(norms, clip_norm):

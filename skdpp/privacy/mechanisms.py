@@ -56,6 +56,7 @@ __all__ = [
     "gaussian_sum",
     "laplace_mechanism",
     "noisy_counts",
+    "unit_rows",
 ]
 
 
@@ -143,21 +144,70 @@ def clip_by_norm(values, clip_norm):
     if arr.size == 0:
         return arr
     flat = arr.reshape(n, -1)
-    absmax = np.max(np.abs(flat), axis=1)
-    has_inf = np.isinf(absmax)
-    scaled = np.zeros_like(flat)
-    finite = ~has_inf & (absmax > 0)
-    scaled[finite] = flat[finite] / absmax[finite, None]
-    if has_inf.any():
-        inf_rows = flat[has_inf]
-        scaled[has_inf] = np.where(np.isinf(inf_rows), np.sign(inf_rows), 0.0)
-    unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(d)] or 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        norm = np.where(has_inf, np.inf, absmax * unit_norm)
+    unit, norm = unit_rows(flat)
     too_big = norm > clip_norm
     if too_big.any():
-        flat[too_big] = scaled[too_big] * (clip_norm / unit_norm[too_big])[:, None]
+        flat[too_big] = unit[too_big] * clip_norm
     return flat.reshape(arr.shape)
+
+
+def unit_rows(values):
+    """Unit vectors and norms of the rows of a 2-D array, for any magnitude.
+
+    Each row is divided by its largest absolute entry before its norm is
+    taken, so the unit rows have norm 1 up to rounding whatever the magnitude
+    of the entries (``np.linalg.norm`` squares them: subnormal rows underflow
+    to norm 0 and huge rows overflow to inf, and ``m / ||m||`` is then far
+    from unit norm, which breaks clipping). Zero rows give zero; rows with
+    infinite entries give the normalised sign pattern of those entries and
+    norm ``inf`` (the limit of scaling). Clipping as ``min(||m||, C) * unit``
+    therefore never exceeds ``C``.
+
+    Parameters
+    ----------
+    values : array-like of shape (n, p)
+        Finite or infinite values (no NaN).
+
+    Returns
+    -------
+    unit : ndarray of shape (n, p)
+        Each row scaled to unit L2 norm (zero rows stay zero).
+    norms : ndarray of shape (n,)
+        The rows' L2 norms (``inf`` when not representable).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import unit_rows
+    >>> unit, norms = unit_rows(np.array([[3e-200, 4e-200], [0.0, 0.0]]))
+    >>> unit
+    array([[0.6, 0.8],
+           [0. , 0. ]])
+    >>> norms
+    array([5.e-200, 0.e+000])
+    """
+    M = np.asarray(values, dtype=np.float64)
+    n = M.shape[0]
+    if M.ndim != 2:
+        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
+    if M.shape[1] == 0 or n == 0:
+        return np.zeros_like(M), np.zeros(n)
+    absmax = np.max(np.abs(M), axis=1)
+    has_inf = np.isinf(absmax)
+    scaled = np.zeros_like(M)
+    finite = ~has_inf & (absmax > 0)
+    scaled[finite] = M[finite] / absmax[finite, None]
+    if has_inf.any():
+        rows = M[has_inf]
+        scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
+    with np.errstate(under="ignore"):
+        unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(p)] or 0
+    nz = unit_norm > 0
+    unit = np.zeros_like(M)
+    unit[nz] = scaled[nz] / unit_norm[nz, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.where(has_inf, np.inf, absmax * unit_norm)
+    return unit, norms
 
 
 # --------------------------------------------------------------------------

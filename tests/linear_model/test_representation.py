@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
+from skdpp.privacy.mechanisms import unit_rows
 from skdpp.linear_model import _representation as rep
 from skdpp.linear_model._altmin import _kron_gram
 from skdpp.utils import UserIndex
@@ -179,7 +180,7 @@ def test_pairwise_contribution_bounded_for_any_magnitude(scale):
 def test_unit_rows_and_row_norms_for_any_magnitude():
     M = np.array([[3e-160, 4e-160], [3e-320, 4e-320], [3e200, 4e200], [0.0, 0.0],
                   [np.inf, -np.inf]])
-    unit, norms = rep._unit_rows(M)
+    unit, norms = unit_rows(M)
     assert_allclose(np.linalg.norm(unit, axis=1), [1, 1, 1, 0, 1], rtol=1e-15)
     assert_allclose(norms[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
     assert norms[4] == np.inf
