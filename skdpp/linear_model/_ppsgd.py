@@ -31,7 +31,6 @@ from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy import PoissonSampledEvent, PrivacyReport, mechanisms
 from ..privacy.calibration import Phase, calibrate
 from ..privacy.events import NoOpEvent
-from ..utils._grouped import UserIndex
 
 __all__ = ["PPSGDRegressor"]
 

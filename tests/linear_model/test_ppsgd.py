@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
-from scipy.special import logsumexp
 
 from skdpp.datasets import make_additive_personalized_regression
 from skdpp.linear_model import _ppsgd
@@ -446,6 +445,13 @@ def test_audit_catches_per_row_clipping(monkeypatch):
     assert bound > 0.5
 
 
+def test_audit_catches_no_clipping(monkeypatch):
+    monkeypatch.setattr(_ppsgd, "_release_gradient_sum", _no_clipping)
+    bound = audit_epsilon_lower_bound(_audit_run(dict(epsilon=0.5, delta=1e-5)), 200,
+                                      delta=1e-5)
+    assert bound > 0.5
+
+
 def test_noise_level_matches_report():
     X, y, groups, _, _ = _additive_data(n_users=20, d=50)
     est = PPSGDRegressor(epsilon=1.0, delta=1e-5, clip_norm=3.0, n_rounds=40,
@@ -475,6 +481,25 @@ def test_deterministic_given_random_state():
     assert_array_equal(a.offsets_, b.offsets_)
     c = PPSGDRegressor(**{**params, "random_state": 4}).fit(X, y, groups)
     assert not np.array_equal(a.coef_, c.coef_)
+
+
+def test_client_sampling_rate():
+    # alpha=0, one round: exactly the sampled users have a non-zero offset.
+    X, y, groups, _, _ = _additive_data(n_users=2000, n_rows=2, d=2, seed=7)
+    est = PPSGDRegressor(alpha=0.0, sample_rate=0.3, n_rounds=1,
+                         random_state=0).fit(X, y, groups)
+    rate = np.mean(np.any(est.offsets_ != 0, axis=1))
+    # Binomial(2000, 0.3) / 2000 has std 0.010; 0.05 is 5 std (false alarm < 1e-6).
+    assert abs(rate - 0.3) < 0.05
+
+
+def test_verbose_prints_progress(capsys):
+    X, y, groups, _, _ = _additive_data()
+    PPSGDRegressor(epsilon=1.0, n_rounds=20, verbose=1, random_state=0).fit(X, y, groups)
+    out = capsys.readouterr().out
+    assert "round 20/20" in out
+    PPSGDRegressor(epsilon=1.0, n_rounds=20, random_state=0).fit(X, y, groups)
+    assert capsys.readouterr().out == ""
 
 
 def test_inputs_not_modified():
