@@ -358,6 +358,10 @@ def _log_a_frac(q, sigma, alpha, max_terms=10_000_000):
     return float(log_total)
 
 
+# Above this sampling rate fractional orders are bounded by the next integer order.
+_FRACTIONAL_SERIES_MAX_Q = 0.1
+
+
 def _rdp_poisson_gaussian(q, sigma, orders):
     """RDP of the Poisson-subsampled Gaussian mechanism at each order."""
     orders = np.asarray(orders, dtype=float)
@@ -374,6 +378,12 @@ def _rdp_poisson_gaussian(q, sigma, orders):
             continue
         if float(alpha).is_integer():
             log_a = _log_a_int(q, sigma, alpha)
+        elif q > _FRACTIONAL_SERIES_MAX_Q:
+            # The fractional series decays only polynomially for large q (tens of
+            # seconds per order). Rényi divergence is non-decreasing in the order,
+            # so the RDP at ceil(alpha) is a valid (slightly looser) bound.
+            out[k] = max(_log_a_int(q, sigma, math.ceil(alpha)), 0.0) / (math.ceil(alpha) - 1.0)
+            continue
         else:
             log_a = _log_a_frac(q, sigma, alpha)
         out[k] = max(log_a, 0.0) / (alpha - 1.0)

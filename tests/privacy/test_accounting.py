@@ -19,6 +19,7 @@ from skdpp.privacy.accounting import (
     PrivacyAccountant,
     _log_a_frac,
     _log_a_int,
+    _rdp_poisson_gaussian,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
@@ -224,7 +225,7 @@ def test_rdp_subsampled_gaussian_matches_dp_accounting_default_orders(q, sigma, 
     assert_allclose(ours, theirs, rtol=1e-6)
 
 
-@pytest.mark.parametrize("q, sigma, steps", [(0.05, 0.7, 2000), (0.3, 1.0, 50)])
+@pytest.mark.parametrize("q, sigma, steps", [(0.05, 0.7, 2000), (0.1, 1.0, 50)])
 def test_rdp_never_above_dp_accounting(q, sigma, steps):
     # dp-accounting 0.6 truncates the fractional-order series (it can only
     # over-estimate); our series is summed to convergence.
@@ -233,6 +234,18 @@ def test_rdp_never_above_dp_accounting(q, sigma, steps):
     theirs = _dp_rdp_eps(dp.SelfComposedDpEvent(
         dp.PoissonSampledDpEvent(q, dp.GaussianDpEvent(sigma)), steps), 1e-5)
     assert ours <= theirs * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("q, sigma", [(0.3, 1.0), (0.5, 0.7), (0.9, 2.0)])
+def test_large_q_fractional_orders_bounded_by_next_integer_order(q, sigma):
+    # Above q = 0.1 fractional orders use the (monotone) RDP at ceil(alpha): a valid
+    # upper bound of the exact series value, computed in microseconds.
+    orders = np.array([1.5, 2.5, 7.3])
+    rdp = _rdp_poisson_gaussian(q, sigma, orders)
+    exact = np.array([_log_a_frac(q, sigma, a) / (a - 1) for a in orders])
+    ceil = np.array([_log_a_int(q, sigma, math.ceil(a)) / (math.ceil(a) - 1) for a in orders])
+    assert_allclose(rdp, ceil, rtol=1e-12)
+    assert np.all(rdp >= exact * (1 - 1e-12))
 
 
 def _log_a_quadrature(q, sigma, alpha):
