@@ -308,8 +308,10 @@ def _ppsgd(source, n_users, n_features, *, n_rounds, sample_rate, lr_global, lr_
             if callback is not None:
                 callback(t, w, theta)
             if verbose and (t % report_every == 0 or t == n_rounds):
-                print(f"[PPSGD] round {t}/{n_rounds}: {users.size} users, "
-                      f"|w| = {np.linalg.norm(w):.4g}")
+                # Only public values and releases: the realised number of
+                # participants would reveal the sampling that the accountant's
+                # amplification by subsampling assumes secret.
+                print(f"[PPSGD] round {t}/{n_rounds}: |w| = {np.linalg.norm(w):.4g}")
     if average:
         w = w_sum / n_rounds
         if update_local:
@@ -384,7 +386,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         resulting ε at ``delta`` (``0`` gives ε = inf). For experiments that,
         like the paper, are parameterised by the noise level.
     verbose : int, default=0
-        Print progress every tenth of the rounds when > 0.
+        Print progress every tenth of the rounds when > 0: the round and the
+        norm of the released ``w`` only (never the realised participants,
+        which client sampling keeps secret).
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise, the client sampling and the minibatch orders.
 

@@ -1,6 +1,7 @@
 """Tests for PPSGDRegressor (Bietti et al. 2022, personalized-private SGD)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from skdpp.linear_model._ppsgd import PPSGDRegressor, _CyclicBatchSampler
 from skdpp.privacy import mechanisms
 from skdpp.utils._grouped import UserIndex
 from tests.privacy.harness import (
+    Release,
     adversarial_neighbours,
     assert_sensitivity,
     audit_epsilon_lower_bound,
@@ -452,6 +454,23 @@ def test_audit_catches_no_clipping(monkeypatch):
     assert bound > 0.5
 
 
+def test_global_step_divides_the_release_by_public_values_only():
+    # Force every round's release to a fixed vector v: with client sampling the
+    # global step must be -lr * v / (q N) (public normaliser), whatever users
+    # were sampled; dividing by the realised number of participants (or rows)
+    # would make w depend on the secret sampling and on the data.
+    X, y, groups, _, _ = _additive_data(n_users=40, n_rows=3, d=4)
+    v = np.array([1.0, -2.0, 3.0, 0.5, 4.0])  # 4 features + intercept
+    forced = [Release("gaussian", np.zeros(5), 0.0, v) for _ in range(6)]
+    for seed, weighting in [(0, "user"), (1, "user"), (2, "sample")]:
+        est = PPSGDRegressor(epsilon=1.0, sample_rate=0.25, alpha=np.inf, learning_rate=0.5,
+                             n_rounds=6, batch_size=2, weighting=weighting,
+                             random_state=seed)
+        record_releases(lambda: est.fit(X, y, groups), replay=forced)
+        w = np.append(est.coef_, est.intercept_)
+        assert_allclose(w, -0.5 * 6 * v / (0.25 * 40), rtol=1e-12)
+
+
 def test_noise_level_matches_report():
     X, y, groups, _, _ = _additive_data(n_users=20, d=50)
     est = PPSGDRegressor(epsilon=1.0, delta=1e-5, clip_norm=3.0, n_rounds=40,
@@ -500,6 +519,27 @@ def test_verbose_prints_progress(capsys):
     assert "round 20/20" in out
     PPSGDRegressor(epsilon=1.0, n_rounds=20, random_state=0).fit(X, y, groups)
     assert capsys.readouterr().out == ""
+
+
+def test_verbose_prints_nothing_about_the_sampled_users(capsys):
+    # With client sampling, which users took part in a round (even how many)
+    # is secret: the amplification by subsampling assumes it. alpha=0 releases
+    # nothing, so the output must not depend on the sampling (random_state).
+    X, y, groups, _, _ = _additive_data(n_users=200, n_rows=2)
+    outs = []
+    for seed in (0, 1):
+        PPSGDRegressor(alpha=0.0, sample_rate=0.5, n_rounds=10, verbose=1,
+                       random_state=seed).fit(X, y, groups)
+        outs.append(capsys.readouterr().out)
+    assert outs[0] != ""
+    assert outs[0] == outs[1]
+    # A private fit prints the round and the norm of the released w only.
+    PPSGDRegressor(epsilon=1.0, sample_rate=0.5, n_rounds=10, verbose=1,
+                   random_state=0).fit(X, y, groups)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 10
+    for line in lines:
+        assert re.fullmatch(r"\[PPSGD\] round \d+/10: \|w\| = \S+", line), line
 
 
 def test_inputs_not_modified():
