@@ -960,7 +960,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             # curvature sum_j w_ij ||u_j||^2 <= C_u^2 * omega_i * n_i.
             scale = np.ones(n_items) if omega is None else omega
             c2 = 1.0 if self.clip_norm is None else cu**2
-            step = self.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
+            with np.errstate(over="ignore"):  # absurd clip norms: step -> 0
+                step = self.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
 
         if self.verbose:
             # Public sizes only (the number of ratings is private, never printed).
