@@ -13,6 +13,7 @@ from ._representation import (
     _clipped_magnitudes,
     _common_constraints,
     _RepresentationMixin,
+    _row_norms,
     _RowBlocks,
     _split_blocks,
     _unit_rows,
@@ -20,6 +21,10 @@ from ._representation import (
 )
 
 __all__ = ["PrivateFedRepRegressor"]
+
+# Gradient and head norms in this range are clipped with one scalar factor per user
+# (see _clipped_gradient_sum); others through unit vectors.
+_SAFE_LOW, _SAFE_HIGH = 1e-100, 1e100
 
 
 def _fedrep_batches(s0, batch_mode, batch_size, rng):
@@ -65,14 +70,26 @@ def _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm):
     # A gradient that is not a number (inf - inf for magnitudes near the float maximum)
     # contributes zero: a function of that user's rows and the public U only.
     g[np.isnan(g).any(axis=1)] = 0.0
-    # clip(g v^T) = min(||g|| ||v||, psi) * unit(g) unit(v)^T: formed from unit vectors so
-    # that the bound holds for any magnitudes (no inexact ||g|| ||v|| in a division).
-    g_unit, g_norm = _unit_rows(g)
-    v_unit, v_norm = _unit_rows(V)
+    g_norm, v_norm = _row_norms(g), _row_norms(V)
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.where((g_norm > 0) & (v_norm > 0), g_norm * v_norm, 0.0)
     mag, c = _clipped_magnitudes(norms, clip_norm)
-    return (g_unit * mag[:, None]).T @ v_unit, c
+    # clip(g v^T) = min(||g|| ||v||, psi) * unit(g) unit(v)^T. For norms in
+    # [_SAFE_LOW, _SAFE_HIGH] (all practical data) this is (mag / (||g|| ||v||)) g v^T,
+    # formed without n x d temporaries: ||g|| ||v|| in [1e-200, 1e200] is computed to
+    # relative rounding and no product below over- or underflows, so each term has norm
+    # mag up to rounding. Other users (subnormal or huge norms) go through unit vectors.
+    safe = ((g_norm >= _SAFE_LOW) & (g_norm <= _SAFE_HIGH)
+            & (v_norm >= _SAFE_LOW) & (v_norm <= _SAFE_HIGH))
+    coef = np.zeros_like(norms)
+    coef[safe] = mag[safe] / norms[safe]
+    total = g.T @ (V * coef[:, None])
+    other = ~safe & (norms > 0)
+    if other.any():
+        g_unit, _ = _unit_rows(g[other])
+        v_unit, _ = _unit_rows(V[other])
+        total += (g_unit * mag[other][:, None]).T @ v_unit
+    return total, c
 
 
 def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_multiplier,

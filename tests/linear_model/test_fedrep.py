@@ -10,6 +10,7 @@ from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _fedrep, _representation
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
+from skdpp.privacy.mechanisms import unit_rows
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -433,3 +434,40 @@ def test_sensitivity_extreme_magnitudes(x_scale, y_scale, batch_mode):
     neighbour = (np.r_[X[keep], Xc], np.r_[y[keep], yc], np.r_[groups[keep], np.full(7, user)])
     fit_on = _fit_on(epsilon=1.0, max_iter=2, batch_mode=batch_mode)
     assert len(assert_sensitivity(fit_on, (X, y, groups), neighbour)) == 4
+
+
+def test_clipped_gradient_sum_mixes_magnitudes_consistently():
+    """Users of ordinary and extreme magnitudes in one call: each term is clipped on its own.
+
+    Ordinary norms use one scalar factor per user, extreme ones unit vectors; the
+    sum must equal the sum of the one-user calls and each term must have norm
+    ``min(||g|| ||v||, psi)`` (up to rounding), also near the switch-over norms.
+    """
+    rng = np.random.default_rng(3)
+    scales = [1.0, 1e-120, 1e120, 1e-99, 1e99, 1e-101, 1e101, 1e-160, 1e-3, 1e100]
+    m, d, psi = 3, 4, 0.7
+    X = np.concatenate([s * rng.standard_normal((m, d)) for s in scales])
+    y = rng.standard_normal(len(X))
+    codes = np.repeat(np.arange(len(scales)), m)
+    # last user: ||g|| ~ 1e260 and ||v|| ~ 1e60, whose product overflows
+    V = rng.standard_normal((len(scales), 2)) * np.array([1, 1e50, 1e-50, 1, 1, 1, 1, 1e80,
+                                                          1, 1e60])[:, None]
+    U = np.linalg.qr(rng.standard_normal((d, 2)))[0]
+    P_all = X @ U
+    blocks = _representation._RowBlocks(np.arange(len(X)), codes, len(scales))
+    total, _ = _fedrep._clipped_gradient_sum(X, y, P_all, V, blocks, psi)
+    parts = []
+    for u in range(len(scales)):
+        rows = np.flatnonzero(codes == u)
+        one = _representation._RowBlocks(np.arange(m), np.zeros(m, dtype=int), 1)
+        t, _ = _fedrep._clipped_gradient_sum(X[rows], y[rows], P_all[rows], V[u:u + 1], one,
+                                             psi)
+        g = (-2.0 / m) * (y[rows] - P_all[rows] @ V[u]) @ X[rows]
+        gu, gn = unit_rows(g[None])
+        vu, vn = unit_rows(V[u:u + 1])
+        with np.errstate(over="ignore"):
+            expected = min(gn[0] * vn[0], psi) * np.outer(gu[0], vu[0])
+        assert_allclose(t, expected, rtol=1e-12, atol=0)
+        assert np.linalg.norm(t) <= psi * (1 + 1e-12)
+        parts.append(t)
+    assert_allclose(total, np.sum(parts, axis=0), rtol=1e-12, atol=1e-300)
