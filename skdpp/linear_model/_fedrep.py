@@ -62,11 +62,11 @@ def _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm):
     c : ndarray of shape (n_users,)
         The clipping factors.
     """
-    rows = grad_blocks.rows
-    resid = y[rows] - np.einsum("ij,ij->i", P_all[rows], V[grad_blocks.codes])
+    resid = grad_blocks.gather(y) - np.einsum("ij,ij->i", grad_blocks.gather(P_all),
+                                              grad_blocks.expand(V))
     b = np.maximum(grad_blocks.counts, 1)
     with np.errstate(over="ignore", invalid="ignore"):
-        g = grad_blocks.weighted_row_sum(-2.0 * resid / b[grad_blocks.codes], X)
+        g = grad_blocks.weighted_row_sum(-2.0 * resid / grad_blocks.expand(b), X)
     # A gradient that is not a number (inf - inf for magnitudes near the float maximum)
     # contributes zero: a function of that user's rows and the public U only.
     g[np.isnan(g).any(axis=1)] = 0.0

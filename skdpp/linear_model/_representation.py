@@ -150,6 +150,10 @@ class _RowBlocks:
         self.counts = np.bincount(self.codes, minlength=self.n_users).astype(np.int64)
         self.indptr = np.zeros(self.n_users + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.indptr[1:])
+        n = self.rows.shape[0]
+        # rows == arange(n): per-row arrays aligned with X need no gather.
+        self.identity = bool(n == 0 or (self.rows[0] == 0 and self.rows[-1] == n - 1
+                                        and np.all(np.diff(self.rows) == 1)))
 
     @classmethod
     def from_mask(cls, mask, all_codes, n_users):
@@ -158,6 +162,22 @@ class _RowBlocks:
 
     def __len__(self):
         return self.rows.shape[0]
+
+    def gather(self, A):
+        """``A[self.rows]`` (``A`` itself when the rows are ``0..n-1`` in order)."""
+        return A if self.identity else A[self.rows]
+
+    def expand(self, per_user):
+        """``per_user[self.codes]``: one value per user repeated over its rows."""
+        return np.repeat(per_user, self.counts, axis=0)
+
+    def segment_max(self, values):
+        """Per-user maximum of the (row-aligned, any shape) ``values`` over the users
+        with rows (``counts > 0``, in user order)."""
+        starts = self.indptr[:-1][self.counts > 0]
+        flat = np.ascontiguousarray(values).reshape(-1)
+        width = flat.size // max(len(self), 1)
+        return np.maximum.reduceat(flat, starts * width)
 
     def take(self, keep):
         """Sub-blocks keeping the rows where ``keep`` (aligned with ``self.rows``)."""
@@ -290,10 +310,10 @@ def fit_heads(X, y, U, blocks, P_all=None):
         ``X[blocks.rows] @ U`` (reused by callers).
     """
     if P_all is not None:
-        P = P_all[blocks.rows]
+        P = blocks.gather(P_all)
     else:
         P = X[blocks.rows] @ U if len(blocks) else np.zeros((0, U.shape[1]))
-    yb = y[blocks.rows]
+    yb = blocks.gather(y)
     # Each user's system is solved for P / max|P| and y / max|y| (no overflow in the
     # k x k Grams for any finite values; the relative ridge is scale invariant), then
     # v = v' max|y| / max|P|. Heads that are still not finite (pathological magnitudes,
@@ -302,18 +322,18 @@ def fit_heads(X, y, U, blocks, P_all=None):
     sp_, sy_ = np.ones(n_users), np.ones(n_users)
     nz = blocks.counts > 0
     if len(blocks) and P.shape[1]:
-        starts = blocks.indptr[:-1][nz]
         with np.errstate(invalid="ignore"):
-            mp = np.maximum.reduceat(np.max(np.abs(P), axis=1), starts)
-            my = np.maximum.reduceat(np.abs(yb), starts)
+            mp = blocks.segment_max(np.abs(P))
+            my = blocks.segment_max(np.abs(yb))
         sp_[nz] = np.where(mp > 0, mp, 1.0)
         sy_[nz] = np.where(my > 0, my, 1.0)
     bad = ~np.isfinite(sp_)
     with np.errstate(invalid="ignore", over="ignore"):
-        Ps = P / sp_[blocks.codes][:, None]
-        Ps[bad[blocks.codes]] = 0.0
+        Ps = P / blocks.expand(sp_)[:, None]
+        if bad.any():
+            Ps[blocks.expand(bad)] = 0.0
         A = blocks.gram(Ps)
-        r = blocks.sum(Ps * (yb / sy_[blocks.codes])[:, None])
+        r = blocks.sum(Ps * (yb / blocks.expand(sy_))[:, None])
         V = _solve_heads(A, r, blocks.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
     return V, P
