@@ -364,9 +364,11 @@ _TINY_NORM = 1e-250
 
 def _user_scales(X_rows, y_rows, starts):
     """Per-user ``max |x|`` and ``max |y|`` over consecutive row segments (1 for zeros)."""
+    d = X_rows.shape[1]
     with np.errstate(invalid="ignore"):
-        mx = np.maximum.reduceat(np.max(np.abs(X_rows), axis=1), starts) if X_rows.shape[1] \
-            else np.zeros(starts.size)
+        # one flat reduction per user segment (rows of a user are consecutive)
+        mx = np.maximum.reduceat(np.abs(np.ascontiguousarray(X_rows)).reshape(-1),
+                                 starts * d) if d else np.zeros(starts.size)
         my = np.maximum.reduceat(np.abs(y_rows), starts)
     return np.where(mx > 0, mx, 1.0), np.where(my > 0, my, 1.0)
 
@@ -443,8 +445,11 @@ def spectral_statistic(X, y, blocks, clip_norm):
             B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / (c * (c - 1.0))
             f, norms[u] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", B, B)), sx, sy,
                                         clip_norm)
-            QB = Q @ (B * f[:, None, None])
-            total += QB.transpose(1, 0, 2).reshape(d, -1) @ Q.transpose(1, 0, 2).reshape(d, -1).T
+            # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_c c) @ (n_c c, d) product of the
+            # stacked Q_u^T (one copy) and (f_u B_u) Q_u^T (B_u symmetric).
+            Qt = np.ascontiguousarray(Q.transpose(0, 2, 1)).reshape(-1, d)  # (n_c c, d)
+            BQt = ((B * f[:, None, None]) @ Qt.reshape(-1, c, d)).reshape(-1, d)
+            total += Qt.T @ BQt
     # Users with more than d rows: explicit d x d matrices, chunked over users.
     heavy = np.flatnonzero(counts > max(d, 1))
     if heavy.size:
