@@ -143,9 +143,10 @@ class _RowBlocks:
     def __init__(self, rows, codes, n_users):
         rows = np.asarray(rows, dtype=np.int64)
         codes = np.asarray(codes, dtype=np.int64)
-        order = np.argsort(codes, kind="stable")
-        self.rows = rows[order]
-        self.codes = codes[order]
+        if codes.size and np.any(codes[1:] < codes[:-1]):
+            order = np.argsort(codes, kind="stable")
+            rows, codes = rows[order], codes[order]
+        self.rows, self.codes = rows, codes
         self.n_users = int(n_users)
         self.counts = np.bincount(self.codes, minlength=self.n_users).astype(np.int64)
         self.indptr = np.zeros(self.n_users + 1, dtype=np.int64)
