@@ -279,6 +279,25 @@ def _solve_heads(A, r, counts):
     c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
     lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
     M = A + lam[:, None, None] * np.eye(k)
+    if k != 2:
+        return _solve_stack(M, r)
+    # k = 2: closed form (Cramer's rule is forward stable for 2 x 2 systems), about 6x
+    # faster than the batched LU; systems whose determinant is not safely positive
+    # (users without rows, pathological magnitudes) go through the general path.
+    a, b, c = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
+    with np.errstate(all="ignore"):
+        det = a * c - b * b
+        v = np.empty_like(r)
+        v[:, 0] = (c * r[:, 0] - b * r[:, 1]) / det
+        v[:, 1] = (a * r[:, 1] - b * r[:, 0]) / det
+    bad = ~(det > np.finfo(np.float64).tiny) | ~np.isfinite(v).all(axis=1)
+    if bad.any():
+        v[bad] = _solve_stack(M[bad], r[bad])
+    return v
+
+
+def _solve_stack(M, r):
+    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback."""
     try:
         with np.errstate(all="ignore"):
             v = np.linalg.solve(M, r[..., None])[..., 0]
