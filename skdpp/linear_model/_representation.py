@@ -381,6 +381,74 @@ def _top_eigenvectors(M, k):
 # ``clip / norm`` for degenerate users (see :func:`_clip_factors`).
 _TINY_NORM = 1e-250
 
+# Users with 2 <= m <= d rows whose U-statistic does not cancel, i.e.
+# ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2, and with ||A'||_F^2 >= _GRAM_MIN, are added
+# without a QR factorisation (see _spectral_few_rows); others use the thin QR.
+_RHO_MIN = 0.05
+_GRAM_MIN = 1e-200
+
+
+def _spectral_few_rows(Ap, sx, sy, clip_norm):
+    """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
+
+    ``Ap`` (``n × c × d``) holds each user's scaled rows ``a_j = y_j x_j / (sx sy)``;
+    ``Z'_u = (s s^T - sum_j a_j a_j^T) / (c (c - 1))`` with ``s = sum_j a_j``.
+
+    Two routes, chosen per user from its ``c × c`` Gram ``G = A' A'^T``:
+
+    * *No cancellation* (``||Z'|| c (c - 1) >= _RHO_MIN ||A'||_F^2`` and
+      ``||A'||_F^2 >= _GRAM_MIN``, nearly all users): ``||Z'||_F^2 (c (c - 1))^2 =
+      (1^T G 1)^2 - 2 ||G 1||^2 + ||G||_F^2`` has absolute error
+      ``O(c^3 eps) ||A'||_F^4``, so relative error ``O(c^3 eps / _RHO_MIN^2)`` here, and
+      ``f Z'`` is added as ``sum_j a_j (f (s - a_j) / (c (c - 1)))^T`` (one product
+      for all users) with error ``O(c eps / _RHO_MIN) ψ``: the added term has norm
+      ``min(||Z||, ψ)`` up to a relative ``~1e-12``. Rounding cannot make a
+      cancelling user look non-cancelling: the formula's error bounds the computed
+      ratio by ``~c^2 sqrt(c^3 eps) << _RHO_MIN``.
+    * *Cancellation* (the rest): thin QR ``A'^T = Q R``, ``Z' = Q B Q^T`` with
+      ``B = R (11^T - I) R^T / (c (c - 1))``; the clip factor comes from
+      ``||B||_F`` of the computed ``B`` and ``Q (f B) Q^T`` is added, so the term's
+      norm is ``min(||Z||, ψ)`` up to rounding whatever cancellation occurred in
+      ``B``.
+
+    Returns
+    -------
+    total : ndarray of shape (d, d)
+    norms : ndarray of shape (n,)
+        ``||Z_u||_F`` before clipping.
+    """
+    n, c, d = Ap.shape
+    cc = c * (c - 1.0)
+    G = Ap @ Ap.transpose(0, 2, 1)  # (n, c, c)
+    a2 = np.trace(G, axis1=1, axis2=2)  # ||A'||_F^2
+    g1 = G.sum(axis=2)  # G 1
+    with np.errstate(under="ignore"):
+        nu2 = g1.sum(axis=1) ** 2 - 2.0 * np.einsum("ui,ui->u", g1, g1) \
+            + np.einsum("uij,uij->u", G, G)
+    nu = np.sqrt(np.maximum(nu2, 0.0))  # ||Z'|| c (c - 1)
+    fast = (a2 >= _GRAM_MIN) & (nu >= _RHO_MIN * a2)
+    total = np.zeros((d, d))
+    norms = np.zeros(n)
+    if fast.any():
+        A = Ap if fast.all() else Ap[fast]
+        f, norms[fast] = _clip_factors(nu[fast] / cc, sx[fast], sy[fast], clip_norm)
+        W = (A.sum(axis=1)[:, None, :] - A) * (f / cc)[:, None, None]  # f (s - a_j) / cc
+        total += A.reshape(-1, d).T @ W.reshape(-1, d)
+    if not fast.all():
+        slow = ~fast
+        A = Ap[slow]
+        Q, R = np.linalg.qr(A.transpose(0, 2, 1))  # (n_s, d, c), (n_s, c, c)
+        rs = R.sum(axis=2)  # R 1
+        B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / cc
+        f, norms[slow] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", B, B)), sx[slow],
+                                       sy[slow], clip_norm)
+        # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_s c) @ (n_s c, d) product of the
+        # stacked Q_u^T (one copy) and (f_u B_u) Q_u^T (B_u symmetric).
+        Qt = np.ascontiguousarray(Q.transpose(0, 2, 1)).reshape(-1, d)  # (n_s c, d)
+        BQt = ((B * f[:, None, None]) @ Qt.reshape(-1, c, d)).reshape(-1, d)
+        total += Qt.T @ BQt
+    return total, norms
+
 
 def _user_scales(X_rows, y_rows, starts):
     """Per-user ``max |x|`` and ``max |y|`` over consecutive row segments (1 for zeros)."""
@@ -433,11 +501,14 @@ def spectral_statistic(X, y, blocks, clip_norm):
     obtained from an expanded formula (``||s||^4 - 2 sum (a_j^T s)^2 + ...``)
     can then be 0 while ``||Z_i||`` is large, and large per-user terms summed
     across users absorb other users' contributions. Users with at most ``d``
-    rows use a thin QR ``A_i^T = Q_i R_i``: ``Z_i = Q_i B_i Q_i^T`` with the
-    ``m_i × m_i`` matrix ``B_i = R_i (11^T - I) R_i^T / (m_i(m_i-1))`` and
-    ``||Z_i||_F = ||B_i||_F`` (``Q_i`` orthonormal); users with more rows form
-    ``Z_i`` (``d × d``) explicitly. Either way each added term has norm at most
-    ``ψ`` (up to rounding).
+    rows whose ``Z_i`` cancels (``||Z'_i|| m_i (m_i - 1) < 0.05 ||A'_i||_F^2``) use
+    a thin QR ``A_i^T = Q_i R_i``: ``Z_i = Q_i B_i Q_i^T`` with the ``m_i × m_i``
+    matrix ``B_i = R_i (11^T - I) R_i^T / (m_i(m_i-1))`` and
+    ``||Z_i||_F = ||B_i||_F`` (``Q_i`` orthonormal); the other users with at most
+    ``d`` rows (no cancellation, where the ``m_i × m_i`` Gram formula for the norm
+    is accurate to ~1e-12 relative) skip the QR (see :func:`_spectral_few_rows`);
+    users with more rows form ``Z_i`` (``d × d``) explicitly. Either way each added
+    term has norm at most ``ψ`` (up to rounding).
 
     Returns
     -------
@@ -450,7 +521,7 @@ def spectral_statistic(X, y, blocks, clip_norm):
     counts = blocks.counts
     total = np.zeros((d, d))
     norms = np.zeros(n_users)
-    # Users with 2 <= m <= d rows: batched thin QR per distinct row count.
+    # Users with 2 <= m <= d rows: by distinct row count (see _spectral_few_rows).
     for c in np.unique(counts[(counts >= 2) & (counts <= d)]):  # distinct counts
         users = np.flatnonzero(counts == c)
         per_chunk = max(1, _CHUNK_BYTES // (8 * c * d))
@@ -460,16 +531,8 @@ def spectral_statistic(X, y, blocks, clip_norm):
             Xu, yu = X[r], y[r]
             sx, sy = _user_scales(Xu.reshape(-1, d), yu.ravel(), np.arange(u.size) * c)
             Ap = (Xu / sx[:, None, None]) * (yu / sy[:, None])[..., None]  # (n_c, c, d)
-            Q, R = np.linalg.qr(Ap.transpose(0, 2, 1))  # (n_c, d, c), (n_c, c, c)
-            rs = R.sum(axis=2)  # R 1
-            B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / (c * (c - 1.0))
-            f, norms[u] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", B, B)), sx, sy,
-                                        clip_norm)
-            # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_c c) @ (n_c c, d) product of the
-            # stacked Q_u^T (one copy) and (f_u B_u) Q_u^T (B_u symmetric).
-            Qt = np.ascontiguousarray(Q.transpose(0, 2, 1)).reshape(-1, d)  # (n_c c, d)
-            BQt = ((B * f[:, None, None]) @ Qt.reshape(-1, c, d)).reshape(-1, d)
-            total += Qt.T @ BQt
+            part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm)
+            total += part
     # Users with more than d rows: explicit d x d matrices, chunked over users.
     heavy = np.flatnonzero(counts > max(d, 1))
     if heavy.size:

@@ -185,3 +185,77 @@ def test_unit_rows_and_row_norms_for_any_magnitude():
     assert_allclose(norms[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
     assert norms[4] == np.inf
     assert_allclose(rep._row_norms(M[:4])[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
+
+
+def _near_threshold_users(rng, n_users, c, d):
+    """Users of c rows whose U-statistic cancels more or less (rows ~ +-base + noise)."""
+    out = []
+    for i in range(n_users):
+        base = rng.standard_normal(d)
+        A = rng.standard_normal((c, d)) * 10.0 ** rng.uniform(-8, 0, size=(c, 1))
+        if i % 2:
+            A = np.sign(rng.standard_normal((c, 1))) * base + A * 10.0 ** rng.uniform(-6, 0)
+        out.append(A / np.abs(A).max())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("c, d", [(2, 3), (4, 4), (5, 9)])
+def test_spectral_few_rows_gram_route_matches_qr_route(monkeypatch, c, d):
+    """Both routes of _spectral_few_rows add the same clipped term, within the clip bound.
+
+    Users with little cancellation skip the QR; their term (clip factor from the
+    Gram formula, product without Q) must equal the QR route's term (clip factor from
+    the computed B, added as Q f B Q^T) to rounding, also just above the switch-over
+    ratio, and never exceed psi.
+    """
+    rng = np.random.default_rng(c * d)
+    Ap = _near_threshold_users(rng, 400, c, d)
+    G = Ap @ Ap.transpose(0, 2, 1)
+    g1 = G.sum(axis=2)
+    nu = np.sqrt(np.maximum(g1.sum(1) ** 2 - 2 * (g1**2).sum(1) + (G**2).sum((1, 2)), 0))
+    rho = nu / np.trace(G, axis1=1, axis2=2)
+    fast = np.flatnonzero(rho >= rep._RHO_MIN)
+    assert fast.size > 20 and (rho[fast] < 2 * rep._RHO_MIN).any()  # both routes, near edge
+    ones = np.ones(1)
+    for psi in [1e-3, 1.0]:
+        for u in fast:
+            t_gram, n_gram = rep._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
+            with monkeypatch.context() as m:
+                m.setattr(rep, "_RHO_MIN", np.inf)  # force the QR route
+                t_qr, n_qr = rep._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
+            assert_allclose(t_gram, t_qr, rtol=0, atol=1e-11 * np.linalg.norm(t_qr))
+            assert_allclose(n_gram, n_qr, rtol=1e-11)
+            assert np.linalg.norm(t_gram) <= min(n_gram[0], psi) * (1 + 1e-12)
+    # the mixed call is the sum of the one-user calls
+    total, _ = rep._spectral_few_rows(Ap, np.ones(len(Ap)), np.ones(len(Ap)), 1.0)
+    parts = sum(rep._spectral_few_rows(Ap[u:u + 1], ones, ones, 1.0)[0] for u in range(len(Ap)))
+    assert_allclose(total, parts, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("big", [1.0, 1e10, 1e-120])
+def test_spectral_statistic_sensitivity_near_route_threshold(big):
+    """A canary whose cancellation ratio is just above the Gram route's threshold moves
+    the statistic by at most 2 psi (rows of any magnitude)."""
+    rng = np.random.default_rng(1)
+    n_users, m, d, psi = 30, 3, 5, 0.5
+    X = rng.standard_normal((n_users * m, d))
+    y = rng.standard_normal(n_users * m)
+    groups = np.repeat(np.arange(n_users), m)
+    t1, _ = rep.spectral_statistic(X, y, _blocks(groups)[0], psi)
+    keep = groups != n_users - 1
+    base = rng.standard_normal(d)
+    small = rng.standard_normal((m - 1, d))
+    routes = set()
+    for t in np.geomspace(1e-3, 1.0, 25):  # one big row, m - 1 rows of size t
+        Xc = big * np.r_[base[None], t * small]
+        X2 = np.r_[X[keep], Xc]
+        y2 = np.r_[y[keep], np.ones(m)]
+        g2 = np.r_[groups[keep], np.full(m, n_users - 1)]
+        A = Xc / np.abs(Xc).max()
+        G = A @ A.T
+        g1 = G.sum(axis=1)
+        ratio = np.sqrt(max(g1.sum() ** 2 - 2 * g1 @ g1 + (G * G).sum(), 0)) / np.trace(G)
+        routes.add(bool(ratio >= rep._RHO_MIN))
+        t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
+        assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
+    assert routes == {True, False}  # the sweep crosses the threshold
