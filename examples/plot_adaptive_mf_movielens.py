@@ -1,7 +1,7 @@
 """
-=================================================================
+==================================================================
 Private matrix factorisation on MovieLens: uniform, tail, adaptive
-=================================================================
+==================================================================
 
 The MovieLens experiment of Krichene et al. (2023), Sec. 5 / App. D, on the
 small public ``ml-latest-small`` data (610 users, 9 724 movies, 100 836
@@ -45,7 +45,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from skdpp.datasets import load_movielens  # noqa: E402
-from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF  # noqa: E402
+from skdpp import AdaptiveWeightMF  # noqa: E402
 from skdpp.metrics import recall_at_k, rmse  # noqa: E402
 from skdpp.model_selection import per_user_train_test_split  # noqa: E402
 

@@ -1,7 +1,7 @@
 """
-=====================================================================
+========================================================================
 Adaptive weights on skewed synthetic data (Krichene et al. 2023, App. C)
-=====================================================================
+========================================================================
 
 The synthetic experiment of Krichene, Jain, Song, Sundararajan, Thakurta and
 Zhang (2023), App. C: ``m = 100`` items (tasks) of dimension ``d = 5``,
@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from skdpp.datasets import make_skewed_ratings  # noqa: E402
-from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF  # noqa: E402
+from skdpp import AdaptiveWeightMF  # noqa: E402
 from skdpp.metrics import rmse  # noqa: E402
 
 try:

@@ -1,7 +1,7 @@
 """
-======================================================================
+=======================================================================
 Private FedRep vs. Priv-AltMin on the papers' synthetic regression task
-======================================================================
+=======================================================================
 
 Reproduces the comparison of Snedeker, Zhou & Bassily (2025), Section 3.4 and
 Figure 1 / App. B.4: ``n = 20 000`` users, ``d = 50`` features, a shared
@@ -40,8 +40,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from skdpp.datasets import make_shared_representation_regression  # noqa: E402
-from skdpp.linear_model._altmin import PrivAltMinRegressor  # noqa: E402
-from skdpp.linear_model._fedrep import PrivateFedRepRegressor  # noqa: E402
+from skdpp import PrivAltMinRegressor  # noqa: E402
+from skdpp import PrivateFedRepRegressor  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[1])
 parser.add_argument("--quick", action="store_true",

@@ -1,12 +1,12 @@
 """
-=======================================================================
+======================================================================
 Margin-based personalized classification with a JL projection (Alg. 3)
-=======================================================================
+======================================================================
 
 Snedeker, Zhou and Bassily (2025), Section 4: users share an embedding
 ``U*`` (``d x k``, orthonormal), user ``i`` labels its rows by
 ``y = sign(<x, U* v_i*>)`` with margin ``rho``, ``||x|| <= r``.
-:class:`~skdpp.linear_model._jl_margin.JLMarginClassifier` projects the
+:class:`~skdpp.JLMarginClassifier` projects the
 features to ``k'`` dimensions with a random sign matrix ``M``, selects the
 shared ``U~`` by the exponential mechanism with the margin score, releases
 ``U_priv = M^T U~`` and lets every user fit its head on its own rows.
@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from skdpp.datasets import make_personalized_margin_classification  # noqa: E402
-from skdpp.linear_model._jl_margin import JLMarginClassifier  # noqa: E402
+from skdpp import JLMarginClassifier  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 SEEDS = (0, 1)

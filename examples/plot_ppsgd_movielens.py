@@ -1,7 +1,7 @@
 """
-=====================================================================
+=========================================================================
 PPSGD on MovieLens: local-only vs global-only vs personalized (real data)
-=====================================================================
+=========================================================================
 
 The paper's running example (Bietti et al. 2022, §3.1): predict user ``i``'s
 rating of a movie from the movie's features with the additive model
@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from skdpp.datasets import load_movielens  # noqa: E402
-from skdpp.linear_model._ppsgd import PPSGDRegressor  # noqa: E402
+from skdpp import PPSGDRegressor  # noqa: E402
 from skdpp.model_selection import per_user_train_test_split  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"

@@ -640,7 +640,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     --------
     >>> import numpy as np
     >>> from skdpp.datasets import make_skewed_ratings
-    >>> from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
+    >>> from skdpp import AdaptiveWeightMF
     >>> X, y, groups, info = make_skewed_ratings(n_users=2000, power=0.5,
     ...                                          random_state=0)
     >>> mf = AdaptiveWeightMF(n_components=5, epsilon=5.0, mu=0.5, center=False,

@@ -789,7 +789,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     Examples
     --------
     >>> from skdpp.datasets import make_personalized_margin_classification
-    >>> from skdpp.linear_model._jl_margin import JLMarginClassifier
+    >>> from skdpp import JLMarginClassifier
     >>> X, y, groups, info = make_personalized_margin_classification(
     ...     n_users=2000, n_features=20, n_components=1, margin=0.1,
     ...     n_test_samples_per_user=10, random_state=0)

@@ -518,7 +518,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from skdpp.linear_model._ppsgd import PPSGDRegressor
+    >>> from skdpp import PPSGDRegressor
     >>> rng = np.random.default_rng(0)
     >>> n_users, n_rows, d = 500, 20, 5
     >>> groups = np.repeat(np.arange(n_users), n_rows)
