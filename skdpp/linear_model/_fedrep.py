@@ -26,6 +26,9 @@ __all__ = ["PrivateFedRepRegressor"]
 # (see _clipped_gradient_sum); others through unit vectors.
 _SAFE_LOW, _SAFE_HIGH = 1e-100, 1e100
 
+# Rows per chunk of users in the iterations (a chunk of X stays in cache).
+_ITER_CHUNK_ROWS = 32768
+
 
 def _fedrep_batches(s0, batch_mode, batch_size, rng):
     """The two batches of one round (Alg. 1, line 5): ``(head_blocks, grad_blocks)``.
@@ -130,6 +133,7 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
     # only them, so this halves the memory traffic of the products with X.
     X, y = X[s0.rows], y[s0.rows]
     s0 = _RowBlocks(np.arange(len(s0)), s0.codes, n_users)
+    chunks = s0.user_chunks(_ITER_CHUNK_ROWS)
     batch_rng = rng if batch_rng is None else batch_rng
     # One seed per round, so that the number of rows drawn in one round (data
     # dependent) never shifts the batches of the next rounds.
@@ -139,9 +143,19 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
     for t in range(n_iter):  # line 2
         head_blocks, grad_blocks = _fedrep_batches(  # line 5
             s0, batch_mode, batch_size, np.random.RandomState(int(round_seeds[t])))
-        P_all = X @ U
-        V, _ = fit_heads(X, y, U, head_blocks, P_all=P_all)  # line 6
-        total, _ = _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm)  # lines 7-10
+        # Lines 6-10 by chunks of consecutive users (~_ITER_CHUNK_ROWS rows): the heads and
+        # gradients of a user depend on its rows only, so this is the same sum; the chunk of
+        # X stays in cache between the two products and the per-row temporaries are small.
+        total = np.zeros_like(U)
+        for u0, u1 in chunks:
+            r0, r1 = s0.indptr[u0], s0.indptr[u1]
+            Xc, yc = X[r0:r1], y[r0:r1]
+            hb = head_blocks.user_range(u0, u1, r0)
+            gb = hb if grad_blocks is head_blocks else grad_blocks.user_range(u0, u1, r0)
+            P_all = Xc @ U
+            V, _ = fit_heads(Xc, yc, U, hb, P_all=P_all)  # line 6
+            part, _ = _clipped_gradient_sum(Xc, yc, P_all, V, gb, clip_norm)  # lines 7-10
+            total += part
         if sensitivity is None:  # epsilon=inf without clipping: nothing to protect
             from ._representation import _nonprivate
 

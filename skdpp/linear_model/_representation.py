@@ -164,6 +164,27 @@ class _RowBlocks:
     def __len__(self):
         return self.rows.shape[0]
 
+    def user_chunks(self, max_rows):
+        """``[(u0, u1), ...]``: consecutive user ranges of about ``max_rows`` rows each
+        (a range ends at the first user starting past a multiple of ``max_rows``)."""
+        cid = self.indptr[:-1] // max(int(max_rows), 1)
+        cuts = np.r_[0, np.flatnonzero(np.diff(cid)) + 1, self.n_users]
+        return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+    def user_range(self, u0, u1, row_offset=0):
+        """Blocks of users ``u0 .. u1 - 1`` (renumbered from 0), rows minus ``row_offset``."""
+        a, b = self.indptr[u0], self.indptr[u1]
+        out = _RowBlocks.__new__(_RowBlocks)
+        out.rows = self.rows[a:b] - row_offset
+        out.codes = self.codes[a:b] - u0
+        out.n_users = int(u1 - u0)
+        out.counts = self.counts[u0:u1]
+        out.indptr = self.indptr[u0:u1 + 1] - a
+        n = b - a
+        out.identity = bool(n == 0 or (out.rows[0] == 0 and out.rows[-1] == n - 1
+                                       and (self.identity or np.all(np.diff(out.rows) == 1))))
+        return out
+
     def gather(self, A):
         """``A[self.rows]`` (``A`` itself when the rows are ``0..n-1`` in order)."""
         return A if self.identity else A[self.rows]
