@@ -28,6 +28,8 @@ _SAFE_LOW, _SAFE_HIGH = 1e-100, 1e100
 
 # Rows per chunk of users in the iterations (a chunk of X stays in cache).
 _ITER_CHUNK_ROWS = 32768
+# The S^0 rows are copied once (contiguous) up to this size, else gathered per chunk.
+_COPY_MAX_BYTES = 64 * 2**20
 
 
 def _fedrep_batches(s0, batch_mode, batch_size, rng):
@@ -129,11 +131,18 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
     U : ndarray of shape (d, k)
     """
     n_users = s0.n_users
-    # Work on a contiguous copy of the S^0 rows (grouped by user): every round reads
-    # only them, so this halves the memory traffic of the products with X.
-    X, y = X[s0.rows], y[s0.rows]
+    # Every round reads only the S^0 rows, chunk by chunk: a contiguous copy of them when
+    # small; otherwise each chunk is gathered into one reused buffer (a large copy costs
+    # more in fresh memory than the gathers, and adds half of X to the peak memory).
+    rows0 = s0.rows
+    y = y[rows0]
     s0 = _RowBlocks(np.arange(len(s0)), s0.codes, n_users)
     chunks = s0.user_chunks(_ITER_CHUNK_ROWS)
+    if rows0.size * X.shape[1] * 8 <= _COPY_MAX_BYTES:
+        X, rows0, buf = X[rows0], None, None
+    else:
+        longest = max((s0.indptr[b] - s0.indptr[a] for a, b in chunks), default=0)
+        buf = np.empty((longest, X.shape[1]))
     batch_rng = rng if batch_rng is None else batch_rng
     # One seed per round, so that the number of rows drawn in one round (data
     # dependent) never shifts the batches of the next rounds.
@@ -149,7 +158,11 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
         total = np.zeros_like(U)
         for u0, u1 in chunks:
             r0, r1 = s0.indptr[u0], s0.indptr[u1]
-            Xc, yc = X[r0:r1], y[r0:r1]
+            if buf is None:
+                Xc = X[r0:r1]
+            else:
+                Xc = np.take(X, rows0[r0:r1], axis=0, out=buf[:r1 - r0])
+            yc = y[r0:r1]
             hb = head_blocks.user_range(u0, u1, r0)
             gb = hb if grad_blocks is head_blocks else grad_blocks.user_range(u0, u1, r0)
             P_all = Xc @ U

@@ -186,8 +186,8 @@ class _RowBlocks:
         return out
 
     def gather(self, A):
-        """``A[self.rows]`` (``A`` itself when the rows are ``0..n-1`` in order)."""
-        return A if self.identity else A[self.rows]
+        """``A[self.rows]`` (``A`` itself when the rows are all of ``A``'s, in order)."""
+        return A if self.identity and A.shape[0] == len(self) else A[self.rows]
 
     def expand(self, per_user):
         """``per_user[self.codes]``: one value per user repeated over its rows."""

@@ -125,6 +125,30 @@ def test_epsilon_inf_matches_loop_reference(batch_mode, batch_size):
     assert est.privacy_report_.epsilon_spent == np.inf
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 7, 50])
+@pytest.mark.parametrize("batch_mode, batch_size", [("same", None), ("disjoint", None),
+                                                    ("same", 3)])
+def test_chunked_gathered_iterations_match_loop_reference(monkeypatch, chunk_rows,
+                                                          batch_mode, batch_size):
+    """The rounds run by chunks of users, with the S^0 rows gathered per chunk (the path
+    taken for large data), give the loop reference's result."""
+    monkeypatch.setattr(_fedrep, "_ITER_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(_fedrep, "_COPY_MAX_BYTES", 0)
+    X, y, groups, info = _small_data()
+    rng = np.random.default_rng(5)
+    U0 = np.linalg.qr(rng.standard_normal((X.shape[1], 2)))[0]
+    est = PrivateFedRepRegressor(
+        epsilon=np.inf, init=U0, max_iter=4, learning_rate=0.7, clip_norm=0.8,
+        head_clip_norm=0.5, batch_mode=batch_mode, batch_size=batch_size, random_state=3,
+    ).fit(X, y, groups=groups)
+    U, heads, cold = _ref_fedrep(X, y, groups, U0, T=4, lr=0.7, psi=0.8,
+                                 batch_mode=batch_mode, seed=3, head_clip=0.5,
+                                 batch_size=batch_size)
+    assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
+    assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
+    assert_allclose(est.cold_start_head_, cold, rtol=1e-10, atol=1e-10)
+
+
 # --------------------------------------------------------------------------- #
 # Utility
 # --------------------------------------------------------------------------- #
