@@ -142,7 +142,7 @@ def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_mul
         X, rows0, buf = X[rows0], None, None
     else:
         longest = max((s0.indptr[b] - s0.indptr[a] for a, b in chunks), default=0)
-        buf = np.empty((longest, X.shape[1]))
+        buf = np.empty((longest, X.shape[1]), dtype=X.dtype)
     batch_rng = rng if batch_rng is None else batch_rng
     # One seed per round, so that the number of rows drawn in one round (data
     # dependent) never shifts the batches of the next rounds.

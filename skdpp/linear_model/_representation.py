@@ -210,7 +210,7 @@ class _RowBlocks:
         values = np.asarray(values, dtype=np.float64)
         if values.ndim == 1:
             return np.bincount(self.codes, weights=values, minlength=self.n_users)
-        flat = values.reshape(values.shape[0], -1)
+        flat = values.reshape(values.shape[0], int(np.prod(values.shape[1:])))
         out = np.empty((self.n_users, flat.shape[1]))
         for j in range(flat.shape[1]):  # loop over (few) columns, not users or rows
             out[:, j] = np.bincount(self.codes, weights=flat[:, j], minlength=self.n_users)
@@ -378,6 +378,30 @@ def fit_heads(X, y, U, blocks, P_all=None):
         V = _solve_heads(A, r, blocks.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
     return V, P
+
+
+def fit_heads_chunked(X, y, U, blocks, max_rows=32768):
+    """:func:`fit_heads` by chunks of consecutive users (``~max_rows`` rows each).
+
+    ``X @ U`` is formed once (``n_samples × k``); each chunk's rows of it are then
+    gathered, so the per-row temporaries of the head fits stay small. The heads are
+    the same (each depends on its user's rows only).
+
+    Returns
+    -------
+    V : ndarray of shape (n_users, k)
+    """
+    P_all = X @ U
+    V = np.zeros((blocks.n_users, U.shape[1]))
+    for u0, u1 in blocks.user_chunks(max_rows):  # memory chunks of users
+        a, b = blocks.indptr[u0], blocks.indptr[u1]
+        if b == a:  # users without rows keep the zero head
+            continue
+        rows = blocks.rows[a:b]
+        sub = blocks.user_range(u0, u1)
+        sub.rows, sub.identity = np.arange(b - a), True  # rows of the gathered chunk
+        V[u0:u1], _ = fit_heads(None, y[rows], U, sub, P_all=P_all[rows])
+    return V
 
 
 def random_init(n_features, n_components, rng):
@@ -900,7 +924,7 @@ class _RepresentationMixin:
     # ---------------------------------------------------------- final part
     def _finish(self, X, y, U, s0, s1, rngs, params, accountant, n_users):
         """Final heads (Alg. 1, line 14) and the DP cold-start head."""
-        V, _ = fit_heads(X, y, U, _final_blocks(s0, s1), P_all=X @ U)
+        V = fit_heads_chunked(X, y, U, _final_blocks(s0, s1))
         if self.cold_start_share > 0:
             present = (s0.counts + s1.counts) > 0
             head, event, sens = private_mean_head(

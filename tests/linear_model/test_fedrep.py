@@ -125,23 +125,25 @@ def test_epsilon_inf_matches_loop_reference(batch_mode, batch_size):
     assert est.privacy_report_.epsilon_spent == np.inf
 
 
-@pytest.mark.parametrize("chunk_rows", [1, 7, 50])
+@pytest.mark.parametrize("chunk_rows, dtype", [(1, np.float64), (7, np.float64),
+                                               (50, np.float64), (7, np.float32)])
 @pytest.mark.parametrize("batch_mode, batch_size", [("same", None), ("disjoint", None),
                                                     ("same", 3)])
-def test_chunked_gathered_iterations_match_loop_reference(monkeypatch, chunk_rows,
+def test_chunked_gathered_iterations_match_loop_reference(monkeypatch, chunk_rows, dtype,
                                                           batch_mode, batch_size):
     """The rounds run by chunks of users, with the S^0 rows gathered per chunk (the path
     taken for large data), give the loop reference's result."""
     monkeypatch.setattr(_fedrep, "_ITER_CHUNK_ROWS", chunk_rows)
     monkeypatch.setattr(_fedrep, "_COPY_MAX_BYTES", 0)
     X, y, groups, info = _small_data()
+    X = X.astype(dtype)
     rng = np.random.default_rng(5)
     U0 = np.linalg.qr(rng.standard_normal((X.shape[1], 2)))[0]
     est = PrivateFedRepRegressor(
         epsilon=np.inf, init=U0, max_iter=4, learning_rate=0.7, clip_norm=0.8,
         head_clip_norm=0.5, batch_mode=batch_mode, batch_size=batch_size, random_state=3,
     ).fit(X, y, groups=groups)
-    U, heads, cold = _ref_fedrep(X, y, groups, U0, T=4, lr=0.7, psi=0.8,
+    U, heads, cold = _ref_fedrep(X.astype(np.float64), y, groups, U0, T=4, lr=0.7, psi=0.8,
                                  batch_mode=batch_mode, seed=3, head_clip=0.5,
                                  batch_size=batch_size)
     assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
@@ -495,3 +497,13 @@ def test_clipped_gradient_sum_mixes_magnitudes_consistently():
         assert np.linalg.norm(t) <= psi * (1 + 1e-12)
         parts.append(t)
     assert_allclose(total, np.sum(parts, axis=0), rtol=1e-12, atol=1e-300)
+
+
+def test_disjoint_mode_with_one_row_users():
+    """groups=None and batch_mode="disjoint": every user has one S^0 row, so no user has
+    batch rows (empty per-user blocks must not make fit raise)."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 4)), rng.standard_normal(40)
+    est = PrivateFedRepRegressor(batch_mode="disjoint", epsilon=1.0, delta=1e-5,
+                                 random_state=0).fit(X, y)
+    assert np.all(np.isfinite(est.components_))

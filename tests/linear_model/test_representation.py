@@ -259,3 +259,14 @@ def test_spectral_statistic_sensitivity_near_route_threshold(big):
         t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
         assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
     assert routes == {True, False}  # the sweep crosses the threshold
+
+
+@pytest.mark.parametrize("max_rows", [1, 3, 1000])
+def test_fit_heads_chunked_matches_fit_heads(max_rows):
+    X, y, groups = _toy(n_users=9, max_rows=8)
+    blocks, _ = _blocks(groups)
+    sub = blocks.take(np.random.default_rng(0).random(len(blocks)) < 0.6)  # not all rows
+    U, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((X.shape[1], 2)))
+    expected, _ = rep.fit_heads(X, y, U, sub)
+    assert_allclose(rep.fit_heads_chunked(X, y, U, sub, max_rows=max_rows), expected,
+                    rtol=1e-12, atol=1e-14)
