@@ -779,12 +779,14 @@ def _split_blocks(index, rng):
     # row, ceil(m/2) rows clipped to [1, m-1]), with a faster within-user sort.
     keys = rng.random_sample(index.n_samples)
     perm = argsort_within(index.codes, keys)
-    rank = np.empty(index.n_samples, dtype=np.int64)
-    rank[perm] = np.arange(index.n_samples) - index.offsets[index.codes[perm]]
     counts = index.counts
     n_first = np.where(counts >= 2, np.clip((counts + 1) // 2, 1, np.maximum(counts - 1, 1)),
                        counts)
-    mask = rank < n_first[index.codes]
+    # perm lists the rows user by user, so the rank of perm[j] within its user is
+    # j - offset of that user (no gathers through perm).
+    rank_sorted = np.arange(index.n_samples) - np.repeat(index.offsets[:-1], counts)
+    mask = np.empty(index.n_samples, dtype=bool)
+    mask[perm] = rank_sorted < np.repeat(n_first, counts)
     return (_RowBlocks.from_mask(mask, index.codes, index.n_users),
             _RowBlocks.from_mask(~mask, index.codes, index.n_users))
 
