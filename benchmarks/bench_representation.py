@@ -41,19 +41,29 @@ NOTES = """
   < 2.5x the size of ``X``. Peak memory is the tracemalloc peak of allocations
   made *during* ``fit`` (``X`` itself is allocated before), divided by
   ``X.nbytes``.
-* Memory is well within target (about 0.9x ``X``: FedRep iterates on a
-  contiguous copy of the ``S^0`` rows, half of ``X``; no ``n_users x d x k``
-  or ``n_rows x d`` temporaries).
-* Times were measured on 2 cores shared with ~6 other jobs (``load_average``
-  column: 1-minute load when the row was measured). ``seconds`` is wall-clock
-  and inflated by the contention; ``cpu_seconds`` (process CPU time of the
-  single-threaded fit, ``OPENBLAS_NUM_THREADS=1``) is the better estimate of an
-  uncontended run, though memory-bandwidth sharing still inflates it.
-  Multi-threaded OpenBLAS was ~10x *slower* under this contention.
-* Where the time goes (paper setting): private initialisation (per-user
-  U-statistics and the ``d x d`` Gram of the ``S^0`` rows, ``O(n m d^2)``) ~40%,
-  the T=5 iterations (``X U``, per-user heads, one sparse ``n_users x rows``
-  times ``X`` product per round) ~50%.
+* ``load_average`` is the 1-minute load when the row was measured; ``seconds``
+  is wall-clock, ``cpu_seconds`` the process CPU time of the single-threaded
+  fit (``OPENBLAS_NUM_THREADS=1``). On this 2-core machine two BLAS threads were
+  not faster (0.170 s vs 0.164 s at the paper setting), so no thread limits are
+  set inside ``fit``.
+* Memory: no ``n_rows x d`` temporaries. The rounds read only the ``S^0`` rows,
+  user chunk by user chunk (~32k rows): a contiguous copy when they take at most
+  64 MiB, otherwise each chunk is gathered into one reused buffer (a copy of half
+  of ``X`` cost 0.3-4 s of fresh-memory page faults at 10^6 users). Per-row
+  temporaries are per chunk.
+* Before the speed-ups of 2026-11-21 (same command, idle machine, load 0.5-0.8):
+  paper setting 0.29 s (FedRep) / 0.35 s (AltMin); 10^6 users 27.4 s, peak 1.19x ``X``.
+* Where the time goes (line profiles, after the speed-ups of 2026-11-21):
+  paper setting ~0.13 s: private initialisation (per-user U-statistics) ~32%,
+  the T=5 rounds ~47% (``X U``, per-user 2x2 head solves, one sparse gradient
+  product per chunk), final heads ~10%, validation and split ~8%. 10^6 users
+  ~8 s: initialisation ~29%, rounds ~52% (a third of it gathering the ``S^0``
+  rows), final heads ~12%.
+* Spectral initialisation: users with ``2 <= m <= d`` rows whose U-statistic
+  does not cancel (all users of this benchmark) skip the thin QR: the norm of
+  ``Z_i`` comes from the ``m x m`` Gram of the user's scaled rows (accurate to
+  ~1e-12 relative there) and the clipped terms are added in one product;
+  cancelling users keep the QR route (clip from the computed ``B_i``).
 * Defaults were chosen on this setting (seed 1 data, see ``--tune``):
   FedRep ``learning_rate=1, clip_norm=1, init_clip_norm=5, init_share=0.1``;
   AltMin ``max_iter=1, clip_norm=5, label_clip=1, psd_floor=32``.
@@ -98,6 +108,7 @@ def main(argv):
     parser.add_argument("--max-users", type=int, default=1_000_000)
     args = parser.parse_args(argv)
     rows, lines = [], []
+    load0 = os.getloadavg()[0]
 
     # 1. paper setting: median of 3 fits
     X, y, groups, info = data(2_000 if args.quick else 20_000, n_test=10)
@@ -157,9 +168,9 @@ def main(argv):
     lines.append("# PrivateFedRepRegressor / PrivAltMinRegressor benchmark\n")
     lines.append("Command: `OPENBLAS_NUM_THREADS=1 python benchmarks/bench_representation.py "
                  + " ".join(argv) + "`\n")
-    lines.append(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-                 f"numpy {np.__version__}; 2 cores shared with other jobs, so wall-clock "
-                 "times are inflated by contention.\n")
+    lines.append(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+                 f"{platform.python_version()}, numpy {np.__version__}; 1-minute load "
+                 f"average at the start: {load0:.2f} (other jobs inflate wall-clock times).\n")
     for bench, part in table.groupby("benchmark", sort=False):
         lines.append(f"\n## {bench}\n")
         lines.append(_markdown(part.dropna(axis=1, how="all")))
