@@ -294,9 +294,11 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       sensitivity ``2 ψ_init``, symmetric Gaussian noise; ``Z_i`` is the user's
       U-statistic ``1/(m_i(m_i-1)) sum_{j≠j'} y_j y_j' x_j x_j'^T`` on its
       ``S^0`` rows (zero for a one-row user). Each user's clipping factor is
-      computed from the norm of the matrix actually added to the sum (see
-      ``spectral_statistic``), so the bound holds in floating point even when
-      ``Z_i`` is a small difference of huge terms. With
+      computed from the norm of the matrix actually added to the sum when
+      ``Z_i`` cancels (a small difference of huge terms: thin-QR route), and
+      otherwise from an ``m_i × m_i`` Gram formula that is accurate to ~1e-12
+      relative for such users (see ``spectral_statistic``), so the bound holds
+      in floating point up to rounding. With
       ``init="private_pairwise"``: the sum of per-user mean pair matrices,
       sensitivity ``2 ζ^2`` with ``ζ = init_clip_norm``.
     * ``iterations`` (Alg. 1, line 10), one per round: ``sum_i clip(∇_{i,t}, ψ)``,
