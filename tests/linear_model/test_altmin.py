@@ -1,7 +1,5 @@
 """Tests of PrivAltMinRegressor (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1-3)."""
 
-import math
-
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -10,6 +8,7 @@ from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _altmin, _representation
 from skdpp.linear_model._altmin import PrivAltMinRegressor
 from skdpp.linear_model._representation import subspace_distance
+from tests.linear_model._reference import _canary_last, _ref_head, _ref_split
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -17,28 +16,6 @@ from tests.privacy.harness import (
     noise_off,
     record_noise,
 )
-
-_RIDGE, _RIDGE_DEFICIENT = 1e-10, 1e-6
-
-
-def _ref_head(P, y, k):
-    A, r = P.T @ P, P.T @ y
-    c = _RIDGE_DEFICIENT if len(y) < k else _RIDGE
-    lam = max(c * np.trace(A) / k, np.finfo(float).tiny)
-    return np.linalg.solve(A + lam * np.eye(k), r)
-
-
-def _ref_split(groups, rng):
-    keys = rng.random_sample(len(groups))
-    s0 = np.zeros(len(groups), dtype=bool)
-    for u in np.unique(groups):
-        rows = np.flatnonzero(groups == u)
-        rows = rows[np.lexsort((rows, keys[rows]))]
-        m = len(rows)
-        n_first = m if m == 1 else min(max(math.ceil(m / 2), 1), m - 1)
-        s0[rows[:n_first]] = True
-    return s0
-
 
 def _ref_altmin(X, y, groups, U0, *, T, eta, zeta, schedule, batch_mode, seed):
     """Plain-loop Alg. 1 + Alg. 2 without noise, materialising every vec(x v^T)."""
@@ -210,12 +187,6 @@ def test_one_row_users_groups_none_and_unseen_users():
 # --------------------------------------------------------------------------- #
 # Privacy
 # --------------------------------------------------------------------------- #
-def _canary_last(X, y, groups):
-    user = groups.max()
-    order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
-    return X[order], y[order], groups[order], user
-
-
 @pytest.mark.parametrize("schedule, init", [("full", "private_spectral"),
                                             ("disjoint", "private_pairwise")])
 def test_sensitivity_adversarial_neighbours(schedule, init):

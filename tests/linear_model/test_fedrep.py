@@ -1,7 +1,5 @@
 """Tests of PrivateFedRepRegressor (Snedeker, Zhou & Bassily 2025, Alg. 1-2)."""
 
-import math
-
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -11,6 +9,7 @@ from skdpp.linear_model import _fedrep, _representation
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
 from skdpp.privacy.mechanisms import unit_rows
+from tests.linear_model._reference import _canary_last, _ref_head, _ref_split
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -22,28 +21,6 @@ from tests.privacy.harness import (
 # --------------------------------------------------------------------------- #
 # Independent loop-based reference of the non-private algorithm
 # --------------------------------------------------------------------------- #
-_RIDGE, _RIDGE_DEFICIENT = 1e-10, 1e-6
-
-
-def _ref_head(P, y, k):
-    """Per-user least squares with the documented tiny relative ridge."""
-    A, r = P.T @ P, P.T @ y
-    c = _RIDGE_DEFICIENT if len(y) < k else _RIDGE
-    lam = max(c * np.trace(A) / k, np.finfo(float).tiny)
-    return np.linalg.solve(A + lam * np.eye(k), r)
-
-
-def _ref_split(groups, rng):
-    """S^0 mask: per user, rows ranked by a uniform key; the first ceil(m/2) (in [1, m-1])."""
-    keys = rng.random_sample(len(groups))
-    s0 = np.zeros(len(groups), dtype=bool)
-    for u in np.unique(groups):
-        rows = np.flatnonzero(groups == u)
-        rows = rows[np.lexsort((rows, keys[rows]))]
-        m = len(rows)
-        n_first = m if m == 1 else min(max(math.ceil(m / 2), 1), m - 1)
-        s0[rows[:n_first]] = True
-    return s0
 
 
 def _ref_fedrep(X, y, groups, U0, *, T, lr, psi, batch_mode, seed, head_clip,
@@ -296,13 +273,6 @@ def test_unseen_users_get_cold_start_and_warn_without_groups():
 # --------------------------------------------------------------------------- #
 # Privacy: sensitivity, audit, noise level
 # --------------------------------------------------------------------------- #
-def _canary_last(X, y, groups):
-    """Reorder so the user with the largest id holds the last rows (shared prefix with D')."""
-    user = groups.max()
-    order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
-    return X[order], y[order], groups[order], user
-
-
 def _fit_on(**params):
     def fit_on(X, y, groups):
         return PrivateFedRepRegressor(random_state=0, **params).fit(X, y, groups=groups)
