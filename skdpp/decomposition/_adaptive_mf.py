@@ -379,6 +379,7 @@ def _item_gradient(U, V, user, item, rating, w, *, n_users, grad_clip):
 
 def _init_item_embeddings(rng, n_items, n_components):
     """Data-independent initialisation ``v_i ~ N(0, I_k / k)`` (no privacy cost)."""
+    # Algorithmic randomness (initialisation), not privacy noise.
     return rng.standard_normal((n_items, n_components)) / np.sqrt(n_components)
 
 

@@ -82,7 +82,7 @@ def _direction_grid(n_components, n_directions, rng):
     if n_components == 2:
         angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
         return np.column_stack([np.cos(angles), np.sin(angles)])
-    g = rng.standard_normal((n_directions, n_components))
+    g = rng.standard_normal((n_directions, n_components))  # public directions, not privacy noise
     return g / np.linalg.norm(g, axis=1, keepdims=True)
 
 
@@ -103,7 +103,7 @@ def _random_candidates(jl_dim, n_components, n_candidates, rng):
     (the distribution of ``M U`` for a Haar-random orthonormal ``U`` is close
     to it).
     """
-    g = rng.standard_normal((n_candidates, jl_dim, n_components))
+    g = rng.standard_normal((n_candidates, jl_dim, n_components))  # public candidates, not noise
     return _orthonormalize(g)
 
 
@@ -133,6 +133,7 @@ def _subspace_candidates(basis, n_candidates, rng, *, max_spread=1.0):
     """
     jl_dim, n_components = basis.shape
     spreads = np.linspace(0.0, max_spread, n_candidates)
+    # Public perturbations of the released basis (post-processing), not privacy noise.
     g = rng.standard_normal((n_candidates, jl_dim, n_components)) / math.sqrt(jl_dim)
     return _orthonormalize(basis[None] + spreads[:, None, None] * g)
 
