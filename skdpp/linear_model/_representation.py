@@ -82,6 +82,17 @@ def _row_norms(M):
     return out
 
 
+def _stack_norms(M):
+    """Frobenius norms of the matrices ``M[u]`` of a stack, overflow- and underflow-safe.
+
+    A plain ``sqrt(sum m^2)`` loses precision once the squares are subnormal
+    (norms below ~1e-146): a clip factor computed from it can leave a term whose
+    true norm exceeds the clip bound (by ~6% for entries near 1e-161).
+    """
+    M = np.asarray(M, dtype=np.float64)
+    return _row_norms(M.reshape(M.shape[0], -1))
+
+
 def _clipped_magnitudes(norms, clip_norm):
     """``min(norm, clip_norm)`` via :func:`_clip_scale` (``norm`` where the factor is 1).
 
@@ -429,8 +440,11 @@ _TINY_NORM = 1e-250
 # Users with 2 <= m <= d rows whose U-statistic does not cancel, i.e.
 # ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2, and with ||A'||_F^2 >= _GRAM_MIN, are added
 # without a QR factorisation (see _spectral_few_rows); others use the thin QR.
+# _GRAM_MIN keeps every term of the Gram formula (~ ||A'||_F^4 >= 1e-200) far from
+# the subnormal range: with 1e-200, users with ||A'||_F^2 ~ 1e-160 had terms near
+# 1e-320 (a few significant bits), norms off by tens of percent and terms above psi.
 _RHO_MIN = 0.05
-_GRAM_MIN = 1e-200
+_GRAM_MIN = 1e-100
 
 
 def _spectral_few_rows(Ap, sx, sy, clip_norm):
@@ -485,8 +499,7 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm):
         Q, R = np.linalg.qr(A.transpose(0, 2, 1))  # (n_s, d, c), (n_s, c, c)
         rs = R.sum(axis=2)  # R 1
         B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / cc
-        f, norms[slow] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", B, B)), sx[slow],
-                                       sy[slow], clip_norm)
+        f, norms[slow] = _clip_factors(_stack_norms(B), sx[slow], sy[slow], clip_norm)
         # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_s c) @ (n_s c, d) product of the
         # stacked Q_u^T (one copy) and (f_u B_u) Q_u^T (B_u symmetric).
         Qt = np.ascontiguousarray(Q.transpose(0, 2, 1)).reshape(-1, d)  # (n_s c, d)
@@ -594,8 +607,7 @@ def spectral_statistic(X, y, blocks, clip_norm):
             m = counts[users].astype(np.float64)
             Zp = (s[:, :, None] * s[:, None, :] - segment_outer_sum(Ap, None, idx)) \
                 / (m * (m - 1.0))[:, None, None]
-            f, norms[users] = _clip_factors(np.sqrt(np.einsum("uij,uij->u", Zp, Zp)), sx, sy,
-                                            clip_norm)
+            f, norms[users] = _clip_factors(_stack_norms(Zp), sx, sy, clip_norm)
             total += np.tensordot(f, Zp, axes=1)
     return (total + total.T) / 2.0, norms
 

@@ -1,5 +1,7 @@
 """Tests of the shared-representation building blocks (loop-based references)."""
 
+import math
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -8,6 +10,7 @@ from skdpp.privacy.mechanisms import unit_rows
 from skdpp.linear_model import _representation as rep
 from skdpp.linear_model._altmin import _kron_gram
 from skdpp.utils import UserIndex
+from tests.privacy.harness import assert_sensitivity
 
 
 def _toy(n_users=7, d=4, seed=0, max_rows=6):
@@ -259,6 +262,133 @@ def test_spectral_statistic_sensitivity_near_route_threshold(big):
         t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
         assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
     assert routes == {True, False}  # the sweep crosses the threshold
+
+
+def _fro(M):
+    """Frobenius norm of a float array to ~1e-16 relative at any magnitude."""
+    top = np.max(np.abs(M)) if M.size else 0.0
+    if top == 0:
+        return 0.0
+    e = math.frexp(top)[1]
+    return math.ldexp(math.sqrt(math.fsum((np.ldexp(M, -e) ** 2).ravel())), e)
+
+
+def _one_user(X, y, psi):
+    blocks = rep._RowBlocks(np.arange(len(y)), np.zeros(len(y), dtype=int), 1)
+    with np.errstate(all="ignore"):
+        return rep.spectral_statistic(X, y, blocks, psi)
+
+
+# (route, X, y, ||Z||): rows whose scaled Gram / U-statistic entries have subnormal
+# squares (~1e-320). Norms from plain sums of squares were off by up to ~50%, and
+# the clipped term exceeded psi (by 6e-6 .. 6%; up to 27% on a FedRep release).
+_SUBNORMAL_SQUARES = [
+    *[("gram", [[1e150, 0, 0], [0, 10.0 ** (150 - e), 0]], [10.0 ** -e, 1.0],
+       10.0 ** (300 - 2 * e) / math.sqrt(2)) for e in (80, 80.5, 81, 81.3)],
+    *[("qr", [[1e100, 0, 0], [0, 10.0 ** (100 - e), 0]], [1.0, 1.0],
+       10.0 ** (200 - e) / math.sqrt(2)) for e in (158, 160, 161)],
+    *[("explicit", [[1e100, 0], [0, 10.0 ** (100 - e)], [0, 10.0 ** (100 - e)]],
+       [1.0, 1.0, 1.0], math.sqrt(2) * 10.0 ** (200 - e) / 3) for e in (158, 160, 161)],
+]
+
+
+@pytest.mark.parametrize("route, X, y, norm", _SUBNORMAL_SQUARES)
+def test_spectral_statistic_clip_exact_when_squares_are_subnormal(route, X, y, norm):
+    """Each route's clipped term has norm <= psi even when the squares of the scaled
+    entries are subnormal (Gram route: _GRAM_MIN; QR and explicit routes: safe norms)."""
+    total, norms = _one_user(np.array(X, dtype=float), np.array(y), 1.0)
+    assert_allclose(norms, [norm], rtol=1e-12)
+    assert _fro(total) <= 1.0 * (1 + 1e-12)
+    assert_allclose(_fro(total), 1.0, rtol=1e-12)
+
+
+def _adversarial_user(rng):
+    """One user's (X, y): near-parallel, duplicated, zero, threshold-straddling or
+    wildly scaled rows, split into x and y with magnitudes anywhere in 1e-300..1e300."""
+    d = int(rng.choice([2, 3, 4, 5, 8, 12]))
+    c = int(rng.integers(2, d + 1)) if rng.random() < 0.85 else int(rng.integers(d + 1, d + 4))
+    kind = rng.integers(6)
+    if kind == 0:
+        A = rng.standard_normal((c, d))
+    elif kind == 1:  # nearly parallel, random signs
+        A = np.sign(rng.standard_normal((c, 1))) * rng.standard_normal(d) \
+            + rng.standard_normal((c, d)) * 10.0 ** rng.uniform(-16, 0)
+    elif kind == 2:  # duplicated rows, zero columns / rows
+        A = rng.standard_normal((c, d))
+        A[rng.integers(c)] = A[0]
+        A[:, rng.random(d) < 0.3] = 0
+        if rng.random() < 0.3:
+            A[rng.integers(c)] = 0
+    elif kind == 3:  # one big row + small rows: ratio around the Gram route's threshold
+        A = np.r_[rng.standard_normal((1, d)),
+                  10.0 ** rng.uniform(-2.5, 0) * rng.standard_normal((c - 1, d))]
+    elif kind == 4:  # two orthogonal rows and tiny others
+        A = np.zeros((c, d))
+        A[0, 0], A[1, 1 % d] = 1.0, 10.0 ** rng.uniform(-3, 0)
+        A[2:] = rng.standard_normal((c - 2, d)) * 10.0 ** rng.uniform(-200, 0)
+    else:  # per-row magnitudes wildly different
+        A = rng.standard_normal((c, d)) * 10.0 ** rng.uniform(-170, 0, size=(c, 1))
+    ly = rng.uniform(-150, 150, size=c) if rng.random() < 0.7 else np.zeros(c)
+    y = np.sign(rng.standard_normal(c)) * 10.0 ** ly
+    with np.errstate(all="ignore"):
+        X = A * 10.0 ** (rng.uniform(-140, 140) - ly)[:, None]
+    X[~np.isfinite(X)] = 0
+    return X, y
+
+
+def test_spectral_statistic_clip_bound_adversarial_search():
+    """Seeded adversarial search over single users (all three routes): the added term
+    never exceeds psi (1 + 1e-9), with its norm computed to ~1e-16. The version with
+    _GRAM_MIN = 1e-200 and plain sums of squares reached 1.0026 psi on these seeds."""
+    rng = np.random.default_rng(20261121)
+    worst, gram_route = 0.0, 0
+    for _ in range(2500):
+        X, y = _adversarial_user(rng)
+        c, d = X.shape
+        _, nz = _one_user(X, y, None)
+        if not (np.isfinite(nz[0]) and nz[0] > 1e-280):
+            continue
+        psi = nz[0] * 10.0 ** rng.uniform(-4, -0.01)  # clipped
+        total, _ = _one_user(X, y, psi)
+        assert np.all(np.isfinite(total))
+        worst = max(worst, _fro(total) / psi)
+        if c <= d:  # which route of _spectral_few_rows (same scaling as the code)
+            sx, sy = np.abs(X).max(), np.abs(y).max()
+            A = (X / sx) * (y / sy)[:, None]
+            G = A @ A.T
+            g1 = G.sum(axis=1)
+            a2 = np.trace(G)
+            nu = np.sqrt(max(g1.sum() ** 2 - 2 * g1 @ g1 + (G * G).sum(), 0.0))
+            gram_route += bool(a2 >= rep._GRAM_MIN and nu >= rep._RHO_MIN * a2)
+    assert worst <= 1 + 1e-9
+    assert gram_route > 300
+
+
+@pytest.mark.parametrize("e", [80.0, 81.0])
+def test_fedrep_init_sensitivity_subnormal_gram(e):
+    """Harness check on a FedRep fit: the canary's two rows (repeated) have a scaled
+    Gram whose squares are subnormal; flipping one target negates its term. The
+    spectral-initialisation release moved by 1.27 * 2 psi before _GRAM_MIN = 1e-100."""
+    from skdpp.datasets import make_shared_representation_regression
+    from skdpp.linear_model._fedrep import PrivateFedRepRegressor
+
+    X, y, groups, _ = make_shared_representation_regression(
+        n_users=15, n_features=4, n_components=2, n_samples_per_user=6, noise=0.1,
+        n_test_samples_per_user=0, random_state=0)
+    user = groups.max()
+    keep = groups != user
+
+    def with_canary(sign):
+        rows = np.tile([[1e150, 0, 0, 0], [0, 10.0 ** (150 - e), 0, 0]], (3, 1))
+        ys = np.tile([sign * 10.0 ** -e, 1.0], 3)
+        return (np.r_[X[keep], rows], np.r_[y[keep], ys],
+                np.r_[groups[keep], np.full(len(ys), user)])
+
+    def fit_on(Xa, ya, ga):
+        return PrivateFedRepRegressor(epsilon=1.0, max_iter=2, random_state=0).fit(
+            Xa, ya, groups=ga)
+
+    assert_sensitivity(fit_on, with_canary(1.0), with_canary(-1.0))
 
 
 @pytest.mark.parametrize("max_rows", [1, 3, 1000])
