@@ -29,6 +29,10 @@ from .exceptions import PrivacyLeakWarning
 from .privacy import PrivacyAccountant, PrivacyReport
 from .utils._grouped import UserIndex
 
+# Smallest clip bound accepted: below it, rounding of subnormal numbers can make a
+# clipped contribution exceed its bound (measured on the spectral initialisation).
+_MIN_CLIP = 1e-100
+
 __all__ = [
     "BasePersonalizedEstimator",
     "PersonalizedClassifierMixin",
@@ -89,8 +93,10 @@ class BasePersonalizedEstimator(BaseEstimator):
         """Checks that ``_parameter_constraints`` cannot express.
 
         Booleans are rejected for ``epsilon`` and ``delta`` (``True`` is a
-        ``Real`` in Python), and ``clip_norm=None`` (no clipping, unbounded
-        sensitivity) is only allowed with ``epsilon=np.inf``.
+        ``Real`` in Python); every clip bound (a parameter whose name contains
+        ``clip``) must be finite and at least ``1e-100``; ``clip_norm=None``
+        (no clipping, unbounded sensitivity) is only allowed with
+        ``epsilon=np.inf``.
         """
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
@@ -98,6 +104,15 @@ class BasePersonalizedEstimator(BaseEstimator):
                 raise ValueError(
                     f"The '{name}' parameter must be a float, got the boolean {value!r}. "
                     f"Pass a number, e.g. {name}=1.0."
+                )
+        for name, value in self.get_params(deep=False).items():
+            if "clip" not in name or value is None or isinstance(value, str):
+                continue
+            if not _MIN_CLIP <= value < np.inf:
+                raise ValueError(
+                    f"The {name!r} parameter must be a finite bound >= {_MIN_CLIP:g}, got "
+                    f"{value!r}: at smaller scales floating-point rounding can exceed the "
+                    f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead."
                 )
         clip_norm = getattr(self, "clip_norm", "absent")
         if clip_norm is None and self.epsilon != np.inf:

@@ -119,6 +119,8 @@ def test_personalize_requires_groups_and_matching_id_type():
         ({"delta": True}, "delta"),
         ({"clip_norm": None}, "clip_norm"),
         ({"clip_norm": 0.0}, "clip_norm"),
+        ({"clip_norm": 1e-120}, "clip_norm"),
+        ({"clip_norm": np.inf}, "clip_norm"),
     ],
 )
 def test_bad_privacy_parameters(params, match):
