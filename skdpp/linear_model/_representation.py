@@ -417,6 +417,7 @@ def fit_heads_chunked(X, y, U, blocks, max_rows=32768):
 
 def random_init(n_features, n_components, rng):
     """A uniformly random orthonormal ``d × k`` matrix (QR of a Gaussian matrix)."""
+    # Algorithmic randomness (a data-independent start), not privacy noise.
     G = rng.standard_normal((n_features, n_components))
     Q, _ = np.linalg.qr(G)
     return Q

@@ -33,3 +33,9 @@ def _canary_last(X, y, groups):
     user = groups.max()
     order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
     return X[order], y[order], groups[order], user
+
+
+def _test_mse(est, info):
+    """Test MSE of the personalized predictions on the held-out rows of ``info``."""
+    pred = est.predict(info.X_test, groups=info.groups_test)
+    return float(np.mean((pred - info.y_test) ** 2))

@@ -8,7 +8,7 @@ from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _altmin, _representation
 from skdpp.linear_model._altmin import PrivAltMinRegressor
 from skdpp.linear_model._representation import subspace_distance
-from tests.linear_model._reference import _canary_last, _ref_head, _ref_split
+from tests.linear_model._reference import _canary_last, _ref_head, _ref_split, _test_mse
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -78,18 +78,6 @@ def test_epsilon_inf_matches_loop_reference(schedule, batch_mode):
                            batch_mode=batch_mode, seed=3)
     assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
     assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
-
-
-@pytest.fixture(scope="module")
-def medium():
-    return make_shared_representation_regression(
-        n_users=3000, n_features=10, n_components=2, n_samples_per_user=10,
-        n_test_samples_per_user=10, random_state=0)
-
-
-def _test_mse(est, info):
-    pred = est.predict(info.X_test, groups=info.groups_test)
-    return float(np.mean((pred - info.y_test) ** 2))
 
 
 def test_error_falls_as_epsilon_grows(medium):

@@ -9,7 +9,7 @@ from skdpp.linear_model import _fedrep, _representation
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
 from skdpp.privacy.mechanisms import unit_rows
-from tests.linear_model._reference import _canary_last, _ref_head, _ref_split
+from tests.linear_model._reference import _canary_last, _ref_head, _ref_split, _test_mse
 from tests.privacy.harness import (
     adversarial_neighbours,
     assert_sensitivity,
@@ -131,18 +131,6 @@ def test_chunked_gathered_iterations_match_loop_reference(monkeypatch, chunk_row
 # --------------------------------------------------------------------------- #
 # Utility
 # --------------------------------------------------------------------------- #
-@pytest.fixture(scope="module")
-def medium():
-    return make_shared_representation_regression(
-        n_users=3000, n_features=10, n_components=2, n_samples_per_user=10,
-        n_test_samples_per_user=10, random_state=0)
-
-
-def _test_mse(est, info):
-    pred = est.predict(info.X_test, groups=info.groups_test)
-    return float(np.mean((pred - info.y_test) ** 2))
-
-
 def test_error_falls_as_epsilon_grows(medium):
     X, y, groups, info = medium
     dist, mse = [], []
