@@ -7,6 +7,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy import calibrate, mechanisms
+from ._heads import psd_floor_solve
 from ._representation import (
     _CHUNK_BYTES,
     _child_rngs,
@@ -56,18 +57,6 @@ def _weighted_cross(X, rows, W, unit_rows=False):
             Xc = _unit_rows(Xc)[0]
         out += Xc.T @ W[lo:lo + chunk]
     return out
-
-
-def _psd_solve(G, b, floor):
-    """``argmin_u u^T G u - 2 u^T b`` for the noisy symmetric ``G`` (Alg. 2, line 3).
-
-    Eigenvalues of ``G`` below ``floor`` are raised to ``floor`` (post-processing
-    that makes the problem strictly convex): ``u = Q diag(1/max(λ, floor)) Q^T b``.
-    """
-    w, Q = np.linalg.eigh((G + G.T) / 2.0)
-    scale = np.max(np.abs(w)) if w.size else 0.0
-    floor = max(floor, 1e-12 * scale, np.finfo(np.float64).tiny)
-    return Q @ ((Q.T @ b) / np.maximum(w, floor))
 
 
 def _user_chunks(n_users, n_rounds, rng):
@@ -170,7 +159,7 @@ def _privaltmin(X, y, head_blocks, stat_blocks, U0, *, n_rounds, schedule, clip_
                                sensitivity=sens_b, clip_norm=clip_norm)
         # Alg. 2, line 3: the (regularised) least-squares solve, then line 4: QR.
         floor = psd_floor * noise_multiplier * sens_G * np.sqrt(d * k) if private else 0.0
-        u = _psd_solve(G_rel, b_rel, floor)
+        u = psd_floor_solve(G_rel, b_rel, floor)
         Z = u.reshape(k, d).T  # un-vec (columns consecutive)
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)

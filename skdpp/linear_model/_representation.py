@@ -33,10 +33,10 @@ from ..privacy.mechanisms import unit_rows as _unit_rows
 from ..utils._grouped import (
     UserIndex,
     argsort_within,
-    batched_solve,
     segment_outer_sum,
     segment_sum,
 )
+from ._heads import solve_heads
 
 __all__ = [
     "fit_heads",
@@ -47,11 +47,6 @@ __all__ = [
     "subspace_distance",
 ]
 
-# Relative ridge added to each user's k x k head system: tiny for users with at
-# least k rows (numerical safety only: changes heads by ~1e-10 relative), larger for
-# users with fewer rows than k (approximately the minimum-norm least-squares head).
-_HEAD_RIDGE = 1e-10
-_HEAD_RIDGE_DEFICIENT = 1e-6
 
 # Rows per chunk in the row-chunked Gram products (bounds temporary memory).
 _CHUNK_BYTES = 16 * 2**20
@@ -298,48 +293,6 @@ def _weighted_gram(X, rows, weights, rows2=None, unit_rows=False):
 # --------------------------------------------------------------------------- #
 # Heads
 # --------------------------------------------------------------------------- #
-def _solve_heads(A, r, counts):
-    """Solve the per-user ``k × k`` normal equations ``A_i v_i = r_i``.
-
-    A relative ridge ``λ_i = c · tr(A_i) / k`` is added, with ``c = 1e-10`` for
-    users with at least ``k`` rows (numerical safety) and ``c = 1e-6`` for users
-    with fewer rows than ``k`` (whose least-squares head is not unique: this
-    gives approximately the minimum-norm head). Users without rows get ``0``.
-    """
-    k = A.shape[-1]
-    tr = np.trace(A, axis1=1, axis2=2)
-    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
-    lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
-    M = A + lam[:, None, None] * np.eye(k)
-    if k != 2:
-        return _solve_stack(M, r)
-    # k = 2: closed form (Cramer's rule is forward stable for 2 x 2 systems), about 6x
-    # faster than the batched LU; systems whose determinant is not safely positive
-    # (users without rows, pathological magnitudes) go through the general path.
-    a, b, c = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
-    with np.errstate(all="ignore"):
-        det = a * c - b * b
-        v = np.empty_like(r)
-        v[:, 0] = (c * r[:, 0] - b * r[:, 1]) / det
-        v[:, 1] = (a * r[:, 1] - b * r[:, 0]) / det
-    bad = ~(det > np.finfo(np.float64).tiny) | ~np.isfinite(v).all(axis=1)
-    if bad.any():
-        v[bad] = _solve_stack(M[bad], r[bad])
-    return v
-
-
-def _solve_stack(M, r):
-    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback."""
-    try:
-        with np.errstate(all="ignore"):
-            v = np.linalg.solve(M, r[..., None])[..., 0]
-        if not np.all(np.isfinite(v)):
-            raise np.linalg.LinAlgError
-    except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
-        v = batched_solve(M, r)
-    return v
-
-
 def fit_heads(X, y, U, blocks, P_all=None):
     """Exact per-user least-squares heads ``argmin_v sum (y - <U^T x, v>)^2``.
 
@@ -386,7 +339,7 @@ def fit_heads(X, y, U, blocks, P_all=None):
             Ps[blocks.expand(bad)] = 0.0
         A = blocks.gram(Ps)
         r = blocks.sum(Ps * (yb / blocks.expand(sy_))[:, None])
-        V = _solve_heads(A, r, blocks.counts) * (sy_ / sp_)[:, None]
+        V = solve_heads(A, r, blocks.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
     return V, P
 

@@ -1,13 +1,28 @@
 """Differential-privacy layer of skdpp: events, accounting, calibration,
 mechanisms and the privacy report.
 
-This subpackage knows nothing about estimators. Privacy noise is drawn only in
-:mod:`skdpp.privacy.mechanisms`; every release is described by an event from
-:mod:`skdpp.privacy.events`, composed into a
-:class:`~skdpp.privacy.accounting.PrivacyAccountant`, and summarised by a
-:class:`~skdpp.privacy.report.PrivacyReport`.
+This subpackage knows nothing about estimators. A fit describes its budget as
+a :class:`BudgetPlan` (named phases, calibrated once) and makes every release
+through a :class:`Releaser`, which calls the mechanism of
+:mod:`skdpp.privacy.mechanisms` (the only place privacy noise is drawn) and
+composes its event from :mod:`skdpp.privacy.events` into the fit's
+:class:`~skdpp.privacy.accounting.PrivacyAccountant` with the same
+sensitivity; :class:`~skdpp.privacy.report.PrivacyReport` is built from that
+ledger. All clipping lives in :mod:`skdpp.privacy._clipping`.
 """
 
+from ._clipping import (
+    MIN_CLIP,
+    clip_by_norm,
+    clip_factors,
+    clip_values,
+    clipped_magnitudes,
+    row_norms,
+    stack_norms,
+    unit_rows,
+)
+from ._plan import BudgetPlan
+from ._release import Releaser
 from .accounting import (
     DEFAULT_RDP_ORDERS,
     LedgerEntry,
@@ -29,18 +44,28 @@ from .events import (
     SelfComposedEvent,
 )
 from .mechanisms import (
-    clip_by_norm,
     exponential_mechanism,
     exponential_mechanism_probabilities,
     gaussian_mechanism,
     gaussian_sum,
     laplace_mechanism,
     noisy_counts,
+    poisson_sample,
 )
 from .report import PhaseReport, PrivacyReport
 
 __all__ = [
     "DEFAULT_RDP_ORDERS",
+    "MIN_CLIP",
+    "BudgetPlan",
+    "Releaser",
+    "clip_factors",
+    "clip_values",
+    "clipped_magnitudes",
+    "row_norms",
+    "stack_norms",
+    "unit_rows",
+    "poisson_sample",
     "ComposedEvent",
     "DpEvent",
     "ExponentialEvent",

@@ -46,17 +46,17 @@ import numbers
 import numpy as np
 from scipy import special
 
+from ._clipping import clip_by_norm, unit_rows  # noqa: F401  (re-exported for compatibility)
 from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
 
 __all__ = [
-    "clip_by_norm",
     "exponential_mechanism",
     "exponential_mechanism_probabilities",
     "gaussian_mechanism",
     "gaussian_sum",
     "laplace_mechanism",
     "noisy_counts",
-    "unit_rows",
+    "poisson_sample",
 ]
 
 
@@ -92,122 +92,6 @@ def _as_float_array(value, name):
     if np.isnan(arr).any():
         raise ValueError(f"`{name}` contains NaN; privacy mechanisms need finite inputs.")
     return arr
-
-
-# --------------------------------------------------------------------------
-# clipping
-# --------------------------------------------------------------------------
-
-def clip_by_norm(values, clip_norm):
-    """Scale each leading slice to Frobenius norm at most ``clip_norm``.
-
-    Parameters
-    ----------
-    values : array-like of shape (n, ...)
-        One slice per user (or row). Never modified.
-    clip_norm : float or None
-        Clip norm C > 0. ``None`` returns an unchanged copy.
-
-    Returns
-    -------
-    clipped : ndarray of shape (n, ...)
-        ``values[i] * min(1, C / ||values[i]||_F)``. Slices with norm <= C
-        are returned bit-for-bit; zero slices stay zero.
-
-    Notes
-    -----
-    Norms are computed after dividing each slice by its largest absolute
-    entry, so values up to the float maximum do not overflow. Slices with
-    infinite entries are clipped to ``C`` times the normalised sign pattern of
-    their infinite entries (the limit of scaling). NaN raises ``ValueError``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skdpp.privacy.mechanisms import clip_by_norm
-    >>> clip_by_norm(np.array([[3.0, 4.0], [0.3, 0.4], [1e300, 1e300]]), 1.0)
-    array([[0.6       , 0.8       ],
-           [0.3       , 0.4       ],
-           [0.70710678, 0.70710678]])
-    """
-    arr = np.array(values, dtype=float, copy=True)
-    if clip_norm is None:
-        return arr
-    clip_norm = _check_nonneg("clip_norm", clip_norm, allow_zero=False,
-                              remedy="Pass clip_norm=None to disable clipping (only "
-                                     "allowed when epsilon=inf).")
-    if arr.ndim == 0:
-        raise ValueError("`values` must have a leading (per-user) axis; got a scalar.")
-    if np.isnan(arr).any():
-        raise ValueError("`values` contains NaN; cannot clip.")
-    n = arr.shape[0]
-    if arr.size == 0:
-        return arr
-    flat = arr.reshape(n, -1)
-    unit, norm = unit_rows(flat)
-    too_big = norm > clip_norm
-    if too_big.any():
-        flat[too_big] = unit[too_big] * clip_norm
-    return flat.reshape(arr.shape)
-
-
-def unit_rows(values):
-    """Unit vectors and norms of the rows of a 2-D array, for any magnitude.
-
-    Each row is divided by its largest absolute entry before its norm is
-    taken, so the unit rows have norm 1 up to rounding whatever the magnitude
-    of the entries (``np.linalg.norm`` squares them: subnormal rows underflow
-    to norm 0 and huge rows overflow to inf, and ``m / ||m||`` is then far
-    from unit norm, which breaks clipping). Zero rows give zero; rows with
-    infinite entries give the normalised sign pattern of those entries and
-    norm ``inf`` (the limit of scaling). Clipping as ``min(||m||, C) * unit``
-    therefore never exceeds ``C``.
-
-    Parameters
-    ----------
-    values : array-like of shape (n, p)
-        Finite or infinite values (no NaN).
-
-    Returns
-    -------
-    unit : ndarray of shape (n, p)
-        Each row scaled to unit L2 norm (zero rows stay zero).
-    norms : ndarray of shape (n,)
-        The rows' L2 norms (``inf`` when not representable).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skdpp.privacy.mechanisms import unit_rows
-    >>> unit, norms = unit_rows(np.array([[3e-200, 4e-200], [0.0, 0.0]]))
-    >>> unit
-    array([[0.6, 0.8],
-           [0. , 0. ]])
-    >>> norms
-    array([5.e-200, 0.e+000])
-    """
-    M = np.asarray(values, dtype=np.float64)
-    n = M.shape[0]
-    if M.ndim != 2:
-        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
-    if M.shape[1] == 0 or n == 0:
-        return np.zeros_like(M), np.zeros(n)
-    absmax = np.max(np.abs(M), axis=1)
-    has_inf = np.isinf(absmax)
-    scaled = np.zeros_like(M)
-    finite = ~has_inf & (absmax > 0)
-    scaled[finite] = M[finite] / absmax[finite, None]
-    if has_inf.any():
-        rows = M[has_inf]
-        scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
-    with np.errstate(under="ignore"):
-        unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(p)] or 0
-    nz = unit_norm > 0
-    unit = np.zeros_like(M)
-    unit[nz] = scaled[nz] / unit_norm[nz, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.where(has_inf, np.inf, absmax * unit_norm)
-    return unit, norms
 
 
 # --------------------------------------------------------------------------
@@ -559,3 +443,50 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     index = int(_sample_index(scores, sensitivity=sensitivity, epsilon=epsilon, rng=rng))
     event = NonPrivateEvent() if math.isinf(epsilon) else ExponentialEvent(epsilon)
     return index, event
+
+
+# --------------------------------------------------------------------------
+# client sampling (privacy-relevant randomness)
+# --------------------------------------------------------------------------
+
+def poisson_sample(key, user_hash, round_index, sampling_rate):
+    """Poisson client sampling: which users take part in a round.
+
+    Each user takes part independently with probability ``sampling_rate``,
+    decided by a keyed hash of ``(key, user id, round)``
+    (:func:`skdpp.utils._random.keyed_uniform`): a function of the secret fit
+    key and the user's own id only, so the sample of one user never depends on
+    another user's data or on how users are partitioned. Amplification by
+    subsampling (the accountant's ``PoissonSampledEvent``) requires the sample
+    to stay secret: it is never printed, logged or released.
+
+    Parameters
+    ----------
+    key : ndarray of shape (2,), uint64
+        The fit's secret key.
+    user_hash : ndarray of shape (n_users,), uint64
+        Stable hashes of the user ids.
+    round_index : int
+        The round.
+    sampling_rate : float
+        ``q`` in ``(0, 1]``.
+
+    Returns
+    -------
+    mask : ndarray of shape (n_users,), bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import poisson_sample
+    >>> key = np.array([3, 4], dtype=np.uint64)
+    >>> mask = poisson_sample(key, np.arange(10_000, dtype=np.uint64), 0, 0.1)
+    >>> 900 < int(mask.sum()) < 1100
+    True
+    """
+    from ..utils._random import keyed_uniform
+
+    user_hash = np.asarray(user_hash, dtype=np.uint64)
+    if sampling_rate >= 1.0:
+        return np.ones(user_hash.shape[0], dtype=bool)
+    return keyed_uniform(key, "poisson-sample", user_hash, int(round_index)) < sampling_rate

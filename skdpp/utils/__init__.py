@@ -1,9 +1,9 @@
-"""Utilities: the per-user data layer (:class:`UserIndex` and segment operations)."""
+"""Utilities: the per-user data layer (:class:`UserIndex`, user blocks, segment
+operations) and the randomness of a fit (:mod:`skdpp.utils._random`)."""
 
 from ._grouped import (
     UserIndex,
     argsort_within,
-    batched_solve,
     rank_within_user,
     segment_counts,
     segment_mean,
@@ -15,7 +15,6 @@ from ._grouped import (
 __all__ = [
     "UserIndex",
     "argsort_within",
-    "batched_solve",
     "rank_within_user",
     "segment_counts",
     "segment_mean",

@@ -8,14 +8,12 @@ module, except in the documented fallbacks for ids that numpy cannot sort
 (mixed-type object arrays), which are hash-based.
 """
 
-import math
 import numbers
 
 import numpy as np
 
 __all__ = [
     "UserIndex",
-    "batched_solve",
     "rank_within_user",
     "segment_counts",
     "segment_mean",
@@ -581,93 +579,6 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     return out
 
 
-def batched_solve(A, b, *, ridge=0.0):
-    """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
-
-    Parameters
-    ----------
-    A : array-like of shape (..., k, k)
-        Stack of square matrices.
-    b : array-like of shape (..., k) or (..., k, m)
-        Right-hand sides: a stack of vectors when ``b.ndim == A.ndim - 1``,
-        otherwise a stack of matrices.
-    ridge : float, default=0.0
-        Non-negative value added to the diagonal of every ``A_i``.
-
-    Returns
-    -------
-    x : ndarray of the shape of ``b``
-
-    Notes
-    -----
-    The stack is solved with one batched ``np.linalg.inv`` (its inverse also
-    gives each item's condition number).  Systems that are
-    singular or numerically singular (Frobenius condition number above
-    ``1 / (k * eps)``; when an item is exactly singular, smallest singular value
-    below ``k * eps * largest``; or a non-finite result) are solved instead by
-    the Moore-Penrose pseudo-inverse, vectorised over the failing items: the
-    minimum-norm least-squares solution (e.g. a user with fewer rows than
-    ``k`` gets the minimum-norm head).  Inputs are not modified.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skdpp.utils import batched_solve
-    >>> A = np.stack([2.0 * np.eye(2), np.zeros((2, 2))])
-    >>> batched_solve(A, np.ones((2, 2)))
-    array([[0.5, 0.5],
-           [0. , 0. ]])
-    """
-    A = np.asarray(A)
-    b = np.asarray(b)
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(
-            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}."
-        )
-    if not (np.isscalar(ridge) and np.isfinite(ridge) and ridge >= 0):
-        raise ValueError(f"`ridge` must be a finite number >= 0; got {ridge!r}.")
-    k = A.shape[-1]
-    vector = b.ndim == A.ndim - 1
-    B = b[..., None] if vector else b
-    if B.shape[:-1] != A.shape[:-1]:
-        raise ValueError(
-            f"`b` of shape {b.shape} does not match `A` of shape {A.shape}; expected "
-            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices)."
-        )
-    dtype = np.result_type(A.dtype, B.dtype, np.float64)
-    M = A.astype(dtype, copy=True)
-    if ridge:
-        M[..., np.arange(k), np.arange(k)] += ridge
-    B = B.astype(dtype, copy=False)
-    if k == 0 or M.size == 0:
-        x = np.zeros(B.shape, dtype=dtype)
-        return x[..., 0] if vector else x
-    tol = 1.0 / (k * np.finfo(np.float64).eps)
-    try:
-        # fast path: one batched LU inverse gives the solution and the Frobenius
-        # condition number of every item
-        inv = np.linalg.inv(M)
-        x = inv @ B
-        flat_m = M.reshape(-1, k * k)
-        flat_i = inv.reshape(-1, k * k)
-        cond = np.sqrt(np.einsum("ij,ij->i", flat_m, flat_m)
-                       * np.einsum("ij,ij->i", flat_i, flat_i))
-        bad = ~(cond < tol).reshape(M.shape[:-2])
-    except np.linalg.LinAlgError:
-        # some item is exactly singular: find the numerically singular items by SVD
-        sv = np.linalg.svd(M, compute_uv=False)
-        bad = ~(sv[..., -1] > k * np.finfo(np.float64).eps * sv[..., 0])
-        bad |= ~np.isfinite(sv).all(axis=-1)
-        x = np.zeros(B.shape, dtype=dtype)
-        good = ~bad
-        if good.any():
-            x[good] = np.linalg.solve(M[good], B[good])
-    bad |= ~np.isfinite(x).reshape(x.shape[:-2] + (-1,)).all(axis=-1)
-    if bad.any():
-        x[bad] = np.linalg.pinv(M[bad]) @ B[bad]
-    return x[..., 0] if vector else x
-
-
 def _uniform_keys(rng, n):
     if rng is None:
         return None
@@ -779,3 +690,310 @@ def split_within_users(index, fraction, rng=None):
                        counts)
     rank = rank_within_user(index, rng)
     return rank < n_first[index.codes]
+
+
+# --------------------------------------------------------------------------- #
+# Blocks of whole users in canonical order
+# --------------------------------------------------------------------------- #
+# Rows per block of the in-process fits: a block's working set (its rows, their
+# products with a d x k matrix) stays in cache between the passes of a round.
+DEFAULT_BLOCK_ROWS = 32768
+
+
+def canonical_order(codes, n_users, row_keys):
+    """Row order sorted by ``(user code, row key)``: the canonical layout.
+
+    Parameters
+    ----------
+    codes : ndarray of shape (n_samples,), int
+        User code of each row.
+    n_users : int
+    row_keys : ndarray of shape (n_samples,), uint64
+        A function of each row's content (:func:`skdpp.utils._random.row_hashes`,
+        or e.g. item codes), so that the order does not depend on the input
+        order of the rows.
+
+    Returns
+    -------
+    order : ndarray of shape (n_samples,), int64
+
+    Notes
+    -----
+    For fewer than ``2**32`` users the user code and the top bits of the key
+    are packed into one uint64 and sorted once (stable); rows whose keys agree
+    on those bits are equal up to a ``2**-32``-probability collision, which
+    only decides the order of two rows of one user.
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    keys = np.asarray(row_keys, dtype=np.uint64)
+    bits = max(1, int(max(n_users - 1, 1)).bit_length())
+    if bits > 32:
+        return np.lexsort((keys, codes)).astype(np.int64, copy=False)
+    shift = np.uint64(64 - bits)
+    composite = (codes.astype(np.uint64) << shift) | (keys >> np.uint64(bits))
+    return np.argsort(composite, kind="stable").astype(np.int64, copy=False)
+
+
+def _as_rows(rows, n):
+    """``rows`` as None (all of ``n`` source rows), a slice, or an int64 array."""
+    if rows is None or isinstance(rows, slice):
+        return rows
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and rows[0] + rows.size - 1 == rows[-1] \
+            and (rows.size == 1 or np.all(np.diff(rows) == 1)):
+        if rows[0] == 0 and rows.size == n:
+            return None
+        return slice(int(rows[0]), int(rows[0]) + rows.size)
+    return rows
+
+
+class UserBlock:
+    """The rows of a set of whole users, grouped by user in canonical order.
+
+    A block is the unit of work of every skdpp algorithm: its ``map``
+    functions turn a block into a partial sum of clipped per-user
+    contributions (see :class:`~skdpp.utils._executor.LocalExecutor`). A
+    block refers to *source* arrays (the fit's ``X`` and ``y``, or arrays
+    owned by the block) and lists its rows in canonical order: user by user
+    (users sorted by id), and within a user by a function of the row's content
+    (:func:`canonical_order`). Everything an algorithm computes from a block
+    is therefore a function of the *set* of records.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        Source arrays (row-aligned; ``y`` may be 2-D).
+    rows : None, slice or ndarray of int
+        The block's rows of the sources in canonical order (``None``: all of
+        them, already in canonical order).
+    users : ndarray of shape (n_users,)
+        The users' ids (sorted).
+    user_hash : ndarray of shape (n_users,), uint64
+        Stable hashes of the ids (:func:`skdpp.utils._random.hash_ids`).
+    counts : ndarray of shape (n_users,), int
+        Rows of each user.
+    first_user : int, default=0
+        Position of the block's first user among all users of the fit (blocks
+        of an in-process fit tile ``0 .. n_users - 1``).
+
+    Attributes
+    ----------
+    n_users, n_rows : int
+    offsets : ndarray of shape (n_users + 1,)
+        Start of each user's rows within the block.
+    row_user : ndarray of shape (n_rows,)
+        Local code (``0 .. n_users - 1``) of each row's user.
+    rank : ndarray of shape (n_rows,)
+        Position of each row within its user (canonical order).
+    """
+
+    def __init__(self, X, y, rows, users, user_hash, counts, first_user=0):
+        self.X = X
+        self.y = y
+        self.rows = _as_rows(rows, X.shape[0])
+        self.users = np.asarray(users)
+        self.user_hash = np.asarray(user_hash, dtype=np.uint64)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.offsets = np.zeros(self.counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=self.offsets[1:])
+        self.first_user = int(first_user)
+        self._row_user = None
+        self._rank = None
+
+    def __repr__(self):
+        return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
+
+    @property
+    def n_users(self):
+        return int(self.counts.shape[0])
+
+    @property
+    def n_rows(self):
+        return int(self.offsets[-1])
+
+    @property
+    def row_user(self):
+        if self._row_user is None:
+            self._row_user = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
+        return self._row_user
+
+    @property
+    def rank(self):
+        if self._rank is None:
+            self._rank = (np.arange(self.n_rows, dtype=np.int64)
+                          - np.repeat(self.offsets[:-1], self.counts))
+        return self._rank
+
+    # ------------------------------------------------------------- rows
+    def take(self, A, out=None):
+        """The block's rows of a source-aligned array ``A``, in canonical order.
+
+        A view when the rows are contiguous in the source, else a gather
+        (into ``out`` when given, e.g. a buffer reused across rounds).
+        """
+        if self.rows is None:
+            return A
+        if isinstance(self.rows, slice):
+            return A[self.rows]
+        if out is not None:
+            return np.take(A, self.rows, axis=0, out=out[:self.rows.shape[0]])
+        return A[self.rows]
+
+    def source_rows(self):
+        """Indices of the block's rows in the sources (int64 array)."""
+        if self.rows is None:
+            return np.arange(self.X.shape[0], dtype=np.int64)
+        if isinstance(self.rows, slice):
+            return np.arange(self.rows.start, self.rows.stop, dtype=np.int64)
+        return self.rows
+
+    def select(self, mask):
+        """The block restricted to the rows where ``mask`` (same users; counts may drop to 0).
+
+        Parameters
+        ----------
+        mask : ndarray of shape (n_rows,), bool
+            Rows to keep, aligned with the block's canonical rows.
+        """
+        mask = np.asarray(mask, dtype=bool)
+        counts = np.bincount(self.row_user[mask], minlength=self.n_users)
+        return UserBlock(self.X, self.y, self.source_rows()[mask], self.users,
+                         self.user_hash, counts, self.first_user)
+
+    def user_range(self, u0, u1):
+        """The sub-block of users ``u0 .. u1 - 1`` (a view of the same sources)."""
+        a, b = int(self.offsets[u0]), int(self.offsets[u1])
+        if self.rows is None:
+            rows = slice(a, b)
+        elif isinstance(self.rows, slice):
+            rows = slice(self.rows.start + a, self.rows.start + b)
+        else:
+            rows = self.rows[a:b]
+        return UserBlock(self.X, self.y, rows, self.users[u0:u1], self.user_hash[u0:u1],
+                         self.counts[u0:u1], self.first_user + u0)
+
+    def split(self, max_rows=DEFAULT_BLOCK_ROWS):
+        """Consecutive sub-blocks of about ``max_rows`` rows (at least one user each)."""
+        cid = self.offsets[:-1] // max(int(max_rows), 1)
+        cuts = np.r_[0, np.flatnonzero(np.diff(cid)) + 1, self.n_users]
+        return [self.user_range(int(a), int(b))
+                for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+    # -------------------------------------------------- segment operations
+    def expand(self, per_user):
+        """One value per user repeated over its rows."""
+        return np.repeat(per_user, self.counts, axis=0)
+
+    def segment_sum(self, values):
+        """Per-user sums of row-aligned ``values`` (any trailing shape); 0 for empty users."""
+        values = np.asarray(values)
+        if values.ndim == 1:
+            return np.bincount(self.row_user, weights=values, minlength=self.n_users)
+        out = np.zeros((self.n_users,) + values.shape[1:],
+                       dtype=np.result_type(values.dtype, np.float64))
+        nonempty = self.counts > 0
+        if self.n_rows and nonempty.any():
+            out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
+        return out
+
+    def segment_max(self, values, initial=-np.inf):
+        """Per-user maximum of row-aligned ``values`` over all trailing axes."""
+        values = np.ascontiguousarray(values)
+        width = values.size // max(self.n_rows, 1)
+        out = np.full(self.n_users, initial, dtype=np.result_type(values.dtype, np.float64))
+        nonempty = self.counts > 0
+        if self.n_rows and nonempty.any():
+            out[nonempty] = np.maximum.reduceat(values.reshape(-1),
+                                                self.offsets[:-1][nonempty] * width)
+        return out
+
+    def gram(self, P, weights=None):
+        """Per-user ``sum_r w_r p_r p_r^T`` of row-aligned ``P`` (n_rows, k) -> (n_users, k, k)."""
+        k = P.shape[1]
+        out = np.empty((self.n_users, k, k))
+        for a in range(k):  # loop over the k (k + 1) / 2 entries, not users or rows
+            pa = P[:, a] if weights is None else P[:, a] * weights
+            for b in range(a, k):
+                s = np.bincount(self.row_user, weights=pa * P[:, b], minlength=self.n_users)
+                out[:, a, b] = s
+                out[:, b, a] = s
+        return out
+
+    def weighted_row_sum(self, weights, M):
+        """``out[u] = sum_{r in u} weights_r M_r`` for row-aligned ``M`` (one sparse product)."""
+        import scipy.sparse as sp
+
+        W = sp.csr_matrix((np.asarray(weights, dtype=np.float64),
+                           np.arange(self.n_rows), self.offsets),
+                          shape=(self.n_users, self.n_rows))
+        return np.asarray(W @ M)
+
+    # ---------------------------------------------- keyed randomness
+    def row_uniforms(self, key, stream, *words):
+        """Keyed uniforms per row: ``hash(key, stream, user id, rank, *words)``."""
+        from ._random import keyed_uniform
+
+        return keyed_uniform(key, stream, self.expand(self.user_hash), self.rank, *words)
+
+    def user_uniforms(self, key, stream, *words):
+        """Keyed uniforms per user: ``hash(key, stream, user id, *words)``."""
+        from ._random import keyed_uniform
+
+        return keyed_uniform(key, stream, self.user_hash, *words)
+
+    def ranks_by(self, keys):
+        """Rank of each row within its user when the user's rows are sorted by ``keys``.
+
+        ``keys`` in ``[0, 1)`` (e.g. :meth:`row_uniforms`); ties keep the
+        canonical order.
+        """
+        perm = argsort_within(self.row_user, keys)
+        out = np.empty(self.n_rows, dtype=np.int64)
+        out[perm] = self.rank
+        return out
+
+    def split_users_rows(self, fraction, keys):
+        """``True`` for the first part of each user's rows (e.g. ``S^0``).
+
+        A user with ``m >= 2`` rows puts ``ceil(fraction * m)`` rows, clipped
+        to ``[1, m - 1]``, in the first part: those with the smallest
+        ``keys``; a one-row user puts its row in the first part.
+        """
+        counts = self.counts
+        n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
+        n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
+                           counts)
+        return self.ranks_by(keys) < self.expand(n_first)
+
+
+def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
+    """Blocks of whole users in canonical order over the source arrays ``X``, ``y``.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        Row-aligned source arrays (not copied: blocks list their rows).
+    index : UserIndex
+        The users of the rows.
+    row_keys : ndarray of shape (n_samples,), default=None
+        Keys ordering each user's rows; default: a hash of the content of the
+        row of ``X`` and ``y`` (:func:`skdpp.utils._random.row_hashes`).
+    max_rows : int or None, default=32768
+        Rows per block (``None``: one block).
+
+    Returns
+    -------
+    blocks : list of UserBlock
+        Consecutive users (sorted ids); block ``j`` starts at user
+        ``blocks[j].first_user``.
+    """
+    from ._random import hash_ids, row_hashes
+
+    _check_index(index)
+    if row_keys is None:
+        row_keys = row_hashes(X, y)
+    order = canonical_order(index.codes, index.n_users, row_keys)
+    whole = UserBlock(X, y, order, index.users, hash_ids(index.users), index.counts)
+    if max_rows is None:
+        return [whole]
+    return whole.split(max_rows)

@@ -14,18 +14,16 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy import integrate, stats
 
-from skdpp.privacy.accounting import (
+from skdpp.privacy._gdp import gaussian_delta, gaussian_epsilon, gaussian_mu
+from skdpp.privacy._rdp import (
     DEFAULT_RDP_ORDERS,
-    PrivacyAccountant,
     _log_a_frac,
     _log_a_int,
     _rdp_poisson_gaussian,
-    gaussian_delta,
-    gaussian_epsilon,
-    gaussian_mu,
     rdp_to_delta,
     rdp_to_epsilon,
 )
+from skdpp.privacy.accounting import PrivacyAccountant
 from skdpp.privacy.events import (
     ComposedEvent,
     ExponentialEvent,

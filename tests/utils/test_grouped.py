@@ -5,7 +5,6 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp.utils import (
     UserIndex,
-    batched_solve,
     rank_within_user,
     segment_counts,
     segment_mean,
@@ -30,6 +29,17 @@ def data():
     rng = np.random.default_rng(0)
     groups = rng.integers(0, 30, size=200) * 7 - 50  # unsorted, gaps, negatives
     return rng, groups
+
+
+def test_inputs_not_mutated(data):
+    rng, groups = data
+    A = rng.normal(size=(groups.shape[0], 3))
+    A0, g0 = A.copy(), groups.copy()
+    index = UserIndex.from_groups(groups, groups.shape[0])
+    segment_sum(A, index)
+    segment_outer_sum(A, A, index)
+    assert_array_equal(A, A0)
+    assert_array_equal(groups, g0)
 
 
 def test_string_ids_sorted_and_codes():
@@ -225,44 +235,6 @@ def test_segment_outer_sum_gram_default(data):
                     rtol=1e-10, atol=1e-12)
 
 
-def test_inputs_not_mutated(data):
-    rng, groups = data
-    A = rng.normal(size=(groups.shape[0], 3))
-    A0, g0 = A.copy(), groups.copy()
-    index = UserIndex.from_groups(groups, groups.shape[0])
-    segment_sum(A, index)
-    segment_outer_sum(A, A, index)
-    M = rng.normal(size=(4, 3, 3))
-    M0 = M.copy()
-    batched_solve(M, np.ones((4, 3)), ridge=1.0)
-    assert_array_equal(A, A0)
-    assert_array_equal(groups, g0)
-    assert_array_equal(M, M0)
-
-
-def test_batched_solve_matches_solve():
-    rng = np.random.default_rng(3)
-    G = rng.normal(size=(50, 4, 4))
-    A = G @ np.swapaxes(G, 1, 2) + np.eye(4)
-    b = rng.normal(size=(50, 4))
-    x = batched_solve(A, b, ridge=0.5)
-    expected = np.linalg.solve(A + 0.5 * np.eye(4), b[..., None])[..., 0]
-    assert_allclose(x, expected, rtol=1e-10)
-
-
-def test_batched_solve_singular_items_use_pinv():
-    A = np.stack([np.eye(2), np.array([[1.0, 0.0], [0.0, 0.0]]), np.zeros((2, 2))])
-    b = np.ones((3, 2))
-    x = batched_solve(A, b)
-    assert_allclose(x, [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], atol=1e-12)
-
-
-def test_batched_solve_matrix_rhs():
-    A = np.stack([2 * np.eye(3)] * 2)
-    b = np.ones((2, 3, 4))
-    assert_allclose(batched_solve(A, b), 0.5 * b, rtol=1e-12)
-
-
 def test_rank_within_user_is_permutation_per_user(data):
     rng, groups = data
     index = UserIndex.from_groups(groups, groups.shape[0])
@@ -296,16 +268,6 @@ def test_split_within_users_bad_fraction(fraction):
     index = UserIndex.from_groups([0, 0], 2)
     with pytest.raises(ValueError, match="`fraction`"):
         split_within_users(index, fraction)
-
-
-def test_batched_solve_numerically_singular_items_use_pinv():
-    rng = np.random.default_rng(4)
-    a = rng.normal(size=(6, 3))
-    A = np.einsum("ni,nj->nij", a, a)  # rank-1 Gram matrices: one row per user, k=3
-    A[0] = A[0] + np.eye(3)  # one well-posed item in the stack
-    b = rng.normal(size=(6, 3))
-    expected = (np.linalg.pinv(A) @ b[..., None])[..., 0]
-    assert_allclose(batched_solve(A, b), expected, rtol=1e-8, atol=1e-10)
 
 
 def test_tuple_ids_are_users():

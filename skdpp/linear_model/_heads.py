@@ -1,0 +1,182 @@
+"""Small batched solves shared by the estimators (one module, DESIGN §4).
+
+* :func:`batched_solve` -- a stack of ``k x k`` systems, pseudo-inverse for the
+  singular ones;
+* :func:`solve_heads` -- per-user least-squares heads from their ``k x k``
+  normal equations (relative ridge, closed form for ``k = 2``);
+* :func:`psd_floor_solve` -- ``argmin u^T G u - 2 u^T b`` for a noisy symmetric
+  ``G`` whose eigenvalues are floored (Priv-AltMin, Alg. 2);
+* :func:`psd_ridge_solve` -- a stack of noisy Gram systems projected on the
+  PSD cone plus a ridge (DP matrix factorisation, Alg. 1).
+
+All are vectorised over the stack; many tiny LAPACK calls run with one BLAS
+thread (threads only add overhead there).
+"""
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+__all__ = ["batched_solve", "psd_floor_solve", "psd_ridge_solve", "solve_heads"]
+
+# Relative ridge added to each user's k x k head system: tiny for users with at
+# least k rows (numerical safety only: changes heads by ~1e-10 relative), larger for
+# users with fewer rows than k (approximately the minimum-norm least-squares head).
+_HEAD_RIDGE = 1e-10
+_HEAD_RIDGE_DEFICIENT = 1e-6
+
+
+def batched_solve(A, b, *, ridge=0.0):
+    """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
+
+    Parameters
+    ----------
+    A : array-like of shape (..., k, k)
+        Stack of square matrices.
+    b : array-like of shape (..., k) or (..., k, m)
+        Right-hand sides: a stack of vectors when ``b.ndim == A.ndim - 1``,
+        otherwise a stack of matrices.
+    ridge : float, default=0.0
+        Non-negative value added to the diagonal of every ``A_i``.
+
+    Returns
+    -------
+    x : ndarray of the shape of ``b``
+
+    Notes
+    -----
+    The stack is solved with one batched ``np.linalg.inv`` (its inverse also
+    gives each item's condition number).  Systems that are
+    singular or numerically singular (Frobenius condition number above
+    ``1 / (k * eps)``; when an item is exactly singular, smallest singular value
+    below ``k * eps * largest``; or a non-finite result) are solved instead by
+    the Moore-Penrose pseudo-inverse, vectorised over the failing items: the
+    minimum-norm least-squares solution (e.g. a user with fewer rows than
+    ``k`` gets the minimum-norm head).  Inputs are not modified.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils import batched_solve
+    >>> A = np.stack([2.0 * np.eye(2), np.zeros((2, 2))])
+    >>> batched_solve(A, np.ones((2, 2)))
+    array([[0.5, 0.5],
+           [0. , 0. ]])
+    """
+    A = np.asarray(A)
+    b = np.asarray(b)
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(
+            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}."
+        )
+    if not (np.isscalar(ridge) and np.isfinite(ridge) and ridge >= 0):
+        raise ValueError(f"`ridge` must be a finite number >= 0; got {ridge!r}.")
+    k = A.shape[-1]
+    vector = b.ndim == A.ndim - 1
+    B = b[..., None] if vector else b
+    if B.shape[:-1] != A.shape[:-1]:
+        raise ValueError(
+            f"`b` of shape {b.shape} does not match `A` of shape {A.shape}; expected "
+            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices)."
+        )
+    dtype = np.result_type(A.dtype, B.dtype, np.float64)
+    M = A.astype(dtype, copy=True)
+    if ridge:
+        M[..., np.arange(k), np.arange(k)] += ridge
+    B = B.astype(dtype, copy=False)
+    if k == 0 or M.size == 0:
+        x = np.zeros(B.shape, dtype=dtype)
+        return x[..., 0] if vector else x
+    tol = 1.0 / (k * np.finfo(np.float64).eps)
+    try:
+        # fast path: one batched LU inverse gives the solution and the Frobenius
+        # condition number of every item
+        inv = np.linalg.inv(M)
+        x = inv @ B
+        flat_m = M.reshape(-1, k * k)
+        flat_i = inv.reshape(-1, k * k)
+        cond = np.sqrt(np.einsum("ij,ij->i", flat_m, flat_m)
+                       * np.einsum("ij,ij->i", flat_i, flat_i))
+        bad = ~(cond < tol).reshape(M.shape[:-2])
+    except np.linalg.LinAlgError:
+        # some item is exactly singular: find the numerically singular items by SVD
+        sv = np.linalg.svd(M, compute_uv=False)
+        bad = ~(sv[..., -1] > k * np.finfo(np.float64).eps * sv[..., 0])
+        bad |= ~np.isfinite(sv).all(axis=-1)
+        x = np.zeros(B.shape, dtype=dtype)
+        good = ~bad
+        if good.any():
+            x[good] = np.linalg.solve(M[good], B[good])
+    bad |= ~np.isfinite(x).reshape(x.shape[:-2] + (-1,)).all(axis=-1)
+    if bad.any():
+        x[bad] = np.linalg.pinv(M[bad]) @ B[bad]
+    return x[..., 0] if vector else x
+
+
+def solve_heads(A, r, counts):
+    """Solve the per-user ``k × k`` normal equations ``A_i v_i = r_i``.
+
+    A relative ridge ``λ_i = c · tr(A_i) / k`` is added, with ``c = 1e-10`` for
+    users with at least ``k`` rows (numerical safety) and ``c = 1e-6`` for users
+    with fewer rows than ``k`` (whose least-squares head is not unique: this
+    gives approximately the minimum-norm head). Users without rows get ``0``.
+    """
+    k = A.shape[-1]
+    tr = np.trace(A, axis1=1, axis2=2)
+    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
+    lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
+    M = A + lam[:, None, None] * np.eye(k)
+    if k != 2:
+        return _solve_stack(M, r)
+    # k = 2: closed form (Cramer's rule is forward stable for 2 x 2 systems), about 6x
+    # faster than the batched LU; systems whose determinant is not safely positive
+    # (users without rows, pathological magnitudes) go through the general path.
+    a, b, c = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
+    with np.errstate(all="ignore"):
+        det = a * c - b * b
+        v = np.empty_like(r)
+        v[:, 0] = (c * r[:, 0] - b * r[:, 1]) / det
+        v[:, 1] = (a * r[:, 1] - b * r[:, 0]) / det
+    bad = ~(det > np.finfo(np.float64).tiny) | ~np.isfinite(v).all(axis=1)
+    if bad.any():
+        v[bad] = _solve_stack(M[bad], r[bad])
+    return v
+
+
+def _solve_stack(M, r):
+    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback."""
+    try:
+        with np.errstate(all="ignore"):
+            v = np.linalg.solve(M, r[..., None])[..., 0]
+        if not np.all(np.isfinite(v)):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
+        v = batched_solve(M, r)
+    return v
+
+
+def psd_floor_solve(G, b, floor):
+    """``argmin_u u^T G u - 2 u^T b`` for the noisy symmetric ``G`` (Alg. 2, line 3).
+
+    Eigenvalues of ``G`` below ``floor`` are raised to ``floor`` (post-processing
+    that makes the problem strictly convex): ``u = Q diag(1/max(λ, floor)) Q^T b``.
+    """
+    w, Q = np.linalg.eigh((G + G.T) / 2.0)
+    scale = np.max(np.abs(w)) if w.size else 0.0
+    floor = max(floor, 1e-12 * scale, np.finfo(np.float64).tiny)
+    return Q @ ((Q.T @ b) / np.maximum(w, floor))
+
+
+def psd_ridge_solve(A, b, reg):
+    """``theta_i = (Pi_PSD(A_i) + reg I)^-1 b_i`` for a stack (Alg. 1, line 7).
+
+    The noisy Gram matrices are projected on the PSD cone (negative eigenvalues
+    set to zero, as the paper's ``A^dagger``) before the ridge is added, so the
+    solve is always well posed.
+    """
+    # Many tiny LAPACK calls: multi-threaded BLAS only adds overhead here
+    # (measured 25x slower for 10^4 32x32 matrices on 2 busy cores).
+    with threadpool_limits(limits=1, user_api="blas"):
+        evals, evecs = np.linalg.eigh(A)
+    evals = np.maximum(evals, 0.0) + reg
+    coef = np.einsum("nkl,nk->nl", evecs, b) / evals
+    return np.einsum("nkl,nl->nk", evecs, coef)

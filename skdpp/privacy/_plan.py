@@ -1,0 +1,181 @@
+"""The budget plan of a fit: named phases, their shares, calibrated once.
+
+Every estimator describes its releases as a :class:`BudgetPlan`: named phases
+(e.g. ``init``, ``iterations``, ``cold_start``), each with a share of the
+zero-concentrated-DP budget, a mechanism and a number of releases. The plan is
+validated (the shares an estimator exposes as parameters must leave a positive
+share to the phases that take "the rest") and calibrated once with
+:func:`~skdpp.privacy.calibration.calibrate`; the release helper
+(:class:`~skdpp.privacy.Releaser`) then reads each phase's noise multiplier
+from it, and the report shows the plan.
+
+Examples
+--------
+>>> from skdpp.privacy import BudgetPlan
+>>> plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+>>> plan.add("init", share=0.1, param="init_share")
+>>> plan.add("cold_start", share=0.02, param="cold_start_share")
+>>> plan.add_rest("iterations", count=5)
+>>> plan.calibrate().names
+('init', 'cold_start', 'iterations')
+>>> round(plan["iterations"], 3)
+10.07
+"""
+
+import math
+import numbers
+
+from .calibration import Phase, calibrate
+
+__all__ = ["BudgetPlan"]
+
+
+class BudgetPlan:
+    """Named phases of a fit's privacy budget, calibrated jointly to (ε, δ).
+
+    Parameters
+    ----------
+    epsilon : float
+        Target ε in ``(0, inf]`` (``inf``: every noise multiplier is 0).
+    delta : float
+        Target δ in ``[0, 1)``.
+
+    Notes
+    -----
+    Shares are fractions of the zCDP budget ρ (see
+    :mod:`skdpp.privacy.calibration`): they fix the *ratios* of the phases'
+    noise; the global scale is solved so that the composed plan spends
+    exactly ε at δ. :meth:`add` takes a share from a parameter (a share of 0
+    drops the phase); :meth:`add_rest` phases split what the explicit shares
+    leave, equally. :meth:`fix` adds a phase with a noise multiplier chosen
+    by the user: such a plan is not calibrated, and the ε it spends is
+    reported.
+    """
+
+    def __init__(self, epsilon, delta):
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self._explicit = []   # (Phase kwargs, param name)
+        self._rest = []       # Phase kwargs with share filled in at calibration
+        self._fixed = {}      # name -> noise multiplier (not calibrated)
+        self._order = []
+        self._params = None
+        self._phases = None
+
+    # ------------------------------------------------------------ building
+    def _check_new(self, name):
+        if self._params is not None:
+            raise RuntimeError("The plan is calibrated; it cannot be changed.")
+        if name in self._order:
+            raise ValueError(f"Phase {name!r} is already in the plan.")
+
+    def add(self, name, *, share, mechanism="gaussian", count=1, sampling_rate=1.0,
+            param=None):
+        """Add a phase with an explicit share (from parameter ``param``); 0 drops it."""
+        self._check_new(name)
+        if isinstance(share, bool) or not isinstance(share, numbers.Real) \
+                or not 0.0 <= float(share) < 1.0:
+            label = param or f"the share of phase {name!r}"
+            raise ValueError(f"{label} must be in [0, 1), got {share!r}.")
+        if float(share) == 0.0 or count == 0:
+            return
+        self._explicit.append((dict(name=name, share=float(share), mechanism=mechanism,
+                                    count=int(count), sampling_rate=float(sampling_rate)),
+                               param))
+        self._order.append(name)
+
+    def add_rest(self, name, *, mechanism="gaussian", count=1, sampling_rate=1.0):
+        """Add a phase taking an equal part of the share the explicit phases leave."""
+        self._check_new(name)
+        if count == 0:
+            return
+        self._rest.append(dict(name=name, mechanism=mechanism, count=int(count),
+                               sampling_rate=float(sampling_rate)))
+        self._order.append(name)
+
+    def fix(self, name, *, noise_multiplier, mechanism="gaussian", count=1,
+            sampling_rate=1.0):
+        """Add a phase whose noise multiplier is fixed by the user (not calibrated)."""
+        self._check_new(name)
+        self._rest.append(dict(name=name, mechanism=mechanism, count=int(count),
+                               sampling_rate=float(sampling_rate)))
+        self._fixed[name] = float(noise_multiplier)
+        self._order.append(name)
+
+    # --------------------------------------------------------- calibration
+    def calibrate(self):
+        """Validate the shares and solve every phase's noise (once); returns ``self``."""
+        if self._params is not None:
+            return self
+        explicit = sum(kw["share"] for kw, _ in self._explicit)
+        if self._rest and explicit >= 1.0:
+            params = [p for _, p in self._explicit if p]
+            values = ", ".join(f"{p}={kw['share']!r}" for kw, p in self._explicit if p)
+            rest = ", ".join(repr(kw["name"]) for kw in self._rest)
+            raise ValueError(
+                f"{' + '.join(params) or 'The explicit shares'} must be < 1 so that the "
+                f"phase(s) {rest} get a positive share of the budget; got {values} "
+                f"(sum {explicit:g}). Lower them.")
+        remaining = (1.0 - explicit) / max(len(self._rest), 1)
+        phases = {kw["name"]: Phase(**kw) for kw, _ in self._explicit}
+        for kw in self._rest:
+            phases[kw["name"]] = Phase(share=remaining, **kw)
+        self._phases = tuple(phases[n] for n in self._order)
+        if self._fixed:
+            self._params = {p.name: self._fixed.get(p.name, 0.0) for p in self._phases}
+            if len(self._fixed) != len(self._phases):
+                raise ValueError("A plan with a fixed noise multiplier cannot also "
+                                 "calibrate other phases.")
+        elif self._phases:
+            self._params = calibrate(self._phases, epsilon=self.epsilon, delta=self.delta)
+        else:
+            self._params = {}
+        return self
+
+    # -------------------------------------------------------------- reading
+    def _check_calibrated(self):
+        if self._params is None:
+            raise RuntimeError("Call BudgetPlan.calibrate() before reading the plan.")
+
+    def __getitem__(self, name):
+        """Noise multiplier (Gaussian/Laplace) or per-selection ε (exponential) of a phase."""
+        self._check_calibrated()
+        if name not in self._params:
+            raise KeyError(f"Phase {name!r} is not in the plan {self.names}.")
+        return self._params[name]
+
+    def __contains__(self, name):
+        return name in self._order
+
+    @property
+    def names(self):
+        """tuple of str: the phase names, in order."""
+        return tuple(self._order)
+
+    @property
+    def phases(self):
+        """tuple of Phase: the calibrated phases."""
+        self._check_calibrated()
+        return self._phases
+
+    @property
+    def shares(self):
+        """dict: each phase's share of the budget (normalised)."""
+        self._check_calibrated()
+        total = sum(p.share for p in self._phases) or 1.0
+        return {p.name: p.share / total for p in self._phases}
+
+    @property
+    def fixed_noise(self):
+        """bool: the noise was fixed by the user (ε is what the fit spends)."""
+        return bool(self._fixed)
+
+    @property
+    def non_private(self):
+        """bool: ``epsilon=inf`` (no noise)."""
+        return math.isinf(self.epsilon) and not self._fixed
+
+    def __repr__(self):
+        state = "calibrated" if self._params is not None else "not calibrated"
+        return (f"BudgetPlan(epsilon={self.epsilon!r}, delta={self.delta!r}, "
+                f"phases={self.names}, {state})")

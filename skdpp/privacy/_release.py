@@ -1,0 +1,221 @@
+"""The release helper: every DP release of a fit, in one call each.
+
+:class:`Releaser` binds a fit's calibrated :class:`~skdpp.privacy.BudgetPlan`,
+its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`. Each
+method calls the mechanism of :mod:`skdpp.privacy.mechanisms` (the only place
+noise is drawn) and composes the resulting event into the accountant with the
+*same* sensitivity and clip norm, so the two can never disagree. Estimators
+never call a mechanism or ``accountant.compose`` themselves.
+
+``epsilon=inf`` needs no special case: the plan's noise multipliers are then
+0, the mechanisms return the exact value with a ``NonPrivateEvent`` and the
+report says the fit is not private. A release whose sensitivity is ``None``
+(no clipping) is only possible in that case.
+
+Examples
+--------
+>>> import numpy as np
+>>> from skdpp.privacy import BudgetPlan, Releaser
+>>> plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+>>> plan.add_rest("mean")
+>>> release = Releaser(plan.calibrate(), np.random.default_rng(0))
+>>> total = release.gaussian_sum("mean", np.array([[0.5], [3.0], [-0.2]]), clip_norm=1.0)
+>>> report = release.report(n_users=3, released=("mean_",), local=())
+>>> report.accountant, report.phases[0].sensitivity
+('exact-gdp', 2.0)
+"""
+
+import math
+
+import numpy as np
+
+from . import mechanisms
+from ._clipping import clip_by_norm
+from .accounting import PrivacyAccountant
+from .events import NonPrivateEvent, NoOpEvent, PoissonSampledEvent
+from .report import PrivacyReport
+
+__all__ = ["Releaser"]
+
+
+class Releaser:
+    """Releases values under the plan and records each release in the ledger.
+
+    Parameters
+    ----------
+    plan : BudgetPlan
+        The calibrated budget plan of the fit.
+    rng : numpy.random.Generator
+        The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`).
+
+    Attributes
+    ----------
+    accountant : PrivacyAccountant
+        The fit's ledger: one entry per release.
+    plan : BudgetPlan
+    """
+
+    def __init__(self, plan, rng):
+        self.plan = plan.calibrate()
+        self.rng = rng
+        self.accountant = PrivacyAccountant()
+
+    # ---------------------------------------------------------------- helpers
+    def noise_multiplier(self, phase):
+        """The noise multiplier (or per-selection ε) the plan gives ``phase``."""
+        return self.plan[phase]
+
+    def noise_std(self, phase, sensitivity):
+        """Standard deviation of the Gaussian noise of a release (public)."""
+        if sensitivity is None:
+            return 0.0
+        return float(self.plan[phase]) * float(sensitivity)
+
+    def _checked(self, phase, sensitivity):
+        z = float(self.plan[phase])
+        if sensitivity is None:
+            if z != 0.0:
+                raise ValueError(
+                    f"Release in phase {phase!r} has no sensitivity bound (no clipping) "
+                    "but the plan adds noise: clipping may only be disabled with "
+                    "epsilon=np.inf.")
+            return z, None
+        sensitivity = float(sensitivity)
+        if not math.isfinite(sensitivity):
+            if z != 0.0:
+                raise ValueError(
+                    f"The sensitivity of phase {phase!r} overflows ({sensitivity!r}): "
+                    "the clip bounds are too large for floating point. Pass smaller "
+                    "clip bounds (or epsilon=np.inf).")
+            return z, None
+        return z, sensitivity
+
+    def _compose(self, phase, event, *, mechanism, sensitivity, clip_norm, count=1):
+        self.accountant.compose(event, count, phase=phase, mechanism=mechanism,
+                                sensitivity=sensitivity,
+                                clip_norm=None if clip_norm is None else float(clip_norm))
+
+    # --------------------------------------------------------------- releases
+    def gaussian(self, phase, value, *, sensitivity, clip_norm=None, symmetric=False,
+                 sampling_rate=1.0):
+        """Gaussian mechanism: ``value + N(0, (z Δ)²)`` with ``z`` from the plan.
+
+        Parameters
+        ----------
+        phase : str
+            The plan's phase this release belongs to.
+        value : array-like
+            The exact value (not modified).
+        sensitivity : float or None
+            Its L2 sensitivity Δ under replace-one-user (``None``: unbounded,
+            only with ``epsilon=inf``).
+        clip_norm : float, default=None
+            The clip norm that bounds Δ (for the report).
+        symmetric : bool, default=False
+            ``value`` is a stack of symmetric matrices; the noise is symmetric.
+        sampling_rate : float, default=1.0
+            Poisson rate at which users took part in ``value`` (client
+            sampling); ``< 1`` charges a sampled Gaussian.
+
+        Returns
+        -------
+        release : ndarray
+        """
+        z, sens = self._checked(phase, sensitivity)
+        if sens is None:
+            value = np.array(value, dtype=float, copy=True)
+            if symmetric:
+                value = mechanisms._mirror_upper(value)
+            release, event = value, NonPrivateEvent()
+        else:
+            release, event = mechanisms.gaussian_mechanism(
+                value, sensitivity=sens, noise_multiplier=z, rng=self.rng,
+                symmetric=symmetric)
+        if sampling_rate < 1.0 and not isinstance(event, NonPrivateEvent):
+            event = PoissonSampledEvent(float(sampling_rate), event)
+        self._compose(phase, event, mechanism="gaussian", sensitivity=sens,
+                      clip_norm=clip_norm)
+        return release
+
+    def gaussian_sum(self, phase, contributions, *, clip_norm, symmetric=False):
+        """Gaussian sum of per-user contributions, each clipped to ``clip_norm``.
+
+        The sum has L2 sensitivity ``2 clip_norm`` under replace-one-user.
+
+        Parameters
+        ----------
+        phase : str
+        contributions : array-like of shape (n_users, ...)
+            One contribution per user (leading axis; not modified).
+        clip_norm : float or None
+            Frobenius clip of each contribution (``None``: only at ``epsilon=inf``).
+        symmetric : bool, default=False
+
+        Returns
+        -------
+        release : ndarray of shape contributions.shape[1:]
+        """
+        clipped = clip_by_norm(contributions, clip_norm)
+        sens = None if clip_norm is None else 2.0 * float(clip_norm)
+        return self.gaussian(phase, clipped.sum(axis=0), sensitivity=sens,
+                             clip_norm=clip_norm, symmetric=symmetric)
+
+    def laplace(self, phase, value, *, sensitivity, clip_norm=None):
+        """Laplace mechanism with scale ``z Δ₁`` (``Δ₁`` the L1 sensitivity)."""
+        z, sens = self._checked(phase, sensitivity)
+        if sens is None:
+            release, event = np.array(value, dtype=float, copy=True), NonPrivateEvent()
+        else:
+            release, event = mechanisms.laplace_mechanism(
+                value, sensitivity=sens, noise_multiplier=z, rng=self.rng)
+        self._compose(phase, event, mechanism="laplace", sensitivity=sens,
+                      clip_norm=clip_norm)
+        return release
+
+    def exponential(self, phase, scores, *, sensitivity):
+        """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``.
+
+        ``ε`` is the plan's per-selection ε of ``phase`` (``inf``: argmax).
+
+        Returns
+        -------
+        index : int
+        """
+        epsilon = float(self.plan[phase])
+        index, event = mechanisms.exponential_mechanism(
+            scores, sensitivity=float(sensitivity), epsilon=epsilon, rng=self.rng)
+        self._compose(phase, event, mechanism="exponential",
+                      sensitivity=float(sensitivity), clip_norm=None)
+        return index
+
+    def nothing(self, phase, *, clip_norm=None):
+        """Record that ``phase`` released nothing (e.g. ``alpha=0``): no privacy spent."""
+        self._compose(phase, NoOpEvent(), mechanism="none", sensitivity=0.0,
+                      clip_norm=clip_norm)
+
+    def charge(self, phase, event, *, mechanism, sensitivity, clip_norm=None, count=1):
+        """Compose an event computed elsewhere in :mod:`skdpp.privacy` (e.g. a search)."""
+        self._compose(phase, event, mechanism=mechanism, sensitivity=sensitivity,
+                      clip_norm=clip_norm, count=count)
+
+    # ----------------------------------------------------------------- report
+    def report(self, *, n_users, released, local, notes=()):
+        """The fit's :class:`PrivacyReport`, built from the ledger and checked.
+
+        Raises
+        ------
+        PrivacyBudgetError
+            If the releases spent more than the plan's ε at its δ.
+        """
+        epsilon = self.plan.epsilon
+        notes = tuple(notes)
+        if self.plan.fixed_noise:
+            # The user fixed the noise: the requested epsilon is what is spent.
+            spent = self.accountant.get_epsilon(self.plan.delta)
+            epsilon = spent if spent > 0 else epsilon
+            notes += ("The noise multiplier was fixed by the user; epsilon is the "
+                      "value spent at delta (the epsilon parameter is not used).",)
+        return PrivacyReport.from_accountant(
+            self.accountant, epsilon=epsilon, delta=self.plan.delta, n_users=int(n_users),
+            released=tuple(released), local=tuple(local), shares=self.plan.shares,
+            notes=notes)

@@ -1,0 +1,142 @@
+"""Run an algorithm's block functions: map over blocks of users, sum the partials.
+
+Every skdpp algorithm is written as a *driver* (runs in the fitting process:
+plans, releases through :class:`~skdpp.privacy.Releaser`, computes the next
+broadcast) that calls ``executor.map(fn, broadcast)`` where ``fn`` is a pure
+function of one block of whole users::
+
+    fn(block, state, broadcast) -> (partial, state)
+
+``partial`` is a (possibly nested tuple/dict of) array(s) summed over blocks,
+typically a sum of clipped per-user contributions, or ``None``; ``state`` is
+the block's per-user state carried to the next call (e.g. personal
+parameters, a data split), or ``None``. Privacy noise is never added inside
+``fn``: the driver adds it once, to the combined sum.
+
+:class:`LocalExecutor` runs the blocks in this process, in order; the Dask
+executor of :mod:`skdpp.distributed` runs the same functions on workers. Both
+combine partials in a fixed order, so a fit does not depend on scheduling.
+
+Examples
+--------
+>>> import numpy as np
+>>> from skdpp.utils._executor import LocalExecutor
+>>> from skdpp.utils._grouped import UserIndex, make_blocks
+>>> X, y = np.ones((6, 2)), np.arange(6.0)
+>>> blocks = make_blocks(X, y, UserIndex.from_groups([0, 0, 1, 1, 2, 2]), max_rows=2)
+>>> ex = LocalExecutor(blocks)
+>>> float(ex.map(lambda block, state, b: (block.take(block.y).sum() * b, state),
+...                  broadcast=2.0))
+30.0
+"""
+
+import numpy as np
+
+__all__ = ["LocalExecutor", "TreeSum", "tree_add", "tree_sum"]
+
+
+def tree_add(a, b):
+    """``a + b`` for nested tuples/lists/dicts of arrays (``None`` is the zero)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict):
+        return {k: tree_add(a[k], b[k]) for k in a}
+    if isinstance(a, (tuple, list)):
+        return type(a)(tree_add(x, z) for x, z in zip(a, b))
+    return a + b
+
+
+class TreeSum:
+    """Streaming pairwise sum: ``add`` partials one at a time, read ``result()``.
+
+    Partials are merged like a binary counter (two sums of ``2**j`` partials
+    merge into one of ``2**(j+1)``), so at most ``log2(n)`` partial sums are
+    held at once and the association order depends only on the number of
+    partials, not on when they arrive.
+    """
+
+    def __init__(self):
+        self._stack = []  # (level, value), levels strictly decreasing
+
+    def add(self, partial):
+        level, value = 0, partial
+        while self._stack and self._stack[-1][0] == level:
+            _, left = self._stack.pop()
+            value, level = tree_add(left, value), level + 1
+        self._stack.append((level, value))
+
+    def result(self):
+        value = None
+        for _, v in reversed(self._stack):
+            value = v if value is None else tree_add(v, value)
+        return value
+
+
+def tree_sum(partials):
+    """Sum of a sequence of partials in the fixed pairwise order of :class:`TreeSum`.
+
+    Every executor combines block partials this way, so results agree to the
+    bit for the same partition into blocks.
+    """
+    acc = TreeSum()
+    for p in partials:
+        acc.add(p)
+    return acc.result()
+
+
+def _concat(parts):
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: _concat([p[k] for p in parts]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_concat([p[i] for p in parts]) for i in range(len(first)))
+    return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+
+class LocalExecutor:
+    """Runs block functions in this process, over blocks in user order.
+
+    Parameters
+    ----------
+    blocks : sequence of UserBlock
+        Blocks of whole users, consecutive in user order.
+
+    Attributes
+    ----------
+    blocks : list of UserBlock
+    states : list
+        The per-block state returned by the last function run on each block.
+    n_users : int
+        Number of users (public).
+    """
+
+    def __init__(self, blocks):
+        self.blocks = list(blocks)
+        self.states = [None] * len(self.blocks)
+        self.n_users = int(sum(b.n_users for b in self.blocks))
+
+    def map(self, fn, broadcast=None):
+        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block.
+
+        Returns
+        -------
+        total
+            The pairwise-tree sum of the partials (``None`` if all are ``None``).
+        """
+        total = TreeSum()
+        for i, block in enumerate(self.blocks):
+            partial, self.states[i] = fn(block, self.states[i], broadcast)
+            total.add(partial)
+        return total.result()
+
+    def collect(self, fn, broadcast=None):
+        """Per-user results ``fn(block, state, broadcast)`` concatenated in user order.
+
+        ``fn`` returns an array (or a tuple/dict of arrays) whose first axis
+        is the block's users. In-process the result is the concatenation; the
+        Dask executor returns a handle to the parts kept on the workers.
+        """
+        parts = [fn(b, s, broadcast) for b, s in zip(self.blocks, self.states)]
+        return _concat(parts)

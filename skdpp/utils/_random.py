@@ -1,0 +1,355 @@
+"""Randomness of a fit: noise streams and keyed per-user randomness.
+
+One rule for all estimators (DESIGN §4):
+
+* **Noise and public randomness** come from generators seeded by a 128-bit
+  :class:`numpy.random.SeedSequence` built once per fit from ``random_state``
+  (:class:`FitRandomness`). ``random_state=None`` draws fresh entropy from the
+  operating system -- never numpy's global ``RandomState``, which any
+  ``np.random.seed(...)`` elsewhere would make reproducible. An int seeds the
+  fit deterministically (reproducible, as scikit-learn's checks require; it
+  also lets anyone who knows the int reproduce the noise, so deployments use
+  ``random_state=None``).
+* **Per-user and per-row randomness** (data splits, minibatches, client
+  sampling, per-entry uniforms) is a keyed hash of ``(fit key, stream, user id,
+  position within the user, round)`` (:func:`keyed_uniform`), never a draw
+  from a stream in global row order. A user's random choices therefore depend
+  only on the fit key and that user's own id and rows: permuting rows,
+  replacing another user, or partitioning users across machines leaves them
+  unchanged, so a fit is a function of the *set* of records.
+
+The hash is a keyed SplitMix64 cascade (Steele, Lea & Flood 2014), a
+non-cryptographic mixer: like the PCG64 noise generator it is not hardened
+against an adversary who attacks the generator itself (the documentation says
+so), but with a secret 128-bit key it is as unpredictable as the noise.
+
+Examples
+--------
+>>> from skdpp.utils._random import FitRandomness, hash_ids, keyed_uniform
+>>> r = FitRandomness(0)
+>>> u = keyed_uniform(r.key, "split", hash_ids(["alice", "bob"]), 0)
+>>> u.shape, bool(((0 <= u) & (u < 1)).all())
+((2,), True)
+"""
+
+import hashlib
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "FitRandomness",
+    "hash_ids",
+    "keyed_bits",
+    "keyed_uniform",
+    "row_hashes",
+    "seed_sequence",
+]
+
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_M1 = _U64(0xBF58476D1CE4E5B9)
+_M2 = _U64(0x94D049BB133111EB)
+_S30, _S27, _S31 = _U64(30), _U64(27), _U64(31)
+
+# Rows per chunk when hashing the content of a large matrix.
+_HASH_CHUNK_ROWS = 1 << 12
+
+
+def _mix(x):
+    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic, new array)."""
+    x = np.asarray(x, dtype=_U64)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> _S30)
+        x = x * _M1
+        x = x ^ (x >> _S27)
+        x = x * _M2
+        return x ^ (x >> _S31)
+
+
+def _tag(name):
+    """A fixed uint64 for a stream or type name (stable across processes)."""
+    return _U64(int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(),
+                               "little"))
+
+
+# --------------------------------------------------------------------------- #
+# Seeds and generators
+# --------------------------------------------------------------------------- #
+def seed_sequence(random_state):
+    """The 128-bit seed sequence of one fit.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState or SeedSequence
+        ``None``: fresh entropy from the operating system. An int: a
+        deterministic seed. A ``RandomState`` (scikit-learn's convention for
+        a shared generator): 128 bits are drawn from it, so successive fits
+        with the same instance differ.
+
+    Returns
+    -------
+    seed_sequence : numpy.random.SeedSequence
+    """
+    if random_state is None:
+        return np.random.SeedSequence()
+    if isinstance(random_state, np.random.SeedSequence):
+        return random_state
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.random.SeedSequence(int(random_state))
+    if isinstance(random_state, np.random.RandomState):
+        words = random_state.randint(0, 2**32, size=4, dtype=np.uint64)
+        return np.random.SeedSequence([int(w) for w in words])
+    raise ValueError(
+        f"random_state must be None, an int or a numpy.random.RandomState instance; "
+        f"got {random_state!r}. Pass e.g. random_state=0 for a reproducible fit, or "
+        "None for fresh entropy."
+    )
+
+
+class FitRandomness:
+    """All randomness of one fit, derived once from ``random_state``.
+
+    Parameters
+    ----------
+    random_state : None, int or numpy.random.RandomState
+        See :func:`seed_sequence`.
+
+    Attributes
+    ----------
+    noise : numpy.random.Generator
+        The privacy-noise stream. Only :mod:`skdpp.privacy` draws from it
+        (through the release helper), in the fixed order of the releases.
+    public : numpy.random.Generator
+        Algorithmic, data-independent randomness (random initialisations, JL
+        matrices, candidate sets): drawn before any data-dependent step, so
+        its draws never depend on the data.
+    key : ndarray of shape (2,), dtype uint64
+        The secret 128-bit key of the keyed per-user randomness
+        (:func:`keyed_uniform`).
+
+    Notes
+    -----
+    The three are independent children of one 128-bit
+    :class:`numpy.random.SeedSequence` (``spawn``), so no draw from one stream
+    shifts another.
+    """
+
+    def __init__(self, random_state):
+        root = seed_sequence(random_state)
+        noise, public, key = root.spawn(3)
+        self.noise = np.random.Generator(np.random.PCG64(noise))
+        self.public = np.random.Generator(np.random.PCG64(public))
+        self.key = key.generate_state(2, dtype=np.uint64)
+
+    def __repr__(self):
+        return "FitRandomness(<secret>)"
+
+
+# --------------------------------------------------------------------------- #
+# Keyed hashing
+# --------------------------------------------------------------------------- #
+def keyed_bits(key, stream, *words):
+    """64 pseudo-random bits per element, a keyed hash of ``(stream, *words)``.
+
+    Parameters
+    ----------
+    key : array-like of shape (2,), uint64
+        The fit key (:attr:`FitRandomness.key`).
+    stream : str
+        Purpose of the randomness (e.g. ``"split"``, ``"batch"``,
+        ``"sample"``): different streams are independent.
+    *words : int or array-like of int
+        The coordinates, broadcast together (e.g. user hash, position within
+        the user, round).
+
+    Returns
+    -------
+    bits : ndarray of uint64
+    """
+    key = np.asarray(key, dtype=_U64)
+    h = _mix(np.asarray(key[0] ^ _tag(stream), dtype=_U64))
+    with np.errstate(over="ignore"):
+        for i, w in enumerate(words):
+            w = np.asarray(w)
+            if w.dtype != _U64:
+                w = w.astype(np.int64).view(_U64) if w.dtype.kind == "i" else w.astype(_U64)
+            h = _mix(h ^ _mix(w + _U64(i + 1) * _GOLDEN))
+        return _mix(h ^ key[1])
+
+
+def keyed_uniform(key, stream, *words):
+    """Uniforms in ``[0, 1)``, a keyed hash of ``(stream, *words)`` (53 bits each).
+
+    See :func:`keyed_bits` for the parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils._random import keyed_uniform
+    >>> key = np.array([1, 2], dtype=np.uint64)
+    >>> a = keyed_uniform(key, "split", np.arange(3), 0)
+    >>> b = keyed_uniform(key, "split", np.arange(3)[::-1], 0)[::-1]
+    >>> bool(np.array_equal(a, b))   # a function of the coordinates only
+    True
+    """
+    return (keyed_bits(key, stream, *words) >> _U64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+# --------------------------------------------------------------------------- #
+# Stable hashes of user ids and of rows
+# --------------------------------------------------------------------------- #
+def _hash_ints(values):
+    return _mix(np.asarray(values, dtype=np.int64).view(_U64) ^ _tag("int"))
+
+
+def _hash_codepoints(codes, lengths, tag):
+    """Hash of strings given as an (n, L) array of code points and their lengths."""
+    n, width = codes.shape
+    h = np.full(n, _tag(tag), dtype=_U64)
+    with np.errstate(over="ignore"):
+        for j in range(width):  # loop over character positions, not ids
+            live = j < lengths
+            if not live.any():
+                break
+            h = np.where(live, _mix(h ^ (codes[:, j].astype(_U64) + _GOLDEN)), h)
+        return _mix(h ^ lengths.astype(_U64))
+
+
+def _hash_object(value):
+    text = f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def hash_ids(ids):
+    """A 64-bit hash of every id, the same in every process and on every machine.
+
+    Parameters
+    ----------
+    ids : array-like of shape (n,)
+        User ids: integers, floats, strings, bytes, datetimes or other
+        hashable objects.
+
+    Returns
+    -------
+    hashes : ndarray of shape (n,), dtype uint64
+
+    Notes
+    -----
+    Integral floats hash like the equal integers (``1.0`` and ``1``), so ids
+    read as floats by one tool and as ints by another agree. Strings hash
+    their code points (whatever the numpy width). Object arrays of ints or of
+    strings use the same hashes; any other object is hashed from its type
+    name and ``repr`` (one Python call per distinct id: only for object ids).
+    Python's built-in ``hash`` is not used: it is salted per process.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.utils._random import hash_ids
+    >>> bool(hash_ids([7])[0] == hash_ids(np.array([7.0]))[0])
+    True
+    >>> bool(hash_ids(["ab"])[0] == hash_ids(np.array(["ab"], dtype="U9"))[0])
+    True
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
+    kind = arr.dtype.kind
+    if kind in "biu":
+        if kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+            return _mix(arr.astype(_U64) ^ _tag("uint"))
+        return _hash_ints(arr.astype(np.int64))
+    if kind == "f":
+        f = arr.astype(np.float64) + 0.0  # -0.0 -> 0.0
+        integral = (np.floor(f) == f) & (np.abs(f) < 2.0**63)
+        out = _mix(f.view(_U64) ^ _tag("float"))
+        if integral.any():
+            out[integral] = _hash_ints(f[integral].astype(np.int64))
+        return out
+    if kind == "U":
+        a = np.ascontiguousarray(arr)
+        width = a.dtype.itemsize // 4
+        codes = a.view(np.uint32).reshape(a.shape[0], width) if width else \
+            np.zeros((a.shape[0], 0), dtype=np.uint32)
+        return _hash_codepoints(codes, np.char.str_len(a), "str")
+    if kind == "S":
+        a = np.ascontiguousarray(arr)
+        width = a.dtype.itemsize
+        codes = a.view(np.uint8).reshape(a.shape[0], width) if width else \
+            np.zeros((a.shape[0], 0), dtype=np.uint8)
+        return _hash_codepoints(codes, np.char.str_len(a), "bytes")
+    if kind in "mM":
+        return _mix(arr.view(np.int64).view(_U64) ^ _tag("datetime"))
+    # object ids: ints and strings like their numpy counterparts, others by repr
+    values = arr.tolist()
+    if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+        try:
+            return _hash_ints(np.array(values, dtype=np.int64))
+        except OverflowError:
+            pass
+    if all(isinstance(v, str) for v in values):
+        return hash_ids(np.array(values, dtype=str))
+    return np.fromiter((_hash_object(v) for v in values), dtype=_U64, count=len(values))
+
+
+def _multipliers(width, offset):
+    """Fixed odd 64-bit multipliers for columns ``offset .. offset + width`` (public)."""
+    seq = np.random.SeedSequence(0x5EED_0F_C0_1A_55, spawn_key=(offset,))
+    m = np.random.Generator(np.random.PCG64(seq)).integers(
+        0, 2**62, size=width, dtype=np.int64)
+    return m * 2 + 1
+
+
+def row_hashes(*columns):
+    """A 64-bit hash of the content of every row (keyless; for canonical order).
+
+    Parameters
+    ----------
+    *columns : array-like of shape (n,) or (n, p)
+        Numeric arrays with the same number of rows (e.g. ``X`` and ``y``).
+
+    Returns
+    -------
+    hashes : ndarray of shape (n,), dtype uint64
+        Equal rows get equal hashes; ``-0.0`` hashes like ``0.0``.
+
+    Notes
+    -----
+    The bit patterns of a row's entries are combined linearly modulo
+    ``2**64`` with fixed odd multipliers (one integer matrix-vector product
+    per chunk of rows: exact, so equal rows always hash equally), then mixed
+    by SplitMix64. Distinct rows collide with probability about ``2**-64``;
+    a collision only affects the order of two rows of the same user. One pass
+    over the data, in chunks of rows (temporaries ``O(chunk * p)``).
+    """
+    cols = []
+    n = None
+    for c in columns:
+        c = np.asarray(c)
+        c = c.reshape(c.shape[0], -1)
+        if c.dtype.kind not in "biuf":
+            raise TypeError(f"row_hashes needs numeric arrays, got dtype {c.dtype}.")
+        if n is None:
+            n = c.shape[0]
+        elif c.shape[0] != n:
+            raise ValueError("all columns must have the same number of rows.")
+        cols.append(c)
+    if n is None:
+        raise ValueError("row_hashes needs at least one array.")
+    mults, offset = [], 0
+    for c in cols:
+        mults.append(_multipliers(c.shape[1], offset))
+        offset += c.shape[1]
+    out = np.zeros(n, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for start in range(0, n, _HASH_CHUNK_ROWS):  # memory chunks of rows
+            stop = min(n, start + _HASH_CHUNK_ROWS)
+            for c, m in zip(cols, mults):
+                part = c[start:stop]
+                if part.dtype.kind == "f":
+                    words = (part.astype(np.float64) + 0.0).view(np.int64)
+                else:
+                    words = part.astype(np.int64)
+                out[start:stop] += words @ m  # exact modulo 2**64
+    return _mix(out.view(_U64))
