@@ -17,6 +17,7 @@ holds what they all share:
 """
 
 import warnings
+from dataclasses import dataclass, field
 from numbers import Real
 
 import numpy as np
@@ -26,18 +27,68 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .exceptions import PrivacyLeakWarning
-from .privacy import PrivacyAccountant, PrivacyReport
-from .utils._grouped import UserIndex
-
-# Smallest clip bound accepted: below it, rounding of subnormal numbers can make a
-# clipped contribution exceed its bound (measured on the spectral initialisation).
-_MIN_CLIP = 1e-100
+from .privacy import MIN_CLIP as _MIN_CLIP
+from .privacy import PrivacyAccountant, PrivacyReport, Releaser
+from .utils._executor import LocalExecutor
+from .utils._grouped import UserIndex, make_blocks
+from .utils._random import FitRandomness
 
 __all__ = [
     "BasePersonalizedEstimator",
+    "FitData",
+    "FitResult",
     "PersonalizedClassifierMixin",
     "PersonalizedRegressorMixin",
 ]
+
+
+@dataclass
+class FitData:
+    """Validated training data of one fit.
+
+    Attributes
+    ----------
+    X, y : ndarray
+        Validated data (not copied unless validation had to).
+    index : UserIndex
+        The users of the rows.
+    meta : dict
+        Public metadata the algorithm may use (``n_users``, ``n_features``
+        and estimator-specific public values such as the label set). The
+        algorithm sees the data only through blocks and ``meta``, so the same
+        core runs in-process and on a cluster.
+    attributes : dict
+        Fitted attributes decided by validation (``user_ids_``,
+        ``n_users_``, ...), set with the others at the end of ``fit``.
+    """
+
+    X: object
+    y: object
+    index: UserIndex
+    meta: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass
+class FitResult:
+    """What an algorithm's core returns to the fit template.
+
+    Attributes
+    ----------
+    attributes : dict
+        Fitted attributes (released values and personal parts).
+    released : tuple of str
+        Names of the released attributes (for the report).
+    local : tuple of str
+        Names of the personal attributes (kept local, joint DP).
+    notes : tuple of str
+        Notes for the report.
+    """
+
+    attributes: dict
+    released: tuple = ()
+    local: tuple = ()
+    notes: tuple = ()
 
 
 class BasePersonalizedEstimator(BaseEstimator):
@@ -122,6 +173,102 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"positive clip_norm, or epsilon=np.inf for the non-private baseline."
             )
 
+    # ------------------------------------------------------------------ #
+    # The fit template
+    # ------------------------------------------------------------------ #
+    def fit(self, X, y, groups=None):
+        """Fit the shared part under user-level DP and every user's personal part.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows.
+        y : array-like of shape (n_samples,)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row (the privacy unit). ``None``: every row is its
+            own user (row-level DP).
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+
+        Notes
+        -----
+        The order is fixed for every estimator: validate the data and groups;
+        plan the budget (calibrated once); run the algorithm, every release
+        through one :class:`~skdpp.privacy.Releaser`; build the report from
+        its ledger and check it (a fit that would overspend raises
+        :class:`~skdpp.exceptions.PrivacyBudgetError`); only then set the
+        fitted attributes. A fit that raises leaves the estimator unfitted.
+        """
+        try:
+            data = self._validate_fit_data(X, y, groups)
+            randomness = FitRandomness(self.random_state)
+            release = Releaser(self._budget_plan(data.meta), randomness.noise)
+            executor = LocalExecutor(self._make_blocks(data, randomness))
+            result = self._fit_core(executor, release, randomness, data.meta)
+            report = release.report(n_users=data.meta["n_users"], released=result.released,
+                                    local=result.local, notes=result.notes)
+        except BaseException:
+            self._discard_fitted_attributes()
+            raise
+        self._set_fitted_attributes({**data.attributes, **result.attributes,
+                                     "privacy_report_": report})
+        return self
+
+    def _validate_fit_data(self, X, y, groups):
+        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`.
+
+        Subclasses override it (calling ``super()``) to validate more, e.g.
+        encode labels; ``_validate_data_kwargs()`` gives the keyword
+        arguments of ``validate_data``.
+        """
+        self._validate_params()
+        self._validate_privacy_params()
+        X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
+        index = UserIndex.from_groups(groups, X.shape[0])
+        self._check_delta(index.n_users)
+        return FitData(
+            X=X, y=y, index=index,
+            meta={"n_users": int(index.n_users), "n_features": int(X.shape[1])},
+            attributes={"user_ids_": index.users, "n_users_": int(index.n_users),
+                        "_fitted_with_groups": groups is not None},
+        )
+
+    def _validate_data_kwargs(self):
+        """Keyword arguments of ``validate_data`` in ``fit`` (override as needed)."""
+        return {"y_numeric": True}
+
+    def _make_blocks(self, data, randomness):
+        """Blocks of whole users in canonical order (override for other layouts)."""
+        return make_blocks(data.X, data.y, data.index)
+
+    def _budget_plan(self, meta):
+        """The fit's :class:`~skdpp.privacy.BudgetPlan` (subclasses implement)."""
+        raise NotImplementedError
+
+    def _fit_core(self, executor, release, randomness, meta):
+        """Run the algorithm; return a :class:`FitResult` (subclasses implement).
+
+        The core sees the data only through ``executor`` (blocks of whole
+        users) and public ``meta``; every release goes through ``release``.
+        """
+        raise NotImplementedError
+
+    def _set_fitted_attributes(self, attributes):
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    def _discard_fitted_attributes(self):
+        """Remove every fitted attribute (a failed fit leaves no usable model)."""
+        for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("__")]:
+            delattr(self, name)
+
+    # ------------------------------------------------------------------ #
+    # Transitional helpers (estimators that still override ``fit``)
+    # ------------------------------------------------------------------ #
     def _validate_fit_input(self, X, y, groups, **validate_data_kwargs):
         """Validate ``X``, ``y`` and ``groups`` for ``fit``; build the user index.
 

@@ -12,13 +12,12 @@ can fail: clipping off, per-row clipping.
 from numbers import Real
 
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpp.base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from skdpp.privacy import Phase, calibrate, mechanisms
-from skdpp.utils._grouped import segment_mean, segment_sum
+from skdpp.base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
+from skdpp.privacy import BudgetPlan, clip_by_norm
+from skdpp.utils._grouped import segment_mean
 
 
 class ToyPersonalizedMean(PersonalizedRegressorMixin, BasePersonalizedEstimator):
@@ -57,35 +56,30 @@ class ToyPersonalizedMean(PersonalizedRegressorMixin, BasePersonalizedEstimator)
         self.clip_norm = clip_norm
         self.random_state = random_state
 
-    # The released sum; broken variants override it.
-    def _release_sum(self, y, index, noise_multiplier, rng):
-        contributions = segment_mean(y, index)[:, None]  # one scalar per user
-        return mechanisms.gaussian_sum(
-            contributions,
-            clip_norm=self.clip_norm,
-            noise_multiplier=noise_multiplier,
-            rng=rng,
-        )
+    # ----------------------------------------------------------- plan and core
+    def _budget_plan(self, meta):
+        plan = BudgetPlan(self.epsilon, self.delta)
+        plan.add_rest("mean")  # one Gaussian release, the whole budget
+        return plan
 
-    def fit(self, X, y, groups=None):
-        X, y, index = self._validate_fit_input(X, y, groups, y_numeric=True)
-        rng = check_random_state(self.random_state)
-        phases = [Phase("mean", share=1.0, mechanism="gaussian")]
-        params = calibrate(phases, epsilon=self.epsilon, delta=self.delta)
-        accountant = self._new_accountant()
-        total, event = self._release_sum(y, index, params["mean"], rng)
+    # The per-block partial sum of clipped contributions; broken variants override it.
+    def _block_sum(self, block):
+        user_means = block.segment_sum(block.take(block.y)) / block.counts
+        return clip_by_norm(user_means[:, None], self.clip_norm).sum(axis=0)
+
+    def _fit_core(self, executor, release, randomness, meta):
+        # map: each block's sum of per-user means clipped to C; the driver adds
+        # the noise once (sensitivity 2C under replace-one-user).
+        total = executor.map(lambda block, state, _: (self._block_sum(block), state))
         sensitivity = None if self.clip_norm is None else 2.0 * self.clip_norm
-        accountant.compose(
-            event, phase="mean", mechanism="gaussian", sensitivity=sensitivity,
-            clip_norm=self.clip_norm,
-        )
-        # Post-processing by the public number of users.
-        self.mean_ = float(np.ravel(total)[0] / index.n_users)
-        self.offsets_ = self._fit_personal(X, y, index)["offsets_"]
-        self.privacy_report_ = self._build_report(
-            accountant, n_users=index.n_users, released=("mean_",), local=("offsets_",)
-        )
-        return self
+        noisy = release.gaussian("mean", total, sensitivity=sensitivity,
+                                 clip_norm=self.clip_norm)
+        mean = float(noisy[0] / meta["n_users"])  # post-processing by the public n
+        offsets = executor.collect(
+            lambda block, state, m: block.segment_sum(block.take(block.y) - m) / block.counts,
+            broadcast=mean)
+        return FitResult({"mean_": mean, "offsets_": offsets},
+                         released=("mean_",), local=("offsets_",))
 
     def _fit_personal(self, X, y, index):
         return {"offsets_": segment_mean(y - self.mean_, index)}
@@ -110,20 +104,13 @@ class ToyPersonalizedMean(PersonalizedRegressorMixin, BasePersonalizedEstimator)
 class ToyNoClipping(ToyPersonalizedMean):
     """Broken: contributions are not clipped, noise still calibrated to ``clip_norm``."""
 
-    def _release_sum(self, y, index, noise_multiplier, rng):
-        total = segment_mean(y, index).sum(keepdims=True)
-        return mechanisms.gaussian_mechanism(
-            total, sensitivity=2.0 * self.clip_norm, noise_multiplier=noise_multiplier, rng=rng
-        )
+    def _block_sum(self, block):
+        return (block.segment_sum(block.take(block.y)) / block.counts).sum(keepdims=True)
 
 
 class ToyPerRowClipping(ToyPersonalizedMean):
     """Broken: each *row* is clipped, so a user with many rows contributes many times C."""
 
-    def _release_sum(self, y, index, noise_multiplier, rng):
-        rows = mechanisms.clip_by_norm(y[:, None], self.clip_norm)
-        per_user = segment_sum(rows, index)
-        total = per_user.sum(axis=0)
-        return mechanisms.gaussian_mechanism(
-            total, sensitivity=2.0 * self.clip_norm, noise_multiplier=noise_multiplier, rng=rng
-        )
+    def _block_sum(self, block):
+        rows = clip_by_norm(block.take(block.y)[:, None], self.clip_norm)
+        return rows.sum(axis=0)

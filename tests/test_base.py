@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 import sklearn
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import clone
@@ -151,18 +152,24 @@ def test_report_spends_requested_budget():
     assert report.neighbouring == "replace-one-user"
 
 
-def test_overspending_raises_budget_error(monkeypatch):
-    import tests._toy as toy
+def test_overspending_raises_budget_error_and_leaves_no_model(monkeypatch):
+    from skdpp.privacy import _plan
 
-    real = toy.calibrate
+    real = _plan.calibrate
 
     def half_noise(phases, *, epsilon, delta):
         return {k: v / 2 for k, v in real(phases, epsilon=epsilon, delta=delta).items()}
 
-    monkeypatch.setattr(toy, "calibrate", half_noise)
     X, y, g = _data()
+    est = ToyPersonalizedMean(epsilon=1.0, random_state=0).fit(X, y, g)  # a previous fit
+    monkeypatch.setattr(_plan, "calibrate", half_noise)
     with pytest.raises(PrivacyBudgetError):
-        ToyPersonalizedMean(epsilon=1.0).fit(X, y, g)
+        est.fit(X, y, g)
+    # The template sets fitted attributes only after the report is checked, and a
+    # failed fit discards the previous ones: nothing usable is left.
+    assert not [name for name in vars(est) if name.endswith("_")]
+    with pytest.raises(NotFittedError):
+        est.predict(X, groups=g)
 
 
 # --------------------------------------------------------------------------- #

@@ -28,6 +28,8 @@ context manager and always restores them.
 """
 
 import contextlib
+import io
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +40,7 @@ from skdpp.privacy import mechanisms
 __all__ = [
     "Release",
     "adversarial_neighbours",
+    "assert_same_observables",
     "assert_sensitivity",
     "audit_epsilon_lower_bound",
     "clopper_pearson",
@@ -319,3 +322,58 @@ def record_noise(fit):
     with _patched(add_noise, real_sample):
         fit()
     return draws
+
+
+def observables(fit):
+    """Run ``fit()`` and return what a user could observe besides the releases.
+
+    Returns
+    -------
+    observed : dict
+        ``warnings`` (category name and message of every warning, in order,
+        with every filter set to "always"), ``stdout`` (everything printed)
+        and ``error`` (``None`` or the type name and message of the exception
+        ``fit`` raised).
+    """
+    out = io.StringIO()
+    error = None
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
+        warnings.simplefilter("always")
+        try:
+            fit()
+        except Exception as exc:  # noqa: BLE001 - recorded, compared by the caller
+            error = (type(exc).__name__, str(exc))
+    return {
+        "warnings": [(w.category.__name__, str(w.message)) for w in caught],
+        "stdout": out.getvalue(),
+        "error": error,
+    }
+
+
+def assert_same_observables(fit_on, data, neighbour):
+    """Assert that neighbouring datasets give the same warnings, output and errors.
+
+    Nothing observable may depend on one user's data except through a charged
+    release (DESIGN §7): a warning, a log line or an exception that appears
+    for ``data`` but not for ``neighbour`` (one user replaced) is a
+    privacy leak. ``fit_on(X, y, groups)`` must print with ``verbose`` on if
+    the estimator has it. Neither fit may raise.
+
+    Returns
+    -------
+    observed : dict
+        What :func:`observables` recorded for ``data``.
+    """
+    first = observables(lambda: fit_on(*data))
+    second = observables(lambda: fit_on(*neighbour))
+    assert first["error"] is None, f"the fit raised on the original data: {first['error']}"
+    assert second["error"] is None, (
+        f"the fit raised on a neighbouring dataset (one user replaced): {second['error']}; "
+        "whether fit succeeds must not depend on one user's data")
+    assert first["warnings"] == second["warnings"], (
+        f"warnings differ between neighbouring datasets:\n{first['warnings']}\nvs\n"
+        f"{second['warnings']}")
+    assert first["stdout"] == second["stdout"], (
+        f"printed output differs between neighbouring datasets:\n{first['stdout']}\nvs\n"
+        f"{second['stdout']}")
+    return first

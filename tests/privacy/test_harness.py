@@ -149,3 +149,25 @@ def test_noise_level_catches_noise_off():
     noise = np.concatenate([np.ravel(d["noise"]) for d in draws])
     low, _ = _chi2_band(noise.size)
     assert np.mean(noise**2) < low
+
+
+def test_same_observables_passes_for_the_toy_and_catches_a_data_dependent_warning():
+    import warnings as _warnings
+
+    from tests.privacy.harness import adversarial_neighbours, assert_same_observables
+
+    X, y, groups = _data()
+    _, X2, y2, g2 = next(adversarial_neighbours(X, y, groups, user=groups[0]))
+
+    def fit_on(X_, y_, g_):
+        return ToyPersonalizedMean(epsilon=1.0, random_state=0).fit(X_, y_, g_)
+
+    assert_same_observables(fit_on, (X, y, groups), (X2, y2, g2))
+
+    def leaky_fit_on(X_, y_, g_):  # broken: warns about a statistic of the data
+        if np.max(np.abs(y_)) > 100:
+            _warnings.warn("large targets")
+        return fit_on(X_, y_, g_)
+
+    with pytest.raises(AssertionError, match="warnings differ"):
+        assert_same_observables(leaky_fit_on, (X, y, groups), (X2, y2, g2))
