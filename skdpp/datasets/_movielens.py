@@ -2,6 +2,7 @@
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +137,9 @@ def load_movielens(path):
           (n_movies,), ``genres`` (n_movies, n_genres) bool multi-hot matrix
           with rows aligned to ``movie_ids``, ``genre_names`` (n_genres,).
           "(no genres listed)" (ml-latest) and "unknown" (ml-100k) are not
-          genres: such movies have an all-false row.
+          genres: such movies have an all-false row. ``years`` (n_movies,)
+          float: the release year parsed from the title ("Toy Story (1995)"),
+          NaN when the title has none.
 
     Raises
     ------
@@ -210,4 +213,18 @@ def load_movielens(path):
         movies = _read_u_item(folder / "u.item", folder / "u.genre")
     if movies is not None:
         data.movie_ids, data.titles, data.genres, data.genre_names = movies
+        data.years = _release_years(data.titles)
     return data
+
+
+_YEAR = re.compile(r"\((\d{4})(?:[-\u2013]\d{0,4})?\)\s*$")
+
+
+def _release_years(titles):
+    """Release year parsed from titles such as ``"Toy Story (1995)"`` (NaN if absent)."""
+    years = np.full(len(titles), np.nan)
+    for i, title in enumerate(titles):  # loop over movies (a few thousand), once
+        match = _YEAR.search(str(title).strip())
+        if match:
+            years[i] = float(match.group(1))
+    return years

@@ -101,3 +101,12 @@ def test_ml_latest_small_real_data():
     assert set(data.item_ids.tolist()) <= set(data.movie_ids.tolist())
     assert data.genres.shape == (data.movie_ids.shape[0], data.genre_names.shape[0])
     assert "(no genres listed)" not in set(data.genre_names.tolist())
+
+
+def test_release_years_parsed_from_titles():
+    from skdpp.datasets._movielens import _release_years
+
+    years = _release_years(["Toy Story (1995)", "Babylon 5", "Fawlty Towers (1975-1979)",
+                            "Road (2000) "])
+    np.testing.assert_array_equal(years[[0, 2, 3]], [1995.0, 1975.0, 2000.0])
+    assert np.isnan(years[1])
