@@ -42,6 +42,7 @@ from .events import (
     NoOpEvent,
     PoissonSampledEvent,
     SelfComposedEvent,
+    ThresholdEvent,
 )
 from .mechanisms import (
     exponential_mechanism,
@@ -77,6 +78,7 @@ __all__ = [
     "PoissonSampledEvent",
     "PrivacyAccountant",
     "SelfComposedEvent",
+    "ThresholdEvent",
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",

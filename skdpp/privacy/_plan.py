@@ -70,8 +70,13 @@ class BudgetPlan:
             raise ValueError(f"Phase {name!r} is already in the plan.")
 
     def add(self, name, *, share, mechanism="gaussian", count=1, sampling_rate=1.0,
-            param=None):
-        """Add a phase with an explicit share (from parameter ``param``); 0 drops it."""
+            param=None, threshold_delta=0.0):
+        """Add a phase with an explicit share (from parameter ``param``); 0 drops it.
+
+        ``threshold_delta`` > 0 marks a private partition selection (see
+        :meth:`~skdpp.privacy.Releaser.select_partitions`): that δ is reserved
+        for its threshold and the rest of the plan is calibrated to the rest.
+        """
         self._check_new(name)
         if isinstance(share, bool) or not isinstance(share, numbers.Real) \
                 or not 0.0 <= float(share) < 1.0:
@@ -80,7 +85,8 @@ class BudgetPlan:
         if float(share) == 0.0 or count == 0:
             return
         self._explicit.append((dict(name=name, share=float(share), mechanism=mechanism,
-                                    count=int(count), sampling_rate=float(sampling_rate)),
+                                    count=int(count), sampling_rate=float(sampling_rate),
+                                    threshold_delta=float(threshold_delta)),
                                param))
         self._order.append(name)
 

@@ -28,11 +28,12 @@ Examples
 import math
 
 import numpy as np
+from scipy import special
 
 from . import mechanisms
 from ._clipping import clip_by_norm
 from .accounting import PrivacyAccountant
-from .events import NonPrivateEvent, NoOpEvent, PoissonSampledEvent
+from .events import NonPrivateEvent, NoOpEvent, PoissonSampledEvent, ThresholdEvent
 from .report import PrivacyReport
 
 __all__ = ["Releaser"]
@@ -187,6 +188,78 @@ class Releaser:
         self._compose(phase, event, mechanism="exponential",
                       sensitivity=float(sensitivity), clip_norm=None)
         return index
+
+    def select_partitions(self, phase, counts, *, sensitivity, max_contribution,
+                          max_partitions, clip_norm=None):
+        """Private partition selection: noisy counts, kept where above a threshold.
+
+        For partitions (items, labels) whose universe is not public: each user
+        contributes at most ``max_contribution`` to each of at most
+        ``max_partitions`` partitions, and the vector of contributions has L2
+        sensitivity ``sensitivity`` under replace-one-user. Every partition
+        present in the data gets independent Gaussian noise of std
+        ``σ = z · sensitivity`` (``z`` from the plan) and is kept iff its noisy
+        count exceeds ``τ = max_contribution + σ Φ⁻¹(1 - δ_t / max_partitions)``,
+        with ``δ_t`` the phase's ``threshold_delta``: a partition held by the
+        replaced user only is then kept with probability at most
+        ``δ_t / max_partitions``, so at most ``δ_t`` for all of them
+        (:class:`~skdpp.privacy.events.ThresholdEvent`); the noisy counts of
+        the other partitions are an ordinary Gaussian release.
+
+        Parameters
+        ----------
+        phase : str
+            A Gaussian phase of the plan added with ``threshold_delta > 0``.
+        counts : ndarray of shape (n_partitions,)
+            Exact (bounded-contribution) counts of the partitions present.
+        sensitivity : float
+            L2 sensitivity of ``counts`` under replace-one-user.
+        max_contribution : float
+            Largest contribution of one user to one partition.
+        max_partitions : int
+            Largest number of partitions one user contributes to.
+        clip_norm : float, default=None
+            For the report.
+
+        Returns
+        -------
+        keep : ndarray of shape (n_partitions,), bool
+            The published partitions (all present ones at ``epsilon=inf``).
+        noisy_counts : ndarray of shape (n_partitions,)
+            The released counts (meaningful where ``keep``; the others are
+            never published).
+
+        References
+        ----------
+        .. [1] Gopi, S., Gulhane, P., Kulkarni, J., Shen, J. H., Shokouhi, M. and
+               Yekhanin, S. (2020). Differentially Private Set Union. ICML.
+               arXiv:2002.09745.
+        .. [2] Desfontaines, D., Voss, J., Gipson, B. and Mandayam, C. (2022).
+               Differentially private partition selection. PoPETs.
+               arXiv:2006.03684.
+        """
+        delta_t = next((p.threshold_delta for p in self.plan.phases if p.name == phase), 0.0)
+        z, sens = self._checked(phase, sensitivity)
+        counts = np.asarray(counts, dtype=float)
+        if sens is None or z == 0.0:
+            # epsilon=inf: every present partition is kept, counts are exact.
+            self._compose(phase, NonPrivateEvent(), mechanism="gaussian",
+                          sensitivity=sens, clip_norm=clip_norm)
+            return counts > 0, counts.copy()
+        if not delta_t > 0.0:
+            raise ValueError(
+                f"Phase {phase!r} selects partitions but reserves no threshold delta: add "
+                "it to the plan with threshold_delta > 0.")
+        sigma = z * sens
+        threshold = float(max_contribution) + sigma * float(
+            special.ndtri(1.0 - delta_t / int(max_partitions)))
+        noisy, event = mechanisms.gaussian_mechanism(
+            counts, sensitivity=sens, noise_multiplier=z, rng=self.rng)
+        self._compose(phase, event, mechanism="gaussian", sensitivity=sens,
+                      clip_norm=clip_norm)
+        self._compose(phase, ThresholdEvent(delta_t), mechanism="threshold",
+                      sensitivity=sens, clip_norm=clip_norm)
+        return noisy > threshold, noisy
 
     def nothing(self, phase, *, clip_norm=None):
         """Record that ``phase`` released nothing (e.g. ``alpha=0``): no privacy spent."""

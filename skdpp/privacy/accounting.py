@@ -35,6 +35,13 @@ available analysis:
     replace-one-user (group privacy of size 2); the best split of δ is used.
 ``"non-private"``
     Some release was made without noise: ε = inf.
+
+Independently of the method, a private partition selection contributes a
+:class:`~skdpp.privacy.events.ThresholdEvent` (the chance that a partition held
+by one user only clears the noisy threshold): if the rest of the ledger is
+``(ε', δ')``-DP, the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP (see
+that event's Notes); :meth:`PrivacyAccountant.get_epsilon` subtracts the
+threshold δ's before converting the rest.
 ``"none"``
     Nothing touching the data was released: ε = 0.
 
@@ -96,6 +103,7 @@ from .events import (
     NoOpEvent,
     PoissonSampledEvent,
     SelfComposedEvent,
+    ThresholdEvent,
 )
 
 __all__ = [
@@ -188,7 +196,7 @@ def _flatten(event, count, out):
             out.append((NonPrivateEvent(), count))
         else:
             out.append((event, count))
-    elif isinstance(event, NonPrivateEvent):
+    elif isinstance(event, (NonPrivateEvent, ThresholdEvent)):
         out.append((event, count))
     else:
         raise TypeError(
@@ -312,11 +320,25 @@ class PrivacyAccountant:
         """ndarray: the Rényi orders of the RDP path."""
         return self._orders.copy()
 
-    def _atoms(self):
+    def _all_atoms(self):
         out = []
         for entry in self._ledger:
             _flatten(entry.event, entry.count, out)
         return out
+
+    def _atoms(self):
+        """Atoms of every release except the threshold events (accounted additively)."""
+        return [(a, c) for a, c in self._all_atoms() if not isinstance(a, ThresholdEvent)]
+
+    @property
+    def threshold_delta(self):
+        """float: total δ of the :class:`~skdpp.privacy.events.ThresholdEvent` s."""
+        return float(sum(c * a.delta for a, c in self._all_atoms()
+                         if isinstance(a, ThresholdEvent)))
+
+    def _threshold_epsilon(self):
+        return float(sum(-c * math.log1p(-a.delta) for a, c in self._all_atoms()
+                         if isinstance(a, ThresholdEvent)))
 
     @property
     def method(self):
@@ -405,6 +427,16 @@ class PrivacyAccountant:
         if not 0.0 <= delta <= 1.0:
             raise ValueError(
                 f"`delta` must be in [0, 1], got {delta!r}. Use e.g. delta=1e-6.")
+        t_delta = self.threshold_delta
+        if t_delta > 0.0:
+            # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent.
+            if delta <= t_delta:
+                return math.inf
+            return self._epsilon_without_thresholds(delta - t_delta) \
+                + self._threshold_epsilon()
+        return self._epsilon_without_thresholds(delta)
+
+    def _epsilon_without_thresholds(self, delta):
         method = self.method
         if method == "none":
             return 0.0
@@ -437,6 +469,15 @@ class PrivacyAccountant:
         epsilon = float(epsilon)
         if not epsilon >= 0.0:
             raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
+        t_delta = self.threshold_delta
+        if t_delta > 0.0:
+            rest = epsilon - self._threshold_epsilon()
+            if rest < 0.0:
+                return 1.0
+            return min(1.0, self._delta_without_thresholds(rest) + t_delta)
+        return self._delta_without_thresholds(epsilon)
+
+    def _delta_without_thresholds(self, epsilon):
         method = self.method
         if method == "none":
             return 0.0
@@ -493,4 +534,5 @@ def _mechanism_name(event):
         ExponentialEvent: "exponential",
         NoOpEvent: "none",
         NonPrivateEvent: "non-private",
+        ThresholdEvent: "threshold",
     }.get(type(event), type(event).__name__)

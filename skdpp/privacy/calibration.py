@@ -58,6 +58,7 @@ from .events import (
     NonPrivateEvent,
     PoissonSampledEvent,
     SelfComposedEvent,
+    ThresholdEvent,
 )
 
 __all__ = ["Phase", "calibrate", "plan_events"]
@@ -83,12 +84,16 @@ class Phase:
     sampling_rate : float, default=1.0
         Poisson sampling rate of each release in ``(0, 1]`` (Gaussian only;
         ``< 1`` makes the accountant use the RDP path).
+    threshold_delta : float, default=0.0
+        δ of a partition-selection threshold attached to each release (a
+        :class:`~skdpp.privacy.events.ThresholdEvent`; Gaussian only). It is
+        subtracted from the plan's δ before the rest is calibrated.
 
     Examples
     --------
     >>> from skdpp.privacy.calibration import Phase
     >>> Phase("counts", 0.1, "laplace")
-    Phase(name='counts', share=0.1, mechanism='laplace', count=1, sampling_rate=1.0)
+    Phase(name='counts', share=0.1, mechanism='laplace', count=1, sampling_rate=1.0, threshold_delta=0.0)
     """
 
     name: str
@@ -96,6 +101,7 @@ class Phase:
     mechanism: str
     count: int = 1
     sampling_rate: float = 1.0
+    threshold_delta: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -121,6 +127,16 @@ class Phase:
             raise ValueError(
                 f"Phase {self.name!r}: `sampling_rate` must be in (0, 1], got {rate!r}.")
         object.__setattr__(self, "sampling_rate", float(rate))
+        td = self.threshold_delta
+        if isinstance(td, bool) or not isinstance(td, numbers.Real) \
+                or not 0.0 <= float(td) < 1.0:
+            raise ValueError(
+                f"Phase {self.name!r}: `threshold_delta` must be in [0, 1), got {td!r}.")
+        object.__setattr__(self, "threshold_delta", float(td))
+        if self.threshold_delta > 0.0 and self.mechanism != "gaussian":
+            raise ValueError(
+                f"Phase {self.name!r}: `threshold_delta` > 0 needs the gaussian mechanism, "
+                f"got mechanism={self.mechanism!r}.")
         if self.sampling_rate < 1.0 and self.mechanism != "gaussian":
             raise ValueError(
                 f"Phase {self.name!r}: `sampling_rate` < 1 is only supported for the "
@@ -194,6 +210,8 @@ def plan_events(phases, params):
                 base = PoissonSampledEvent(p.sampling_rate, base)
         else:
             base = LaplaceEvent(value)
+        if p.threshold_delta > 0.0:
+            base = ComposedEvent((base, ThresholdEvent(p.threshold_delta)))
         events.append(SelfComposedEvent(base, p.count))
     return ComposedEvent(tuple(events))
 
@@ -267,6 +285,11 @@ def calibrate(phases, *, epsilon, delta):
     if math.isinf(epsilon):
         return {p.name: (math.inf if p.mechanism == "exponential" else 0.0)
                 for p in phases}
+    threshold = sum(p.count * p.threshold_delta for p in phases)
+    if threshold > 0.0 and not threshold < delta:
+        raise ValueError(
+            f"The partition-selection thresholds use delta={threshold:g}, not less than the "
+            f"target delta={delta:g}; lower their threshold_delta or raise delta.")
     if delta == 0.0 and any(p.mechanism == "gaussian" for p in phases):
         bad = [p.name for p in phases if p.mechanism == "gaussian"]
         raise ValueError(

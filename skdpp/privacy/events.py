@@ -38,6 +38,7 @@ __all__ = [
     "PoissonSampledEvent",
     "NoOpEvent",
     "NonPrivateEvent",
+    "ThresholdEvent",
 ]
 
 
@@ -233,3 +234,39 @@ class PoissonSampledEvent(DpEvent):
         if not isinstance(self.event, DpEvent):
             raise TypeError(
                 f"PoissonSampledEvent: `event` must be a DpEvent, got {self.event!r}.")
+
+
+@dataclass(frozen=True)
+class ThresholdEvent(DpEvent):
+    """Partitions held by one user only pass a noisy threshold w.p. at most ``delta``.
+
+    The second half of a private partition selection (e.g. choosing which
+    items or labels are published): noisy counts of the partitions present in
+    both neighbouring data sets are an ordinary Gaussian release (composed as
+    a :class:`GaussianEvent`), while the partitions unique to the replaced
+    user are published only if their noisy count clears the threshold, which
+    happens with probability at most ``delta``, independently of every other
+    random choice of the fit.
+
+    Parameters
+    ----------
+    delta : float
+        Probability bound in ``[0, 1)``.
+
+    Notes
+    -----
+    If the rest of the fit (with unique partitions suppressed) is
+    ``(ε, δ')``-DP, the fit is ``(ε + log(1/(1 - delta)), δ' + delta)``-DP:
+    on ``D`` the output differs from the suppressed one only on an event of
+    probability ``<= delta``; on ``D'`` that event's complement has probability
+    ``>= 1 - delta`` and is independent of the rest, so the suppressed output's
+    probabilities are at most ``1/(1 - delta)`` times the actual ones (see
+    Gopi et al. 2020, arXiv:2002.09745, and Desfontaines, Voss, Gipson &
+    Mandayam 2022, arXiv:2006.03684, for partition selection).
+    """
+
+    delta: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "delta", _check_real(
+            "delta", self.delta, cls="ThresholdEvent", low=0.0, high=1.0))

@@ -42,6 +42,7 @@ from .events import (
     LaplaceEvent,
     NonPrivateEvent,
     PoissonSampledEvent,
+    ThresholdEvent,
 )
 
 __all__ = ["PhaseReport", "PrivacyReport"]
@@ -186,7 +187,7 @@ class PrivacyReport:
             eps_spent, delta_spent = 0.0, 0.0
         elif method == "non-private":
             eps_spent, delta_spent = math.inf, delta
-        elif method == "pure":
+        elif method == "pure" and accountant.threshold_delta == 0.0:
             basic = accountant.pure_epsilon()
             if basic <= epsilon * (1 + _REL_TOL) or delta == 0.0:
                 eps_spent, delta_spent = basic, 0.0
@@ -318,6 +319,8 @@ def _phase_report(name, share, entries, delta, orders):
         atoms = []
         _flatten(entry.event, entry.count, atoms)
         for atom, c in atoms:
+            if isinstance(atom, ThresholdEvent):
+                continue  # its delta is in the phase's epsilon, not a release count
             count += c
             rate = 1.0
             if isinstance(atom, PoissonSampledEvent):
