@@ -575,7 +575,7 @@ def _dropped_groups_message(name):
     message = (
         f"{name} was fitted with user ids (groups) but was called with groups=None: "
         f"every row is treated as a new user and gets the cold-start prediction. "
-        f"Pass groups=... ."
+        f"Pass the rows' user ids as groups."
     )
     if not get_config().get("enable_metadata_routing", False):
         message += (
