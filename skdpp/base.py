@@ -16,11 +16,13 @@ holds what they all share:
   ``cross_validate`` route ``groups`` once metadata routing is enabled.
 """
 
+import numbers
 import warnings
 from dataclasses import dataclass, field
 from numbers import Real
 
 import numpy as np
+from sklearn import get_config
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils._param_validation import Interval
@@ -308,29 +310,88 @@ class BasePersonalizedEstimator(BaseEstimator):
     # ------------------------------------------------------------------ #
     # Users at predict time
     # ------------------------------------------------------------------ #
+    def _has_user_ids(self):
+        """Whether ``user_ids_`` holds caller-given ids (False after ``fit(X, y)``).
+
+        A fit with ``groups=None`` makes every training row its own user; its
+        ``user_ids_`` are the row numbers ``0..n_samples-1``, which must never
+        be matched against ids given later.
+        """
+        return bool(getattr(self, "_fitted_with_groups", True))
+
     def _user_codes(self, groups, n_samples):
         """Map each row's user id to its position in ``user_ids_`` (-1: unseen).
 
-        Rows of unseen users get the cold-start prediction. ``groups=None``
-        treats every row as a new user; if the estimator was fitted with user
-        ids this is usually a mistake (e.g. ``Pipeline.score`` dropping
-        ``groups`` when metadata routing is off), so a warning is raised.
+        Rows of unseen users get the cold-start prediction. Three calls are
+        almost always mistakes and are not silent:
+
+        * ``groups=None`` on an estimator fitted with user ids (e.g.
+          ``Pipeline.score`` or a string scorer dropping ``groups``): every row
+          is a new user, with a ``UserWarning``;
+        * ``groups`` given to an estimator fitted without user ids: its users
+          were the training rows, so no id can match (they are *not* compared
+          with row numbers); every row is a new user, with a ``UserWarning``;
+        * unseen ids of a type no fitted id has (e.g. ``"3"`` for the integer
+          id ``3``): they are new users (cold start), with a ``UserWarning``.
+          :meth:`personalize` raises a ``TypeError`` for them instead: it would
+          change the type of ``user_ids_`` for good.
+
+        Each decision depends only on the call (routing configuration, whether
+        ``groups`` was passed, the types of the ids) and on ``user_ids_``, not
+        on any other data.
         """
         if groups is None:
-            if getattr(self, "_fitted_with_groups", False):
+            if self._has_user_ids():
+                warnings.warn(_dropped_groups_message(type(self).__name__), UserWarning,
+                              stacklevel=3)
+            return np.full(n_samples, -1, dtype=np.intp)
+        groups = _as_1d_ids(groups, n_samples)
+        if not self._has_user_ids():
+            warnings.warn(
+                f"{type(self).__name__} was fitted without user ids (groups=None: "
+                f"every training row was its own user, i.e. row-level DP), so the user "
+                f"ids passed now cannot match any user and every row gets the "
+                f"cold-start prediction. To personalize, fit with groups=... (inside "
+                f"Pipeline, GridSearchCV or cross_validate call "
+                f"sklearn.set_config(enable_metadata_routing=True) so that groups "
+                f"reach fit).",
+                UserWarning,
+                stacklevel=3,
+            )
+            return np.full(n_samples, -1, dtype=np.intp)
+        known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
+        codes = known.lookup(groups)
+        unseen = codes < 0
+        if unseen.any():
+            mismatch = self._id_type_mismatch(groups[unseen])
+            if mismatch:
                 warnings.warn(
-                    f"{type(self).__name__} was fitted with user ids (groups) but was "
-                    "called with groups=None: every row is treated as a new user and "
-                    "gets the cold-start prediction. Pass groups=..., and enable "
-                    "sklearn.set_config(enable_metadata_routing=True) in "
-                    "Pipeline/GridSearchCV so that groups reach the estimator.",
+                    f"{mismatch}: these rows get the cold-start prediction, as new "
+                    f"users. If they are users seen in fit, pass ids of the type used "
+                    f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
                     UserWarning,
                     stacklevel=3,
                 )
-            return np.full(n_samples, -1, dtype=np.intp)
-        groups = _as_1d_ids(groups, n_samples)
-        known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
-        return known.lookup(groups)
+        return codes
+
+    def _id_type_mismatch(self, ids):
+        """Describe the id types of ``ids`` that no fitted id has ("" if none).
+
+        Ids of different types never match (``3`` is not ``"3"``). Numbers
+        (int, float, bool) are one type; ``str`` (numpy or Python, as in a
+        pandas ``Series``) is one type. Depends only on the types of ``ids``
+        and of ``user_ids_``.
+        """
+        fitted = _id_types(self.user_ids_)
+        given = _id_types(ids)
+        if given <= fitted:
+            return ""
+        return (
+            f"{type(self).__name__}: the user ids in groups are of type "
+            f"{_join_types(given - fitted)}, but the model's user ids (user_ids_) are of "
+            f"type {_join_types(fitted)} (dtype {self.user_ids_.dtype}). Ids of "
+            f"different types never match"
+        )
 
     # ------------------------------------------------------------------ #
     # Personalization
@@ -350,13 +411,25 @@ class BasePersonalizedEstimator(BaseEstimator):
         y : array-like of shape (n_samples,)
             Their targets.
         groups : array-like of shape (n_samples,)
-            User id of each row. Required: without ids the new personal parts
-            could not be told apart from the fitted ones.
+            User id of each row, of the same type as the ids given to ``fit``
+            (numbers, or strings). Required: without ids the new personal
+            parts could not be told apart from the fitted ones.
 
         Returns
         -------
         self : object
             The estimator, with personal parts for these users.
+
+        Raises
+        ------
+        ValueError
+            If ``groups`` is None, or the estimator was fitted without user ids
+            (``fit(X, y)``: its users were the training rows; refit with
+            ``groups``, e.g. ``groups=np.arange(n_samples)`` if every row is a
+            different user).
+        TypeError
+            If ``groups`` holds ids of a type that no fitted id has (e.g.
+            strings for a model fitted with integer ids: ``"3"`` is not ``3``).
         """
         check_is_fitted(self)
         if groups is None:
@@ -364,26 +437,41 @@ class BasePersonalizedEstimator(BaseEstimator):
                 "personalize requires groups (one user id per row); got groups=None. "
                 "Pass the user ids of the rows."
             )
+        if not self._has_user_ids():
+            raise ValueError(
+                f"{type(self).__name__} was fitted without user ids (groups=None: every "
+                f"training row was its own user, i.e. row-level DP), so personalize "
+                f"cannot add users to it: its user_ids_ are row numbers, which the new "
+                f"ids would be confused with. Refit with groups=...; if every training "
+                f"row is a different user, pass groups=np.arange(n_samples) (or your own "
+                f"row ids) to fit."
+            )
         X, y = self._validate_personal_input(X, y)
         index = UserIndex.from_groups(groups, X.shape[0])
+        mismatch = self._id_type_mismatch(index.users)
+        if mismatch:
+            raise TypeError(
+                f"{mismatch}: personalize would add these rows as new users next to the "
+                f"fitted ones and change the type of user_ids_. If they are users seen "
+                f"in fit, pass ids of the type used in fit, e.g. "
+                f"{_conversion_hint(self.user_ids_)}; give new users ids of that type "
+                f"too."
+            )
         personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
         return self
 
     def _merge_personal(self, new_ids, personal):
-        """Insert or replace the personal parameters of ``new_ids`` (vectorised)."""
+        """Insert or replace the personal parameters of ``new_ids`` (vectorised).
+
+        ``user_ids_`` stays in :meth:`UserIndex.from_groups` order (sorted;
+        mixed-type ids by type, then value).
+        """
         old_ids = self.user_ids_
-        if old_ids.dtype.kind != new_ids.dtype.kind and not (
-            old_ids.dtype.kind in "iu" and new_ids.dtype.kind in "iu"
-        ):
-            raise TypeError(
-                f"groups must use the same type of ids as in fit (fitted ids have dtype "
-                f"{old_ids.dtype}, got {new_ids.dtype}). Convert the ids, e.g. with "
-                f"np.asarray(groups).astype({old_ids.dtype.str!r})."
-            )
-        all_ids = np.union1d(old_ids, new_ids)
-        pos_old = np.searchsorted(all_ids, old_ids)
-        pos_new = np.searchsorted(all_ids, new_ids)
+        merged_index = UserIndex.from_groups(np.concatenate([old_ids, new_ids]))
+        all_ids = merged_index.users
+        pos_old = merged_index.lookup(old_ids)
+        pos_new = merged_index.lookup(new_ids)
         for name in self._personal_attributes:
             old = getattr(self, name)
             new = np.asarray(personal[name])
@@ -479,8 +567,80 @@ class PersonalizedClassifierMixin(ClassifierMixin):
         )
 
 
+def _dropped_groups_message(name):
+    """The warning for ``groups=None`` on an estimator fitted with user ids.
+
+    The hint depends on scikit-learn's routing configuration only.
+    """
+    message = (
+        f"{name} was fitted with user ids (groups) but was called with groups=None: "
+        f"every row is treated as a new user and gets the cold-start prediction. "
+        f"Pass the rows' user ids as groups."
+    )
+    if not get_config().get("enable_metadata_routing", False):
+        message += (
+            " Metadata routing is disabled (scikit-learn's default), so Pipeline, "
+            "GridSearchCV and cross_validate cannot pass groups on: call "
+            "sklearn.set_config(enable_metadata_routing=True)."
+        )
+    else:
+        message += (
+            " Metadata routing is enabled, but string scorers (e.g. scoring='r2') never "
+            "pass groups: use scoring=None or skdpp.metrics.make_personalized_scorer."
+        )
+    return message + (
+        " scikit-learn's cross_val_predict never passes groups to predict: use "
+        "skdpp.model_selection.cross_val_predict."
+    )
+
+
+# Kinds of id that can equal each other: numbers compare equal across int,
+# float and bool (3 == 3.0), strings only to strings.
+_DTYPE_ID_TYPES = {"b": "number", "i": "number", "u": "number", "f": "number",
+                   "c": "number", "U": "str", "S": "bytes", "M": "datetime64",
+                   "m": "timedelta64"}
+
+
+def _python_id_type(cls):
+    if issubclass(cls, (numbers.Number, np.bool_)):
+        return "number"
+    if issubclass(cls, str):
+        return "str"
+    if issubclass(cls, bytes):
+        return "bytes"
+    return cls.__qualname__
+
+
+def _id_types(ids):
+    """The set of id types in a 1-D array of ids (see ``_DTYPE_ID_TYPES``).
+
+    Object arrays (pandas Series of strings, mixed ids) are typed element by
+    element: one Python-level ``type`` call per id.
+    """
+    if ids.dtype.kind != "O":
+        return frozenset({_DTYPE_ID_TYPES.get(ids.dtype.kind, str(ids.dtype))})
+    return frozenset(_python_id_type(cls) for cls in set(map(type, ids.tolist())))
+
+
+def _join_types(types):
+    return " and ".join(sorted(types))
+
+
+def _conversion_hint(user_ids):
+    types = _id_types(user_ids)
+    if user_ids.dtype.kind in "biuf":
+        return f"np.asarray(groups).astype({user_ids.dtype.name!r})"
+    if types == {"str"}:
+        return "np.asarray(groups).astype(str)"
+    if types == {"number"}:
+        return "np.asarray(groups).astype(np.int64)"
+    return "convert them to the types of user_ids_"
+
+
 def _as_1d_ids(groups, n_samples):
     """``groups`` as a 1-D array of length ``n_samples`` (pandas Series accepted)."""
+    if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
+        groups = groups.to_numpy()
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.shape[0] != n_samples:
         raise ValueError(

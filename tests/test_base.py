@@ -101,7 +101,7 @@ def test_personalize_requires_groups_and_matching_id_type():
     est = ToyPersonalizedMean(epsilon=np.inf).fit(X, y, g)
     with pytest.raises(ValueError, match="personalize requires groups"):
         est.personalize(X, y, None)
-    with pytest.raises(TypeError, match="same type of ids"):
+    with pytest.raises(TypeError, match="Ids of different types never match"):
         est.personalize(X[:2], y[:2], np.array(["a", "b"]))
 
 

@@ -8,6 +8,10 @@ routing enabled:
 * ``GridSearchCV(est, {"epsilon": ..., <hyperparameter>: ...}, cv=PerUserKFold())``
   with ``scoring=None`` and with :func:`skdpp.metrics.make_personalized_scorer`;
 * ``cross_validate(..., params={"groups": g})``, personalized vs cold-start scores;
+* ``skdpp.model_selection.cross_val_predict`` (personalized out-of-fold predictions)
+  against scikit-learn's ``cross_val_predict`` (cold start, with the warning);
+* with routing *off*, ``GridSearchCV``/``cross_validate`` with ``PerUserKFold`` refuse
+  to run (they would fit at row-level DP and score cold start);
 * pandas input (DataFrame ``X``, Series ``y`` and Series of string user ids);
 * pickling a fitted estimator and ``clone``.
 
@@ -32,13 +36,14 @@ from sklearn.base import BaseEstimator, clone, is_classifier
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import GridSearchCV, cross_validate
+from sklearn.model_selection import cross_val_predict as sklearn_cross_val_predict
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
 import skdpp
 from skdpp.metrics import make_personalized_scorer
-from skdpp.model_selection import PerUserKFold
+from skdpp.model_selection import PerUserKFold, cross_val_predict
 
 pd = pytest.importorskip("pandas")
 
@@ -291,6 +296,47 @@ def test_cross_validate_default_scoring_is_personalized(name):
                           params={"groups": d["groups"]})["test_score"]
     assert np.all(np.isfinite(own))
     assert_allclose(own, pers, rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- #
+# cross_val_predict
+# --------------------------------------------------------------------------- #
+def _users_with_rows(d, n_rows):
+    """The training rows of users with at least ``n_rows`` rows (PerUserKFold tests them)."""
+    g = np.asarray(d["groups"])
+    users, counts = np.unique(g, return_counts=True)
+    keep = np.isin(g, users[counts >= n_rows])
+    return d["X"][keep], d["y"][keep], g[keep]
+
+
+def test_cross_val_predict_personalizes(name):
+    X, y, g = _users_with_rows(CASES[name].make_data(0), 3)
+    est = _estimator(name, epsilon=np.inf)
+    pred = cross_val_predict(est, X, y, groups=g, cv=PerUserKFold(n_splits=3), n_jobs=2)
+    expected = np.empty_like(pred)
+    for train, test in PerUserKFold(n_splits=3).split(X, y, g):
+        fitted = clone(est).fit(X[train], y[train], groups=g[train])
+        expected[test] = fitted.predict(X[test], groups=g[test])
+    assert_array_equal(pred, expected)
+    # scikit-learn's cross_val_predict drops groups at predict: cold start
+    with pytest.warns(UserWarning, match=r"called with groups=None.*"
+                                         r"skdpp\.model_selection\.cross_val_predict"):
+        cold = sklearn_cross_val_predict(est, X, y, cv=PerUserKFold(n_splits=3),
+                                         params={"groups": g})
+    metric = _metric(est)
+    assert metric(y, pred) > metric(y, cold) + CASES[name].personal_margin
+
+
+def test_model_selection_with_routing_off_refuses_to_run(name):
+    d = CASES[name].make_data(0)
+    est = _estimator(name)
+    with sklearn.config_context(enable_metadata_routing=False):
+        with pytest.raises(RuntimeError, match="metadata routing is disabled"):
+            GridSearchCV(est, CASES[name].grid, cv=PerUserKFold(n_splits=3)).fit(
+                d["X"], d["y"], groups=d["groups"])
+        with pytest.raises(RuntimeError, match="metadata routing is disabled"):
+            cross_validate(est, d["X"], d["y"], groups=d["groups"],
+                           cv=PerUserKFold(n_splits=3))
 
 
 # --------------------------------------------------------------------------- #

@@ -7,8 +7,10 @@ All splitters are vectorised over users (:func:`skdpp.utils.rank_within_user`).
 """
 
 import numbers
+import sys
 
 import numpy as np
+from sklearn import get_config
 from sklearn.model_selection import BaseCrossValidator, BaseShuffleSplit
 from sklearn.utils import check_random_state, indexable
 from sklearn.utils._indexing import _safe_indexing
@@ -29,6 +31,45 @@ def _check_groups(groups, n_samples, owner):
             "params={'groups': groups} (or fit(X, y, groups=groups))."
         )
     return UserIndex.from_groups(groups, n_samples)
+
+
+def _check_routing(splitter, groups, caller):
+    """Refuse to split for scikit-learn while metadata routing is disabled.
+
+    With routing off (scikit-learn's default), ``GridSearchCV.fit(X, y,
+    groups=g)``, ``cross_validate(..., groups=g)`` and the like pass ``groups``
+    to the splitter *only*: every fit then treats each row as its own user
+    (row-level instead of user-level DP) and every score is cold start. The
+    splitter is the one place that sees both facts: it was given ``groups``,
+    and the call comes from scikit-learn (``caller`` is the frame that called
+    ``split``) while routing is off. Direct calls (``cv.split(X, y, groups)``
+    in a loop of your own) are not affected. The decision uses only the
+    configuration, whether ``groups`` was passed and who called: never the
+    data.
+    """
+    if groups is None or get_config().get("enable_metadata_routing", False):
+        return
+    module = caller.f_globals.get("__name__", "") if caller is not None else ""
+    if module.split(".")[0] != "sklearn":
+        return
+    raise RuntimeError(
+        f"{type(splitter).__name__} got groups from scikit-learn ({module}) while "
+        f"metadata routing is disabled (scikit-learn's default). Then groups reach the "
+        f"splitter only: every fit would treat each row as its own user (row-level DP, "
+        f"not user-level DP) and every score would be cold start (no personal parts). "
+        f"Call sklearn.set_config(enable_metadata_routing=True) (or use "
+        f"sklearn.config_context(enable_metadata_routing=True)) and pass groups the "
+        f"routed way: GridSearchCV(...).fit(X, y, groups=groups), cross_validate(..., "
+        f"params={{'groups': groups}}). scikit-learn's cross_val_predict never passes "
+        f"groups to predict: use skdpp.model_selection.cross_val_predict(estimator, X, "
+        f"y, groups=groups)."
+    )
+
+
+def _caller():
+    """The frame that called the function calling this one (None if unknown)."""
+    getframe = getattr(sys, "_getframe", None)
+    return getframe(2) if getframe is not None else None
 
 
 def _n_test_per_user(counts, test_size, min_train_rows):
@@ -79,6 +120,14 @@ class PerUserKFold(BaseCrossValidator):
 
     ``groups`` is required (see :meth:`split`); the splitter requests it by
     default for metadata routing (``__metadata_request__split``).
+
+    Inside scikit-learn's meta-estimators (``GridSearchCV``,
+    ``cross_validate``, ``learning_curve``, ...) the splitter needs metadata
+    routing (``sklearn.set_config(enable_metadata_routing=True)``): with
+    routing off, scikit-learn passes ``groups`` to the splitter only, so every
+    fit would treat each row as its own user (row-level DP) and every score
+    would be cold start. :meth:`split` then raises a ``RuntimeError`` saying
+    so, instead of running that evaluation.
 
     Examples
     --------
@@ -157,7 +206,17 @@ class PerUserKFold(BaseCrossValidator):
             Training row indices of the split.
         test : ndarray of int
             Test row indices of the split.
+
+        Raises
+        ------
+        RuntimeError
+            If called by scikit-learn (``GridSearchCV``, ``cross_validate``,
+            ...) with ``groups`` while metadata routing is disabled (see Notes).
         """
+        _check_routing(self, groups, _caller())
+        return self._split(X, y, groups)
+
+    def _split(self, X, y, groups):
         X, y, groups = indexable(X, y, groups)
         fold = self._folds(X, groups)
         for f in range(self.n_splits):  # loop over folds, not users
@@ -186,6 +245,9 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     Notes
     -----
     ``groups`` is required and requested by default for metadata routing.
+    Inside scikit-learn's meta-estimators it needs metadata routing enabled,
+    like :class:`PerUserKFold` (otherwise :meth:`split` raises a
+    ``RuntimeError``).
     ``test_size * n`` is rounded to 9 decimals before the ceiling (so 0.3 of
     10 rows is 3 rows).
 
@@ -236,7 +298,15 @@ class PerUserShuffleSplit(BaseShuffleSplit):
         ------
         train : ndarray of int
         test : ndarray of int
+
+        Raises
+        ------
+        RuntimeError
+            If called by scikit-learn (``GridSearchCV``, ``cross_validate``,
+            ...) with ``groups`` while metadata routing is disabled: ``groups``
+            would reach the splitter only (see :class:`PerUserKFold`).
         """
+        _check_routing(self, groups, _caller())
         return super().split(X, y, groups)
 
 
