@@ -54,6 +54,9 @@ __all__ = ["Alg3Config", "clipped_blocks", "fit_alg3", "problem_suffix",
 # Rows per chunk when building the clipped canonical copy of ``X``.
 _CLIP_CHUNK_ROWS = 1 << 14
 
+# Rows per block of an in-process fit (read at call time).
+_BLOCK_ROWS = DEFAULT_BLOCK_ROWS
+
 
 def score_sensitivity(n_users):
     """Sensitivity of the scores ``f`` and of the cold-start score (Alg. 3, line 4).
@@ -93,7 +96,7 @@ class Alg3Config:
     verbose: int = 0
 
 
-def clipped_blocks(X, Y, index, clip_norm, *, max_rows=DEFAULT_BLOCK_ROWS):
+def clipped_blocks(X, Y, index, clip_norm, *, max_rows=None):
     """Blocks over a copy of ``X`` clipped to ``clip_norm``, in canonical order.
 
     Parameters
@@ -105,6 +108,8 @@ def clipped_blocks(X, Y, index, clip_norm, *, max_rows=DEFAULT_BLOCK_ROWS):
     clip_norm : float or None
         Every row is scaled to norm at most ``clip_norm`` (the paper's ``r``;
         never changes the sign of ``<x, w>``). ``None``: an unscaled copy.
+    max_rows : int, default=None
+        Rows per block (``None``: 32768).
 
     Returns
     -------
@@ -122,7 +127,7 @@ def clipped_blocks(X, Y, index, clip_norm, *, max_rows=DEFAULT_BLOCK_ROWS):
         Xc[a:a + rows.shape[0]] = clip_by_norm(X[rows], clip_norm, out_dtype=dtype)
     canonical = UserBlock(Xc, np.asarray(Y, dtype=np.float64)[order], None, whole.users,
                           whole.user_hash, whole.counts)
-    return canonical.split(max_rows)
+    return canonical.split(_BLOCK_ROWS if max_rows is None else max_rows)
 
 
 def _log(config, message):

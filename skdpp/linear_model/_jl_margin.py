@@ -445,6 +445,16 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 "delta > 0; got delta=0. Pass delta > 0 (e.g. 1e-6) or "
                 "candidates='random' for a pure epsilon-DP fit.")
         n_problems = meta["n_problems"]
+        explicit = self.cold_start_share + (
+            self.subspace_share if self.candidates == "subspace" else 0.0)
+        if n_problems > 1 and explicit >= 1.0:
+            # BudgetPlan checks that the explicit shares leave a positive rest,
+            # but split over the problems their floating-point sum can round
+            # below 1 (6 x 0.7/3 + 0.3/3 ... = 0.9999999999999999).
+            raise ValueError(
+                f"subspace_share + cold_start_share must be < 1 so that the selection "
+                f"phases get a positive share of the budget; got "
+                f"{self.subspace_share!r} + {self.cold_start_share!r}. Lower them.")
         plan = BudgetPlan(self.epsilon, self.delta)
         for p in range(n_problems):
             sfx = problem_suffix(p, n_problems)
