@@ -450,7 +450,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         if n_problems > 1 and explicit >= 1.0:
             # BudgetPlan checks that the explicit shares leave a positive rest,
             # but split over the problems their floating-point sum can round
-            # below 1 (6 x 0.7/3 + 0.3/3 ... = 0.9999999999999999).
+            # below 1: 3 x (0.7/3 + 0.3/3) gives 0.9999999999999999.
             raise ValueError(
                 f"subspace_share + cold_start_share must be < 1 so that the selection "
                 f"phases get a positive share of the budget; got "
