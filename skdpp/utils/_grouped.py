@@ -935,8 +935,8 @@ class UserBlock:
         ``values`` has many columns (e.g. 0/1 losses of many candidates).
         Each user's rows are added in canonical order in the result type of
         ``dtype`` and ``values``: ``dtype=np.float32`` with bool values gives
-        float32 counts (exact up to ``2**24`` rows per user, never above the
-        true count beyond). Users without rows get 0.
+        float32 counts (exact up to ``2**24`` rows per user). Users without
+        rows get 0.
 
         Parameters
         ----------
