@@ -6,7 +6,7 @@ import numpy as np
 def run(random_state=0):
     """Print a short tour of JLMarginClassifier (< 10 s)."""
     from ..datasets import make_personalized_margin_classification
-    from ..linear_model._jl_margin import JLMarginClassifier
+    from ..linear_model import JLMarginClassifier
 
     X, y, groups, info = make_personalized_margin_classification(
         n_users=5000, n_features=20, n_components=1, n_samples_per_user=10, margin=0.1,
