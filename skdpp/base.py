@@ -229,7 +229,10 @@ class BasePersonalizedEstimator(BaseEstimator):
         """
         self._validate_params()
         self._validate_privacy_params()
-        X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
+        # scikit-learn's finiteness check sums X: values near the float maximum
+        # would warn about an overflow that depends on one user's data.
+        with np.errstate(over="ignore", invalid="ignore"):
+            X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
         self._check_delta(index.n_users)
         return FitData(

@@ -56,7 +56,7 @@ def batched_solve(A, b, *, ridge=0.0):
     Examples
     --------
     >>> import numpy as np
-    >>> from skdpp.utils import batched_solve
+    >>> from skdpp.linear_model._heads import batched_solve
     >>> A = np.stack([2.0 * np.eye(2), np.zeros((2, 2))])
     >>> batched_solve(A, np.ones((2, 2)))
     array([[0.5, 0.5],

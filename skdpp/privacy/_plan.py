@@ -29,6 +29,9 @@ from .calibration import Phase, calibrate
 
 __all__ = ["BudgetPlan"]
 
+# Explicit shares summing to within this of 1 leave the rest phases no budget.
+_SHARE_TOL = 1e-9
+
 
 class BudgetPlan:
     """Named phases of a fit's privacy budget, calibrated jointly to (ε, δ).
@@ -113,8 +116,10 @@ class BudgetPlan:
         """Validate the shares and solve every phase's noise (once); returns ``self``."""
         if self._params is not None:
             return self
-        explicit = sum(kw["share"] for kw, _ in self._explicit)
-        if self._rest and explicit >= 1.0:
+        explicit = math.fsum(kw["share"] for kw, _ in self._explicit)
+        # A remainder within rounding of 0 (e.g. 0.7/3 + 0.3/3 summed to
+        # 0.9999999999999999) would silently give the rest phases no budget.
+        if self._rest and explicit >= 1.0 - _SHARE_TOL:
             params = [p for _, p in self._explicit if p]
             values = ", ".join(f"{p}={kw['share']!r}" for kw, p in self._explicit if p)
             rest = ", ".join(repr(kw["name"]) for kw in self._rest)

@@ -146,3 +146,15 @@ def test_calibration_with_large_delta_where_epsilon_reaches_zero():
     assert params["g"] > 0
     acc = PrivacyAccountant().compose(GaussianEvent(params["g"]), phase="g")
     assert acc.get_epsilon(0.3) <= 1.0 * (1 + 1e-9)
+
+
+def test_budget_plan_rejects_a_remainder_lost_to_rounding():
+    from skdpp.privacy import BudgetPlan
+
+    plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+    for p in range(3):  # 0.7/3 + 0.3/3 per problem sums to 0.9999999999999999
+        plan.add(f"subspace[{p}]", share=0.7 / 3, param="subspace_share")
+        plan.add(f"cold_start[{p}]", share=0.3 / 3, param="cold_start_share")
+        plan.add_rest(f"selection[{p}]", mechanism="exponential")
+    with pytest.raises(ValueError, match="subspace_share"):
+        plan.calibrate()
