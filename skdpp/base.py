@@ -208,17 +208,31 @@ class BasePersonalizedEstimator(BaseEstimator):
         try:
             data = self._validate_fit_data(X, y, groups)
             randomness = FitRandomness(self.random_state)
-            release = Releaser(self._budget_plan(data.meta), randomness.noise)
             executor = LocalExecutor(self._make_blocks(data, randomness))
-            result = self._fit_core(executor, release, randomness, data.meta)
-            report = release.report(n_users=data.meta["n_users"], released=result.released,
-                                    local=result.local, notes=result.notes)
+            fitted = self._fit_executor(executor, randomness, data.meta)
         except BaseException:
             self._discard_fitted_attributes()
             raise
-        self._set_fitted_attributes({**data.attributes, **result.attributes,
-                                     "privacy_report_": report})
+        self._set_fitted_attributes({**data.attributes, **fitted})
         return self
+
+    def _fit_executor(self, executor, randomness, meta):
+        """Plan, run the core on ``executor`` and build the checked report.
+
+        The part of the template shared by in-process ``fit`` and the
+        distributed driver (:mod:`skdpp.distributed`): everything after the
+        data have been turned into blocks of whole users.
+
+        Returns
+        -------
+        attributes : dict
+            The fitted attributes, ``privacy_report_`` included.
+        """
+        release = Releaser(self._budget_plan(meta), randomness.noise)
+        result = self._fit_core(executor, release, randomness, meta)
+        report = release.report(n_users=meta["n_users"], released=result.released,
+                                local=result.local, notes=result.notes)
+        return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):
         """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`.
