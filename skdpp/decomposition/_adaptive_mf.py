@@ -75,6 +75,20 @@ def _lookup_items(catalogue_keys, X):
     return catalogue.lookup(_item_keys(X))
 
 
+def _catalogue_entries(catalogue_keys, X, y, user_codes):
+    """(user, item, rating) entries of the rows whose item is in the catalogue.
+
+    Rows of other items are ignored, silently: whether a user has such rows
+    is private (documented, no warning). Duplicate (user, item) rows are
+    merged (:func:`~._private_als.aggregate_entries`).
+    """
+    item = _lookup_items(catalogue_keys, X)
+    known = item >= 0
+    return aggregate_entries(np.asarray(user_codes)[known], item[known],
+                             np.asarray(y, dtype=np.float64)[known],
+                             catalogue_keys.shape[0])
+
+
 def _seen_matrix(user, item, n_users, n_items):
     """(n_users, n_items) 0/1 CSR of the items each user rated (personal data)."""
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
@@ -542,13 +556,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             )
         keys, item_ids = self._catalogue(X)
         n_items = int(keys.shape[0])
-        item = _lookup_items(keys, X)
-        # Ratings of items outside the catalogue are ignored, silently: whether
-        # a user has such rows is private (documented, no warning).
-        known = item >= 0
-        user, item, rating = aggregate_entries(index.codes[known], item[known],
-                                               np.asarray(data.y, np.float64)[known],
-                                               n_items)
+        user, item, rating = _catalogue_entries(keys, X, data.y, index.codes)
         return FitData(
             X=item[:, None], y=rating, index=UserIndex(index.users, user),
             meta={**data.meta, "n_items": n_items},
@@ -562,25 +570,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return entry_blocks(data.index.codes, data.X[:, 0], data.y, data.index.users,
                             data.meta["n_items"])
 
-    def _entries(self, X, y, index):
-        """Aggregated (user, item, rating) entries of the rows in the catalogue."""
-        item = _lookup_items(self._catalogue_keys, X)
-        known = item >= 0
-        return aggregate_entries(index.codes[known], item[known],
-                                 np.asarray(y, dtype=np.float64)[known], self.n_items_)
-
     # ------------------------------------------------------------------ #
     # Plan and core
     # ------------------------------------------------------------------ #
-    def _needs_counts(self):
-        return self.weighting in ("adaptive", "tail") or self.solver == "sgd"
-
     def _budget_plan(self, meta):
+        """Phases ``"mean"`` (if ``center``), ``"counts"`` (if needed), ``"items"`` (the rest)."""
         plan = BudgetPlan(self.epsilon, self.delta)
         if self.center:
             plan.add("mean", share=self.mean_share, param="mean_share")
-        if self._needs_counts():
+        if self._config(meta["n_items"]).needs_counts:
             plan.add("counts", share=self.count_share, param="count_share")
+        # ALS: the Gram stack and the right-hand sides every iteration; GD: one
+        # gradient release per step.
         n_releases = 2 * self.n_iter if self.solver == "als" else self.n_iter * self.gd_steps
         plan.add_rest("items", count=n_releases)
         return plan
@@ -652,7 +653,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         The same block functions as the last user step of ``fit``.
         """
-        user, item, rating = self._entries(X, y, index)
+        user, item, rating = _catalogue_entries(self._catalogue_keys, X, y, index.codes)
         executor = LocalExecutor(entry_blocks(user, item, rating, index.users,
                                               self.n_items_))
         executor.map(prepare_residuals, (self.mean_, self.rating_clip, self.n_items_))
