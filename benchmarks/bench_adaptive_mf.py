@@ -4,14 +4,19 @@ ML-10M has 10^7 ratings, 69 878 users and 10 677 movies; the paper trains
 embeddings of dimension up to 128 (32 for the Million Song Data). This script
 generates a synthetic rating matrix of that shape (Zipf-like item popularity,
 log-normal user activity, low-rank ratings on a 0.5-5 scale), fits
-``AdaptiveWeightMF`` and records wall-clock time per stage and peak memory.
+``AdaptiveWeightMF`` and records wall-clock and CPU time per stage and peak
+memory (run with ``OPENBLAS_NUM_THREADS=1`` and compare CPU seconds on a shared
+machine).
 
 Usage::
 
     python benchmarks/bench_adaptive_mf.py                       # full size
     python benchmarks/bench_adaptive_mf.py --n-ratings 1000000   # smaller
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive_mf.py --n-ratings 2000000 \
+        --no-save                                                # before/after runs
 
-Appends one row per run to ``benchmarks/results/adaptive_mf_scale.csv``;
+Appends one row per run to ``benchmarks/results/adaptive_mf_scale.csv`` (unless
+``--no-save``);
 ``--compare`` also writes ``adaptive_mf_scale_rmse.csv`` (test RMSE of the
 budget allocations at epsilon = 1 on this skewed ML-10M-sized problem).
 Timings on a shared machine are inflated by contention: the ``note`` column
@@ -26,9 +31,19 @@ from pathlib import Path
 
 import numpy as np
 
-from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
+from skdpp.decomposition import AdaptiveWeightMF
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _current_rss_gb():
+    """Resident memory of this process now (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except OSError:
+        return 0.0
+    return pages * resource.getpagesize() / 2**30
 
 
 def make_data(n_ratings, n_users, n_items, rank=8, seed=0):
@@ -64,6 +79,8 @@ def main():
     parser.add_argument("--solver", default="als", choices=["als", "sgd"])
     parser.add_argument("--weighting", default="adaptive")
     parser.add_argument("--note", default="")
+    parser.add_argument("--no-save", action="store_true",
+                        help="print the results only (no CSV row)")
     parser.add_argument("--compare", action="store_true",
                         help="also fit uniform/tail/adaptive at epsilon=1 on a 90/10 "
                              "split and record test RMSE")
@@ -80,18 +97,24 @@ def main():
         n_iter=args.n_iter, solver=args.solver, weighting=args.weighting, reg=args.reg,
         user_budget=50, random_state=0, verbose=1,
     )
-    t0 = time.perf_counter()
+    rss_before_gb = _current_rss_gb()
+    t0, c0 = time.perf_counter(), time.process_time()
     est.fit(X, y, groups)
-    t_fit = time.perf_counter() - t0
+    t_fit, c_fit = time.perf_counter() - t0, time.process_time() - c0
     t0 = time.perf_counter()
     pred = est.predict(X[:1_000_000], groups[:1_000_000])
     t_pred = time.perf_counter() - t0
     train_rmse = float(np.sqrt(np.mean((pred - y[:1_000_000]) ** 2)))
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"fit {t_fit:.1f} s ({t_fit / args.n_iter:.1f} s / iteration incl. setup), "
-          f"predict 1e6 rows {t_pred:.2f} s, peak RSS {peak_gb:.2f} GB, "
-          f"train RMSE {train_rmse:.3f}, epsilon spent "
+    print(f"fit {t_fit:.1f} s wall, {c_fit:.1f} s CPU "
+          f"({c_fit / args.n_iter:.1f} CPU s / iteration incl. setup), "
+          f"predict 1e6 rows {t_pred:.2f} s, RSS before fit {rss_before_gb:.2f} GB, "
+          f"peak RSS {peak_gb:.2f} GB, train RMSE {train_rmse:.3f}, epsilon spent "
           f"{est.privacy_report_.epsilon_spent:.3f}")
+    if args.no_save:
+        if args.compare:
+            compare(X, y, groups, args)
+        return
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "adaptive_mf_scale.csv"
@@ -101,11 +124,11 @@ def main():
         if new:
             writer.writerow(["n_ratings", "n_users", "n_items", "n_components", "n_iter",
                              "solver", "weighting", "data_s", "fit_s", "predict_1e6_s",
-                             "peak_rss_gb", "note"])
+                             "peak_rss_gb", "note", "fit_cpu_s"])
         writer.writerow([y.size, np.unique(groups).size, np.unique(X).size,
                          args.n_components, args.n_iter, args.solver, args.weighting,
                          f"{t_data:.1f}", f"{t_fit:.1f}", f"{t_pred:.2f}", f"{peak_gb:.2f}",
-                         args.note])
+                         args.note, f"{c_fit:.1f}"])
     if args.compare:
         compare(X, y, groups, args)
 

@@ -6,7 +6,7 @@ import numpy as np
 def run(random_state=0):
     """Print a short tour of AdaptiveWeightMF (< 10 s)."""
     from ..datasets import make_skewed_ratings
-    from ..decomposition._adaptive_mf import AdaptiveWeightMF
+    from ..decomposition import AdaptiveWeightMF
     from ..metrics import rmse
 
     X, y, groups, info = make_skewed_ratings(n_users=10000, n_items=100, power=0.5,

@@ -1,49 +1,43 @@
 """Differentially private matrix factorisation with adaptive per-item budget allocation.
 
-Implements Krichene, Jain, Song, Sundararajan, Thakurta and Zhang (2023),
-"Multi-Task Differential Privacy Under Distribution Skew" (arXiv:2302.07975):
-task-weighted sufficient-statistics perturbation (Alg. 1) and task-weighted
-noisy gradient descent (Alg. 2) as the private item update of alternating
-minimisation (Alg. 3, App. D), with the adaptive weights of eq. (11)-(12)
-computed from private item counts (App. B), and the uniform-sampling and
-tail-sampling baselines of Chien et al. (2021).
-
-The module pairs the estimator :class:`AdaptiveWeightMF` with private pure
-functions that follow the paper line by line; all per-user and per-item
-computations are vectorised (sparse matrix products indexed by item, batched
-``k x k`` solves), with no Python loop over users, items or ratings.
+The estimator :class:`AdaptiveWeightMF` (Krichene, Jain, Song, Sundararajan,
+Thakurta and Zhang 2023, "Multi-Task Differential Privacy Under Distribution
+Skew", arXiv:2302.07975). This module holds the parameters, the validation of
+the data (the item catalogue, duplicate ratings), the budget plan and the
+prediction methods; the algorithm is in :mod:`._private_als` (Alg. 1-3 as block
+functions and a driver) and :mod:`._task_weights` (eq. (11)-(12), the uniform
+and tail-sampling baselines).
 """
 
-import time
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
-from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy import Phase, calibrate, mechanisms
-from ..linear_model._heads import psd_ridge_solve
+from ..base import BasePersonalizedEstimator, FitData, FitResult, PersonalizedRegressorMixin
+from ..privacy import MIN_CLIP, BudgetPlan
+from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserIndex
+from ._private_als import (
+    MFConfig,
+    aggregate_entries,
+    entry_blocks,
+    fit_private_mf,
+    personal_parts,
+    prepare_residuals,
+)
 
 __all__ = ["AdaptiveWeightMF"]
 
-# Users per block in the batched user solves and the item statistics: bounds the
-# temporary (block, k (k + 1) / 2) dense arrays (8192 x 528 floats = 35 MB at k=32).
-_USER_BLOCK = 8192
-# Ratings per chunk in row-wise dot products (2**20 x k floats).
-_ENTRY_CHUNK = 2**20
-# Weights are shrunk by this factor so that sum_j w_ij^2 <= beta holds exactly in
-# floating point (the rounding of the per-user rescaling is ~1e-16 relative).
-_SAFETY = 1.0 - 1e-12
+# Ratings per chunk in the row-wise dot products of ``predict``.
+_PREDICT_CHUNK = 2**17
 
 
 # --------------------------------------------------------------------------- #
-# Item keys: one column of ids, or whole rows of a multi-column X
+# The item catalogue: one column of ids, or whole rows of a multi-column X
 # --------------------------------------------------------------------------- #
 def _item_keys(X):
     """1-D keys identifying the item of each row of ``X`` (validated, 2-D).
@@ -53,11 +47,16 @@ def _item_keys(X):
     fixed-size records (float64, ``-0.0`` normalised to ``0.0``) so that numpy
     can sort and search them.
     """
+    if X.dtype.kind == "O" and X.shape[1] > 1:
+        X = X.astype(np.float64)  # TypeError for non-numeric multi-column ids
+    if X.dtype.kind not in "biufO" and X.shape[1] > 1:
+        raise ValueError(
+            f"A multi-column X must be numeric (each distinct row is an item); got "
+            f"dtype {X.dtype}. Pass one column of item ids instead."
+        )
     if X.shape[1] == 1:
         col = X[:, 0]
-        if col.dtype.kind in "biuf":
-            return col.astype(np.float64)
-        return col
+        return col.astype(np.float64) if col.dtype.kind in "biuf" else col
     Xf = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
     return Xf.view(np.dtype((np.void, Xf.dtype.itemsize * Xf.shape[1]))).ravel()
 
@@ -69,308 +68,32 @@ def _keys_to_ids(keys, n_features):
     return np.asarray(keys).copy()
 
 
-# --------------------------------------------------------------------------- #
-# Data layout: one entry per (user, item) pair, sorted by user then item
-# --------------------------------------------------------------------------- #
-def _aggregate_entries(user, item, y, n_items):
-    """Merge duplicate (user, item) rows into one entry with their mean rating.
+def _lookup_items(catalogue_keys, X):
+    """Item code (0..n_items-1) of each row of validated ``X``, -1 outside the catalogue."""
+    # The catalogue keys are sorted and unique, so the index keeps their order.
+    catalogue = UserIndex.from_groups(catalogue_keys, catalogue_keys.shape[0])
+    return catalogue.lookup(_item_keys(X))
 
-    Returns ``(user, item, rating)`` arrays sorted by user then item. A user
-    contributes at most once to each item's statistics, which the sensitivity
-    analysis requires (each user holds one rating per item, as in the paper).
+
+def _catalogue_entries(catalogue_keys, X, y, user_codes):
+    """(user, item, rating) entries of the rows whose item is in the catalogue.
+
+    Rows of other items are ignored, silently: whether a user has such rows
+    is private (documented, no warning). Duplicate (user, item) rows are
+    merged (:func:`~._private_als.aggregate_entries`).
     """
-    pair = user.astype(np.int64) * np.int64(n_items) + item.astype(np.int64)
-    uniq, inverse = np.unique(pair, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    sums = np.bincount(inverse, weights=y, minlength=uniq.shape[0])
-    counts = np.bincount(inverse, minlength=uniq.shape[0])
-    return (uniq // n_items).astype(np.int64), (uniq % n_items).astype(np.int64), sums / counts
+    item = _lookup_items(catalogue_keys, X)
+    known = item >= 0
+    return aggregate_entries(np.asarray(user_codes)[known], item[known],
+                             np.asarray(y, dtype=np.float64)[known],
+                             catalogue_keys.shape[0])
 
 
-def _csr(user, item, data, n_users, n_items):
-    """CSR matrix (n_users, n_items) from entries sorted by user then item."""
-    indptr = np.zeros(n_users + 1, dtype=np.int64)
-    np.cumsum(np.bincount(user, minlength=n_users), out=indptr[1:])
-    return sp.csr_matrix(
-        (np.asarray(data, dtype=np.float64), item, indptr), shape=(n_users, n_items)
-    )
+def _seen_matrix(user, item, n_users, n_items):
+    """(n_users, n_items) 0/1 CSR of the items each user rated (personal data)."""
+    return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
 
 
-def _entry_uniforms(rng, user, item, n_items):
-    """Pseudo-random uniforms in [0, 1), one per (user, item) entry.
-
-    A salt is drawn from ``rng``; each entry's value is a splitmix64 hash of
-    ``(salt, user * n_items + item)``. A user's values therefore depend only
-    on that user's own entries (not on how many entries other users have), so
-    replacing one user leaves every other user's sampling unchanged: the
-    coupling under which the stated sensitivities hold for a fixed seed.
-    """
-    salt = np.uint64(rng.randint(0, 2**63 - 1, dtype=np.int64))
-    x = (user.astype(np.uint64) * np.uint64(n_items) + item.astype(np.uint64)) ^ salt
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
-
-
-def _rank_within_user(user, n_users, keys):
-    """Rank of each entry inside its user's entries, ordered by ``keys``.
-
-    ``keys`` is a tuple of 1-D arrays, most significant last (``np.lexsort``).
-    """
-    n = user.shape[0]
-    perm = np.lexsort(tuple(keys) + (user,))
-    offsets = np.zeros(n_users + 1, dtype=np.int64)
-    np.cumsum(np.bincount(user, minlength=n_users), out=offsets[1:])
-    rank = np.empty(n, dtype=np.int64)
-    rank[perm] = np.arange(n, dtype=np.int64) - offsets[user[perm]]
-    return rank
-
-
-# --------------------------------------------------------------------------- #
-# Pre-processing (Alg. 3, line 2): DP mean, DP item counts
-# --------------------------------------------------------------------------- #
-def _dp_mean(user, rating, n_users, *, bound, noise_multiplier, rng):
-    """DP global mean: average over users of each user's mean clipped rating.
-
-    Each user contributes ``a_j = mean_i clip(y_ij, -bound, bound)`` in
-    ``[-bound, bound]``; the release is ``sum_j a_j / n_users`` (``n_users`` is
-    public). Replacing one user moves it by at most ``2 * bound / n_users``.
-    """
-    clipped = np.clip(rating, -bound, bound)
-    per_user = np.bincount(user, weights=clipped, minlength=n_users)
-    n_per_user = np.bincount(user, minlength=n_users)
-    a = np.divide(per_user, n_per_user, out=np.zeros(n_users), where=n_per_user > 0)
-    sensitivity = 2.0 * bound / n_users
-    value = np.array([a.sum() / n_users])
-    release, event = mechanisms.gaussian_mechanism(
-        value, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng
-    )
-    # Post-processing: the mean of values in [-bound, bound] lies in that range.
-    return float(np.clip(release[0], -bound, bound)), event, sensitivity
-
-
-def _dp_item_counts(user, item, n_users, n_items, *, cap, noise_multiplier, rng):
-    """DP item counts from at most ``cap`` items per user (App. B, D.1).
-
-    Each user keeps ``min(cap, n^j)`` of their distinct items, chosen uniformly
-    at random, and contributes the indicator vector ``c_j`` of the kept items.
-    Under replace-one-user, ``||c_j - c_j'||_2^2 = |S_j symdiff S_j'| <=
-    |S_j| + |S_j'| <= 2 cap``: the L2 sensitivity is ``sqrt(2 cap)``.
-    """
-    rank = _rank_within_user(user, n_users, (_entry_uniforms(rng, user, item, n_items),))
-    kept = rank < cap
-    counts = np.bincount(item[kept], minlength=n_items).astype(np.float64)
-    sensitivity = float(np.sqrt(2.0 * cap))
-    release, event = mechanisms.noisy_counts(
-        counts, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng
-    )
-    return np.asarray(release, dtype=np.float64), event, sensitivity
-
-
-# --------------------------------------------------------------------------- #
-# Task-user weights (Sec. 4, eq. (11)-(12); App. D baselines)
-# --------------------------------------------------------------------------- #
-def _adaptive_item_weights(counts, *, mu, budget, n_users):
-    """Public per-item weights omega_i of eq. (11) with exponent ``mu`` (Sec. 5).
-
-    ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the
-    noisy counts floored at 1 (post-processing), so that a user whose items are
-    drawn in proportion to the counts spends ``beta`` in expectation.
-    """
-    return np.exp(_log_adaptive_item_weights(counts, mu=mu, budget=budget, n_users=n_users))
-
-
-def _log_adaptive_item_weights(counts, *, mu, budget, n_users):
-    """``log(omega_i)`` of :func:`_adaptive_item_weights` (finite, never underflows)."""
-    n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
-    log_n = np.log(n_hat)
-    # sum_i n_i^(1 - 2 mu) computed stably in log space.
-    log_terms = (1.0 - 2.0 * mu) * log_n
-    log_sum = np.logaddexp.reduce(log_terms)
-    return -mu * log_n + 0.5 * (np.log(n_users * budget) - log_sum)
-
-
-def _task_weights(user, item, n_users, n_items, *, weighting, counts, mu, budget,
-                  normalization, rng):
-    """Per-entry weights ``w_ij`` with ``sum_{i in user j} w_ij^2 <= beta``.
-
-    ``"adaptive"``: ``w_ij = omega_i * min(1, sqrt(beta / B_j))`` (eq. (12),
-    ``normalization="clip"``) or ``omega_i * sqrt(beta / B_j)``
-    (``normalization="budget"``: every user spends exactly ``beta``, App. C),
-    with ``B_j = sum_{i in user j} omega_i^2``.
-    ``"uniform"``: weight 1 on ``floor(beta)`` items per user sampled uniformly.
-    ``"tail"``: weight 1 on each user's ``floor(beta)`` items with the smallest
-    noisy counts (Chien et al. 2021), ties broken at random.
-
-    Returns
-    -------
-    w : ndarray of shape (n_entries,)
-    omega : ndarray of shape (n_items,) or None
-        The public per-item weights (adaptive only).
-    """
-    if weighting == "adaptive":
-        log_omega = _log_adaptive_item_weights(counts, mu=mu, budget=budget,
-                                               n_users=n_users)
-        omega = np.exp(log_omega)
-        # Work relative to each user's largest omega_i (a function of that user's
-        # items and the public omega): rel_ij = omega_i / top_j lies in (0, 1] and
-        # B_j / top_j^2 = sum_i rel_ij^2 lies in [1, n^j], so neither can underflow.
-        # Computing B_j = sum_i omega_i^2 directly underflows for large mu (B_j
-        # denormal or 0, then beta / B_j = inf: infinite weights, budget broken).
-        log_om = log_omega[item]
-        top = np.full(n_users, -np.inf)
-        np.maximum.at(top, user, log_om)
-        rel = np.exp(log_om - top[user])
-        B_rel = np.bincount(user, weights=rel**2, minlength=n_users)  # B_j / top_j^2
-        scale = np.sqrt(np.divide(budget, B_rel, out=np.zeros(n_users), where=B_rel > 0))
-        if normalization == "clip":
-            # eq. (12): omega_i min(1, sqrt(beta / B_j)) = rel_ij min(top_j, scale_j)
-            factor = np.minimum(np.exp(top), scale)
-        else:
-            factor = scale  # omega_i sqrt(beta / B_j) = rel_ij sqrt(beta / (B_j / top_j^2))
-        return rel * factor[user] * _SAFETY, omega
-    k = int(np.floor(budget))
-    tie_break = _entry_uniforms(rng, user, item, n_items)
-    if weighting == "uniform":
-        rank = _rank_within_user(user, n_users, (tie_break,))
-    else:  # "tail": least frequent items first (by noisy count), ties at random
-        rank = _rank_within_user(user, n_users, (tie_break, np.asarray(counts)[item]))
-    return (rank < k).astype(np.float64), None
-
-
-# --------------------------------------------------------------------------- #
-# Alternating minimisation (Alg. 3): user step and private item step
-# --------------------------------------------------------------------------- #
-def _triu(k):
-    return np.triu_indices(k)
-
-
-def _unflatten_sym(flat, k):
-    """(n, k (k + 1) / 2) upper triangles -> (n, k, k) symmetric matrices."""
-    iu, ju = _triu(k)
-    out = np.empty((flat.shape[0], k, k))
-    out[:, iu, ju] = flat
-    out[:, ju, iu] = flat
-    return out
-
-
-def _solve_users(V, R, reg, *, bias=False):
-    """Exact ridge least squares of every user given item embeddings (Alg. 3, line 4).
-
-    ``u_j = (sum_{i in user j} v_i v_i^T + reg I)^-1 sum_i r_ij v_i``, for all
-    users at once: per-user Gram matrices are ``R_ones @ P`` with ``P`` the
-    item-wise upper-triangular outer products (a sparse-dense product indexed
-    by item), solved in batches of ``k x k`` systems.
-
-    Parameters
-    ----------
-    V : ndarray of shape (n_items, k)
-    R : csr_matrix of shape (n_users, n_items)
-        Ratings (explicit entries, including explicit zeros).
-    reg : float > 0
-    bias : bool, default=False
-        If True, every item embedding is extended by a constant 1 so that each
-        user also gets a personal bias (ridge-penalised like the embedding).
-
-    Returns
-    -------
-    U : ndarray of shape (n_users, k)
-    b : ndarray of shape (n_users,)
-        The personal biases (zeros if ``bias=False``).
-    """
-    n_users = R.shape[0]
-    if bias:
-        V = np.hstack([V, np.ones((V.shape[0], 1))])
-    k = V.shape[1]
-    iu, ju = _triu(k)
-    P = V[:, iu] * V[:, ju]
-    ones = R.copy()
-    ones.data = np.ones_like(ones.data)
-    rhs = np.asarray(R @ V)
-    U = np.empty((n_users, k))
-    eye = reg * np.eye(k)
-    for start in range(0, n_users, _USER_BLOCK):  # memory blocks, not users
-        stop = min(n_users, start + _USER_BLOCK)
-        G = _unflatten_sym(np.asarray(ones[start:stop] @ P), k) + eye
-        try:
-            with threadpool_limits(limits=1, user_api="blas"):  # many tiny solves
-                U[start:stop] = np.linalg.solve(G, rhs[start:stop, :, None])[..., 0]
-        except np.linalg.LinAlgError:  # numerically singular (huge embeddings)
-            U[start:stop] = (np.linalg.pinv(G) @ rhs[start:stop, :, None])[..., 0]
-    if bias:
-        return U[:, :-1].copy(), U[:, -1].copy()
-    return U, np.zeros(n_users)
-
-
-def _item_statistics(U, W, WR):
-    """Weighted per-item sufficient statistics (Alg. 1, lines 5-6, before noise).
-
-    ``A_i = sum_j w_ij u_j u_j^T`` and ``b_i = sum_j w_ij r_ij u_j``, computed as
-    ``W^T @ Q`` (``Q`` the user-wise upper-triangular outer products) and
-    ``WR^T @ U``, accumulated over blocks of users.
-
-    Parameters
-    ----------
-    U : ndarray of shape (n_users, k)
-    W, WR : csr_matrix of shape (n_users, n_items)
-        Weights ``w_ij`` and weighted ratings ``w_ij r_ij``.
-
-    Returns
-    -------
-    A : ndarray of shape (n_items, k, k)
-    b : ndarray of shape (n_items, k)
-    """
-    n_users, n_items = W.shape
-    k = U.shape[1]
-    iu, ju = _triu(k)
-    A_flat = np.zeros((n_items, iu.shape[0]))
-    for start in range(0, n_users, _USER_BLOCK):  # memory blocks, not users
-        stop = min(n_users, start + _USER_BLOCK)
-        Ub = U[start:stop]
-        A_flat += np.asarray(W[start:stop].T @ (Ub[:, iu] * Ub[:, ju]))
-    b = np.asarray(WR.T @ U)
-    return _unflatten_sym(A_flat, k), b
-
-
-def _rowwise_dot(U, V, user, item):
-    """``<u_user[e], v_item[e]>`` for every entry, in chunks of entries."""
-    out = np.empty(user.shape[0])
-    for start in range(0, user.shape[0], _ENTRY_CHUNK):  # memory chunks
-        stop = min(user.shape[0], start + _ENTRY_CHUNK)
-        out[start:stop] = np.einsum(
-            "ek,ek->e", U[user[start:stop]], V[item[start:stop]]
-        )
-    return out
-
-
-def _item_gradient(U, V, user, item, rating, w, *, n_users, grad_clip):
-    """Weighted, per-entry clipped gradient of the item loss (Alg. 2, line 5).
-
-    ``g_i = sum_j w_ij clip((<v_i, u_j> - r_ij) u_j, grad_clip)``. The clip of
-    a vector ``e u`` only rescales the scalar ``e``, so it is applied to the
-    residuals and the sum is one sparse product ``C^T @ U``.
-    """
-    n_items = V.shape[0]
-    resid = _rowwise_dot(U, V, user, item) - rating
-    norm = np.abs(resid) * np.linalg.norm(U, axis=1)[user]
-    scale = np.minimum(1.0, grad_clip / np.maximum(norm, np.finfo(np.float64).tiny))
-    coef = w * resid * scale
-    C = _csr(user, item, coef, n_users, n_items)
-    return np.asarray(C.T @ U)
-
-
-def _init_item_embeddings(rng, n_items, n_components):
-    """Data-independent initialisation ``v_i ~ N(0, I_k / k)`` (no privacy cost)."""
-    # Algorithmic randomness (initialisation), not privacy noise.
-    return rng.standard_normal((n_items, n_components)) / np.sqrt(n_components)
-
-
-# --------------------------------------------------------------------------- #
-# Estimator
-# --------------------------------------------------------------------------- #
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with adaptive per-item budget allocation.
 
@@ -387,6 +110,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     long tail (and usually the overall error) when item frequencies are
     skewed. The uniform-sampling and tail-sampling baselines of Chien et al.
     (2021) are available with ``weighting="uniform"`` / ``"tail"``.
+
+    Data: ``fit(X, y, groups)`` with ``X`` one column of item ids (ints or
+    strings), ``y`` the ratings and ``groups`` the user ids (the privacy
+    unit). A multi-column ``X`` is keyed by whole rows (each distinct row is
+    an item, so generic scikit-learn checks run); given together with
+    ``groups`` it warns, since ``X = [user, item]`` is a common mistake.
 
     Released under DP: the item embeddings, the noisy item counts (when
     needed) and the DP global mean. Personal (billboard model): each user's
@@ -489,12 +218,15 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         (the paper's ``m`` items are public): the catalogue is then released
         as is and is **not covered** by the guarantee (an item rated by a
         single user appears or disappears with that user; the privacy report
-        says so). Ratings of items outside ``items`` are ignored (with a
-        warning).
+        says so). Ratings of items outside ``items`` are ignored, without a
+        warning (whether a user has such ratings is private).
     verbose : int, default=0
-        Print progress per iteration when > 0.
+        Print progress per iteration when > 0 (public sizes and the iteration
+        number only: no timings, no statistics of the data).
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, the sampling and the privacy noise.
+        Seeds the initialisation, the keyed per-entry sampling and the privacy
+        noise (see :class:`~skdpp.utils._random.FitRandomness`; ``None``:
+        fresh entropy from the operating system).
 
     Attributes
     ----------
@@ -601,17 +333,31 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     - Alg. 2 clips each per-rating gradient (the paper assumes Lipschitz
       losses) and uses per-item steps from public quantities; no projection
       on a domain ``C``.
-    - The initial item embeddings are ``N(0, I / k)`` (data-independent).
+    - The initial item embeddings are ``N(0, I / k)`` (data-independent,
+      from the fit's public random stream).
+    - Randomness: the ``count_cap`` items a user counts and the items of the
+      ``"uniform"`` / ``"tail"`` baselines (and their tie-breaks) are chosen
+      by keyed hashes of (fit key, user id, position of the item among the
+      user's items in item order), not by draws from a random stream: a
+      user's choices depend on that user's ratings only, and a fit is a
+      function of the *set* of ratings (permuting the rows gives the same
+      model bit for bit).
+    - A user whose exact ridge solve is not finite (only possible for
+      astronomically large item embeddings) gets a zero embedding.
     - Predicted residuals are clipped to ``[-C_r, C_r]`` (post-processing).
 
     **Cold start.** Unseen users get ``mean_``; known users rating an item
     outside the catalogue get ``mean_`` plus their bias.
 
-    **Scale.** Per-user Gram matrices are sparse-dense products of the
-    rating matrix with the items' upper-triangular outer products, per-item
-    statistics the transposed products, solved as stacks of ``k x k``
-    systems; memory is ``O((n_users + n_items) k^2)`` in blocks of 8192
-    users. See ``benchmarks/bench_adaptive_mf.py``.
+    **Scale.** The ratings are processed in blocks of whole users of up to
+    2^20 (user, item) entries (:mod:`skdpp.decomposition._private_als`):
+    each block computes its users' exact ridge solves (sparse-dense products
+    of its rating matrix with the items' upper-triangular outer products,
+    stacks of ``k x k`` systems, 8192 users at a time) and its partial item
+    statistics (an ``n_items x k (k + 1) / 2`` Gram partial, 42 MB for 10^4
+    items at ``k = 32``; the fixed-order sum of the partials holds about
+    ``log2(n_blocks)`` of them). Noise is added once per release to the
+    sum. See ``benchmarks/bench_adaptive_mf.py``.
 
     References
     ----------
@@ -723,7 +469,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.verbose = verbose
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ #
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # Generic checks pass no groups: every row is its own user and every
@@ -731,12 +476,26 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         tags.regressor_tags.poor_score = True
         return tags
 
-    def _validate_extra_params(self):
+    # ------------------------------------------------------------------ #
+    # Validation: parameters, the item catalogue, the rating entries
+    # ------------------------------------------------------------------ #
+    def _validate_privacy_params(self):
+        super()._validate_privacy_params()
         if self.epsilon != np.inf and self.rating_clip is None:
             raise ValueError(
                 f"rating_clip=None (no clipping of ratings) gives unbounded sensitivity "
                 f"and is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. "
                 "Pass a positive rating_clip (the largest |rating - mean| to keep)."
+            )
+        if not MIN_CLIP <= self.user_budget < np.inf:
+            # Like the clip bounds: with a subnormal budget the rounding of the
+            # per-user rescaling let one user's sum of w^2 reach 1.4 x the budget
+            # that the sensitivities assume.
+            raise ValueError(
+                f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, "
+                f"got {self.user_budget!r}: at smaller scales floating-point rounding "
+                "can exceed the stated sensitivity. Only its ratio to `reg` matters "
+                "for adaptive weights: rescale both instead."
             )
         if self.weighting in ("uniform", "tail") and self.user_budget < 1:
             raise ValueError(
@@ -744,270 +503,121 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"with weight 1, so user_budget must be >= 1; got {self.user_budget!r}. "
                 "Pass user_budget=k to sample k items per user."
             )
-        shares = (self.mean_share if self.center else 0.0) + (
-            self.count_share if self._needs_counts() else 0.0
-        )
-        if shares >= 1.0:
-            raise ValueError(
-                f"mean_share + count_share must leave a positive share of the budget for "
-                f"the item updates; got mean_share={self.mean_share!r} and "
-                f"count_share={self.count_share!r} (sum {shares!r} >= 1). Lower them."
-            )
 
-    def _needs_counts(self):
-        return self.weighting in ("adaptive", "tail") or self.solver == "sgd"
+    def _validate_data_kwargs(self):
+        return {"dtype": None, "y_numeric": True}
 
-    def _check_X(self, X, *, reset):
-        """Validated X (item ids) for fit (reset=True) or predict (reset=False)."""
-        return validate_data(self, X, reset=reset, dtype=None)
-
-    def _keys_from_X(self, X):
-        if X.dtype.kind == "O" and X.shape[1] > 1:
-            X = X.astype(np.float64)  # TypeError for non-numeric multi-column ids
-        if X.dtype.kind not in "biufO":
-            if X.shape[1] > 1:
-                raise ValueError(
-                    f"A multi-column X must be numeric (each distinct row is an item); "
-                    f"got dtype {X.dtype}. Pass one column of item ids instead."
-                )
-        return _item_keys(X)
-
-    def _item_codes(self, X):
-        """Item code (0..n_items-1) of each row of validated X, -1 if unseen."""
-        # The catalogue keys are sorted and unique, so the index keeps their order.
-        catalogue = UserIndex.from_groups(self._catalogue_keys, self.n_items_)
-        return catalogue.lookup(self._keys_from_X(X))
-
-    def _plan(self):
-        """The budget plan: named phases, shares of the zCDP budget, release counts."""
-        phases = []
-        rest = 1.0
-        if self.center:
-            phases.append(Phase("mean", share=self.mean_share, mechanism="gaussian"))
-            rest -= self.mean_share
-        if self._needs_counts():
-            phases.append(Phase("counts", share=self.count_share, mechanism="gaussian"))
-            rest -= self.count_share
-        n_releases = 2 * self.n_iter if self.solver == "als" else self.n_iter * self.gd_steps
-        phases.append(Phase("items", share=rest, mechanism="gaussian", count=n_releases))
-        return phases
-
-    def _entries(self, X, y, index):
-        """Aggregated (user, item, rating) entries of the rows in the catalogue."""
-        item = self._item_codes(X)
-        known = item >= 0
-        if not known.all() and self.items is not None:
-            warnings.warn(
-                f"{int((~known).sum())} rows have item ids outside `items` (the public "
-                "catalogue) and are ignored.",
-                UserWarning,
-                stacklevel=3,
-            )
-        return _aggregate_entries(
-            index.codes[known], item[known], np.asarray(y, dtype=np.float64)[known],
-            self.n_items_,
-        )
-
-    # Steps that the privacy tests replace by broken variants.
-    def _weights(self, user, item, n_users, counts, rng):
-        """Per-entry task weights (eq. (11)-(12) or a sampling baseline)."""
-        return _task_weights(
-            user, item, n_users, self.n_items_, weighting=self.weighting, counts=counts,
-            mu=self.mu, budget=float(self.user_budget),
-            normalization=self.weight_normalization, rng=rng,
-        )
-
-    def _clip_users(self, U):
-        """Clip every user embedding to ``clip_norm`` (Alg. 1, line 2)."""
-        return mechanisms.clip_by_norm(U, self.clip_norm)
-
-    # ------------------------------------------------------------------ #
-    def fit(self, X, y, groups=None):
-        """Fit item embeddings under user-level DP and every user's embedding.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, 1) or (n_samples, n_features)
-            Item id of each rating (one column of ints or strings); with several
-            columns each distinct row is an item.
-        y : array-like of shape (n_samples,)
-            Ratings.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each rating (the privacy unit). ``None``: every row is
-            its own user.
+    def _catalogue(self, X):
+        """The sorted item catalogue: public ``items``, or the distinct items of ``X``.
 
         Returns
         -------
-        self : AdaptiveWeightMF
-            Fitted estimator.
+        keys : ndarray of shape (n_items,)
+            Sorted unique keys (:func:`_item_keys`), for lookups.
+        item_ids : ndarray of shape (n_items,) or (n_items, n_features)
+            The ids shown to users (``item_ids_``).
         """
-        t_start = time.perf_counter()
-        X, y, index = self._validate_fit_input(X, y, groups, dtype=None, y_numeric=True)
-        self._validate_extra_params()
-        rng = check_random_state(self.random_state)
-        k = self.n_components
-
-        # Item catalogue (public: given by `items`, or the distinct ids in X).
         if self.items is not None:
             catalogue = np.asarray(self.items)
-            catalogue = catalogue.reshape(catalogue.shape[0], -1)
-            if catalogue.shape[1] != X.shape[1]:
+            if catalogue.ndim == 1:
+                catalogue = catalogue[:, None]
+            if catalogue.ndim != 2 or catalogue.shape[0] == 0 \
+                    or catalogue.shape[1] != X.shape[1]:
                 raise ValueError(
-                    f"`items` must have one id per item with {X.shape[1]} column(s) like "
-                    f"X; got shape {np.asarray(self.items).shape}."
+                    f"`items` must hold at least one id, each with {X.shape[1]} "
+                    f"column(s) like X; got shape {np.asarray(self.items).shape}."
                 )
-            cat_keys = self._keys_from_X(catalogue)
+            keys = _item_keys(catalogue)
         else:
-            cat_keys = self._keys_from_X(X)
-        catalogue = UserIndex.from_groups(cat_keys, cat_keys.shape[0])
-        self._catalogue_keys = np.asarray(catalogue.users).copy()
-        self.n_items_ = int(catalogue.n_users)
-        self.item_ids_ = _keys_to_ids(self._catalogue_keys, X.shape[1])
+            keys = _item_keys(X)
+        keys = np.asarray(UserIndex.from_groups(keys, keys.shape[0]).users).copy()
+        item_ids = _keys_to_ids(keys, X.shape[1])
         id_dtype = (np.asarray(self.items) if self.items is not None else X).dtype
         if X.shape[1] == 1 and id_dtype.kind in "biu":
-            self.item_ids_ = self.item_ids_.astype(id_dtype)  # integer ids stay ints
-        n_users, n_items = index.n_users, self.n_items_
+            item_ids = item_ids.astype(id_dtype)  # integer ids stay ints
+        return keys, item_ids
 
-        # Data-independent initialisation, drawn first (Alg. 3, line 1).
-        V = _init_item_embeddings(rng, n_items, k)
-
-        phases = self._plan()
-        z = calibrate(phases, epsilon=self.epsilon, delta=self.delta)
-        # Sensitivities of the item step (checked before any release).
-        sqrt_beta = np.sqrt(np.float64(self.user_budget))
-        cu = np.float64(np.inf if self.clip_norm is None else self.clip_norm)
-        cr = np.float64(np.inf if self.rating_clip is None else self.rating_clip)
-        with np.errstate(over="ignore"):  # overflow to inf is handled below
-            sens_A = 2.0 * sqrt_beta * cu**2
-            sens_b = 2.0 * sqrt_beta * cu * cr
-            # Gradient clip: default C_u * C_r, the bound of |r_ij| ||u_j|| (the
-            # per-entry gradient at v_i = 0).
-            grad_clip = cu * cr if self.grad_clip is None else np.float64(self.grad_clip)
-            sens_g = 2.0 * sqrt_beta * grad_clip
-        if not np.isfinite(sens_A + sens_b + sens_g):
-            if z["items"] > 0:
-                # A zeroed sensitivity would release the statistics without noise
-                # while the report states epsilon.
-                raise ValueError(
-                    f"The item-step sensitivities (2 sqrt(user_budget) clip_norm^2, "
-                    f"2 sqrt(user_budget) clip_norm rating_clip) overflow with "
-                    f"clip_norm={self.clip_norm!r}, rating_clip={self.rating_clip!r}, "
-                    f"user_budget={self.user_budget!r}, grad_clip={self.grad_clip!r}; "
-                    "pass smaller values (or epsilon=np.inf)."
-                )
-            # epsilon=inf without clipping: nothing is noised (noise multiplier
-            # 0), the releases are non-private.
-            sens_A = sens_b = sens_g = 0.0
-        sens_A, sens_b, sens_g, grad_clip = (float(sens_A), float(sens_b), float(sens_g),
-                                             float(grad_clip))
-        accountant = self._new_accountant()
-        user, item, rating = self._entries(X, y, index)
-
-        # Alg. 3, line 2: pre-processing (DP mean, DP counts).
-        if self.center:
-            self.mean_, event, sens = _dp_mean(
-                user, rating, n_users, bound=self.mean_clip,
-                noise_multiplier=z["mean"], rng=rng,
+    def _validate_fit_data(self, X, y, groups):
+        # scikit-learn's finiteness check sums the ratings first: finite ratings
+        # near the float maximum overflow there and numpy would warn (inf - inf),
+        # a warning that depends on one user's data.
+        with np.errstate(over="ignore", invalid="ignore"):
+            data = super()._validate_fit_data(X, y, groups)
+        X, index = data.X, data.index
+        if groups is not None and X.shape[1] > 1:
+            # Depends only on public shapes (issue 13, item 4).
+            warnings.warn(
+                f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one "
+                "column of item ids, with the user ids in groups= (e.g. "
+                "fit(df[['item']], df['rating'], groups=df['user'])). With several "
+                "columns every distinct row of X is treated as one item.",
+                UserWarning,
+                stacklevel=3,
             )
-            accountant.compose(event, phase="mean", mechanism="gaussian",
-                               sensitivity=sens, clip_norm=self.mean_clip)
-        else:
-            self.mean_ = 0.0
-        resid = rating - self.mean_
-        if self.rating_clip is not None:
-            resid = np.clip(resid, -self.rating_clip, self.rating_clip)
-
-        if self._needs_counts():
-            counts, event, sens = _dp_item_counts(
-                user, item, n_users, n_items, cap=self.count_cap,
-                noise_multiplier=z["counts"], rng=rng,
-            )
-            accountant.compose(event, phase="counts", mechanism="gaussian",
-                               sensitivity=sens, clip_norm=float(np.sqrt(self.count_cap)))
-            self.item_counts_ = counts
-        else:
-            counts = None
-            self.item_counts_ = None
-
-        w, omega = self._weights(user, item, n_users, counts, rng)
-        R = _csr(user, item, resid, n_users, n_items)
-        keep = w > 0
-        u_kept, i_kept, w_kept = user[keep], item[keep], w[keep]
-        W = _csr(u_kept, i_kept, w_kept, n_users, n_items)
-
-        # Item-side ridge: `reg` plus `noise_ridge` times sigma_A sqrt(k), the
-        # spectral scale of the symmetric noise of a Gram release with this
-        # phase's noise multiplier (public: post-processing).
-        item_ridge = float(self.reg)
-        if z["items"] > 0:
-            item_ridge += self.noise_ridge * z["items"] * sens_A * np.sqrt(k)
-        if self.solver == "sgd":
-            # Per-item step sizes from public quantities only: an estimate of the
-            # curvature sum_j w_ij ||u_j||^2 <= C_u^2 * omega_i * n_i.
-            scale = np.ones(n_items) if omega is None else omega
-            c2 = 1.0 if self.clip_norm is None else cu**2
-            with np.errstate(over="ignore"):  # absurd clip norms: step -> 0
-                step = self.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
-
-        if self.verbose:
-            # Public sizes only (the number of ratings is private, never printed).
-            print(f"[AdaptiveWeightMF] {n_users} users, {n_items} items; "
-                  f"set-up {time.perf_counter() - t_start:.1f} s")
-        for t in range(self.n_iter):
-            # Alg. 3, line 4: exact user least squares (local), then each u_j is
-            # clipped to C_u before it enters the item statistics.
-            U, bias = _solve_users(V, R, self.reg, bias=self.user_bias)
-            U = self._clip_users(U)
-            # Item-step targets: residual minus the personal bias, clipped to C_r.
-            target = resid[keep] - bias[u_kept]
-            if self.rating_clip is not None:
-                target = np.clip(target, -cr, cr)
-            if self.solver == "als":
-                # Alg. 1, lines 5-6: weighted sufficient statistics + Gaussian noise.
-                WR = _csr(u_kept, i_kept, w_kept * target, n_users, n_items)
-                A, b = _item_statistics(U, W, WR)
-                A_hat, event = mechanisms.gaussian_mechanism(
-                    A, sensitivity=sens_A, noise_multiplier=z["items"], rng=rng,
-                    symmetric=True,
-                )
-                accountant.compose(event, phase="items", mechanism="gaussian",
-                                   sensitivity=sens_A, clip_norm=self.clip_norm)
-                b_hat, event = mechanisms.gaussian_mechanism(
-                    b, sensitivity=sens_b, noise_multiplier=z["items"], rng=rng,
-                )
-                accountant.compose(event, phase="items", mechanism="gaussian",
-                                   sensitivity=sens_b, clip_norm=self.clip_norm)
-                # Alg. 1, line 7: PSD projection, data-independent ridge.
-                V = psd_ridge_solve(A_hat, b_hat, item_ridge)
-            else:
-                for _ in range(self.gd_steps):
-                    # Alg. 2, line 5: weighted, per-entry clipped gradient sum.
-                    g = _item_gradient(U, V, u_kept, i_kept, target, w_kept,
-                                       n_users=n_users, grad_clip=grad_clip)
-                    g_hat, event = mechanisms.gaussian_mechanism(
-                        g, sensitivity=sens_g, noise_multiplier=z["items"], rng=rng,
-                    )
-                    accountant.compose(event, phase="items", mechanism="gaussian",
-                                       sensitivity=sens_g, clip_norm=grad_clip)
-                    # Alg. 2, line 6 (the ridge gradient is data-independent).
-                    V = V - step[:, None] * (g_hat + item_ridge * V)
-            if self.verbose:
-                print(f"[AdaptiveWeightMF] iteration {t + 1}/{self.n_iter} done "
-                      f"({self.solver}, {self.weighting} weights, "
-                      f"{time.perf_counter() - t_start:.1f} s)")
-
-        self.item_embeddings_ = V
-        self.n_iter_ = self.n_iter
-        # Personal part (billboard model): exact least squares from released items.
-        self.user_embeddings_, self.user_biases_ = _solve_users(
-            V, R, self.reg, bias=self.user_bias
+        keys, item_ids = self._catalogue(X)
+        n_items = int(keys.shape[0])
+        user, item, rating = _catalogue_entries(keys, X, data.y, index.codes)
+        return FitData(
+            X=item[:, None], y=rating, index=UserIndex(index.users, user),
+            meta={**data.meta, "n_items": n_items},
+            attributes={**data.attributes, "item_ids_": item_ids, "n_items_": n_items,
+                        "_catalogue_keys": keys,
+                        "_seen": _seen_matrix(user, item, index.n_users, n_items)},
         )
-        self._seen = R.copy()
-        self._seen.data = np.ones_like(self._seen.data)
+
+    def _make_blocks(self, data, randomness):
+        # Entries of whole users, each user's entries sorted by item code.
+        return entry_blocks(data.index.codes, data.X[:, 0], data.y, data.index.users,
+                            data.meta["n_items"])
+
+    # ------------------------------------------------------------------ #
+    # Plan and core
+    # ------------------------------------------------------------------ #
+    def _budget_plan(self, meta):
+        """Phases ``"mean"`` (if ``center``), ``"counts"`` (if needed), ``"items"`` (the rest)."""
+        plan = BudgetPlan(self.epsilon, self.delta)
+        if self.center:
+            plan.add("mean", share=self.mean_share, param="mean_share")
+        if self._config(meta["n_items"]).needs_counts:
+            plan.add("counts", share=self.count_share, param="count_share")
+        # ALS: the Gram stack and the right-hand sides every iteration; GD: one
+        # gradient release per step.
+        n_releases = 2 * self.n_iter if self.solver == "als" else self.n_iter * self.gd_steps
+        plan.add_rest("items", count=n_releases)
+        return plan
+
+    def _config(self, n_items):
+        """The public configuration of the algorithm (:class:`MFConfig`)."""
+        def opt(value):
+            return None if value is None else float(value)
+
+        return MFConfig(
+            n_items=int(n_items), n_components=int(self.n_components), reg=float(self.reg),
+            user_bias=bool(self.user_bias), clip_norm=opt(self.clip_norm),
+            rating_clip=opt(self.rating_clip), center=bool(self.center),
+            mean_clip=float(self.mean_clip), count_cap=int(self.count_cap),
+            weighting=self.weighting, mu=float(self.mu),
+            user_budget=float(self.user_budget),
+            weight_normalization=self.weight_normalization, solver=self.solver,
+            n_iter=int(self.n_iter), gd_steps=int(self.gd_steps),
+            learning_rate=float(self.learning_rate), grad_clip=opt(self.grad_clip),
+            noise_ridge=float(self.noise_ridge),
+        )
+
+    def _fit_core(self, executor, release, randomness, meta):
+        cfg = self._config(meta["n_items"])
+        log = None
+        if self.verbose:
+            def log(message):
+                print(f"[AdaptiveWeightMF] {message}")
+            # Public sizes only (the number of ratings is private, never printed).
+            log(f"{meta['n_users']} users, {cfg.n_items} items; {cfg.solver} solver, "
+                f"{cfg.weighting} weights")
+        out = fit_private_mf(executor, release, randomness, meta, cfg, log=log)
         released = ["item_embeddings_"]
         if self.center:
             released.append("mean_")
-        if self.item_counts_ is not None:
+        if out["item_counts"] is not None:
             released.append("item_counts_")
         notes = [
             "The item catalogue item_ids_ is public (given by `items`)."
@@ -1017,7 +627,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             "as is (an item rated by a single user appears or disappears with that "
             "user). Pass `items=` a public catalogue to make it public and covered "
             "by the guarantee.",
-            "The number of users is public.",
+            "The number of users is public. Ratings of items outside the catalogue "
+            "are ignored.",
             f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
             f"{float(self.user_budget):g} ({self.weighting} weights).",
         ]
@@ -1025,23 +636,30 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             notes.append("Phase 'items' alternates two releases per iteration: the "
                          "per-item Gram matrices (sensitivity 2 sqrt(beta) C_u^2) and "
                          "right-hand sides (2 sqrt(beta) C_u C_r).")
-        self.privacy_report_ = self._build_report(
-            accountant, n_users=n_users, released=tuple(released),
-            local=("user_embeddings_", "user_biases_"),
-            shares={phase.name: phase.share for phase in phases}, notes=tuple(notes),
+        return FitResult(
+            attributes={"item_embeddings_": out["item_embeddings"],
+                        "item_counts_": out["item_counts"], "mean_": out["mean"],
+                        "user_embeddings_": out["user_embeddings"],
+                        "user_biases_": out["user_biases"], "n_iter_": int(self.n_iter)},
+            released=tuple(released), local=("user_embeddings_", "user_biases_"),
+            notes=tuple(notes),
         )
-        return self
 
     # ------------------------------------------------------------------ #
+    # Personal parts
+    # ------------------------------------------------------------------ #
     def _fit_personal(self, X, y, index):
-        """User embeddings from the released items and each user's own ratings."""
-        user, item, rating = self._entries(X, y, index)
-        resid = rating - self.mean_
-        if self.rating_clip is not None:
-            resid = np.clip(resid, -self.rating_clip, self.rating_clip)
-        R = _csr(user, item, resid, index.n_users, self.n_items_)
-        self._pending_seen = R
-        U, bias = _solve_users(self.item_embeddings_, R, self.reg, bias=self.user_bias)
+        """User embeddings from the released items and each user's own ratings.
+
+        The same block functions as the last user step of ``fit``.
+        """
+        user, item, rating = _catalogue_entries(self._catalogue_keys, X, y, index.codes)
+        executor = LocalExecutor(entry_blocks(user, item, rating, index.users,
+                                              self.n_items_))
+        executor.map(prepare_residuals, (self.mean_, self.rating_clip, self.n_items_))
+        U, bias = executor.collect(personal_parts,
+                                   (self.item_embeddings_, self._config(self.n_items_)))
+        self._pending_seen = _seen_matrix(user, item, index.n_users, self.n_items_)
         return {"user_embeddings_": U, "user_biases_": bias}
 
     def _validate_personal_input(self, X, y):
@@ -1065,6 +683,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         del self._pending_seen
 
     # ------------------------------------------------------------------ #
+    # Prediction
+    # ------------------------------------------------------------------ #
+    def _item_codes(self, X):
+        """Item code (0..n_items-1) of each row of validated X, -1 if unseen."""
+        return _lookup_items(self._catalogue_keys, X)
+
     def predict(self, X, groups=None):
         """Predict ratings: ``mean_ + <u_user, v_item>`` (DP mean when unseen).
 
@@ -1081,15 +705,20 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         y_pred : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])
         items = self._item_codes(X)
         pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
         known = (users >= 0) & (items >= 0)
         if known.any():
-            score = _rowwise_dot(self.user_embeddings_, self.item_embeddings_,
-                                 users[known], items[known])
-            score += self.user_biases_[users[known]]
+            u, i = users[known], items[known]
+            score = np.empty(u.shape[0])
+            for start in range(0, u.shape[0], _PREDICT_CHUNK):  # memory chunks
+                stop = min(u.shape[0], start + _PREDICT_CHUNK)
+                score[start:stop] = np.einsum(
+                    "ek,ek->e", self.user_embeddings_[u[start:stop]],
+                    self.item_embeddings_[i[start:stop]])
+            score += self.user_biases_[u]
             if self.rating_clip is not None:
                 score = np.clip(score, -self.rating_clip, self.rating_clip)
             pred[known] = self.mean_ + score

@@ -7,7 +7,10 @@
 * :func:`psd_floor_solve` -- ``argmin u^T G u - 2 u^T b`` for a noisy symmetric
   ``G`` whose eigenvalues are floored (Priv-AltMin, Alg. 2);
 * :func:`psd_ridge_solve` -- a stack of noisy Gram systems projected on the
-  PSD cone plus a ridge (DP matrix factorisation, Alg. 1).
+  PSD cone plus a ridge (DP matrix factorisation, Alg. 1);
+* :func:`gram_ridge_solve` -- a stack of exact ridge least-squares systems
+  ``(G_i + reg I) x_i = b_i`` with PSD Gram matrices ``G_i`` (the user step of
+  DP matrix factorisation, Alg. 3, line 4).
 
 All are vectorised over the stack; many tiny LAPACK calls run with one BLAS
 thread (threads only add overhead there).
@@ -16,7 +19,8 @@ thread (threads only add overhead there).
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-__all__ = ["batched_solve", "psd_floor_solve", "psd_ridge_solve", "solve_heads"]
+__all__ = ["batched_solve", "gram_ridge_solve", "psd_floor_solve", "psd_ridge_solve",
+           "solve_heads"]
 
 # Relative ridge added to each user's k x k head system: tiny for users with at
 # least k rows (numerical safety only: changes heads by ~1e-10 relative), larger for
@@ -180,3 +184,48 @@ def psd_ridge_solve(A, b, reg):
     evals = np.maximum(evals, 0.0) + reg
     coef = np.einsum("nkl,nk->nl", evecs, b) / evals
     return np.einsum("nkl,nl->nk", evecs, coef)
+
+
+def gram_ridge_solve(G, b, reg):
+    """``x_i = (G_i + reg I)^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
+
+    ``G_i + reg I`` with ``reg > 0`` is positive definite, so one batched LU
+    solve is exact; systems whose solution is not finite (numerically singular
+    for huge entries) are solved by :func:`batched_solve` (pseudo-inverse)
+    when their entries are finite, and give NaN otherwise.
+
+    Parameters
+    ----------
+    G : ndarray of shape (n, k, k)
+        Symmetric PSD matrices (not modified).
+    b : ndarray of shape (n, k)
+    reg : float > 0
+
+    Returns
+    -------
+    x : ndarray of shape (n, k)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.linear_model._heads import gram_ridge_solve
+    >>> gram_ridge_solve(np.array([[[1.0, 0.0], [0.0, 3.0]]]), np.array([[2.0, 4.0]]), 1.0)
+    array([[1., 1.]])
+    """
+    G = np.asarray(G, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    k = G.shape[-1]
+    M = G + reg * np.eye(k)
+    # Many tiny LAPACK calls: one BLAS thread (see psd_ridge_solve).
+    with threadpool_limits(limits=1, user_api="blas"), np.errstate(all="ignore"):
+        try:
+            x = np.linalg.solve(M, b[..., None])[..., 0]
+        except np.linalg.LinAlgError:  # some system is exactly singular
+            x = np.full(b.shape, np.nan)
+        bad = ~np.isfinite(x).all(axis=-1)
+        if bad.any():
+            bad &= np.isfinite(M).all(axis=(-2, -1)) & np.isfinite(b).all(axis=-1)
+            x[~np.isfinite(x).all(axis=-1)] = np.nan
+            if bad.any():
+                x[bad] = batched_solve(M[bad], b[bad])
+    return x

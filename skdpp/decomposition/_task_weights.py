@@ -1,0 +1,159 @@
+"""Task-user weights of Krichene et al. (2023): eq. (11)-(12) and the sampling baselines.
+
+Every user ``j`` has a budget ``beta``: the weights ``w_ij`` of the items
+(tasks) ``i`` the user rated satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3),
+which is what bounds the sensitivity of the weighted item statistics of
+Alg. 1 and Alg. 2. Three allocations:
+
+* ``"adaptive"`` -- public per-item weights ``omega_i ~ n_hat_i^-mu`` from the
+  DP item counts (eq. (11) with the exponent ``mu`` of Sec. 5), rescaled per
+  user to the budget: ``w_ij = omega_i min(1, sqrt(beta / B_j))`` (eq. (12),
+  ``normalization="clip"``) or ``omega_i sqrt(beta / B_j)``
+  (``normalization="budget"``, App. C), ``B_j = sum_{i in user j} omega_i^2``;
+* ``"uniform"`` -- weight 1 on ``floor(beta)`` of the user's items chosen
+  uniformly at random (DPALS, Chien et al. 2021);
+* ``"tail"`` -- weight 1 on the user's ``floor(beta)`` items with the smallest
+  DP counts, ties at random (Chien et al. 2021).
+
+The functions work on one :class:`~skdpp.utils._grouped.UserBlock` of whole
+users (rows = the user's distinct items, canonical order). A user's weights
+are a function of that user's own items, the public counts and the fit key
+only, so replacing one user changes no other user's weights. The random
+choices are keyed per-row uniforms (``block.row_uniforms``), never draws from
+a stream in row order.
+"""
+
+import numpy as np
+
+__all__ = [
+    "adaptive_item_weights",
+    "adaptive_weights",
+    "log_adaptive_item_weights",
+    "sampling_weights",
+    "task_weights",
+]
+
+# Weights are shrunk by this factor so that sum_j w_ij^2 <= beta holds exactly in
+# floating point (the rounding of the per-user rescaling is ~1e-16 relative).
+_SAFETY = 1.0 - 1e-12
+
+
+def log_adaptive_item_weights(counts, *, mu, budget, n_users):
+    """``log(omega_i)`` of eq. (11) with exponent ``mu`` (finite, never underflows).
+
+    ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the
+    noisy counts floored at 1 (post-processing), so that a user whose items
+    are drawn in proportion to the counts spends ``beta`` in expectation
+    (``c(n) = 1``). The sum is taken in log space.
+
+    Parameters
+    ----------
+    counts : array-like of shape (n_items,)
+        DP item counts (may be negative).
+    mu : float >= 0
+    budget : float > 0
+        ``beta``.
+    n_users : int
+        The public number of users ``n``.
+
+    Returns
+    -------
+    log_omega : ndarray of shape (n_items,)
+    """
+    n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+    log_n = np.log(n_hat)
+    log_sum = np.logaddexp.reduce((1.0 - 2.0 * mu) * log_n)
+    return -mu * log_n + 0.5 * (np.log(n_users * budget) - log_sum)
+
+
+def adaptive_item_weights(counts, *, mu, budget, n_users):
+    """The public per-item weights ``omega_i`` of eq. (11) (see the log version)."""
+    return np.exp(log_adaptive_item_weights(counts, mu=mu, budget=budget,
+                                            n_users=n_users))
+
+
+def adaptive_weights(block, item, log_omega, *, budget, normalization):
+    """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation.
+
+    Parameters
+    ----------
+    block : UserBlock
+        Rows are (user, item) entries.
+    item : ndarray of shape (block.n_rows,), int
+        Item code of each row.
+    log_omega : ndarray of shape (n_items,)
+        :func:`log_adaptive_item_weights` (public).
+    budget : float
+        ``beta``.
+    normalization : {"clip", "budget"}
+
+    Returns
+    -------
+    w : ndarray of shape (block.n_rows,)
+        ``sum_{rows of user j} w^2 <= beta`` for every user, in floating point.
+    """
+    # Work relative to each user's largest omega_i: rel = omega_i / top_j lies in
+    # (0, 1] and B_j / top_j^2 = sum_i rel^2 in [1, n^j], so neither underflows
+    # (B_j = sum_i omega_i^2 itself underflows for large mu, and beta / B_j = inf
+    # would give infinite weights).
+    log_om = log_omega[item]
+    top = block.segment_max(log_om)
+    rel = np.exp(log_om - block.expand(top))
+    b_rel = block.segment_sum(rel * rel)  # B_j / top_j^2
+    scale = np.sqrt(np.divide(budget, b_rel, out=np.zeros(block.n_users), where=b_rel > 0))
+    if normalization == "clip":
+        # eq. (12): omega_i min(1, sqrt(beta / B_j)) = rel min(top_j, scale_j)
+        with np.errstate(under="ignore"):
+            factor = np.minimum(np.exp(top), scale)
+    else:
+        factor = scale  # omega_i sqrt(beta / B_j): every user spends exactly beta
+    return rel * block.expand(factor) * _SAFETY
+
+
+def sampling_weights(ranks, budget):
+    """Weight 1 on the rows ranked below ``floor(budget)`` within their user, else 0."""
+    return (ranks < int(np.floor(budget))).astype(np.float64)
+
+
+def _tail_ranks(block, item_counts, tie_break):
+    """Rank of each row within its user by increasing DP count, ties by ``tie_break``."""
+    perm = np.lexsort((tie_break, item_counts, block.row_user))
+    ranks = np.empty(block.n_rows, dtype=np.int64)
+    ranks[perm] = block.rank
+    return ranks
+
+
+def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=None,
+                 normalization="budget"):
+    """Per-entry task weights ``w_ij`` of one block (zero weight: row not used).
+
+    Parameters
+    ----------
+    block : UserBlock
+    item : ndarray of shape (block.n_rows,), int
+        Item code of each row.
+    weighting : {"adaptive", "uniform", "tail"}
+    budget : float
+        ``beta`` (``floor(beta)`` items per user for the sampling baselines).
+    key : ndarray of shape (2,), uint64
+        The fit key (tie-breaks and uniform sampling are keyed per row).
+    log_omega : ndarray of shape (n_items,), default=None
+        Needed for ``"adaptive"``.
+    counts : ndarray of shape (n_items,), default=None
+        DP item counts, needed for ``"tail"``.
+    normalization : {"clip", "budget"}, default="budget"
+        For ``"adaptive"``.
+
+    Returns
+    -------
+    w : ndarray of shape (block.n_rows,)
+    """
+    if weighting == "adaptive":
+        return adaptive_weights(block, item, log_omega, budget=budget,
+                                normalization=normalization)
+    tie_break = block.row_uniforms(key, "mf-task-weights")
+    if weighting == "uniform":
+        ranks = block.ranks_by(tie_break)
+    else:  # "tail": least frequent items first (by DP count), ties at random
+        ranks = _tail_ranks(block, np.asarray(counts, dtype=np.float64)[item], tie_break)
+    return sampling_weights(ranks, budget)
