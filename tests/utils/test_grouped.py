@@ -292,3 +292,15 @@ def test_user_index_pickles():
     np.testing.assert_array_equal(again.codes, index.codes)
     np.testing.assert_array_equal(again.offsets, index.offsets)
     assert list(again.users) == list(index.users)
+
+
+@pytest.mark.parametrize("key_kind", ["hash", "small", "equal"])
+def test_canonical_order_is_the_exact_lexicographic_order(key_kind):
+    from skdpp.utils._grouped import canonical_order
+
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 50, size=2000)
+    keys = {"hash": rng.integers(0, 2**63, size=2000, dtype=np.int64).astype(np.uint64),
+            "small": rng.integers(0, 30, size=2000).astype(np.uint64),  # e.g. item codes
+            "equal": np.zeros(2000, dtype=np.uint64)}[key_kind]
+    assert_array_equal(canonical_order(codes, 50, keys), np.lexsort((keys, codes)))
