@@ -6,6 +6,7 @@ import warnings
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import indexable
 from sklearn.utils._indexing import _safe_indexing
@@ -343,6 +344,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "validation score holds out rows within users, and with groups=None every "
                 "row is its own user. Pass fit(X, y, groups=groups) (inside a Pipeline, "
                 "enable sklearn.set_config(enable_metadata_routing=True)).")
+        if sp.issparse(X):
+            raise TypeError("PrivateRandomizedSearchCV does not support sparse X; pass a "
+                            "dense array.")
         X, y, groups = indexable(X, y, groups)
         n_samples = _num_samples(X)
         if y is None or _num_samples(y) != n_samples:
@@ -402,30 +406,35 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             estimators.append(est)
             trial_eps.append(eps_k)
 
-        # --- run the trials ----------------------------------------------
+        # --- run the trials (only the best one so far is kept) --------------
         loss = self._loss_function()
-        scores, trial_warnings = np.empty(n_trials), []
+        scores = np.empty(n_trials)
+        best, best_est, best_warnings = 0, None, []
         for k, (est, seed) in enumerate(zip(estimators, trial_seeds)):  # loop over trials
+            estimators[k] = None
             noise = np.random.Generator(np.random.PCG64(seed.spawn(1)[0]))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 est.fit(X_tr, y_tr, groups=g_tr)
                 self._check_trial_budget(est, rho_fit)
-                y_pred = est.predict(X_va, groups=g_va)
-                with np.errstate(all="ignore"):
-                    row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64)
-                    user_loss = (np.bincount(codes_va, weights=row_loss, minlength=n_users)
-                                 / np.maximum(n_held_out, 1))
+                user_loss = np.zeros(n_users)
+                if held_out.size:  # (no held-out row at all: every user scores 0)
+                    y_pred = est.predict(X_va, groups=g_va)
+                    with np.errstate(all="ignore"):
+                        row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64)
+                        user_loss = (np.bincount(codes_va, weights=row_loss,
+                                                 minlength=n_users)
+                                     / np.maximum(n_held_out, 1))
                 plan = BudgetPlan(self.epsilon, delta)
                 plan.fix(_SCORE_PHASE, noise_multiplier=z_score)
                 total = release_validation_score(Releaser(plan, noise), _SCORE_PHASE,
                                                  user_loss, score_clip=float(self.score_clip))
             scores[k] = -total / n_users
-            trial_warnings.append([(w.message, w.category) for w in caught])
+            if best_est is None or scores[k] > scores[best]:  # ties: the first trial
+                best, best_est = k, est
+                best_warnings = [(w.message, w.category) for w in caught]
 
-        best = int(np.argmax(scores))
-        best_est = estimators[best]
-        for message, category in trial_warnings[best]:
+        for message, category in best_warnings:
             if issubclass(category, PrivacyLeakWarning) and "1/n_users" in str(message):
                 continue  # the search warned about its delta already
             warnings.warn(message, category, stacklevel=2)

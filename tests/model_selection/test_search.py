@@ -228,6 +228,28 @@ def test_same_observables_on_neighbouring_data(estimator):
         assert observed["stdout"] == ""  # trials run with verbose=0
 
 
+def test_no_held_out_rows_is_not_observable():
+    # Every user has one row (nothing to hold out): the scores are pure noise,
+    # and a neighbour whose replaced user has two rows (one held out) behaves
+    # identically from the outside.
+    X = np.arange(20.0).reshape(20, 1)
+    y, g = np.linspace(-1, 1, 20), np.arange(20)
+    X2, y2, g2 = np.vstack([X, [[3.0]]]), np.append(y, 5.0), np.append(g, 3)
+
+    def fit_on(X_, y_, g_):
+        _search(n_iter=3, delta=1e-3).fit(X_, y_, groups=g_)
+
+    assert_same_observables(fit_on, (X, y, g), (X2, y2, g2))
+
+
+def test_sparse_input_is_refused():
+    import scipy.sparse
+
+    X, y, g = _data(n_users=5, rows=3)
+    with pytest.raises(TypeError, match="sparse"):
+        _search().fit(scipy.sparse.csr_matrix(X), y, groups=g)
+
+
 def test_warnings_of_the_best_trial_only():
     X, y, g = _data(n_users=12, rows=5)
     with warnings.catch_warnings(record=True) as caught:

@@ -241,6 +241,26 @@ def test_grid_rdp_matches_dp_accounting_poisson(mean, base):
     assert np.all(s.rdp(ORDERS, curve) <= np.asarray(theirs) + 1e-15)
 
 
+@pytest.mark.parametrize("stopping", [RandomStopping(TNB, 10, 1.0), RandomStopping(TNB, 6, 0.0),
+                                      RandomStopping(TNB, 4, 0.5), RandomStopping("poisson", 3),
+                                      RandomStopping("poisson", 10)], ids=lambda s: s.describe())
+@pytest.mark.parametrize("rho", [0.005, 0.05])
+def test_search_epsilon_against_dp_accounting_accountant(stopping, rho):
+    # dp-accounting's RdpAccountant with a RepeatAndSelectDpEvent of a Gaussian
+    # (rho = 1/(2 sigma^2)) minimises over its grid of orders: never below
+    # skdpp's value, and within 1e-3 relative of it.
+    dp_event = pytest.importorskip("dp_accounting.dp_event")
+    rdp_acc = pytest.importorskip("dp_accounting.rdp.rdp_privacy_accountant")
+    shape = np.inf if stopping.distribution == "poisson" else stopping.eta
+    acc = rdp_acc.RdpAccountant(orders=list(ORDERS))
+    acc.compose(dp_event.RepeatAndSelectDpEvent(
+        dp_event.GaussianDpEvent(1 / math.sqrt(2 * rho)), stopping.mean, shape))
+    theirs = acc.get_epsilon(1e-6)
+    mine = stopping.epsilon(rho, 1e-6)
+    assert mine <= theirs * (1 + 1e-9)
+    assert_allclose(mine, theirs, rtol=1e-3)
+
+
 @pytest.mark.parametrize("stopping", [RandomStopping(TNB, 10, 1.0), RandomStopping(TNB, 10, 0.0),
                                       RandomStopping("poisson", 10)])
 def test_closed_form_is_at_least_as_tight_as_the_grid(stopping):
