@@ -100,6 +100,8 @@ from scipy import optimize
 
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import DEFAULT_RDP_ORDERS, rdp_to_delta
+from .accounting import PrivacyAccountant
+from .calibration import params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
 
 __all__ = [
@@ -660,9 +662,12 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
     epsilon : float
         The plan at this ``epsilon`` spends ``plan_rho <= rho``. For plans of
         Gaussian releases it is the exact-GDP value
-        ``gaussian_epsilon(sqrt(2ρ), δ)``; other plans are solved by
-        ``brentq``. A plan with no release (or whose noise is fixed by the
-        user and spends less than ``ρ``) returns that same first guess.
+        ``gaussian_epsilon(sqrt(2ρ), δ)``. For other plans it is the ε at δ
+        (by the accountant) of the same plan with its scale set to ``ρ``
+        (:func:`~skdpp.privacy.calibration.params_for_rho`), checked by
+        building the plan there; a plan whose structure changes with epsilon
+        is solved by ``brentq``. A plan with no release (or whose noise is
+        fixed by the user and spends less than ``ρ``) returns the first guess.
 
     Raises
     ------
@@ -674,19 +679,36 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
     if math.isinf(rho):
         return math.inf
     e0 = gaussian_epsilon(math.sqrt(2.0 * rho), delta)
-    r0 = plan_rho(plan_at(e0))
+    plan0 = plan_at(e0).calibrate()
+    r0 = plan_rho(plan0)
     if r0 <= rho and (r0 >= rho * (1.0 - rtol) or r0 == 0.0):
         return e0
-    # Fixed-noise plans do not depend on epsilon.
-    r_big = plan_rho(plan_at(e0 * 1e3))
-    if r_big == r0:
+    if plan0.fixed_noise:  # the noise does not depend on epsilon
         if r0 <= rho:
             return e0
         raise ValueError(
             f"The estimator's plan spends rho={r0:.6g} (zCDP) whatever its epsilon (its "
             f"noise is fixed), more than the per-trial budget rho={rho:.6g}. Do not fix "
             "the noise (e.g. noise_multiplier=None) in a private search.")
+    # A calibrated plan's zCDP is its calibration scale (the share semantics of
+    # skdpp.privacy.calibration): put the scale at rho and read the epsilon at
+    # which the plan is calibrated to it, then check the plan built there.
+    acc = PrivacyAccountant().compose(
+        plan_events(plan0.phases, params_for_rho(plan0.phases, rho)), phase="plan")
+    e = acc.get_epsilon(delta)
+    step = 1e-12
+    for _ in range(40):  # nudge down past float noise in the plan's calibration
+        if not 0.0 < e < math.inf:
+            break
+        r = plan_rho(plan_at(e).calibrate())
+        if r <= rho:
+            if r >= rho * (1.0 - 1e-6):
+                return e
+            break
+        e *= 1.0 - step
+        step *= 2.0
 
+    # The plan's structure depends on epsilon: solve for it.
     def f(log_e):
         r = plan_rho(plan_at(math.exp(log_e)))
         return (math.log(r) if r > 0 else -math.inf) - math.log(rho)

@@ -32,7 +32,7 @@ from skdpp.privacy._tuning import (
     zcdp_delta,
     zcdp_epsilon,
 )
-from skdpp.privacy.calibration import plan_events
+from skdpp.privacy.calibration import calibrate, params_for_rho, plan_events
 from skdpp.privacy.events import GaussianEvent
 from tests.privacy.harness import noise_off, record_noise
 
@@ -469,6 +469,48 @@ def test_epsilon_for_rho_spends_exactly_rho(mechanisms, rho):
     assert_allclose(spent, rho, rtol=1e-8)
     if mechanisms == ("gaussian",):
         assert eps == gaussian_epsilon(math.sqrt(2 * rho), 1e-6)
+
+
+def test_epsilon_for_rho_when_the_plan_changes_with_epsilon():
+    # The shares depend on epsilon (a Gaussian and a Laplace phase): the direct
+    # route fails its check and the brentq fallback finds the epsilon.
+    calls = []
+
+    def plan_at(e):
+        calls.append(e)
+        plan = BudgetPlan(e, 1e-6)
+        plan.add("a", share=min(0.9, e / 4), count=2)
+        plan.add_rest("b", mechanism="laplace")
+        return plan
+
+    for rho in (1e-3, 0.05):
+        calls.clear()
+        eps = epsilon_for_rho(plan_at, rho, 1e-6)
+        assert len(calls) > 10  # the fallback ran
+        assert plan_rho(plan_at(eps)) <= rho
+        assert_allclose(plan_rho(plan_at(eps)), rho, rtol=1e-8)
+
+
+def test_params_for_rho_is_the_zcdp_calibration():
+    plan = BudgetPlan(1.0, 1e-6)
+    plan.add("g", share=0.5, count=2)
+    plan.add("e", share=0.3, mechanism="exponential")
+    plan.add_rest("l", mechanism="laplace", count=4)
+    phases = plan.calibrate().phases
+    params = params_for_rho(phases, 0.02)
+    assert_allclose(2 / (2 * params["g"] ** 2), 0.5 * 0.02, rtol=1e-12)
+    assert_allclose(params["e"] ** 2 / 8, 0.3 * 0.02, rtol=1e-12)
+    assert_allclose(4 / (2 * params["l"] ** 2), 0.2 * 0.02, rtol=1e-12)
+    # Gaussian plans: the same noise as calibrating to the exact-GDP epsilon.
+    gauss = _plan(1.0).calibrate()
+    mu2 = 2 * 0.02
+    expected = calibrate(gauss.phases, epsilon=gaussian_epsilon(math.sqrt(mu2), 1e-6),
+                         delta=1e-6)
+    got = params_for_rho(gauss.phases, 0.02)
+    assert_allclose([got[k] for k in expected], list(expected.values()), rtol=1e-9)
+    assert params_for_rho(phases, np.inf) == {"g": 0.0, "e": np.inf, "l": 0.0}
+    with pytest.raises(ValueError, match="rho"):
+        params_for_rho(phases, 0.0)
 
 
 def test_epsilon_for_rho_with_fixed_noise():
