@@ -177,7 +177,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     converted with their zCDP bounds, see :mod:`skdpp.privacy._tuning`).
     Continuous hyperparameters need no enumeration: each configuration is
     calibrated when it is drawn, before any data is used, and after each fit
-    its privacy report is checked against the budget. With ``n_iter=1`` (and
+    its privacy report is checked against the budget. An estimator that does
+    not expose its budget plan (not yet built on the fit template of
+    :class:`~skdpp.base.BasePersonalizedEstimator`) is calibrated as if its
+    releases were Gaussian; if its report shows more (Poisson-subsampled,
+    Laplace or exponential-mechanism releases), :meth:`fit` raises
+    :class:`~skdpp.exceptions.PrivacyBudgetError`. With ``n_iter=1`` (and
     the truncated negative binomial) the search is one trial and spends
     exactly one trial's budget.
 
@@ -496,9 +501,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
             raise PrivacyBudgetError(
                 f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
-                f"per-trial budget rho={rho_fit:.6g}: its releases do not match a Gaussian "
-                "budget plan. The search refuses it (this depends on the configuration only, "
-                "not on the data).")
+                f"per-trial budget rho={rho_fit:.6g}. An estimator that does not expose its "
+                "budget plan (_budget_plan) is calibrated as if it made Gaussian releases "
+                "only; its Poisson-subsampled, Laplace or exponential-mechanism releases "
+                "exceed the budget. The search refuses it (this depends on the "
+                "configuration, not on the data).")
 
     def _trial_random_state(self, seed):
         child = seed.spawn(1)[0]
