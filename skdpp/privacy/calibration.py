@@ -61,7 +61,7 @@ from .events import (
     ThresholdEvent,
 )
 
-__all__ = ["Phase", "calibrate", "plan_events"]
+__all__ = ["Phase", "calibrate", "params_for_rho", "plan_events"]
 
 _MECHANISMS = ("gaussian", "laplace", "exponential")
 
@@ -326,3 +326,43 @@ def calibrate(phases, *, epsilon, delta):
         step *= 2.0
         params = _params_for_scale(phases, math.exp(log_s))
     return params
+
+
+def params_for_rho(phases, rho):
+    """Noise parameters at which a plan spends exactly a zCDP budget ``ρ``.
+
+    The zCDP-target counterpart of :func:`calibrate`: the shares fix the
+    ratios between phases as there, and the global scale is ``ρ`` itself, so
+    the plan is ``ρ``-zCDP (a Gaussian release with multiplier ``z`` is
+    ``1/(2z²)``-zCDP, an exponential-mechanism selection with parameter ``ε``
+    is ``ε²/8``-zCDP, a pure ``ε``-DP Laplace release ``ε²/2``-zCDP). Used by
+    private hyperparameter search (:mod:`skdpp.privacy._tuning`), which needs
+    every trial to meet one Rényi-DP curve.
+
+    Parameters
+    ----------
+    phases : sequence of Phase
+        The budget plan (unique names).
+    rho : float
+        zCDP budget, ``> 0``; ``inf`` gives the non-private parameters.
+
+    Returns
+    -------
+    params : dict of str to float
+        As :func:`calibrate`: the noise multiplier (gaussian, laplace) or the
+        per-selection ε (exponential) of each phase.
+
+    Examples
+    --------
+    >>> from skdpp.privacy.calibration import Phase, params_for_rho
+    >>> params = params_for_rho([Phase("iterations", 1.0, "gaussian", count=5)], rho=0.1)
+    >>> round(params["iterations"], 6)   # 5 releases: 5 / (2 z^2) = 0.1
+    5.0
+    """
+    phases = _check_phases(phases)
+    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not float(rho) > 0.0:
+        raise ValueError(f"`rho` must be in (0, inf], got {rho!r}.")
+    if math.isinf(float(rho)):
+        return {p.name: (math.inf if p.mechanism == "exponential" else 0.0) for p in phases}
+    return _params_for_scale(phases, float(rho))
+

@@ -1,0 +1,716 @@
+"""Private hyperparameter search whose privacy cost is accounted (random stopping)."""
+
+import math
+import numbers
+import warnings
+from numbers import Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.utils import indexable
+from sklearn.utils._indexing import _safe_indexing
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import _num_samples, check_is_fitted
+
+from ..base import BasePersonalizedEstimator
+from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
+from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon
+from ..privacy._tuning import (
+    STOPPING_DISTRIBUTIONS,
+    RandomStopping,
+    SearchPrivacyReport,
+    epsilon_for_rho,
+    release_validation_score,
+    report_rho,
+    zcdp_epsilon,
+)
+from ..privacy.report import PhaseReport
+from ..utils._grouped import UserBlock, UserIndex, canonical_order
+from ..utils._random import hash_ids, keyed_bits, row_hashes, seed_sequence
+
+__all__ = ["PrivateRandomizedSearchCV"]
+
+_SCORE_PHASE = "validation_score"
+_RESERVED = ("epsilon", "delta", "random_state")
+_LOSSES = ("auto", "squared_error", "absolute_error", "zero_one")
+
+
+def _estimator_has(name):
+    def check(self):
+        return hasattr(self.best_estimator_ if hasattr(self, "best_estimator_")
+                       else self.estimator, name)
+    return check
+
+
+class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
+    """Randomized hyperparameter search under user-level DP (random stopping).
+
+    Runs a random number ``K`` of *trials* and outputs the best one. A trial
+    samples a configuration from ``param_distributions`` (independently of
+    the data), fits a copy of ``estimator`` with it on the training rows, and
+    releases a differentially private validation score computed on held-out
+    rows of every user. ``K`` follows a truncated negative binomial or a
+    Poisson distribution with mean ``n_iter``; the per-trial budget is solved
+    so that the whole search -- every trial, every score, the selection and
+    the randomness of ``K`` -- is ``(epsilon, delta)``-DP (Papernot & Steinke
+    2022). The output is the best trial's fitted estimator (no refit: a refit
+    would spend the budget again), its parameters and its DP score.
+
+    Parameters
+    ----------
+    estimator : skdpp estimator
+        A user-level DP estimator of skdpp (e.g.
+        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). Its
+        ``epsilon``, ``delta`` and ``random_state`` are set by the search
+        (the per-trial budget); its other parameters come from the sampled
+        configuration or keep their values. A ``verbose`` parameter is set
+        to 0 in the trials (their output would reveal ``K``).
+    param_distributions : dict or list of dicts
+        Parameter names mapped to lists (sampled uniformly) or to
+        distributions with an ``rvs`` method (``scipy.stats``). A list of
+        dicts: each trial first picks a dict uniformly. Configurations are
+        drawn with replacement, independently for every trial, as the
+        analysis requires (unlike scikit-learn's ``ParameterSampler``, which
+        draws grids without replacement). ``epsilon``, ``delta`` and
+        ``random_state`` may not appear.
+    epsilon : float, default=1.0
+        Privacy budget of the whole search, in ``(0, inf]``. ``np.inf`` runs
+        the same search without noise (the non-private baseline).
+    delta : float, default=1e-6
+        δ of the whole search, in ``(0, 1)`` (the Rényi-DP analysis needs
+        ``delta > 0``); much smaller than ``1 / n_users``.
+    n_iter : float, default=10
+        Mean number of trials ``E[K] >= 1``. ``n_iter=1`` with the truncated
+        negative binomial is ``K = 1``: one fit and its score, no search.
+    stopping : {"truncated_negative_binomial", "poisson"}, default="truncated_negative_binomial"
+        Distribution of ``K``. The truncated negative binomial has ``K >= 1``;
+        with Poisson, ``K = 0`` (probability ``exp(-n_iter)``) makes
+        :meth:`fit` raise (the search outputs nothing; its cost is still
+        spent).
+    stopping_shape : float, default=1.0
+        Shape ``η > -1`` of the truncated negative binomial: ``1`` is the
+        geometric distribution of Liu & Talwar (2019), ``0`` the logarithmic
+        distribution. Smaller shapes cost less privacy at the same mean but
+        give heavier tails (more searches with one trial, and some very long
+        ones): with ``n_iter=10``, ``P[K = 1]`` is 0.10 for ``η = 1`` and 0.27
+        for ``η = 0``, and the 99th percentile of ``K`` is 44 and 81.
+    validation_size : float in (0, 1), default=0.2
+        Fraction of each user's rows held out for the validation score (as
+        :func:`~skdpp.model_selection.per_user_train_test_split`: a user with
+        ``n >= 2`` rows holds out ``ceil(validation_size * n)``, clipped to
+        ``[1, n - 1]``; a one-row user keeps its row for training and does
+        not contribute to the score).
+    loss : {"auto", "squared_error", "absolute_error", "zero_one"} or callable, default="auto"
+        Per-row loss of the validation score: squared error for regressors,
+        zero-one loss for classifiers (``"auto"``), or a callable
+        ``loss(y_true, y_pred)`` returning non-negative per-row losses.
+    score_clip : float, default=1.0
+        Bound ``C`` on each user's mean validation loss (larger losses count
+        as ``C``; so do non-finite ones). The score's noise is proportional
+        to ``C / n_users``: choose it from public knowledge of the target's
+        scale (``1.0`` suits standardised targets and the zero-one loss).
+    score_share : float in (0, 1), default=0.1
+        Share of each trial's zCDP budget spent on its validation score (the
+        rest goes to the fit).
+    refit_personal : bool, default=True
+        After the selection, refit the personal parts of the best estimator
+        on *all* of each user's rows (``best_estimator_.personalize``). This
+        costs no privacy (personal parts are functions of the released
+        shared part and the user's own rows) and does not change the shared
+        part or ``best_score_``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds ``K``, the configurations, the validation split, every trial's
+        fit and the score noise. ``None`` draws fresh OS entropy (use it in
+        deployments); an int makes the search reproducible.
+
+    Attributes
+    ----------
+    best_estimator_ : estimator
+        The selected trial's fitted estimator (released: its shared part is
+        DP, its personal parts stay with their users).
+    best_params_ : dict
+        The selected configuration (released).
+    best_score_ : float
+        The selected trial's DP validation score (released):
+        ``-(1/n_users) * sum_u min(mean loss of u on its held-out rows, C)``
+        plus Gaussian noise (users without held-out rows count 0).
+    privacy_report_ : SearchPrivacyReport
+        The guarantee of the whole search; ``chosen_trial`` nests the
+        selected trial's fit report.
+    n_users_ : int
+        Number of users (public).
+    n_trials_ : int
+        **Private, not a release.** The number of trials ``K``.
+    best_index_ : int
+        **Private, not a release.** Position of the best trial.
+    cv_results_ : dict of ndarray
+        **Private, not a release.** One entry per trial: ``params``,
+        ``param_<name>``, ``validation_score`` (each trial's noisy score) and
+        ``trial_epsilon`` (the ``epsilon`` its estimator was given). Kept for
+        the data holder's own diagnostics only.
+
+    Notes
+    -----
+    **Guarantee.** The search is ``(epsilon, delta)``-DP under
+    replace-one-user for what it releases: ``best_estimator_``'s shared part,
+    ``best_params_``, ``best_score_`` and ``privacy_report_`` (joint DP for
+    the personal parts). ``n_trials_``, ``best_index_``, ``cv_results_``, the
+    other trials and the running time are *not* covered: the analysis
+    (Papernot & Steinke 2022, Theorems 2 and 6) holds only if ``K`` stays
+    secret (knowing ``K = k``, the best of ``k`` trials costs about ``k``
+    trials). Do not publish them; the running time grows with ``K``.
+
+    **Per-trial budget.** Every trial is held to a common zero-concentrated
+    DP budget ``ρ`` (Rényi DP ``ρλ`` at every order ``λ``), whatever
+    configuration it samples: a data-independent mixture of mechanisms is no
+    less private than its least private component, so the search analysis
+    only needs this one curve. ``ρ`` is the largest value at which the
+    search's RDP bound, converted to (ε, δ) (Canonne, Kamath & Steinke 2020,
+    over continuous orders), meets ``(epsilon, delta)``. A share
+    ``score_share`` of ``ρ`` goes to the score (a Gaussian release), the rest
+    to the fit: for each sampled configuration the search solves the
+    estimator's ``epsilon`` so that its budget plan spends exactly that zCDP
+    budget (for plans of Gaussian releases this is ``epsilon =
+    ε_GDP(sqrt(2ρ), delta)``, the exact-GDP value; other mechanisms are
+    converted with their zCDP bounds, see :mod:`skdpp.privacy._tuning`).
+    Continuous hyperparameters need no enumeration: each configuration is
+    calibrated when it is drawn, before any data is used, and after each fit
+    its privacy report is checked against the budget. An estimator that does
+    not expose its budget plan (not yet built on the fit template of
+    :class:`~skdpp.base.BasePersonalizedEstimator`) is calibrated as if its
+    releases were Gaussian; if its report shows more (Poisson-subsampled,
+    Laplace or exponential-mechanism releases), :meth:`fit` raises
+    :class:`~skdpp.exceptions.PrivacyBudgetError`. With ``n_iter=1`` (and
+    the truncated negative binomial) the search is one trial and spends
+    exactly one trial's budget.
+
+    **Validation score.** Rows are split within users by a keyed hash of the
+    user id and the row's position among the user's rows (sorted by
+    content), the same split for every trial (for a fixed split each trial
+    is ρ-zCDP, and the split is independent of the data, so the guarantee
+    holds for the mixture over splits). A user's contribution is its mean
+    loss on its held-out rows clipped to ``[0, C]``, computed from the
+    released shared part and the user's own rows; the sum over users has
+    sensitivity ``C`` under replace-one-user and is released with Gaussian
+    noise; ``best_score_`` divides it by the public number of users.
+    Selection is the argmax of the noisy scores (ties, of probability zero
+    with noise, go to the first trial).
+
+    Warnings raised by the trials are recorded and only the best trial's are
+    re-raised after the selection (their number would reveal ``K``).
+
+    References
+    ----------
+    .. [1] Papernot, N. and Steinke, T. (2022). Hyperparameter Tuning with
+           Renyi Differential Privacy. ICLR 2022. arXiv:2110.03620.
+    .. [2] Liu, J. and Talwar, K. (2019). Private Selection from Private
+           Candidates. STOC 2019. arXiv:1811.07971.
+    .. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete
+           Gaussian for Differential Privacy. arXiv:2004.00010.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.linear_model import PrivateFedRepRegressor
+    >>> from skdpp.model_selection import PrivateRandomizedSearchCV
+    >>> rng = np.random.default_rng(0)
+    >>> groups = np.repeat(np.arange(300), 10)
+    >>> X = rng.normal(size=(3000, 5))
+    >>> y = X @ rng.normal(size=5) + 0.1 * rng.normal(size=3000)
+    >>> search = PrivateRandomizedSearchCV(
+    ...     PrivateFedRepRegressor(n_components=2),
+    ...     {"clip_norm": [0.1, 1.0, 10.0], "learning_rate": [0.5, 1.0]},
+    ...     epsilon=2.0, delta=1e-5, n_iter=3, random_state=0)
+    >>> search = search.fit(X, y, groups=groups)
+    >>> sorted(search.best_params_)
+    ['clip_norm', 'learning_rate']
+    >>> bool(search.privacy_report_.epsilon_spent <= 2.0)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "estimator": [BasePersonalizedEstimator],
+        "param_distributions": [dict, list],
+        "epsilon": [Interval(Real, 0, np.inf, closed="right")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter": [Interval(Real, 1, None, closed="left")],
+        "stopping": [StrOptions(set(STOPPING_DISTRIBUTIONS))],
+        "stopping_shape": [Interval(Real, -1, None, closed="neither")],
+        "validation_size": [Interval(Real, 0, 1, closed="neither")],
+        "loss": [StrOptions(set(_LOSSES)), callable],
+        "score_clip": [Interval(Real, 0, None, closed="neither")],
+        "score_share": [Interval(Real, 0, 1, closed="neither")],
+        "refit_personal": ["boolean"],
+        "random_state": ["random_state"],
+    }
+
+    # groups is the privacy unit: requested by default once metadata routing is on.
+    __metadata_request__fit = {"groups": True}
+    __metadata_request__predict = {"groups": True}
+    __metadata_request__score = {"groups": True}
+
+    def __init__(self, estimator, param_distributions, *, epsilon=1.0, delta=1e-6, n_iter=10,
+                 stopping="truncated_negative_binomial", stopping_shape=1.0,
+                 validation_size=0.2, loss="auto", score_clip=1.0, score_share=0.1,
+                 refit_personal=True, random_state=None):
+        self.estimator = estimator
+        self.param_distributions = param_distributions
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_iter = n_iter
+        self.stopping = stopping
+        self.stopping_shape = stopping_shape
+        self.validation_size = validation_size
+        self.loss = loss
+        self.score_clip = score_clip
+        self.score_share = score_share
+        self.refit_personal = refit_personal
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ #
+    # Validation
+    # ------------------------------------------------------------------ #
+    def _check_params(self):
+        self._validate_params()
+        for name in ("epsilon", "delta", "n_iter", "stopping_shape", "validation_size",
+                     "score_clip", "score_share"):
+            if isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"The '{name}' parameter must be a number, got "
+                                 f"{getattr(self, name)!r}.")
+        if not MIN_CLIP <= self.score_clip < np.inf:
+            raise ValueError(
+                f"score_clip must be a finite bound >= {MIN_CLIP:g}, got {self.score_clip!r}.")
+        for k, dist in enumerate(self._distributions()):
+            if not isinstance(dist, dict) or not dist:
+                raise ValueError(
+                    f"param_distributions must be a non-empty dict or a list of non-empty "
+                    f"dicts; entry {k} is {dist!r}.")
+            for name, values in dist.items():
+                if name in _RESERVED:
+                    raise ValueError(
+                        f"param_distributions may not set {name!r}: the search sets each "
+                        f"trial's epsilon, delta and random_state (the per-trial budget). "
+                        f"Remove {name!r}; tune the search's epsilon instead.")
+                if not hasattr(values, "rvs"):
+                    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") \
+                            or len(values) == 0:
+                        raise ValueError(
+                            f"Parameter {name!r} must map to a non-empty list of values or "
+                            f"a distribution with an rvs method; got {values!r}.")
+        valid = set(self.estimator.get_params(deep=True))
+        unknown = sorted({n for d in self._distributions() for n in d} - valid)
+        if unknown:
+            raise ValueError(
+                f"Invalid parameter(s) {unknown} for estimator "
+                f"{type(self.estimator).__name__}; valid parameters are {sorted(valid)}.")
+
+    def _distributions(self):
+        d = self.param_distributions
+        return [d] if isinstance(d, dict) else list(d)
+
+    # ------------------------------------------------------------------ #
+    # Fit
+    # ------------------------------------------------------------------ #
+    def fit(self, X, y, groups=None):
+        """Run the private search and keep the best trial.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows (passed to the estimator as is).
+        y : array-like of shape (n_samples,)
+            Targets.
+        groups : array-like of shape (n_samples,)
+            User id of each row (the privacy unit). Required: held-out rows
+            are taken within users.
+
+        Returns
+        -------
+        self : object
+            The fitted search.
+
+        Raises
+        ------
+        PrivacyBudgetError
+            If a trial's fit spends more than the per-trial budget (its plan
+            does not match its releases) or the search would exceed
+            ``epsilon``.
+        RuntimeError
+            With ``stopping="poisson"`` when ``K = 0``.
+        """
+        for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("__")]:
+            delattr(self, name)  # a failed fit leaves no model
+        self._check_params()
+        if groups is None:
+            raise ValueError(
+                "PrivateRandomizedSearchCV needs groups (one user id per row): the "
+                "validation score holds out rows within users, and with groups=None every "
+                "row is its own user. Pass fit(X, y, groups=groups) (inside a Pipeline, "
+                "enable sklearn.set_config(enable_metadata_routing=True)).")
+        if sp.issparse(X):
+            raise TypeError("PrivateRandomizedSearchCV does not support sparse X; pass a "
+                            "dense array.")
+        X, y, groups = indexable(X, y, groups)
+        n_samples = _num_samples(X)
+        if y is None or _num_samples(y) != n_samples:
+            raise ValueError(f"y must have one value per row of X ({n_samples} rows).")
+        index = UserIndex.from_groups(groups, n_samples)
+        groups = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+        n_users = int(index.n_users)
+        delta = float(self.delta)
+        if self.epsilon != np.inf and delta >= 1.0 / n_users:
+            warnings.warn(
+                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: a mechanism that "
+                f"publishes one whole user's data at random would meet this guarantee. Use "
+                f"delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
+                PrivacyLeakWarning, stacklevel=2)
+
+        # --- the budget (data-independent) ---------------------------------
+        stopping = RandomStopping(self.stopping, float(self.n_iter),
+                                  float(self.stopping_shape))
+        rho = stopping.calibrate(float(self.epsilon), delta)
+        rho_score = self.score_share * rho
+        rho_fit = (1.0 - self.score_share) * rho
+        z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * rho_score)
+
+        # --- randomness: K, configurations, split key, trial seeds ---------
+        root = seed_sequence(self.random_state)
+        ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
+        n_trials = stopping.sample(np.random.Generator(np.random.PCG64(ss_stop)))
+        if n_trials == 0:
+            raise RuntimeError(
+                f"The Poisson number of trials was K=0 (probability exp(-{self.n_iter:g})): "
+                "the search outputs nothing. Its privacy cost is spent all the same; a new "
+                "search (another random_state) spends it again. Use "
+                "stopping='truncated_negative_binomial' to always run a trial.")
+        configs = _sample_configurations(
+            self._distributions(), n_trials, np.random.Generator(np.random.PCG64(ss_config)))
+        trial_seeds = ss_trials.spawn(n_trials)
+        key = ss_key.generate_state(2, dtype=np.uint64)
+
+        # --- the split within users (keyed, permutation invariant) ---------
+        order, train, held_out = _split_within_users(X, y, index, key, self.validation_size)
+        X_tr, y_tr, g_tr = (_safe_indexing(a, train) for a in (X, y, groups))
+        X_va, y_va, g_va = (_safe_indexing(a, held_out) for a in (X, y, groups))
+        codes_va = index.codes[held_out]
+        n_held_out = np.bincount(codes_va, minlength=n_users)
+
+        # --- plan every trial before any fit (data-independent) ------------
+        estimators, trial_eps = [], []
+        for params, seed in zip(configs, trial_seeds):  # loop over trials
+            est = clone(self.estimator).set_params(**params)
+            if "verbose" in est.get_params(deep=False):
+                est.set_params(verbose=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr, g_tr)
+            est.set_params(epsilon=eps_k, delta=delta_k,
+                           random_state=self._trial_random_state(seed))
+            estimators.append(est)
+            trial_eps.append(eps_k)
+
+        # --- run the trials (only the best one so far is kept) --------------
+        loss = self._loss_function()
+        scores = np.empty(n_trials)
+        best, best_est, best_warnings = 0, None, []
+        for k, (est, seed) in enumerate(zip(estimators, trial_seeds)):  # loop over trials
+            estimators[k] = None
+            noise = np.random.Generator(np.random.PCG64(seed.spawn(1)[0]))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                est.fit(X_tr, y_tr, groups=g_tr)
+                self._check_trial_budget(est, rho_fit)
+                user_loss = np.zeros(n_users)
+                if held_out.size:  # (no held-out row at all: every user scores 0)
+                    y_pred = est.predict(X_va, groups=g_va)
+                    with np.errstate(all="ignore"):
+                        row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64)
+                        user_loss = (np.bincount(codes_va, weights=row_loss,
+                                                 minlength=n_users)
+                                     / np.maximum(n_held_out, 1))
+                plan = BudgetPlan(self.epsilon, delta)
+                plan.fix(_SCORE_PHASE, noise_multiplier=z_score)
+                total = release_validation_score(Releaser(plan, noise), _SCORE_PHASE,
+                                                 user_loss, score_clip=float(self.score_clip))
+            scores[k] = -total / n_users
+            if best_est is None or scores[k] > scores[best]:  # ties: the first trial
+                best, best_est = k, est
+                best_warnings = [(w.message, w.category) for w in caught]
+
+        for message, category in best_warnings:
+            if issubclass(category, PrivacyLeakWarning) and "1/n_users" in str(message):
+                continue  # the search warned about its delta already
+            warnings.warn(message, category, stacklevel=2)
+        if self.refit_personal:
+            # All of each user's rows, in canonical order (permutation invariant).
+            best_est.personalize(*(_safe_indexing(a, order) for a in (X, y, groups)))
+
+        report = self._report(stopping, rho, rho_fit, z_score, n_users, best_est)
+        self.best_estimator_ = best_est
+        self.best_params_ = dict(configs[best])
+        self.best_score_ = float(scores[best])
+        self.privacy_report_ = report
+        self.n_users_ = n_users
+        self.n_trials_ = n_trials
+        self.best_index_ = best
+        self.cv_results_ = _results(configs, scores, trial_eps)
+        return self
+
+    # ------------------------------------------------------------------ #
+    # Helpers of fit
+    # ------------------------------------------------------------------ #
+    @staticmethod
+    def _trial_budget(est, rho_fit, delta, X, y, groups):
+        """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP).
+
+        Estimators built on the fit template expose their plan
+        (``_budget_plan``): it is solved exactly. For the others the plan is
+        assumed Gaussian (exact GDP) and :meth:`_check_trial_budget` verifies
+        the fitted report. The trial's ``delta`` is the search's, or smaller
+        when the search's is so large that the trial's epsilon would be 0 (any
+        point of the trial's privacy curve describes the same noise).
+        """
+        if math.isinf(rho_fit):
+            return math.inf, delta
+        mu = math.sqrt(2.0 * rho_fit)
+        while gaussian_epsilon(mu, delta) == 0.0:
+            delta /= 10.0
+        if type(est)._budget_plan is BasePersonalizedEstimator._budget_plan:
+            return gaussian_epsilon(mu, delta), delta
+        meta = est._validate_fit_data(X, y, groups).meta
+        saved = est.epsilon, est.delta
+
+        def plan_at(eps):
+            est.epsilon, est.delta = eps, delta
+            try:
+                return est._budget_plan(meta).calibrate()
+            finally:
+                est.epsilon, est.delta = saved
+
+        return epsilon_for_rho(plan_at, rho_fit, delta), delta
+
+    @staticmethod
+    def _check_trial_budget(est, rho_fit):
+        """Refuse a trial whose report spends more than the per-trial budget."""
+        if math.isinf(rho_fit):
+            return
+        spent = report_rho(est.privacy_report_)
+        if spent is None or spent > rho_fit * (1.0 + 1e-9):
+            shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
+            raise PrivacyBudgetError(
+                f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
+                f"per-trial budget rho={rho_fit:.6g}. An estimator that does not expose its "
+                "budget plan (_budget_plan) is calibrated as if it made Gaussian releases "
+                "only; its Poisson-subsampled, Laplace or exponential-mechanism releases "
+                "exceed the budget. The search refuses it (this depends on the "
+                "configuration, not on the data).")
+
+    def _trial_random_state(self, seed):
+        child = seed.spawn(1)[0]
+        if isinstance(self.random_state, numbers.Integral):
+            return int(child.generate_state(1, dtype=np.uint32)[0])
+        # Fresh entropy: a 32-bit seed would let an attacker search the noise.
+        return np.random.RandomState(np.random.MT19937(child))
+
+    def _loss_function(self):
+        loss = self.loss
+        if callable(loss):
+            return loss
+        if loss == "auto":
+            from sklearn.base import is_classifier
+
+            loss = "zero_one" if is_classifier(self.estimator) else "squared_error"
+        if loss == "zero_one":
+            return lambda y_true, y_pred: (np.asarray(y_true) != np.asarray(y_pred)).astype(float)
+        if loss == "absolute_error":
+            return lambda y_true, y_pred: np.abs(np.asarray(y_true, dtype=float)
+                                                 - np.asarray(y_pred, dtype=float))
+        return lambda y_true, y_pred: (np.asarray(y_true, dtype=float)
+                                       - np.asarray(y_pred, dtype=float)) ** 2
+
+    def _report(self, stopping, rho, rho_fit, z_score, n_users, best_est):
+        delta = float(self.delta)
+        C = float(self.score_clip)
+        if math.isinf(rho):
+            spent, accountant = math.inf, "non-private"
+            notes = ("Non-private: epsilon=inf was requested; no noise is added and no "
+                     "privacy guarantee holds.",)
+        else:
+            spent, accountant = stopping.epsilon(rho, delta), "rdp-random-stopping"
+            notes = ()
+            if spent > float(self.epsilon) * (1 + 1e-9):
+                raise PrivacyBudgetError(
+                    f"The search would spend epsilon={spent:.6g} at delta={delta:g}, more "
+                    f"than the requested epsilon={self.epsilon:g}.")
+        notes += (
+            "Random stopping (Papernot & Steinke 2022, Theorem 2 / 6): only the best "
+            "trial is released; K, the other trials, cv_results_ and the running time are "
+            "not covered and must stay private.",
+            "Each trial is held to the same zCDP budget (fit and validation score); "
+            "best_estimator_ is the selected trial's fit (no refit).",
+        )
+        trial_eps = zcdp_epsilon(rho, delta) if math.isfinite(rho) else math.inf
+        score_eps = gaussian_epsilon(1.0 / z_score, delta) if z_score > 0 else math.inf
+        fit_eps = zcdp_epsilon(rho_fit, delta) if math.isfinite(rho_fit) else math.inf
+        phases = (
+            PhaseReport(name="trial_fit", share=1.0 - self.score_share,
+                        mechanism=f"{type(best_est).__name__} plan", sensitivity=None,
+                        noise_multiplier=None, count=1, sampling_rate=1.0, clip_norm=None,
+                        epsilon=fit_eps),
+            PhaseReport(name=_SCORE_PHASE, share=self.score_share, mechanism="gaussian",
+                        sensitivity=C, noise_multiplier=z_score, count=1,
+                        sampling_rate=1.0, clip_norm=C, epsilon=score_eps),
+            PhaseReport(name="selection", share=None, mechanism="random-stopping",
+                        sensitivity=None, noise_multiplier=None, count=1, sampling_rate=1.0,
+                        clip_norm=None, epsilon=spent),
+        )
+        local = tuple(getattr(best_est.privacy_report_, "local", ()))
+        return SearchPrivacyReport(
+            epsilon=float(self.epsilon), delta=delta, epsilon_spent=float(spent),
+            delta_spent=delta, accountant=accountant, n_users=n_users, phases=phases,
+            released=("best_estimator_ (shared part)", "best_params_", "best_score_"),
+            local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
+            trial_epsilon=float(trial_eps), chosen_trial=best_est.privacy_report_)
+
+    # ------------------------------------------------------------------ #
+    # Delegation to the best estimator
+    # ------------------------------------------------------------------ #
+    @available_if(_estimator_has("predict"))
+    def predict(self, X, groups=None):
+        """Predict with the best estimator (``groups``: user id of each row)."""
+        check_is_fitted(self)
+        return self.best_estimator_.predict(X, groups=groups)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X, groups=None):
+        """Class probabilities of the best estimator."""
+        check_is_fitted(self)
+        return self.best_estimator_.predict_proba(X, groups=groups)
+
+    @available_if(_estimator_has("decision_function"))
+    def decision_function(self, X, groups=None):
+        """Decision function of the best estimator."""
+        check_is_fitted(self)
+        return self.best_estimator_.decision_function(X, groups=groups)
+
+    def score(self, X, y, groups=None, sample_weight=None):
+        """The best estimator's ``score`` (R² or accuracy) on ``X, y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        return self.best_estimator_.score(X, y, groups=groups, sample_weight=sample_weight)
+
+    def personalize(self, X, y, groups):
+        """Fit personal parts of the best estimator for the given users (no privacy cost)."""
+        check_is_fitted(self)
+        self.best_estimator_.personalize(X, y, groups)
+        return self
+
+    @property
+    def classes_(self):
+        """Class labels of the best estimator (classifiers)."""
+        check_is_fitted(self)
+        return self.best_estimator_.classes_
+
+    @property
+    def n_features_in_(self):
+        """Number of features seen by the best estimator."""
+        check_is_fitted(self)
+        return self.best_estimator_.n_features_in_
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        sub = get_tags(self.estimator)
+        tags.estimator_type = sub.estimator_type
+        tags.classifier_tags = sub.classifier_tags
+        tags.regressor_tags = sub.regressor_tags
+        tags.input_tags = sub.input_tags
+        tags.target_tags = sub.target_tags
+        tags.non_deterministic = False
+        return tags
+
+
+# ---------------------------------------------------------------------- #
+# Module helpers
+# ---------------------------------------------------------------------- #
+def _sample_configurations(distributions, n, rng):
+    """``n`` configurations drawn independently (with replacement) from ``distributions``.
+
+    Each draw picks one dict uniformly, then every parameter (sorted by name)
+    uniformly from its list or from its distribution (``rvs(random_state=rng)``).
+    """
+    out = []
+    for _ in range(n):  # loop over trials
+        dist = distributions[int(rng.integers(len(distributions)))]
+        params = {}
+        for name in sorted(dist):
+            values = dist[name]
+            if hasattr(values, "rvs"):
+                params[name] = values.rvs(random_state=rng)
+            else:
+                params[name] = values[int(rng.integers(len(values)))]
+        out.append(params)
+    return out
+
+
+def _row_keys(X, y):
+    """A hash of each row's content (numeric or not), for the canonical order."""
+    try:
+        Xa = np.asarray(X)
+        ya = np.asarray(y)
+        if Xa.dtype.kind in "biuf" and ya.dtype.kind in "biuf":
+            return row_hashes(Xa, ya)
+    except (TypeError, ValueError):
+        pass
+    Xa = np.asarray(X, dtype=object)
+    Xa = Xa.reshape(Xa.shape[0], -1)
+    words = [hash_ids(Xa[:, j]) for j in range(Xa.shape[1])]  # loop over columns
+    words.append(hash_ids(np.asarray(y, dtype=object).reshape(-1)))
+    return keyed_bits(np.zeros(2, dtype=np.uint64), "row-content", *words)
+
+
+def _split_within_users(X, y, index, key, validation_size):
+    """All, training and held-out row indices, in canonical order.
+
+    Each user's rows are sorted by content, then ranked by a keyed hash of
+    (user id, position); the ``ceil(validation_size * n)`` rows (clipped to
+    ``[1, n - 1]``; none for one-row users) with the largest keys are held
+    out.
+    """
+    n = index.n_samples
+    order = canonical_order(index.codes, index.n_users, _row_keys(X, y))
+    block = UserBlock(np.empty((n, 0)), np.empty(n), order, index.users,
+                      hash_ids(index.users), index.counts)
+    train_mask = block.split_users_rows(1.0 - float(validation_size),
+                                        block.row_uniforms(key, "validation"))
+    rows = block.source_rows()
+    return rows, rows[train_mask], rows[~train_mask]
+
+
+def _results(configs, scores, trial_eps):
+    names = sorted({n for c in configs for n in c})
+    results = {"params": [dict(c) for c in configs]}
+    for name in names:
+        values = np.ma.masked_all(len(configs), dtype=object)
+        for i, c in enumerate(configs):  # loop over trials
+            if name in c:
+                values[i] = c[name]
+        results[f"param_{name}"] = values
+    results["validation_score"] = np.asarray(scores, dtype=float)
+    results["trial_epsilon"] = np.asarray(trial_eps, dtype=float)
+    return results

@@ -1,0 +1,866 @@
+"""Privacy of hyperparameter search with random stopping (Rényi DP).
+
+A private search runs a differentially private *trial* ``Q`` a random number
+of times ``K`` and releases only the best trial's output (Liu & Talwar 2019).
+Papernot & Steinke (2022) bound the Rényi DP of the search in terms of the RDP
+of one trial and the distribution of ``K``. This module implements their
+bounds, the distribution of ``K``, the calibration of the per-trial budget to
+a target (ε, δ) for the whole search, and the zero-concentrated-DP budget of
+a :class:`~skdpp.privacy.BudgetPlan` (how each trial is held to the per-trial
+budget). It depends only on numpy and scipy.
+
+The formulas, and where they come from (Papernot & Steinke 2022,
+arXiv:2110.03620v2; numbering of the arXiv version):
+
+* **Truncated negative binomial** ``D_{η,γ}`` (Definition 1): for ``η > -1``
+  and ``γ ∈ (0, 1)``, ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
+  for ``k >= 1`` (``η = 0``: the logarithmic distribution
+  ``(1 − γ)^k / (k log(1/γ))``; ``η = 1``: the geometric distribution of Liu &
+  Talwar), with mean ``E[K] = η(1 − γ)/(γ(1 − γ^η))`` (``(1/γ − 1)/log(1/γ)``
+  at ``η = 0``) and probability generating function
+  ``f(x) = ((1 − (1 − γ)x)^{−η} − 1)/(γ^{−η} − 1)``.
+* **Theorem 2** (truncated negative binomial). If ``Q`` is ``(λ, ε)``-RDP and
+  ``(λ̂, ε̂)``-RDP (``λ > 1``, ``λ̂ >= 1``), the search is ``(λ, ε')``-RDP with
+  ``ε' = ε + (1 + η)(1 − 1/λ̂) ε̂ + (1 + η) log(1/γ)/λ̂ + log(E[K])/(λ − 1)``.
+  :meth:`RandomStopping.rdp` applies it to an RDP curve on a grid of orders
+  (``λ̂`` minimised over the grid, as dp-accounting's
+  ``RepeatAndSelectDpEvent`` does).
+* **Theorem 6** (Poisson ``K`` with mean ``μ``). If ``Q`` is ``(λ, ε)``-RDP and
+  ``(ε̂, δ̂)``-DP with ``e^ε̂ <= 1 + 1/(λ − 1)``, the search is ``(λ, ε')``-RDP
+  with ``ε' = ε + μ δ̂ + log(μ)/(λ − 1)``; ``ε̂ = log(1 + 1/(λ − 1))`` is used
+  (the largest allowed), ``δ̂`` from the RDP curve of ``Q``. ``K = 0`` has
+  probability ``e^{−μ}``; the search then outputs nothing (``⊥``).
+* **ρ-zCDP trials** (the case skdpp uses): with ``ε(λ) = ρλ`` for every order,
+  the minimum of Theorem 2 over ``λ̂ >= 1`` is in closed form (derived here
+  from Theorem 2, not quoted): ``λ̂* = sqrt(log(1/γ)/ρ)`` and, if ``λ̂* >= 1``,
+  ``ε' = ρλ + (1 + η)(2 sqrt(ρ log(1/γ)) − ρ) + log(E[K])/(λ − 1)``, otherwise
+  (``λ̂ = 1``) ``ε' = ρλ + (1 + η) log(1/γ) + log(E[K])/(λ − 1)``. For Theorem 6,
+  ``δ̂`` is the (ε̂, δ̂) conversion of ``ρ``-zCDP. ``K ≡ 1`` (mean 1) gives
+  ``ε' = ρλ``: the search is exactly one trial. As ``λ, λ̂ → ∞`` a pure
+  ``ε``-DP trial gives the ``(2 + η)ε``-DP bound (``3ε`` for the geometric
+  distribution, Liu & Talwar 2019).
+
+The RDP of the search is converted to (ε, δ) with the conversion of Canonne,
+Kamath & Steinke (2020), minimised over a grid of orders and then over
+continuous orders (the closed forms hold for every real ``λ > 1``).
+
+Per-trial budget
+----------------
+Every trial must satisfy one RDP curve whatever configuration it samples
+(a data-independent mixture of mechanisms is no less private than its least
+private component, by the joint quasi-convexity of Rényi divergence). skdpp
+holds every trial to a common **ρ-zCDP** budget: ``ε(λ) = ρλ`` at every order.
+It is exact for compositions of Gaussian mechanisms (``μ``-GDP with ``ρ =
+μ²/2``), and every mechanism of skdpp has a zCDP bound (the share semantics of
+:mod:`skdpp.privacy.calibration`): a Gaussian release with noise multiplier
+``z`` is ``1/(2z²)``-zCDP (also Poisson-subsampled, without amplification:
+for a fixed sample the two sums differ by at most the sensitivity), a Laplace
+release (pure ``1/z``-DP) is ``1/(2z²)``-zCDP and an exponential-mechanism
+selection with parameter ``ε`` is ``ε²/8``-zCDP (bounded range, Cesar &
+Rogers 2021). :func:`plan_rho` adds them up for a calibrated plan and
+:func:`epsilon_for_rho` finds the ``epsilon`` at which an estimator's plan
+spends exactly ``ρ``, so no configuration (continuous or not) needs to be
+enumerated.
+
+References
+----------
+.. [1] Papernot, N. and Steinke, T. (2022). Hyperparameter Tuning with Renyi
+       Differential Privacy. ICLR 2022. arXiv:2110.03620.
+.. [2] Liu, J. and Talwar, K. (2019). Private Selection from Private
+       Candidates. STOC 2019. arXiv:1811.07971.
+.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
+       for Differential Privacy. arXiv:2004.00010.
+.. [4] Bun, M. and Steinke, T. (2016). Concentrated Differential Privacy:
+       Simplifications, Extensions, and Lower Bounds. arXiv:1605.02065.
+.. [5] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
+       Truncating: Unifying Privacy Loss Composition for Data Analytics.
+       arXiv:2004.07223.
+
+Examples
+--------
+>>> from skdpp.privacy._tuning import RandomStopping
+>>> stopping = RandomStopping("truncated_negative_binomial", mean=10, eta=1.0)
+>>> round(stopping.gamma, 6)
+0.1
+>>> rho = stopping.calibrate(epsilon=1.0, delta=1e-6)
+>>> round(stopping.epsilon(rho, 1e-6), 9)
+1.0
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from scipy import optimize
+
+from ._gdp import gaussian_epsilon, gaussian_mu
+from ._rdp import DEFAULT_RDP_ORDERS, rdp_to_delta
+from .accounting import PrivacyAccountant
+from .calibration import params_for_rho, plan_events
+from .report import PrivacyReport, _fmt
+
+__all__ = [
+    "STOPPING_DISTRIBUTIONS",
+    "RandomStopping",
+    "SearchPrivacyReport",
+    "epsilon_for_rho",
+    "plan_rho",
+    "release_validation_score",
+    "report_rho",
+    "zcdp_delta",
+    "zcdp_epsilon",
+]
+
+STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
+
+# Largest continuous Rényi order searched by the conversions (the bounds hold
+# for every real order > 1; very small budgets have their optimum far out).
+_MAX_ORDER = 1e7
+_MIN_ORDER = 1.0 + 1e-9
+_DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
+
+
+# --------------------------------------------------------------------------
+# Numerically stable helpers
+# --------------------------------------------------------------------------
+
+def _expm1_over_x(x):
+    """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
+    if abs(x) < 1e-5:
+        return 1.0 + x / 2.0 + x * x / 6.0
+    return math.expm1(x) / x
+
+
+def _tnb_mean(gamma, eta):
+    """Mean of the truncated negative binomial ``D_{η,γ}`` (Definition 1)."""
+    if gamma == 1.0:
+        return 1.0
+    log_g = math.log(gamma)
+    # E[K] = η (1 − γ) / (γ (1 − γ^η)) = (1 − γ) / (γ · (−log γ) · expm1(η log γ)/(η log γ)),
+    # continuous at η = 0 (logarithmic distribution: (1/γ − 1)/log(1/γ)).
+    return (1.0 - gamma) / (gamma * (-log_g) * _expm1_over_x(eta * log_g))
+
+
+def _tnb_gamma(mean, eta):
+    """The γ of ``D_{η,γ}`` with the given mean (solved by ``brentq`` on log γ)."""
+    if mean == 1.0:
+        return 1.0
+
+    def f(log_gamma):
+        return math.log(_tnb_mean(math.exp(log_gamma), eta)) - math.log(mean)
+
+    hi = -1e-12  # γ → 1: mean → 1 < target
+    lo = -1.0
+    while f(lo) < 0.0:
+        lo *= 2.0
+        if lo < -1e4:  # pragma: no cover - means beyond exp(1e4)
+            raise ValueError(f"Cannot find gamma for mean={mean!r}, eta={eta!r}.")
+    return math.exp(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
+
+
+# --------------------------------------------------------------------------
+# zCDP conversions
+# --------------------------------------------------------------------------
+
+def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
+    """min over orders λ > 1 of ``rdp(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``.
+
+    ``rdp_at`` is an RDP bound valid at every real order > 1 (vectorised). The
+    minimum is taken over ``grid`` and then refined over continuous orders
+    around the best grid point (every value is a valid ε; the refinement only
+    tightens it).
+    """
+    log_delta = math.log(delta)
+
+    def penalty(lam):
+        return np.log1p(-1.0 / lam) - (log_delta + np.log(lam)) / (lam - 1.0)
+
+    def conv(lam):
+        lam = np.asarray(lam, dtype=float)
+        return rdp_at(lam) + penalty(lam)
+
+    grid = np.sort(np.asarray(grid, dtype=float))
+    grid = np.concatenate([grid, np.geomspace(grid[-1] * 2.0, max_order, 14)])
+    # On the grid, a bound at a higher order is also a bound at a lower one.
+    rdp = np.minimum.accumulate(np.asarray(rdp_at(grid), dtype=float)[::-1])[::-1]
+    values = rdp + penalty(grid)
+    i = int(np.nanargmin(values))
+    best = float(values[i])
+    lo = grid[i - 1] if i > 0 else _MIN_ORDER
+    hi = grid[i + 1] if i + 1 < grid.size else max_order
+    res = optimize.minimize_scalar(lambda x: float(conv(x)), bounds=(lo, hi),
+                                   method="bounded", options={"xatol": 1e-10 * hi})
+    if res.success and res.fun < best:
+        best = float(res.fun)
+    return max(0.0, best)
+
+
+def zcdp_epsilon(rho, delta):
+    """ε at δ of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
+
+    Parameters
+    ----------
+    rho : float
+        zCDP parameter ``ρ >= 0`` (RDP ``ρλ`` at every order λ).
+    delta : float
+        Target δ in ``(0, 1)``.
+
+    Returns
+    -------
+    epsilon : float
+
+    Examples
+    --------
+    >>> from skdpp.privacy._tuning import zcdp_epsilon
+    >>> round(zcdp_epsilon(0.01, 1e-6), 4)
+    0.6217
+    """
+    rho, delta = float(rho), float(delta)
+    if rho == 0.0:
+        return 0.0
+    if math.isinf(rho):
+        return math.inf
+    return _cks_epsilon(lambda lam: rho * lam, delta)
+
+
+def zcdp_delta(rho, epsilon):
+    """δ at ε of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
+
+    ``log δ = min_{λ>1} (λ − 1)(ρλ − ε + log1p(−1/λ)) − log λ`` (a convex
+    function of λ), minimised over continuous orders; also bounded by
+    ``sqrt(1 − e^{−ρ})`` (Bretagnolle–Huber, KL <= ρ) and by 1.
+
+    Parameters
+    ----------
+    rho : float
+        zCDP parameter ``ρ >= 0``.
+    epsilon : float
+        ``ε >= 0``.
+
+    Returns
+    -------
+    delta : float
+
+    Examples
+    --------
+    >>> from skdpp.privacy._tuning import zcdp_delta, zcdp_epsilon
+    >>> eps = zcdp_epsilon(0.01, 1e-6)
+    >>> bool(abs(zcdp_delta(0.01, eps) - 1e-6) < 1e-9)
+    True
+    """
+    rho, epsilon = float(rho), float(epsilon)
+    if rho == 0.0:
+        return 0.0
+    if math.isinf(rho):
+        return 1.0
+
+    def log_delta(lam):
+        lam = np.asarray(lam, dtype=float)
+        return (lam - 1.0) * (rho * lam - epsilon + np.log1p(-1.0 / lam)) - np.log(lam)
+
+    # Convex in λ: locate the minimum on a logarithmic grid, then refine it.
+    grid = _DELTA_GRID
+    values = log_delta(grid)
+    i = int(np.argmin(values))
+    lo = grid[i - 1] if i > 0 else _MIN_ORDER
+    hi = grid[i + 1] if i + 1 < grid.size else _MAX_ORDER
+    res = optimize.minimize_scalar(lambda x: float(log_delta(x)), bounds=(lo, hi),
+                                   method="bounded", options={"xatol": 1e-12 * hi})
+    # Also δ <= sqrt(1 − e^{−KL}) with KL <= ρ (Bretagnolle–Huber), as rdp_to_delta.
+    best = min(float(res.fun), float(values[i]), 0.5 * math.log(-math.expm1(-rho)))
+    return float(min(1.0, math.exp(min(best, 0.0))))
+
+
+# --------------------------------------------------------------------------
+# The distribution of the number of trials and the search's RDP
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RandomStopping:
+    """Random number of trials ``K`` of a private search, and the search's privacy.
+
+    Parameters
+    ----------
+    distribution : {"truncated_negative_binomial", "poisson"}
+        Distribution of ``K``: the truncated negative binomial ``D_{η,γ}``
+        (Papernot & Steinke 2022, Definition 1; ``K >= 1``) or Poisson
+        (``K = 0`` possible: the search then outputs nothing).
+    mean : float
+        ``E[K] >= 1``; ``mean=1`` with the truncated negative binomial is
+        ``K ≡ 1`` (no search: one trial).
+    eta : float, default=1.0
+        Shape ``η > -1`` of the truncated negative binomial (``1``: geometric,
+        ``0``: logarithmic). Ignored for Poisson.
+
+    Attributes
+    ----------
+    gamma : float
+        The ``γ`` of ``D_{η,γ}`` with the requested mean (``1.0`` for
+        ``mean=1``; ``nan`` for Poisson).
+
+    Notes
+    -----
+    The RDP bounds are Theorem 2 (truncated negative binomial) and Theorem 6
+    (Poisson) of Papernot & Steinke (2022); see the module docstring. The
+    search outputs only the best trial; publishing ``K`` or any other trial's
+    output is *not* covered (knowing ``K = k``, the best of ``k`` trials costs
+    about ``k`` trials).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy._tuning import RandomStopping
+    >>> s = RandomStopping("truncated_negative_binomial", mean=5, eta=0.0)
+    >>> bool(np.isclose(s.pmf(np.arange(1, 2000)).sum(), 1.0))
+    True
+    >>> bool(np.isclose((np.arange(1, 2000) * s.pmf(np.arange(1, 2000))).sum(), 5.0))
+    True
+    """
+
+    distribution: str
+    mean: float
+    eta: float = 1.0
+    gamma: float = field(default=float("nan"), init=False)
+
+    def __post_init__(self):
+        if self.distribution not in STOPPING_DISTRIBUTIONS:
+            raise ValueError(
+                f"`distribution` must be one of {STOPPING_DISTRIBUTIONS}, got "
+                f"{self.distribution!r}.")
+        mean = self.mean
+        if isinstance(mean, bool) or not isinstance(mean, numbers.Real) \
+                or not 1.0 <= float(mean) < math.inf:
+            raise ValueError(
+                f"The mean number of trials must be a finite number >= 1, got {mean!r} "
+                "(Theorems 2 and 6 of Papernot & Steinke 2022 need E[K] >= 1).")
+        object.__setattr__(self, "mean", float(mean))
+        eta = self.eta
+        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) \
+                or not -1.0 < float(eta) < math.inf:
+            raise ValueError(f"`eta` must be a finite number > -1, got {eta!r}.")
+        object.__setattr__(self, "eta", float(eta))
+        if self.distribution == "poisson":
+            object.__setattr__(self, "gamma", float("nan"))
+        else:
+            object.__setattr__(self, "gamma", _tnb_gamma(self.mean, self.eta))
+
+    # ------------------------------------------------------------ the law of K
+    @property
+    def _is_constant(self):
+        return self.distribution != "poisson" and self.gamma == 1.0
+
+    def pmf(self, k):
+        """``P[K = k]`` (vectorised over integer ``k >= 0``)."""
+        k = np.asarray(k)
+        kf = k.astype(float)
+        if self.distribution == "poisson":
+            from scipy import stats
+
+            return stats.poisson.pmf(k, self.mean)
+        if self._is_constant:
+            return (k == 1).astype(float)
+        g, eta = self.gamma, self.eta
+        out = np.zeros(kf.shape)
+        pos = kf >= 1
+        kp = kf[pos]
+        from scipy import special
+
+        if eta == 0.0:
+            logp = kp * math.log1p(-g) - np.log(kp) - math.log(-math.log(g))
+        else:
+            # Π_{l<k} (l + η)/(l + 1) = Γ(k + η) / (Γ(η) Γ(k + 1)), signed for η < 0.
+            log_prod = (special.gammaln(kp + eta) - special.gammaln(eta)
+                        - special.gammaln(kp + 1.0))
+            sign = special.gammasgn(kp + eta) * special.gammasgn(eta)
+            log_norm = math.log(abs(math.expm1(-eta * math.log(g))))
+            logp = kp * math.log1p(-g) + log_prod - log_norm
+            # For η < 0 both the product and γ^{-η} − 1 are negative.
+            logp = np.where(sign * np.sign(math.expm1(-eta * math.log(g))) > 0, logp, -np.inf)
+        out[pos] = np.exp(logp)
+        return out
+
+    def pgf(self, x):
+        """Probability generating function ``E[x^K]`` (vectorised over ``x`` in [0, 1])."""
+        x = np.asarray(x, dtype=float)
+        if self.distribution == "poisson":
+            return np.exp(self.mean * (x - 1.0))
+        if self._is_constant:
+            return x.copy()
+        g, eta = self.gamma, self.eta
+        y = np.log1p(-(1.0 - g) * x)  # log(1 − (1 − γ) x) <= 0
+        if eta == 0.0:
+            return y / math.log(g)
+        return np.expm1(-eta * y) / math.expm1(-eta * math.log(g))
+
+    def sample(self, rng):
+        """Draw ``K`` (one uniform or one Poisson draw from ``rng``).
+
+        The truncated negative binomial is drawn by inversion of its CDF with
+        the pmf recursion ``P[K = k + 1] / P[K = k] = (1 − γ)(k + η)/(k + 1)``;
+        the loop stops when a term is below 1e-17 of the CDF, whose float sum
+        it can no longer change. The tail beyond is then at most about
+        ``1e-17/γ`` (the ratio tends to ``1 − γ``): the law of ``K`` changes by
+        that much in total variation, negligible next to any δ (``1e-16`` for
+        ``n_iter=10``).
+        """
+        if self.distribution == "poisson":
+            return int(rng.poisson(self.mean))
+        if self._is_constant:
+            return 1
+        u = float(rng.random())
+        g, eta = self.gamma, self.eta
+        p = float(self.pmf(np.array([1]))[0])
+        cdf, k = p, 1
+        while cdf < u:
+            p *= (1.0 - g) * (k + eta) / (k + 1.0)
+            k += 1
+            cdf += p
+            if p <= 1e-17 * cdf:
+                break
+        return k
+
+    # ----------------------------------------------------- Theorems 2 and 6
+    def rdp(self, orders, rdp, *, monotone=True):
+        """RDP of the search given one trial's RDP curve on a grid of orders.
+
+        Theorem 2 (truncated negative binomial; ``λ̂`` minimised over the
+        grid) or Theorem 6 (Poisson; ``δ̂`` from the curve by the conversion of
+        :func:`~skdpp.privacy.accounting.rdp_to_delta`), then made
+        non-decreasing in the order (a bound at a higher order is a bound at a
+        lower one).
+
+        Parameters
+        ----------
+        orders : array-like of shape (n_orders,)
+            Rényi orders > 1.
+        rdp : array-like of shape (n_orders,)
+            RDP of one trial at each order.
+        monotone : bool, default=True
+            Replace each value by the smallest value at an order at least as
+            large (Rényi divergence is non-decreasing in the order).
+
+        Returns
+        -------
+        rdp : ndarray of shape (n_orders,)
+        """
+        orders = np.asarray(orders, dtype=float)
+        rdp = np.asarray(rdp, dtype=float)
+        if orders.shape != rdp.shape or np.any(orders <= 1.0):
+            raise ValueError("`orders` (all > 1) and `rdp` must have the same shape.")
+        if self._is_constant:
+            out = rdp.copy()
+        elif self.distribution == "poisson":
+            mu = self.mean
+            out = np.empty_like(orders)
+            for i, lam in enumerate(orders):  # loop over orders
+                eps_hat = math.log1p(1.0 / (lam - 1.0))
+                delta_hat = rdp_to_delta(orders, rdp, eps_hat)
+                out[i] = rdp[i] + mu * delta_hat + math.log(mu) / (lam - 1.0)
+        else:
+            c = (1.0 + self.eta) * float(np.min((1.0 - 1.0 / orders) * rdp
+                                                - math.log(self.gamma) / orders))
+            out = rdp + c + math.log(self.mean) / (orders - 1.0)
+        if not monotone:
+            return out
+        # Monotonicity in the order: out[i] <= min_{j: orders[j] >= orders[i]} out[j].
+        order = np.argsort(orders)
+        env = np.minimum.accumulate(out[order][::-1])[::-1]
+        result = np.empty_like(out)
+        result[order] = env
+        return result
+
+    def zcdp_rdp(self, rho, orders):
+        """RDP of the search when every trial is ρ-zCDP, at real orders ``λ > 1``.
+
+        The closed-form minimum of Theorem 2 over ``λ̂ >= 1``, or Theorem 6
+        with ``δ̂`` the zCDP conversion at ``ε̂ = log(1 + 1/(λ − 1))``.
+
+        Parameters
+        ----------
+        rho : float
+            Per-trial zCDP parameter.
+        orders : array-like
+            Orders ``λ > 1``.
+
+        Returns
+        -------
+        rdp : ndarray, same shape as ``orders``
+        """
+        lam = np.asarray(orders, dtype=float)
+        rho = float(rho)
+        if self._is_constant:
+            return rho * lam
+        if self.distribution == "poisson":
+            mu = self.mean
+            flat = lam.reshape(-1)
+            delta_hat = np.array([zcdp_delta(rho, math.log1p(1.0 / (x - 1.0))) for x in flat])
+            return (rho * flat + mu * delta_hat + math.log(mu) / (flat - 1.0)).reshape(lam.shape)
+        return rho * lam + self._tnb_constant(rho) + math.log(self.mean) / (lam - 1.0)
+
+    def _tnb_constant(self, rho):
+        """``min_{λ̂>=1} (1 + η)[(1 − 1/λ̂) ρλ̂ + log(1/γ)/λ̂]`` (closed form)."""
+        log_inv_gamma = -math.log(self.gamma)
+        if rho == 0.0:
+            return 0.0
+        if log_inv_gamma >= rho:  # λ̂* = sqrt(log(1/γ)/ρ) >= 1
+            value = 2.0 * math.sqrt(rho * log_inv_gamma) - rho
+        else:  # the minimum over λ̂ >= 1 is at λ̂ = 1
+            value = log_inv_gamma
+        return (1.0 + self.eta) * value
+
+    def epsilon(self, rho, delta):
+        """ε at δ of the search when every trial is ρ-zCDP.
+
+        Parameters
+        ----------
+        rho : float
+            Per-trial zCDP parameter (``inf``: non-private trials).
+        delta : float
+            Target δ in ``(0, 1)``.
+
+        Returns
+        -------
+        epsilon : float
+        """
+        rho, delta = float(rho), float(delta)
+        if math.isinf(rho):
+            return math.inf
+        if not 0.0 < delta < 1.0:
+            raise ValueError(f"`delta` must be in (0, 1), got {delta!r}.")
+        return _cks_epsilon(lambda lam: self.zcdp_rdp(rho, lam), delta)
+
+    def calibrate(self, epsilon, delta):
+        """The per-trial ρ at which the search is (ε, δ)-DP (never above ε).
+
+        Parameters
+        ----------
+        epsilon : float
+            Target ε of the whole search, ``> 0`` (``inf``: returns ``inf``).
+        delta : float
+            Target δ in ``(0, 1)``.
+
+        Returns
+        -------
+        rho : float
+            Largest per-trial zCDP parameter (up to ~1e-10 relative) with
+            ``self.epsilon(rho, delta) <= epsilon``.
+
+        Raises
+        ------
+        ValueError
+            If ``delta`` is not in ``(0, 1)`` or ``epsilon <= 0``.
+        """
+        epsilon, delta = float(epsilon), float(delta)
+        if math.isinf(epsilon):
+            return math.inf
+        if not epsilon > 0.0:
+            raise ValueError(f"`epsilon` must be > 0, got {epsilon!r}.")
+        if not 0.0 < delta < 1.0:
+            raise ValueError(
+                f"The search needs delta in (0, 1) (its RDP bound converts to (epsilon, "
+                f"delta) with delta > 0), got delta={delta!r}.")
+
+        def f(log_rho):
+            return self.epsilon(math.exp(log_rho), delta) - epsilon
+
+        # Start from the zCDP budget of one (ε, δ) release.
+        lo = hi = math.log(max(epsilon ** 2 / (4.0 * math.log(1.0 / delta)), 1e-300))
+        while f(lo) >= 0.0:
+            lo -= 2.0
+            if lo < math.log(1e-300):  # pragma: no cover - ε(ρ) -> 0 as ρ -> 0
+                raise ValueError(
+                    f"epsilon={epsilon!r} is too small for a search with {self.mean:g} "
+                    f"trials on average at delta={delta!r}.")
+        while f(hi) <= 0.0:
+            hi += 2.0
+        log_rho = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+        step = 1e-12
+        while f(log_rho) > 0.0:
+            log_rho -= step
+            step *= 2.0
+        return math.exp(log_rho)
+
+    def describe(self):
+        """A short human-readable description (for the report)."""
+        if self.distribution == "poisson":
+            return f"Poisson(mean={self.mean:g})"
+        if self._is_constant:
+            return "K = 1 (a single trial)"
+        return (f"truncated negative binomial(eta={self.eta:g}, gamma={self.gamma:.6g}, "
+                f"mean={self.mean:g})")
+
+
+# --------------------------------------------------------------------------
+# Per-trial budgets: the zCDP of a plan, and of a report
+# --------------------------------------------------------------------------
+
+def _phase_rho(mechanism, value, count):
+    """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
+    value = float(value)
+    if mechanism == "exponential":
+        return math.inf if math.isinf(value) else count * value * value / 8.0
+    # gaussian (sampled or not) and laplace: noise multiplier z
+    if value == 0.0:
+        return math.inf
+    return count / (2.0 * value * value)
+
+
+def plan_rho(plan):
+    """zCDP parameter ρ of a calibrated :class:`~skdpp.privacy.BudgetPlan`.
+
+    Gaussian releases (Poisson-subsampled or not) with noise multiplier ``z``
+    count ``1/(2z²)`` each, Laplace releases (pure ``1/z``-DP) ``1/(2z²)``,
+    exponential-mechanism selections with parameter ``ε`` count ``ε²/8``.
+
+    Parameters
+    ----------
+    plan : BudgetPlan
+        Calibrated (or calibrable) plan.
+
+    Returns
+    -------
+    rho : float
+        ``0`` for a plan without releases, ``inf`` for a non-private one.
+
+    Examples
+    --------
+    >>> from skdpp.privacy import BudgetPlan, gaussian_mu
+    >>> from skdpp.privacy._tuning import plan_rho
+    >>> plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+    >>> plan.add_rest("mean", count=4)
+    >>> round(plan_rho(plan.calibrate()), 6)   # Gaussian releases: mu^2 / 2
+    0.028014
+    >>> round(gaussian_mu(1.0, 1e-6) ** 2 / 2, 6)
+    0.028014
+    """
+    plan = plan.calibrate()
+    return float(sum(_phase_rho(p.mechanism, plan[p.name], p.count) for p in plan.phases))
+
+
+def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
+    """The ``epsilon`` at which a plan spends a zCDP budget ``ρ`` (at most).
+
+    Parameters
+    ----------
+    plan_at : callable
+        ``plan_at(epsilon)`` returns the (calibrated or not) budget plan of a
+        fit with target ``(epsilon, delta)``; it must be data-independent.
+    rho : float
+        Target zCDP parameter, ``> 0`` (``inf``: returns ``inf``).
+    delta : float
+        The ``delta`` the plan is calibrated with.
+    rtol : float, default=1e-9
+        Relative tolerance on ``ρ`` (the result never exceeds ``ρ``).
+
+    Returns
+    -------
+    epsilon : float
+        The plan at this ``epsilon`` spends ``plan_rho <= rho``. For plans of
+        Gaussian releases it is the exact-GDP value
+        ``gaussian_epsilon(sqrt(2ρ), δ)``. For other plans it is the ε at δ
+        (by the accountant) of the same plan with its scale set to ``ρ``
+        (:func:`~skdpp.privacy.calibration.params_for_rho`), checked by
+        building the plan there; a plan whose structure changes with epsilon
+        is solved by ``brentq``. A plan with no release (or whose noise is
+        fixed by the user and spends less than ``ρ``) returns the first guess.
+
+    Raises
+    ------
+    ValueError
+        If the plan spends more than ``ρ`` at every ``epsilon`` (noise fixed
+        by the user).
+    """
+    rho, delta = float(rho), float(delta)
+    if math.isinf(rho):
+        return math.inf
+    e0 = gaussian_epsilon(math.sqrt(2.0 * rho), delta)
+    plan0 = plan_at(e0).calibrate()
+    r0 = plan_rho(plan0)
+    if r0 <= rho and (r0 >= rho * (1.0 - rtol) or r0 == 0.0):
+        return e0
+    if plan0.fixed_noise:  # the noise does not depend on epsilon
+        if r0 <= rho:
+            return e0
+        raise ValueError(
+            f"The estimator's plan spends rho={r0:.6g} (zCDP) whatever its epsilon (its "
+            f"noise is fixed), more than the per-trial budget rho={rho:.6g}. Do not fix "
+            "the noise (e.g. noise_multiplier=None) in a private search.")
+    # A calibrated plan's zCDP is its calibration scale (the share semantics of
+    # skdpp.privacy.calibration): put the scale at rho and read the epsilon at
+    # which the plan is calibrated to it, then check the plan built there.
+    acc = PrivacyAccountant().compose(
+        plan_events(plan0.phases, params_for_rho(plan0.phases, rho)), phase="plan")
+    e = acc.get_epsilon(delta)
+    step = 1e-12
+    for _ in range(40):  # nudge down past float noise in the plan's calibration
+        if not 0.0 < e < math.inf:
+            break
+        r = plan_rho(plan_at(e).calibrate())
+        if r <= rho:
+            if r >= rho * (1.0 - 1e-6):
+                return e
+            break
+        e *= 1.0 - step
+        step *= 2.0
+
+    # The plan's structure depends on epsilon: solve for it.
+    def f(log_e):
+        r = plan_rho(plan_at(math.exp(log_e)))
+        return (math.log(r) if r > 0 else -math.inf) - math.log(rho)
+
+    lo = hi = math.log(e0)
+    while f(lo) > 0.0:
+        lo -= 1.0
+        if lo < math.log(e0) - 80:
+            raise ValueError("Could not find an epsilon at which the plan spends "
+                             f"rho={rho:.6g}.")
+    while f(hi) < 0.0:
+        hi += 1.0
+        if hi > math.log(e0) + 80:  # pragma: no cover - rho(e) grows without bound
+            raise ValueError("Could not find an epsilon at which the plan spends "
+                             f"rho={rho:.6g}.")
+    log_e = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-12, maxiter=500)
+    step = 1e-12
+    while plan_rho(plan_at(math.exp(log_e))) > rho:
+        log_e -= step
+        step *= 2.0
+    return math.exp(log_e)
+
+
+_REPORT_MECHANISMS = {"gaussian": "gaussian", "sampled-gaussian": "gaussian",
+                      "laplace": "laplace", "exponential": "exponential"}
+
+
+def report_rho(report):
+    """An upper bound on the zCDP ρ of a fit, read from its privacy report.
+
+    ``"exact-gdp"`` reports are ``μ``-GDP with ``μ`` from their (ε, δ):
+    ``ρ = μ²/2`` (exact). Other reports are bounded phase by phase from the
+    mechanism, the smallest noise multiplier (largest ε for the exponential
+    mechanism) and the number of releases.
+
+    Parameters
+    ----------
+    report : PrivacyReport
+
+    Returns
+    -------
+    rho : float or None
+        ``None`` when the report does not determine a bound (a phase mixing
+        mechanisms).
+    """
+    if report.accountant == "none":
+        return 0.0
+    if report.accountant == "non-private" or not math.isfinite(report.epsilon_spent):
+        return math.inf
+    if report.accountant == "exact-gdp":
+        if report.epsilon_spent == 0.0:
+            return 0.0
+        mu = gaussian_mu(report.epsilon_spent, report.delta_spent)
+        return mu * mu / 2.0
+    total = 0.0
+    for phase in report.phases:
+        mechanism = _REPORT_MECHANISMS.get(phase.mechanism)
+        if phase.mechanism == "none" or phase.count == 0:
+            continue
+        if mechanism is None:
+            return None
+        values = phase.noise_multiplier
+        values = values if isinstance(values, tuple) else (values,)
+        if any(v is None for v in values):
+            return None
+        worst = max(values) if mechanism == "exponential" else min(values)
+        total += _phase_rho(mechanism, worst, phase.count)
+    return total
+
+
+# --------------------------------------------------------------------------
+# The DP validation score
+# --------------------------------------------------------------------------
+
+def release_validation_score(release, phase, user_losses, *, score_clip):
+    """Release the sum of per-user losses clipped to ``[0, score_clip]``.
+
+    Parameters
+    ----------
+    release : Releaser
+        The trial's release helper (its plan has ``phase``).
+    phase : str
+        The plan's phase of the score.
+    user_losses : ndarray of shape (n_users,)
+        Each user's mean loss on its held-out rows (a user without held-out
+        rows contributes 0). Non-finite values (overflow, NaN predictions)
+        count as ``score_clip``, the worst clipped loss.
+    score_clip : float
+        Bound ``C`` on a user's contribution.
+
+    Returns
+    -------
+    total : float
+        The noisy sum. Under replace-one-user one user's contribution moves in
+        ``[0, C]``, so the L2 sensitivity of the sum is ``C``.
+    """
+    losses = np.asarray(user_losses, dtype=np.float64)
+    clipped = np.where(np.isfinite(losses), losses, score_clip)
+    clipped = np.clip(clipped, 0.0, score_clip)
+    total = np.array([math.fsum(clipped)])
+    return float(release.gaussian(phase, total, sensitivity=float(score_clip),
+                                  clip_norm=float(score_clip))[0])
+
+
+# --------------------------------------------------------------------------
+# The report of a search
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class SearchPrivacyReport(PrivacyReport):
+    """Privacy report of a private hyperparameter search (random stopping).
+
+    Adds to :class:`~skdpp.privacy.PrivacyReport`:
+
+    Attributes
+    ----------
+    stopping : str
+        The distribution of the number of trials.
+    trial_rho : float
+        zCDP budget of every trial (fit and validation score together).
+    trial_epsilon : float
+        ε at ``delta`` of one trial on its own (for comparison).
+    chosen_trial : PrivacyReport or None
+        The report of the selected trial's fit (its budget plan), released
+        with the selected model.
+    """
+
+    stopping: str = ""
+    trial_rho: float = 0.0
+    trial_epsilon: float = 0.0
+    chosen_trial: Optional[PrivacyReport] = None
+
+    def __str__(self):
+        lines = [super().__str__(),
+                 f"  stopping: {self.stopping}; per trial: rho={_fmt(self.trial_rho)} "
+                 f"(zCDP), alone epsilon={_fmt(self.trial_epsilon)} at delta={_fmt(self.delta)}"]
+        if self.chosen_trial is not None:
+            lines.append("  chosen trial's fit:")
+            lines.extend("    " + line for line in str(self.chosen_trial).splitlines())
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        parts = [super()._repr_html_(),
+                 f"<div>stopping: {html.escape(self.stopping)}; per trial rho="
+                 f"{html.escape(_fmt(self.trial_rho))}</div>"]
+        if self.chosen_trial is not None:
+            parts.append("<div><em>chosen trial's fit</em>"
+                         + self.chosen_trial._repr_html_() + "</div>")
+        return "".join(parts)
+
+    def to_dict(self):
+        """The report as plain Python types (the chosen trial's report nested)."""
+        out = super().to_dict()
+        out["chosen_trial"] = None if self.chosen_trial is None else self.chosen_trial.to_dict()
+        return out
