@@ -85,12 +85,17 @@ class FitResult:
         Names of the personal attributes (kept local, joint DP).
     notes : tuple of str
         Notes for the report.
+    not_covered : tuple of str
+        Released attributes the guarantee does not cover (e.g. a catalogue
+        inferred from the data as is); the report's headline names them and
+        its ``is_private`` is False.
     """
 
     attributes: dict
     released: tuple = ()
     local: tuple = ()
     notes: tuple = ()
+    not_covered: tuple = ()
 
 
 class BasePersonalizedEstimator(BaseEstimator):
@@ -231,7 +236,8 @@ class BasePersonalizedEstimator(BaseEstimator):
         release = Releaser(self._budget_plan(meta), randomness.noise)
         result = self._fit_core(executor, release, randomness, meta)
         report = release.report(n_users=meta["n_users"], released=result.released,
-                                local=result.local, notes=result.notes)
+                                local=result.local, notes=result.notes,
+                                not_covered=result.not_covered)
         return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):

@@ -272,7 +272,7 @@ class Releaser:
                       clip_norm=clip_norm, count=count)
 
     # ----------------------------------------------------------------- report
-    def report(self, *, n_users, released, local, notes=()):
+    def report(self, *, n_users, released, local, notes=(), not_covered=()):
         """The fit's :class:`PrivacyReport`, built from the ledger and checked.
 
         Raises
@@ -291,4 +291,4 @@ class Releaser:
         return PrivacyReport.from_accountant(
             self.accountant, epsilon=epsilon, delta=self.plan.delta, n_users=int(n_users),
             released=tuple(released), local=tuple(local), shares=self.plan.shares,
-            notes=notes)
+            notes=notes, not_covered=tuple(not_covered))

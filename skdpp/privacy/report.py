@@ -121,6 +121,10 @@ class PrivacyReport:
         What is kept local (per-user parameters, joint DP).
     notes : tuple of str
         Free-text notes (deviations, conventions).
+    not_covered : tuple of str
+        Released quantities the guarantee does NOT cover (e.g. an item
+        catalogue inferred from the data as is). When non-empty the headline
+        says so and :attr:`is_private` is False.
     """
 
     epsilon: float
@@ -135,16 +139,17 @@ class PrivacyReport:
     released: tuple = ()
     local: tuple = ()
     notes: tuple = ()
+    not_covered: tuple = ()
 
     @property
     def is_private(self):
-        """bool: whether the guarantee is finite."""
-        return math.isfinite(self.epsilon_spent)
+        """bool: the guarantee is finite and covers everything released."""
+        return math.isfinite(self.epsilon_spent) and not self.not_covered
 
     # -------------------------------------------------------------------
     @classmethod
     def from_accountant(cls, accountant, *, epsilon, delta, n_users, released=(),
-                        local=(), shares=None, notes=()):
+                        local=(), shares=None, notes=(), not_covered=()):
         """Build the report from an accountant's ledger and check the budget.
 
         Parameters
@@ -163,6 +168,8 @@ class PrivacyReport:
             Planned share of each phase (normalised in the report).
         notes : sequence of str, default=()
             Extra notes.
+        not_covered : sequence of str, default=()
+            Released quantities outside the guarantee (named in the headline).
 
         Returns
         -------
@@ -221,14 +228,15 @@ class PrivacyReport:
         return cls(epsilon=epsilon, delta=delta, epsilon_spent=float(eps_spent),
                    delta_spent=float(delta_spent), accountant=method,
                    n_users=int(n_users), phases=tuple(phase_reports),
-                   released=tuple(released), local=tuple(local), notes=notes)
+                   released=tuple(released), local=tuple(local), notes=notes,
+                   not_covered=tuple(not_covered))
 
     # -------------------------------------------------------------------
     def to_dict(self):
         """The report as plain Python types (phases as a list of dicts)."""
         out = asdict(self)
         out["phases"] = [asdict(p) for p in self.phases]
-        for key in ("released", "local", "notes"):
+        for key in ("released", "local", "notes", "not_covered"):
             out[key] = list(out[key])
         return out
 
@@ -243,11 +251,15 @@ class PrivacyReport:
         return header, rows
 
     def _headline(self):
-        if not self.is_private or math.isinf(self.epsilon):
+        if not math.isfinite(self.epsilon_spent) or math.isinf(self.epsilon):
             return (f"NON-PRIVATE (requested epsilon={_fmt(self.epsilon)}; "
                     f"spent epsilon={_fmt(self.epsilon_spent)})")
-        return (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP "
+        head = (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP "
                 f"[requested ({_fmt(self.epsilon)}, {_fmt(self.delta)})]")
+        if self.not_covered:
+            head = (f"NOT FULLY PRIVATE: {', '.join(self.not_covered)} released outside "
+                    f"the guarantee; the rest is {head}")
+        return head
 
     def __str__(self):
         lines = [

@@ -167,3 +167,16 @@ def test_phase_report_fields():
     names = [f.name for f in dataclasses.fields(PhaseReport)]
     assert names[:8] == ["name", "share", "mechanism", "sensitivity", "noise_multiplier",
                          "count", "sampling_rate", "clip_norm"]
+
+
+def test_not_covered_releases_make_the_report_not_private():
+    from skdpp.privacy import GaussianEvent, PrivacyAccountant, PrivacyReport
+
+    acc = PrivacyAccountant().compose(GaussianEvent(9.45), count=5, phase="iterations")
+    covered = PrivacyReport.from_accountant(acc, epsilon=1.0, delta=1e-6, n_users=10)
+    partial = PrivacyReport.from_accountant(acc, epsilon=1.0, delta=1e-6, n_users=10,
+                                            not_covered=("item_ids_",))
+    assert covered.is_private and not partial.is_private
+    assert str(partial).splitlines()[0].startswith(
+        "PrivacyReport: NOT FULLY PRIVATE: item_ids_ released outside the guarantee")
+    assert partial.to_dict()["not_covered"] == ["item_ids_"]
