@@ -197,6 +197,9 @@ class MinibatchStream:
             if self.all_full:
                 return None, self.batch
             users = np.arange(self.counts.shape[0], dtype=np.int64)
+        elif self.all_full:  # every row of each participant, canonical order
+            m = self.counts[users]
+            return _ranges(self.starts[users], m), m
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
@@ -293,6 +296,10 @@ def _gather(block, positions):
     return np.take(block.X, rows, axis=0), np.take(block.y, rows)
 
 
+# Below this many features, einsum beats stacked matmul on tiny per-user products.
+_EINSUM_MAX_FEATURES = 16
+
+
 def _user_gradients(Xb, yb, m, coef, fit_intercept):
     """Per-user sums of the squared-loss row gradients at ``coef``.
 
@@ -321,14 +328,20 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
     if m.min() == m.max():  # equal minibatches: batched products over users
         k = int(m[0])
         X3 = Xb.reshape(n, k, d)
+        small = d <= _EINSUM_MAX_FEATURES
         if shared:
             residual = (Xb @ coef[:d]).reshape(n, k)
+        elif small:
+            residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
         else:
             residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
         if fit_intercept:
             residual += coef[d] if shared else coef[:, d:]
         residual -= yb.reshape(n, k)
-        grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
+        if small:
+            grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
+        else:
+            grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
         if fit_intercept:
             grad[:, d] = residual.sum(axis=1)
         return grad
@@ -383,14 +396,13 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
         grad /= m[:, None]
     else:  # Alg. 2, line 7: minibatch sums, in units of the public batch_size
         grad /= config.batch_size
-    finite = np.isfinite(grad).all(axis=1)
-    if not finite.all():
-        grad[~finite] = 0.0
+    if not np.isfinite(grad).all():
+        grad[~np.isfinite(grad).all(axis=1)] = 0.0
     if personal:  # Alg. 2/3, line 8: local step
         new = theta - config.lr_local * grad
-        ok = np.isfinite(new).all(axis=1)
-        if not ok.all():
-            new[~ok] = theta[~ok]
+        if not np.isfinite(new).all():
+            overflow = ~np.isfinite(new).all(axis=1)
+            new[overflow] = theta[overflow]
         if config.average:
             last = state.last[idx]
             state.theta_avg[idx] += (theta * ((round_index - 1 - last) / config.n_rounds)[:, None]
@@ -417,8 +429,6 @@ def sgd_round(block, state, broadcast, *, config):
         users, positions, m = draw_minibatches(block, state, round_index, config)
         Xb, yb = _gather(block, positions)
         partial = local_steps(state, users, Xb, yb, m, w, round_index, config)
-    if config.release and partial is None:  # pragma: no cover - defensive
-        partial = np.zeros(config.n_params)
     return partial, state
 
 

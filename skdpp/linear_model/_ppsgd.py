@@ -190,7 +190,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     conservative route: it is sound whatever the data of user ``i`` and of
     its replacement, and it never credits more amplification than the
     add/remove analysis. Users are sampled independently of the data, with
-    the public rate ``q``.
+    the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
+    multiplier instead of calibrating it; the report then states the ε spent
+    at ``delta``.
 
     **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
     hash of ``(fit key, i, t)``
@@ -230,9 +232,11 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     for the given users by the same local SGD as in ``fit`` with ``w`` fixed:
     ``max(1, round(q T))`` local steps (a user's expected number of
     participations) from ``theta_i = 0`` with step ``η_loc``, the same
-    minibatch sampling, ``weighting`` and averaging. It uses only the
-    released ``w`` and the users' own rows, so ``privacy_report_`` is
-    unchanged. With ``alpha=np.inf`` the offsets stay 0.
+    minibatch sampling (keyed by ``random_state``), ``weighting`` and
+    averaging: the same block functions as ``fit`` with a global step of 0.
+    It uses only the released ``w`` and the users' own rows, so
+    ``privacy_report_`` is unchanged. With ``alpha=np.inf`` the offsets stay
+    0.
 
     Floating-point noise is not hardened against floating-point side channels.
 
