@@ -6,7 +6,7 @@ import numpy as np
 def run(random_state=0):
     """Print a short tour of PPSGDRegressor (< 10 s)."""
     from ..datasets import make_additive_personalized_regression
-    from ..linear_model._ppsgd import PPSGDRegressor
+    from ..linear_model import PPSGDRegressor
 
     X, y, groups, info = make_additive_personalized_regression(
         n_users=5000, n_features=10, n_samples_per_user=20, n_personal_features=2,

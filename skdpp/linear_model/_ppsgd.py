@@ -11,10 +11,9 @@ the server, which adds Gaussian noise to the sum and steps ``w``. The ratio
 learning (``alpha=0``: perfectly private) to global-only DP-SGD
 (``alpha=np.inf``).
 
-The module pairs the estimator :class:`PPSGDRegressor` with the private pure
-function :func:`_ppsgd` that follows Algorithms 1-3 of the paper line by line,
-and with :class:`_CyclicBatchSampler`, the vectorised per-user minibatch
-sampler (several passes over each user's rows, a fresh random order per pass).
+This module holds the estimator :class:`PPSGDRegressor` (parameters, budget
+plan, predictions); the algorithm (Algorithms 1-3 of the paper as block
+functions and a driver) is in :mod:`skdpp.linear_model._personalized_sgd`.
 """
 
 # Authors: skdpp developers
@@ -23,306 +22,18 @@ sampler (several passes over each user's rows, a fresh random order per pass).
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy import PoissonSampledEvent, PrivacyReport, mechanisms
-from ..privacy.calibration import Phase, calibrate
-from ..privacy.events import NoOpEvent
+from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
+from ..privacy import BudgetPlan
+from ..utils._executor import LocalExecutor
+from ..utils._random import FitRandomness
+from ._personalized_sgd import PHASE, SGDConfig, make_sgd_blocks, run_ppsgd
 
 __all__ = ["PPSGDRegressor"]
 
-_PHASE = "iterations"
 
-
-# ---------------------------------------------------------------------------
-# Vectorised per-user minibatch sampling
-# ---------------------------------------------------------------------------
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix64(x):
-    """SplitMix64 finaliser, vectorised over a uint64 array (wrapping arithmetic)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MIX1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
-def _ranges(starts, lengths):
-    """Concatenation of ``arange(s, s + l)`` for each ``(s, l)``, without a loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
-    return np.arange(total, dtype=np.int64) + shift
-
-
-class _CyclicBatchSampler:
-    """Per-user minibatches over several passes, a fresh random order per pass.
-
-    User ``u`` reads its rows as an endless stream: pass ``p`` of the stream is
-    a uniformly random permutation of the user's rows, and the user's ``k``-th
-    participation takes the next ``m_u = min(batch_size, n_u)`` rows of the
-    stream. A minibatch that crosses the end of a pass takes the last rows of
-    pass ``p`` and the first rows of pass ``p + 1`` (so within one pass every
-    row is used exactly once, and a row can appear at most twice in one
-    minibatch, only at a pass boundary). ``batch_size=None`` uses all of the
-    user's rows in every round (a user whose minibatch is all of its rows is
-    never reshuffled: the order of the rows of a sum does not matter).
-
-    The permutation of pass ``p`` of user ``u`` sorts the user's rows by the
-    hash ``mix(salt, u, p, rank)`` of a per-fit random ``salt``; it is
-    recomputed only for the users who start a new pass. Keying the order by a
-    hash (instead of drawing from a shared random stream) makes each user's
-    batches a function of the salt and of that user's own row count only: the
-    batches of the other users do not depend on how many rows a user has,
-    which keeps neighbouring fits coupled in the privacy tests.
-    """
-
-    def __init__(self, index, batch_size, salt):
-        self.index = index
-        counts = np.asarray(index.counts, dtype=np.int64)
-        self.batch = counts.copy() if batch_size is None else np.minimum(counts, batch_size)
-        self.salt = np.uint64(salt)
-        self.rank = np.empty(index.n_samples, dtype=np.int64)  # rank in original order
-        self.rank[index.order] = np.arange(index.n_samples) - np.repeat(
-            index.offsets[:-1], counts)
-        self.stream = np.empty(index.n_samples, dtype=np.int64)
-        self.cursor = np.zeros(index.n_users, dtype=np.int64)
-        self.n_pass = np.zeros(index.n_users, dtype=np.int64)
-        self._shuffle(np.arange(index.n_users, dtype=np.int64))
-
-    def _shuffle(self, users):
-        """Write pass ``n_pass[users]`` of ``users`` into their stream blocks."""
-        if users.size == 0:
-            return
-        counts = self.index.counts[users]
-        pos = _ranges(self.index.offsets[users], counts)
-        seg = np.repeat(np.arange(users.size), counts)
-        r = (pos - np.repeat(self.index.offsets[users], counts)).astype(np.uint64)
-        u = np.repeat(users, counts).astype(np.uint64)
-        p = np.repeat(self.n_pass[users], counts).astype(np.uint64)
-        keys = _mix64(_mix64(_mix64(self.salt ^ (u * _GOLDEN)) + p) + r)
-        # Sort by (user, key): the segment in the high bits, 40 bits of key below.
-        if users.size < 2**24:
-            composite = (seg.astype(np.uint64) << np.uint64(40)) | (keys >> np.uint64(24))
-            perm = np.argsort(composite)
-        else:
-            perm = np.lexsort((keys, seg))
-        self.stream[pos] = self.index.order[pos[perm]]
-
-    def draw(self, users):
-        """Rows of the next minibatch of each of ``users`` (sorted codes).
-
-        Returns
-        -------
-        rows : ndarray of shape (sum(m),)
-            Row indices, grouped by user in the order of ``users``.
-        m : ndarray of shape (len(users),)
-            Minibatch size of each user.
-        """
-        off = self.index.offsets[users]
-        n = self.index.counts[users]
-        c = self.cursor[users]
-        m = self.batch[users]
-        k = _ranges(np.zeros_like(m), m)
-        vpos = np.repeat(c, m) + k
-        n_rep = np.repeat(n, m)
-        off_rep = np.repeat(off, m)
-        wrapped = vpos >= n_rep
-        rows = self.stream[off_rep + np.where(wrapped, 0, vpos)]
-        ends = c + m >= n
-        if ends.any():
-            # A user whose minibatch is all of its rows needs no new order (the
-            # minibatch gradient is a sum over the rows).
-            done = users[ends & (m < n)]
-            self.n_pass[done] += 1
-            self._shuffle(done)
-            if wrapped.any():
-                rows[wrapped] = self.stream[off_rep[wrapped] + vpos[wrapped] - n_rep[wrapped]]
-        self.cursor[users] = np.where(ends, c + m - n, c + m)
-        return rows, m
-
-
-class _ArraySource:
-    """Minibatches of a fitted data set: rows gathered by :class:`_CyclicBatchSampler`."""
-
-    def __init__(self, X, y, index, batch_size, salt):
-        self.X, self.y = X, y
-        self.sampler = _CyclicBatchSampler(index, batch_size, salt)
-
-    def draw(self, users):
-        rows, m = self.sampler.draw(users)
-        return self.X[rows], self.y[rows], m
-
-
-# ---------------------------------------------------------------------------
-# Pieces of one round (module-level so that tests can swap in broken variants)
-# ---------------------------------------------------------------------------
-def _user_gradients(Xb, yb, m, w, theta_users=None):
-    """Per-user sums of the squared-loss row gradients ``x (<x, w + theta_i> - y)``.
-
-    ``Xb`` rows are grouped by user (``m[j]`` rows for the ``j``-th user);
-    ``theta_users`` (or None for zeros) holds the users' offsets. Returns an
-    array of shape ``(len(m), n_features)``. When every user has the same
-    minibatch size the rows are viewed as a ``(n_users, m, d)`` stack and the
-    products are batched matrix products; otherwise segment sums
-    (``np.add.reduceat``) over the ragged blocks.
-    """
-    n_users, d = m.shape[0], Xb.shape[1]
-    if n_users == 0:
-        return np.zeros((0, d))
-    if np.all(m == m[0]):
-        X3 = Xb.reshape(n_users, int(m[0]), d)
-        # (A batched product is faster here than the matrix-vector Xb @ w.)
-        coef = np.broadcast_to(w, (n_users, d)) if theta_users is None else theta_users + w
-        residual = np.matmul(X3, coef[:, :, None])[:, :, 0] - yb.reshape(n_users, -1)
-        return np.matmul(residual[:, None, :], X3)[:, 0, :]
-    starts = np.zeros(n_users, dtype=np.int64)
-    np.cumsum(m[:-1], out=starts[1:])
-    residual = Xb @ w - yb
-    if theta_users is not None:
-        residual += np.einsum("ij,ij->i", Xb, np.repeat(theta_users, m, axis=0))
-    return np.add.reduceat(Xb * residual[:, None], starts, axis=0)
-
-
-def _release_gradient_sum(contributions, *, clip_norm, noise_multiplier, rng):
-    """Clip each user's contribution to ``clip_norm``, sum, add Gaussian noise.
-
-    The sum has L2 sensitivity ``2 * clip_norm`` under replace-one-user; the
-    noise has standard deviation ``noise_multiplier * 2 * clip_norm``.
-    """
-    return mechanisms.gaussian_sum(
-        contributions, clip_norm=clip_norm, noise_multiplier=noise_multiplier, rng=rng)
-
-
-def _ppsgd(source, n_users, n_features, *, n_rounds, sample_rate, lr_global, lr_local,
-           weighting, batch_size, clip_norm, noise_multiplier, average, rng,
-           w_init=None, callback=None, verbose=0):
-    """Run PPSGD (Bietti et al. 2022, Alg. 1; Alg. 2 and 3 with client sampling).
-
-    Parameters
-    ----------
-    source : object with ``draw(users) -> (Xb, yb, m)``
-        Minibatches of the participating ``users`` (sorted codes), rows grouped
-        by user, ``m`` the size of each user's minibatch.
-    n_users, n_features : int
-        Number of users (public) and of columns of ``Xb``.
-    n_rounds : int
-        Number of rounds ``T``.
-    sample_rate : float
-        Poisson rate ``q`` of user participation per round.
-    lr_global, lr_local : float
-        Step size of ``w`` (applied to the noisy average contribution) and of
-        ``theta_i`` (applied to the user's own gradient).
-    weighting : {"user", "sample"}
-        ``"user"``: minibatch means (Alg. 3, average-user objective);
-        ``"sample"``: minibatch sums divided by the public ``batch_size``
-        (Alg. 2, per-sample objective).
-    batch_size : int or None
-        Public per-user minibatch cap (normaliser of ``"sample"``).
-    clip_norm, noise_multiplier : float
-        Per-user clip norm of the released contributions and noise multiplier
-        (noise std = ``noise_multiplier * 2 * clip_norm``).
-    average : bool
-        Return the average of the iterates of rounds ``1..T``.
-    rng : numpy.random.RandomState
-        Draws the participants and (through the mechanisms) the noise.
-    w_init : ndarray of shape (n_features,), default=None
-        Initial global weights (zeros: Alg. 1, line 2).
-    callback : callable, default=None
-        ``callback(t, w, theta)`` after each round (current iterates).
-
-    Returns
-    -------
-    w : ndarray of shape (n_features,)
-    theta : ndarray of shape (n_users, n_features)
-    events : list of DpEvent
-        The event of each round's release (empty when ``lr_global == 0``).
-    """
-    w = np.zeros(n_features) if w_init is None else np.array(w_init, dtype=float)
-    theta = np.zeros((n_users, n_features))  # Alg. 1, line 2
-    release = lr_global > 0
-    update_local = lr_local > 0
-    all_users = np.arange(n_users, dtype=np.int64)
-    # Alg. 2/3, line 13: the sum is normalised by the public expected number of
-    # participants q*N ("user") or of samples q*N*batch_size ("sample": the
-    # contributions are already divided by batch_size).
-    normaliser = sample_rate * n_users
-    if average:
-        w_sum = np.zeros(n_features)
-        theta_sum = np.zeros((n_users, n_features))
-        last = np.zeros(n_users, dtype=np.int64)  # last round accounted in theta_sum
-    events = []
-    report_every = max(1, n_rounds // 10)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(1, n_rounds + 1):  # Alg. 1, line 3
-            # Alg. 2, line 4: b_{i,t} ~ Ber(q) (every user when q = 1).
-            if sample_rate < 1.0:
-                users = np.flatnonzero(rng.random_sample(n_users) < sample_rate)
-            else:
-                users = all_users
-            # Alg. 1, line 5 / Alg. 2, line 6: each participant's minibatch.
-            Xb, yb, m = source.draw(users)
-            # Alg. 1, line 6: gradients at (w_{t-1}, theta_{i,t-1}); for the
-            # additive model the gradient in w equals the gradient in theta_i.
-            grad = _user_gradients(Xb, yb, m, w, theta[users] if update_local else None)
-            if weighting == "user":  # Alg. 3, line 7: minibatch means
-                grad /= m[:, None]
-            else:  # Alg. 2, line 7: minibatch sums (in units of batch_size rows)
-                grad /= batch_size
-            # A user whose local model diverged contributes zero (a point of the
-            # clipping ball, so the sensitivity is unchanged) and keeps theta.
-            finite = np.isfinite(grad).all(axis=1)
-            if not finite.all():
-                grad[~finite] = 0.0
-            if update_local:
-                if average:
-                    gap = (t - 1 - last[users])[:, None]
-                    theta_sum[users] += gap * theta[users]
-                # Alg. 1, line 7 / Alg. 2, line 8: local step on theta_i.
-                if users.size == n_users:
-                    theta -= lr_local * grad
-                else:
-                    theta[users] -= lr_local * grad
-                if average:
-                    theta_sum[users] += theta[users]
-                    last[users] = t
-            if release:
-                # Alg. 1, lines 8-11: clip per user, send, sum, add noise.
-                noisy_sum, event = _release_gradient_sum(
-                    grad, clip_norm=clip_norm, noise_multiplier=noise_multiplier, rng=rng)
-                events.append(event)
-                # Alg. 1, line 12 / Alg. 2, line 13: global step.
-                w = w - lr_global * np.asarray(noisy_sum, dtype=float) / normaliser
-            if average:
-                w_sum += w
-            if callback is not None:
-                callback(t, w, theta)
-            if verbose and (t % report_every == 0 or t == n_rounds):
-                # Only public values and releases: the realised number of
-                # participants would reveal the sampling that the accountant's
-                # amplification by subsampling assumes secret.
-                print(f"[PPSGD] round {t}/{n_rounds}: |w| = {np.linalg.norm(w):.4g}")
-    if average:
-        w = w_sum / n_rounds
-        if update_local:
-            theta_sum += (n_rounds - last)[:, None] * theta
-            theta = theta_sum / n_rounds
-    return w, theta, events
-
-
-# ---------------------------------------------------------------------------
-# Estimator
-# ---------------------------------------------------------------------------
 class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """Personalized-private SGD for the additive model ``y ≈ <x, w + theta_i>``.
 
@@ -378,7 +89,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         bound the averaged iterate).
     fit_intercept : bool, default=True
         Learn a global intercept (released with ``w``) and personal intercepts
-        (local), as a constant feature equal to 1 in both parts.
+        (local): the model of a constant feature equal to 1 in both parts
+        (computed as a scalar term; ``X`` is not copied).
     noise_multiplier : float or None, default=None
         If given, overrides the calibration from ``epsilon``: each round adds
         Gaussian noise of standard deviation ``noise_multiplier * 2 *
@@ -386,11 +98,13 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         resulting ε at ``delta`` (``0`` gives ε = inf). For experiments that,
         like the paper, are parameterised by the noise level.
     verbose : int, default=0
-        Print progress every tenth of the rounds when > 0: the round and the
-        norm of the released ``w`` only (never the realised participants,
-        which client sampling keeps secret).
+        Print progress every tenth of the rounds when > 0: the round number
+        only (nothing computed from the data: no norms, timings or numbers
+        of participants, which client sampling keeps secret).
     random_state : int, RandomState instance or None, default=None
-        Seeds the privacy noise, the client sampling and the minibatch orders.
+        Seeds the privacy noise and the 128-bit key of the client sampling and
+        of the minibatch orders. ``None``: fresh entropy from the operating
+        system.
 
     Attributes
     ----------
@@ -476,8 +190,20 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     conservative route: it is sound whatever the data of user ``i`` and of
     its replacement, and it never credits more amplification than the
     add/remove analysis. Users are sampled independently of the data, with
-    the public rate ``q``; the minibatch order of a user depends only on a
-    per-fit random salt and on that user's own row count.
+    the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
+    multiplier instead of calibrating it; the report then states the ε spent
+    at ``delta``.
+
+    **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
+    hash of ``(fit key, i, t)``
+    (:func:`skdpp.privacy.mechanisms.poisson_sample`); the permutation of the
+    ``p``-th pass over user ``i``'s rows sorts them by a keyed hash of ``(fit
+    key, i, p, canonical rank of the row)``, where the canonical order of a
+    user's rows is by content. A user's participation and minibatches are
+    therefore functions of the secret key and of its own rows only:
+    replacing another user, or permuting the rows, changes neither, and a fit
+    is a function of the *set* of records (bit for bit). The sampling is
+    secret: it is never printed or stored.
 
     ``alpha=0``: ``w`` is never updated; nothing is released and no privacy is
     spent (``privacy_report_`` says so, ε spent = 0). ``epsilon=np.inf``:
@@ -494,16 +220,23 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     not a fixed number ``Q`` without replacement as in §6. (iv) The averaged
     iterate is the mean of rounds ``1..T`` (the paper averages ``0..T-1``).
     (v) The noise is calibrated with a tight accountant instead of
-    Theorem 4.1/5.1's constants.
+    Theorem 4.1/5.1's constants. (vi) The client sampling and the minibatches
+    are keyed hashes (see *Randomness*), not draws from a shared stream. (vii)
+    A user whose gradient is not finite (its local model diverged, or its
+    values overflow) contributes 0 that round, a point of the clipping ball,
+    and keeps its ``theta_i``; so does a user whose local step would
+    overflow. Neither the fit nor the shape of a release depends on it.
 
     **Cold start and personalize.** A user unseen in ``fit`` is predicted
     with ``<x, w> + b``. :meth:`personalize` fits ``theta_i`` (and ``b_i``)
     for the given users by the same local SGD as in ``fit`` with ``w`` fixed:
     ``max(1, round(q T))`` local steps (a user's expected number of
     participations) from ``theta_i = 0`` with step ``η_loc``, the same
-    minibatch sampling, ``weighting`` and averaging. It uses only the
-    released ``w`` and the users' own rows, so ``privacy_report_`` is
-    unchanged. With ``alpha=np.inf`` the offsets stay 0.
+    minibatch sampling (keyed by ``random_state``), ``weighting`` and
+    averaging: the same block functions as ``fit`` with a global step of 0.
+    It uses only the released ``w`` and the users' own rows, so
+    ``privacy_report_`` is unchanged. With ``alpha=np.inf`` the offsets stay
+    0.
 
     Floating-point noise is not hardened against floating-point side channels.
 
@@ -531,8 +264,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ...                      random_state=0).fit(X, y, groups=groups)
     >>> round(est.score(X, y, groups=groups), 2) > 0.9
     True
-    >>> est.privacy_report_.epsilon_spent <= 2.0
-    True
+    >>> phase = est.privacy_report_.phases[0]
+    >>> phase.name, phase.count, phase.sensitivity
+    ('iterations', 100, 2.0)
     """
 
     _parameter_constraints: dict = {
@@ -584,7 +318,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.verbose = verbose
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ #
+    # ------------------------------------------------------------ validation
     def _step_sizes(self):
         """(global, local) step sizes from ``learning_rate`` and ``alpha``."""
         alpha = float(self.alpha)
@@ -615,152 +349,106 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "std is noise_multiplier * 2 * clip_norm); got clip_norm=None. Pass a "
                 "positive clip_norm.")
 
-    def _augment(self, X):
-        if self.fit_intercept:
-            return np.hstack([X, np.ones((X.shape[0], 1), dtype=X.dtype)])
-        return X
+    def _validate_data_kwargs(self):
+        # Integer X is converted (so that it hashes and fits like the equal
+        # floats); float32 is kept (no copy).
+        return {"y_numeric": True, "dtype": [np.float64, np.float32]}
 
-    def _plan(self, lr_global):
-        """Budget plan: the noise multiplier of each round (one phase, T releases)."""
-        if lr_global == 0:
-            return 0.0
-        if self.noise_multiplier is not None:
-            return float(self.noise_multiplier)
-        if self.epsilon == np.inf:
-            return 0.0
-        phases = [Phase(_PHASE, share=1.0, mechanism="gaussian", count=int(self.n_rounds),
-                        sampling_rate=float(self.sample_rate))]
-        return float(calibrate(phases, epsilon=self.epsilon, delta=self.delta)[_PHASE])
-
-    def fit(self, X, y, groups=None):
-        """Fit the global weights under DP and every user's personal offset.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row (the privacy unit). ``None``: every row is its
-            own user (row-level DP).
-
-        Returns
-        -------
-        self : object
-            Fitted estimator.
-        """
-        X, y, index = self._validate_fit_input(X, y, groups, y_numeric=True)
+    def _validate_fit_data(self, X, y, groups):
+        data = super()._validate_fit_data(X, y, groups)
         self._check_params()
-        y = np.asarray(y, dtype=float)
-        rng = check_random_state(self.random_state)
-        salt = int(rng.randint(0, 2**31 - 1)) * (2**31) + int(rng.randint(0, 2**31 - 1))
-        lr_global, lr_local = self._step_sizes()
-        z = self._plan(lr_global)
-        Xa = self._augment(X)
-        source = _ArraySource(Xa, y, index, self.batch_size, salt)
-        w, theta, events = _ppsgd(
-            source, index.n_users, Xa.shape[1], n_rounds=int(self.n_rounds),
-            sample_rate=float(self.sample_rate), lr_global=lr_global, lr_local=lr_local,
-            weighting=self.weighting, batch_size=self.batch_size, clip_norm=self.clip_norm,
-            noise_multiplier=z, average=bool(self.average), rng=rng, verbose=self.verbose)
-        accountant = self._account(events)
-        self._set_coef(w, theta)
-        self.n_iter_ = int(self.n_rounds)
-        self.noise_multiplier_ = z
-        self.privacy_report_ = self._report(accountant, index.n_users, z)
-        return self
+        data.y = np.asarray(data.y, dtype=np.float64)
+        return data
 
-    def _account(self, events):
-        """Compose the rounds' releases into a fresh accountant."""
-        accountant = self._new_accountant()
-        if not events:  # alpha = 0: nothing released
-            accountant.compose(NoOpEvent(), phase=_PHASE, mechanism="none",
-                               sensitivity=0.0, clip_norm=self.clip_norm)
-            return accountant
-        q = float(self.sample_rate)
-        sensitivity = None if self.clip_norm is None else 2.0 * float(self.clip_norm)
-        # All rounds release the same event; compose them as one entry of count T.
-        groups_of_events = [events[0]] if all(e == events[0] for e in events) else events
-        count = len(events) if len(groups_of_events) == 1 else 1
-        for event in groups_of_events:
-            if q < 1.0:
-                event = PoissonSampledEvent(q, event)
-            accountant.compose(event, count=count, phase=_PHASE, mechanism="gaussian",
-                               sensitivity=sensitivity, clip_norm=self.clip_norm)
-        return accountant
-
-    def _report(self, accountant, n_users, z):
-        notes = []
-        released = ("coef_", "intercept_")
-        if float(self.alpha) == 0:
-            notes.append("alpha=0: local-only learning; the global weights are never "
-                         "updated, nothing is released and no privacy is spent.")
-            released = ()
-        else:
-            notes.append(
-                f"{self.n_rounds} rounds, each releasing the Gaussian sum of per-user "
-                f"gradients clipped to clip_norm={self.clip_norm} (L2 sensitivity "
-                f"2*clip_norm under replace-one-user), sample_rate q={self.sample_rate}, "
-                f"noise multiplier {z:.6g} (noise std = multiplier * 2 * clip_norm).")
-            if self.sample_rate < 1:
-                notes.append(
-                    "Client sampling: each round is charged as a Poisson-subsampled "
-                    "Gaussian through a zero-out neighbour (sensitivity clip_norm, noise "
-                    "multiplier 2z, add/remove RDP) and group privacy of size 2 for "
-                    "replace-one-user.")
-            if float(self.alpha) == np.inf:
-                notes.append("alpha=inf: global-only DP-SGD; personal offsets stay 0.")
+    # ------------------------------------------------------ plan and core
+    def _budget_plan(self, meta):
+        """One phase, ``"iterations"``: ``n_rounds`` Gaussian releases (none if alpha=0)."""
+        plan = BudgetPlan(self.epsilon, self.delta)
+        lr_global, _ = self._step_sizes()
+        if lr_global == 0:  # alpha = 0: nothing is released
+            return plan
+        kwargs = dict(count=int(self.n_rounds), sampling_rate=float(self.sample_rate))
         if self.noise_multiplier is not None:
-            notes.append(
-                f"noise_multiplier={self.noise_multiplier} was fixed by the user; epsilon "
-                "is the value spent at delta (the epsilon parameter is not used).")
-            spent = accountant.get_epsilon(float(self.delta))
-            # The report's "requested" epsilon is the spent one (nothing spent:
-            # the epsilon parameter, which then bounds 0 trivially).
-            epsilon = spent if spent > 0 else float(self.epsilon)
-            return PrivacyReport.from_accountant(
-                accountant, epsilon=float(epsilon), delta=float(self.delta),
-                n_users=int(n_users), released=released,
-                local=("offsets_", "intercept_offsets_"), shares={_PHASE: 1.0},
-                notes=tuple(notes))
-        return self._build_report(accountant, n_users=n_users, released=released,
-                                  local=("offsets_", "intercept_offsets_"),
-                                  shares={_PHASE: 1.0}, notes=notes)
-
-    def _set_coef(self, w, theta):
-        if self.fit_intercept:
-            self.coef_, self.intercept_ = w[:-1].copy(), float(w[-1])
-            self.offsets_ = np.ascontiguousarray(theta[:, :-1])
-            self.intercept_offsets_ = theta[:, -1].copy()
+            plan.fix(PHASE, noise_multiplier=float(self.noise_multiplier), **kwargs)
         else:
-            self.coef_, self.intercept_ = w.copy(), 0.0
-            self.offsets_ = theta
-            self.intercept_offsets_ = np.zeros(theta.shape[0])
+            plan.add_rest(PHASE, **kwargs)
+        return plan
 
-    # ------------------------------------------------------------------ #
-    def _fit_personal(self, X, y, index):
-        """Local SGD on ``theta_i`` with ``w`` fixed (see Notes); no release."""
+    def _make_blocks(self, data, randomness):
+        return make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
+                               sample_rate=self.sample_rate)
+
+    def _config(self, key, n_features, *, sample_rate, n_rounds, release):
         _, lr_local = self._step_sizes()
-        rng = check_random_state(self.random_state)
-        salt = int(rng.randint(0, 2**31 - 1)) * (2**31) + int(rng.randint(0, 2**31 - 1))
-        Xa = self._augment(np.asarray(X, dtype=float))
-        w = np.append(self.coef_, self.intercept_) if self.fit_intercept else self.coef_
+        return SGDConfig(
+            key=key, n_features=int(n_features), fit_intercept=bool(self.fit_intercept),
+            batch_size=self.batch_size, sample_rate=float(sample_rate),
+            weighting=self.weighting, lr_local=lr_local, clip_norm=self.clip_norm,
+            release=release, average=bool(self.average), n_rounds=int(n_rounds))
+
+    def _fit_core(self, executor, release, randomness, meta):
+        lr_global, _ = self._step_sizes()
+        config = self._config(randomness.key, meta["n_features"],
+                              sample_rate=self.sample_rate, n_rounds=self.n_rounds,
+                              release=lr_global > 0)
+        w, theta = run_ppsgd(executor, release, config, n_users=meta["n_users"],
+                             lr_global=lr_global, verbose=self.verbose)
+        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
+        attributes = {**self._split(w, theta), "n_iter_": int(self.n_rounds),
+                      "noise_multiplier_": z}
+        released = ("coef_", "intercept_") if config.release else ()
+        return FitResult(attributes, released=released,
+                         local=("offsets_", "intercept_offsets_"),
+                         notes=self._notes(z))
+
+    def _split(self, w, theta):
+        """Fitted attributes from ``w`` and ``theta`` (intercept last when fitted)."""
+        d = w.shape[0] - int(self.fit_intercept)
+        return {"coef_": w[:d].copy(),
+                "intercept_": float(w[d]) if self.fit_intercept else 0.0,
+                "offsets_": np.ascontiguousarray(theta[:, :d]),
+                "intercept_offsets_": (theta[:, d].copy() if self.fit_intercept
+                                       else np.zeros(theta.shape[0]))}
+
+    def _notes(self, z):
+        if float(self.alpha) == 0:
+            return ("alpha=0: local-only learning; the global weights are never "
+                    "updated, nothing is released and no privacy is spent.",)
+        notes = [
+            f"{self.n_rounds} rounds, each releasing the Gaussian sum of per-user "
+            f"gradients clipped to clip_norm={self.clip_norm} (L2 sensitivity "
+            f"2*clip_norm under replace-one-user), sample_rate q={self.sample_rate}, "
+            f"noise multiplier {z:.6g} (noise std = multiplier * 2 * clip_norm); the "
+            "global step divides the release by the public q * n_users."]
+        if self.sample_rate < 1:
+            notes.append(
+                "Client sampling: each round is charged as a Poisson-subsampled "
+                "Gaussian through a zero-out neighbour (sensitivity clip_norm, noise "
+                "multiplier 2z, add/remove RDP) and group privacy of size 2 for "
+                "replace-one-user. The sample is a keyed hash, never published.")
+        if float(self.alpha) == np.inf:
+            notes.append("alpha=inf: global-only DP-SGD; personal offsets stay 0.")
+        return tuple(notes)
+
+    # ----------------------------------------------------------- personal
+    def _fit_personal(self, X, y, index):
+        """Local SGD on ``theta_i`` with ``w`` fixed (see Notes); no release.
+
+        The same block functions as ``fit`` with a global step of 0.
+        """
         n_steps = max(1, int(round(float(self.sample_rate) * int(self.n_rounds))))
-        source = _ArraySource(Xa, np.asarray(y, dtype=float), index, self.batch_size, salt)
-        _, theta, events = _ppsgd(
-            source, index.n_users, Xa.shape[1], n_rounds=n_steps, sample_rate=1.0,
-            lr_global=0.0, lr_local=lr_local, weighting=self.weighting,
-            batch_size=self.batch_size, clip_norm=self.clip_norm, noise_multiplier=0.0,
-            average=bool(self.average), rng=rng, w_init=w)
-        assert not events  # personalize never releases anything
-        if self.fit_intercept:
-            return {"offsets_": np.ascontiguousarray(theta[:, :-1]),
-                    "intercept_offsets_": theta[:, -1].copy()}
-        return {"offsets_": theta, "intercept_offsets_": np.zeros(theta.shape[0])}
+        config = self._config(FitRandomness(self.random_state).key, X.shape[1],
+                              sample_rate=1.0, n_rounds=n_steps, release=False)
+        w = np.append(self.coef_, self.intercept_) if self.fit_intercept else self.coef_
+        executor = LocalExecutor(make_sgd_blocks(X, np.asarray(y, dtype=np.float64), index,
+                                                 batch_size=self.batch_size, sample_rate=1.0))
+        _, theta = run_ppsgd(executor, None, config, n_users=index.n_users,
+                             lr_global=0.0, w_init=w)
+        split = self._split(np.asarray(w, dtype=float), theta)
+        return {name: split[name] for name in self._personal_attributes}
 
     def _validate_personal_input(self, X, y):
-        return validate_data(self, X, y, reset=False, y_numeric=True)
+        return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())
 
     def predict(self, X, groups=None):
         """Predict with each user's personal model; unseen users get ``<x, w> + b``.

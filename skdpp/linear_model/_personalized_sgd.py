@@ -1,0 +1,513 @@
+"""PPSGD (Bietti, Wei, Dudík, Langford & Wu 2022) as block functions and a driver.
+
+The algorithm of :class:`~skdpp.linear_model.PPSGDRegressor`, written over
+blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`) so that the
+same functions run in-process (:class:`~skdpp.utils._executor.LocalExecutor`)
+and on a cluster:
+
+* :func:`sgd_round` -- the map of one round on one block: decide the block's
+  participants (Alg. 2/3, line 4: :func:`skdpp.privacy.mechanisms.poisson_sample`),
+  draw each participant's minibatch (line 6, :class:`MinibatchStream`),
+  compute its gradient at ``(w, theta_i)`` (line 7), step ``theta_i`` locally
+  (line 8) and return the block's sum of per-user gradients clipped to ``C``
+  (line 9; one clip per user and round). The personal parameters ``theta_i``
+  and their running averages live in the block state (:class:`BlockState`).
+* :func:`run_ppsgd` -- the driver: per round, the tree sum of the blocks'
+  partial sums is released once through the fit's
+  :class:`~skdpp.privacy.Releaser` (L2 sensitivity ``2C``, Poisson sampling
+  rate ``q``) and ``w`` steps by the noisy sum divided by the *public*
+  ``q N`` (line 13). With a global step of 0 nothing is released: ``alpha=0``
+  and :meth:`~skdpp.linear_model.PPSGDRegressor.personalize` run the same
+  functions.
+* :func:`final_offsets` -- each user's last (or averaged) ``theta_i``.
+
+Randomness: participation and minibatches are keyed hashes of the fit key and
+of the user's own id (and, for minibatches, the pass number and the canonical
+rank of the row within the user), so a user's random choices never depend on
+another user's data nor on the order of the rows. The model is additive,
+``y ≈ <x, w_d + theta_d> + w_b + theta_b`` with the intercept (when fitted)
+as the last parameter: the gradient in the intercept is the residual sum, no
+column of ones is appended to ``X``.
+"""
+
+# Authors: skdpp developers
+# License: BSD 3 clause
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..privacy._clipping import clip_by_norm
+from ..privacy import mechanisms
+from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
+from ..utils._random import keyed_bits
+
+__all__ = [
+    "BlockState",
+    "MinibatchStream",
+    "SGDConfig",
+    "final_offsets",
+    "make_sgd_blocks",
+    "run_ppsgd",
+    "sgd_round",
+]
+
+#: The plan's phase of the per-round releases.
+PHASE = "iterations"
+
+
+@dataclass(frozen=True)
+class SGDConfig:
+    """Public configuration of the block functions (and the secret fit key).
+
+    Attributes
+    ----------
+    key : ndarray of shape (2,), uint64
+        The fit key (:attr:`skdpp.utils._random.FitRandomness.key`).
+    n_features : int
+        Columns of ``X`` (``d``).
+    fit_intercept : bool
+        A global and personal intercept, the last parameter of ``w``/``theta``.
+    batch_size : int or None
+        Per-user minibatch cap (``None``: all of the user's rows).
+    sample_rate : float
+        Poisson rate ``q`` of participation per round.
+    weighting : {"user", "sample"}
+        Gradient normalisation: minibatch mean (Alg. 3) or minibatch sum over
+        the public ``batch_size`` (Alg. 2).
+    lr_local : float
+        Step size of ``theta_i`` (0: the offsets stay 0).
+    clip_norm : float or None
+        Per-user clip of the released contribution.
+    release : bool
+        Return the clipped partial sums (``False`` when the global step is 0).
+    average : bool
+        Keep the running average of every ``theta_i``.
+    n_rounds : int
+        Number of rounds ``T`` (for the average).
+    """
+
+    key: object
+    n_features: int
+    fit_intercept: bool
+    batch_size: object
+    sample_rate: float
+    weighting: str
+    lr_local: float
+    clip_norm: object
+    release: bool
+    average: bool
+    n_rounds: int
+
+    @property
+    def n_params(self):
+        """Length of ``w`` and of each ``theta_i`` (``d``, plus 1 with an intercept)."""
+        return self.n_features + int(self.fit_intercept)
+
+
+# --------------------------------------------------------------------------- #
+# Per-user minibatches (Alg. 2/3, line 6)
+# --------------------------------------------------------------------------- #
+def _ranges(starts, lengths):
+    """Concatenation of ``arange(s, s + l)`` for each ``(s, l)``, without a loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+class MinibatchStream:
+    """Each user's rows as an endless stream of random permutations (one block).
+
+    User ``u`` reads its rows as a stream: pass ``p`` of the stream is a
+    permutation of the user's rows, and each participation takes the next
+    ``m_u = min(batch_size, n_u)`` rows. A minibatch that crosses the end of a
+    pass takes the last rows of pass ``p`` and the first rows of pass
+    ``p + 1`` (within one pass every row is used once; a row appears at most
+    twice in one minibatch, only at a pass boundary). A user whose minibatch
+    is all of its rows reads them in canonical order and is never reshuffled
+    (the order of the rows of a sum does not matter).
+
+    The permutation of pass ``p`` of user ``u`` sorts the user's rows by the
+    keyed hash ``(fit key, "batch", hash(u), p, canonical rank of the row)``
+    (:func:`skdpp.utils._random.keyed_bits`): a function of the key and of the
+    user's own rows only.
+
+    Parameters
+    ----------
+    block : UserBlock
+    batch_size : int or None
+    key : ndarray of shape (2,), uint64
+
+    Attributes
+    ----------
+    batch : ndarray of shape (n_users,)
+        Minibatch size ``m_u`` of each user of the block.
+    """
+
+    def __init__(self, block, batch_size, key):
+        self.key = key
+        self.user_hash = block.user_hash
+        self.counts = block.counts
+        self.starts = block.offsets[:-1]
+        self.batch = self.counts.copy() if batch_size is None \
+            else np.minimum(self.counts, int(batch_size))
+        full = self.batch == self.counts
+        self.all_full = bool(full.all())
+        self.stream = np.arange(block.n_rows, dtype=np.int64)  # canonical order
+        self.cursor = np.zeros(block.n_users, dtype=np.int64)
+        self.n_pass = np.zeros(block.n_users, dtype=np.int64)
+        self._shuffle(np.flatnonzero(~full))
+
+    def _shuffle(self, users):
+        """Write pass ``n_pass[users]`` of ``users`` into their part of the stream."""
+        if users.size == 0:
+            return
+        counts = self.counts[users]
+        starts = self.starts[users]
+        pos = _ranges(starts, counts)
+        rank = pos - np.repeat(starts, counts)
+        bits = keyed_bits(self.key, "batch", np.repeat(self.user_hash[users], counts),
+                          np.repeat(self.n_pass[users], counts), rank)
+        seg = np.repeat(np.arange(users.size, dtype=np.int64), counts)
+        self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
+
+    def draw(self, users):
+        """Block positions of the next minibatch of each of ``users``.
+
+        Parameters
+        ----------
+        users : ndarray of int or None
+            Local codes of the participants, sorted (``None``: every user).
+
+        Returns
+        -------
+        positions : ndarray of int or None
+            Rows of the block (canonical positions), grouped by user in the
+            order of ``users``; ``None`` when the minibatches are all the
+            rows of every user (the block's rows in canonical order).
+        m : ndarray of shape (n_participants,)
+            Minibatch size of each participant.
+        """
+        if users is None:
+            if self.all_full:
+                return None, self.batch
+            users = np.arange(self.counts.shape[0], dtype=np.int64)
+        elif self.all_full:  # every row of each participant, canonical order
+            m = self.counts[users]
+            return _ranges(self.starts[users], m), m
+        n, c, m = self.counts[users], self.cursor[users], self.batch[users]
+        start = np.repeat(self.starts[users], m)
+        n_rep = np.repeat(n, m)
+        vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
+                                  - np.repeat(np.cumsum(m) - m, m))
+        wrapped = vpos >= n_rep
+        positions = self.stream[start + np.where(wrapped, 0, vpos)]
+        ends = c + m >= n
+        if ends.any():
+            done = users[ends & (m < n)]
+            self.n_pass[done] += 1
+            self._shuffle(done)
+            if wrapped.any():
+                positions[wrapped] = self.stream[start[wrapped] + vpos[wrapped]
+                                                 - n_rep[wrapped]]
+        self.cursor[users] = np.where(ends, c + m - n, c + m)
+        return positions, m
+
+
+def make_sgd_blocks(X, y, index, *, batch_size, sample_rate, max_rows=DEFAULT_BLOCK_ROWS):
+    """Blocks of whole users (canonical order) sized by the rows a round reads.
+
+    A round reads ``m_u = min(batch_size, n_u)`` rows of each participant, so
+    blocks hold about ``max_rows`` expected minibatch rows
+    (``q * sum_u m_u``), not ``max_rows`` stored rows: fewer blocks, the same
+    working set per block and round.
+
+    Returns
+    -------
+    blocks : list of UserBlock
+    """
+    (whole,) = make_blocks(X, y, index, max_rows=None)
+    m = whole.counts if batch_size is None else np.minimum(whole.counts, int(batch_size))
+    expected = np.cumsum(m) * float(sample_rate)
+    cid = (expected - float(sample_rate) * m) // max(int(max_rows), 1)
+    cuts = np.r_[0, np.flatnonzero(np.diff(cid)) + 1, whole.n_users]
+    return [whole.user_range(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+# --------------------------------------------------------------------------- #
+# Block state and block functions
+# --------------------------------------------------------------------------- #
+class BlockState:
+    """Per-user state of one block, kept between rounds.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_users, n_params)
+        The users' current offsets ``theta_i`` (Alg. 1, line 2: zeros).
+    theta_avg : ndarray of shape (n_users, n_params) or None
+        ``sum_{s <= last} theta_{i,s} / T`` (running average of the iterates).
+    last : ndarray of shape (n_users,) or None
+        Last round accounted in ``theta_avg``.
+    stream : MinibatchStream or None
+        The users' minibatch streams (built at the first draw).
+    """
+
+    def __init__(self, block, config):
+        shape = (block.n_users, config.n_params)
+        self.theta = np.zeros(shape)
+        self.theta_avg = np.zeros(shape) if config.average else None
+        self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
+        self.stream = None
+
+
+def draw_minibatches(block, state, round_index, config):
+    """The round's participants and their minibatches (Alg. 2/3, lines 4-6).
+
+    Returns
+    -------
+    users : ndarray of int or None
+        Local codes of the participants (``None``: every user of the block).
+    positions : ndarray of int or None
+        Their minibatch rows (block positions, grouped by user; ``None``: all
+        rows of the block in canonical order).
+    m : ndarray
+        Minibatch size of each participant.
+    """
+    users = None
+    if config.sample_rate < 1.0:
+        users = np.flatnonzero(mechanisms.poisson_sample(
+            config.key, block.user_hash, round_index, config.sample_rate))
+    if state.stream is None:
+        state.stream = MinibatchStream(block, config.batch_size, config.key)
+    positions, m = state.stream.draw(users)
+    return users, positions, m
+
+
+def _gather(block, positions):
+    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical)."""
+    if positions is None:
+        return block.take(block.X), block.take(block.y)
+    rows = block.source_rows()[positions]
+    return np.take(block.X, rows, axis=0), np.take(block.y, rows)
+
+
+# Below this many features, einsum beats stacked matmul on tiny per-user products.
+_EINSUM_MAX_FEATURES = 16
+
+
+def _user_gradients(Xb, yb, m, coef, fit_intercept):
+    """Per-user sums of the squared-loss row gradients at ``coef``.
+
+    Parameters
+    ----------
+    Xb : ndarray of shape (sum(m), d)
+        Minibatch rows grouped by user (``m[j]`` rows for the ``j``-th user).
+    yb : ndarray of shape (sum(m),)
+    m : ndarray of shape (n,)
+    coef : ndarray of shape (n, p) or (p,)
+        Each user's parameters ``w + theta_i`` (or the shared ``w``); the last
+        entry is the intercept when ``fit_intercept``.
+    fit_intercept : bool
+
+    Returns
+    -------
+    grad : ndarray of shape (n, p)
+        ``sum_rows x (<x, c_d> + c_b - y)`` and, with an intercept, the
+        residual sum in the last column.
+    """
+    n, d = m.shape[0], Xb.shape[1]
+    grad = np.empty((n, d + int(fit_intercept)))
+    if n == 0:
+        return grad
+    shared = coef.ndim == 1
+    if m.min() == m.max():  # equal minibatches: batched products over users
+        k = int(m[0])
+        X3 = Xb.reshape(n, k, d)
+        small = d <= _EINSUM_MAX_FEATURES
+        if shared:
+            residual = (Xb @ coef[:d]).reshape(n, k)
+        elif small:
+            residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
+        else:
+            residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
+        if fit_intercept:
+            residual += coef[d] if shared else coef[:, d:]
+        residual -= yb.reshape(n, k)
+        if small:
+            grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
+        else:
+            grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
+        if fit_intercept:
+            grad[:, d] = residual.sum(axis=1)
+        return grad
+    starts = np.zeros(n, dtype=np.int64)  # ragged minibatches: segment sums
+    np.cumsum(m[:-1], out=starts[1:])
+    if shared:
+        residual = Xb @ coef[:d]
+        if fit_intercept:
+            residual += coef[d]
+    else:
+        residual = np.einsum("ij,ij->i", Xb, np.repeat(coef[:, :d], m, axis=0))
+        if fit_intercept:
+            residual += np.repeat(coef[:, d], m)
+    residual -= yb
+    grad[:, :d] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
+    if fit_intercept:
+        grad[:, d] = np.add.reduceat(residual, starts)
+    return grad
+
+
+def _clipped_sum(grad, clip_norm):
+    """Sum of the per-user gradients, each clipped to ``clip_norm`` (Alg. 1, line 8)."""
+    return clip_by_norm(grad, clip_norm).sum(axis=0)
+
+
+def local_steps(state, users, Xb, yb, m, w, round_index, config):
+    """Gradients at ``(w, theta_i)``, local steps on ``theta_i``, clipped partial sum.
+
+    Alg. 2/3, lines 7-9 for the participants ``users`` (local codes, ``None``:
+    every user of the block) whose minibatches are ``Xb``, ``yb`` (grouped by
+    user, ``m`` rows each).
+
+    A user whose gradient is not finite (its local model diverged, or its
+    values overflow) contributes 0, a point of the clipping ball, and keeps
+    its ``theta_i``; so does a user whose step would overflow. The
+    sensitivity is unchanged and nothing fails.
+
+    Returns
+    -------
+    partial : ndarray of shape (n_params,) or None
+        Sum of the participants' gradients clipped to ``clip_norm`` (``None``
+        when ``config.release`` is false).
+    """
+    idx = slice(None) if users is None else users
+    personal = config.lr_local > 0
+    theta = state.theta[idx] if personal else None
+    # Alg. 1, line 6: for the additive model the gradients in w and in theta_i
+    # are equal.
+    grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w,
+                           config.fit_intercept)
+    if config.weighting == "user":  # Alg. 3, line 7: minibatch means
+        grad /= m[:, None]
+    else:  # Alg. 2, line 7: minibatch sums, in units of the public batch_size
+        grad /= config.batch_size
+    if not np.isfinite(grad).all():
+        grad[~np.isfinite(grad).all(axis=1)] = 0.0
+    if personal:  # Alg. 2/3, line 8: local step
+        new = theta - config.lr_local * grad
+        if not np.isfinite(new).all():
+            overflow = ~np.isfinite(new).all(axis=1)
+            new[overflow] = theta[overflow]
+        if config.average:
+            last = state.last[idx]
+            state.theta_avg[idx] += (theta * ((round_index - 1 - last) / config.n_rounds)[:, None]
+                                     + new * (1.0 / config.n_rounds))
+            state.last[idx] = round_index
+        state.theta[idx] = new
+    if not config.release:
+        return None
+    return _clipped_sum(grad, config.clip_norm)  # Alg. 2/3, line 9
+
+
+def sgd_round(block, state, broadcast, *, config):
+    """One round on one block: ``fn(block, state, (round, w)) -> (partial, state)``.
+
+    Draws the participants and their minibatches, steps their offsets and
+    returns the block's sum of clipped per-user gradients (see
+    :func:`local_steps`). Data-dependent floating-point over/underflow is
+    silent: whether a warning appears must not depend on one user's data.
+    """
+    round_index, w = broadcast
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        if state is None:
+            state = BlockState(block, config)
+        users, positions, m = draw_minibatches(block, state, round_index, config)
+        Xb, yb = _gather(block, positions)
+        partial = local_steps(state, users, Xb, yb, m, w, round_index, config)
+    return partial, state
+
+
+def final_offsets(block, state, n_rounds, *, config):
+    """The users' last ``theta_i``, or their average over rounds ``1..T``."""
+    if state is None:
+        return np.zeros((block.n_users, config.n_params))
+    if not config.average:
+        return state.theta
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        return state.theta_avg + state.theta * ((n_rounds - state.last) / n_rounds)[:, None]
+
+
+# --------------------------------------------------------------------------- #
+# Driver
+# --------------------------------------------------------------------------- #
+def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
+              round_fn=sgd_round, callback=None, verbose=0):
+    """Run PPSGD for ``config.n_rounds`` rounds (Alg. 1; Alg. 2/3 with sampling).
+
+    Parameters
+    ----------
+    executor : LocalExecutor or compatible
+        Runs the block functions over blocks of whole users.
+    release : Releaser or None
+        The fit's release helper (``None`` only when ``config.release`` is
+        false: nothing is released).
+    config : SGDConfig
+    n_users : int
+        Number of users ``N`` (public).
+    lr_global : float
+        Step size of ``w`` on the noisy sum divided by ``q N``.
+    w_init : ndarray of shape (n_params,), default=None
+        Initial (and, with ``lr_global=0``, fixed) global weights; zeros by
+        default (Alg. 1, line 2).
+    round_fn : callable, default=sgd_round
+        The map of one round, ``round_fn(block, state, (t, w), config=...)``.
+    callback : callable, default=None
+        ``callback(t, w, executor)`` after each round.
+    verbose : int, default=0
+        Print the round every tenth of the rounds (public values only).
+
+    Returns
+    -------
+    w : ndarray of shape (n_params,)
+        The last (or averaged) global iterate.
+    theta : ndarray of shape (n_users, n_params)
+        The users' last (or averaged) offsets, in user order.
+    """
+    n_rounds = int(config.n_rounds)
+    q = float(config.sample_rate)
+    w = np.zeros(config.n_params) if w_init is None else np.array(w_init, dtype=float)
+    w_sum = np.zeros(config.n_params) if config.average else None
+    clip_norm = config.clip_norm
+    sensitivity = None if clip_norm is None else 2.0 * float(clip_norm)
+    # Alg. 2/3, line 13: the sum is divided by the public expected number of
+    # participants q N (never the realised number of participants or rows,
+    # which depend on the secret sampling and on the data).
+    normaliser = q * n_users
+    if not config.release and release is not None:
+        release.nothing(PHASE, clip_norm=clip_norm)  # alpha = 0: w is never updated
+    step = functools.partial(round_fn, config=config)
+    report_every = max(1, n_rounds // 10)
+    for t in range(1, n_rounds + 1):  # Alg. 1, line 3
+        total = executor.map(step, (t, w))
+        if config.release:
+            # Alg. 1, lines 10-12: one Gaussian release of the sum of clipped
+            # contributions (sensitivity 2C), the global step on it.
+            noisy = release.gaussian(PHASE, total, sensitivity=sensitivity,
+                                     clip_norm=clip_norm, sampling_rate=q)
+            with np.errstate(over="ignore", invalid="ignore"):
+                w = w - lr_global * np.asarray(noisy, dtype=float) / normaliser
+        if w_sum is not None:
+            w_sum += w
+        if callback is not None:
+            callback(t, w, executor)
+        if verbose and (t % report_every == 0 or t == n_rounds):
+            print(f"[PPSGD] round {t}/{n_rounds}")
+    theta = executor.collect(functools.partial(final_offsets, config=config), n_rounds)
+    if w_sum is not None:
+        w = w_sum / n_rounds
+    return w, theta
