@@ -361,18 +361,23 @@ def _to_pandas(d, classifier):
 
 
 def test_pandas_input_with_series_of_string_ids(name):
-    """DataFrame X, Series y and string ids give the numpy fit's predictions."""
+    """DataFrame X, Series y and string ids give the numpy fit's predictions.
+
+    The numpy fit uses the same string ids: per-user randomness is keyed by a
+    hash of the id, so the fit depends on the ids themselves (not on how they
+    are stored).
+    """
     d = CASES[name].make_data(0)
     est = _estimator(name)
     classifier = is_classifier(est)
     p = _to_pandas(d, classifier)
     est_pd = clone(est).fit(p["X"], p["y"], groups=p["groups"])
-    est_np = clone(est).fit(d["X"], d["y"], groups=d["groups"])
+    est_np = clone(est).fit(d["X"], d["y"], groups=p["groups"].to_numpy())
 
     assert_array_equal(est_pd.feature_names_in_, p["X"].columns.to_numpy())
     assert_array_equal(est_pd.user_ids_, np.unique(p["groups"]))
     pred_pd = est_pd.predict(p["X_test"], groups=p["groups_test"])
-    pred_np = est_np.predict(d["X_test"], groups=d["groups_test"])
+    pred_np = est_np.predict(d["X_test"], groups=p["groups_test"].to_numpy())
     if classifier:
         assert_array_equal(pred_pd, np.where(np.asarray(pred_np) > 0, "pos", "neg"))
     else:
