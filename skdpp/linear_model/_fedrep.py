@@ -113,7 +113,11 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
     # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
     # float maximum) contributes zero: a function of that user's rows and the public U.
-    g[np.isnan(g).any(axis=1)] = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
+    if suspect.any():
+        rows = np.flatnonzero(suspect)
+        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
     return clipped_outer_sum(g, V, clip_norm)
 
 

@@ -133,9 +133,18 @@ def prepare_split(block, state, key):
     y0 = np.asarray(s0.take(block.y), dtype=np.float64)
     X0 = None
     if block.X.nbytes <= _CACHE_SOURCE_BYTES:
-        X0 = np.ascontiguousarray(s0.take(block.X))
-    local = UserBlock(y0, y0, None, s0.users, s0.user_hash, s0.counts, s0.first_user)
+        X0 = np.take(block.X, s0.source_rows(), axis=0)
+    # the S^0 rows over the block's own S^0 arrays (X0 when cached; its X is only
+    # read through s0_rows otherwise)
+    local = UserBlock(y0 if X0 is None else X0, y0, None, s0.users, s0.user_hash,
+                      s0.counts, s0.first_user)
     return None, BlockState(s0=s0, local=local, y0=y0, X0=X0, final=final)
+
+
+def s0_block(state):
+    """The block's ``S^0`` rows as a block over arrays holding them (the cached copy
+    when there is one: contiguous reads)."""
+    return state.s0 if state.X0 is None else state.local
 
 
 def s0_rows(block, state):

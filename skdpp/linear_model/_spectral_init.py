@@ -18,6 +18,7 @@ import numpy as np
 
 from ..privacy._clipping import clip_values, scaled_clip_factors, stack_norms, unit_rows
 from ..utils._grouped import UserIndex, segment_outer_sum
+from ._representation import s0_block, scratch
 
 __all__ = ["initial_components", "pairwise_statistic", "random_init", "spectral_statistic"]
 
@@ -84,7 +85,10 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm):
     if fast.any():
         A = Ap if fast.all() else Ap[fast]
         f, norms[fast] = scaled_clip_factors(nu[fast] / cc, mu2[fast], clip_norm)
-        W = (A.sum(axis=1)[:, None, :] - A) * (f / cc)[:, None, None]  # f (s - a_j) / cc
+        # W = f (s - a_j) / cc, in a reused buffer
+        W = scratch("spectral_W", A.shape[0] * c, d, A.dtype).reshape(A.shape)
+        np.subtract(A.sum(axis=1)[:, None, :], A, out=W)
+        W *= (f / cc)[:, None, None]
         total += A.reshape(-1, d).T @ W.reshape(-1, d)
     if not fast.all():
         slow = ~fast
@@ -104,9 +108,14 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm):
 def _user_scales(X_rows, y_rows, starts):
     """Per-user ``max |x|`` and ``max |y|`` over consecutive row segments (1 for zeros)."""
     d = X_rows.shape[1]
-    # one flat reduction per user segment (rows of a user are consecutive)
-    mx = np.maximum.reduceat(np.abs(np.ascontiguousarray(X_rows)).reshape(-1),
-                             starts * d) if d else np.zeros(starts.size)
+    if d:
+        # one flat reduction per user segment (rows of a user are consecutive);
+        # max |x| = max(max x, -min x) needs no |X| temporary
+        flat = np.ascontiguousarray(X_rows).reshape(-1)
+        mx = np.maximum(np.maximum.reduceat(flat, starts * d),
+                        -np.minimum.reduceat(flat, starts * d))
+    else:
+        mx = np.zeros(starts.size)
     my = np.maximum.reduceat(np.abs(y_rows), starts)
     return np.where(mx > 0, mx, 1.0), np.where(my > 0, my, 1.0)
 
@@ -161,10 +170,18 @@ def spectral_statistic(block, clip_norm):
             per_chunk = max(1, _CHUNK_BYTES // (8 * c * d))
             for lo in range(0, users.size, per_chunk):  # memory chunks
                 u = users[lo:lo + per_chunk]
-                r = src[block.offsets[u][:, None] + np.arange(c)]  # (n_c, c)
-                Xu, yu = X[r], y[r]
-                sx, sy = _user_scales(Xu.reshape(-1, d), yu.ravel(), np.arange(u.size) * c)
-                Ap = (Xu / sx[:, None, None]) * (yu / sy[:, None])[..., None]  # (n_c, c, d)
+                r = src[block.offsets[u][:, None] + np.arange(c)].reshape(-1)  # (n_c c,)
+                # the users' rows, gathered into a reused buffer: (n_c, c, d)
+                Xu = np.take(X, r, axis=0, out=scratch("spectral_X", r.size, d, X.dtype))
+                yu = y[r].reshape(u.size, c)
+                sx, sy = _user_scales(Xu, yu.ravel(), np.arange(u.size) * c)
+                # a_j = (x_j / sx) (y_j / sy), in place (float64)
+                Ap = Xu if Xu.dtype == np.float64 else \
+                    scratch("spectral_A", r.size, d, np.float64)
+                np.divide(Xu.reshape(u.size, c, d), sx[:, None, None],
+                          out=Ap.reshape(u.size, c, d))
+                Ap = Ap.reshape(u.size, c, d)
+                Ap *= (yu / sy[:, None])[..., None]
                 part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm)
                 total += part
         # Users with more than d rows: explicit d x d matrices, chunked over users.
@@ -191,7 +208,7 @@ def spectral_statistic(block, clip_norm):
 
 
 def _spectral_block(block, state, clip_norm):
-    return spectral_statistic(state.s0, clip_norm)[0], state
+    return spectral_statistic(s0_block(state), clip_norm)[0], state
 
 
 # --------------------------------------------------------------------------- #
@@ -234,7 +251,7 @@ def pairwise_statistic(block, label_clip):
 
 
 def _pairwise_block(block, state, label_clip):
-    return pairwise_statistic(state.s0, label_clip), state
+    return pairwise_statistic(s0_block(state), label_clip), state
 
 
 # --------------------------------------------------------------------------- #

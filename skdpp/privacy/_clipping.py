@@ -384,12 +384,14 @@ def clipped_outer_sum(A, B, clip_norm):
     n, p, q = A.shape[0], A.shape[1], B.shape[1]
     if n == 0 or p == 0 or q == 0:
         return np.zeros((p, q))
-    if np.isnan(A).any() or np.isnan(B).any():
-        raise ValueError("`A` or `B` contains NaN; cannot clip.")
     if clip_norm is None:
+        if np.isnan(A).any() or np.isnan(B).any():
+            raise ValueError("`A` or `B` contains NaN; cannot clip.")
         with np.errstate(over="ignore", invalid="ignore"):
             return A.T @ B
     a_norm, b_norm = row_norms(A), row_norms(B)
+    if np.isnan(a_norm).any() or np.isnan(b_norm).any():  # NaN norms <=> NaN entries
+        raise ValueError("`A` or `B` contains NaN; cannot clip.")
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.where((a_norm > 0) & (b_norm > 0), a_norm * b_norm, 0.0)
     mag, _ = clipped_magnitudes(norms, clip_norm)
