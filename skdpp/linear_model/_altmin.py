@@ -508,10 +508,12 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                 executor, release, init=self.init, n_components=self.n_components,
                 n_features=meta["n_features"], clip_norm=self.init_clip_norm,
                 label_clip=self.label_clip, rng=randomness.public)
+            release_scratch()  # the phases' buffers differ: free each
             U = private_altmin(
                 executor, release, U0, key=key, n_rounds=int(self.max_iter),
                 schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
                 psd_floor=float(self.psd_floor), verbose=self.verbose)
+            release_scratch()
             heads, head = final_heads(
                 executor, release, U, head_clip_norm=self.head_clip_norm,
                 cold_start=self.cold_start_share > 0, n_users=meta["n_users"])

@@ -417,11 +417,13 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                 executor, release, init=self.init, n_components=self.n_components,
                 n_features=meta["n_features"], clip_norm=self.init_clip_norm,
                 label_clip=self.init_clip_norm, rng=randomness.public)
+            release_scratch()  # the phases' buffers differ: free each
             U = private_fedrep(
                 executor, release, U0, key=key, n_iter=int(self.max_iter),
                 learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
                 batch_mode=self.batch_mode, batch_size=self.batch_size,
                 n_users=meta["n_users"], verbose=self.verbose)
+            release_scratch()
             heads, head = final_heads(
                 executor, release, U, head_clip_norm=self.head_clip_norm,
                 cold_start=self.cold_start_share > 0, n_users=meta["n_users"])

@@ -126,6 +126,9 @@ def split_mask(block, key):
 
 def prepare_split(block, state, key):
     """Block function: split the block's users into ``S^0`` / ``S^1``; returns its state."""
+    # A throw-away view of the block: the per-row arrays it caches while splitting
+    # (row users, ranks: 16 bytes a row) are freed on return.
+    block = block.user_range(0, block.n_users)
     s0_mask = split_mask(block, key)
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
