@@ -89,8 +89,10 @@ class BlockState:
     s0 : UserBlock
         The block's ``S^0`` rows (over the fit's ``X``, ``y``).
     local : UserBlock
-        The same users and row counts over the ``S^0`` arrays themselves
-        (rows ``0 .. n0 - 1``): batches of a round are selections of it.
+        The same users and row counts over the block's own ``S^0`` arrays
+        (rows ``0 .. n0 - 1``; sources ``X0`` and ``y0``, or ``y0`` alone when
+        ``X0`` is not cached): batches of a round are selections of it, so
+        their ``source_rows`` index ``X0``, ``y0`` and ``X0 @ U``.
     y0 : ndarray of shape (n0,)
         Targets of the ``S^0`` rows.
     X0 : ndarray of shape (n0, d) or None
