@@ -33,6 +33,7 @@ from ._representation import (
     prepare_split,
     release_scratch,
     s0_rows,
+    take_rows,
 )
 from ._spectral_init import initial_components
 
@@ -154,13 +155,13 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     moments : ndarray of shape (d, k)
         ``unvec(sum_i mean_r ỹ_r W_r)``.
     """
-    xu, xn = unit_rows(stats.take(X0))
+    xu, xn = unit_rows(take_rows(stats, X0))
     vu, vn = unit_rows(V)
     Vr, vnr = stats.expand(vu), stats.expand(vn)
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
     mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
-    yt = clip_values(stats.take(y0), label_clip)
+    yt = clip_values(take_rows(stats, y0), label_clip)
     w = _user_weights(stats)
     with np.errstate(over="ignore", invalid="ignore"):
         gram = _kron_blocks(xu, Vr, w * mag**2)
@@ -178,7 +179,7 @@ def altmin_round(block, state, rnd):
     X0 = s0_rows(block, state)
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
-    V = fit_heads(heads, heads.take(P), heads.take(state.y0))  # line 5: exact local heads
+    V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
     partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
     return partial, state
 

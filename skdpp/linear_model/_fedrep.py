@@ -31,6 +31,7 @@ from ._representation import (
     release_scratch,
     s0_rows,
     source_row_sum,
+    take_rows,
 )
 from ._spectral_init import initial_components
 
@@ -108,7 +109,8 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     total : ndarray of shape (d, k)
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        resid = grad.take(y0) - np.einsum("ij,ij->i", grad.take(P), grad.expand(V))
+        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+                                                grad.expand(V))
         w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
     g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
     # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
@@ -127,7 +129,7 @@ def fedrep_round(block, state, rnd):
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
-    V = fit_heads(head, head.take(P), head.take(state.y0))  # line 6
+    V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
     return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
 
 

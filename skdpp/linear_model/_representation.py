@@ -33,7 +33,8 @@ from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
 from ._heads import solve_heads
 
-__all__ = ["BlockState", "final_heads", "fit_heads", "prepare_split", "subspace_distance"]
+__all__ = ["BlockState", "final_heads", "fit_heads", "prepare_split", "subspace_distance",
+           "take_rows"]
 
 _INIT_OPTIONS = ("private_spectral", "private_pairwise", "random")
 
@@ -75,6 +76,27 @@ def scratch(name, n_rows, n_cols, dtype):
 def release_scratch():
     """Free this thread's scratch buffers (end of a fit)."""
     _scratch.buffers = {}
+
+
+def take_rows(block, A, scratch_name=None):
+    """The block's rows of the source-aligned array ``A`` (canonical order).
+
+    Like :meth:`UserBlock.take`, but gathers with ``np.take(..., mode="clip")``
+    (the block's rows are valid indices): numpy buffers the output of the
+    default ``mode="raise"`` when ``out`` is given, and fancy indexing is
+    slower (measured 2.7 ms and 2.0 ms vs 0.56 ms for 16384 rows of 50
+    columns). ``scratch_name``: gather into that reused buffer of this thread
+    (valid until the next gather into it).
+    """
+    rows = block.rows
+    if rows is None:
+        return A
+    if isinstance(rows, slice):
+        return A[rows]
+    if scratch_name is None:
+        return np.take(A, rows, axis=0, mode="clip")
+    out = scratch(scratch_name, rows.shape[0], A.shape[1], A.dtype)
+    return np.take(A, rows, axis=0, out=out, mode="clip")
 
 
 # --------------------------------------------------------------------------- #
@@ -135,10 +157,10 @@ def prepare_split(block, state, key):
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
-    y0 = np.asarray(s0.take(block.y), dtype=np.float64)
+    y0 = np.asarray(take_rows(s0, block.y), dtype=np.float64)
     X0 = None
     if block.X.nbytes <= _CACHE_SOURCE_BYTES:
-        X0 = np.take(block.X, s0.source_rows(), axis=0)
+        X0 = np.take(block.X, s0.source_rows(), axis=0, mode="clip")
     # the S^0 rows over the block's own S^0 arrays (X0 when cached; its X is only
     # read through s0_rows otherwise)
     local = UserBlock(y0 if X0 is None else X0, y0, None, s0.users, s0.user_hash,
@@ -156,8 +178,7 @@ def s0_rows(block, state):
     """The block's ``S^0`` rows of ``X``: the cached copy, or a gather into scratch."""
     if state.X0 is not None:
         return state.X0
-    out = scratch("s0_rows", state.s0.n_rows, block.X.shape[1], block.X.dtype)
-    return state.s0.take(block.X, out=out)
+    return take_rows(state.s0, block.X, "s0_rows")
 
 
 # --------------------------------------------------------------------------- #
@@ -210,10 +231,10 @@ def fit_heads(block, P, y):
 
 def heads_on(block, U):
     """Heads of the block's users from all its rows (:func:`fit_heads` of ``X U``)."""
-    Xb = block.take(block.X)
+    Xb = take_rows(block, block.X)
     with np.errstate(over="ignore", invalid="ignore"):
         P = Xb @ U
-    return fit_heads(block, P, np.asarray(block.take(block.y), dtype=np.float64))
+    return fit_heads(block, P, np.asarray(take_rows(block, block.y), dtype=np.float64))
 
 
 def source_row_sum(block, weights, A):
@@ -231,11 +252,10 @@ def _final_heads_block(block, state, config):
     """Final heads of the block's users (line 14) and their clipped sum (cold start)."""
     U, head_clip_norm = config
     fin = state.final
-    Xf = fin.take(block.X, out=scratch("final_rows", fin.n_rows, block.X.shape[1],
-                                       block.X.dtype))
+    Xf = take_rows(fin, block.X, "final_rows")
     with np.errstate(over="ignore", invalid="ignore"):
         P = Xf @ U
-    state.heads = fit_heads(fin, P, np.asarray(fin.take(block.y), dtype=np.float64))
+    state.heads = fit_heads(fin, P, np.asarray(take_rows(fin, block.y), dtype=np.float64))
     # Each user's head clipped to C_head: one bounded contribution per user.
     return clip_by_norm(state.heads, head_clip_norm).sum(axis=0), state
 

@@ -172,7 +172,8 @@ def spectral_statistic(block, clip_norm):
                 u = users[lo:lo + per_chunk]
                 r = src[block.offsets[u][:, None] + np.arange(c)].reshape(-1)  # (n_c c,)
                 # the users' rows, gathered into a reused buffer: (n_c, c, d)
-                Xu = np.take(X, r, axis=0, out=scratch("spectral_X", r.size, d, X.dtype))
+                Xu = np.take(X, r, axis=0, out=scratch("spectral_X", r.size, d, X.dtype),
+                             mode="clip")
                 yu = y[r].reshape(u.size, c)
                 sx, sy = _user_scales(Xu, yu.ravel(), np.arange(u.size) * c)
                 # a_j = (x_j / sx) (y_j / sy), in place (float64)

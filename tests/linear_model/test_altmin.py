@@ -320,12 +320,14 @@ def _audit_run(data, neighbour_data, epsilon):
     return run
 
 
+@pytest.mark.slow
 def test_audit_lower_bound_below_claimed_epsilon():
     data, neighbour = _audit_data()
     lower = audit_epsilon_lower_bound(_audit_run(data, neighbour, 1.0), 300, delta=1e-6)
     assert lower <= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("breaker", ["noise_off", "no_clipping"])
 def test_audit_catches_broken_variants(monkeypatch, breaker):
     data, neighbour = _audit_data()

@@ -411,6 +411,7 @@ def _audit_run(data, neighbour_data, epsilon):
     return run
 
 
+@pytest.mark.slow
 def test_audit_lower_bound_below_claimed_epsilon():
     data, neighbour = _audit_data()
     eps = 1.0
@@ -419,6 +420,7 @@ def test_audit_lower_bound_below_claimed_epsilon():
     assert lower <= eps  # false alarm rate <= 1% for a correct implementation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("breaker", ["noise_off", "no_clipping"])
 def test_audit_catches_broken_variants(monkeypatch, breaker):
     data, neighbour = _audit_data()
