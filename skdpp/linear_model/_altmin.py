@@ -46,7 +46,7 @@ _CHUNK_BYTES = 16 * 2**20
 # --------------------------------------------------------------------------- #
 # Alg. 1-2 as block functions
 # --------------------------------------------------------------------------- #
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Round:
     """The broadcast of one round: the current ``U`` and the public configuration."""
 

@@ -41,7 +41,7 @@ __all__ = ["PrivateFedRepRegressor"]
 # --------------------------------------------------------------------------- #
 # Alg. 1 as block functions
 # --------------------------------------------------------------------------- #
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Round:
     """The broadcast of one round: the current ``U`` and the public configuration."""
 
