@@ -199,8 +199,9 @@ def fit_heads(block, P, y):
     Returns
     -------
     V : ndarray of shape (block.n_users, k)
-        Zero for users without rows, and for users whose head is not finite
-        (magnitudes near the float maximum): a function of that user's rows only.
+        Zero for users without rows, for users whose projections ``P`` are not
+        finite (``X U`` overflows for values near the float maximum) and for
+        users whose head is not finite: a function of that user's rows only.
 
     Notes
     -----
@@ -218,7 +219,8 @@ def fit_heads(block, P, y):
         my = block.segment_max(np.abs(y), initial=0.0)
         sp_ = np.where(mp > 0, mp, 1.0)
         sy_ = np.where(my > 0, my, 1.0)
-        bad = ~np.isfinite(sp_)
+        # users whose projections overflowed (inf, or NaN from inf - inf in X U)
+        bad = ~np.isfinite(mp)
         Ps = P / block.expand(sp_)[:, None]
         if bad.any():
             Ps[block.expand(bad)] = 0.0

@@ -69,6 +69,23 @@ def test_fit_heads_user_without_rows_gets_zero_head():
     assert_array_equal(V[3], 0.0)
 
 
+def test_fit_heads_non_finite_projections_give_zero_heads():
+    """``X U`` can overflow to inf (or NaN, inf - inf, in another BLAS's summation
+    order) for values near the float maximum: that user's head is 0, the others are
+    unaffected, and nothing raises or warns (LAPACK's SVD raised on NaN)."""
+    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    block = _block(np.zeros((6, 1)), y, np.repeat([0, 1, 2], 2))
+    P = np.array([[np.nan, 1.0], [1.0, 2.0], [np.inf, -np.inf], [1.0, 1.0],
+                  [1.0, 0.5], [2.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        V = rep.fit_heads(block, P, block.take(y))
+    assert_array_equal(V[:2], 0.0)
+    expected = rep.fit_heads(block.user_range(2, 3), P[4:], block.take(y)[4:])
+    assert_allclose(V[2], expected[0], rtol=1e-12)
+    assert np.all(np.isfinite(V))
+
+
 @pytest.mark.parametrize("max_rows", [1, 3, 1000])
 def test_heads_do_not_depend_on_the_blocks(max_rows):
     X, y, groups = _toy(n_users=9, max_rows=8)
