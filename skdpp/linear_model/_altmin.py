@@ -21,21 +21,17 @@ from numbers import Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
+from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy import Releaser
 from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from ._heads import psd_floor_solve
 from ._representation import (
     _common_constraints,
     _RepresentationMixin,
-    final_heads,
     fit_heads,
-    prepare_split,
-    release_scratch,
     s0_rows,
     take_rows,
 )
-from ._spectral_init import initial_components
 
 __all__ = ["PrivAltMinRegressor"]
 
@@ -500,36 +496,25 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         rounds = self.max_iter if self.schedule == "full" else min(self.max_iter, 1)
         return 2 * int(rounds)
 
-    def _fit_core(self, executor, release, randomness, meta):
-        key = randomness.key
-        try:
-            executor.map(prepare_split, key)  # S^0 / S^1 (Theorem 4.2)
-            executor.map(prepare_altmin, (key, self.batch_mode))
-            U0 = initial_components(
-                executor, release, init=self.init, n_components=self.n_components,
-                n_features=meta["n_features"], clip_norm=self.init_clip_norm,
-                label_clip=self.label_clip, rng=randomness.public)
-            release_scratch()  # the phases' buffers differ: free each
-            U = private_altmin(
-                executor, release, U0, key=key, n_rounds=int(self.max_iter),
-                schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
-                psd_floor=float(self.psd_floor), verbose=self.verbose)
-            release_scratch()
-            heads, head = final_heads(
-                executor, release, U, head_clip_norm=self.head_clip_norm,
-                cold_start=self.cold_start_share > 0, n_users=meta["n_users"])
-        finally:
-            release_scratch()
-        notes = ["Each round releases the per-user-mean Gram (sensitivity "
+    # ------------------------------------------------- hooks of the fit template
+    _pairwise_label_clip = "label_clip"  # ζ of Alg. 3 (init="private_pairwise")
+
+    def _prepare(self, executor, key):
+        executor.map(prepare_altmin, (key, self.batch_mode))  # heads / statistics rows
+
+    def _iterate(self, executor, release, U0, key, meta):
+        return private_altmin(
+            executor, release, U0, key=key, n_rounds=int(self.max_iter),
+            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
+            psd_floor=float(self.psd_floor), verbose=self.verbose)
+
+    def _notes(self):
+        notes = ("Each round releases the per-user-mean Gram (sensitivity "
                  "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
-                 "2*label_clip*clip_norm)."]
+                 "2*label_clip*clip_norm).",)
         if self.schedule == "disjoint" and self.max_iter > 1:
-            notes.append(
+            notes += (
                 f"schedule='disjoint': every user takes part in one of {self.max_iter} "
                 "rounds (a keyed hash of its id); by parallel composition only one round's "
-                "two releases are charged.")
-        return FitResult(
-            {"components_": U, "heads_": heads, "cold_start_head_": head,
-             "n_iter_": int(self.max_iter)},
-            released=("components_", "cold_start_head_"), local=("heads_",),
-            notes=tuple(notes))
+                "two releases are charged.",)
+        return notes

@@ -20,20 +20,16 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
+from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy._clipping import clipped_outer_sum
 from ._representation import (
     _common_constraints,
     _RepresentationMixin,
-    final_heads,
     fit_heads,
-    prepare_split,
-    release_scratch,
     s0_rows,
     source_row_sum,
     take_rows,
 )
-from ._spectral_init import initial_components
 
 __all__ = ["PrivateFedRepRegressor"]
 
@@ -411,29 +407,16 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     def _n_iteration_releases(self):
         return int(self.max_iter)
 
-    def _fit_core(self, executor, release, randomness, meta):
-        key = randomness.key
-        try:
-            executor.map(prepare_split, key)  # S^0 / S^1 (Alg. 1, preamble)
-            U0 = initial_components(
-                executor, release, init=self.init, n_components=self.n_components,
-                n_features=meta["n_features"], clip_norm=self.init_clip_norm,
-                label_clip=self.init_clip_norm, rng=randomness.public)
-            release_scratch()  # the phases' buffers differ: free each
-            U = private_fedrep(
-                executor, release, U0, key=key, n_iter=int(self.max_iter),
-                learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
-                batch_mode=self.batch_mode, batch_size=self.batch_size,
-                n_users=meta["n_users"], verbose=self.verbose)
-            release_scratch()
-            heads, head = final_heads(
-                executor, release, U, head_clip_norm=self.head_clip_norm,
-                cold_start=self.cold_start_share > 0, n_users=meta["n_users"])
-        finally:
-            release_scratch()
-        return FitResult(
-            {"components_": U, "heads_": heads, "cold_start_head_": head,
-             "n_iter_": int(self.max_iter)},
-            released=("components_", "cold_start_head_"), local=("heads_",),
-            notes=(f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum "
-                   "of per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",))
+    # ------------------------------------------------- hooks of the fit template
+    _pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
+
+    def _iterate(self, executor, release, U0, key, meta):
+        return private_fedrep(
+            executor, release, U0, key=key, n_iter=int(self.max_iter),
+            learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
+            batch_mode=self.batch_mode, batch_size=self.batch_size,
+            n_users=meta["n_users"], verbose=self.verbose)
+
+    def _notes(self):
+        return (f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "
+                "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)

@@ -9,15 +9,16 @@ and share:
 * :func:`prepare_split` -- the block function that splits each user's rows into
   ``S^0`` (initialisation and iterations) and ``S^1`` (final heads) with keyed
   randomness and keeps the block's ``S^0`` arrays in its :class:`BlockState`;
+* :func:`take_rows`, :func:`s0_rows`, :func:`source_row_sum` -- gathers and
+  per-user sums over a block's rows;
 * :func:`fit_heads` -- exact per-user least-squares heads on a block;
 * :func:`final_heads` -- the driver of the final heads (Snedeker et al. 2025,
   Alg. 1, line 14) and the DP cold-start head;
 * :func:`subspace_distance` -- the principal-angle distance;
-* :class:`_RepresentationMixin` -- validation, budget plan, ``personalize``
-  and ``predict`` of the two estimators.
+* :class:`_RepresentationMixin` -- validation, budget plan, the fit's core
+  around the algorithm's iterations, ``personalize`` and ``predict``.
 """
 
-import threading
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
@@ -26,12 +27,14 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator
+from ..base import BasePersonalizedEstimator, FitResult
 from ..privacy import BudgetPlan
 from ..privacy._clipping import clip_by_norm
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
 from ._heads import solve_heads
+from ._scratch import release_scratch, scratch
+from ._spectral_init import initial_components
 
 __all__ = ["BlockState", "final_heads", "fit_heads", "prepare_split", "subspace_distance",
            "take_rows"]
@@ -44,38 +47,6 @@ _INIT_OPTIONS = ("private_spectral", "private_pairwise", "random")
 # large X costs more in fresh memory (page faults) than the gathers, and adds
 # half of X to the peak memory.
 _CACHE_SOURCE_BYTES = 128 * 2**20
-
-
-# --------------------------------------------------------------------------- #
-# Per-thread scratch buffers (reused by the per-round gathers)
-# --------------------------------------------------------------------------- #
-_scratch = threading.local()
-
-
-def scratch(name, n_rows, n_cols, dtype):
-    """A reused ``(n_rows, n_cols)`` buffer of this thread (contents undefined).
-
-    Gathers that run every round (e.g. a block's ``S^0`` rows of ``X``) write
-    into the same memory instead of a fresh allocation each time (fresh large
-    arrays every round showed up as 50% system time, DESIGN §7). The buffer
-    named ``name`` grows to the largest request and is shared by every caller
-    in this thread: the returned view is valid until the next call with the
-    same name. :func:`release_scratch` frees the buffers.
-    """
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
-    dtype = np.dtype(dtype)
-    buf = buffers.get(name)
-    if buf is None or buf.dtype != dtype or buf.shape[1] != n_cols or buf.shape[0] < n_rows:
-        buf = np.empty((max(n_rows, 1), n_cols), dtype=dtype)
-        buffers[name] = buf
-    return buf[:n_rows]
-
-
-def release_scratch():
-    """Free this thread's scratch buffers (end of a fit)."""
-    _scratch.buffers = {}
 
 
 def take_rows(block, A, scratch_name=None):
@@ -136,6 +107,11 @@ class BlockState:
     heads: object = None
     extra: dict = field(default_factory=dict)
 
+    def s0_data(self):
+        """The ``S^0`` rows as a block over arrays holding them: the cached copy
+        when there is one (contiguous reads), else the fit's ``X``, ``y``."""
+        return self.s0 if self.X0 is None else self.local
+
 
 def split_mask(block, key):
     """``True`` for the block's ``S^0`` rows (Snedeker et al. 2025, Alg. 1, preamble).
@@ -166,12 +142,6 @@ def prepare_split(block, state, key):
     local = UserBlock(y0 if X0 is None else X0, y0, None, s0.users, s0.user_hash,
                       s0.counts, s0.first_user)
     return None, BlockState(s0=s0, local=local, y0=y0, X0=X0, final=final)
-
-
-def s0_block(state):
-    """The block's ``S^0`` rows as a block over arrays holding them (the cached copy
-    when there is one: contiguous reads)."""
-    return state.s0 if state.X0 is None else state.local
 
 
 def s0_rows(block, state):
@@ -344,10 +314,11 @@ def _common_constraints():
 class _RepresentationMixin:
     """Plumbing shared by the two shared-representation regressors (not public).
 
-    Subclasses implement ``_fit_core`` and ``_n_iteration_releases``; this mixin
-    validates the representation parameters, plans the budget (``init``,
-    ``iterations``, ``cold_start``), and provides ``predict`` and the
-    ``personalize`` hook.
+    Subclasses implement ``_iterate`` (the private iterations), ``_notes`` and
+    ``_n_iteration_releases``; this mixin validates the representation
+    parameters, plans the budget (``init``, ``iterations``, ``cold_start``),
+    runs the rest of the core (split, initialisation, final heads, cold start)
+    and provides ``predict`` and the ``personalize`` hook.
     """
 
     _personal_attributes = ("heads_",)
@@ -414,6 +385,41 @@ class _RepresentationMixin:
         plan.add_rest("iterations", count=self._n_iteration_releases())
         plan.add("cold_start", share=self.cold_start_share, param="cold_start_share")
         return plan
+
+    # ------------------------------------------------------------- the core
+    def _fit_core(self, executor, release, randomness, meta):
+        """Split, initialise, iterate (subclass), final heads and cold start.
+
+        Subclasses provide ``_iterate(executor, release, U0, key, meta) -> U``,
+        ``_notes()``, optionally ``_prepare(executor, key)`` (more per-block
+        state), and ``_pairwise_label_clip`` (the parameter used as ``ζ`` by
+        ``init="private_pairwise"``).
+        """
+        key = randomness.key
+        try:
+            executor.map(prepare_split, key)  # S^0 / S^1
+            self._prepare(executor, key)
+            U0 = initial_components(
+                executor, release, init=self.init, n_components=self.n_components,
+                n_features=meta["n_features"], clip_norm=self.init_clip_norm,
+                label_clip=getattr(self, self._pairwise_label_clip),
+                rng=randomness.public)
+            release_scratch()  # each phase gathers into its own buffers: free them
+            U = self._iterate(executor, release, U0, key, meta)
+            release_scratch()
+            heads, head = final_heads(
+                executor, release, U, head_clip_norm=self.head_clip_norm,
+                cold_start=self.cold_start_share > 0, n_users=meta["n_users"])
+        finally:
+            release_scratch()
+        return FitResult(
+            {"components_": U, "heads_": heads, "cold_start_head_": head,
+             "n_iter_": int(self.max_iter)},
+            released=("components_", "cold_start_head_"), local=("heads_",),
+            notes=self._notes())
+
+    def _prepare(self, executor, key):
+        """More per-block state after the split (none by default)."""
 
     # ------------------------------------------------------------ personal
     def _fit_personal(self, X, y, index):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..privacy._clipping import clip_values, scaled_clip_factors, stack_norms, unit_rows
 from ..utils._grouped import UserIndex, segment_outer_sum
-from ._representation import s0_block, scratch
+from ._scratch import scratch
 
 __all__ = ["initial_components", "pairwise_statistic", "random_init", "spectral_statistic"]
 
@@ -209,7 +209,7 @@ def spectral_statistic(block, clip_norm):
 
 
 def _spectral_block(block, state, clip_norm):
-    return spectral_statistic(s0_block(state), clip_norm)[0], state
+    return spectral_statistic(state.s0_data(), clip_norm)[0], state
 
 
 # --------------------------------------------------------------------------- #
@@ -252,7 +252,7 @@ def pairwise_statistic(block, label_clip):
 
 
 def _pairwise_block(block, state, label_clip):
-    return pairwise_statistic(s0_block(state), label_clip), state
+    return pairwise_statistic(state.s0_data(), label_clip), state
 
 
 # --------------------------------------------------------------------------- #

@@ -14,6 +14,7 @@ from skdpp.linear_model._representation import prepare_split
 from skdpp.utils._executor import LocalExecutor
 from skdpp.utils._grouped import UserIndex, make_blocks
 from skdpp.utils._random import FitRandomness
+from tests.privacy.harness import adversarial_neighbours
 
 _RIDGE, _RIDGE_DEFICIENT = 1e-10, 1e-6
 
@@ -75,11 +76,51 @@ def altmin_randomness(executor, key, batch_mode, n_rounds):
     return (set(np.concatenate(head).tolist()), set(np.concatenate(stat).tolist()), rounds)
 
 
+def assert_permutation_invariant(cls, params, X, y, groups, seed=1):
+    """Fitting on permuted rows gives bit-identical released and personal parts."""
+    p = np.random.default_rng(seed).permutation(len(y))
+    a = cls(**params).fit(X, y, groups=groups)
+    b = cls(**params).fit(X[p], y[p], groups=groups[p])
+    for name in ("components_", "cold_start_head_", "heads_", "user_ids_"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def with_other_users(X, y, groups, relabel=3, seed=2):
+    """The data with user ``relabel`` renamed 99 and a new user 50 (5 rows) added."""
+    rng = np.random.default_rng(seed)
+    return (np.r_[X, rng.standard_normal((5, X.shape[1]))], np.r_[y, rng.standard_normal(5)],
+            np.r_[np.where(groups == relabel, 99, groups), np.full(5, 50)])
+
+
+def row_contents(X, y, rows):
+    """The sorted contents ``(x, y)`` of some rows (a set of records, in any order)."""
+    rows = list(rows)
+    return sorted(map(tuple, np.c_[X[rows], y[rows]].tolist()))
+
+
 def _canary_last(X, y, groups):
     """Reorder so the user with the largest id holds the last rows (shared prefix with D')."""
     user = groups.max()
     order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
     return X[order], y[order], groups[order], user
+
+
+def _with_canary(X, y, groups, user, Xc, yc):
+    """The data set with ``user``'s rows replaced by ``(Xc, yc)``."""
+    keep = groups != user
+    return (np.r_[X[keep], Xc], np.r_[y[keep], yc],
+            np.r_[groups[keep], np.full(len(yc), user)])
+
+
+def _observable_neighbours(X, y, groups, user):
+    """The harness's adversarial neighbours plus users with near-maximal values."""
+    yield from adversarial_neighbours(X, y, groups, user)
+    mine = groups == user
+    yield ("1e300", *_with_canary(X, y, groups, user, 1e300 * X[mine], 1e300 * y[mine]))
+    yield ("near_max", *_with_canary(X, y, groups, user, 1.7e308 * np.sign(X[mine]),
+                                     1.7e308 * np.sign(y[mine])))
+    yield ("1e160", *_with_canary(X, y, groups, user, 1e160 * np.ones((2, X.shape[1])),
+                                  np.array([1e160, 3e160])))
 
 
 def _test_mse(est, info):

@@ -13,11 +13,16 @@ from skdpp.linear_model._representation import fit_heads, subspace_distance
 from skdpp.utils._grouped import UserBlock
 from tests.linear_model._reference import (
     _canary_last,
+    _observable_neighbours,
     _ref_head,
     _test_mse,
+    _with_canary,
     altmin_randomness,
+    assert_permutation_invariant,
     fit_executor,
+    row_contents,
     s0_mask,
+    with_other_users,
 )
 from tests.privacy.harness import (
     adversarial_neighbours,
@@ -122,25 +127,16 @@ def test_deterministic_under_random_state(medium):
                                                   ("disjoint", "disjoint")])
 def test_row_permutation_gives_identical_fit(init, schedule, batch_mode):
     X, y, groups, _ = _small_data(n_users=20, m=7)
-    groups = groups.astype(str)  # any id type
-    p = np.random.default_rng(1).permutation(len(y))
-    params = dict(epsilon=1.0, init=init, max_iter=3, schedule=schedule,
-                  batch_mode=batch_mode, random_state=11)
-    a = PrivAltMinRegressor(**params).fit(X, y, groups=groups)
-    b = PrivAltMinRegressor(**params).fit(X[p], y[p], groups=groups[p])
-    assert_array_equal(a.components_, b.components_)
-    assert_array_equal(a.cold_start_head_, b.cold_start_head_)
-    assert_array_equal(a.heads_, b.heads_)
+    assert_permutation_invariant(
+        PrivAltMinRegressor, dict(epsilon=1.0, init=init, max_iter=3, schedule=schedule,
+                                  batch_mode=batch_mode, random_state=11),
+        X, y, groups.astype(str))
 
 
 def test_other_users_do_not_change_a_users_rows_or_round():
-    """Adding a user and relabelling another leaves every other user's S^0, halves and
-    round unchanged (keyed by the user's own id and rows)."""
+    """Adding a user and relabelling another (user 3) leaves every other user's S^0,
+    halves and round unchanged (keyed by the user's own id and rows)."""
     X, y, groups, _ = _small_data(n_users=10, m=9)
-    rng = np.random.default_rng(2)
-    X2 = np.r_[X, rng.standard_normal((5, X.shape[1]))]
-    y2 = np.r_[y, rng.standard_normal(5)]
-    g2 = np.r_[np.where(groups == 3, 99, groups), np.full(5, 50)]
 
     def per_user(X, y, g):
         executor, key = fit_executor(X, y, g, 4)
@@ -149,15 +145,12 @@ def test_other_users_do_not_change_a_users_rows_or_round():
         out = {}
         for u in np.unique(g):
             rows = np.flatnonzero(g == u)
-
-            def content(sel):
-                return sorted(map(tuple, np.c_[X[sel], y[sel]].tolist()))
-
-            out[u] = (content([r for r in rows if s0[r]]), content([r for r in rows if r in head]),
-                      content([r for r in rows if r in stat]), rounds[u])
+            out[u] = (row_contents(X, y, rows[s0[rows]]),
+                      row_contents(X, y, [r for r in rows if r in head]),
+                      row_contents(X, y, [r for r in rows if r in stat]), rounds[u])
         return out
 
-    before, after = per_user(X, y, groups), per_user(X2, y2, g2)
+    before, after = per_user(X, y, groups), per_user(*with_other_users(X, y, groups))
     for u, value in before.items():
         if u != 3:
             assert after[u] == value, u
@@ -183,22 +176,6 @@ def test_budget_plan_and_parallel_composition(schedule, count):
     assert phases["iterations"].count == count
     # the calibrated plan spends the whole budget (no loose accounting)
     assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
-
-
-def _with_canary(X, y, groups, user, Xc, yc):
-    keep = groups != user
-    return (np.r_[X[keep], Xc], np.r_[y[keep], yc],
-            np.r_[groups[keep], np.full(len(yc), user)])
-
-
-def _observable_neighbours(X, y, groups, user):
-    yield from adversarial_neighbours(X, y, groups, user)
-    mine = groups == user
-    yield ("1e300", *_with_canary(X, y, groups, user, 1e300 * X[mine], 1e300 * y[mine]))
-    yield ("near_max", *_with_canary(X, y, groups, user, 1.7e308 * np.sign(X[mine]),
-                                     1.7e308 * np.sign(y[mine])))
-    yield ("1e160", *_with_canary(X, y, groups, user, 1e160 * np.ones((2, X.shape[1])),
-                                  np.array([1e160, 3e160])))
 
 
 @pytest.mark.parametrize("schedule, init", [("full", "private_spectral"),

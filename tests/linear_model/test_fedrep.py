@@ -15,11 +15,16 @@ from skdpp.privacy._clipping import row_norms, unit_rows
 from skdpp.utils._grouped import UserBlock, make_blocks
 from tests.linear_model._reference import (
     _canary_last,
+    _observable_neighbours,
     _ref_head,
     _test_mse,
+    _with_canary,
+    assert_permutation_invariant,
     fedrep_round_batches,
     fit_executor,
+    row_contents,
     s0_mask,
+    with_other_users,
 )
 from tests.privacy.harness import (
     adversarial_neighbours,
@@ -142,27 +147,17 @@ def test_blocks_and_gathered_rows_match_loop_reference(monkeypatch, block_rows, 
 @pytest.mark.parametrize("batch_mode, batch_size", _MODES)
 def test_row_permutation_gives_identical_fit(init, batch_mode, batch_size):
     X, y, groups, _ = _small_data(n_users=20, m=7)
-    groups = groups.astype(str)  # any id type
-    p = np.random.default_rng(1).permutation(len(y))
-    params = dict(epsilon=1.0, init=init, max_iter=3, batch_mode=batch_mode,
-                  batch_size=batch_size, random_state=11)
-    a = PrivateFedRepRegressor(**params).fit(X, y, groups=groups)
-    b = PrivateFedRepRegressor(**params).fit(X[p], y[p], groups=groups[p])
-    assert_array_equal(a.components_, b.components_)
-    assert_array_equal(a.cold_start_head_, b.cold_start_head_)
-    assert_array_equal(a.heads_, b.heads_)
-    assert_array_equal(a.user_ids_, b.user_ids_)
+    assert_permutation_invariant(
+        PrivateFedRepRegressor, dict(epsilon=1.0, init=init, max_iter=3, batch_mode=batch_mode,
+                                     batch_size=batch_size, random_state=11),
+        X, y, groups.astype(str))
 
 
 @pytest.mark.parametrize("batch_mode, batch_size", _MODES[1:])
 def test_other_users_do_not_change_a_users_batches(batch_mode, batch_size):
-    """Adding a user and relabelling another leaves every other user's S^0 and
-    batches unchanged (keyed by the user's own id and rows)."""
+    """Adding a user and relabelling another (user 3) leaves every other user's S^0
+    and batches unchanged (keyed by the user's own id and rows)."""
     X, y, groups, _ = _small_data(n_users=10, m=9)
-    rng = np.random.default_rng(2)
-    X2 = np.r_[X, rng.standard_normal((5, X.shape[1]))]
-    y2 = np.r_[y, rng.standard_normal(5)]
-    g2 = np.r_[np.where(groups == 3, 99, groups), np.full(5, 50)]
 
     def per_user(X, y, g):
         executor, key = fit_executor(X, y, g, 4)
@@ -172,13 +167,12 @@ def test_other_users_do_not_change_a_users_batches(batch_mode, batch_size):
             head, grad = fedrep_round_batches(executor, key, t, batch_mode, batch_size)
             for u in np.unique(g):
                 rows = np.flatnonzero(g == u)
-                key_rows = lambda s: sorted(map(tuple, np.c_[X[s], y[s]].tolist()))  # noqa
-                out[u, t] = (key_rows([r for r in rows if s0[r]]),
-                             key_rows([r for r in rows if r in head]),
-                             key_rows([r for r in rows if r in grad]))
+                out[u, t] = (row_contents(X, y, rows[s0[rows]]),
+                             row_contents(X, y, [r for r in rows if r in head]),
+                             row_contents(X, y, [r for r in rows if r in grad]))
         return out
 
-    before, after = per_user(X, y, groups), per_user(X2, y2, g2)
+    before, after = per_user(X, y, groups), per_user(*with_other_users(X, y, groups))
     for (u, t), value in before.items():
         if u != 3:
             assert after[u, t] == value, (u, t)
@@ -460,12 +454,6 @@ def test_noise_level_matches_report():
 # --------------------------------------------------------------------------- #
 # Hardening: extreme (finite) values of one user
 # --------------------------------------------------------------------------- #
-def _with_canary(X, y, groups, user, Xc, yc):
-    keep = groups != user
-    return (np.r_[X[keep], Xc], np.r_[y[keep], yc],
-            np.r_[groups[keep], np.full(len(yc), user)])
-
-
 @pytest.mark.parametrize("batch_mode", ["same", "disjoint"])
 def test_gradient_overflow_of_one_user_neither_fails_nor_breaks_the_bound(batch_mode):
     """One user with 2 rows x = 1e160 * 1, y = [1e160, 3e160]: its gradient is +-inf.
@@ -499,16 +487,6 @@ def test_sensitivity_extreme_magnitudes(x_scale, y_scale, batch_mode):
     canary = _with_canary(X, y, groups, user, Xc, rng.standard_normal(7) * y_scale)
     fit_on = _fit_on(epsilon=1.0, max_iter=2, batch_mode=batch_mode)
     assert len(assert_sensitivity(fit_on, (X, y, groups), canary)) == 4
-
-
-def _observable_neighbours(X, y, groups, user):
-    yield from adversarial_neighbours(X, y, groups, user)
-    mine = groups == user
-    yield ("1e300", *_with_canary(X, y, groups, user, 1e300 * X[mine], 1e300 * y[mine]))
-    yield ("near_max", *_with_canary(X, y, groups, user, 1.7e308 * np.sign(X[mine]),
-                                     1.7e308 * np.sign(y[mine])))
-    yield ("1e160", *_with_canary(X, y, groups, user, 1e160 * np.ones((2, X.shape[1])),
-                                  np.array([1e160, 3e160])))
 
 
 @pytest.mark.parametrize("init, batch_mode", [("private_spectral", "same"),

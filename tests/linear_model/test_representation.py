@@ -8,6 +8,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp.linear_model import _representation as rep
+from skdpp.linear_model import _scratch
 from skdpp.linear_model import _spectral_init as si
 from skdpp.linear_model._altmin import _assemble_gram, _kron_blocks
 from skdpp.privacy._clipping import (
@@ -482,18 +483,18 @@ def test_split_is_a_function_of_each_users_own_rows():
 # Scratch buffers
 # --------------------------------------------------------------------------- #
 def test_scratch_buffer_is_reused_and_grows():
-    rep.release_scratch()
-    a = rep.scratch("t", 5, 3, np.float64)
-    b = rep.scratch("t", 4, 3, np.float64)
+    _scratch.release_scratch()
+    a = _scratch.scratch("t", 5, 3, np.float64)
+    b = _scratch.scratch("t", 4, 3, np.float64)
     assert a.shape == (5, 3) and b.shape == (4, 3)
     assert np.shares_memory(a, b)  # the same memory, no fresh allocation
-    c = rep.scratch("t", 9, 3, np.float64)  # grows
+    c = _scratch.scratch("t", 9, 3, np.float64)  # grows
     assert c.shape == (9, 3) and not np.shares_memory(a, c)
-    assert rep.scratch("t", 2, 3, np.float32).dtype == np.float32
-    assert not np.shares_memory(rep.scratch("u", 2, 3, np.float64), c)  # names differ
-    rep.release_scratch()
-    assert not np.shares_memory(rep.scratch("t", 2, 3, np.float64), c)
-    rep.release_scratch()
+    assert _scratch.scratch("t", 2, 3, np.float32).dtype == np.float32
+    assert not np.shares_memory(_scratch.scratch("u", 2, 3, np.float64), c)  # names differ
+    _scratch.release_scratch()
+    assert not np.shares_memory(_scratch.scratch("t", 2, 3, np.float64), c)
+    _scratch.release_scratch()
 
 
 # --------------------------------------------------------------------------- #
@@ -595,4 +596,4 @@ def test_cold_start_contribution_fuzz_bounded_and_finite():
             assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
             # each user's contribution: its head clipped to C
             assert np.all(row_norms(clip_by_norm(state.heads, C)) <= C * (1 + 1e-12))
-    rep.release_scratch()
+    _scratch.release_scratch()
