@@ -46,19 +46,22 @@ NOTES = """
   fit (``OPENBLAS_NUM_THREADS=1``). On this 2-core machine two BLAS threads were
   not faster (0.170 s vs 0.164 s at the paper setting), so no thread limits are
   set inside ``fit``.
-* Memory: no ``n_rows x d`` temporaries. The rounds read only the ``S^0`` rows,
-  user chunk by user chunk (~32k rows): a contiguous copy when they take at most
-  64 MiB, otherwise each chunk is gathered into one reused buffer (a copy of half
-  of ``X`` cost 0.3-4 s of fresh-memory page faults at 10^6 users). Per-row
-  temporaries are per chunk.
+* Memory: no ``n_rows x d`` temporaries. The fit runs block functions over
+  blocks of whole users (~32768 rows each, canonical order). The rounds read
+  only the ``S^0`` rows: each block keeps a contiguous copy of them when ``X``
+  takes at most 128 MiB; otherwise each round gathers them into one reused
+  per-thread scratch buffer (a copy of half of ``X`` cost 0.3-4 s of
+  fresh-memory page faults at 10^6 users). Per-row temporaries are per block
+  and reused (fresh 6 MiB temporaries per block cost 10x the page faults).
+* Since issue 10 (one data-and-randomness layer) every fit first puts the rows
+  in canonical order (a content hash of every row, one sort) and draws the
+  ``S^0`` split and batches as keyed hashes, so a fit is a function of the set
+  of records (permuting rows gives bit-identical results). At 10^6 users the
+  row hashes, the sorts and the keyed uniforms cost ~2.5 s of CPU (shared
+  layer: ``utils/_random.row_hashes``, ``utils/_grouped.canonical_order``,
+  ``UserBlock.row_uniforms`` / ``ranks_by``).
 * Before the speed-ups of 2026-11-21 (same command, idle machine, load 0.5-0.8):
   paper setting 0.29 s (FedRep) / 0.35 s (AltMin); 10^6 users 27.4 s, peak 1.19x ``X``.
-* Where the time goes (line profiles, after the speed-ups of 2026-11-21):
-  paper setting ~0.13 s: private initialisation (per-user U-statistics) ~32%,
-  the T=5 rounds ~47% (``X U``, per-user 2x2 head solves, one sparse gradient
-  product per chunk), final heads ~10%, validation and split ~8%. 10^6 users
-  ~8 s: initialisation ~29%, rounds ~52% (a third of it gathering the ``S^0``
-  rows), final heads ~12%.
 * Spectral initialisation: users with ``2 <= m <= d`` rows whose U-statistic
   does not cancel (all users of this benchmark) skip the thin QR: the norm of
   ``Z_i`` comes from the ``m x m`` Gram of the user's scaled rows (accurate to

@@ -95,8 +95,8 @@ for seed in SEEDS:
                          mse=test_mse(est, info), seconds=time.perf_counter() - tic))
         for eps in EPSILONS:
             tic = time.perf_counter()
+            # the fit raises PrivacyBudgetError if its releases would spend more than eps
             est = cls(epsilon=eps, delta=DELTA, random_state=seed).fit(X, y, groups=groups)
-            assert est.privacy_report_.epsilon_spent <= eps * (1 + 1e-9)
             label = "PrivateFedRep" if name == "FedRep" else "PrivAltMin"
             rows.append(dict(method=label, epsilon=eps, seed=seed, mse=test_mse(est, info),
                              seconds=time.perf_counter() - tic))

@@ -6,8 +6,7 @@ import numpy as np
 def run(random_state=0):
     """Print a short tour of the two shared-representation regressors (< 10 s)."""
     from ..datasets import make_shared_representation_regression
-    from ..linear_model._altmin import PrivAltMinRegressor
-    from ..linear_model._fedrep import PrivateFedRepRegressor
+    from ..linear_model import PrivAltMinRegressor, PrivateFedRepRegressor
     from ..linear_model._representation import subspace_distance
 
     X, y, groups, info = make_shared_representation_regression(

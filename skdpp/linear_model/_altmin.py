@@ -1,192 +1,255 @@
-"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3)."""
+"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
 
+The algorithm as block functions over blocks of whole users:
+
+* :func:`~skdpp.linear_model._representation.prepare_split` and
+  :func:`prepare_altmin` (once): each user's ``S^0`` / ``S^1`` split and the
+  rows for the heads and the statistics (keyed randomness);
+* :func:`altmin_round` (one per round): each active user's exact head (Alg. 1,
+  line 5) and its clipped per-user-mean contributions to the Gram matrix and
+  the moment vector of Alg. 2, line 1; the block returns their partial sums;
+* :func:`private_altmin` (the driver): releases the two sums through the fit's
+  :class:`~skdpp.privacy.Releaser` (Alg. 2, line 2), solves (line 3) and
+  orthonormalises (line 4).
+
+:class:`PrivAltMinRegressor` is the estimator.
+"""
+
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy import calibrate, mechanisms
+from ..privacy import Releaser
+from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from ._heads import psd_floor_solve
 from ._representation import (
-    _CHUNK_BYTES,
-    _child_rngs,
-    _clip_scale,  # noqa: F401  (patched by the broken-variant tests)
-    _clip_values,
-    _clipped_magnitudes,
     _common_constraints,
-    _nonprivate,
     _RepresentationMixin,
-    _row_norms,
-    _split_blocks,
-    _unit_rows,
-    _weighted_gram,
     fit_heads,
+    s0_rows,
+    take_rows,
 )
 
 __all__ = ["PrivAltMinRegressor"]
 
+# Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
+_CHUNK_BYTES = 16 * 2**20
 
-def _kron_gram(X, rows, V_rows, weights, unit_rows=False):
-    """``sum_r w_r vec(x_r v_r^T) vec(x_r v_r^T)^T`` (``dk × dk``) without per-row ``dk`` vectors.
+
+# --------------------------------------------------------------------------- #
+# Alg. 1-2 as block functions
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, eq=False)
+class _Round:
+    """The broadcast of one round: the current ``U`` and the public configuration."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    n_rounds: int
+    schedule: str
+    clip_norm: object
+    label_clip: object
+
+
+def user_rounds(block, key, n_rounds):
+    """The round of each of the block's users with ``schedule="disjoint"`` (Alg. 1, lines 2, 4).
+
+    ``floor(T u_i)`` with the keyed uniform ``u_i = hash(key, "altmin_round",
+    user id)``: every user takes part in exactly one round, chosen from its
+    own id only (not from a permutation of all users, which would move other
+    users between rounds when one user is replaced).
+    """
+    u = block.user_uniforms(key, "altmin_round")
+    return np.minimum((u * n_rounds).astype(np.int64), n_rounds - 1)
+
+
+def prepare_altmin(block, state, config):
+    """Block function (once): rows for the heads and for the ``U`` statistics.
+
+    ``batch_mode="same"``: both are ``S^0``. ``"disjoint"``: each user's
+    ``S^0`` rows are cut in two keyed random halves, ``ceil(m/2)`` rows for
+    the heads and the rest for the statistics (Jain et al.'s rows
+    ``[1, m/4]`` and ``[m/4 + 1, m/2]``).
+    """
+    key, batch_mode = config
+    local = state.local
+    if batch_mode == "same":
+        state.extra["halves"] = (local, local)
+    else:
+        first = local.split_users_rows(0.5, local.row_uniforms(key, "altmin_halves"))
+        state.extra["halves"] = (local.select(first), local.select(~first))
+    return None, state
+
+
+def _user_weights(block):
+    """Per-row weight ``1 / m_i``: each user contributes the mean over its rows."""
+    return block.expand(1.0 / np.maximum(block.counts, 1))
+
+
+def _kron_blocks(Xu, Vr, w):
+    """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``: shape ``(d, d, k(k+1)/2)``.
 
     With column-major ``vec``, ``vec(x v^T) = v ⊗ x`` and
-    ``vec(x v^T) vec(x v^T)^T = (v v^T) ⊗ (x x^T)``: block ``(a, b)`` (rows
-    ``a d .. a d + d``) is ``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T``, computed for
-    ``a <= b`` with one chunked ``X^T diag(.) X`` product for all blocks.
+    ``vec(x v^T) vec(x v^T)^T = (v v^T) ⊗ (x x^T)``: block ``(a, b)`` of the
+    ``dk × dk`` Gram is ``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T``; all blocks come
+    from one chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
     """
-    d, k = X.shape[1], V_rows.shape[1]
+    n, d = Xu.shape
+    k = Vr.shape[1]
     pairs = [(a, b) for a in range(k) for b in range(a, k)]
-    W = np.stack([weights * V_rows[:, a] * V_rows[:, b] for a, b in pairs], axis=1)
-    blocks = _weighted_gram(X, rows, W, unit_rows=unit_rows)
+    W = np.stack([w * Vr[:, a] * Vr[:, b] for a, b in pairs], axis=1)
+    q = W.shape[1]
+    out = np.zeros((d, d * q))
+    chunk = max(1, _CHUNK_BYTES // (8 * max(1, d * q)))
+    for lo in range(0, n, chunk):  # memory chunks of rows
+        Xc = Xu[lo:lo + chunk]
+        out += Xc.T @ (Xc[:, :, None] * W[lo:lo + chunk, None, :]).reshape(-1, d * q)
+    return out.reshape(d, d, q)
+
+
+def _assemble_gram(blocks, k):
+    """The ``dk × dk`` Gram from its ``k(k+1)/2`` Kronecker blocks (exactly symmetric)."""
+    d = blocks.shape[0]
     G = np.empty((d * k, d * k))
-    for idx, (a, b) in enumerate(pairs):  # k(k+1)/2 blocks
-        G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
-        G[b * d:(b + 1) * d, a * d:(a + 1) * d] = blocks[:, :, idx].T
-    return (G + G.T) / 2.0  # exactly symmetric
+    idx = 0
+    for a in range(k):  # k(k+1)/2 blocks
+        for b in range(a, k):
+            G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
+            G[b * d:(b + 1) * d, a * d:(a + 1) * d] = blocks[:, :, idx].T
+            idx += 1
+    return (G + G.T) / 2.0
 
 
-def _weighted_cross(X, rows, W, unit_rows=False):
-    """``sum_r x_{rows[r]} w_r^T`` (``d × q``), chunked; ``x / ||x||`` if ``unit_rows``."""
-    d = X.shape[1]
-    out = np.zeros((d, W.shape[1]))
-    chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
-    for lo in range(0, rows.shape[0], chunk):  # memory chunks
-        Xc = X[rows[lo:lo + chunk]]
-        if unit_rows:
-            Xc = _unit_rows(Xc)[0]
-        out += Xc.T @ W[lo:lo + chunk]
-    return out
+def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
+    """A block's partial sums of Alg. 2, line 1 (per-user means of clipped rows).
+
+    Each row gives ``W_r = clip(vec(x_r v_i^T); η)`` and ``ỹ_r = clip(y_r; ζ)``,
+    formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from the unit vectors ``x̂``,
+    ``v̂`` so that ``||W_r|| <= η`` holds for any magnitudes. Each user
+    contributes the *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``)
+    and of ``ỹ_r W_r`` (norm ``<= ζ η``), whatever its number of rows.
+
+    Parameters
+    ----------
+    stats : UserBlock
+        The rows of the statistics (a selection of the block's ``S^0`` rows).
+    X0, y0 : ndarray
+        The block's ``S^0`` rows of ``X`` and ``y`` (sources of ``stats``).
+    V : ndarray of shape (n_users, k)
+        The users' heads.
+    clip_norm, label_clip : float or None
+        ``η`` and ``ζ``.
+
+    Returns
+    -------
+    gram_blocks : ndarray of shape (d, d, k(k+1)/2)
+        Kronecker blocks of ``sum_i mean_r W_r W_r^T`` (:func:`_assemble_gram`).
+    moments : ndarray of shape (d, k)
+        ``unvec(sum_i mean_r ỹ_r W_r)``.
+    """
+    xu, xn = unit_rows(take_rows(stats, X0))
+    vu, vn = unit_rows(V)
+    Vr, vnr = stats.expand(vu), stats.expand(vn)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
+    mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
+    yt = clip_values(take_rows(stats, y0), label_clip)
+    w = _user_weights(stats)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = _kron_blocks(xu, Vr, w * mag**2)
+        moments = xu.T @ ((w * mag * yt)[:, None] * Vr)
+    return gram, moments
 
 
-def _user_chunks(n_users, n_rounds, rng):
-    """Alg. 1, lines 2 and 4: random permutation of users cut into ``T`` contiguous chunks."""
-    perm = rng.permutation(n_users)
-    chunk = np.empty(n_users, dtype=np.int64)
-    chunk[perm] = (np.arange(n_users) * n_rounds) // max(n_users, 1)
-    return chunk
+def altmin_round(block, state, rnd):
+    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+    heads, stats = state.extra["halves"]
+    if rnd.schedule == "disjoint":  # line 4: only the users of round t
+        active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
+        heads = heads.select(heads.expand(active))
+        stats = stats.select(stats.expand(active))
+    X0 = s0_rows(block, state)
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = X0 @ rnd.U
+    V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
+    return partial, state
 
 
-def _user_weights(blocks):
-    """Per-row weight ``1 / m_i``: each user contributes the mean over its rows."""
-    return 1.0 / np.maximum(blocks.counts, 1)[blocks.codes]
-
-
-def _privaltmin(X, y, head_blocks, stat_blocks, U0, *, n_rounds, schedule, clip_norm,
-                label_clip, noise_multiplier, rng, schedule_rng=None, psd_floor=2.0,
-                accountant=None, verbose=0):
+def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
+                   label_clip, psd_floor, verbose=0):
     """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``U^priv``.
 
     Parameters
     ----------
-    X, y : ndarray
-    head_blocks, stat_blocks : _RowBlocks
-        Rows for the heads (Alg. 1, line 5) and for the ``U`` statistics
-        (Alg. 2, line 1).
+    executor : LocalExecutor
+        Blocks prepared by :func:`prepare_split` and :func:`prepare_altmin`.
+    release : Releaser
+        Releases the Gram (sensitivity ``sqrt(2) η^2``, symmetric noise) and the
+        moments (``2 ζ η``) of every round in phase ``"iterations"``.
     U0 : ndarray of shape (d, k)
+    key : ndarray
+        The fit key (keyed rounds of ``schedule="disjoint"``).
     n_rounds : int
         ``T``.
     schedule : {"full", "disjoint"}
-        ``"disjoint"``: users are permuted and cut into ``T`` chunks, round ``t``
-        uses chunk ``t`` only (Alg. 1). ``"full"``: all users every round.
-    clip_norm : float or None
-        ``η``: per-row clip of ``vec(x v^T)``.
-    label_clip : float or None
-        ``ζ``: per-row clip of ``y``.
-    noise_multiplier : float
-    rng : numpy.random.RandomState
-        Generator of the privacy noise.
-    schedule_rng : numpy.random.RandomState or None
-        Generator of the user permutation (``rng`` if None).
+        ``"disjoint"``: every user takes part in one round only (Alg. 1); by
+        parallel composition only the first round's two releases are charged.
+        ``"full"``: all users every round.
+    clip_norm, label_clip : float or None
+        ``η`` and ``ζ``.
     psd_floor : float
         Eigenvalues of the noisy Gram are raised to at least
         ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve.
-    accountant : PrivacyAccountant or None
+    verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
     """
-    n_users = stat_blocks.n_users
     d, k = U0.shape
     U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
-    xnorm = _row_norms(X)
-    private = clip_norm is not None and label_clip is not None
-    sens_G = np.sqrt(2.0) * clip_norm**2 if private else None
-    sens_b = 2.0 * label_clip * clip_norm if private else None
-    schedule_rng = rng if schedule_rng is None else schedule_rng
-    chunk = _user_chunks(n_users, n_rounds, schedule_rng) if schedule == "disjoint" else None
+    if n_rounds == 0:
+        return U
+    sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
+    sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
+    floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
+    # Parallel composition (schedule="disjoint"): every user's data enter one round
+    # only, so the loop is as private as one round, whose two releases are charged to
+    # the fit's ledger. The later rounds draw their noise from the same stream with
+    # the same noise multiplier; their ledger entries are not part of the fit's
+    # composition (see the Notes of PrivAltMinRegressor).
+    parallel = Releaser(release.plan, release.rng) if schedule == "disjoint" else release
     for t in range(n_rounds):  # line 3
-        if chunk is not None:  # line 4: the users of round t
-            active = chunk == t
-            hb = head_blocks.take(active[head_blocks.codes])
-            sb = stat_blocks.take(active[stat_blocks.codes])
-        else:
-            hb, sb = head_blocks, stat_blocks
-        V, _ = fit_heads(X, y, U, hb, P_all=X @ U)  # line 5: exact local heads
-        # Alg. 2, line 1: W_r = clip(vec(x_r v^T); eta), y_r = clip(y_r; zeta); each user
-        # contributes the MEAN over its rows, so its contribution to the Gram has trace
-        # <= eta^2 and to b norm <= zeta * eta whatever its number of rows.
-        # W_r = min(||x|| ||v||, eta) vec(unit(x) unit(v)^T), formed from unit vectors so
-        # that ||W_r|| <= eta holds for any magnitudes (no inexact norm in a division).
-        rows, codes = sb.rows, sb.codes
-        v_unit, v_norm = _unit_rows(V)
-        Vr = v_unit[codes]
-        with np.errstate(over="ignore", invalid="ignore"):
-            norms = xnorm[rows] * v_norm[codes]
-            norms = np.where((xnorm[rows] > 0) & (v_norm[codes] > 0), norms, 0.0)
-        mag, c = _clipped_magnitudes(norms, clip_norm)
-        yt = _clip_values(y[rows], label_clip)
-        w = _user_weights(sb)
-        G = _kron_gram(X, rows, Vr, w * mag**2, unit_rows=True)
-        bvec = _weighted_cross(X, rows, (w * mag * yt)[:, None] * Vr,
-                               unit_rows=True).T.ravel()  # vec(B)
+        grams, moments = executor.map(altmin_round, _Round(
+            U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
+        rel = release if t == 0 else parallel
         # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
-        if private:
-            G_rel, ev_G = mechanisms.gaussian_mechanism(
-                G, sensitivity=sens_G, noise_multiplier=noise_multiplier, rng=rng,
-                symmetric=True)
-            b_rel, ev_b = mechanisms.gaussian_mechanism(
-                bvec, sensitivity=sens_b, noise_multiplier=noise_multiplier, rng=rng)
-        else:
-            (G_rel, ev_G), (b_rel, ev_b) = _nonprivate(G), _nonprivate(bvec)
-        # Parallel composition: with schedule="disjoint" each user is in one round
-        # only, so one round's pair of releases is charged (see Notes).
-        if accountant is not None and (chunk is None or t == 0):
-            accountant.compose(ev_G, phase="iterations", mechanism="gaussian",
-                               sensitivity=sens_G, clip_norm=clip_norm)
-            accountant.compose(ev_b, phase="iterations", mechanism="gaussian",
-                               sensitivity=sens_b, clip_norm=clip_norm)
+        G = rel.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,
+                         clip_norm=clip_norm, symmetric=True)
+        b = rel.gaussian("iterations", moments.T.ravel(), sensitivity=sens_b,
+                         clip_norm=clip_norm)  # vec(B): columns consecutive
         # Alg. 2, line 3: the (regularised) least-squares solve, then line 4: QR.
-        floor = psd_floor * noise_multiplier * sens_G * np.sqrt(d * k) if private else 0.0
-        u = psd_floor_solve(G_rel, b_rel, floor)
-        Z = u.reshape(k, d).T  # un-vec (columns consecutive)
+        Z = psd_floor_solve(G, b, floor).reshape(k, d).T  # un-vec
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)
         if verbose:
             # Public quantities only: the number of rows, of users with rows and of
             # clipped rows are statistics of the private data and are never printed.
-            n_active = n_users if chunk is None else int(np.sum(chunk == t))
-            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {n_active} scheduled users, "
-                  f"released the Gram and moment statistics (noise multiplier "
-                  f"{noise_multiplier:.3g})")
+            users = "all users" if schedule == "full" else f"the users of round {t + 1}"
+            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
+                  f"and moment statistics (noise multiplier "
+                  f"{release.noise_multiplier('iterations'):.3g})")
     return U
 
 
-def _altmin_blocks(s0, batch_mode):
-    """Rows for the heads and for the ``U`` statistics.
-
-    ``"same"``: both are ``S^0``. ``"disjoint"``: each user's ``S^0`` rows are cut
-    in two fixed halves, the first ``ceil(m/2)`` for the heads and the rest for
-    the statistics (Jain et al.'s rows ``[1, m/4]`` and ``[m/4 + 1, m/2]``).
-    """
-    if batch_mode == "same":
-        return s0, s0
-    rank = s0.ranks()
-    first = rank < (s0.counts[s0.codes] + 1) // 2
-    return s0.take(first), s0.take(~first)
-
-
+# --------------------------------------------------------------------------- #
+# The estimator
+# --------------------------------------------------------------------------- #
 class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                           BasePersonalizedEstimator):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
@@ -216,9 +279,10 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     schedule : {"full", "disjoint"}, default="full"
         ``"full"``: every user takes part in every round (full-batch epochs, as
         in the paper's experiment); the ``2T`` releases compose.
-        ``"disjoint"``: users are randomly cut into ``T`` disjoint chunks and
-        round ``t`` uses chunk ``t`` (Alg. 1, lines 2-4); by parallel
-        composition the whole loop costs one round's two releases.
+        ``"disjoint"``: every user is assigned to one of ``T`` rounds by a
+        keyed hash of its id and round ``t`` uses its users only (Alg. 1,
+        lines 2-4); by parallel composition the whole loop costs one round's
+        two releases.
     clip_norm : float or None, default=5.0
         ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
         ``None`` only with ``epsilon=np.inf``.
@@ -243,15 +307,18 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         users get the zero head).
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
-        ``"disjoint"``: on two fixed halves of ``S^0`` (as written in Alg. 1).
+        ``"disjoint"``: on two halves of ``S^0`` (as written in Alg. 1; the
+        halves are keyed random, fixed for the fit).
     epsilon : float, default=1.0
         Privacy budget ε in (0, inf]; ``np.inf`` runs the same algorithm without
         noise (clipping still applies).
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1).
     random_state : int, RandomState instance or None, default=None
-        Seeds the data split, the user permutation, the random initialisation
-        and the privacy noise.
+        Seeds the fit's randomness: the privacy noise, the random
+        initialisation and the secret key of the per-user randomness (the
+        ``S^0`` / ``S^1`` split, the halves of ``S^0`` and the rounds of
+        ``schedule="disjoint"``). ``None``: fresh OS entropy.
     verbose : int, default=0
         Print one line per round when positive (public quantities only:
         statistics of the private data, such as row counts or the share of
@@ -309,15 +376,29 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       ``2 ζ^2`` (each user's mean pair matrix has norm ``<= ζ^2``).
     * ``cold_start``: ``2 C_head``.
 
-    **Budget plan.** Phases ``init``, ``iterations`` (``2T`` Gaussian releases
-    with ``schedule="full"``; 2 with ``"disjoint"``) and ``cold_start``,
-    calibrated jointly with :func:`skdpp.privacy.calibrate` on the exact
-    (μ-GDP) composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is
-    not used. With ``schedule="disjoint"`` only round 1's two releases are
-    composed into the accountant: every user's data enters exactly one round
-    (the chunks are chosen from a data-independent permutation), so by
-    parallel (adaptive) composition the loop is as private as one round; the
-    report's notes say so.
+    **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
+    ``init`` (share ``init_share``, private initialisations only),
+    ``iterations`` (``2T`` Gaussian releases with ``schedule="full"``; 2 with
+    ``"disjoint"``; the rest of the budget) and ``cold_start`` (share
+    ``cold_start_share``), calibrated jointly on the exact (μ-GDP)
+    composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
+    With ``schedule="disjoint"`` only round 1's two releases are charged:
+    every user's data enter exactly one round, chosen by a keyed hash of the
+    user's own id, so by parallel (adaptive) composition the loop is as
+    private as one round; later rounds draw noise with the same multiplier
+    from the same stream but are not composed again. This also holds when
+    the replacing user has another id and lands in another round: the two
+    rounds then each see one user added or removed, with sensitivities
+    ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one
+    round's ``sqrt(2) η^2`` and ``2 ζ η``. The report's notes say so.
+
+    **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
+    ``S^0``), the halves of ``S^0`` and the round of each user are keyed
+    hashes of the fit's secret 128-bit key, the user id and the position of a
+    row within the user (rows ordered by their content), not draws from a
+    stream in row order: a fit is a function of the *set* of records
+    (permuting the rows gives the same ``components_``, heads and cold-start
+    head), and one user's split and round do not depend on the other users.
 
     **Deviations from the paper.**
 
@@ -351,11 +432,14 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       the final heads ``S^1`` (Theorem 4.2); a user without ``S^1`` rows uses
       its ``S^0`` row. Alg. 3's ``sym`` is ``(M + M^T)/2`` (not the
       replication of the upper triangle, which can increase the norm).
+    * ``schedule="disjoint"``: Alg. 1 permutes the users and cuts them into
+      ``T`` chunks of equal size; here each user's round is a keyed hash of
+      its id, so the rounds hold about ``n / T`` users each (binomial sizes).
     * The cold-start head is not in the paper; it has its own budget share.
-    * Floating point: heads are solved on per-user rescaled rows; a head or
-      gradient that still overflows (values near the float maximum) is set to
-      zero. This depends on that user's rows only, so the bounds above hold for
-      any finite input.
+    * Floating point: heads are solved on per-user rescaled rows; a head that
+      still overflows (values near the float maximum) is set to zero. This
+      depends on that user's rows only, so the bounds above hold, ``fit``
+      succeeds and no warning is emitted for any finite input.
 
     References
     ----------
@@ -368,14 +452,14 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     Examples
     --------
     >>> from skdpp.datasets import make_shared_representation_regression
-    >>> from skdpp.linear_model._altmin import PrivAltMinRegressor
+    >>> from skdpp.linear_model import PrivAltMinRegressor
     >>> X, y, groups, truth = make_shared_representation_regression(
     ...     n_users=2000, n_features=10, n_components=2, random_state=0)
     >>> est = PrivAltMinRegressor(epsilon=4.0, random_state=0).fit(X, y, groups=groups)
-    >>> est.components_.shape
-    (10, 2)
-    >>> est.privacy_report_.epsilon_spent <= 4.0
-    True
+    >>> est.components_.shape, est.heads_.shape
+    ((10, 2), (2000, 2))
+    >>> [(p.name, p.count) for p in est.privacy_report_.phases]
+    [('init', 1), ('iterations', 2), ('cold_start', 1)]
     """
 
     _parameter_constraints = {
@@ -408,57 +492,29 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X, y, groups=None):
-        """Fit the private embedding and the users' heads.
+    def _n_iteration_releases(self):
+        rounds = self.max_iter if self.schedule == "full" else min(self.max_iter, 1)
+        return 2 * int(rounds)
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row (the privacy unit). ``None``: every row is its
-            own user.
+    # ------------------------------------------------- hooks of the fit template
+    _pairwise_label_clip = "label_clip"  # ζ of Alg. 3 (init="private_pairwise")
 
-        Returns
-        -------
-        self : object
-            Fitted estimator.
-        """
-        X, y, index = self._validate_fit_input(X, y, groups, y_numeric=True)
-        y = np.asarray(y, dtype=np.float64)
-        self._check_params_for_data(X.shape[1])
-        rngs = _child_rngs(self.random_state)
-        n_users = index.n_users
-        s0, s1 = _split_blocks(index, rngs["split"])
-        n_releases = 2 * (self.max_iter if self.schedule == "full" else min(self.max_iter, 1))
-        phases = self._phases(n_releases)
-        params = calibrate(phases, epsilon=self.epsilon, delta=self.delta)
-        accountant = self._new_accountant()
-        U0 = self._initial_components(X, y, s0, rngs, params, accountant,
-                                      label_clip=self.label_clip)
-        head_blocks, stat_blocks = _altmin_blocks(s0, self.batch_mode)
-        U = _privaltmin(
-            X, y, head_blocks, stat_blocks, U0, n_rounds=self.max_iter,
+    def _prepare(self, executor, key):
+        executor.map(prepare_altmin, (key, self.batch_mode))  # heads / statistics rows
+
+    def _iterate(self, executor, release, U0, key, meta):
+        return private_altmin(
+            executor, release, U0, key=key, n_rounds=int(self.max_iter),
             schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
-            noise_multiplier=params.get("iterations", 0.0), rng=rngs["noise"],
-            schedule_rng=rngs["batches"], psd_floor=float(self.psd_floor),
-            accountant=accountant, verbose=self.verbose)
-        V, head = self._finish(X, y, U, s0, s1, rngs, params, accountant, n_users)
-        self.components_ = U
-        self.heads_ = V
-        self.cold_start_head_ = head
-        self.n_iter_ = int(self.max_iter)
-        notes = ["Each round releases the per-user-mean Gram (sensitivity sqrt(2)*clip_norm**2, "
-                 "symmetric noise) and moment vector (sensitivity 2*label_clip*clip_norm)."]
+            psd_floor=float(self.psd_floor), verbose=self.verbose)
+
+    def _notes(self):
+        notes = ("Each round releases the per-user-mean Gram (sensitivity "
+                 "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
+                 "2*label_clip*clip_norm).",)
         if self.schedule == "disjoint" and self.max_iter > 1:
-            notes.append(
-                f"schedule='disjoint': users are split into {self.max_iter} disjoint chunks, "
-                "one per round; by parallel composition only one round's two releases are "
-                "charged.")
-        self.privacy_report_ = self._build_report(
-            accountant, n_users=n_users,
-            released=("components_", "cold_start_head_"), local=("heads_",),
-            shares={p.name: p.share for p in phases}, notes=tuple(notes))
-        return self
+            notes += (
+                f"schedule='disjoint': every user takes part in one of {self.max_iter} "
+                "rounds (a keyed hash of its id); by parallel composition only one round's "
+                "two releases are charged.",)
+        return notes

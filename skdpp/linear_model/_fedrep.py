@@ -1,197 +1,185 @@
-"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation)."""
+"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
 
+The algorithm as block functions over blocks of whole users:
+
+* :func:`~skdpp.linear_model._representation.prepare_split` (once): each
+  user's ``S^0`` / ``S^1`` split (keyed randomness), kept in the block state;
+* :func:`fedrep_round` (one per round): each user's head on its batch
+  ``B_{i,t}`` (line 6) and its clipped gradient on ``B'_{i,t}`` (lines 7-9);
+  the block returns the partial sum ``sum_i clip(∇_{i,t}, ψ)``;
+* :func:`private_fedrep` (the driver): releases each round's sum through the
+  fit's :class:`~skdpp.privacy.Releaser` (line 10) and takes the projected
+  gradient step (lines 10-11).
+
+:class:`PrivateFedRepRegressor` is the estimator.
+"""
+
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy import calibrate, mechanisms
+from ..privacy._clipping import clipped_outer_sum
 from ._representation import (
-    _child_rngs,
-    _clip_scale,  # noqa: F401  (patched by the broken-variant tests)
-    _clipped_magnitudes,
     _common_constraints,
     _RepresentationMixin,
-    _row_norms,
-    _RowBlocks,
-    _split_blocks,
-    _unit_rows,
     fit_heads,
+    s0_rows,
+    source_row_sum,
+    take_rows,
 )
 
 __all__ = ["PrivateFedRepRegressor"]
 
-# Gradient and head norms in this range are clipped with one scalar factor per user
-# (see _clipped_gradient_sum); others through unit vectors.
-_SAFE_LOW, _SAFE_HIGH = 1e-100, 1e100
 
-# Rows per chunk of users in the iterations (a chunk of X stays in cache).
-_ITER_CHUNK_ROWS = 32768
-# The S^0 rows are copied once (contiguous) up to this size, else gathered per chunk.
-_COPY_MAX_BYTES = 64 * 2**20
+# --------------------------------------------------------------------------- #
+# Alg. 1 as block functions
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, eq=False)
+class _Round:
+    """The broadcast of one round: the current ``U`` and the public configuration."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    batch_mode: str
+    batch_size: object
+    clip_norm: object
 
 
-def _fedrep_batches(s0, batch_mode, batch_size, rng):
-    """The two batches of one round (Alg. 1, line 5): ``(head_blocks, grad_blocks)``.
+def fedrep_batches(local, key, t, batch_mode, batch_size):
+    """The two batches of round ``t`` (Alg. 1, line 5): ``(head_block, grad_block)``.
 
-    ``"same"``: both are ``S^0`` (``batch_size=None``) or one random batch of
-    ``min(batch_size, |S^0_i|)`` rows per user. ``"disjoint"``: a fresh random
-    permutation of each user's ``S^0`` rows; ``B`` = its first ``b_i`` rows and
-    ``B'`` the next ``b_i``, with ``b_i = floor(|S^0_i| / 2)`` (``batch_size=None``)
-    or ``min(batch_size, floor(|S^0_i| / 2))``.
+    Parameters
+    ----------
+    local : UserBlock
+        The block's ``S^0`` rows (:attr:`BlockState.local`).
+    key : ndarray
+        The fit key; each row's position in round ``t`` is ranked by the keyed
+        uniform ``hash(key, "fedrep_batch", user id, rank of the row in S^0, t)``.
+    batch_mode : {"same", "disjoint"}
+    batch_size : int or None
+
+    Returns
+    -------
+    head_block, grad_block : UserBlock
+        Selections of ``local``. ``"same"``: both are ``S^0`` (``batch_size=None``)
+        or one batch of ``min(batch_size, |S^0_i|)`` rows per user.
+        ``"disjoint"``: each user's ``S^0`` rows in keyed random order; ``B`` =
+        the first ``b_i`` and ``B'`` the next ``b_i``, with ``b_i = floor(|S^0_i|
+        / 2)`` (``batch_size=None``) or ``min(batch_size, floor(|S^0_i| / 2))``.
     """
+    if batch_mode == "same" and batch_size is None:
+        return local, local
+    rank = local.ranks_by(local.row_uniforms(key, "fedrep_batch", t))
     if batch_mode == "same":
-        if batch_size is None:
-            return s0, s0
-        rank = s0.ranks(rng.random_sample(len(s0)))
-        blocks = s0.take(rank < batch_size)
-        return blocks, blocks
-    rank = s0.ranks(rng.random_sample(len(s0)))
-    half = s0.counts // 2
-    b = half if batch_size is None else np.minimum(batch_size, half)
-    b_row = b[s0.codes]
-    return s0.take(rank < b_row), s0.take((rank >= b_row) & (rank < 2 * b_row))
+        batch = local.select(rank < batch_size)
+        return batch, batch
+    half = local.counts // 2
+    b = local.expand(half if batch_size is None else np.minimum(batch_size, half))
+    return local.select(rank < b), local.select((rank >= b) & (rank < 2 * b))
 
 
-def _clipped_gradient_sum(X, y, P_all, V, grad_blocks, clip_norm):
-    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7 and 10) without per-user ``d × k`` arrays.
+def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
+    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
 
     ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``
-    is rank one, and ``||g_i v_i^T||_F = ||g_i|| ||v_i||``, so the clipped sum is
-    ``(c ⊙ g)^T V`` with ``c_i = min(1, ψ / (||g_i|| ||v_i||))``.
+    is rank one; :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it
+    with one scalar factor per user (unit vectors for extreme norms).
+
+    Parameters
+    ----------
+    grad : UserBlock
+        The gradient batch ``B'`` (a selection of the block's ``S^0`` rows).
+    X0, P, y0 : ndarray
+        The block's ``S^0`` rows of ``X``, ``X U`` and ``y`` (sources of ``grad``).
+    V : ndarray of shape (n_users, k)
+        The users' heads.
+    clip_norm : float or None
+        ``ψ``.
 
     Returns
     -------
     total : ndarray of shape (d, k)
-    c : ndarray of shape (n_users,)
-        The clipping factors.
     """
-    resid = grad_blocks.gather(y) - np.einsum("ij,ij->i", grad_blocks.gather(P_all),
-                                              grad_blocks.expand(V))
-    b = np.maximum(grad_blocks.counts, 1)
     with np.errstate(over="ignore", invalid="ignore"):
-        g = grad_blocks.weighted_row_sum(-2.0 * resid / grad_blocks.expand(b), X)
-    # A gradient that is not a number (inf - inf for magnitudes near the float maximum)
-    # contributes zero: a function of that user's rows and the public U only.
-    g[np.isnan(g).any(axis=1)] = 0.0
-    g_norm, v_norm = _row_norms(g), _row_norms(V)
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.where((g_norm > 0) & (v_norm > 0), g_norm * v_norm, 0.0)
-    mag, c = _clipped_magnitudes(norms, clip_norm)
-    # clip(g v^T) = min(||g|| ||v||, psi) * unit(g) unit(v)^T. For norms in
-    # [_SAFE_LOW, _SAFE_HIGH] (all practical data) this is (mag / (||g|| ||v||)) g v^T,
-    # formed without n x d temporaries: ||g|| ||v|| in [1e-200, 1e200] is computed to
-    # relative rounding and no product below over- or underflows, so each term has norm
-    # mag up to rounding. Other users (subnormal or huge norms) go through unit vectors.
-    safe = ((g_norm >= _SAFE_LOW) & (g_norm <= _SAFE_HIGH)
-            & (v_norm >= _SAFE_LOW) & (v_norm <= _SAFE_HIGH))
-    coef = np.zeros_like(norms)
-    coef[safe] = mag[safe] / norms[safe]
-    total = g.T @ (V * coef[:, None])
-    other = ~safe & (norms > 0)
-    if other.any():
-        g_unit, _ = _unit_rows(g[other])
-        v_unit, _ = _unit_rows(V[other])
-        total += (g_unit * mag[other][:, None]).T @ v_unit
-    return total, c
+        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+                                                grad.expand(V))
+        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
+    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
+    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
+    # float maximum) contributes zero: a function of that user's rows and the public U.
+    with np.errstate(invalid="ignore", over="ignore"):
+        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
+    if suspect.any():
+        rows = np.flatnonzero(suspect)
+        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
+    return clipped_outer_sum(g, V, clip_norm)
 
 
-def _private_fedrep(X, y, s0, U0, *, n_iter, learning_rate, clip_norm, noise_multiplier,
-                    batch_mode, batch_size, rng, batch_rng=None, accountant=None, verbose=0):
+def fedrep_round(block, state, rnd):
+    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    X0 = s0_rows(block, state)
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = X0 @ rnd.U
+    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
+    V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
+    return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
+
+
+def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_norm,
+                   batch_mode, batch_size, n_users, verbose=0):
     """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``U^priv``.
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, d)
-    y : ndarray of shape (n_samples,)
-    s0 : _RowBlocks
-        ``S^0`` rows grouped by user.
+    executor : LocalExecutor
+        Blocks whose states hold the ``S^0`` split (:func:`prepare_split`).
+    release : Releaser
+        Releases each round's sum in phase ``"iterations"`` (sensitivity ``2 ψ``).
     U0 : ndarray of shape (d, k)
         Orthonormal initial embedding.
+    key : ndarray
+        The fit key (keyed batches).
     n_iter : int
         ``T``.
     learning_rate : float
         ``η``.
     clip_norm : float or None
-        ``ψ``: each user's gradient ``∇_{i,t}`` (a ``d × k`` matrix) is clipped
-        to this Frobenius norm.
-    noise_multiplier : float
-        ``z``: the released sum gets ``N(0, (2 ψ z)^2)`` noise per entry.
+        ``ψ``.
     batch_mode, batch_size : see :class:`PrivateFedRepRegressor`.
-    rng : numpy.random.RandomState
-        Generator of the privacy noise.
-    batch_rng : numpy.random.RandomState or None
-        Generator of the batches (``rng`` if None).
-    accountant : PrivacyAccountant or None
-        Every release is composed into it (phase ``"iterations"``).
+    n_users : int
+        The public number of users ``n``.
+    verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
     """
-    n_users = s0.n_users
-    # Every round reads only the S^0 rows, chunk by chunk: a contiguous copy of them when
-    # small; otherwise each chunk is gathered into one reused buffer (a large copy costs
-    # more in fresh memory than the gathers, and adds half of X to the peak memory).
-    rows0 = s0.rows
-    y = y[rows0]
-    s0 = _RowBlocks(np.arange(len(s0)), s0.codes, n_users)
-    chunks = s0.user_chunks(_ITER_CHUNK_ROWS)
-    if rows0.size * X.shape[1] * 8 <= _COPY_MAX_BYTES:
-        X, rows0, buf = X[rows0], None, None
-    else:
-        longest = max((s0.indptr[b] - s0.indptr[a] for a, b in chunks), default=0)
-        buf = np.empty((longest, X.shape[1]), dtype=X.dtype)
-    batch_rng = rng if batch_rng is None else batch_rng
-    # One seed per round, so that the number of rows drawn in one round (data
-    # dependent) never shifts the batches of the next rounds.
-    round_seeds = batch_rng.randint(0, np.iinfo(np.int32).max, size=n_iter)
-    U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
+    U = np.array(U0, dtype=np.float64, copy=True)  # line 1
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
     for t in range(n_iter):  # line 2
-        head_blocks, grad_blocks = _fedrep_batches(  # line 5
-            s0, batch_mode, batch_size, np.random.RandomState(int(round_seeds[t])))
-        # Lines 6-10 by chunks of consecutive users (~_ITER_CHUNK_ROWS rows): the heads and
-        # gradients of a user depend on its rows only, so this is the same sum; the chunk of
-        # X stays in cache between the two products and the per-row temporaries are small.
-        total = np.zeros_like(U)
-        for u0, u1 in chunks:
-            r0, r1 = s0.indptr[u0], s0.indptr[u1]
-            if buf is None:
-                Xc = X[r0:r1]
-            else:
-                Xc = np.take(X, rows0[r0:r1], axis=0, out=buf[:r1 - r0])
-            yc = y[r0:r1]
-            hb = head_blocks.user_range(u0, u1, r0)
-            gb = hb if grad_blocks is head_blocks else grad_blocks.user_range(u0, u1, r0)
-            P_all = Xc @ U
-            V, _ = fit_heads(Xc, yc, U, hb, P_all=P_all)  # line 6
-            part, _ = _clipped_gradient_sum(Xc, yc, P_all, V, gb, clip_norm)  # lines 7-10
-            total += part
-        if sensitivity is None:  # epsilon=inf without clipping: nothing to protect
-            from ._representation import _nonprivate
-
-            release, event = _nonprivate(total)
-        else:
-            release, event = mechanisms.gaussian_mechanism(
-                total, sensitivity=sensitivity, noise_multiplier=noise_multiplier, rng=rng)
-        if accountant is not None:
-            accountant.compose(event, phase="iterations", mechanism="gaussian",
-                               sensitivity=sensitivity, clip_norm=clip_norm)
-        # Line 10: U_hat = U - eta (1/n sum clip + xi); the division by the public n
-        # is post-processing of the release.
-        U_hat = U - learning_rate * (release / n_users)
-        U, _ = np.linalg.qr(U_hat)
+        total = executor.map(fedrep_round, _Round(U, t, key, batch_mode, batch_size,
+                                                   clip_norm))  # lines 3-9
+        noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
+                                 clip_norm=clip_norm)  # line 10: the sum plus noise
+        # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
+        # post-processing of the release; line 11: QR.
+        U, _ = np.linalg.qr(U - learning_rate * (noisy / n_users))
         if verbose:
             # Public quantities only: the share of clipped users, the number of rows
             # etc. are statistics of the private data and are never printed.
-            std = 0.0 if sensitivity is None else noise_multiplier * sensitivity
+            std = release.noise_std("iterations", sensitivity)
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
                   f"gradient sum (noise std {std:.3g})")
     return U
 
 
+# --------------------------------------------------------------------------- #
+# The estimator
+# --------------------------------------------------------------------------- #
 class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                              BasePersonalizedEstimator):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
@@ -248,8 +236,9 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
     random_state : int, RandomState instance or None, default=None
-        Seeds the data split, the batches, the random initialisation and the
-        privacy noise (all drawn from one generator per fit).
+        Seeds the fit's randomness: the privacy noise, the random
+        initialisation and the secret key of the per-user randomness (the
+        ``S^0`` / ``S^1`` split and the batches). ``None``: fresh OS entropy.
     verbose : int, default=0
         Print one line per iteration when positive (public quantities only:
         statistics of the private data, such as the share of clipped users, are
@@ -297,25 +286,36 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       computed from the norm of the matrix actually added to the sum when
       ``Z_i`` cancels (a small difference of huge terms: thin-QR route), and
       otherwise from an ``m_i × m_i`` Gram formula that is accurate to ~1e-12
-      relative for such users (see ``spectral_statistic``), so the bound holds
-      in floating point up to rounding. With
+      relative for such users (see
+      :func:`~skdpp.linear_model._spectral_init.spectral_statistic`), so the
+      bound holds in floating point up to rounding. With
       ``init="private_pairwise"``: the sum of per-user mean pair matrices,
       sensitivity ``2 ζ^2`` with ``ζ = init_clip_norm``.
     * ``iterations`` (Alg. 1, line 10), one per round: ``sum_i clip(∇_{i,t}, ψ)``,
       ``d × k``, sensitivity ``2 ψ``. The average over users divides by the
       public ``n``, which is post-processing. The gradient is rank one,
-      ``g_i v_i^T``; its clipped value is formed as ``min(||g_i|| ||v_i||, ψ)
-      ĝ_i v̂_i^T`` from unit vectors, so the bound holds in floating point
-      for any magnitudes.
+      ``g_i v_i^T``; its clipped value is ``min(||g_i|| ||v_i||, ψ) ĝ_i v̂_i^T``
+      (one scalar factor per user, unit vectors for extreme magnitudes), so
+      the bound holds in floating point for any magnitudes.
     * ``cold_start``: ``sum_i clip(v_i, C_head)``, sensitivity ``2 C_head``.
 
-    **Budget plan.** The phases ``init`` (share ``init_share``), ``iterations``
-    (``T`` Gaussian releases sharing the rest) and ``cold_start`` (share
-    ``cold_start_share``) are calibrated jointly with
-    :func:`skdpp.privacy.calibrate` so that the exact composition (μ-GDP) of
-    all releases meets (ε, δ); the ``privacy_report_`` shows each phase's noise
-    multiplier. The paper's closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)``
-    is not used: it is a loose upper bound.
+    **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
+    ``init`` (share ``init_share``, private initialisations only),
+    ``iterations`` (``T`` Gaussian releases sharing the rest) and
+    ``cold_start`` (share ``cold_start_share``), calibrated jointly so that
+    the exact composition (μ-GDP) of all releases meets (ε, δ); the
+    ``privacy_report_`` shows each phase's noise multiplier. The paper's
+    closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)`` is not used: it is a
+    loose upper bound.
+
+    **Randomness.** The split of each user's rows into ``S^0`` / ``S^1``
+    (``ceil(m_i / 2)`` rows in ``S^0``) and the batches of every round are
+    keyed hashes of the fit's secret 128-bit key, the user id, the position of
+    the row within the user (rows ordered by their content) and the round,
+    not draws from a stream in row order: a fit is a function of the *set* of
+    records (permuting the rows gives the same ``components_``, heads and
+    cold-start head), and one user's split and batches do not depend on the
+    other users.
 
     **Deviations from the paper.**
 
@@ -329,7 +329,7 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       analysis (Lemma 7, Lemma 9) assumes the head and gradient batches are
       independent, which no longer holds.
     * ``batch_mode="disjoint"`` follows line 5, but rows are *resampled every
-      round*: a fresh random permutation of each user's ``S^0`` rows gives
+      round*: a fresh keyed random order of each user's ``S^0`` rows gives
       ``B`` (first ``b_i`` rows) and ``B'`` (next ``b_i``). The paper's
       ``b <= floor(m / 2T)`` makes all batches of all rounds disjoint, which
       needs ``|S^0_i| >= 2 T b``; with fewer rows (the paper's own setting)
@@ -344,10 +344,11 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       population statistic is positive semi-definite.
     * The cold-start head (a DP mean of clipped heads) is not in the paper; it
       has its own budget share.
-    * Floating point: heads are solved on per-user rescaled rows; a head or
-      gradient that still overflows (values near the float maximum) is set to
-      zero. This depends on that user's rows only, so the bounds above hold for
-      any finite input.
+    * Floating point: heads are solved on per-user rescaled rows; a head that
+      still overflows, or a gradient that is not a number (values near the
+      float maximum), is set to zero. This depends on that user's rows only,
+      so the bounds above hold, ``fit`` succeeds and no warning is emitted
+      for any finite input.
 
     The per-user gradient clipping is the paper's; its clipping *level*
     ``ψ`` must not be chosen from the private data (tune it on public or
@@ -366,14 +367,14 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     Examples
     --------
     >>> from skdpp.datasets import make_shared_representation_regression
-    >>> from skdpp.linear_model._fedrep import PrivateFedRepRegressor
+    >>> from skdpp.linear_model import PrivateFedRepRegressor
     >>> X, y, groups, truth = make_shared_representation_regression(
     ...     n_users=2000, n_features=10, n_components=2, random_state=0)
     >>> est = PrivateFedRepRegressor(epsilon=4.0, random_state=0).fit(X, y, groups=groups)
-    >>> est.components_.shape
-    (10, 2)
-    >>> round(est.privacy_report_.epsilon_spent, 6) <= 4.0
-    True
+    >>> est.components_.shape, est.heads_.shape
+    ((10, 2), (2000, 2))
+    >>> [(p.name, p.count) for p in est.privacy_report_.phases]
+    [('init', 1), ('iterations', 5), ('cold_start', 1)]
     """
 
     _parameter_constraints = {
@@ -403,53 +404,19 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X, y, groups=None):
-        """Fit the private embedding and the users' heads.
+    def _n_iteration_releases(self):
+        return int(self.max_iter)
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row (the privacy unit). ``None``: every row is its
-            own user.
+    # ------------------------------------------------- hooks of the fit template
+    _pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
 
-        Returns
-        -------
-        self : object
-            Fitted estimator.
-        """
-        X, y, index = self._validate_fit_input(X, y, groups, y_numeric=True)
-        y = np.asarray(y, dtype=np.float64)
-        self._check_params_for_data(X.shape[1])
-        rngs = _child_rngs(self.random_state)
-        n_users = index.n_users
-        s0, s1 = _split_blocks(index, rngs["split"])  # S^0, S^1 (Alg. 1, preamble)
-        phases = self._phases(self.max_iter)
-        params = calibrate(phases, epsilon=self.epsilon, delta=self.delta)
-        accountant = self._new_accountant()
-        label_clip = self.init_clip_norm
-        U0 = self._initial_components(X, y, s0, rngs, params, accountant,
-                                      label_clip=label_clip)
-        U = _private_fedrep(
-            X, y, s0, U0, n_iter=self.max_iter, learning_rate=float(self.learning_rate),
-            clip_norm=self.clip_norm, noise_multiplier=params.get("iterations", 0.0),
-            batch_mode=self.batch_mode, batch_size=self.batch_size, rng=rngs["noise"],
-            batch_rng=rngs["batches"], accountant=accountant, verbose=self.verbose)
-        V, head = self._finish(X, y, U, s0, s1, rngs, params, accountant, n_users)
-        self.components_ = U
-        self.heads_ = V
-        self.cold_start_head_ = head
-        self.n_iter_ = int(self.max_iter)
-        self.privacy_report_ = self._build_report(
-            accountant, n_users=n_users,
-            released=("components_", "cold_start_head_"), local=("heads_",),
-            shares={p.name: p.share for p in phases},
-            notes=(
-                f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "
-                "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",
-            ),
-        )
-        return self
+    def _iterate(self, executor, release, U0, key, meta):
+        return private_fedrep(
+            executor, release, U0, key=key, n_iter=int(self.max_iter),
+            learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
+            batch_mode=self.batch_mode, batch_size=self.batch_size,
+            n_users=meta["n_users"], verbose=self.verbose)
+
+    def _notes(self):
+        return (f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "
+                "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)

@@ -122,13 +122,15 @@ def solve_heads(A, r, counts):
     A relative ridge ``λ_i = c · tr(A_i) / k`` is added, with ``c = 1e-10`` for
     users with at least ``k`` rows (numerical safety) and ``c = 1e-6`` for users
     with fewer rows than ``k`` (whose least-squares head is not unique: this
-    gives approximately the minimum-norm head). Users without rows get ``0``.
+    gives approximately the minimum-norm head). Users without rows, and systems
+    with non-finite entries, get ``0`` (no warning, no exception).
     """
     k = A.shape[-1]
     tr = np.trace(A, axis1=1, axis2=2)
     c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
-    lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
-    M = A + lam[:, None, None] * np.eye(k)
+    with np.errstate(all="ignore"):  # non-finite systems are solved as 0 below
+        lam = np.maximum(c * tr / max(k, 1), np.finfo(np.float64).tiny)
+        M = A + lam[:, None, None] * np.eye(k)
     if k != 2:
         return _solve_stack(M, r)
     # k = 2: closed form (Cramer's rule is forward stable for 2 x 2 systems), about 6x
@@ -147,14 +149,25 @@ def solve_heads(A, r, counts):
 
 
 def _solve_stack(M, r):
-    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback."""
-    try:
-        with np.errstate(all="ignore"):
+    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback.
+
+    Systems with a non-finite entry get ``v_i = 0`` and never reach LAPACK
+    (whose SVD raises on NaN): whether a fit succeeds must not depend on one
+    user's values.
+    """
+    finite = np.isfinite(M).all(axis=(1, 2)) & np.isfinite(r).all(axis=1)
+    v = np.zeros(r.shape, dtype=np.result_type(M.dtype, r.dtype, np.float64))
+    if not finite.all():
+        if finite.any():
+            v[finite] = _solve_stack(M[finite], r[finite])
+        return v
+    with np.errstate(all="ignore"):
+        try:
             v = np.linalg.solve(M, r[..., None])[..., 0]
-        if not np.all(np.isfinite(v)):
-            raise np.linalg.LinAlgError
-    except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
-        v = batched_solve(M, r)
+            if not np.all(np.isfinite(v)):
+                raise np.linalg.LinAlgError
+        except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
+            v = batched_solve(M, r)
     return v
 
 

@@ -14,7 +14,11 @@ that its norm is at most a bound ``C``. The helpers here make that bound hold
 * :func:`clip_by_norm` -- ``v * min(1, C / ||v||)`` for every leading slice:
   one fast norm-and-scale pass for rows whose norm lies in a safe range, the
   robust unit-vector path only for the (rare) rows outside it;
-* :func:`clip_values` -- the scalar clip ``sign(y) min(|y|, C)``.
+* :func:`clip_values` -- the scalar clip ``sign(y) min(|y|, C)``;
+* :func:`clipped_outer_sum` -- ``sum_i clip(a_i b_i^T, C)`` for rank-one
+  contributions, without forming the outer products;
+* :func:`scaled_clip_factors` -- clip factors of contributions stored scaled
+  (``s M`` with ``M`` of moderate size), without forming ``s ||M||``.
 
 Fast path and robust path give the same bound: a row whose norm ``r`` lies in
 ``[_SAFE_LOW, _SAFE_HIGH]`` has no entry whose square overflows, and the squares
@@ -44,7 +48,9 @@ __all__ = [
     "clip_factors",
     "clip_values",
     "clipped_magnitudes",
+    "clipped_outer_sum",
     "row_norms",
+    "scaled_clip_factors",
     "stack_norms",
     "unit_rows",
 ]
@@ -323,3 +329,137 @@ def clip_values(values, clip):
     """
     values = np.asarray(values, dtype=np.float64)
     return values if clip is None else np.clip(values, -clip, clip)
+
+
+def clipped_outer_sum(A, B, clip_norm):
+    """``sum_i clip(a_i b_i^T, C)``: a sum of clipped rank-one contributions.
+
+    ``||a b^T||_F = ||a|| ||b||``, so ``clip(a b^T, C) = min(||a|| ||b||, C) â b̂^T``
+    with the unit vectors ``â``, ``b̂``. The sum is formed without any
+    ``n x p x q`` temporary.
+
+    Parameters
+    ----------
+    A : array-like of shape (n, p)
+        One vector ``a_i`` per contribution (e.g. a user's gradient factor).
+    B : array-like of shape (n, q)
+        One vector ``b_i`` per contribution (e.g. the user's head).
+    clip_norm : float or None
+        ``C`` (``None``: no clipping, ``A^T B``; only with ``epsilon=np.inf``).
+
+    Returns
+    -------
+    total : ndarray of shape (p, q)
+
+    Notes
+    -----
+    Rows whose norms ``||a_i||`` and ``||b_i||`` both lie in ``[1e-100, 1e100]``
+    (all practical data) take one scalar factor ``min(||a|| ||b||, C) / (||a||
+    ||b||)`` each and one ``(p, n) @ (n, q)`` product: the norms and their
+    product (in ``[1e-200, 1e200]``) are accurate to rounding and no product
+    over- or underflows significantly, so each term has norm
+    ``min(||a|| ||b||, C)`` up to rounding. Other rows (subnormal, huge or
+    infinite entries, products that overflow) are clipped through unit
+    vectors (:func:`unit_rows`): a row with infinite entries contributes ``C``
+    times the normalised sign pattern of those entries. Rows outside the fast
+    range never enter the fast product, so an infinite entry can never meet
+    a zero factor (``inf * 0 = NaN``). NaN entries raise ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy._clipping import clipped_outer_sum
+    >>> A = np.array([[3.0, 4.0], [1e300, 1e300]])
+    >>> B = np.array([[1.0], [1e300]])
+    >>> clipped_outer_sum(A, B, 1.0)
+    array([[1.30710678],
+           [1.50710678]])
+    """
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[0]:
+        raise ValueError(f"`A` and `B` must be 2-D with the same number of rows; got "
+                         f"shapes {A.shape} and {B.shape}.")
+    clip_norm = _check_clip(clip_norm)
+    n, p, q = A.shape[0], A.shape[1], B.shape[1]
+    if n == 0 or p == 0 or q == 0:
+        return np.zeros((p, q))
+    if clip_norm is None:
+        if np.isnan(A).any() or np.isnan(B).any():
+            raise ValueError("`A` or `B` contains NaN; cannot clip.")
+        with np.errstate(over="ignore", invalid="ignore"):
+            return A.T @ B
+    a_norm, b_norm = row_norms(A), row_norms(B)
+    if np.isnan(a_norm).any() or np.isnan(b_norm).any():  # NaN norms <=> NaN entries
+        raise ValueError("`A` or `B` contains NaN; cannot clip.")
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.where((a_norm > 0) & (b_norm > 0), a_norm * b_norm, 0.0)
+    mag, _ = clipped_magnitudes(norms, clip_norm)
+    safe = ((a_norm >= _SAFE_LOW) & (a_norm <= _SAFE_HIGH)
+            & (b_norm >= _SAFE_LOW) & (b_norm <= _SAFE_HIGH))
+    coef = np.zeros(n)
+    coef[safe] = mag[safe] / norms[safe]
+    if safe.all():
+        total = A.T @ (B * coef[:, None])
+    else:
+        total = A[safe].T @ (B[safe] * coef[safe, None])
+    other = ~safe & (norms > 0)
+    if other.any():
+        a_unit, _ = unit_rows(A[other])
+        b_unit, _ = unit_rows(B[other])
+        total += (a_unit * mag[other][:, None]).T @ b_unit
+    return total
+
+
+# Contributions whose scaled norm is below this are dropped (see scaled_clip_factors).
+_TINY_SCALED_NORM = 1e-250
+
+
+def scaled_clip_factors(norms, scales, clip_norm):
+    """Clip factors of contributions stored scaled: ``f M = clip(s M, C)``.
+
+    A contribution ``s M`` is kept as a moderate matrix ``M`` (e.g. rows
+    divided by their largest entry) and a positive scale ``s`` that may over-
+    or underflow when multiplied out. ``f = min(s, C / ||M||)`` is computed
+    without forming ``s ||M||``; the term added, ``f M``, has norm
+    ``min(s ||M||, C)`` up to rounding when ``||M||`` is the norm of the
+    *computed* ``M`` that is added.
+
+    Parameters
+    ----------
+    norms : array-like
+        ``||M_i||`` (Frobenius) of the computed scaled contributions.
+    scales : array-like
+        ``s_i > 0`` (possibly ``inf``).
+    clip_norm : float or None
+        ``C > 0`` (``None``: ``f = s``, no clipping). Not validated (like
+        :func:`clip_factors`): callers pass a validated bound.
+
+    Returns
+    -------
+    factors : ndarray
+        ``f_i``; 0 where ``||M_i|| < 1e-250`` (a contribution that small
+        relative to its scale is dropped: zero is within any bound, and
+        ``C / ||M||`` would overflow) or where the factor is not finite.
+    full_norms : ndarray
+        ``s_i ||M_i||``, the norm before clipping (``inf`` if it overflows).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy._clipping import scaled_clip_factors
+    >>> f, full = scaled_clip_factors([0.5, 0.5], [1.0, 1e300], 1.0)
+    >>> f, full
+    (array([1., 2.]), array([5.e-001, 5.e+299]))
+    """
+    norms = np.asarray(norms, dtype=np.float64)
+    scales = np.asarray(scales, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        ok = norms >= _TINY_SCALED_NORM
+        full = np.where(norms > 0, scales * norms, 0.0)
+        if clip_norm is None:
+            f = np.where(ok, scales, 0.0)
+        else:
+            f = np.where(ok, np.minimum(scales, clip_norm / np.where(ok, norms, 1.0)), 0.0)
+        f = np.where(np.isfinite(f), f, 0.0)
+    return f, full

@@ -1,8 +1,20 @@
-"""Loop-based, test-only references shared by the FedRep and AltMin tests."""
+"""Loop-based, test-only references shared by the FedRep and AltMin tests.
 
-import math
+The references take the randomness a fit used (its ``S^0`` split, batches and
+rounds) from the estimators' own block functions, run on the same blocks and
+key as the fit (:func:`fit_executor`), and then compute everything else with
+plain loops over users and rows.
+"""
 
 import numpy as np
+
+from skdpp.linear_model._altmin import prepare_altmin, user_rounds
+from skdpp.linear_model._fedrep import fedrep_batches
+from skdpp.linear_model._representation import prepare_split
+from skdpp.utils._executor import LocalExecutor
+from skdpp.utils._grouped import UserIndex, make_blocks
+from skdpp.utils._random import FitRandomness
+from tests.privacy.harness import adversarial_neighbours
 
 _RIDGE, _RIDGE_DEFICIENT = 1e-10, 1e-6
 
@@ -15,17 +27,75 @@ def _ref_head(P, y, k):
     return np.linalg.solve(A + lam * np.eye(k), r)
 
 
-def _ref_split(groups, rng):
-    """S^0 mask: per user, rows ranked by a uniform key; the first ceil(m/2) (in [1, m-1])."""
-    keys = rng.random_sample(len(groups))
-    s0 = np.zeros(len(groups), dtype=bool)
-    for u in np.unique(groups):
-        rows = np.flatnonzero(groups == u)
-        rows = rows[np.lexsort((rows, keys[rows]))]
-        m = len(rows)
-        n_first = m if m == 1 else min(max(math.ceil(m / 2), 1), m - 1)
-        s0[rows[:n_first]] = True
-    return s0
+def fit_executor(X, y, groups, random_state, **block_kwargs):
+    """The blocks, states and key of a fit with this ``random_state`` (split prepared)."""
+    y = np.asarray(y, dtype=np.float64)
+    index = UserIndex.from_groups(groups, len(y))
+    executor = LocalExecutor(make_blocks(X, y, index, **block_kwargs))
+    key = FitRandomness(random_state).key
+    executor.map(prepare_split, key)
+    return executor, key
+
+
+def s0_mask(executor, n_samples):
+    """``True`` for the rows (original numbering) the fit put in ``S^0``."""
+    mask = np.zeros(n_samples, dtype=bool)
+    for state in executor.states:
+        mask[state.s0.source_rows()] = True
+    return mask
+
+
+def _rows_of(state, sub):
+    """Original row numbers of a selection ``sub`` of a block's ``S^0`` rows."""
+    return state.s0.source_rows()[sub.source_rows()]
+
+
+def fedrep_round_batches(executor, key, t, batch_mode, batch_size):
+    """``(head_rows, grad_rows)`` of round ``t``: sets of original row numbers."""
+    head, grad = [], []
+    for state in executor.states:
+        hb, gb = fedrep_batches(state.local, key, t, batch_mode, batch_size)
+        head.append(_rows_of(state, hb))
+        grad.append(_rows_of(state, gb))
+    return set(np.concatenate(head).tolist()), set(np.concatenate(grad).tolist())
+
+
+def altmin_randomness(executor, key, batch_mode, n_rounds):
+    """``(head_rows, stat_rows, round_of_user)`` of an AltMin fit (rows as sets).
+
+    ``round_of_user`` maps each user id to its round with ``schedule="disjoint"``.
+    """
+    executor.map(prepare_altmin, (key, batch_mode))
+    head, stat, rounds = [], [], {}
+    for state in executor.states:
+        hb, sb = state.extra["halves"]
+        head.append(_rows_of(state, hb))
+        stat.append(_rows_of(state, sb))
+        r = user_rounds(state.local, key, n_rounds)
+        rounds.update(zip(state.s0.users.tolist(), r.tolist()))
+    return (set(np.concatenate(head).tolist()), set(np.concatenate(stat).tolist()), rounds)
+
+
+def assert_permutation_invariant(cls, params, X, y, groups, seed=1):
+    """Fitting on permuted rows gives bit-identical released and personal parts."""
+    p = np.random.default_rng(seed).permutation(len(y))
+    a = cls(**params).fit(X, y, groups=groups)
+    b = cls(**params).fit(X[p], y[p], groups=groups[p])
+    for name in ("components_", "cold_start_head_", "heads_", "user_ids_"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def with_other_users(X, y, groups, relabel=3, seed=2):
+    """The data with user ``relabel`` renamed 99 and a new user 50 (5 rows) added."""
+    rng = np.random.default_rng(seed)
+    return (np.r_[X, rng.standard_normal((5, X.shape[1]))], np.r_[y, rng.standard_normal(5)],
+            np.r_[np.where(groups == relabel, 99, groups), np.full(5, 50)])
+
+
+def row_contents(X, y, rows):
+    """The sorted contents ``(x, y)`` of some rows (a set of records, in any order)."""
+    rows = list(rows)
+    return sorted(map(tuple, np.c_[X[rows], y[rows]].tolist()))
 
 
 def _canary_last(X, y, groups):
@@ -33,6 +103,24 @@ def _canary_last(X, y, groups):
     user = groups.max()
     order = np.r_[np.flatnonzero(groups != user), np.flatnonzero(groups == user)]
     return X[order], y[order], groups[order], user
+
+
+def _with_canary(X, y, groups, user, Xc, yc):
+    """The data set with ``user``'s rows replaced by ``(Xc, yc)``."""
+    keep = groups != user
+    return (np.r_[X[keep], Xc], np.r_[y[keep], yc],
+            np.r_[groups[keep], np.full(len(yc), user)])
+
+
+def _observable_neighbours(X, y, groups, user):
+    """The harness's adversarial neighbours plus users with near-maximal values."""
+    yield from adversarial_neighbours(X, y, groups, user)
+    mine = groups == user
+    yield ("1e300", *_with_canary(X, y, groups, user, 1e300 * X[mine], 1e300 * y[mine]))
+    yield ("near_max", *_with_canary(X, y, groups, user, 1.7e308 * np.sign(X[mine]),
+                                     1.7e308 * np.sign(y[mine])))
+    yield ("1e160", *_with_canary(X, y, groups, user, 1e160 * np.ones((2, X.shape[1])),
+                                  np.array([1e160, 3e160])))
 
 
 def _test_mse(est, info):

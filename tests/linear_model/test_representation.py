@@ -1,15 +1,27 @@
 """Tests of the shared-representation building blocks (loop-based references)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 
-from skdpp.privacy.mechanisms import unit_rows
 from skdpp.linear_model import _representation as rep
-from skdpp.linear_model._altmin import _kron_gram
+from skdpp.linear_model import _scratch
+from skdpp.linear_model import _spectral_init as si
+from skdpp.linear_model._altmin import _assemble_gram, _kron_blocks
+from skdpp.privacy._clipping import (
+    clip_by_norm,
+    clipped_outer_sum,
+    row_norms,
+    scaled_clip_factors,
+    unit_rows,
+)
 from skdpp.utils import UserIndex
+from skdpp.utils._executor import LocalExecutor
+from skdpp.utils._grouped import make_blocks
+from skdpp.utils._random import FitRandomness
 from tests.privacy.harness import assert_sensitivity
 
 
@@ -23,18 +35,23 @@ def _toy(n_users=7, d=4, seed=0, max_rows=6):
     return X, y, groups
 
 
-def _blocks(groups):
+def _block(X, y, groups, **kwargs):
+    """All rows as one block of whole users (canonical order)."""
     index = UserIndex.from_groups(groups, len(groups))
-    return rep._RowBlocks(np.arange(len(groups)), index.codes, index.n_users), index
+    return make_blocks(X, np.asarray(y, dtype=float), index, max_rows=None, **kwargs)[0]
+
+
+def _one_user_block(X, y):
+    return _block(X, y, np.zeros(len(y), dtype=int))
 
 
 def test_fit_heads_matches_per_user_least_squares():
     X, y, groups = _toy(max_rows=8)
-    blocks, index = _blocks(groups)
+    block = _block(X, y, groups)
     U, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((X.shape[1], 2)))
-    V, _ = rep.fit_heads(X, y, U, blocks)
-    for u in range(index.n_users):
-        rows = index.codes == u
+    V = rep.fit_heads(block, block.take(X) @ U, block.take(y))
+    for u in range(block.n_users):
+        rows = groups == block.users[u]
         P = X[rows] @ U
         if rows.sum() >= 2:
             expected = np.linalg.lstsq(P, y[rows], rcond=None)[0]
@@ -46,10 +63,40 @@ def test_fit_heads_matches_per_user_least_squares():
 
 def test_fit_heads_user_without_rows_gets_zero_head():
     X, y, groups = _toy()
-    blocks, index = _blocks(groups)
-    sub = blocks.take(blocks.codes != 3)
-    V, _ = rep.fit_heads(X, y, np.eye(X.shape[1])[:, :2], sub)
-    assert_allclose(V[3], 0.0, atol=0)
+    block = _block(X, y, groups)
+    sub = block.select(block.row_user != 3)
+    V = rep.fit_heads(sub, sub.take(X) @ np.eye(X.shape[1])[:, :2], sub.take(y))
+    assert V.shape == (block.n_users, 2)
+    assert_array_equal(V[3], 0.0)
+
+
+def test_fit_heads_non_finite_projections_give_zero_heads():
+    """``X U`` can overflow to inf (or NaN, inf - inf, in another BLAS's summation
+    order) for values near the float maximum: that user's head is 0, the others are
+    unaffected, and nothing raises or warns (LAPACK's SVD raised on NaN)."""
+    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    block = _block(np.zeros((6, 1)), y, np.repeat([0, 1, 2], 2))
+    P = np.array([[np.nan, 1.0], [1.0, 2.0], [np.inf, -np.inf], [1.0, 1.0],
+                  [1.0, 0.5], [2.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        V = rep.fit_heads(block, P, block.take(y))
+    assert_array_equal(V[:2], 0.0)
+    expected = rep.fit_heads(block.user_range(2, 3), P[4:], block.take(y)[4:])
+    assert_allclose(V[2], expected[0], rtol=1e-12)
+    assert np.all(np.isfinite(V))
+
+
+@pytest.mark.parametrize("max_rows", [1, 3, 1000])
+def test_heads_do_not_depend_on_the_blocks(max_rows):
+    X, y, groups = _toy(n_users=9, max_rows=8)
+    U, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((X.shape[1], 2)))
+    index = UserIndex.from_groups(groups, len(y))
+    one = LocalExecutor(make_blocks(X, y, index, max_rows=None))
+    many = LocalExecutor(make_blocks(X, y, index, max_rows=max_rows))
+    expected = one.collect(rep._personal_heads_block, U)
+    assert_allclose(many.collect(rep._personal_heads_block, U), expected, rtol=1e-12,
+                    atol=1e-14)
 
 
 def _loop_spectral_statistic(X, y, groups, clip):
@@ -75,18 +122,18 @@ def _loop_spectral_statistic(X, y, groups, clip):
 @pytest.mark.parametrize("clip", [None, 0.5, 3.0])
 def test_spectral_statistic_matches_loop_reference(clip):
     X, y, groups = _toy(n_users=9, d=3, max_rows=7)  # some users have more rows than d
-    blocks, _ = _blocks(groups)
-    total, norms = rep.spectral_statistic(X, y, blocks, clip)
+    total, norms = si.spectral_statistic(_block(X, y, groups), clip)
     assert_allclose(total, _loop_spectral_statistic(X, y, groups, clip), rtol=1e-10,
                     atol=1e-12)
 
 
-def _loop_pairwise_statistic(X, y, groups, zeta):
+def _loop_pairwise_statistic(X, y, groups, zeta, order):
+    """Loop reference; each user's rows are paired consecutively in ``order``."""
     d = X.shape[1]
     total = np.zeros((d, d))
     yc = np.clip(y, -zeta, zeta)
     for u in np.unique(groups):
-        rows = np.flatnonzero(groups == u)
+        rows = [r for r in order if groups[r] == u]
         acc, n_pairs = np.zeros((d, d)), len(rows) // 2
         for p in range(n_pairs):
             a, b = rows[2 * p], rows[2 * p + 1]
@@ -99,9 +146,10 @@ def _loop_pairwise_statistic(X, y, groups, zeta):
 
 def test_pairwise_statistic_matches_loop_reference():
     X, y, groups = _toy(n_users=8, d=4, max_rows=7)
-    blocks, _ = _blocks(groups)
-    assert_allclose(rep.pairwise_statistic(X, y, blocks, 0.7),
-                    _loop_pairwise_statistic(X, y, groups, 0.7), rtol=1e-10, atol=1e-12)
+    block = _block(X, y, groups)
+    assert_allclose(si.pairwise_statistic(block, 0.7),
+                    _loop_pairwise_statistic(X, y, groups, 0.7, block.source_rows()),
+                    rtol=1e-10, atol=1e-12)
 
 
 def test_kron_gram_matches_materialised_vec():
@@ -111,13 +159,8 @@ def test_kron_gram_matches_materialised_vec():
     w = rng.random(6)
     W = np.stack([np.outer(X[r], V[r]).ravel(order="F") for r in range(6)])  # vec(x v^T)
     expected = (W * w[:, None]).T @ W
-    assert_allclose(_kron_gram(X, np.arange(6), V, w), expected, rtol=1e-12, atol=1e-12)
-
-
-def test_clip_scale_is_overflow_safe():
-    scale = rep._clip_scale(np.array([0.0, 0.5, 2.0, np.inf]), 1.0)
-    assert_allclose(scale, [1.0, 1.0, 0.5, 0.0])
-    assert_allclose(rep._row_norms(np.array([[3e200, 4e200], [0.0, 0.0]])), [5e200, 0.0])
+    assert_allclose(_assemble_gram(_kron_blocks(X, V, w), 3), expected, rtol=1e-12,
+                    atol=1e-12)
 
 
 def test_subspace_distance_properties():
@@ -134,7 +177,7 @@ def test_subspace_distance_properties():
 
 
 def test_random_init_is_orthonormal():
-    Q = rep.random_init(7, 3, np.random.RandomState(0))
+    Q = si.random_init(7, 3, np.random.default_rng(0))
     assert_allclose(Q.T @ Q, np.eye(3), atol=1e-12)
 
 
@@ -160,8 +203,8 @@ def test_spectral_statistic_sensitivity_under_cancellation(big, small, n_small):
     X2 = np.r_[X[keep], Xc]
     y2 = np.r_[y[keep], np.ones(1 + n_small)]
     g2 = np.r_[groups[keep], np.full(1 + n_small, n_users - 1)]
-    t1, _ = rep.spectral_statistic(X, y, _blocks(groups)[0], psi)
-    t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
+    t1, _ = si.spectral_statistic(_block(X, y, groups), psi)
+    t2, norms = si.spectral_statistic(_block(X2, y2, g2), psi)
     assert norms[-1] > psi  # the canary is clipped
     assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
 
@@ -174,8 +217,7 @@ def test_pairwise_contribution_bounded_for_any_magnitude(scale):
     1.13 zeta^2 (or NaN) for rows near 1e-160.
     """
     X = np.array([[scale, 0.0], [0.7 * scale, 0.7 * scale]])
-    blocks = rep._RowBlocks(np.arange(2), np.zeros(2, dtype=int), 1)
-    total = rep.pairwise_statistic(X, np.array([3.0, -3.0]), blocks, 1.0)
+    total = si.pairwise_statistic(_one_user_block(X, np.array([3.0, -3.0])), 1.0)
     assert np.all(np.isfinite(total))
     assert np.linalg.norm(total) <= 1.0 * (1 + 1e-12)
 
@@ -187,7 +229,6 @@ def test_unit_rows_and_row_norms_for_any_magnitude():
     assert_allclose(np.linalg.norm(unit, axis=1), [1, 1, 1, 0, 1], rtol=1e-15)
     assert_allclose(norms[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
     assert norms[4] == np.inf
-    assert_allclose(rep._row_norms(M[:4])[[0, 2, 3]], [5e-160, 5e200, 0.0], rtol=1e-15)
 
 
 def _near_threshold_users(rng, n_users, c, d):
@@ -217,21 +258,21 @@ def test_spectral_few_rows_gram_route_matches_qr_route(monkeypatch, c, d):
     g1 = G.sum(axis=2)
     nu = np.sqrt(np.maximum(g1.sum(1) ** 2 - 2 * (g1**2).sum(1) + (G**2).sum((1, 2)), 0))
     rho = nu / np.trace(G, axis1=1, axis2=2)
-    fast = np.flatnonzero(rho >= rep._RHO_MIN)
-    assert fast.size > 20 and (rho[fast] < 2 * rep._RHO_MIN).any()  # both routes, near edge
+    fast = np.flatnonzero(rho >= si._RHO_MIN)
+    assert fast.size > 20 and (rho[fast] < 2 * si._RHO_MIN).any()  # both routes, near edge
     ones = np.ones(1)
     for psi in [1e-3, 1.0]:
         for u in fast:
-            t_gram, n_gram = rep._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
+            t_gram, n_gram = si._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
             with monkeypatch.context() as m:
-                m.setattr(rep, "_RHO_MIN", np.inf)  # force the QR route
-                t_qr, n_qr = rep._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
+                m.setattr(si, "_RHO_MIN", np.inf)  # force the QR route
+                t_qr, n_qr = si._spectral_few_rows(Ap[u:u + 1], ones, ones, psi)
             assert_allclose(t_gram, t_qr, rtol=0, atol=1e-11 * np.linalg.norm(t_qr))
             assert_allclose(n_gram, n_qr, rtol=1e-11)
             assert np.linalg.norm(t_gram) <= min(n_gram[0], psi) * (1 + 1e-12)
     # the mixed call is the sum of the one-user calls
-    total, _ = rep._spectral_few_rows(Ap, np.ones(len(Ap)), np.ones(len(Ap)), 1.0)
-    parts = sum(rep._spectral_few_rows(Ap[u:u + 1], ones, ones, 1.0)[0] for u in range(len(Ap)))
+    total, _ = si._spectral_few_rows(Ap, np.ones(len(Ap)), np.ones(len(Ap)), 1.0)
+    parts = sum(si._spectral_few_rows(Ap[u:u + 1], ones, ones, 1.0)[0] for u in range(len(Ap)))
     assert_allclose(total, parts, rtol=1e-10, atol=1e-12)
 
 
@@ -244,7 +285,7 @@ def test_spectral_statistic_sensitivity_near_route_threshold(big):
     X = rng.standard_normal((n_users * m, d))
     y = rng.standard_normal(n_users * m)
     groups = np.repeat(np.arange(n_users), m)
-    t1, _ = rep.spectral_statistic(X, y, _blocks(groups)[0], psi)
+    t1, _ = si.spectral_statistic(_block(X, y, groups), psi)
     keep = groups != n_users - 1
     base = rng.standard_normal(d)
     small = rng.standard_normal((m - 1, d))
@@ -258,8 +299,8 @@ def test_spectral_statistic_sensitivity_near_route_threshold(big):
         G = A @ A.T
         g1 = G.sum(axis=1)
         ratio = np.sqrt(max(g1.sum() ** 2 - 2 * g1 @ g1 + (G * G).sum(), 0)) / np.trace(G)
-        routes.add(bool(ratio >= rep._RHO_MIN))
-        t2, norms = rep.spectral_statistic(X2, y2, _blocks(g2)[0], psi)
+        routes.add(bool(ratio >= si._RHO_MIN))
+        t2, norms = si.spectral_statistic(_block(X2, y2, g2), psi)
         assert np.linalg.norm(t2 - t1) <= 2 * psi * (1 + 1e-9)
     assert routes == {True, False}  # the sweep crosses the threshold
 
@@ -274,9 +315,8 @@ def _fro(M):
 
 
 def _one_user(X, y, psi):
-    blocks = rep._RowBlocks(np.arange(len(y)), np.zeros(len(y), dtype=int), 1)
     with np.errstate(all="ignore"):
-        return rep.spectral_statistic(X, y, blocks, psi)
+        return si.spectral_statistic(_one_user_block(X, y), psi)
 
 
 # (route, X, y, ||Z||): rows whose scaled Gram / U-statistic entries have subnormal
@@ -359,7 +399,7 @@ def test_spectral_statistic_clip_bound_adversarial_search():
             g1 = G.sum(axis=1)
             a2 = np.trace(G)
             nu = np.sqrt(max(g1.sum() ** 2 - 2 * g1 @ g1 + (G * G).sum(), 0.0))
-            gram_route += bool(a2 >= rep._GRAM_MIN and nu >= rep._RHO_MIN * a2)
+            gram_route += bool(a2 >= si._GRAM_MIN and nu >= si._RHO_MIN * a2)
     assert worst <= 1 + 1e-9
     assert gram_route > 300
 
@@ -391,12 +431,169 @@ def test_fedrep_init_sensitivity_subnormal_gram(e):
     assert_sensitivity(fit_on, with_canary(1.0), with_canary(-1.0))
 
 
-@pytest.mark.parametrize("max_rows", [1, 3, 1000])
-def test_fit_heads_chunked_matches_fit_heads(max_rows):
-    X, y, groups = _toy(n_users=9, max_rows=8)
-    blocks, _ = _blocks(groups)
-    sub = blocks.take(np.random.default_rng(0).random(len(blocks)) < 0.6)  # not all rows
-    U, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((X.shape[1], 2)))
-    expected, _ = rep.fit_heads(X, y, U, sub)
-    assert_allclose(rep.fit_heads_chunked(X, y, U, sub, max_rows=max_rows), expected,
-                    rtol=1e-12, atol=1e-14)
+# --------------------------------------------------------------------------- #
+# The keyed S^0 / S^1 split
+# --------------------------------------------------------------------------- #
+def _split_by_user(X, y, groups, seed=0, max_rows=None):
+    """{user: sorted contents of its S^0 rows} from the fit's block function."""
+    index = UserIndex.from_groups(groups, len(y))
+    executor = LocalExecutor(make_blocks(X, y, index, max_rows=max_rows))
+    executor.map(rep.prepare_split, FitRandomness(seed).key)
+    out = {}
+    for state in executor.states:
+        s0 = state.s0
+        rows = s0.source_rows()
+        for u in range(s0.n_users):
+            r = rows[s0.offsets[u]:s0.offsets[u + 1]]
+            out[s0.users[u]] = sorted(map(tuple, np.c_[X[r], y[r]].tolist()))
+    return out
+
+
+def test_split_sizes_and_final_rows():
+    X, y, groups = _toy(n_users=30, max_rows=9, seed=4)
+    index = UserIndex.from_groups(groups, len(y))
+    executor = LocalExecutor(make_blocks(X, y, index, max_rows=16))
+    executor.map(rep.prepare_split, FitRandomness(0).key)
+    for block, state in zip(executor.blocks, executor.states):
+        m = block.counts
+        expected = np.where(m >= 2, np.clip(np.ceil(m / 2), 1, m - 1), m)
+        assert_array_equal(state.s0.counts, expected)
+        # final heads: S^1, or the S^0 row of a one-row user
+        assert_array_equal(state.final.counts, np.where(m == 1, 1, m - expected))
+        assert_array_equal(state.local.take(state.y0), state.s0.take(y))
+
+
+def test_split_is_a_function_of_each_users_own_rows():
+    """Permuting rows, re-blocking, adding a user and relabelling another leave every
+    other user's S^0 unchanged; another key changes it."""
+    X, y, groups = _toy(n_users=25, max_rows=9, seed=5)
+    base = _split_by_user(X, y, groups)
+    p = np.random.default_rng(0).permutation(len(y))
+    assert _split_by_user(X[p], y[p], groups[p], max_rows=5) == base
+    rng = np.random.default_rng(1)
+    X2 = np.r_[X, rng.standard_normal((4, X.shape[1]))]
+    y2 = np.r_[y, rng.standard_normal(4)]
+    g2 = np.r_[np.where(groups == 2, 77, groups), np.full(4, 40)]
+    other = _split_by_user(X2, y2, g2)
+    assert all(other[u] == v for u, v in base.items() if u != 2)
+    assert _split_by_user(X, y, groups, seed=1) != base
+
+
+# --------------------------------------------------------------------------- #
+# Scratch buffers
+# --------------------------------------------------------------------------- #
+def test_scratch_buffer_is_reused_and_grows():
+    _scratch.release_scratch()
+    a = _scratch.scratch("t", 5, 3, np.float64)
+    b = _scratch.scratch("t", 4, 3, np.float64)
+    assert a.shape == (5, 3) and b.shape == (4, 3)
+    assert np.shares_memory(a, b)  # the same memory, no fresh allocation
+    c = _scratch.scratch("t", 9, 3, np.float64)  # grows
+    assert c.shape == (9, 3) and not np.shares_memory(a, c)
+    assert _scratch.scratch("t", 2, 3, np.float32).dtype == np.float32
+    assert not np.shares_memory(_scratch.scratch("u", 2, 3, np.float64), c)  # names differ
+    _scratch.release_scratch()
+    assert not np.shares_memory(_scratch.scratch("t", 2, 3, np.float64), c)
+    _scratch.release_scratch()
+
+
+# --------------------------------------------------------------------------- #
+# Clipping primitives used by the two estimators
+# --------------------------------------------------------------------------- #
+def test_clipped_outer_sum_matches_per_row_reference():
+    rng = np.random.default_rng(0)
+    scales = 10.0 ** rng.uniform(-200, 200, size=(60, 1))
+    A = rng.standard_normal((60, 4)) * scales
+    B = rng.standard_normal((60, 3)) * 10.0 ** rng.uniform(-150, 150, size=(60, 1))
+    A[3] = 0.0
+    B[5] = 0.0
+    psi = 0.9
+    expected = np.zeros((4, 3))
+    for a, b in zip(A, B):
+        au, an = unit_rows(a[None])
+        bu, bn = unit_rows(b[None])
+        with np.errstate(over="ignore"):
+            expected += min(an[0] * bn[0], psi) * np.outer(au[0], bu[0])
+    assert_allclose(clipped_outer_sum(A, B, psi), expected, rtol=1e-12, atol=1e-300)
+    with np.errstate(all="ignore"):
+        assert_allclose(clipped_outer_sum(A[:2], B[:2], None), A[:2].T @ B[:2])
+
+
+def test_clipped_outer_sum_infinite_rows_never_give_nan():
+    """A row with infinite entries contributes psi times the sign pattern (never
+    inf * 0 = NaN); NaN input raises."""
+    A = np.array([[np.inf, -np.inf, 0.0], [1.0, 0.0, 0.0]])
+    B = np.array([[2.0], [0.0]])
+    total = clipped_outer_sum(A, B, 1.0)
+    assert_allclose(total, [[2**-0.5], [-(2**-0.5)], [0.0]], rtol=1e-15)
+    with pytest.raises(ValueError, match="NaN"):
+        clipped_outer_sum(np.array([[np.nan]]), np.array([[1.0]]), 1.0)
+
+
+def test_scaled_clip_factors():
+    f, full = scaled_clip_factors([2.0, 0.5, 1e-260, 1.0, 3.0], [1.0, 1.0, 1e300, np.inf, 1e-300],
+                                  1.0)
+    assert_allclose(f, [0.5, 1.0, 0.0, 1.0, 1e-300])
+    assert_allclose(full[:2], [2.0, 0.5])
+    assert full[3] == np.inf
+    f, _ = scaled_clip_factors([2.0, 1e-300], [3.0, 1.0], None)
+    assert_allclose(f, [3.0, 0.0])
+
+
+# --------------------------------------------------------------------------- #
+# Fuzz: one user's contribution with extreme values
+# --------------------------------------------------------------------------- #
+def _extreme_user(rng, d):
+    m = int(rng.integers(1, 2 * d + 2))
+    with np.errstate(over="ignore"):
+        X = rng.standard_normal((m, d)) * 10.0 ** rng.uniform(-300, 308.2, size=(m, 1))
+        y = rng.standard_normal(m) * 10.0 ** rng.uniform(-300, 308.2, size=m)
+    if rng.random() < 0.3:
+        X[rng.integers(m)] = 0.0
+    if rng.random() < 0.3:
+        X = np.tile(X[:1], (m, 1))  # duplicated rows
+    return np.clip(X, -1.7e308, 1.7e308), np.clip(y, -1.7e308, 1.7e308)
+
+
+@pytest.mark.parametrize("statistic", ["spectral", "pairwise"])
+def test_init_contribution_fuzz_bounded_and_finite(statistic):
+    """One user's clipped init contribution with values up to the float maximum (inf
+    intermediates) is finite, within its bound (psi or zeta^2) and warning-free."""
+    rng = np.random.default_rng(11)
+    bound = 0.8
+    for _ in range(300):
+        X, y = _extreme_user(rng, int(rng.choice([2, 3, 5])))
+        block = _one_user_block(X, y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            if statistic == "spectral":
+                total = si.spectral_statistic(block, bound)[0]
+            else:
+                total = si.pairwise_statistic(block, bound**0.5)
+        assert np.all(np.isfinite(total))
+        assert np.linalg.norm(total) <= bound * (1 + 1e-9)
+
+
+def test_cold_start_contribution_fuzz_bounded_and_finite():
+    """The final heads of users with extreme values are finite and each clipped head
+    has norm <= C_head; the block function emits no warning."""
+    rng = np.random.default_rng(12)
+    d, C = 4, 0.6
+    U = np.linalg.qr(rng.standard_normal((d, 2)))[0]
+    users = [_extreme_user(rng, d) for _ in range(200)]
+    X = np.concatenate([u[0] for u in users])
+    y = np.concatenate([u[1] for u in users])
+    groups = np.repeat(np.arange(len(users)), [len(u[1]) for u in users])
+    index = UserIndex.from_groups(groups, len(y))
+    executor = LocalExecutor(make_blocks(X, y, index, max_rows=50))
+    executor.map(rep.prepare_split, FitRandomness(0).key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for block, state in zip(executor.blocks, executor.states):
+            partial, state = rep._final_heads_block(block, state, (U, C))
+            assert np.all(np.isfinite(state.heads))
+            assert np.all(np.isfinite(partial))
+            assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
+            # each user's contribution: its head clipped to C
+            assert np.all(row_norms(clip_by_norm(state.heads, C)) <= C * (1 + 1e-12))
+    _scratch.release_scratch()
