@@ -22,7 +22,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy import Releaser
 from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from ._heads import psd_floor_solve
 from ._representation import (
@@ -219,20 +218,17 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
     sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
     floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
     # Parallel composition (schedule="disjoint"): every user's data enter one round
-    # only, so the loop is as private as one round, whose two releases are charged to
-    # the fit's ledger. The later rounds draw their noise from the same stream with
-    # the same noise multiplier; their ledger entries are not part of the fit's
-    # composition (see the Notes of PrivAltMinRegressor).
-    parallel = Releaser(release.plan, release.rng) if schedule == "disjoint" else release
+    # only (keyed by its id), so the loop costs one round: branch 0 is charged, the
+    # later rounds repeat its releases on disjoint users (see the Notes).
     for t in range(n_rounds):  # line 3
         grams, moments = executor.map(altmin_round, _Round(
             U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
-        rel = release if t == 0 else parallel
+        branch = t if schedule == "disjoint" else None
         # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
-        G = rel.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,
-                         clip_norm=clip_norm, symmetric=True)
-        b = rel.gaussian("iterations", moments.T.ravel(), sensitivity=sens_b,
-                         clip_norm=clip_norm)  # vec(B): columns consecutive
+        G = release.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,
+                             clip_norm=clip_norm, symmetric=True, branch=branch)
+        b = release.gaussian("iterations", moments.T.ravel(), sensitivity=sens_b,
+                             clip_norm=clip_norm, branch=branch)  # vec(B): columns consecutive
         # Alg. 2, line 3: the (regularised) least-squares solve, then line 4: QR.
         Z = psd_floor_solve(G, b, floor).reshape(k, d).T  # un-vec
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
@@ -386,7 +382,8 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     every user's data enter exactly one round, chosen by a keyed hash of the
     user's own id, so by parallel (adaptive) composition the loop is as
     private as one round; later rounds draw noise with the same multiplier
-    from the same stream but are not composed again. This also holds when
+    from the same stream and are recorded in the ledger as parallel branches
+    at no cost (``Releaser.gaussian(..., branch=t)``). This also holds when
     the replacing user has another id and lands in another round: the two
     rounds then each see one user added or removed, with sensitivities
     ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one

@@ -60,6 +60,8 @@ class Releaser:
         self.plan = plan.calibrate()
         self.rng = rng
         self.accountant = PrivacyAccountant()
+        self._branch0 = {}    # phase -> events of branch 0, in order
+        self._branch_pos = {}  # (phase, branch) -> number of releases seen
 
     # ---------------------------------------------------------------- helpers
     def noise_multiplier(self, phase):
@@ -91,14 +93,30 @@ class Releaser:
             return z, None
         return z, sensitivity
 
-    def _compose(self, phase, event, *, mechanism, sensitivity, clip_norm, count=1):
+    def _compose(self, phase, event, *, mechanism, sensitivity, clip_norm, count=1,
+                 branch=None):
+        clip = None if clip_norm is None else float(clip_norm)
+        if branch:  # a later branch of a parallel composition: checked, not charged
+            pos = self._branch_pos.get((phase, branch), 0)
+            reference = self._branch0.get(phase, [])
+            if pos >= len(reference) or reference[pos] != (event, sensitivity, count):
+                raise RuntimeError(
+                    f"Branch {branch} of phase {phase!r} makes a release that branch 0 did "
+                    "not make: parallel composition needs every branch to repeat branch "
+                    "0's releases (mechanism, noise and sensitivity).")
+            self._branch_pos[(phase, branch)] = pos + 1
+            self.accountant.compose(NoOpEvent(), phase=phase,
+                                    mechanism=f"{mechanism} (parallel)",
+                                    sensitivity=sensitivity, clip_norm=clip)
+            return
+        if branch == 0:
+            self._branch0.setdefault(phase, []).append((event, sensitivity, count))
         self.accountant.compose(event, count, phase=phase, mechanism=mechanism,
-                                sensitivity=sensitivity,
-                                clip_norm=None if clip_norm is None else float(clip_norm))
+                                sensitivity=sensitivity, clip_norm=clip)
 
     # --------------------------------------------------------------- releases
     def gaussian(self, phase, value, *, sensitivity, clip_norm=None, symmetric=False,
-                 sampling_rate=1.0):
+                 sampling_rate=1.0, branch=None):
         """Gaussian mechanism: ``value + N(0, (z Δ)²)`` with ``z`` from the plan.
 
         Parameters
@@ -117,6 +135,16 @@ class Releaser:
         sampling_rate : float, default=1.0
             Poisson rate at which users took part in ``value`` (client
             sampling); ``< 1`` charges a sampled Gaussian.
+        branch : int, default=None
+            Parallel composition: the index of a set of users disjoint from
+            the sets of the phase's other branches. Branch 0 is charged; every
+            other branch must repeat branch 0's sequence of releases (same
+            event and sensitivity) and is recorded in the ledger at no cost
+            (mechanism ``"gaussian (parallel)"``). The caller's Notes must
+            justify that the sets are disjoint under replace-one-user (a
+            replacing user with another id may fall in another branch: then
+            two branches each see one user added or removed, which must cost
+            no more than the replacement charged for branch 0).
 
         Returns
         -------
@@ -135,7 +163,7 @@ class Releaser:
         if sampling_rate < 1.0 and not isinstance(event, NonPrivateEvent):
             event = PoissonSampledEvent(float(sampling_rate), event)
         self._compose(phase, event, mechanism="gaussian", sensitivity=sens,
-                      clip_norm=clip_norm)
+                      clip_norm=clip_norm, branch=branch)
         return release
 
     def gaussian_sum(self, phase, contributions, *, clip_norm, symmetric=False):

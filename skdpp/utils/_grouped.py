@@ -845,9 +845,11 @@ class UserBlock:
             return A
         if isinstance(self.rows, slice):
             return A[self.rows]
+        # mode="clip": the rows are valid by construction, and numpy's default
+        # mode="raise" buffers ``out`` (about 5x slower).
         if out is not None:
-            return np.take(A, self.rows, axis=0, out=out[:self.rows.shape[0]])
-        return A[self.rows]
+            return np.take(A, self.rows, axis=0, out=out[:self.rows.shape[0]], mode="clip")
+        return np.take(A, self.rows, axis=0, mode="clip")
 
     def source_rows(self):
         """Indices of the block's rows in the sources (int64 array)."""

@@ -180,3 +180,22 @@ def test_not_covered_releases_make_the_report_not_private():
     assert str(partial).splitlines()[0].startswith(
         "PrivacyReport: NOT FULLY PRIVATE: item_ids_ released outside the guarantee")
     assert partial.to_dict()["not_covered"] == ["item_ids_"]
+
+
+def test_parallel_branches_are_charged_once_and_must_repeat_branch_zero():
+    import numpy as np
+
+    from skdpp.privacy import BudgetPlan, Releaser
+
+    plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+    plan.add_rest("iterations", count=1)
+    release = Releaser(plan.calibrate(), np.random.default_rng(0))
+    for t in range(3):  # three rounds on disjoint users
+        release.gaussian("iterations", np.zeros(2), sensitivity=2.0, branch=t)
+    report = release.report(n_users=100, released=("U",), local=())
+    assert report.phases[0].count == 1
+    assert report.epsilon_spent == pytest.approx(1.0, rel=1e-9)
+    assert "parallel" in report.phases[0].mechanism
+    # a branch whose release differs from branch 0's is refused
+    with pytest.raises(RuntimeError, match="branch 0"):
+        release.gaussian("iterations", np.zeros(2), sensitivity=4.0, branch=3)
