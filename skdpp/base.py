@@ -30,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .exceptions import PrivacyLeakWarning
 from .privacy import MIN_CLIP as _MIN_CLIP
-from .privacy import PrivacyAccountant, PrivacyReport, Releaser
+from .privacy import Releaser
 from .utils._executor import LocalExecutor
 from .utils._grouped import UserIndex, make_blocks
 from .utils._random import FitRandomness
@@ -291,31 +291,6 @@ class BasePersonalizedEstimator(BaseEstimator):
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("__")]:
             delattr(self, name)
 
-    # ------------------------------------------------------------------ #
-    # Transitional helpers (estimators that still override ``fit``)
-    # ------------------------------------------------------------------ #
-    def _validate_fit_input(self, X, y, groups, **validate_data_kwargs):
-        """Validate ``X``, ``y`` and ``groups`` for ``fit``; build the user index.
-
-        Returns
-        -------
-        X, y : validated arrays
-        index : UserIndex
-            The index of users in ``groups`` (``None``: every row its own user).
-
-        Also sets ``user_ids_`` (sorted unique ids), ``n_users_`` and warns with
-        :class:`~skdpp.exceptions.PrivacyLeakWarning` when ``delta >= 1 / n_users``.
-        """
-        self._validate_params()
-        self._validate_privacy_params()
-        X, y = validate_data(self, X, y, reset=True, **validate_data_kwargs)
-        index = UserIndex.from_groups(groups, X.shape[0])
-        self._fitted_with_groups = groups is not None
-        self.user_ids_ = index.users
-        self.n_users_ = int(index.n_users)
-        self._check_delta(index.n_users)
-        return X, y, index
-
     def _check_delta(self, n_users):
         if self.epsilon != np.inf and self.delta >= 1.0 / n_users:
             warnings.warn(
@@ -503,31 +478,6 @@ class BasePersonalizedEstimator(BaseEstimator):
             merged[pos_new] = new
             setattr(self, name, merged)
         self.user_ids_ = all_ids
-
-    # ------------------------------------------------------------------ #
-    # Privacy plumbing
-    # ------------------------------------------------------------------ #
-    @staticmethod
-    def _new_accountant():
-        """A fresh accountant: one per fit, every release is composed into it."""
-        return PrivacyAccountant()
-
-    def _build_report(self, accountant, *, n_users, released, local, shares=None, notes=()):
-        """Build ``privacy_report_`` from the accountant's ledger.
-
-        Raises :class:`~skdpp.exceptions.PrivacyBudgetError` if the composed
-        releases spend more than the requested ``epsilon`` at ``delta``.
-        """
-        return PrivacyReport.from_accountant(
-            accountant,
-            epsilon=float(self.epsilon),
-            delta=float(self.delta),
-            n_users=int(n_users),
-            released=tuple(released),
-            local=tuple(local),
-            shares=shares,
-            notes=tuple(notes),
-        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -8,6 +8,7 @@ automatically. ``CHECK_PARAMS`` only shrinks work so the checks stay fast;
 import inspect
 
 import numpy as np
+import pytest
 from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -73,3 +74,32 @@ def test_exported_estimators_have_privacy_params():
         assert np.isfinite(params["epsilon"]) and params["epsilon"] > 0
         assert params["delta"] == 1e-6
         assert "random_state" in params
+
+
+def _released_values(est):
+    report = est.privacy_report_
+    return np.concatenate([np.ravel(np.asarray(getattr(est, name.split(" ")[0]), dtype=float))
+                           for name in report.released
+                           if not name.startswith("jl_matrix_")])
+
+
+@pytest.mark.parametrize("cls", _exported_estimators() + [ToyPersonalizedMean],
+                         ids=lambda c: c.__name__)
+def test_random_state_none_draws_fresh_entropy_not_numpy_global_seed(cls):
+    # random_state=None must not be reproducible through np.random.seed (an
+    # adversary who can seed numpy's global generator could subtract the noise).
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(60), 4)
+    X = rng.normal(size=(240, 3))
+    if cls.__name__ == "AdaptiveWeightMF":
+        X = rng.integers(0, 8, size=(240, 1))
+    y = (X[:, 0] > 0).astype(int) if cls.__name__ == "JLMarginClassifier" else rng.normal(size=240)
+    fits = []
+    for _ in range(2):
+        np.random.seed(0)
+        fits.append(_released_values(cls(epsilon=1.0, random_state=None).fit(X, y, groups)))
+    assert not np.array_equal(fits[0], fits[1])
+    # an int seed is reproducible
+    a = _released_values(cls(epsilon=1.0, random_state=3).fit(X, y, groups))
+    b = _released_values(cls(epsilon=1.0, random_state=3).fit(X, y, groups))
+    np.testing.assert_array_equal(a, b)
