@@ -1,0 +1,434 @@
+"""Fit and predict on a Dask cluster with the estimators' own template.
+
+:func:`fit_distributed` runs the same steps as ``fit``: validation of the
+parameters, the estimator's own ``_validate_fit_data`` and ``_make_blocks``
+(on the workers, one partition of users at a time, through
+``_partition_blocks``), the combination of the partitions' public metadata
+(``_combine_partitions``), then ``_fit_executor`` -- budget plan, core, every
+release through the :class:`~skdpp.privacy.Releaser` and the checked report --
+in the driver process with a :class:`~skdpp.distributed.DaskExecutor`. Noise
+is drawn only there. Personal parts stay on the workers
+(:class:`DistributedPersonalParts`).
+"""
+
+import copy
+import operator
+import warnings
+
+import numpy as np
+
+from ..base import BasePersonalizedEstimator
+from ..utils._grouped import UserIndex
+from ..utils._random import FitRandomness
+from ._blocks import UserBlocks, _get_client
+from ._executor import DaskExecutor
+
+__all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
+
+
+class _KeyOnly:
+    """The fit's randomness as the workers see it: the key, never a generator.
+
+    Keyed per-user randomness (splits, batches, client sampling) is a hash of
+    the key and the user's id, so workers can compute it; privacy noise and
+    public randomness are drawn by the driver only.
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = np.array(key, dtype=np.uint64)
+
+    def __repr__(self):
+        return "_KeyOnly(<secret>)"
+
+    @property
+    def noise(self):
+        raise RuntimeError("privacy noise is drawn on the driver only, never on a worker.")
+
+    @property
+    def public(self):
+        raise RuntimeError("public randomness is drawn on the driver only, never on a "
+                           "worker (its draws must not depend on the partitioning).")
+
+
+class _Prepared:
+    """One partition after the estimator's validation (lives on a worker)."""
+
+    __slots__ = ("blocks", "per_user", "summary")
+
+    def __init__(self, blocks, per_user, summary):
+        self.blocks, self.per_user, self.summary = blocks, per_user, summary
+
+
+def _prepare_partition(estimator, raw, randomness):
+    """Validate one partition with the estimator's own code and make its blocks."""
+    before = dict(vars(estimator))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data, blocks = estimator._partition_blocks(raw.X, raw.y, raw.groups, randomness)
+    per_user_names = estimator._per_user_data_attributes
+    per_user = {k: v for k, v in data.attributes.items() if k in per_user_names}
+    attributes = {k: v for k, v in data.attributes.items() if k not in per_user_names}
+    # Attributes validation set on the estimator itself (e.g. n_features_in_).
+    attributes.update({k: v for k, v in vars(estimator).items()
+                       if k not in before or before[k] is not v})
+    users = np.asarray(per_user.get("user_ids_", []))
+    id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
+        else None
+    summary = {"meta": data.meta, "attributes": attributes, "n_blocks": len(blocks),
+               "n_users": int(sum(b.n_users for b in blocks)), "id_range": id_range,
+               "warnings": [(w.category, str(w.message)) for w in caught]}
+    return _Prepared(blocks, per_user, summary)
+
+
+def _summary(prepared):
+    return prepared.summary
+
+
+def _reemit(warning_lists):
+    """Re-emit the workers' warnings on the driver, each distinct one once."""
+    seen = set()
+    for caught in warning_lists:
+        for category, message in caught:
+            if (category, message) not in seen:
+                seen.add((category, message))
+                warnings.warn(message, category, stacklevel=3)
+
+
+def _personal_chunks(client, array, users_per_partition):
+    """Futures of the per-partition chunks of a collected dask array."""
+    import dask.array as da
+
+    if not isinstance(array, da.Array):
+        raise TypeError(f"expected a dask array, got {type(array).__name__}")
+    if tuple(array.chunks[0]) != tuple(users_per_partition):
+        array = array.rechunk({0: tuple(users_per_partition)})
+    if array.ndim > 1 and any(len(c) > 1 for c in array.chunks[1:]):
+        array = array.rechunk({i: -1 for i in range(1, array.ndim)})
+    return client.compute(list(array.to_delayed().reshape(-1)))
+
+
+def _assemble(prepared, names, *chunks):
+    """One partition's personal parts: per-user data attributes + collected values."""
+    parts = dict(prepared.per_user)
+    parts.update(zip(names, chunks))
+    return parts
+
+
+def _split_rows(value, counts):
+    cuts = np.cumsum([0] + list(counts))
+    return [value[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
+    """Fit ``estimator`` on a cluster: the same release as ``fit``, noise on the driver.
+
+    Runs the estimator's own fit template: parameter validation, its
+    ``_validate_fit_data`` and ``_make_blocks`` on every partition (on the
+    workers), the budget plan, the algorithm with a
+    :class:`~skdpp.distributed.DaskExecutor` (one task per partition per
+    step; partials summed in a fixed order), every release through the
+    estimator's :class:`~skdpp.privacy.Releaser` in this process, and the
+    checked ``privacy_report_``.
+
+    Parameters
+    ----------
+    estimator : skdpp estimator
+        Unfitted or fitted (refitted from scratch).
+    blocks : UserBlocks
+        The training rows, partitioned by user.
+    client : distributed.Client, default=None
+        Default: ``blocks.client``.
+    collect_personal : bool, default=False
+        Also gather the personal parts into the estimator (``user_ids_``,
+        the personal attributes) so that it is exactly what ``fit`` gives and
+        works in-process (``predict``, ``personalize``, pickling). Only when
+        they fit in the driver's memory.
+
+    Returns
+    -------
+    estimator : object
+        Fitted: released attributes, ``privacy_report_`` and the public
+        attributes of validation (``n_users_``, ``n_features_in_``, ...) are
+        set in this process; ``personal_parts_`` is a
+        :class:`DistributedPersonalParts` holding every user's personal part
+        on the workers.
+
+    Notes
+    -----
+    With the same ``random_state`` the released attributes equal those of
+    ``fit`` on the same rows up to the order of floating-point summation
+    (block boundaries follow the partitions), the privacy report is
+    identical, and the noise draws are the same: the noise stream and the
+    public randomness are used only here, in the same order; per-user
+    randomness is a keyed hash of each user's id and rows, whichever
+    partition holds them. The result does not depend on the number of
+    partitions beyond summation order.
+
+    If the fit raises, the estimator is left unfitted.
+    """
+    if not isinstance(estimator, BasePersonalizedEstimator):
+        raise TypeError(f"fit_distributed needs a skdpp estimator, got "
+                        f"{type(estimator).__name__}.")
+    if not isinstance(blocks, UserBlocks):
+        raise TypeError(f"blocks must be a UserBlocks (UserBlocks.from_dask_dataframe, "
+                        f"from_arrays or from_delayed), got {type(blocks).__name__}.")
+    client = client if client is not None else (blocks.client or _get_client(None))
+    executor, prepared = None, []
+    try:
+        estimator._discard_fitted_attributes()  # nothing stale is shipped to workers
+        estimator._validate_params()
+        estimator._validate_privacy_params()
+        live = blocks._live_partitions()
+        if not live:
+            raise ValueError("blocks holds no rows: fit needs at least one user.")
+        randomness = FitRandomness(estimator.random_state)
+        worker_randomness = _KeyOnly(randomness.key)
+        prepared = [client.submit(_prepare_partition, estimator, blocks.partitions[i],
+                                  worker_randomness, pure=False) for i in live]
+        summaries = client.gather([client.submit(_summary, f) for f in prepared])
+        _reemit([s["warnings"] for s in summaries])
+        meta, attributes = estimator._combine_partitions(
+            [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
+        estimator._check_delta(meta["n_users"])
+        who = client.who_has(prepared)
+        workers = [(who.get(f.key) or (None,))[0] for f in prepared]
+        users = [s["n_users"] for s in summaries]
+        executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
+                                workers=workers)
+        fitted = estimator._fit_executor(executor, randomness, meta)
+        personal = _personal_parts(client, estimator, fitted, prepared, users,
+                                   [s["id_range"] for s in summaries],
+                                   [blocks.partitions[i].key for i in live])
+    except BaseException:
+        estimator._discard_fitted_attributes()
+        raise
+    finally:
+        if executor is not None:
+            executor.close()
+    public = {k: v for k, v in fitted.items() if k not in personal.names}
+    estimator._set_fitted_attributes({**attributes, **public, "personal_parts_": personal})
+    if collect_personal:
+        estimator._set_fitted_attributes(personal.collect())
+        del estimator.personal_parts_
+    return estimator
+
+
+def _personal_parts(client, estimator, fitted, prepared, users, id_ranges, source_keys):
+    import dask.array as da
+
+    names = [n for n in estimator._personal_attributes if n in fitted]
+    stray = [k for k, v in fitted.items() if isinstance(v, da.Array) and k not in names]
+    if stray:
+        raise TypeError(
+            f"{type(estimator).__name__}: the fit collected per-user values {stray} that "
+            f"are not listed in _personal_attributes; list them there.")
+    chunks = []
+    for name in names:
+        value = fitted[name]
+        if isinstance(value, da.Array):
+            chunks.append(_personal_chunks(client, value, users))
+        else:  # the core computed it in this process: send each partition its users
+            chunks.append(client.scatter(_split_rows(np.asarray(value), users), hash=False))
+    parts = [client.submit(_assemble, prep, tuple(names), *[c[p] for c in chunks],
+                           pure=False)
+             for p, prep in enumerate(prepared)]
+    all_names = tuple(dict.fromkeys(
+        [n for n in estimator._per_user_data_attributes] + names))
+    return DistributedPersonalParts(client, parts, all_names, users, id_ranges,
+                                    source_keys)
+
+
+class DistributedPersonalParts:
+    """Every user's personal part, kept on the workers with its partition.
+
+    Attributes
+    ----------
+    names : tuple of str
+        The per-user attributes held: ``user_ids_``, the estimator's personal
+        attributes (e.g. ``heads_``) and any other per-user attribute of
+        validation.
+    n_users : int
+    n_partitions : int
+    parts : list of distributed.Future
+        One dict ``{name: array}`` per partition of users (its users sorted
+        by id).
+    """
+
+    def __init__(self, client, parts, names, users_per_partition, id_ranges, source_keys):
+        self.client = client
+        self.parts = list(parts)
+        self.names = tuple(names)
+        self.users_per_partition = [int(n) for n in users_per_partition]
+        self.n_users = int(sum(self.users_per_partition))
+        self.n_partitions = len(self.parts)
+        self._id_ranges = list(id_ranges)
+        self._source_keys = list(source_keys)
+
+    def __repr__(self):
+        return (f"DistributedPersonalParts(n_users={self.n_users}, "
+                f"n_partitions={self.n_partitions}, names={self.names})")
+
+    def __reduce__(self):
+        raise TypeError(
+            "DistributedPersonalParts refers to data held by a Dask cluster and cannot "
+            "be pickled. Collect the personal parts first (fit_distributed(..., "
+            "collect_personal=True), or est.personal_parts_.collect()).")
+
+    def collect(self):
+        """Gather the personal parts into this process, sorted by user id.
+
+        Returns
+        -------
+        parts : dict
+            ``{name: array}`` with the layout of an in-process ``fit``
+            (``user_ids_`` sorted; every other array aligned with it).
+        """
+        import scipy.sparse as sp
+
+        gathered = self.client.gather(self.parts)
+        ids = np.concatenate([np.asarray(g["user_ids_"]) for g in gathered])
+        index = UserIndex.from_groups(ids, ids.shape[0])
+        order = np.empty(ids.shape[0], dtype=np.int64)
+        order[index.codes] = np.arange(ids.shape[0])
+        out = {}
+        for name in self.names:
+            values = [g[name] for g in gathered]
+            if sp.issparse(values[0]):
+                out[name] = sp.vstack(values, format="csr")[order]
+            else:
+                out[name] = np.concatenate([np.asarray(v) for v in values])[order]
+        return out
+
+    def to_dask(self, name):
+        """The personal attribute ``name`` as a dask array (one chunk per partition).
+
+        Rows follow the partitions (``to_dask("user_ids_")`` gives their ids),
+        not the global order of ``user_ids_``.
+        """
+        import dask
+        import dask.array as da
+
+        specs = self.client.gather([self.client.submit(_leaf_spec, f, name) for f in self.parts])
+        return da.concatenate([
+            da.from_delayed(dask.delayed(operator.getitem)(f, name), shape=shape, dtype=dtype)
+            for f, (shape, dtype) in zip(self.parts, specs)])
+
+    def release(self):
+        """Free the personal parts on the workers."""
+        for f in self.parts:
+            f.release()
+        self.parts = []
+
+
+def _leaf_spec(parts, name):
+    value = np.asarray(parts[name])
+    return value.shape, value.dtype
+
+
+# --------------------------------------------------------------------------- #
+# Prediction
+# --------------------------------------------------------------------------- #
+def _select(parts, raw):
+    """The personal parts of the users of ``raw`` found in one partition's parts."""
+    wanted = UserIndex.from_groups(raw.groups, raw.n_rows)
+    keep = wanted.lookup(parts["user_ids_"]) >= 0
+    return {name: value[keep] for name, value in parts.items()}
+
+
+def _predict_partition(estimator, raw, names, *selected):
+    """``estimator.predict`` on one partition, with the personal parts of its users."""
+    import pandas as pd
+    import scipy.sparse as sp
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if raw.n_rows == 0:
+            pred = np.zeros(0)
+        else:
+            if names:
+                est = copy.copy(estimator)
+                ids = np.concatenate([np.asarray(s["user_ids_"]) for s in selected]) \
+                    if selected else np.zeros(0, dtype=np.asarray(raw.groups).dtype)
+                index = UserIndex.from_groups(ids, ids.shape[0])
+                order = np.empty(ids.shape[0], dtype=np.int64)
+                order[index.codes] = np.arange(ids.shape[0])
+                for name in names:
+                    values = [s[name] for s in selected]
+                    if values and sp.issparse(values[0]):
+                        merged = sp.vstack(values, format="csr")[order]
+                    else:
+                        merged = np.concatenate([np.asarray(v) for v in values])[order]
+                    setattr(est, name, merged)
+            else:
+                est = estimator
+            pred = est.predict(raw.X, groups=raw.groups)
+    return pd.Series(pred, index=raw.labels), [(w.category, str(w.message)) for w in caught]
+
+
+def _ranges_overlap(a, b):
+    if a is None or b is None:
+        return True
+    try:
+        return not (a[1] < b[0] or b[1] < a[0])
+    except TypeError:
+        return True
+
+
+def predict_distributed(estimator, blocks, *, client=None):
+    """Predict every row of ``blocks`` with each user's personal part, on the workers.
+
+    Calls the estimator's own ``predict`` on every partition of ``blocks``,
+    with the personal parts of that partition's users (users unseen in the
+    fit get the cold-start prediction, as in-process).
+
+    Parameters
+    ----------
+    estimator : skdpp estimator
+        Fitted by :func:`fit_distributed` (personal parts on the workers) or
+        in-process (the whole estimator is sent to the workers).
+    blocks : UserBlocks
+        The rows to predict (e.g. the training blocks, or test rows
+        partitioned by user).
+    client : distributed.Client, default=None
+        Default: ``blocks.client``.
+
+    Returns
+    -------
+    y_pred : dask.dataframe.Series
+        One prediction per row, indexed by the rows' labels (the DataFrame's
+        index, or row numbers for :meth:`UserBlocks.from_arrays`), with the
+        partitions of ``blocks``.
+    """
+    import dask.dataframe as dd
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(estimator)
+    client = client if client is not None else (blocks.client or _get_client(None))
+    parts = getattr(estimator, "personal_parts_", None)
+    if parts is None:
+        light, names = estimator, ()
+    else:
+        light = copy.copy(estimator)
+        del light.personal_parts_
+        names = parts.names
+    light = client.scatter([light], broadcast=True, hash=False)[0]
+    # Predicting the training blocks: each partition's users are in its own parts.
+    same = parts is not None and [f.key for f in blocks.partitions] == parts._source_keys
+    futures = []
+    for q, raw in enumerate(blocks.partitions):
+        if parts is None:
+            selected = []
+        elif same:
+            selected = [parts.parts[q]]
+        else:
+            overlap = [p for p in range(parts.n_partitions)
+                       if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
+            selected = [client.submit(_select, parts.parts[p], raw) for p in overlap or [0]]
+        futures.append(client.submit(_predict_partition, light, raw, names, *selected,
+                                     pure=False))
+    series = [client.submit(operator.getitem, f, 0) for f in futures]
+    _reemit(client.gather([client.submit(operator.getitem, f, 1) for f in futures]))
+    meta = client.submit(lambda s: s.iloc[:0], series[0]).result()
+    return dd.from_delayed(series, meta=meta, divisions=blocks.divisions, verify_meta=False)
