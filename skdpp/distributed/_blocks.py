@@ -88,6 +88,14 @@ def _raw_from_pandas(df, groups, target, features, groups_in_index):
                         df.index)
 
 
+def _labels(raw):
+    return np.asarray(raw.labels)
+
+
+def _labels_dtype(raw):
+    return np.asarray(raw.labels).dtype
+
+
 def _summary(raw):
     """Public-to-the-driver facts of one partition: its size and its id range."""
     out = {"n_rows": raw.n_rows, "n_features": int(raw.X.shape[1]), "id_range": None}
@@ -148,6 +156,9 @@ class UserBlocks:
         One future per partition (its rows as numpy arrays).
     n_partitions : int
     n_features : int
+    from_dataframe : bool
+        Built from a dask DataFrame (predictions are then a dask Series
+        indexed like it).
     divisions : tuple or None
         The DataFrame's divisions when its partitioning was kept (predictions
         then align with it), else None.
@@ -168,15 +179,15 @@ class UserBlocks:
     """
 
     def __init__(self, client, partitions, *, n_features, id_ranges, n_rows,
-                 divisions=None, index_name=None):
+                 from_dataframe=False, divisions=None):
         self.client = client
         self.partitions = list(partitions)
         self.n_partitions = len(self.partitions)
         self.n_features = int(n_features)
+        self.from_dataframe = bool(from_dataframe)
         self.divisions = divisions
         self._id_ranges = list(id_ranges)
         self._n_rows = [int(n) for n in n_rows]
-        self._index_name = index_name
 
     def __repr__(self):
         return f"UserBlocks(n_partitions={self.n_partitions}, n_features={self.n_features})"
@@ -206,7 +217,7 @@ class UserBlocks:
         Returns
         -------
         blocks : UserBlocks
-            Row labels of the predictions are the row numbers.
+            Row labels (:meth:`row_labels`) are the row numbers.
         """
         client = _get_client(client)
         if groups is None:
@@ -286,7 +297,7 @@ class UserBlocks:
         Returns
         -------
         blocks : UserBlocks
-            Row labels of the predictions are the DataFrame's index.
+            Predictions are a dask Series indexed by the DataFrame's index.
 
         Raises
         ------
@@ -328,10 +339,10 @@ class UserBlocks:
             for part in ddf.to_delayed()])
         # A shuffle by user puts every user in one partition by construction.
         return cls._from_futures(client, futures, check=not do_shuffle,
-                                 divisions=divisions, index_name=ddf.index.name)
+                                 from_dataframe=True, divisions=divisions)
 
     @classmethod
-    def _from_futures(cls, client, futures, *, check, divisions=None, index_name=None):
+    def _from_futures(cls, client, futures, *, check, from_dataframe=False, divisions=None):
         summaries = client.gather([client.submit(_summary, f) for f in futures])
         widths = {s["n_features"] for s in summaries if s["n_rows"]}
         if len(widths) > 1:
@@ -340,8 +351,8 @@ class UserBlocks:
         n_features = widths.pop() if widths else 0
         id_ranges = [s["id_range"] for s in summaries]
         blocks = cls(client, futures, n_features=n_features, id_ranges=id_ranges,
-                     n_rows=[s["n_rows"] for s in summaries], divisions=divisions,
-                     index_name=index_name)
+                     n_rows=[s["n_rows"] for s in summaries],
+                     from_dataframe=from_dataframe, divisions=divisions)
         if check:
             blocks._check_users_disjoint()
         return blocks
@@ -379,6 +390,23 @@ class UserBlocks:
         return int(sum(client.gather(counts)))
 
     # ------------------------------------------------------------- helpers
+    def row_labels(self):
+        """The row labels, partition by partition, as a dask array.
+
+        Aligned with the dask array that
+        :func:`~skdpp.distributed.predict_distributed` returns: for
+        :meth:`from_arrays`, the row numbers of the input arrays (sort by them
+        to get the input order back).
+        """
+        import dask
+        import dask.array as da
+
+        dtypes = self.client.gather([self.client.submit(_labels_dtype, f)
+                                     for f in self.partitions])
+        return da.concatenate([
+            da.from_delayed(dask.delayed(_labels)(f), shape=(n,), dtype=dtype)
+            for f, n, dtype in zip(self.partitions, self._n_rows, dtypes)])
+
     def _live_partitions(self):
         """Indices of the partitions holding rows."""
         return [i for i, n in enumerate(self._n_rows) if n]

@@ -337,9 +337,12 @@ def _select(parts, raw):
     return {name: value[keep] for name, value in parts.items()}
 
 
-def _predict_partition(estimator, raw, names, *selected):
-    """``estimator.predict`` on one partition, with the personal parts of its users."""
-    import pandas as pd
+def _predict_partition(estimator, raw, names, as_series, *selected):
+    """``estimator.predict`` on one partition, with the personal parts of its users.
+
+    Returns the predictions (a pandas Series indexed by the row labels when
+    ``as_series``) and the warnings raised.
+    """
     import scipy.sparse as sp
 
     with warnings.catch_warnings(record=True) as caught:
@@ -347,24 +350,34 @@ def _predict_partition(estimator, raw, names, *selected):
         if raw.n_rows == 0:
             pred = np.zeros(0)
         else:
+            est = estimator
             if names:
                 est = copy.copy(estimator)
-                ids = np.concatenate([np.asarray(s["user_ids_"]) for s in selected]) \
-                    if selected else np.zeros(0, dtype=np.asarray(raw.groups).dtype)
+                ids = np.concatenate([np.asarray(s["user_ids_"]) for s in selected])
                 index = UserIndex.from_groups(ids, ids.shape[0])
                 order = np.empty(ids.shape[0], dtype=np.int64)
                 order[index.codes] = np.arange(ids.shape[0])
                 for name in names:
                     values = [s[name] for s in selected]
-                    if values and sp.issparse(values[0]):
+                    if sp.issparse(values[0]):
                         merged = sp.vstack(values, format="csr")[order]
                     else:
                         merged = np.concatenate([np.asarray(v) for v in values])[order]
                     setattr(est, name, merged)
-            else:
-                est = estimator
             pred = est.predict(raw.X, groups=raw.groups)
-    return pd.Series(pred, index=raw.labels), [(w.category, str(w.message)) for w in caught]
+    if as_series:
+        import pandas as pd
+
+        pred = pd.Series(pred, index=raw.labels)
+    return pred, [(w.category, str(w.message)) for w in caught]
+
+
+def _dtype(value):
+    return np.asarray(value).dtype
+
+
+def _empty_like_series(series):
+    return series.iloc[:0]
 
 
 def _ranges_overlap(a, b):
@@ -396,12 +409,15 @@ def predict_distributed(estimator, blocks, *, client=None):
 
     Returns
     -------
-    y_pred : dask.dataframe.Series
-        One prediction per row, indexed by the rows' labels (the DataFrame's
-        index, or row numbers for :meth:`UserBlocks.from_arrays`), with the
-        partitions of ``blocks``.
+    y_pred : dask.dataframe.Series or dask.array.Array
+        One prediction per row, partition by partition. For blocks built from
+        a dask DataFrame, a Series indexed by the DataFrame's index (with its
+        divisions when its partitioning was kept); otherwise an array with
+        one chunk per partition, aligned with ``blocks.row_labels()`` (the
+        input row numbers for :meth:`UserBlocks.from_arrays`).
     """
-    import dask.dataframe as dd
+    import dask
+    import dask.array as da
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(estimator)
@@ -426,9 +442,16 @@ def predict_distributed(estimator, blocks, *, client=None):
             overlap = [p for p in range(parts.n_partitions)
                        if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
             selected = [client.submit(_select, parts.parts[p], raw) for p in overlap or [0]]
-        futures.append(client.submit(_predict_partition, light, raw, names, *selected,
-                                     pure=False))
-    series = [client.submit(operator.getitem, f, 0) for f in futures]
+        futures.append(client.submit(_predict_partition, light, raw, names,
+                                     blocks.from_dataframe, *selected, pure=False))
+    preds = [client.submit(operator.getitem, f, 0) for f in futures]
     _reemit(client.gather([client.submit(operator.getitem, f, 1) for f in futures]))
-    meta = client.submit(lambda s: s.iloc[:0], series[0]).result()
-    return dd.from_delayed(series, meta=meta, divisions=blocks.divisions, verify_meta=False)
+    if blocks.from_dataframe:
+        import dask.dataframe as dd
+
+        meta = client.submit(_empty_like_series, preds[0]).result()
+        return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
+                               verify_meta=False)
+    dtype = np.result_type(*client.gather([client.submit(_dtype, f) for f in preds]))
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
+                           for f, n in zip(preds, blocks._n_rows)])
