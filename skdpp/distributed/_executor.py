@@ -14,6 +14,8 @@ drawn here: the driver adds it to the returned sum, through the fit's
 :class:`~skdpp.privacy.Releaser`.
 """
 
+import uuid
+
 import numpy as np
 from dask.sizeof import sizeof
 
@@ -24,6 +26,12 @@ __all__ = ["DaskExecutor"]
 # Broadcasts larger than this are scattered to every worker once per call
 # instead of being sent with each task.
 _SCATTER_BYTES = 256 * 2**10
+
+
+def _name(fn):
+    """The name of a block function (of the function a ``functools.partial`` wraps)."""
+    fn = getattr(fn, "func", fn)
+    return getattr(fn, "__name__", type(fn).__name__).replace("<", "").replace(">", "")
 
 
 def _blocks_of(part):
@@ -107,11 +115,14 @@ class DaskExecutor:
         self.workers = list(workers) if workers is not None else [None] * len(self.partitions)
         self._results = [None] * len(self.partitions)  # last (nodes, states) per partition
 
-    def _submit(self, p, fn, *args):
+    def _submit(self, p, fn, *args, name=None):
+        # Task keys name the block function (public code names, never data): the
+        # task stream then tells where the time goes.
+        key = f"skdpp-{name or fn.__name__}-{p}-{uuid.uuid4().hex}"
         worker = self.workers[p]
         if worker is None:
-            return self.client.submit(fn, *args, pure=False)
-        return self.client.submit(fn, *args, pure=False, workers=[worker],
+            return self.client.submit(fn, *args, key=key)
+        return self.client.submit(fn, *args, key=key, workers=[worker],
                                   allow_other_workers=True)
 
     def _broadcast(self, broadcast):
@@ -132,8 +143,9 @@ class DaskExecutor:
         if not self.partitions:
             return None
         broadcast = self._broadcast(broadcast)
+        name = _name(fn)
         results = [self._submit(p, _map_partition, fn, part, self._results[p], broadcast,
-                                self.starts[p])
+                                self.starts[p], name=name)
                    for p, part in enumerate(self.partitions)]
         self._results = results
         by_worker = {}
@@ -157,7 +169,9 @@ class DaskExecutor:
         import dask.array as da
 
         broadcast = self._broadcast(broadcast)
-        parts = [self._submit(p, _collect_partition, fn, part, self._results[p], broadcast)
+        name = "collect_" + _name(fn)
+        parts = [self._submit(p, _collect_partition, fn, part, self._results[p], broadcast,
+                              name=name)
                  for p, part in enumerate(self.partitions)]
         specs = self.client.gather([self._submit(p, _spec, f) for p, f in enumerate(parts)])
 

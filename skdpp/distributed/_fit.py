@@ -13,6 +13,7 @@ is drawn only there. Personal parts stay on the workers
 
 import copy
 import operator
+import uuid
 import warnings
 
 import numpy as np
@@ -186,7 +187,8 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         randomness = FitRandomness(estimator.random_state)
         worker_randomness = _KeyOnly(randomness.key)
         prepared = [client.submit(_prepare_partition, estimator, blocks.partitions[i],
-                                  worker_randomness, pure=False) for i in live]
+                                  worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
+                    for i in live]
         summaries = client.gather([client.submit(_summary, f) for f in prepared])
         _reemit([s["warnings"] for s in summaries])
         meta, attributes = estimator._combine_partitions(
