@@ -38,6 +38,26 @@ import numpy as np
 OUT = Path(__file__).resolve().parent / "results"
 K = 2
 
+NOTES = """
+## How to read it
+
+* ``fit_s``: wall-clock seconds of ``fit`` / ``fit_distributed`` (data already in
+  memory, on the driver or on the workers); ``cpu_s``: CPU seconds of every
+  process (driver, which also runs the scheduler, and both workers). The cores
+  are shared with other jobs: compare CPU seconds.
+* ``round_s`` / ``round_cpu_s``: median wall-clock and CPU seconds (all
+  processes) of one round (``executor.map`` of the round function).
+* ``driver_peak_mib`` / ``worker_peak_mib``: peak RSS of the driver process
+  (in-process: data + fit) and of each worker (its partitions, the blocks and
+  their states).
+* ``where``: seconds the workers spent in each task, by block function
+  (``prepare``: the estimator's validation and blocks of each partition, once per
+  fit; ``prepare_split``: FedRep's keyed S^0/S^1 split; ``_spectral_block``: the
+  private initialisation; ``fedrep_round`` / ``sgd_round``: the rounds;
+  ``_final_heads_block``: the final heads and cold start; ``collect_*``: personal
+  parts).
+"""
+
 
 # --------------------------------------------------------------------------- #
 # Data: generated partition by partition (on the workers, or concatenated here)
@@ -69,15 +89,26 @@ ROUND_FUNCTIONS = {"fedrep": "fedrep_round", "ppsgd": "sgd_round"}
 # --------------------------------------------------------------------------- #
 # One configuration (run in a subprocess)
 # --------------------------------------------------------------------------- #
-def _timed_maps(cls, record):
+def _timed_maps(cls, record, client=None):
+    """Record (function, wall, CPU of all processes) of every ``cls.map`` call.
+
+    With a client, the CPU time of the round functions includes the workers'
+    (read before and after the call; other calls count the driver only).
+    """
     from skdpp.distributed._executor import _name
 
     original = cls.map
 
     def map(self, fn, broadcast=None):
+        name = _name(fn)
+        workers = client is not None and name in ROUND_FUNCTIONS.values()
+        before = sum(s["cpu"] for s in client.run(_worker_stats).values()) if workers else 0.0
         t, c = time.perf_counter(), time.process_time()
         out = original(self, fn, broadcast)
-        record.append((_name(fn), time.perf_counter() - t, time.process_time() - c))
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        if workers:
+            cpu += sum(s["cpu"] for s in client.run(_worker_stats).values()) - before
+        record.append((name, wall, cpu))
         return out
 
     cls.map = map
@@ -95,10 +126,17 @@ def run_local(cfg):
     from skdpp.utils._executor import LocalExecutor
 
     est = make_estimator(cfg["estimator"])
-    parts = [generate(p, cfg["n_parts"], cfg["n_users"], cfg["rows"], cfg["d"],
-                      dtype=cfg["dtype"]) for p in range(cfg["n_parts"])]
-    X, y, g = (np.concatenate(c) for c in zip(*parts))
-    del parts
+    n = cfg["n_users"] * cfg["rows"]
+    X, y = np.empty((n, cfg["d"]), dtype=cfg["dtype"]), np.empty(n)
+    g = np.empty(n, dtype=np.int64)
+    start = 0
+    for p in range(cfg["n_parts"]):  # the workers' partitions, filled in place
+        part = generate(p, cfg["n_parts"], cfg["n_users"], cfg["rows"], cfg["d"],
+                        dtype=cfg["dtype"])
+        stop = start + part[0].shape[0]
+        X[start:stop], y[start:stop], g[start:stop] = part
+        start = stop
+    del part
     maps = []
     _timed_maps(LocalExecutor, maps)
     t, c = time.perf_counter(), time.process_time()
@@ -126,7 +164,7 @@ def run_distributed(cfg):
             for p in range(cfg["n_parts"])])
         load_seconds = time.perf_counter() - t
         maps = []
-        _timed_maps(DaskExecutor, maps)
+        _timed_maps(DaskExecutor, maps, client)
         before = client.run(_worker_stats)
         t, c = time.perf_counter(), time.process_time()
         with get_task_stream() as ts:
@@ -181,7 +219,7 @@ def run(cfg):
 def _round_stats(result, estimator):
     rounds = [(w, c) for name, w, c in result["maps"] if name == ROUND_FUNCTIONS[estimator]]
     return len(rounds), float(np.median([w for w, _ in rounds])), \
-        float(np.median([c for _, c in rounds]))
+        float(np.median([c for _, c in rounds]))  # wall, CPU of all processes
 
 
 def main():
@@ -216,35 +254,31 @@ def main():
                          "report_identical": results["local"]["report"]
                          == results["distributed"]["report"]})
         for mode, r in results.items():
-            n_rounds, round_wall, round_driver_cpu = _round_stats(r, estimator)
+            n_rounds, round_wall, round_cpu = _round_stats(r, estimator)
             row = {"estimator": estimator, "mode": mode, "n_users": big, "rows": 10, "d": 50,
                    "partitions": base["n_parts"] if mode == "distributed" else "-",
                    "fit_s": r["fit_seconds"],
                    "cpu_s": r["fit_cpu"] + r.get("worker_cpu", 0.0),
-                   "round_s": round_wall, "rounds": n_rounds,
+                   "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
                    "driver_peak_mib": r["driver_maxrss_mib"],
                    "worker_peak_mib": "/".join(f"{m:.0f}" for m in r.get("worker_maxrss_mib", []))
                    or "-"}
             if mode == "distributed":
                 tc = r["task_compute"]
-                row["worker_round_compute_s"] = sum(
-                    v for k, v in tc.items() if ROUND_FUNCTIONS[estimator] in k) / n_rounds
                 row["where"] = ", ".join(f"{k} {v:.1f}s"
                                          for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
                                          if v >= 0.05)
             rows.append(row)
     # Dask's own MALLOC_TRIM_THRESHOLD_ (what local_cluster overrides)
     r = run(dict(base, estimator="fedrep", mode="distributed", malloc_trim_threshold=65536))
-    n_rounds, round_wall, _ = _round_stats(r, "fedrep")
+    n_rounds, round_wall, round_cpu = _round_stats(r, "fedrep")
     tc = r["task_compute"]
     rows.append({"estimator": "fedrep", "mode": "distributed, MALLOC_TRIM_THRESHOLD_=65536",
                  "n_users": big, "rows": 10, "d": 50, "partitions": base["n_parts"],
                  "fit_s": r["fit_seconds"], "cpu_s": r["fit_cpu"] + r["worker_cpu"],
-                 "round_s": round_wall, "rounds": n_rounds,
+                 "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
                  "driver_peak_mib": r["driver_maxrss_mib"],
                  "worker_peak_mib": "/".join(f"{m:.0f}" for m in r["worker_maxrss_mib"]),
-                 "worker_round_compute_s": sum(v for k, v in tc.items()
-                                               if "fedrep_round" in k) / n_rounds,
                  "where": ", ".join(f"{k} {v:.1f}s"
                                     for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
                                     if v >= 0.05)})
@@ -252,16 +286,14 @@ def main():
         cfg = {"n_users": huge, "rows": 5, "d": 20, "n_parts": 64, "dtype": "float32",
                "estimator": "fedrep", "mode": "distributed"}
         r = run(cfg)
-        n_rounds, round_wall, _ = _round_stats(r, "fedrep")
+        n_rounds, round_wall, round_cpu = _round_stats(r, "fedrep")
         tc = r["task_compute"]
         rows.append({"estimator": "fedrep", "mode": "distributed (float32)",
                      "n_users": huge, "rows": 5, "d": 20, "partitions": 64,
                      "fit_s": r["fit_seconds"], "cpu_s": r["fit_cpu"] + r["worker_cpu"],
-                     "round_s": round_wall, "rounds": n_rounds,
+                     "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
                      "driver_peak_mib": r["driver_maxrss_mib"],
                      "worker_peak_mib": "/".join(f"{m:.0f}" for m in r["worker_maxrss_mib"]),
-                     "worker_round_compute_s": sum(v for k, v in tc.items()
-                                                   if "fedrep_round" in k) / n_rounds,
                      "where": ", ".join(f"{k} {v:.1f}s"
                                         for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
                                         if v >= 0.05)})
@@ -277,7 +309,7 @@ def write(rows, equality, args, load):
     suffix = "_quick" if args.quick else ""
     OUT.mkdir(exist_ok=True)
     columns = ["estimator", "mode", "n_users", "rows", "d", "partitions", "fit_s", "cpu_s",
-               "round_s", "rounds", "worker_round_compute_s", "driver_peak_mib",
+               "round_s", "round_cpu_s", "rounds", "driver_peak_mib",
                "worker_peak_mib", "where"]
     with open(OUT / f"distributed_benchmark{suffix}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns)
@@ -307,6 +339,7 @@ def write(rows, equality, args, load):
     lines += [f"| {e['estimator']} | {e['n_users']} | {', '.join(e['attributes'])} | "
               f"{e['max_relative_difference']:.2e} | {e['report_identical']} |"
               for e in equality]
+    lines += ["", NOTES.strip()]
     (OUT / f"distributed_benchmark{suffix}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
