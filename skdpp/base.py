@@ -224,6 +224,9 @@ class BasePersonalizedEstimator(BaseEstimator):
         except BaseException:
             self._discard_fitted_attributes()
             raise
+        # Nothing from an earlier fit survives (e.g. the personal-parts handle of
+        # a distributed fit): the fitted attributes are exactly this fit's.
+        self._discard_fitted_attributes()
         self._set_fitted_attributes({**data.attributes, **fitted})
         return self
 

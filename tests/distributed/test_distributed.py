@@ -356,6 +356,8 @@ def test_personal_parts_stay_on_workers_until_collected(client):
     collected = fit_distributed(type(est)(**est.get_params()), blocks, collect_personal=True)
     assert not hasattr(collected, "personal_parts_")
     pickle.dumps(collected)
+    dist.fit(X, y, groups=g)  # a refit in-process leaves no handle of the earlier fit
+    assert not hasattr(dist, "personal_parts_")
 
 
 def test_local_cluster_unsets_the_nanny_malloc_threshold(client):
