@@ -139,11 +139,6 @@ class BasePersonalizedEstimator(BaseEstimator):
     # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
     _personal_attributes: tuple = ()
 
-    # Fitted attributes set by ``_validate_fit_data`` that hold one entry per
-    # user, aligned with ``user_ids_`` (a distributed fit keeps them with each
-    # partition's users, like the personal attributes).
-    _per_user_data_attributes: tuple = ("user_ids_",)
-
     # Route ``groups`` by default once ``sklearn.set_config(enable_metadata_routing=True)``.
     __metadata_request__fit = {"groups": True}
     __metadata_request__predict = {"groups": True}
@@ -216,17 +211,15 @@ class BasePersonalizedEstimator(BaseEstimator):
         fitted attributes. A fit that raises leaves the estimator unfitted.
         """
         try:
+            # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
+            self._discard_fitted_attributes()
             data = self._validate_fit_data(X, y, groups)
-            self._check_delta(data.meta["n_users"])
             randomness = FitRandomness(self.random_state)
             executor = LocalExecutor(self._make_blocks(data, randomness))
             fitted = self._fit_executor(executor, randomness, data.meta)
         except BaseException:
             self._discard_fitted_attributes()
             raise
-        # Nothing from an earlier fit survives (e.g. the personal-parts handle of
-        # a distributed fit): the fitted attributes are exactly this fit's.
-        self._discard_fitted_attributes()
         self._set_fitted_attributes({**data.attributes, **fitted})
         return self
 
@@ -263,86 +256,13 @@ class BasePersonalizedEstimator(BaseEstimator):
         with np.errstate(over="ignore", invalid="ignore"):
             X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
+        self._check_delta(index.n_users)
         return FitData(
             X=X, y=y, index=index,
             meta={"n_users": int(index.n_users), "n_features": int(X.shape[1])},
             attributes={"user_ids_": index.users, "n_users_": int(index.n_users),
                         "_fitted_with_groups": groups is not None},
         )
-
-    def _partition_blocks(self, X, y, groups, randomness):
-        """Validate the rows of one partition of whole users and make its blocks.
-
-        The per-partition step of a distributed fit (:mod:`skdpp.distributed`
-        runs it on the workers, on a copy of the estimator): what ``fit`` does
-        before :meth:`_fit_executor`, on one partition's rows.
-        :meth:`_combine_partitions` then combines the partitions' metadata on
-        the driver.
-
-        Parameters
-        ----------
-        X, y, groups : array-like
-            The partition's rows; every user's rows are in one partition.
-        randomness : object
-            Has the fit's ``key`` (keyed per-user randomness) only: noise and
-            public randomness are drawn on the driver.
-
-        Returns
-        -------
-        data : FitData
-        blocks : list of UserBlock
-        """
-        data = self._validate_fit_data(X, y, groups)
-        return data, self._make_blocks(data, randomness)
-
-    def _combine_partitions(self, metas, attributes):
-        """Combine the public results of validating partitions separately.
-
-        Parameters
-        ----------
-        metas : list of dict
-            ``FitData.meta`` of every partition.
-        attributes : list of dict
-            ``FitData.attributes`` of every partition without the per-user
-            ones (``_per_user_data_attributes``), with the fitted attributes
-            validation set on the estimator (e.g. ``n_features_in_``).
-
-        Returns
-        -------
-        meta, attributes : dict
-            What validating all rows at once gives: ``n_users`` (and
-            ``n_users_``) are summed (users are disjoint across partitions);
-            every other value must be the same in all partitions.
-
-        Raises
-        ------
-        ValueError
-            If partitions disagree on a value: a value derived from the data
-            (e.g. a label set or item catalogue inferred from each partition's
-            rows) that the estimator does not combine. Override this method
-            (calling ``super()`` on the remaining keys) to combine such values,
-            or pass them as public parameters.
-        """
-        summed = {"n_users", "n_users_"}
-        combined = []
-        for dicts in (metas, attributes):
-            out = {}
-            for key in dicts[0]:
-                values = [d[key] for d in dicts]
-                if key in summed:
-                    out[key] = int(sum(values))
-                    continue
-                if not all(_same_value(values[0], v) for v in values[1:]):
-                    raise ValueError(
-                        f"{type(self).__name__}: the partitions of a distributed fit "
-                        f"give different values of {key!r} (validation derived it from "
-                        f"each partition's rows). Pass it as a public parameter of the "
-                        f"estimator (e.g. the label set or item catalogue), or fit "
-                        f"in-process."
-                    )
-                out[key] = values[0]
-            combined.append(out)
-        return combined[0], combined[1]
 
     def _validate_data_kwargs(self):
         """Keyword arguments of ``validate_data`` in ``fit`` (override as needed)."""
@@ -690,24 +610,6 @@ def _conversion_hint(user_ids):
     if types == {"number"}:
         return "np.asarray(groups).astype(np.int64)"
     return "convert them to the types of user_ids_"
-
-
-def _same_value(a, b):
-    """Whether two validation results are equal (arrays, sparse matrices, scalars)."""
-    if a is b:
-        return True
-    if hasattr(a, "nnz") or hasattr(b, "nnz"):  # scipy.sparse
-        return hasattr(a, "nnz") and hasattr(b, "nnz") and a.shape == b.shape \
-            and (a != b).nnz == 0
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-            return False
-        return a.shape == b.shape and a.dtype.kind == b.dtype.kind \
-            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):
-        return False
 
 
 def _as_1d_ids(groups, n_samples):

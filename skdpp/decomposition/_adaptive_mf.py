@@ -413,8 +413,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "verbose": ["verbose"],
     }
     _personal_attributes = ("user_embeddings_", "user_biases_")
-    # Which items each user rated, aligned with user_ids_ (for recommend).
-    _per_user_data_attributes = ("user_ids_", "_seen")
 
     def __init__(
         self,

@@ -188,6 +188,9 @@ class UserBlocks:
         self.divisions = divisions
         self._id_ranges = list(id_ranges)
         self._n_rows = [int(n) for n in n_rows]
+        # Whether every user's rows are known to be in one partition (the
+        # constructors check it; fit_distributed checks blocks built otherwise).
+        self._users_disjoint = False
 
     def __repr__(self):
         return f"UserBlocks(n_partitions={self.n_partitions}, n_features={self.n_features})"
@@ -355,19 +358,27 @@ class UserBlocks:
                      from_dataframe=from_dataframe, divisions=divisions)
         if check:
             blocks._check_users_disjoint()
+        blocks._users_disjoint = True
         return blocks
 
     # ------------------------------------------------------------- checks
-    def _check_users_disjoint(self):
+    def _check_users_disjoint(self, id_ranges=None):
         """Raise if a user has rows in more than one partition.
 
         Disjoint id ranges (data sorted by user) settle it at once; otherwise
         the partitions' hashed user ids are compared, bucket by bucket, on the
         workers.
+
+        Parameters
+        ----------
+        id_ranges : list, default=None
+            The (min, max) user id of each live partition, as validation found
+            them; default: those found at construction.
         """
         live = self._live_partitions()
-        ranges = [self._id_ranges[i] for i in live]
+        ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
         if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):
+            self._users_disjoint = True
             return
         shared = self._count_shared_users(live)
         if shared:
@@ -378,6 +389,7 @@ class UserBlocks:
                 f"Partition the data by user (UserBlocks.from_dask_dataframe shuffles "
                 f"by user with shuffle='auto' or True; ddf.set_index(user_column) "
                 f"sorts by user).")
+        self._users_disjoint = True
 
     def _count_shared_users(self, live):
         client = self.client

@@ -8,7 +8,7 @@ per-user results. Each partition of users is one task per call, running
 in the worker's memory as futures. The partials are combined on the workers
 (one task per worker) and then on the driver, as nodes of the fixed pairwise
 tree of :class:`~skdpp.utils._executor.TreeSum` over *all* blocks
-(:func:`~skdpp.utils._executor.tree_nodes`): with the same blocks the sum is
+(:func:`~skdpp.distributed._tree.tree_nodes`): with the same blocks the sum is
 bit for bit the one of ``LocalExecutor``, whatever the scheduling. No noise is
 drawn here: the driver adds it to the returned sum, through the fit's
 :class:`~skdpp.privacy.Releaser`.
@@ -19,7 +19,8 @@ import uuid
 import numpy as np
 from dask.sizeof import sizeof
 
-from ..utils._executor import _concat, merge_tree_nodes, tree_nodes, tree_nodes_result
+from ..utils._executor import _concat
+from ._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
 
 __all__ = ["DaskExecutor"]
 

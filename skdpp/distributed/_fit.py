@@ -3,8 +3,8 @@
 :func:`fit_distributed` runs the same steps as ``fit``: validation of the
 parameters, the estimator's own ``_validate_fit_data`` and ``_make_blocks``
 (on the workers, one partition of users at a time, through
-``_partition_blocks``), the combination of the partitions' public metadata
-(``_combine_partitions``), then ``_fit_executor`` -- budget plan, core, every
+:func:`_prepare_partition`), the combination of the partitions' public metadata
+(:func:`_combine_partitions`), then ``_fit_executor`` -- budget plan, core, every
 release through the :class:`~skdpp.privacy.Releaser` and the checked report --
 in the driver process with a :class:`~skdpp.distributed.DaskExecutor`. Noise
 is drawn only there. Personal parts stay on the workers
@@ -56,31 +56,153 @@ class _KeyOnly:
 class _Prepared:
     """One partition after the estimator's validation (lives on a worker)."""
 
-    __slots__ = ("blocks", "per_user", "summary")
+    __slots__ = ("blocks", "attributes", "summary")
 
-    def __init__(self, blocks, per_user, summary):
-        self.blocks, self.per_user, self.summary = blocks, per_user, summary
+    def __init__(self, blocks, attributes, summary):
+        self.blocks, self.attributes, self.summary = blocks, attributes, summary
+
+
+def _skip_delta_check(n_users):
+    """Stands in for ``_check_delta`` on the workers (checked on the driver)."""
+
+
+def _leading_length(value):
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) >= 1 else None
+
+
+def _digest(value):
+    """A fingerprint of an array (or sparse matrix) to compare partitions by."""
+    import hashlib
+
+    import scipy.sparse as sp
+
+    h = hashlib.blake2b(digest_size=16)
+    if sp.issparse(value):
+        value = value.tocsr()
+        parts = (value.indptr, value.indices, value.data)
+    else:
+        parts = (np.asarray(value),)
+    for part in parts:
+        h.update(str((part.shape, part.dtype.str)).encode())
+        if part.dtype.kind == "O":
+            h.update(repr(part.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(part).tobytes())
+    return ("per-user candidate", _leading_length(value), h.hexdigest())
 
 
 def _prepare_partition(estimator, raw, randomness):
-    """Validate one partition with the estimator's own code and make its blocks."""
+    """Validate one partition with the estimator's own code and make its blocks.
+
+    What ``fit`` does before ``_fit_executor``, on one partition's rows and a
+    copy of the estimator. Validation attributes with one entry per user of
+    the partition (``user_ids_``, e.g. the items each user rated) are
+    candidates for staying on the worker; the driver decides
+    (:func:`_per_user_names`) from every partition's summary.
+    """
+    estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
     before = dict(vars(estimator))
+    # delta is checked once, on the driver, against the total number of users.
+    estimator._check_delta = _skip_delta_check
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data, blocks = estimator._partition_blocks(raw.X, raw.y, raw.groups, randomness)
-    per_user_names = estimator._per_user_data_attributes
-    per_user = {k: v for k, v in data.attributes.items() if k in per_user_names}
-    attributes = {k: v for k, v in data.attributes.items() if k not in per_user_names}
+        data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
+        blocks = estimator._make_blocks(data, randomness)
+    n_users = int(data.meta["n_users"])
+    public = {}
+    for key, value in data.attributes.items():
+        per_user = key == "user_ids_" or _leading_length(value) == n_users
+        public[key] = _digest(value) if per_user else value
     # Attributes validation set on the estimator itself (e.g. n_features_in_).
-    attributes.update({k: v for k, v in vars(estimator).items()
-                       if k not in before or before[k] is not v})
-    users = np.asarray(per_user.get("user_ids_", []))
+    public.update({k: v for k, v in vars(estimator).items()
+                   if k != "_check_delta" and (k not in before or before[k] is not v)})
+    users = np.asarray(data.attributes.get("user_ids_", []))
     id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
         else None
-    summary = {"meta": data.meta, "attributes": attributes, "n_blocks": len(blocks),
+    summary = {"meta": data.meta, "attributes": public, "n_blocks": len(blocks),
                "n_users": int(sum(b.n_users for b in blocks)), "id_range": id_range,
                "warnings": [(w.category, str(w.message)) for w in caught]}
-    return _Prepared(blocks, per_user, summary)
+    return _Prepared(blocks, dict(data.attributes), summary)
+
+
+def _is_candidate(value):
+    return isinstance(value, tuple) and len(value) == 3 and value[0] == "per-user candidate"
+
+
+def _per_user_names(attributes):
+    """The validation attributes that hold one entry per user in every partition.
+
+    ``user_ids_`` always; any other attribute whose first axis has one entry
+    per user of its partition in every partition, unless it is the same in
+    all partitions (then it is public metadata that happens to have that
+    length, e.g. a catalogue).
+    """
+    names = []
+    for key in attributes[0]:
+        values = [a.get(key) for a in attributes]
+        if not all(_is_candidate(v) for v in values):
+            continue
+        if key == "user_ids_" or len(values) == 1 or len({v[2] for v in values}) > 1:
+            names.append(key)
+    return names
+
+
+def _attribute(prepared, key):
+    return prepared.attributes[key]
+
+
+def _same_value(a, b):
+    """Whether two validation results are equal (arrays, sparse matrices, scalars)."""
+    if a is b:
+        return True
+    if hasattr(a, "nnz") or hasattr(b, "nnz"):  # scipy.sparse
+        return hasattr(a, "nnz") and hasattr(b, "nnz") and a.shape == b.shape \
+            and (a != b).nnz == 0
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        return a.shape == b.shape and a.dtype.kind == b.dtype.kind \
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _combine_partitions(estimator, metas, attributes):
+    """Combine the public results of validating the partitions separately.
+
+    ``n_users`` (and ``n_users_``) are summed (users are disjoint across
+    partitions); every other value must be the same in all partitions, as
+    validating all rows at once would give. An estimator that derives other
+    values from each partition's rows (e.g. a label set or an item catalogue)
+    may combine them itself by defining ``_combine_partitions(metas,
+    attributes) -> (meta, attributes)``.
+    """
+    hook = getattr(estimator, "_combine_partitions", None)
+    if hook is not None:
+        return hook(metas, attributes)
+    summed = {"n_users", "n_users_"}
+    combined = []
+    for dicts in (metas, attributes):
+        out = {}
+        for key in dicts[0]:
+            values = [d.get(key) for d in dicts]
+            if key in summed:
+                out[key] = int(sum(values))
+                continue
+            if not all(_same_value(values[0], v) for v in values[1:]):
+                raise ValueError(
+                    f"{type(estimator).__name__}: the partitions of a distributed fit "
+                    f"give different values of {key!r} (validation derived it from "
+                    f"each partition's rows). Pass it as a public parameter of the "
+                    f"estimator (e.g. the label set or item catalogue), or fit "
+                    f"in-process."
+                )
+            out[key] = values[0]
+        combined.append(out)
+    return combined[0], combined[1]
 
 
 def _summary(prepared):
@@ -110,9 +232,9 @@ def _personal_chunks(client, array, users_per_partition):
     return client.compute(list(array.to_delayed().reshape(-1)))
 
 
-def _assemble(prepared, names, *chunks):
+def _assemble(prepared, per_user_names, names, *chunks):
     """One partition's personal parts: per-user data attributes + collected values."""
-    parts = dict(prepared.per_user)
+    parts = {k: prepared.attributes[k] for k in per_user_names}
     parts.update(zip(names, chunks))
     return parts
 
@@ -190,9 +312,18 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
                                   worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
                     for i in live]
         summaries = client.gather([client.submit(_summary, f) for f in prepared])
+        if not blocks._users_disjoint:  # built without the constructors' check
+            blocks._check_users_disjoint([s["id_range"] for s in summaries])
         _reemit([s["warnings"] for s in summaries])
-        meta, attributes = estimator._combine_partitions(
-            [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
+        per_user_names = _per_user_names([s["attributes"] for s in summaries])
+        public = [{k: v for k, v in s["attributes"].items() if k not in per_user_names}
+                  for s in summaries]
+        for key in {k for a in public for k, v in a.items() if _is_candidate(v)}:
+            values = client.gather([client.submit(_attribute, f, key) for f in prepared])
+            for a, value in zip(public, values):
+                a[key] = value
+        meta, attributes = _combine_partitions(
+            estimator, [s["meta"] for s in summaries], public)
         estimator._check_delta(meta["n_users"])
         who = client.who_has(prepared)
         workers = [(who.get(f.key) or (None,))[0] for f in prepared]
@@ -200,7 +331,8 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
                                 workers=workers)
         fitted = estimator._fit_executor(executor, randomness, meta)
-        personal = _personal_parts(client, estimator, fitted, prepared, users,
+        personal = _personal_parts(client, estimator, fitted, prepared, per_user_names,
+                                   users,
                                    [s["id_range"] for s in summaries],
                                    [blocks.partitions[i].key for i in live])
     except BaseException:
@@ -217,7 +349,8 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     return estimator
 
 
-def _personal_parts(client, estimator, fitted, prepared, users, id_ranges, source_keys):
+def _personal_parts(client, estimator, fitted, prepared, per_user_names, users, id_ranges,
+                    source_keys):
     import dask.array as da
 
     names = [n for n in estimator._personal_attributes if n in fitted]
@@ -233,11 +366,10 @@ def _personal_parts(client, estimator, fitted, prepared, users, id_ranges, sourc
             chunks.append(_personal_chunks(client, value, users))
         else:  # the core computed it in this process: send each partition its users
             chunks.append(client.scatter(_split_rows(np.asarray(value), users), hash=False))
-    parts = [client.submit(_assemble, prep, tuple(names), *[c[p] for c in chunks],
-                           pure=False)
+    parts = [client.submit(_assemble, prep, tuple(per_user_names), tuple(names),
+                           *[c[p] for c in chunks], pure=False)
              for p, prep in enumerate(prepared)]
-    all_names = tuple(dict.fromkeys(
-        [n for n in estimator._per_user_data_attributes] + names))
+    all_names = tuple(dict.fromkeys(list(per_user_names) + names))
     return DistributedPersonalParts(client, parts, all_names, users, id_ranges,
                                     source_keys)
 

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("distributed")
 
 from distributed import Client  # noqa: E402
+from sklearn.base import clone  # noqa: E402
 
 from skdpp.decomposition import AdaptiveWeightMF  # noqa: E402
 from skdpp.distributed import (  # noqa: E402
@@ -19,6 +20,8 @@ from skdpp.distributed import (  # noqa: E402
     local_cluster,
     predict_distributed,
 )
+from skdpp.distributed._blocks import RawPartition  # noqa: E402
+from skdpp.distributed._fit import _prepare_partition  # noqa: E402
 from skdpp.exceptions import PrivacyLeakWarning  # noqa: E402
 from skdpp.linear_model import (  # noqa: E402
     JLMarginClassifier,
@@ -50,34 +53,56 @@ def _data(n_users=40, n_rows=300, d=5, seed=0):
     return X, y, g
 
 
-def _cases():
+# Every estimator with its default parameters (only the number of rounds is cut
+# where it is long, and random_state fixed) and with fixed clip bounds and
+# public label sets / catalogues. Parameters an estimator does not have are
+# left out, so the cases hold when defaults change (e.g. auto clip bounds).
+_ESTIMATORS = {
+    "fedrep": (PrivateFedRepRegressor, {}, {
+        "clip_norm": 1.0, "head_clip_norm": 1.0, "init_clip_norm": 5.0}),
+    "altmin": (PrivAltMinRegressor, {}, {
+        "clip_norm": 5.0, "head_clip_norm": 1.0, "init_clip_norm": 5.0,
+        "label_clip": 1.0}),
+    "ppsgd": (PPSGDRegressor, {"n_rounds": 12}, {"clip_norm": 1.0, "sample_rate": 0.5}),
+    "mf": (AdaptiveWeightMF, {"n_components": 3}, {
+        "clip_norm": 0.1, "mean_clip": 5.0, "rating_clip": 1.0, "items": np.arange(8)}),
+    "jl": (JLMarginClassifier, {"n_candidates": 32}, {"clip_norm": 1.0, "classes": [0, 1]}),
+}
+
+
+def _make(name, variant):
+    cls, base, fixed = _ESTIMATORS[name]
+    params = {"random_state": 0, "epsilon": 2.0, **base}
+    if variant == "fixed":
+        params.update(fixed)
+    known = cls().get_params()
+    return cls(**{k: v for k, v in params.items() if k in known})
+
+
+def _xy(name):
     X, y, g = _data()
-    items = np.random.default_rng(1).integers(0, 12, X.shape[0])
-    return {
-        "toy": (ToyPersonalizedMean(epsilon=1.0, random_state=0), X, y, g),
-        "fedrep": (PrivateFedRepRegressor(n_components=2, max_iter=3, epsilon=2.0,
-                                          random_state=0), X, y, g),
-        "altmin": (PrivAltMinRegressor(n_components=2, max_iter=3, epsilon=2.0,
-                                       random_state=0), X, y, g),
-        "ppsgd": (PPSGDRegressor(n_rounds=6, sample_rate=0.5, epsilon=2.0, random_state=0),
-                  X, y, g),
-        "jl": (JLMarginClassifier(n_candidates=6, classes=[0, 1], epsilon=2.0,
-                                  random_state=0), X, (y > 1).astype(int), g),
-        "mf": (AdaptiveWeightMF(n_components=2, n_iter=2, items=np.arange(12), epsilon=2.0,
-                                random_state=0), items[:, None], np.clip(y, -3, 3), g),
-    }
+    if name == "mf":
+        # 8 items: every partition rates every item, so the catalogue that
+        # items=None derives from each partition's rows is the same in all
+        # (test_partitions_must_agree_on_data_derived_values covers the rest).
+        items = np.random.default_rng(1).integers(0, 8, X.shape[0])
+        return items[:, None], np.clip(y, -3, 3), g
+    if name == "jl":
+        return X, (y > 1).astype(int), g
+    return X, y, g
 
 
-CASES = _cases()
+CASES = [pytest.param(name, variant, id=f"{name}-{variant}")
+         for name in _ESTIMATORS for variant in ("default", "fixed")]
 
 
 def _predict(est, blocks):
     """predict_distributed in the input row order of UserBlocks.from_arrays."""
     pred = predict_distributed(est, blocks)
-    labels = blocks.row_labels().compute()
-    assert pred.chunks == blocks.row_labels().chunks
-    out = np.empty_like(pred.compute())
-    out[labels] = pred.compute()
+    labels = blocks.row_labels()
+    assert pred.chunks == labels.chunks
+    out = np.empty(pred.shape, dtype=pred.dtype)
+    out[labels.compute()] = pred.compute()
     return out
 
 
@@ -92,8 +117,9 @@ def _assert_same_attributes(a, b, rtol=RTOL):
     assert sorted(fa) == sorted(fb)
     for name, value in fa.items():
         other = fb[name]
-        if isinstance(value, np.ndarray) and value.dtype.kind == "f" \
-                or isinstance(value, float):
+        if hasattr(value, "toarray"):  # scipy.sparse
+            value, other = value.toarray(), other.toarray()
+        if isinstance(value, (np.ndarray, float)) and np.asarray(value).dtype.kind == "f":
             np.testing.assert_allclose(other, value, rtol=rtol, atol=0, err_msg=name)
         else:
             np.testing.assert_array_equal(other, value, err_msg=name)
@@ -141,17 +167,16 @@ def test_dask_executor_is_bit_identical_to_local_executor(client):
 
 
 # --------------------------------------------------------------------------- #
-# The fit: same release as in-process
+# The fit: same release as in-process, for every estimator
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("n_partitions", [2, 4])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_fit_distributed_equals_fit(client, name, n_partitions):
-    est, X, y, g = CASES[name]
-    ref = type(est)(**est.get_params()).fit(X, y, groups=g)
-    blocks = UserBlocks.from_arrays(X, y, g, n_partitions=n_partitions)
-    dist = fit_distributed(type(est)(**est.get_params()), blocks)
+@pytest.mark.parametrize("name, variant", CASES)
+def test_fit_distributed_equals_fit(client, name, variant):
+    X, y, g = _xy(name)
+    ref = _make(name, variant).fit(X, y, groups=g)
+    blocks = UserBlocks.from_arrays(X, y, g, n_partitions=3)
+    dist = fit_distributed(_make(name, variant), blocks)
     # released and public attributes on the driver; personal parts on the workers
-    for attr in est._personal_attributes + ("user_ids_",):
+    for attr in type(ref)._personal_attributes + ("user_ids_",):
         assert not hasattr(dist, attr)
     assert dist.personal_parts_.n_users == ref.n_users_
     assert dist.privacy_report_ == ref.privacy_report_
@@ -160,48 +185,48 @@ def test_fit_distributed_equals_fit(client, name, n_partitions):
     # predictions on the training blocks, and on other users partitioned differently
     np.testing.assert_allclose(_predict(dist, blocks), ref.predict(X, groups=g), rtol=RTOL)
     g_new = np.where(g % 2 == 0, g, g + 1000)  # half the users unseen (cold start)
-    other = UserBlocks.from_arrays(X, y, g_new, n_partitions=3)
+    other = UserBlocks.from_arrays(X, y, g_new, n_partitions=2)
     np.testing.assert_allclose(_predict(dist, other), ref.predict(X, groups=g_new),
                                rtol=RTOL)
 
 
-def test_result_does_not_depend_on_the_number_of_partitions(client):
-    est, X, y, g = CASES["fedrep"]
-    fits = [fit_distributed(type(est)(**est.get_params()),
+@pytest.mark.parametrize("name, variant", CASES)
+def test_result_does_not_depend_on_the_number_of_partitions(client, name, variant):
+    X, y, g = _xy(name)
+    fits = [fit_distributed(_make(name, variant),
                             UserBlocks.from_arrays(X, y, g, n_partitions=n),
                             collect_personal=True) for n in (1, 5)]
     assert fits[0].privacy_report_ == fits[1].privacy_report_
     _assert_same_attributes(*fits)
 
 
-@pytest.mark.parametrize("name", ["toy", "fedrep", "ppsgd"])
+@pytest.mark.parametrize("name", ["fedrep", "ppsgd", "mf"])
 def test_same_blocks_give_bit_identical_fit(client, name):
     """With the partitions' own blocks in-process, the fit is equal to the bit."""
-    est, X, y, g = CASES[name]
+    X, y, g = _xy(name)
     blocks = UserBlocks.from_arrays(X, y, g, n_partitions=3)
-    dist = fit_distributed(type(est)(**est.get_params()), blocks, collect_personal=True)
-    local_est = type(est)(**est.get_params())
+    dist = fit_distributed(_make(name, "fixed"), blocks, collect_personal=True)
+    local_est = _make(name, "fixed")
     randomness = FitRandomness(local_est.random_state)
-    all_blocks, metas = [], []
+    all_blocks, n_users = [], 0
     for raw in client.gather(blocks.partitions):
-        data, part = local_est._partition_blocks(raw.X, raw.y, raw.groups, randomness)
-        all_blocks += part
-        metas.append(data.meta)
-    meta, _ = local_est._combine_partitions(metas, [{}] * len(metas))
+        prepared = _prepare_partition(local_est, raw, randomness)
+        all_blocks += prepared.blocks
+        n_users += prepared.summary["meta"]["n_users"]
+    meta = {**prepared.summary["meta"], "n_users": n_users}
     fitted = local_est._fit_executor(LocalExecutor(all_blocks), randomness, meta)
-    for key in est._personal_attributes:
-        fitted.pop(key)
+    assert fitted.pop("privacy_report_") == dist.privacy_report_
     for key, value in fitted.items():
-        if key != "privacy_report_":
+        if key not in type(local_est)._personal_attributes:
             np.testing.assert_array_equal(getattr(dist, key), value, err_msg=key)
-    assert fitted["privacy_report_"] == dist.privacy_report_
 
 
 def test_dask_dataframe_round_trip(client):
     dd = pytest.importorskip("dask.dataframe")
     import pandas as pd
 
-    est, X, y, g = CASES["fedrep"]
+    X, y, g = _xy("fedrep")
+    est = _make("fedrep", "fixed")
     df = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
     df["user"], df["rating"] = g, y
     df.index = pd.RangeIndex(1000, 1000 + len(df))
@@ -248,6 +273,39 @@ def test_user_split_across_partitions_raises(client):
     np.testing.assert_allclose(dist.mean_, ref.mean_, rtol=RTOL)
 
 
+@pytest.mark.parametrize("name", list(_ESTIMATORS))
+def test_fit_refuses_a_user_split_across_partitions(client, name):
+    """Blocks built without the constructors' check are checked by the fit."""
+    X, y, g = _xy(name)
+    order = np.argsort(g, kind="stable")  # sorted by user; user g[order][100] is cut
+    cut = 100 + int(g[order][99] != g[order][100])
+    assert g[order][cut - 1] == g[order][cut]
+    parts = [RawPartition(X[r], y[r], g[r], r) for r in (order[:cut], order[cut:])]
+    futures = client.scatter(parts, hash=False)
+    ranges = [(g[r].min(), g[r].max()) for r in (order[:cut], order[cut:])]
+    blocks = UserBlocks(client, futures, n_features=X.shape[1], id_ranges=ranges,
+                        n_rows=[len(p.y) for p in parts])
+    est = _make(name, "fixed")
+    with pytest.raises(ValueError, match="more than one partition"):
+        fit_distributed(est, blocks)
+    assert not hasattr(est, "privacy_report_")
+
+
+def test_partitions_must_agree_on_data_derived_values(client):
+    """A value validation derives from each partition's rows is not combined: raise."""
+    X, y, g = _xy("mf")
+    X = np.where(g[:, None] < 20, X, X + 100)  # the two halves rate disjoint items
+    blocks = UserBlocks.from_arrays(X, y, g, n_partitions=2)
+    est = _make("mf", "default")
+    with pytest.raises(ValueError, match="partitions of a distributed fit give different"):
+        fit_distributed(est, blocks)
+    assert not hasattr(est, "privacy_report_")
+    # a public catalogue: the partitions agree
+    est.set_params(items=np.r_[np.arange(8), np.arange(8) + 100])
+    ref = clone(est).fit(X, y, groups=g)
+    assert fit_distributed(est, blocks).privacy_report_ == ref.privacy_report_
+
+
 def _forbid_noise():
     from skdpp.privacy import mechanisms as m
 
@@ -267,23 +325,27 @@ def _restore_noise():
 def _recording(calls):
     real_add, real_sample = mechanisms._add_noise, mechanisms._sample_index
 
-    def add_noise(value, **kwargs):
-        out = real_add(value, **kwargs)
-        calls.append(("noise", os.getpid(), np.asarray(value, dtype=float),
+    def add_noise(value, *, distribution, scale, sensitivity, **kwargs):
+        out = real_add(value, distribution=distribution, scale=scale,
+                       sensitivity=sensitivity, **kwargs)
+        calls.append((distribution, os.getpid(), float(scale), float(sensitivity),
+                      np.asarray(value, dtype=float),
                       np.asarray(out) - np.asarray(value, dtype=float)))
         return out
 
-    def sample_index(scores, **kwargs):
-        out = real_sample(scores, **kwargs)
-        calls.append(("select", os.getpid(), np.asarray(scores, dtype=float), out))
+    def sample_index(scores, *, sensitivity, epsilon, **kwargs):
+        out = real_sample(scores, sensitivity=sensitivity, epsilon=epsilon, **kwargs)
+        calls.append(("exponential", os.getpid(), float(epsilon), float(sensitivity),
+                      np.asarray(scores, dtype=float), out))
         return out
 
     return add_noise, sample_index
 
 
-@pytest.mark.parametrize("name", ["fedrep", "ppsgd", "jl"])
-def test_noise_is_drawn_once_per_release_on_the_driver(client, name, monkeypatch):
-    est, X, y, g = CASES[name]
+@pytest.mark.parametrize("name, variant", CASES)
+def test_noise_is_drawn_once_per_release_on_the_driver(client, name, variant, monkeypatch):
+    """The same releases as in-process, in the same order, each drawn once, here."""
+    X, y, g = _xy(name)
     blocks = UserBlocks.from_arrays(X, y, g, n_partitions=3)
     in_process, distributed = [], []
     for calls, fit in ((in_process, lambda e: e.fit(X, y, groups=g)),
@@ -294,19 +356,19 @@ def test_noise_is_drawn_once_per_release_on_the_driver(client, name, monkeypatch
             m.setattr(mechanisms, "_sample_index", sample_index)
             client.run(_forbid_noise)
             try:
-                fit(type(est)(**est.get_params()))
+                fit(_make(name, variant))
             finally:
                 client.run(_restore_noise)
     assert len(distributed) == len(in_process) > 0
-    assert {pid for _, pid, _, _ in distributed} == {os.getpid()}
-    for (kind_a, _, value_a, out_a), (kind_b, _, value_b, out_b) in zip(in_process,
-                                                                        distributed):
-        assert kind_a == kind_b
-        np.testing.assert_allclose(value_b, value_a, rtol=RTOL, atol=1e-12)
-        if kind_a == "noise":  # the same draws of the same stream
-            np.testing.assert_allclose(out_b, out_a, rtol=1e-6, atol=1e-9)
+    assert {call[1] for call in distributed} == {os.getpid()}
+    for a, b in zip(in_process, distributed):
+        kind, _, scale, sensitivity, value, out = a
+        assert b[0] == kind and b[2] == scale and b[3] == sensitivity
+        np.testing.assert_allclose(b[4], value, rtol=RTOL, atol=1e-12)
+        if kind != "exponential":  # the same draws of the same stream
+            np.testing.assert_allclose(b[5], out, rtol=1e-6, atol=1e-9)
         else:
-            assert out_a == out_b
+            assert b[5] == out
 
 
 def test_workers_never_get_the_noise_stream():
@@ -342,7 +404,8 @@ def test_warnings_once_on_the_driver_from_the_total_number_of_users(client):
 
 
 def test_personal_parts_stay_on_workers_until_collected(client):
-    est, X, y, g = CASES["toy"]
+    X, y, g = _data()
+    est = ToyPersonalizedMean(epsilon=1.0, random_state=0)
     blocks = UserBlocks.from_arrays(X, y, g, n_partitions=3)
     dist = fit_distributed(type(est)(**est.get_params()), blocks)
     parts = dist.personal_parts_

@@ -1,17 +1,17 @@
-"""The fixed summation order of the executors, computed whole or in pieces."""
+"""The fixed summation order, computed whole or in pieces (skdpp.distributed._tree)."""
 
 import numpy as np
 import pytest
 
-from skdpp.utils._executor import (
+pytest.importorskip("distributed")
+
+from skdpp.distributed._tree import merge_tree_nodes, tree_nodes, tree_nodes_result  # noqa: E402
+from skdpp.utils._executor import (  # noqa: E402
     LocalExecutor,
     TreeSum,
-    merge_tree_nodes,
-    tree_nodes,
-    tree_nodes_result,
     tree_sum,
 )
-from skdpp.utils._grouped import UserIndex, make_blocks
+from skdpp.utils._grouped import UserIndex, make_blocks  # noqa: E402
 
 
 def _partials(n, seed):
