@@ -10,7 +10,7 @@ to the order of floating-point summation; personal parts stay on the workers
 (:class:`DistributedPersonalParts`).
 
 Needs the optional dependencies ``pip install skdpp[dask]`` (``import skdpp``
-never imports dask). See the user guide page *Fitting on a Dask cluster* for
+never imports dask; this module imports it when first used). See the user guide page *Fitting on a Dask cluster* for
 the trust model: the cluster sees the private data.
 """
 

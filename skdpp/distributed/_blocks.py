@@ -431,11 +431,21 @@ class UserBlocks:
         self.n_partitions = 0
 
 
+def _require_distributed():
+    """The ``distributed`` package, or an ImportError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(
+            "skdpp.distributed needs Dask's distributed scheduler: "
+            "pip install 'skdpp[dask]' (dask[distributed]).") from exc
+    return distributed
+
+
 def _get_client(client):
     if client is not None:
         return client
-    from distributed import get_client
-
+    get_client = _require_distributed().get_client
     try:
         return get_client()
     except ValueError as exc:

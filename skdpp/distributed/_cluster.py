@@ -1,7 +1,5 @@
 """A local Dask cluster set up for skdpp's numpy workloads: :func:`local_cluster`."""
 
-import dask
-
 __all__ = ["local_cluster"]
 
 
@@ -35,8 +33,12 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
     -----
     **Dashboard off** (``dashboard_address=None``): the dashboard shows task
     timings and partition sizes, statistics of the private data, to anyone
-    who can reach its port. Pass ``dashboard_address=":8787"`` to turn it on
-    for a trusted session.
+    who can reach its port. Dask's other HTTP pages (Prometheus metrics, JSON
+    and info pages about tasks and workers) carry the same statistics: with
+    the dashboard off, the scheduler and the workers serve none of them
+    (``distributed.scheduler.http.routes`` and
+    ``distributed.worker.http.routes`` empty). Pass
+    ``dashboard_address=":8787"`` to turn both on for a trusted session.
 
     **MALLOC_TRIM_THRESHOLD_.** Dask's nanny starts worker processes with
     ``MALLOC_TRIM_THRESHOLD_=65536`` (``distributed.nanny.pre-spawn-environ``)
@@ -52,17 +54,26 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
 
     Examples
     --------
-    >>> from distributed import Client
+    >>> from distributed import Client  # doctest: +SKIP
     >>> from skdpp.distributed import local_cluster
     >>> with local_cluster(n_workers=2) as cluster, Client(cluster) as client:  # doctest: +SKIP
     ...     pass
     """
-    from distributed import LocalCluster
+    from ._blocks import _require_distributed
+
+    LocalCluster = _require_distributed().LocalCluster
+    import dask
 
     kwargs.setdefault("dashboard_address", None)
     kwargs.setdefault("processes", True)
-    with dask.config.set({
-            "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
-                None if malloc_trim_threshold is None else int(malloc_trim_threshold)}):
+    config = {
+        "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
+            None if malloc_trim_threshold is None else int(malloc_trim_threshold)}
+    if kwargs["dashboard_address"] is None:
+        # Without a dashboard Dask still serves its other HTTP pages (Prometheus
+        # metrics, JSON and info pages about tasks and workers): none of them.
+        config.update({"distributed.scheduler.http.routes": [],
+                       "distributed.worker.http.routes": []})
+    with dask.config.set(config):
         return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                             memory_limit=memory_limit, **kwargs)

@@ -17,7 +17,6 @@ drawn here: the driver adds it to the returned sum, through the fit's
 import uuid
 
 import numpy as np
-from dask.sizeof import sizeof
 
 from ..utils._executor import _concat
 from ._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
@@ -127,6 +126,8 @@ class DaskExecutor:
                                   allow_other_workers=True)
 
     def _broadcast(self, broadcast):
+        from dask.sizeof import sizeof
+
         if broadcast is None or sizeof(broadcast) <= _SCATTER_BYTES:
             return broadcast
         return self.client.scatter([broadcast], broadcast=True, hash=False)[0]

@@ -289,6 +289,19 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     partition holds them. The result does not depend on the number of
     partitions beyond summation order.
 
+    Each partition is validated by the estimator's own ``_validate_fit_data``
+    on a worker; ``delta`` is checked once, here, against the total number
+    of users, and warnings raised on the workers are re-emitted here, each
+    distinct one once. Validation results with one entry per user of every
+    partition (``user_ids_``, e.g. the items each user rated) stay on the
+    workers with the personal parts; every other result must be the same in
+    all partitions (a value derived from the rows, e.g. a label set or an
+    item catalogue, differs between partitions: a ``ValueError`` asks for it
+    as a public parameter), except ``n_users`` which is summed. An estimator
+    may combine such values itself with a ``_combine_partitions(metas,
+    attributes)`` method. Blocks not built by a :class:`UserBlocks`
+    constructor are checked for users split across partitions first.
+
     If the fit raises, the estimator is left unfitted.
     """
     if not isinstance(estimator, BasePersonalizedEstimator):

@@ -3,15 +3,13 @@
 import numpy as np
 import pytest
 
-pytest.importorskip("distributed")
-
-from skdpp.distributed._tree import merge_tree_nodes, tree_nodes, tree_nodes_result  # noqa: E402
-from skdpp.utils._executor import (  # noqa: E402
+from skdpp.distributed._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
+from skdpp.utils._executor import (
     LocalExecutor,
     TreeSum,
     tree_sum,
 )
-from skdpp.utils._grouped import UserIndex, make_blocks  # noqa: E402
+from skdpp.utils._grouped import UserIndex, make_blocks
 
 
 def _partials(n, seed):
