@@ -232,11 +232,38 @@ def _personal_chunks(client, array, users_per_partition):
     return client.compute(list(array.to_delayed().reshape(-1)))
 
 
-def _assemble(prepared, per_user_names, names, *chunks):
-    """One partition's personal parts: per-user data attributes + collected values."""
+def _assemble(prepared, per_user_names, names, setter, *chunks):
+    """One partition's personal parts: per-user data attributes + collected values.
+
+    ``setter``: ``None``, or ``(estimator, public)`` when the estimator
+    overrides ``_set_fitted_attributes``: it then runs on this partition's
+    per-user values (with the fit's public attributes), as ``fit`` runs it on
+    all users' values.
+    """
     parts = {k: prepared.attributes[k] for k in per_user_names}
     parts.update(zip(names, chunks))
+    if setter is not None:
+        estimator, public = setter
+        est = copy.copy(estimator)
+        est._set_fitted_attributes({**public, **parts})
+        parts = {k: getattr(est, k) for k in parts if hasattr(est, k)}
     return parts
+
+
+def _empty_slices(prepared, names):
+    """The per-user values of a partition, for no user (their types and widths)."""
+    return {k: prepared.attributes[k][:0] for k in names}
+
+
+def _overrides_set_fitted_attributes(estimator):
+    return type(estimator)._set_fitted_attributes \
+        is not BasePersonalizedEstimator._set_fitted_attributes
+
+
+def _set_attributes(estimator, attributes):
+    """Set per-user attributes as they are (already through the estimator's setter)."""
+    for name, value in attributes.items():
+        setattr(estimator, name, value)
 
 
 def _split_rows(value, counts):
@@ -344,10 +371,9 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
                                 workers=workers)
         fitted = estimator._fit_executor(executor, randomness, meta)
-        personal = _personal_parts(client, estimator, fitted, prepared, per_user_names,
-                                   users,
-                                   [s["id_range"] for s in summaries],
-                                   [blocks.partitions[i].key for i in live])
+        personal, empties = _personal_parts(
+            client, estimator, fitted, attributes, prepared, per_user_names, users,
+            [s["id_range"] for s in summaries], [blocks.partitions[i].key for i in live])
     except BaseException:
         estimator._discard_fitted_attributes()
         raise
@@ -355,15 +381,22 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         if executor is not None:
             executor.close()
     public = {k: v for k, v in fitted.items() if k not in personal.names}
-    estimator._set_fitted_attributes({**attributes, **public, "personal_parts_": personal})
+    # The estimator's own setter, with the per-user values of no user (they
+    # stay on the workers, where the same setter ran on each partition's).
+    estimator._set_fitted_attributes({**attributes, **public, **empties})
+    for name in personal.names:
+        if hasattr(estimator, name):
+            delattr(estimator, name)
+    estimator.personal_parts_ = personal
     if collect_personal:
-        estimator._set_fitted_attributes(personal.collect())
+        _set_attributes(estimator, personal.collect())
         del estimator.personal_parts_
     return estimator
 
 
-def _personal_parts(client, estimator, fitted, prepared, per_user_names, users, id_ranges,
-                    source_keys):
+def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_names, users,
+                    id_ranges, source_keys):
+    """The personal parts on the workers, and their empty slices for the driver."""
     import dask.array as da
 
     names = [n for n in estimator._personal_attributes if n in fitted]
@@ -379,12 +412,21 @@ def _personal_parts(client, estimator, fitted, prepared, per_user_names, users, 
             chunks.append(_personal_chunks(client, value, users))
         else:  # the core computed it in this process: send each partition its users
             chunks.append(client.scatter(_split_rows(np.asarray(value), users), hash=False))
-    parts = [client.submit(_assemble, prep, tuple(per_user_names), tuple(names),
+    setter, empties = None, {}
+    if _overrides_set_fitted_attributes(estimator):
+        public = {**attributes, **{k: v for k, v in fitted.items() if k not in names}}
+        setter = client.scatter([(estimator, public)], broadcast=True, hash=False)[0]
+        empties = client.submit(_empty_slices, prepared[0], tuple(per_user_names)).result()
+        for name in names:
+            value = fitted[name]
+            empties[name] = value[:0].compute() if isinstance(value, da.Array) \
+                else np.asarray(value)[:0]
+    parts = [client.submit(_assemble, prep, tuple(per_user_names), tuple(names), setter,
                            *[c[p] for c in chunks], pure=False)
              for p, prep in enumerate(prepared)]
     all_names = tuple(dict.fromkeys(list(per_user_names) + names))
     return DistributedPersonalParts(client, parts, all_names, users, id_ranges,
-                                    source_keys)
+                                    source_keys), empties
 
 
 class DistributedPersonalParts:
@@ -481,6 +523,8 @@ def _select(parts, raw):
     """The personal parts of the users of ``raw`` found in one partition's parts."""
     wanted = UserIndex.from_groups(raw.groups, raw.n_rows)
     keep = wanted.lookup(parts["user_ids_"]) >= 0
+    if not keep.any():  # predict as a fitted estimator does: with some known user
+        keep[:1] = True
     return {name: value[keep] for name, value in parts.items()}
 
 
