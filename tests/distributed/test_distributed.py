@@ -88,6 +88,8 @@ def _xy(name):
         items = np.random.default_rng(1).integers(0, 8, X.shape[0])
         return items[:, None], np.clip(y, -3, 3), g
     if name == "jl":
+        # more users: with classes=None the label set may be selected under DP
+        X, y, g = _data(n_users=200, n_rows=1000)
         return X, (y > 1).astype(int), g
     return X, y, g
 
