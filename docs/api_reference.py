@@ -94,6 +94,15 @@ SECTIONS = [
         "privacy noise is drawn.",
     ),
     (
+        "Fitting on a Dask cluster",
+        "skdpp.distributed",
+        ["UserBlocks", "fit_distributed", "predict_distributed", "DistributedPersonalParts",
+         "DaskExecutor", "local_cluster"],
+        "The same estimators on a Dask cluster: users' rows stay on the workers, every "
+        "release happens once on the driver (see :ref:`distributed`). Needs the "
+        "optional dependencies ``skdpp[dask]``.",
+    ),
+    (
         "Base classes",
         "skdpp.base",
         ["BasePersonalizedEstimator", "PersonalizedRegressorMixin",

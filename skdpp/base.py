@@ -211,6 +211,8 @@ class BasePersonalizedEstimator(BaseEstimator):
         fitted attributes. A fit that raises leaves the estimator unfitted.
         """
         try:
+            # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
+            self._discard_fitted_attributes()
             data = self._validate_fit_data(X, y, groups)
             randomness = FitRandomness(self.random_state)
             executor = LocalExecutor(self._make_blocks(data, randomness))

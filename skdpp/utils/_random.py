@@ -145,6 +145,15 @@ class FitRandomness:
     def __repr__(self):
         return "FitRandomness(<secret>)"
 
+    def __reduce__(self):
+        # Never sent to another process (e.g. a Dask worker): privacy noise is
+        # drawn once, by the driver's Releaser; workers get the key only.
+        raise TypeError(
+            "FitRandomness holds the fit's privacy-noise stream and cannot be pickled: "
+            "noise is drawn once, in the fitting (driver) process. Send its `key` "
+            "(keyed per-user randomness) to other processes instead."
+        )
+
 
 # --------------------------------------------------------------------------- #
 # Keyed hashing

@@ -1,0 +1,199 @@
+"""Run an algorithm's block functions on a Dask cluster: :class:`DaskExecutor`.
+
+The interface of :class:`~skdpp.utils._executor.LocalExecutor`: ``map(fn,
+broadcast)`` runs ``fn(block, state, broadcast) -> (partial, state)`` on every
+block and returns the sum of the partials; ``collect(fn, broadcast)`` returns
+per-user results. Each partition of users is one task per call, running
+``fn`` over the partition's blocks in order; its blocks and their states stay
+in the worker's memory as futures. The partials are combined on the workers
+(one task per worker) and then on the driver, as nodes of the fixed pairwise
+tree of :class:`~skdpp.utils._executor.TreeSum` over *all* blocks
+(:func:`~skdpp.distributed._tree.tree_nodes`): with the same blocks the sum is
+bit for bit the one of ``LocalExecutor``, whatever the scheduling. No noise is
+drawn here: the driver adds it to the returned sum, through the fit's
+:class:`~skdpp.privacy.Releaser`.
+"""
+
+import uuid
+
+import numpy as np
+
+from ..utils._executor import _concat
+from ._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
+
+__all__ = ["DaskExecutor"]
+
+# Broadcasts larger than this are scattered to every worker once per call
+# instead of being sent with each task.
+_SCATTER_BYTES = 256 * 2**10
+
+
+def _name(fn):
+    """The name of a block function (of the function a ``functools.partial`` wraps)."""
+    fn = getattr(fn, "func", fn)
+    return getattr(fn, "__name__", type(fn).__name__).replace("<", "").replace(">", "")
+
+
+def _blocks_of(part):
+    return part.blocks if hasattr(part, "blocks") else part
+
+
+def _map_partition(fn, part, previous, broadcast, start):
+    """``fn`` over one partition's blocks: (tree nodes of the partials, new states)."""
+    blocks = _blocks_of(part)
+    states = [None] * len(blocks) if previous is None else list(previous[1])
+    partials = []
+    for i, block in enumerate(blocks):  # the partition's blocks, in order
+        partial, states[i] = fn(block, states[i], broadcast)
+        partials.append(partial)
+    return tree_nodes(partials, start), states
+
+
+def _merge_nodes(*results):
+    """The tree nodes of several partitions' results (run on their worker)."""
+    return merge_tree_nodes(*[r[0] for r in results])
+
+
+def _collect_partition(fn, part, previous, broadcast):
+    blocks = _blocks_of(part)
+    states = [None] * len(blocks) if previous is None else previous[1]
+    return _concat([fn(b, s, broadcast) for b, s in zip(blocks, states)])
+
+
+def _spec(value):
+    """The nested structure of ``value`` with ``(shape, dtype)`` at the leaves."""
+    if isinstance(value, dict):
+        return {k: _spec(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_spec(v) for v in value)
+    value = np.asarray(value)
+    return (value.shape, value.dtype)
+
+
+def _leaf(value, path):
+    for key in path:
+        value = value[key]
+    return value
+
+
+def _is_leaf(spec):
+    return isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.dtype)
+
+
+class DaskExecutor:
+    """Runs block functions on Dask workers, one task per partition of users.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    partitions : list of distributed.Future
+        One future per partition: a list of
+        :class:`~skdpp.utils._grouped.UserBlock` (or an object with a
+        ``blocks`` attribute holding one), consecutive in the fit's user
+        order.
+    n_blocks : list of int
+        Number of blocks of each partition.
+    n_users : list of int
+        Number of users of each partition.
+    workers : list of str, default=None
+        Address of the worker holding each partition: its tasks run there,
+        and its partials are combined there first.
+
+    Attributes
+    ----------
+    n_users : int
+        Number of users (public).
+    """
+
+    def __init__(self, client, partitions, n_blocks, n_users, workers=None):
+        self.client = client
+        self.partitions = list(partitions)
+        self.n_blocks = [int(n) for n in n_blocks]
+        self.starts = [int(s) for s in np.cumsum([0] + self.n_blocks[:-1])]
+        self.users_per_partition = [int(n) for n in n_users]
+        self.n_users = int(sum(self.users_per_partition))
+        self.workers = list(workers) if workers is not None else [None] * len(self.partitions)
+        self._results = [None] * len(self.partitions)  # last (nodes, states) per partition
+
+    def _submit(self, p, fn, *args, name=None):
+        # Task keys name the block function (public code names, never data): the
+        # task stream then tells where the time goes.
+        key = f"skdpp-{name or fn.__name__}-{p}-{uuid.uuid4().hex}"
+        worker = self.workers[p]
+        if worker is None:
+            return self.client.submit(fn, *args, key=key)
+        return self.client.submit(fn, *args, key=key, workers=[worker],
+                                  allow_other_workers=True)
+
+    def _broadcast(self, broadcast):
+        from dask.sizeof import sizeof
+
+        if broadcast is None or sizeof(broadcast) <= _SCATTER_BYTES:
+            return broadcast
+        return self.client.scatter([broadcast], broadcast=True, hash=False)[0]
+
+    def map(self, fn, broadcast=None):
+        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block.
+
+        Returns
+        -------
+        total
+            The sum of the partials in the fixed pairwise order of
+            :class:`~skdpp.utils._executor.TreeSum` over all blocks (``None``
+            if all are ``None``).
+        """
+        if not self.partitions:
+            return None
+        broadcast = self._broadcast(broadcast)
+        name = _name(fn)
+        results = [self._submit(p, _map_partition, fn, part, self._results[p], broadcast,
+                                self.starts[p], name=name)
+                   for p, part in enumerate(self.partitions)]
+        self._results = results
+        by_worker = {}
+        for p, worker in enumerate(self.workers):
+            by_worker.setdefault(worker, []).append(p)
+        merged = [self._submit(ps[0], _merge_nodes, *[results[p] for p in ps])
+                  for ps in by_worker.values()]
+        return tree_nodes_result(merge_tree_nodes(*self.client.gather(merged)))
+
+    def collect(self, fn, broadcast=None):
+        """Per-user results ``fn(block, state, broadcast)``, kept on the workers.
+
+        Returns
+        -------
+        result : dask.array.Array, or tuple / dict of them
+            The structure ``fn`` returns, with every array concatenated over
+            the partitions as a dask array with one chunk per partition (its
+            users, in order) along the first axis.
+        """
+        import dask
+        import dask.array as da
+
+        broadcast = self._broadcast(broadcast)
+        name = "collect_" + _name(fn)
+        parts = [self._submit(p, _collect_partition, fn, part, self._results[p], broadcast,
+                              name=name)
+                 for p, part in enumerate(self.partitions)]
+        specs = self.client.gather([self._submit(p, _spec, f) for p, f in enumerate(parts)])
+
+        def build(spec0, path):
+            if isinstance(spec0, dict):
+                return {k: build(v, path + (k,)) for k, v in spec0.items()}
+            if not _is_leaf(spec0):
+                return tuple(build(v, path + (i,)) for i, v in enumerate(spec0))
+            chunks = []
+            for p, (part, spec) in enumerate(zip(parts, specs)):
+                shape, dtype = _leaf(spec, path)
+                leaf = part if not path else self._submit(p, _leaf, part, path)
+                chunks.append(da.from_delayed(dask.delayed(leaf), shape=shape, dtype=dtype))
+            return da.concatenate(chunks, axis=0)
+
+        return build(specs[0], ())
+
+    def close(self):
+        """Release the blocks' states held on the workers."""
+        for r in self._results:
+            if r is not None:
+                r.release()
+        self._results = [None] * len(self.partitions)

@@ -1,0 +1,648 @@
+"""Fit and predict on a Dask cluster with the estimators' own template.
+
+:func:`fit_distributed` runs the same steps as ``fit``: validation of the
+parameters, the estimator's own ``_validate_fit_data`` and ``_make_blocks``
+(on the workers, one partition of users at a time, through
+:func:`_prepare_partition`), the combination of the partitions' public metadata
+(:func:`_combine_partitions`), then ``_fit_executor`` -- budget plan, core, every
+release through the :class:`~skdpp.privacy.Releaser` and the checked report --
+in the driver process with a :class:`~skdpp.distributed.DaskExecutor`. Noise
+is drawn only there. Personal parts stay on the workers
+(:class:`DistributedPersonalParts`).
+"""
+
+import copy
+import operator
+import uuid
+import warnings
+
+import numpy as np
+
+from ..base import BasePersonalizedEstimator
+from ..utils._grouped import UserIndex
+from ..utils._random import FitRandomness
+from ._blocks import UserBlocks, _get_client
+from ._executor import DaskExecutor
+
+__all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
+
+
+class _KeyOnly:
+    """The fit's randomness as the workers see it: the key, never a generator.
+
+    Keyed per-user randomness (splits, batches, client sampling) is a hash of
+    the key and the user's id, so workers can compute it; privacy noise and
+    public randomness are drawn by the driver only.
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = np.array(key, dtype=np.uint64)
+
+    def __repr__(self):
+        return "_KeyOnly(<secret>)"
+
+    @property
+    def noise(self):
+        raise RuntimeError("privacy noise is drawn on the driver only, never on a worker.")
+
+    @property
+    def public(self):
+        raise RuntimeError("public randomness is drawn on the driver only, never on a "
+                           "worker (its draws must not depend on the partitioning).")
+
+
+class _Prepared:
+    """One partition after the estimator's validation (lives on a worker)."""
+
+    __slots__ = ("blocks", "attributes", "summary")
+
+    def __init__(self, blocks, attributes, summary):
+        self.blocks, self.attributes, self.summary = blocks, attributes, summary
+
+
+def _skip_delta_check(n_users):
+    """Stands in for ``_check_delta`` on the workers (checked on the driver)."""
+
+
+def _leading_length(value):
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) >= 1 else None
+
+
+def _digest(value):
+    """A fingerprint of an array (or sparse matrix) to compare partitions by."""
+    import hashlib
+
+    import scipy.sparse as sp
+
+    h = hashlib.blake2b(digest_size=16)
+    if sp.issparse(value):
+        value = value.tocsr()
+        parts = (value.indptr, value.indices, value.data)
+    else:
+        parts = (np.asarray(value),)
+    for part in parts:
+        h.update(str((part.shape, part.dtype.str)).encode())
+        if part.dtype.kind == "O":
+            h.update(repr(part.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(part).tobytes())
+    return ("per-user candidate", _leading_length(value), h.hexdigest())
+
+
+def _prepare_partition(estimator, raw, randomness):
+    """Validate one partition with the estimator's own code and make its blocks.
+
+    What ``fit`` does before ``_fit_executor``, on one partition's rows and a
+    copy of the estimator. Validation attributes with one entry per user of
+    the partition (``user_ids_``, e.g. the items each user rated) are
+    candidates for staying on the worker; the driver decides
+    (:func:`_per_user_names`) from every partition's summary.
+    """
+    estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
+    before = dict(vars(estimator))
+    # delta is checked once, on the driver, against the total number of users.
+    estimator._check_delta = _skip_delta_check
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
+        blocks = estimator._make_blocks(data, randomness)
+    n_users = int(data.meta["n_users"])
+    public = {}
+    for key, value in data.attributes.items():
+        per_user = key == "user_ids_" or _leading_length(value) == n_users
+        public[key] = _digest(value) if per_user else value
+    # Attributes validation set on the estimator itself (e.g. n_features_in_).
+    public.update({k: v for k, v in vars(estimator).items()
+                   if k != "_check_delta" and (k not in before or before[k] is not v)})
+    users = np.asarray(data.attributes.get("user_ids_", []))
+    id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
+        else None
+    summary = {"meta": data.meta, "attributes": public, "n_blocks": len(blocks),
+               "n_users": int(sum(b.n_users for b in blocks)), "id_range": id_range,
+               "warnings": [(w.category, str(w.message)) for w in caught]}
+    return _Prepared(blocks, dict(data.attributes), summary)
+
+
+def _is_candidate(value):
+    return isinstance(value, tuple) and len(value) == 3 and value[0] == "per-user candidate"
+
+
+def _per_user_names(attributes):
+    """The validation attributes that hold one entry per user in every partition.
+
+    ``user_ids_`` always; any other attribute whose first axis has one entry
+    per user of its partition in every partition, unless it is the same in
+    all partitions (then it is public metadata that happens to have that
+    length, e.g. a catalogue).
+    """
+    names = []
+    for key in attributes[0]:
+        values = [a.get(key) for a in attributes]
+        if not all(_is_candidate(v) for v in values):
+            continue
+        if key == "user_ids_" or len(values) == 1 or len({v[2] for v in values}) > 1:
+            names.append(key)
+    return names
+
+
+def _attribute(prepared, key):
+    return prepared.attributes[key]
+
+
+def _same_value(a, b):
+    """Whether two validation results are equal (arrays, sparse matrices, scalars)."""
+    if a is b:
+        return True
+    if hasattr(a, "nnz") or hasattr(b, "nnz"):  # scipy.sparse
+        return hasattr(a, "nnz") and hasattr(b, "nnz") and a.shape == b.shape \
+            and (a != b).nnz == 0
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        return a.shape == b.shape and a.dtype.kind == b.dtype.kind \
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _combine_partitions(estimator, metas, attributes):
+    """Combine the public results of validating the partitions separately.
+
+    ``n_users`` (and ``n_users_``) are summed (users are disjoint across
+    partitions); every other value must be the same in all partitions, as
+    validating all rows at once would give. An estimator that derives other
+    values from each partition's rows (e.g. a label set or an item catalogue)
+    may combine them itself by defining ``_combine_partitions(metas,
+    attributes) -> (meta, attributes)``.
+    """
+    hook = getattr(estimator, "_combine_partitions", None)
+    if hook is not None:
+        return hook(metas, attributes)
+    summed = {"n_users", "n_users_"}
+    combined = []
+    for dicts in (metas, attributes):
+        out = {}
+        for key in dicts[0]:
+            values = [d.get(key) for d in dicts]
+            if key in summed:
+                out[key] = int(sum(values))
+                continue
+            if not all(_same_value(values[0], v) for v in values[1:]):
+                raise ValueError(
+                    f"{type(estimator).__name__}: the partitions of a distributed fit "
+                    f"give different values of {key!r} (validation derived it from "
+                    f"each partition's rows). Pass it as a public parameter of the "
+                    f"estimator (e.g. the label set or item catalogue), or fit "
+                    f"in-process."
+                )
+            out[key] = values[0]
+        combined.append(out)
+    return combined[0], combined[1]
+
+
+def _summary(prepared):
+    return prepared.summary
+
+
+def _reemit(warning_lists):
+    """Re-emit the workers' warnings on the driver, each distinct one once."""
+    seen = set()
+    for caught in warning_lists:
+        for category, message in caught:
+            if (category, message) not in seen:
+                seen.add((category, message))
+                warnings.warn(message, category, stacklevel=3)
+
+
+def _personal_chunks(client, array, users_per_partition):
+    """Futures of the per-partition chunks of a collected dask array."""
+    import dask.array as da
+
+    if not isinstance(array, da.Array):
+        raise TypeError(f"expected a dask array, got {type(array).__name__}")
+    if tuple(array.chunks[0]) != tuple(users_per_partition):
+        array = array.rechunk({0: tuple(users_per_partition)})
+    if array.ndim > 1 and any(len(c) > 1 for c in array.chunks[1:]):
+        array = array.rechunk({i: -1 for i in range(1, array.ndim)})
+    return client.compute(list(array.to_delayed().reshape(-1)))
+
+
+def _assemble(prepared, per_user_names, names, setter, *chunks):
+    """One partition's personal parts: per-user data attributes + collected values.
+
+    ``setter``: ``None``, or ``(estimator, public)`` when the estimator
+    overrides ``_set_fitted_attributes``: it then runs on this partition's
+    per-user values (with the fit's public attributes), as ``fit`` runs it on
+    all users' values.
+    """
+    parts = {k: prepared.attributes[k] for k in per_user_names}
+    parts.update(zip(names, chunks))
+    if setter is not None:
+        estimator, public = setter
+        est = copy.copy(estimator)
+        est._set_fitted_attributes({**public, **parts})
+        parts = {k: getattr(est, k) for k in parts if hasattr(est, k)}
+    return parts
+
+
+def _empty_slices(prepared, names):
+    """The per-user values of a partition, for no user (their types and widths)."""
+    return {k: prepared.attributes[k][:0] for k in names}
+
+
+def _overrides_set_fitted_attributes(estimator):
+    return type(estimator)._set_fitted_attributes \
+        is not BasePersonalizedEstimator._set_fitted_attributes
+
+
+def _set_attributes(estimator, attributes):
+    """Set per-user attributes as they are (already through the estimator's setter)."""
+    for name, value in attributes.items():
+        setattr(estimator, name, value)
+
+
+def _split_rows(value, counts):
+    cuts = np.cumsum([0] + list(counts))
+    return [value[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
+    """Fit ``estimator`` on a cluster: the same release as ``fit``, noise on the driver.
+
+    Runs the estimator's own fit template: parameter validation, its
+    ``_validate_fit_data`` and ``_make_blocks`` on every partition (on the
+    workers), the budget plan, the algorithm with a
+    :class:`~skdpp.distributed.DaskExecutor` (one task per partition per
+    step; partials summed in a fixed order), every release through the
+    estimator's :class:`~skdpp.privacy.Releaser` in this process, and the
+    checked ``privacy_report_``.
+
+    Parameters
+    ----------
+    estimator : skdpp estimator
+        Unfitted or fitted (refitted from scratch).
+    blocks : UserBlocks
+        The training rows, partitioned by user.
+    client : distributed.Client, default=None
+        Default: ``blocks.client``.
+    collect_personal : bool, default=False
+        Also gather the personal parts into the estimator (``user_ids_``,
+        the personal attributes) so that it is exactly what ``fit`` gives and
+        works in-process (``predict``, ``personalize``, pickling). Only when
+        they fit in the driver's memory.
+
+    Returns
+    -------
+    estimator : object
+        Fitted: released attributes, ``privacy_report_`` and the public
+        attributes of validation (``n_users_``, ``n_features_in_``, ...) are
+        set in this process; ``personal_parts_`` is a
+        :class:`DistributedPersonalParts` holding every user's personal part
+        on the workers.
+
+    Notes
+    -----
+    With the same ``random_state`` the released attributes equal those of
+    ``fit`` on the same rows up to the order of floating-point summation
+    (block boundaries follow the partitions), the privacy report is
+    identical, and the noise draws are the same: the noise stream and the
+    public randomness are used only here, in the same order; per-user
+    randomness is a keyed hash of each user's id and rows, whichever
+    partition holds them. The result does not depend on the number of
+    partitions beyond summation order.
+
+    Each partition is validated by the estimator's own ``_validate_fit_data``
+    on a worker; ``delta`` is checked once, here, against the total number
+    of users, and warnings raised on the workers are re-emitted here, each
+    distinct one once. Validation results with one entry per user of every
+    partition (``user_ids_``, e.g. the items each user rated) stay on the
+    workers with the personal parts; every other result must be the same in
+    all partitions (a value derived from the rows, e.g. a label set or an
+    item catalogue, differs between partitions: a ``ValueError`` asks for it
+    as a public parameter), except ``n_users`` which is summed. An estimator
+    may combine such values itself with a ``_combine_partitions(metas,
+    attributes)`` method. Blocks not built by a :class:`UserBlocks`
+    constructor are checked for users split across partitions first.
+
+    If the fit raises, the estimator is left unfitted.
+    """
+    if not isinstance(estimator, BasePersonalizedEstimator):
+        raise TypeError(f"fit_distributed needs a skdpp estimator, got "
+                        f"{type(estimator).__name__}.")
+    if not isinstance(blocks, UserBlocks):
+        raise TypeError(f"blocks must be a UserBlocks (UserBlocks.from_dask_dataframe, "
+                        f"from_arrays or from_delayed), got {type(blocks).__name__}.")
+    client = client if client is not None else (blocks.client or _get_client(None))
+    executor, prepared = None, []
+    try:
+        estimator._discard_fitted_attributes()  # nothing stale is shipped to workers
+        estimator._validate_params()
+        estimator._validate_privacy_params()
+        live = blocks._live_partitions()
+        if not live:
+            raise ValueError("blocks holds no rows: fit needs at least one user.")
+        randomness = FitRandomness(estimator.random_state)
+        worker_randomness = _KeyOnly(randomness.key)
+        prepared = [client.submit(_prepare_partition, estimator, blocks.partitions[i],
+                                  worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
+                    for i in live]
+        summaries = client.gather([client.submit(_summary, f) for f in prepared])
+        if not blocks._users_disjoint:  # built without the constructors' check
+            blocks._check_users_disjoint([s["id_range"] for s in summaries])
+        _reemit([s["warnings"] for s in summaries])
+        per_user_names = _per_user_names([s["attributes"] for s in summaries])
+        public = [{k: v for k, v in s["attributes"].items() if k not in per_user_names}
+                  for s in summaries]
+        for key in {k for a in public for k, v in a.items() if _is_candidate(v)}:
+            values = client.gather([client.submit(_attribute, f, key) for f in prepared])
+            for a, value in zip(public, values):
+                a[key] = value
+        meta, attributes = _combine_partitions(
+            estimator, [s["meta"] for s in summaries], public)
+        estimator._check_delta(meta["n_users"])
+        who = client.who_has(prepared)
+        workers = [(who.get(f.key) or (None,))[0] for f in prepared]
+        users = [s["n_users"] for s in summaries]
+        executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
+                                workers=workers)
+        fitted = estimator._fit_executor(executor, randomness, meta)
+        personal, empties = _personal_parts(
+            client, estimator, fitted, attributes, prepared, per_user_names, users,
+            [s["id_range"] for s in summaries], [blocks.partitions[i].key for i in live])
+    except BaseException:
+        estimator._discard_fitted_attributes()
+        raise
+    finally:
+        if executor is not None:
+            executor.close()
+    public = {k: v for k, v in fitted.items() if k not in personal.names}
+    # The estimator's own setter, with the per-user values of no user (they
+    # stay on the workers, where the same setter ran on each partition's).
+    estimator._set_fitted_attributes({**attributes, **public, **empties})
+    for name in personal.names:
+        if hasattr(estimator, name):
+            delattr(estimator, name)
+    estimator.personal_parts_ = personal
+    if collect_personal:
+        _set_attributes(estimator, personal.collect())
+        del estimator.personal_parts_
+    return estimator
+
+
+def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_names, users,
+                    id_ranges, source_keys):
+    """The personal parts on the workers, and their empty slices for the driver."""
+    import dask.array as da
+
+    names = [n for n in estimator._personal_attributes if n in fitted]
+    stray = [k for k, v in fitted.items() if isinstance(v, da.Array) and k not in names]
+    if stray:
+        raise TypeError(
+            f"{type(estimator).__name__}: the fit collected per-user values {stray} that "
+            f"are not listed in _personal_attributes; list them there.")
+    chunks = []
+    for name in names:
+        value = fitted[name]
+        if isinstance(value, da.Array):
+            chunks.append(_personal_chunks(client, value, users))
+        else:  # the core computed it in this process: send each partition its users
+            chunks.append(client.scatter(_split_rows(np.asarray(value), users), hash=False))
+    setter, empties = None, {}
+    if _overrides_set_fitted_attributes(estimator):
+        public = {**attributes, **{k: v for k, v in fitted.items() if k not in names}}
+        setter = client.scatter([(estimator, public)], broadcast=True, hash=False)[0]
+        empties = client.submit(_empty_slices, prepared[0], tuple(per_user_names)).result()
+        for name in names:
+            value = fitted[name]
+            empties[name] = value[:0].compute() if isinstance(value, da.Array) \
+                else np.asarray(value)[:0]
+    parts = [client.submit(_assemble, prep, tuple(per_user_names), tuple(names), setter,
+                           *[c[p] for c in chunks], pure=False)
+             for p, prep in enumerate(prepared)]
+    all_names = tuple(dict.fromkeys(list(per_user_names) + names))
+    return DistributedPersonalParts(client, parts, all_names, users, id_ranges,
+                                    source_keys), empties
+
+
+class DistributedPersonalParts:
+    """Every user's personal part, kept on the workers with its partition.
+
+    Attributes
+    ----------
+    names : tuple of str
+        The per-user attributes held: ``user_ids_``, the estimator's personal
+        attributes (e.g. ``heads_``) and any other per-user attribute of
+        validation.
+    n_users : int
+    n_partitions : int
+    parts : list of distributed.Future
+        One dict ``{name: array}`` per partition of users (its users sorted
+        by id).
+    """
+
+    def __init__(self, client, parts, names, users_per_partition, id_ranges, source_keys):
+        self.client = client
+        self.parts = list(parts)
+        self.names = tuple(names)
+        self.users_per_partition = [int(n) for n in users_per_partition]
+        self.n_users = int(sum(self.users_per_partition))
+        self.n_partitions = len(self.parts)
+        self._id_ranges = list(id_ranges)
+        self._source_keys = list(source_keys)
+
+    def __repr__(self):
+        return (f"DistributedPersonalParts(n_users={self.n_users}, "
+                f"n_partitions={self.n_partitions}, names={self.names})")
+
+    def __reduce__(self):
+        raise TypeError(
+            "DistributedPersonalParts refers to data held by a Dask cluster and cannot "
+            "be pickled. Collect the personal parts first (fit_distributed(..., "
+            "collect_personal=True), or est.personal_parts_.collect()).")
+
+    def collect(self):
+        """Gather the personal parts into this process, sorted by user id.
+
+        Returns
+        -------
+        parts : dict
+            ``{name: array}`` with the layout of an in-process ``fit``
+            (``user_ids_`` sorted; every other array aligned with it).
+        """
+        import scipy.sparse as sp
+
+        gathered = self.client.gather(self.parts)
+        ids = np.concatenate([np.asarray(g["user_ids_"]) for g in gathered])
+        index = UserIndex.from_groups(ids, ids.shape[0])
+        order = np.empty(ids.shape[0], dtype=np.int64)
+        order[index.codes] = np.arange(ids.shape[0])
+        out = {}
+        for name in self.names:
+            values = [g[name] for g in gathered]
+            if sp.issparse(values[0]):
+                out[name] = sp.vstack(values, format="csr")[order]
+            else:
+                out[name] = np.concatenate([np.asarray(v) for v in values])[order]
+        return out
+
+    def to_dask(self, name):
+        """The personal attribute ``name`` as a dask array (one chunk per partition).
+
+        Rows follow the partitions (``to_dask("user_ids_")`` gives their ids),
+        not the global order of ``user_ids_``.
+        """
+        import dask
+        import dask.array as da
+
+        specs = self.client.gather([self.client.submit(_leaf_spec, f, name) for f in self.parts])
+        return da.concatenate([
+            da.from_delayed(dask.delayed(operator.getitem)(f, name), shape=shape, dtype=dtype)
+            for f, (shape, dtype) in zip(self.parts, specs)])
+
+    def release(self):
+        """Free the personal parts on the workers."""
+        for f in self.parts:
+            f.release()
+        self.parts = []
+
+
+def _leaf_spec(parts, name):
+    value = np.asarray(parts[name])
+    return value.shape, value.dtype
+
+
+# --------------------------------------------------------------------------- #
+# Prediction
+# --------------------------------------------------------------------------- #
+def _select(parts, raw):
+    """The personal parts of the users of ``raw`` found in one partition's parts."""
+    wanted = UserIndex.from_groups(raw.groups, raw.n_rows)
+    keep = wanted.lookup(parts["user_ids_"]) >= 0
+    if not keep.any():  # predict as a fitted estimator does: with some known user
+        keep[:1] = True
+    return {name: value[keep] for name, value in parts.items()}
+
+
+def _predict_partition(estimator, raw, names, as_series, *selected):
+    """``estimator.predict`` on one partition, with the personal parts of its users.
+
+    Returns the predictions (a pandas Series indexed by the row labels when
+    ``as_series``) and the warnings raised.
+    """
+    import scipy.sparse as sp
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if raw.n_rows == 0:
+            pred = np.zeros(0)
+        else:
+            est = estimator
+            if names:
+                est = copy.copy(estimator)
+                ids = np.concatenate([np.asarray(s["user_ids_"]) for s in selected])
+                index = UserIndex.from_groups(ids, ids.shape[0])
+                order = np.empty(ids.shape[0], dtype=np.int64)
+                order[index.codes] = np.arange(ids.shape[0])
+                for name in names:
+                    values = [s[name] for s in selected]
+                    if sp.issparse(values[0]):
+                        merged = sp.vstack(values, format="csr")[order]
+                    else:
+                        merged = np.concatenate([np.asarray(v) for v in values])[order]
+                    setattr(est, name, merged)
+            pred = est.predict(raw.X, groups=raw.groups)
+    if as_series:
+        import pandas as pd
+
+        pred = pd.Series(pred, index=raw.labels)
+    return pred, [(w.category, str(w.message)) for w in caught]
+
+
+def _dtype(value):
+    return np.asarray(value).dtype
+
+
+def _empty_like_series(series):
+    return series.iloc[:0]
+
+
+def _ranges_overlap(a, b):
+    if a is None or b is None:
+        return True
+    try:
+        return not (a[1] < b[0] or b[1] < a[0])
+    except TypeError:
+        return True
+
+
+def predict_distributed(estimator, blocks, *, client=None):
+    """Predict every row of ``blocks`` with each user's personal part, on the workers.
+
+    Calls the estimator's own ``predict`` on every partition of ``blocks``,
+    with the personal parts of that partition's users (users unseen in the
+    fit get the cold-start prediction, as in-process).
+
+    Parameters
+    ----------
+    estimator : skdpp estimator
+        Fitted by :func:`fit_distributed` (personal parts on the workers) or
+        in-process (the whole estimator is sent to the workers).
+    blocks : UserBlocks
+        The rows to predict (e.g. the training blocks, or test rows
+        partitioned by user).
+    client : distributed.Client, default=None
+        Default: ``blocks.client``.
+
+    Returns
+    -------
+    y_pred : dask.dataframe.Series or dask.array.Array
+        One prediction per row, partition by partition. For blocks built from
+        a dask DataFrame, a Series indexed by the DataFrame's index (with its
+        divisions when its partitioning was kept); otherwise an array with
+        one chunk per partition, aligned with ``blocks.row_labels()`` (the
+        input row numbers for :meth:`UserBlocks.from_arrays`).
+    """
+    import dask
+    import dask.array as da
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(estimator)
+    client = client if client is not None else (blocks.client or _get_client(None))
+    parts = getattr(estimator, "personal_parts_", None)
+    if parts is None:
+        light, names = estimator, ()
+    else:
+        light = copy.copy(estimator)
+        del light.personal_parts_
+        names = parts.names
+    light = client.scatter([light], broadcast=True, hash=False)[0]
+    # Predicting the training blocks: each partition's users are in its own parts.
+    same = parts is not None and [f.key for f in blocks.partitions] == parts._source_keys
+    futures = []
+    for q, raw in enumerate(blocks.partitions):
+        if parts is None:
+            selected = []
+        elif same:
+            selected = [parts.parts[q]]
+        else:
+            overlap = [p for p in range(parts.n_partitions)
+                       if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
+            selected = [client.submit(_select, parts.parts[p], raw) for p in overlap or [0]]
+        futures.append(client.submit(_predict_partition, light, raw, names,
+                                     blocks.from_dataframe, *selected, pure=False))
+    preds = [client.submit(operator.getitem, f, 0) for f in futures]
+    _reemit(client.gather([client.submit(operator.getitem, f, 1) for f in futures]))
+    if blocks.from_dataframe:
+        import dask.dataframe as dd
+
+        meta = client.submit(_empty_like_series, preds[0]).result()
+        return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
+                               verify_meta=False)
+    dtype = np.result_type(*client.gather([client.submit(_dtype, f) for f in preds]))
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
+                           for f, n in zip(preds, blocks._n_rows)])

@@ -1,0 +1,102 @@
+"""The fixed pairwise sum of :class:`~skdpp.utils._executor.TreeSum`, computed in pieces.
+
+The tree of ``TreeSum`` over ``n`` partials has a node for every aligned dyadic
+range ``[a 2**j, (a + 1) 2**j)`` inside ``[0, n)`` (its value: left child +
+right child), and its result folds the maximal such ranges (the binary digits
+of ``n``) from the right. Any contiguous run of partials (e.g. the blocks of
+one partition of users, on one worker) can compute the nodes that lie inside
+it; merging the runs' nodes in any grouping gives the same nodes, hence bit for
+bit the same sum as ``tree_sum`` of all partials in one process.
+"""
+
+from ..utils._executor import tree_add
+
+__all__ = ["merge_tree_nodes", "tree_nodes", "tree_nodes_result"]
+
+def _siblings(left, right):
+    (level_a, pos_a, _), (level_b, pos_b, _) = left, right
+    return (level_a == level_b and pos_a % (2 << level_a) == 0
+            and pos_b == pos_a + (1 << level_a))
+
+
+def _push(stack, node):
+    stack.append(node)
+    while len(stack) >= 2 and _siblings(stack[-2], stack[-1]):
+        (level, pos, left), (_, _, right) = stack[-2], stack.pop()
+        stack[-1] = (level + 1, pos, tree_add(left, right))
+
+
+def tree_nodes(partials, start=0):
+    """The nodes of the :func:`tree_sum` tree covered by consecutive partials.
+
+    Parameters
+    ----------
+    partials : sequence
+        Partials at global positions ``start, start + 1, ...`` of the full
+        sequence (e.g. the blocks of one partition of users).
+    start : int, default=0
+        Global position of ``partials[0]``.
+
+    Returns
+    -------
+    nodes : list of (level, position, value)
+        The maximal aligned dyadic ranges ``[position, position + 2**level)``
+        inside the run, with their sums computed as :class:`TreeSum` does.
+        Combine runs with :func:`merge_tree_nodes` and read the total with
+        :func:`tree_nodes_result`.
+
+    Examples
+    --------
+    >>> from skdpp.distributed._tree import (merge_tree_nodes, tree_nodes,
+    ...                                      tree_nodes_result)
+    >>> from skdpp.utils._executor import tree_sum
+    >>> x = [0.1, 0.2, 0.3, 1e16, -1e16, 0.7]
+    >>> runs = [tree_nodes(x[:1], 0), tree_nodes(x[1:4], 1), tree_nodes(x[4:], 4)]
+    >>> tree_nodes_result(merge_tree_nodes(*runs)) == tree_sum(x)
+    True
+    """
+    stack = []
+    for i, partial in enumerate(partials):
+        _push(stack, (0, int(start) + i, partial))
+    return stack
+
+
+def merge_tree_nodes(*node_lists):
+    """Merge the nodes of several runs (:func:`tree_nodes`), in any grouping.
+
+    Sibling nodes are summed into their parent (left + right), exactly as
+    :class:`TreeSum` does; runs need not be adjacent (nodes of a gap stay
+    apart until the run between them is merged in).
+
+    Returns
+    -------
+    nodes : list of (level, position, value)
+        Sorted by position.
+    """
+    nodes = sorted((node for nodes in node_lists for node in nodes),
+                   key=lambda node: node[1])
+    stack = []
+    for node in nodes:
+        _push(stack, node)
+    return stack
+
+
+def tree_nodes_result(nodes):
+    """The total of the nodes of *all* partials: equal to :func:`tree_sum` of them.
+
+    Parameters
+    ----------
+    nodes : list of (level, position, value)
+        The merged nodes of runs covering positions ``0 .. n - 1``.
+    """
+    nodes = merge_tree_nodes(nodes)
+    expected = 0
+    for level, pos, _ in nodes:
+        if pos != expected:
+            raise ValueError(f"the runs do not cover position {expected} (next node "
+                             f"starts at {pos}): merge the nodes of every run.")
+        expected = pos + (1 << level)
+    value = None
+    for _, _, v in reversed(nodes):  # the fold of TreeSum.result
+        value = v if value is None else tree_add(v, value)
+    return value
