@@ -35,6 +35,9 @@ from ..privacy._clipping import clip_values
 
 __all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
 
+# The residual scale of one rating, in units of C_r: the "auto" rating_clip is
+# twice a typical user's deviation.
+_RESIDUAL_SCALES = 2.0
 # Weights are shrunk by this factor so that sum_i w_ij^2 <= cap holds exactly in
 # floating point (the rounding of sqrt(cap / n_j)^2 n_j is ~1e-16 relative).
 _SAFETY = 1.0 - 1e-12
@@ -98,13 +101,15 @@ def bias_sums(block, state, broadcast):
 def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
     """Item biases from the released ``S`` and ``W`` (post-processing).
 
-    ``b_i = S_i / (W_i + ridge + ridge sigma_S^2 / (C_r^2 W_i))`` with
+    ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with
     ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``. It is the posterior mean
-    of ``b_i`` under a prior ``N(0, C_r^2 / ridge)`` when each rating's
-    residual has variance about ``C_r^2`` and ``S_i`` carries Gaussian noise
-    of std ``sigma_S``: ``ridge`` pseudo-ratings of shrinkage toward 0, plus a
-    shrinkage that grows as the noise dominates the item's statistics.
-    Scale-free: ``S``, ``sigma_S`` and ``C_r`` share the ratings' units.
+    of ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each rating's residual
+    has variance ``s^2`` with ``s = C_r / 2`` (the ``"auto"`` bound is twice a
+    typical deviation) and ``S_i`` carries Gaussian noise of std ``sigma_S``:
+    ``ridge`` pseudo-ratings of shrinkage toward 0, plus a shrinkage that grows
+    as the noise dominates the item's statistics (an item whose sum is mostly
+    noise gets a bias near 0). Scale-free: ``S``, ``sigma_S`` and ``C_r``
+    share the ratings' units.
 
     Parameters
     ----------
@@ -125,7 +130,7 @@ def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
     denom = w + ridge
     if noise_std > 0 and rating_clip is not None:
         with np.errstate(over="ignore"):
-            denom = denom + ridge * (noise_std / rating_clip) ** 2 / w
+            denom = denom + ridge * (_RESIDUAL_SCALES * noise_std / rating_clip) ** 2 / w
     with np.errstate(over="ignore", invalid="ignore"):
         b = np.asarray(sums, dtype=np.float64) / denom
     b[~np.isfinite(b)] = 0.0

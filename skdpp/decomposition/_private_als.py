@@ -18,11 +18,12 @@ pure functions over blocks of whole users plus one driver
 
 Releases, in order (replace-one-user; L2 sensitivities):
 
-0. ``"clip"``, one per ``"auto"`` bound (:mod:`skdpp.privacy._histogram`): a
-   Gaussian histogram over public log bins of one statistic per user -- the
-   user's mean rating (``mean_clip``: its detected quartiles give the centre
-   and radius of the mean's clip) and twice the user's root-mean-square
-   deviation from the DP mean (``rating_clip``): ``sqrt(2)`` each;
+0. ``"clip"`` (:mod:`skdpp.privacy._histogram`): Gaussian histograms over
+   public bins of one statistic per user -- for ``mean_clip="auto"`` the
+   user's mean rating, twice (log bins, then equal bins between the detected
+   quartiles' bins: the centre and radius of the mean's clip); for
+   ``rating_clip="auto"`` twice the user's root-mean-square deviation from
+   the DP mean: ``sqrt(2)`` each;
 1. ``"mean"`` (Alg. 3, line 2): the mean over users of each user's mean
    rating clipped to ``[c - b, c + b]``: ``2 b / n_users``;
 2. ``"counts"`` (App. B, D.1): item counts from at most ``count_cap`` items
@@ -115,6 +116,8 @@ _AUTO_SCALE = 2.0
 # Public bins of the "auto" bounds' histograms (8 per decade over 1e-8 .. 1e8).
 _EDGES = log_bins()
 _SIGNED_EDGES = log_bins(signed=True)
+# Equal bins of the second histogram of the users' mean ratings.
+_LINEAR_BINS = 8
 # Smallest ridge of a user's embedding coordinates (all item embeddings zero).
 _TINY_RIDGE = 1e-300
 # embedding_ridge="auto": the public grid of embedding ridges (pseudo-ratings
@@ -185,7 +188,8 @@ class MFConfig:
     @property
     def n_histograms(self):
         """Releases of the ``"clip"`` phase: one histogram per ``"auto"`` bound."""
-        return int(self.center and self.mean_clip == "auto") + int(self.rating_clip == "auto")
+        return (2 * int(self.center and self.mean_clip == "auto")
+                + int(self.rating_clip == "auto"))
 
 
 # --------------------------------------------------------------------------- #
@@ -301,9 +305,9 @@ def _user_means(block, state):
 
 
 def mean_histogram(block, state, edges):
-    """Partial histogram of the users' mean ratings ``m_j`` (one count per user).
+    """Partial histogram of the users' mean ratings ``m_j`` over ``edges`` (one count per user).
 
-    For ``mean_clip="auto"``: the released histogram's detected quartiles give
+    For ``mean_clip="auto"``: the released histograms' detected quartiles give
     the centre and radius of the DP mean's clip.
     """
     state = _state(block, state)
@@ -671,15 +675,26 @@ def _histogram_release(release, hist):
 
 
 def _mean_range(executor, release):
-    """Centre and radius of the DP mean's clip (``mean_clip="auto"``).
+    """Centre and radius of the DP mean's clip (``mean_clip="auto"``): two histograms.
 
-    From the released histogram of the users' mean ratings: ``lo`` the lower
-    edge of the bin holding the detected first quartile, ``hi`` the upper edge
-    of the bin holding the third; centre ``(lo + hi) / 2``, radius ``hi - lo``.
+    First the released histogram of the users' mean ratings over public log
+    bins: ``[lo, hi]`` from the lower edge of the bin holding the detected
+    first quartile to the upper edge of the bin holding the third (a factor
+    ``10^(1/8)`` apart at least). Then the same statistic over
+    ``_LINEAR_BINS`` equal bins of ``[lo, hi]`` (values outside fold into the
+    end bins): ``[lo2, hi2]`` from its detected quartiles the same way. The
+    clip is ``[c - b, c + b]`` with centre ``c = (lo2 + hi2) / 2`` and radius
+    ``b = hi2 - lo2`` (the users' interquartile range, rounded up to the
+    bins): it follows the spread of the users' means, not their magnitude, so
+    shifting every rating shifts the clip without widening it.
     """
     noisy, std = _histogram_release(release, executor.map(mean_histogram, _SIGNED_EDGES))
     lo = detected_quantile(noisy, _SIGNED_EDGES, 0.25, noise_std=std)[0]
     hi = detected_quantile(noisy, _SIGNED_EDGES, 0.75, noise_std=std)[1]
+    edges = np.linspace(lo, hi, _LINEAR_BINS + 1)
+    noisy, std = _histogram_release(release, executor.map(mean_histogram, edges))
+    lo = detected_quantile(noisy, edges, 0.25, noise_std=std)[0]
+    hi = detected_quantile(noisy, edges, 0.75, noise_std=std)[1]
     return 0.5 * (lo + hi), max(hi - lo, MIN_CLIP)
 
 

@@ -1194,3 +1194,75 @@ def test_user_without_catalogue_items_is_still_a_user():
 def test_bad_data(X, y, match):
     with pytest.raises(ValueError, match=match):
         _fast().fit(X, y, np.arange(len(y)))
+
+
+# --------------------------------------------------------------------------- #
+# Defaults on raw ratings: scale-free, validated ridge
+# --------------------------------------------------------------------------- #
+def _biased_ratings(n_users=600, n_items=40, per_user=15, seed=0):
+    """1-5 star ratings from a bias model with skewed item popularity; 80/20 split."""
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, n_items + 1) ** 0.7
+    popularity /= popularity.sum()
+    item_bias = rng.normal(0, 0.5, n_items)
+    user_bias = rng.normal(0, 0.4, n_users)
+    users = np.repeat(np.arange(n_users), per_user)
+    items = np.concatenate([rng.choice(n_items, per_user, replace=False, p=popularity)
+                            for _ in range(n_users)])  # test-only data generation
+    y = np.clip(np.round(3.5 + user_bias[users] + item_bias[items]
+                         + rng.normal(0, 0.8, users.size)), 1, 5)
+    test = rng.random(users.size) < 0.2
+    return (items[~test, None], y[~test], users[~test]), (items[test, None], y[test],
+                                                          users[test])
+
+
+def _relative_rmse(params, a, b, train, test):
+    X, y, g = train
+    Xt, yt, gt = test
+    est = AdaptiveWeightMF(random_state=0, **params).fit(X, a * y + b, g)
+    pred = (est.predict(Xt, gt) - b) / a
+    return float(np.sqrt(np.mean((pred - yt) ** 2))), est
+
+
+@pytest.mark.parametrize("epsilon", [np.inf, 4.0])
+def test_defaults_are_scale_free(epsilon):
+    # The same ratings on a 0-100 scale, in 1/100 units and shifted by 1000:
+    # the auto bounds and ridges follow, the error barely moves.
+    train, test = _biased_ratings()
+    params = dict(epsilon=epsilon, n_iter=2, delta=1e-5)
+    base, est = _relative_rmse(params, 1.0, 0.0, train, test)
+    for a, b in [(20.0, 0.0), (0.01, 0.0), (1.0, 1000.0), (25.0, -60.0)]:
+        err, other = _relative_rmse(params, a, b, train, test)
+        assert abs(err - base) <= 0.02 * base, (a, b, err, base)
+        assert other.n_items_ == est.n_items_
+    # On these ratings the defaults beat the per-user mean.
+    X, y, g = train
+    Xt, yt, gt = test
+    means = np.array([y[g == u].mean() for u in range(600)])
+    assert base < np.sqrt(np.mean((means[gt] - yt) ** 2))
+
+
+def test_embedding_ridge_is_validated_on_held_out_ratings():
+    # Nearly noise-free low-rank ratings: a small ridge wins on the held-out
+    # ratings; pure noise: the safe default (the largest ridge of the grid).
+    X, y, groups = _small_ratings(n_users=400, n_items=12, per_user=8, seed=1)
+    params = dict(n_components=2, epsilon=np.inf, center=False, user_bias=False,
+                  item_bias=False, n_iter=10, random_state=0)
+    est = AdaptiveWeightMF(**params).fit(X, y, groups)
+    assert est.embedding_ridge_ <= 1.0
+    assert "embedding_ridge_" in est.privacy_report_.released
+    noise = np.random.default_rng(0).normal(size=y.size)
+    est = AdaptiveWeightMF(**params).fit(X, noise, groups)
+    assert est.embedding_ridge_ == _private_als.RIDGE_GRID[-1]
+    # A numeric ridge is used as is (no held-out ratings, no "ridge" phase).
+    est = AdaptiveWeightMF(**{**params, "embedding_ridge": 3.0}).fit(X, y, groups)
+    assert est.embedding_ridge_ == 3.0
+    assert "ridge" not in [p.name for p in est.privacy_report_.phases]
+
+
+def test_choose_ridge_keeps_the_default_unless_clearly_better():
+    grid = _private_als.RIDGE_GRID
+    scores = np.linspace(10.0, 11.0, grid.size)  # smallest ridge best by 1.0
+    assert _private_als.choose_ridge(scores, noise_std=0.0) == grid[0]
+    assert _private_als.choose_ridge(scores, noise_std=1.0) == grid[-1]  # within noise
+    assert _private_als.choose_ridge(scores, noise_std=0.2) == grid[0]
