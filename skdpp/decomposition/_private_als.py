@@ -18,14 +18,20 @@ pure functions over blocks of whole users plus one driver
 
 Releases, in order (replace-one-user; L2 sensitivities):
 
-0. ``"clip"`` (:mod:`skdpp.privacy._histogram`): Gaussian histograms over
-   public bins of one statistic per user -- for ``mean_clip="auto"`` the
-   user's mean rating, twice (log bins, then equal bins between the detected
-   quartiles' bins: the centre and radius of the mean's clip); for
-   ``rating_clip="auto"`` twice the user's root-mean-square deviation from
-   the DP mean: ``sqrt(2)`` each;
-1. ``"mean"`` (Alg. 3, line 2): the mean over users of each user's mean
-   rating clipped to ``[c - b, c + b]``: ``2 b / n_users``;
+0. ``"clip"`` (:mod:`skdpp.privacy._quantile`): Gaussian noisy binary
+   searches over public grids, each step the number of users whose statistic
+   is at most a candidate (sensitivity 1): for ``mean_clip="auto"`` the
+   median and radius of the users' mean ratings
+   (:func:`~skdpp.privacy._quantile.private_location`,
+   ``LOCATION_SEARCH_STEPS`` releases); for ``rating_clip="auto"`` the
+   ``clip_quantile`` of twice the users' root-mean-square deviation from the
+   DP mean (``CLIP_SEARCH_STEPS`` releases: the log grid, then a linear
+   refinement inside the selected cell);
+1. ``"mean"`` (Alg. 3, line 2): the sum over users of each user's mean rating
+   clipped to ``[c - R, c + R]`` around the private median ``c``
+   (``mean_clip="auto"``: sensitivity ``2 R``), or of each user's mean of
+   ratings clipped to ``[-b, b]`` divided by the public ``n_users`` (a number
+   ``mean_clip=b``: ``2 b / n_users``);
 2. ``"counts"`` (App. B, D.1): item counts from at most ``count_cap`` items
    per user: ``sqrt(2 count_cap)``. When the catalogue is private the same
    release selects it (:meth:`~skdpp.privacy.Releaser.select_partitions`:
@@ -67,7 +73,14 @@ from ..privacy._clipping import (
     clipped_magnitudes,
     unit_rows,
 )
-from ..privacy._histogram import bin_counts, detected_quantile, log_bins
+from ..privacy._quantile import (
+    LOCATION_SEARCH_STEPS,
+    cumulative_counts,
+    private_location,
+    private_quantile,
+    quantile_grid,
+    search_steps,
+)
 from ..utils._grouped import UserIndex, make_blocks
 from ._item_biases import (
     bias_sums,
@@ -85,17 +98,17 @@ __all__ = [
     "als_statistics",
     "choose_ridge",
     "count_partial",
-    "deviation_histogram",
+    "deviation_counts",
     "entry_blocks",
     "fit_private_mf",
     "item_gradient",
-    "mean_histogram",
     "mean_partial",
     "personal_parts",
     "prepare_residuals",
     "prepare_weights",
     "ridge_scores",
     "select_items",
+    "user_mean_statistic",
     "user_step",
 ]
 
@@ -113,11 +126,19 @@ _ENTRY_CHUNK = 2**17
 # DP mean: with the default median, twice a typical user's deviation covers
 # most ratings' deviations.
 _AUTO_SCALE = 2.0
-# Public bins of the "auto" bounds' histograms (8 per decade over 1e-8 .. 1e8).
-_EDGES = log_bins()
-_SIGNED_EDGES = log_bins(signed=True)
-# Equal bins of the second histogram of the users' mean ratings.
-_LINEAR_BINS = 8
+# mean_clip="auto": the clip radius of the DP mean is this quantile of the
+# users' |mean - median|. The median (not 0.9): its search compares counts with
+# n / 2, so far candidates (count 0 or n) stay n / 2 away from the target even
+# when the count noise is a sizeable fraction of n (305 users at epsilon = 1:
+# std 50 users); the mean only offsets the personal user biases, so clipping
+# half the users' means costs nothing measurable (MovieLens, even ids).
+_RADIUS_QUANTILE = 0.5
+# Public candidate grid of rating_clip="auto" (64 log-spaced values, 1e-8 ..
+# 1e8), refined by a search over _FINE_SIZE equal steps of the selected cell.
+_GRID = quantile_grid()
+_FINE_SIZE = 16
+#: Releases of the "clip" phase for rating_clip="auto".
+CLIP_SEARCH_STEPS = search_steps(_GRID) + search_steps(_FINE_SIZE)
 # Smallest ridge of a user's embedding coordinates (all item embeddings zero).
 _TINY_RIDGE = 1e-300
 # embedding_ridge="auto": the public grid of embedding ridges (pseudo-ratings
@@ -180,16 +201,16 @@ class MFConfig:
         """Names of the bounds the ``"clip"`` phase chooses, in release order."""
         names = []
         if self.center and self.mean_clip == "auto":
-            names += ["mean_center", "mean_clip"]
+            names.append("mean_clip")
         if self.rating_clip == "auto":
             names.append("rating_clip")
         return tuple(names)
 
     @property
-    def n_histograms(self):
-        """Releases of the ``"clip"`` phase: one histogram per ``"auto"`` bound."""
-        return (2 * int(self.center and self.mean_clip == "auto")
-                + int(self.rating_clip == "auto"))
+    def clip_releases(self):
+        """Releases of the ``"clip"`` phase (search steps, each of sensitivity 1)."""
+        return (LOCATION_SEARCH_STEPS * int(self.center and self.mean_clip == "auto")
+                + CLIP_SEARCH_STEPS * int(self.rating_clip == "auto"))
 
 
 # --------------------------------------------------------------------------- #
@@ -304,48 +325,44 @@ def _user_means(block, state):
     return np.where(np.isnan(mean), 0.0, mean)
 
 
-def mean_histogram(block, state, edges):
-    """Partial histogram of the users' mean ratings ``m_j`` over ``edges`` (one count per user).
+def user_mean_statistic(block, state, fn):
+    """``fn`` of the block's users' mean ratings (a partial sum over users).
 
-    For ``mean_clip="auto"``: the released histograms' detected quartiles give
-    the centre and radius of the DP mean's clip.
+    The ``reduce`` of :func:`~skdpp.privacy._quantile.private_location`
+    (``mean_clip="auto"``): ``fn`` maps one value per user to a partial count
+    vector or clipped sum, which adds up over blocks.
     """
     state = _state(block, state)
-    return bin_counts(_user_means(block, state), edges), state
+    return fn(_user_means(block, state)), state
 
 
-def deviation_histogram(block, state, broadcast):
-    """Partial histogram of twice each user's RMS deviation from the DP mean.
+def deviation_counts(block, state, broadcast):
+    """Partial cumulative counts of twice each user's RMS deviation from the DP mean.
 
-    ``broadcast = (mean, edges)``; the statistic is ``2 sqrt(mean_i (y_ij -
-    mean)^2)``, one count per user. For ``rating_clip="auto"``.
+    ``broadcast = (mean, grid)``; the statistic is ``2 sqrt(mean_i (y_ij -
+    mean)^2)``, one value per user (overflow: ``inf``, above every
+    candidate). For ``rating_clip="auto"``.
     """
-    mean, edges = broadcast
+    mean, grid = broadcast
     state = _state(block, state)
     counts = np.maximum(block.counts, 1)
     with np.errstate(over="ignore", invalid="ignore"):
         dev = state["rating"] - mean
         values = _AUTO_SCALE * np.sqrt(block.segment_sum(dev * dev) / counts)
-    return bin_counts(values, edges), state
+    return cumulative_counts(values, grid), state
 
 
-def mean_partial(block, state, broadcast):
-    """Sum over the block's users of their mean rating clipped to ``[c - b, c + b]``.
+def mean_partial(block, state, radius):
+    """Sum over the block's users of their mean of ratings clipped to ``[-b, b]``.
 
-    ``broadcast = (centre, radius, clip_ratings)``. Each user contributes
-    ``clip(m_j, c - b, c + b)``; users without entries contribute ``c``.
-    With ``clip_ratings`` (a numeric ``mean_clip``, centre 0) every rating is
-    clipped to ``[-b, b]`` first (the user's mean of clipped ratings).
+    For a numeric ``mean_clip = b = radius``: each user contributes a value in
+    ``[-b, b]`` (users' means of clipped ratings).
     """
-    centre, radius, clip_ratings = broadcast
     state = _state(block, state)
-    if clip_ratings:
-        sums = block.segment_sum(clip_values(state["rating"], radius))
-        per_user = np.divide(sums, block.counts, out=np.zeros(block.n_users),
-                             where=block.counts > 0)
-    else:
-        per_user = np.where(block.counts > 0, _user_means(block, state), centre)
-    return np.array([np.clip(per_user, centre - radius, centre + radius).sum()]), state
+    sums = block.segment_sum(clip_values(state["rating"], radius))
+    per_user = np.divide(sums, block.counts, out=np.zeros(block.n_users),
+                         where=block.counts > 0)
+    return np.array([per_user.sum()]), state
 
 
 def count_partial(block, state, broadcast):
@@ -668,41 +685,55 @@ def _sensitivities(cfg, rating_clip):
     return sens_A, sens_b, sens_g, grad_clip
 
 
-def _histogram_release(release, hist):
-    """Release a one-count-per-user histogram in phase ``"clip"`` (L2 sensitivity sqrt(2))."""
-    sens = float(np.sqrt(2.0))
-    return release.gaussian("clip", hist, sensitivity=sens), release.noise_std("clip", sens)
+def _dp_mean(executor, release, n_users, mean_clip):
+    """The ``"mean"`` release (and, for ``mean_clip="auto"``, its ``"clip"`` searches).
 
+    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the
+    users' mean ratings -- a private median ``c`` and radius ``R`` (the
+    median of ``|m_j - c|``), then ``c`` plus the noisy mean of ``m_j - c``
+    clipped to ``R`` (sensitivity ``2 R`` on the sum). Its noise follows the
+    spread of the users' means, not their magnitude: shifting every rating
+    shifts the mean without widening the clip. A number ``b``: the noisy mean
+    of each user's mean of ratings clipped to ``[-b, b]`` (sensitivity ``2 b /
+    n_users``), kept in ``[-b, b]`` (post-processing).
 
-def _mean_range(executor, release):
-    """Centre and radius of the DP mean's clip (``mean_clip="auto"``): two histograms.
-
-    First the released histogram of the users' mean ratings over public log
-    bins: ``[lo, hi]`` from the lower edge of the bin holding the detected
-    first quartile to the upper edge of the bin holding the third (a factor
-    ``10^(1/8)`` apart at least). Then the same statistic over
-    ``_LINEAR_BINS`` equal bins of ``[lo, hi]`` (values outside fold into the
-    end bins): ``[lo2, hi2]`` from its detected quartiles the same way. The
-    clip is ``[c - b, c + b]`` with centre ``c = (lo2 + hi2) / 2`` and radius
-    ``b = hi2 - lo2`` (the users' interquartile range, rounded up to the
-    bins): it follows the spread of the users' means, not their magnitude, so
-    shifting every rating shifts the clip without widening it.
+    Returns
+    -------
+    mean, mean_clip : float
     """
-    noisy, std = _histogram_release(release, executor.map(mean_histogram, _SIGNED_EDGES))
-    lo = detected_quantile(noisy, _SIGNED_EDGES, 0.25, noise_std=std)[0]
-    hi = detected_quantile(noisy, _SIGNED_EDGES, 0.75, noise_std=std)[1]
-    edges = np.linspace(lo, hi, _LINEAR_BINS + 1)
-    noisy, std = _histogram_release(release, executor.map(mean_histogram, edges))
-    lo = detected_quantile(noisy, edges, 0.25, noise_std=std)[0]
-    hi = detected_quantile(noisy, edges, 0.75, noise_std=std)[1]
-    return 0.5 * (lo + hi), max(hi - lo, MIN_CLIP)
+    if mean_clip == "auto":
+        def reduce(fn):
+            return executor.map(user_mean_statistic, fn)
+        mean, radius = private_location(release, reduce, n_users=n_users,
+                                        search_phase="clip", mean_phase="mean",
+                                        radius_quantile=_RADIUS_QUANTILE)
+        return float(mean), float(radius)
+    total = executor.map(mean_partial, float(mean_clip))
+    noisy = release.gaussian("mean", total / n_users, sensitivity=2.0 * mean_clip / n_users,
+                             clip_norm=mean_clip)
+    return float(np.clip(noisy[0], -mean_clip, mean_clip)), float(mean_clip)
 
 
-def _rating_clip(executor, release, mean, quantile):
-    """``rating_clip="auto"``: upper edge of the bin holding the detected quantile."""
-    noisy, std = _histogram_release(release,
-                                    executor.map(deviation_histogram, (mean, _EDGES)))
-    return max(detected_quantile(noisy, _EDGES, quantile, noise_std=std)[1], MIN_CLIP)
+def _rating_clip(executor, release, mean, quantile, n_users):
+    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation.
+
+    A noisy binary search on the public log grid (cells a factor 1.79 wide),
+    then a second one on ``_FINE_SIZE`` linearly spaced candidates inside the
+    selected cell (like the refinement of
+    :func:`~skdpp.privacy._quantile.private_location`): the bound follows a
+    rescaling of the ratings to within ``1.79^(1 / _FINE_SIZE)`` instead of a
+    grid cell. ``CLIP_SEARCH_STEPS`` releases of sensitivity 1.
+    """
+    counts = executor.map(deviation_counts, (mean, _GRID))
+    value = private_quantile(release, "clip", counts, _GRID, quantile=quantile,
+                             n_users=n_users)
+    j = int(np.searchsorted(_GRID, value))
+    low = _GRID[j - 1] if j > 0 else 0.0
+    fine = np.linspace(low, _GRID[j], _FINE_SIZE + 1)[1:]
+    counts = executor.map(deviation_counts, (mean, fine))
+    value = private_quantile(release, "clip", counts, fine, quantile=quantile,
+                             n_users=n_users)
+    return max(float(value), MIN_CLIP)
 
 
 def _catalogue(executor, release, meta, cfg, key):
@@ -766,20 +797,12 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
 
     # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts
     # (which select the catalogue when it is not public).
-    centre, mean_clip = 0.0, cfg.mean_clip
-    mean = 0.0
+    mean, mean_clip = 0.0, cfg.mean_clip
     if cfg.center:
-        if mean_clip == "auto":
-            centre, mean_clip = _mean_range(executor, release)
-        total = executor.map(mean_partial, (centre, mean_clip, cfg.mean_clip != "auto"))
-        noisy = release.gaussian("mean", total / n_users,
-                                 sensitivity=2.0 * mean_clip / n_users,
-                                 clip_norm=mean_clip)
-        # Post-processing: the mean of values in [c - b, c + b] lies in that range.
-        mean = float(np.clip(noisy[0], centre - mean_clip, centre + mean_clip))
+        mean, mean_clip = _dp_mean(executor, release, n_users, mean_clip)
     rating_clip = cfg.rating_clip
     if rating_clip == "auto":
-        rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile)
+        rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile, n_users)
     published, counts = _catalogue(executor, release, meta, cfg, key)
     m = int(published.shape[0])
     remap = np.full(int(meta["n_item_codes"]), m, dtype=np.int64)
@@ -872,6 +895,5 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     U, bias = executor.collect(personal_parts, (V, cfg, rho))
     return {"published": published, "item_embeddings": V, "item_biases": biases[:m],
             "item_counts": counts, "mean": mean, "mean_clip": mean_clip,
-            "mean_center": centre,
             "rating_clip": rating_clip, "embedding_ridge": rho, "user_embeddings": U,
             "user_biases": bias}

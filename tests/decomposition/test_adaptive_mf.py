@@ -19,6 +19,7 @@ from skdpp.decomposition._task_weights import (
 )
 from skdpp.exceptions import PrivacyLeakWarning
 from skdpp.privacy import Releaser
+from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.linear_model._heads import gram_ridge_solve
 from skdpp.utils._random import FitRandomness
 from tests.privacy.harness import (
@@ -388,7 +389,7 @@ def test_row_permutation_gives_identical_fit(solver, weighting, epsilon, items):
     if items is None and epsilon != 2.0:
         assert a.n_items_ > 0  # the private catalogue published items
     for name in ("item_ids_", "item_embeddings_", "item_biases_", "mean_", "mean_clip_",
-                 "mean_center_", "rating_clip_", "embedding_ridge_", "user_embeddings_",
+                 "rating_clip_", "embedding_ridge_", "user_embeddings_",
                  "user_biases_"):
         assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
     if weighting != "uniform" or solver == "sgd" or items is None:
@@ -462,15 +463,24 @@ def _broken(monkeypatch, what):
     elif what == "no_bias_target_clipping":
         # Item-bias targets enter the sums unclipped.
         monkeypatch.setattr(_item_biases, "clip_values", lambda values, clip: values)
-    elif what == "histogram_per_rating":
-        # The mean's histogram counts every rating instead of one value per user.
-        def mean_histogram(block, state, edges):
+    elif what == "location_per_rating":
+        # The location's counts and sums take every rating instead of one
+        # value per user (its searches and mean).
+        def user_mean_statistic(block, state, fn):
             state = _private_als._state(block, state)
-            return _private_als.bin_counts(state["rating"], edges), state
-        monkeypatch.setattr(_private_als, "mean_histogram", mean_histogram)
+            return fn(state["rating"]), state
+        monkeypatch.setattr(_private_als, "user_mean_statistic", user_mean_statistic)
+    elif what == "deviation_per_rating":
+        # rating_clip="auto" counts every rating's deviation, not one per user.
+        def deviation_counts(block, state, broadcast):
+            mean, grid = broadcast
+            state = _private_als._state(block, state)
+            return _private_als.cumulative_counts(2 * np.abs(state["rating"] - mean),
+                                                  grid), state
+        monkeypatch.setattr(_private_als, "deviation_counts", deviation_counts)
     elif what == "mean_not_clipped":
-        # Users' means enter the DP mean without the clip to [c - b, c + b].
-        def mean_partial(block, state, broadcast):
+        # Users' means (numeric mean_clip) enter the DP mean unclipped.
+        def mean_partial(block, state, radius):
             state = _private_als._state(block, state)
             return np.array([_private_als._user_means(block, state).sum()]), state
         monkeypatch.setattr(_private_als, "mean_partial", mean_partial)
@@ -558,7 +568,8 @@ def test_sensitivity_private_catalogue(params):
     X, y, groups = _small_ratings(n_users=30, n_items=12, per_user=6, seed=3)
     fit = _fit_on(items=None, epsilon=200.0, **params)
     first = record_releases(lambda: fit(X, y, groups))
-    assert first[2 + 1].value.shape == (12,)  # clip (2), mean, then the 12 counts
+    # clip (location search), mean, clip (rating_clip search), then the 12 counts
+    assert first[_N_CLIP].value.shape == (12,)
     for name, neighbour in _neighbour_sets(X, y, groups, user=5):
         ratios = assert_sensitivity(fit, (X, y, groups), neighbour)
         assert max(ratios) <= 1 + 1e-9, name
@@ -641,7 +652,7 @@ def _max_sensitivity_ratio(*, release=None, **params):
         first = record_releases(lambda: fit(X, y, groups))
         second = record_releases(lambda: fit(*neighbour), replay=first)
         for i, (r1, r2) in enumerate(zip(first, second)):
-            if release is not None and i != release % len(first):
+            if release is not None and i not in [r % len(first) for r in release]:
                 continue
             dist = np.sqrt(np.sum((np.asarray(r1.value) - np.asarray(r2.value)) ** 2))
             worst = max(worst, dist / r1.sensitivity if r1.sensitivity else 0.0)
@@ -670,18 +681,23 @@ def test_sensitivity_catches_unclipped_gradients(monkeypatch):
         assert _max_sensitivity_ratio(**params) > 1
 
 
-# Releases of the defaults with items=_CATALOGUE, n_iter=2: clip (mean
-# histogram), mean, clip (deviation histogram), counts, item_bias (W, S, S),
-# items (A, b, A, b), ridge.
-_RELEASE = {"mean_histogram": 0, "mean": 1, "deviation_histogram": 2, "bias_weights": 4,
-            "bias_sums": 5, "ridge": -1}
+# Releases of the defaults with items=_CATALOGUE, n_iter=2: clip (location
+# search: LOCATION_SEARCH_STEPS), mean, clip (rating_clip search: 6), counts,
+# item_bias (W, S, S), items (A, b, A, b), ridge.
+_N_LOC = LOCATION_SEARCH_STEPS
+_N_CLIP = _N_LOC + 1 + _private_als.CLIP_SEARCH_STEPS
+_RELEASE = {"location_search": range(_N_LOC), "mean": [_N_LOC],
+            "rating_search": range(_N_LOC + 1, _N_CLIP), "bias_weights": [_N_CLIP + 1],
+            "bias_sums": [_N_CLIP + 2], "ridge": [-1], "numeric_mean": [0]}
 
 
 @pytest.mark.parametrize("broken, release, params", [
     ("no_bias_weight_cap", "bias_weights", dict(count_cap=2)),
     ("no_bias_target_clipping", "bias_sums", dict()),
-    ("histogram_per_rating", "mean_histogram", dict()),
-    ("mean_not_clipped", "mean", dict()),
+    ("location_per_rating", "location_search", dict()),
+    ("location_per_rating", "mean", dict()),
+    ("deviation_per_rating", "rating_search", dict()),
+    ("mean_not_clipped", "numeric_mean", dict(mean_clip=1.0)),
     ("ridge_scores_not_clipped", "ridge", dict()),
 ])
 def test_sensitivity_catches_broken_new_releases(monkeypatch, broken, release, params):
@@ -698,29 +714,33 @@ def test_noise_matches_report():
     report = est.privacy_report_
     phases = {p.name: p for p in report.phases}
     assert list(phases) == ["clip", "mean", "counts", "item_bias", "items", "ridge"]
-    assert len(draws) == sum(p.count for p in report.phases) == 2 + 1 + 1 + 3 + 2 * 3 + 1
+    assert len(draws) == sum(p.count for p in report.phases) == _N_CLIP + 1 + 3 + 2 * 3 + 1
+    assert phases["clip"].count == _N_CLIP - 1
     sens_W, sens_S = phases["item_bias"].sensitivity
     sens_A, sens_b = phases["items"].sensitivity  # Gram stack, right-hand sides
-    expected = [("clip", phases["clip"].sensitivity), ("mean", phases["mean"].sensitivity),
-                ("clip", phases["clip"].sensitivity), ("counts", phases["counts"].sensitivity),
+    expected = [("clip", 1.0)] * _N_LOC + [("mean", phases["mean"].sensitivity)]
+    expected += [("clip", 1.0)] * (_N_CLIP - _N_LOC - 1) + [
+        ("counts", phases["counts"].sensitivity),
         ("item_bias", sens_W), ("item_bias", sens_S), ("item_bias", sens_S)]
     expected += [("items", sens_A), ("items", sens_b)] * 3 + [
         ("ridge", phases["ridge"].sensitivity)]
+    assert len(expected) == len(draws)
     for draw, (name, sens) in zip(draws, expected):
         assert_allclose(draw["sensitivity"], sens, rtol=1e-12)
         assert_allclose(draw["scale"], phases[name].noise_multiplier * sens, rtol=1e-12)
-    # Stated sensitivities: sqrt(2) per histogram, 2 b / n, sqrt(2 cap),
-    # sqrt(2 cap) and 2 sqrt(cap) C_r, 2 sqrt(beta) C_u^2 (C_r), sqrt(6) C_r^2.
+    # Stated sensitivities: 1 per search step, 2 R (the location's sum),
+    # sqrt(2 cap), sqrt(2 cap) and 2 sqrt(cap) C_r, 2 sqrt(beta) C_u^2 (C_r),
+    # sqrt(6) C_r^2.
     c_r = est.rating_clip_
-    assert_allclose(phases["clip"].sensitivity, np.sqrt(2), rtol=1e-12)
-    assert_allclose(phases["mean"].sensitivity, 2 * est.mean_clip_ / 200, rtol=1e-12)
+    assert_allclose(phases["clip"].sensitivity, 1.0, rtol=1e-12)
+    assert_allclose(phases["mean"].sensitivity, 2 * est.mean_clip_, rtol=1e-12)
     assert_allclose(phases["counts"].sensitivity, np.sqrt(2 * 50), rtol=1e-12)
     assert_allclose([sens_W, sens_S], [np.sqrt(2 * 50), 2 * np.sqrt(50) * c_r], rtol=1e-12)
     assert_allclose(sens_A, 2 * np.sqrt(20.0) * 0.1**2, rtol=1e-12)
     assert_allclose(sens_b, 2 * np.sqrt(20.0) * 0.1 * c_r, rtol=1e-12)
     assert_allclose(phases["ridge"].sensitivity, np.sqrt(6) * c_r**2, rtol=1e-12)
     # The Gram noise is symmetric with the stated standard deviation.
-    gram = draws[7]
+    gram = draws[_N_CLIP + 4]
     assert gram["symmetric"]
     iu = np.triu_indices(gram["noise"].shape[-1])
     upper = gram["noise"][:, iu[0], iu[1]].ravel()
@@ -893,11 +913,11 @@ def test_privacy_report_phases():
     report = est.privacy_report_
     assert [p.name for p in report.phases] == ["clip", "mean", "counts", "item_bias",
                                                "items", "ridge"]
-    assert [p.count for p in report.phases] == [2, 1, 1, 3, 6, 1]
-    assert_allclose([p.share for p in report.phases], [0.1, 0.05, 0.3, 0.4, 0.1, 0.05])
+    assert [p.count for p in report.phases] == [_N_CLIP - 1, 1, 1, 3, 6, 1]
+    assert_allclose([p.share for p in report.phases], [0.2, 0.05, 0.3, 0.3, 0.1, 0.05])
     assert set(report.released) == {
         "item_embeddings_", "item_biases_", "mean_", "item_counts_", "item_ids_",
-        "mean_center_", "mean_clip_", "rating_clip_", "embedding_ridge_"}
+        "mean_clip_", "rating_clip_", "embedding_ridge_"}
     assert set(report.local) == {"user_embeddings_", "user_biases_"}
     # Explicit bounds, no biases, a fixed ridge, uniform weights: one phase.
     est_u = _fast(epsilon=1.0, weighting="uniform", center=False, item_bias=False,
@@ -908,7 +928,7 @@ def test_privacy_report_phases():
     est_p = _fast(epsilon=1.0, items=_CATALOGUE, center=False).fit(X, y, groups)
     shares = {p.name: p.share for p in est_p.privacy_report_.phases}
     total = sum(p.share for p in est_p.privacy_report_.phases)
-    assert_allclose([shares["clip"] / total, shares["counts"] / total], [0.05, 0.1])
+    assert_allclose([shares["clip"] / total, shares["counts"] / total], [0.1, 0.1])
 
 
 # --------------------------------------------------------------------------- #
