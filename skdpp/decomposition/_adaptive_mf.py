@@ -28,6 +28,7 @@ from ._private_als import (
     fit_private_mf,
     personal_parts,
     prepare_residuals,
+    select_items,
 )
 
 __all__ = ["AdaptiveWeightMF"]
@@ -70,23 +71,40 @@ def _keys_to_ids(keys, n_features):
 
 def _lookup_items(catalogue_keys, X):
     """Item code (0..n_items-1) of each row of validated ``X``, -1 outside the catalogue."""
+    if catalogue_keys.shape[0] == 0:
+        return np.full(X.shape[0], -1, dtype=np.int64)
     # The catalogue keys are sorted and unique, so the index keeps their order.
     catalogue = UserIndex.from_groups(catalogue_keys, catalogue_keys.shape[0])
-    return catalogue.lookup(_item_keys(X))
+    return np.asarray(catalogue.lookup(_item_keys(X)), dtype=np.int64)
 
 
-def _catalogue_entries(catalogue_keys, X, y, user_codes):
-    """(user, item, rating) entries of the rows whose item is in the catalogue.
+def _encode_items(catalogue_keys, X):
+    """Internal item codes of the rows of validated ``X``.
 
-    Rows of other items are ignored, silently: whether a user has such rows
-    is private (documented, no warning). Duplicate (user, item) rows are
-    merged (:func:`~._private_als.aggregate_entries`).
+    Items of the catalogue (sorted unique keys) get their position
+    ``0 .. m - 1``; every other item gets a code ``m + j`` (``j`` its rank
+    among the other distinct items of ``X``), so that duplicate ratings of
+    one item can be merged and a user's ratings outside the catalogue still
+    inform that user's bias.
+
+    Returns
+    -------
+    codes : ndarray of shape (n_samples,), int
+    other_keys : ndarray
+        Sorted unique keys of the items outside the catalogue.
     """
-    item = _lookup_items(catalogue_keys, X)
-    known = item >= 0
-    return aggregate_entries(np.asarray(user_codes)[known], item[known],
-                             np.asarray(y, dtype=np.float64)[known],
-                             catalogue_keys.shape[0])
+    keys = _item_keys(X)
+    codes = _lookup_items(catalogue_keys, X)
+    outside = codes < 0
+    other = UserIndex.from_groups(keys[outside], int(outside.sum()))
+    codes[outside] = catalogue_keys.shape[0] + other.codes
+    return codes, np.asarray(other.users)
+
+
+def _entries(codes, y, user_codes, n_codes):
+    """(user, item, rating) entries; duplicate (user, item) rows merged."""
+    return aggregate_entries(np.asarray(user_codes), codes, np.asarray(y, dtype=np.float64),
+                             n_codes)
 
 
 def _seen_matrix(user, item, n_users, n_items):
@@ -94,22 +112,48 @@ def _seen_matrix(user, item, n_users, n_items):
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
 
 
+# Default count_cap (items counted per user, and the item-bias weight budget)
+# when the plan adds noise; measured on MovieLens (even user ids) and App. C.
+_DEFAULT_COUNT_CAP = 50
+# clip_share="auto": share of the budget per "auto" bound (its noisy binary
+# searches). Measured on MovieLens, even user ids (305 users), 2 seeds, RMSE at
+# epsilon = 1 / 2 / 4 / 8: 0.05 per bound with bias_share 0.4: 0.930 / 0.921 /
+# 0.920 / 0.918 (one fit's location search took a wrong turn at epsilon = 1);
+# 0.1 per bound with bias_share 0.3: 0.921 / 0.921 / 0.920 / 0.918. Ratings
+# shifted by 10^4 at epsilon = 1 (the search compares counts 0 or n with n / 2
+# at most steps): the DP mean missed the data in 5 / 60 fits at 0.1 per bound,
+# 1 / 100 at 0.15 (0 / 60 at epsilon = 2), 0 / 60 at 0.175.
+_CLIP_SHARE_PER_BOUND = 0.15
+# count_share="auto": counts that select the catalogue need more budget than
+# counts that only set the adaptive weights (the paper spends 12-20 %).
+_COUNT_SHARE = {False: 0.1, True: 0.3}
+# Share of delta reserved for the threshold of the private catalogue selection.
+_THRESHOLD_DELTA_FRACTION = 0.25
+
+
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
-    """User-level DP matrix factorisation with adaptive per-item budget allocation.
+    """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
     Alternating minimisation for private matrix completion (Krichene et al.
-    2023, Alg. 3): every iteration solves each user's embedding exactly from
-    the current item embeddings (locally, no privacy cost), then updates all
-    item embeddings under user-level DP with **task-weighted** sufficient
-    statistics perturbation (``solver="als"``, Alg. 1, "AdaDPALS") or noisy
-    gradient descent (``solver="sgd"``, Alg. 2, "AdaDPSGD"). Each user's
-    weights ``w_ij`` over the items they rated satisfy
-    ``sum_i w_ij^2 <= user_budget`` (the paper's ``beta``); the adaptive
-    weights ``omega_i ~ n_i^-mu`` (eq. (11)) computed from DP item counts give
-    rare items a larger share of every user's budget, which improves the
-    long tail (and usually the overall error) when item frequencies are
-    skewed. The uniform-sampling and tail-sampling baselines of Chien et al.
-    (2021) are available with ``weighting="uniform"`` / ``"tail"``.
+    2023, Alg. 3): every iteration solves each user's embedding and bias
+    exactly from the current item embeddings (locally, no privacy cost), then
+    updates all item embeddings under user-level DP with **task-weighted**
+    sufficient statistics perturbation (``solver="als"``, Alg. 1, "AdaDPALS")
+    or noisy gradient descent (``solver="sgd"``, Alg. 2, "AdaDPSGD"). Each
+    user's weights ``w_ij`` over the items they rated satisfy ``sum_i w_ij^2
+    <= user_budget`` (the paper's ``beta``); the adaptive weights ``omega_i ~
+    n_i^-mu`` (eq. (11)) computed from DP item counts give rare items a larger
+    share of every user's budget. The uniform-sampling and tail-sampling
+    baselines of Chien et al. (2021) are available with
+    ``weighting="uniform"`` / ``"tail"``.
+
+    The model is ``rating = mean_ + item_biases_[i] + user_biases_[j] +
+    <user_embeddings_[j], item_embeddings_[i]>``: a DP global mean, DP item
+    biases (their own phase) and personal user biases, so that raw ratings on
+    any scale work with the defaults. With the defaults the item catalogue is
+    itself chosen under DP (an item is published only if enough users rated
+    it), every clip bound that depends on the ratings' scale is a private
+    quantile, and every released value is covered by the guarantee.
 
     Data: ``fit(X, y, groups)`` with ``X`` one column of item ids (ints or
     strings), ``y`` the ratings and ``groups`` the user ids (the privacy
@@ -117,10 +161,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     an item, so generic scikit-learn checks run); given together with
     ``groups`` it warns, since ``X = [user, item]`` is a common mistake.
 
-    Released under DP: the item embeddings, the noisy item counts (when
-    needed) and the DP global mean. Personal (billboard model): each user's
-    embedding and bias, solved by ridge least squares from the released items
-    and the user's own ratings (App. D, Remark D.1).
+    Released under DP: the published catalogue ``item_ids_`` (unless given),
+    the item embeddings and biases, the noisy item counts, the DP global mean
+    and the ``"auto"`` clip bounds. Personal (billboard model): each user's
+    embedding and bias, solved by ridge least squares from the released values
+    and *all* the user's own ratings (App. D, Remark D.1).
 
     Read more in the :ref:`User Guide <adaptive_mf>`.
 
@@ -130,25 +175,28 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Embedding dimension ``k`` (the paper's ``d``).
     epsilon : float, default=1.0
         Privacy budget, in ``(0, inf]``. ``np.inf`` runs the same algorithm
-        without noise (clipping still applied when ``clip_norm`` and
-        ``rating_clip`` are given): the non-private baseline.
+        without noise: the non-private baseline (the ``"auto"`` bounds are
+        then the exact quantiles, and the ``"auto"`` ``count_cap`` caps
+        nothing: see ``count_cap``).
     delta : float, default=1e-6
         Privacy parameter delta, in ``[0, 1)``; use ``delta << 1 / n_users``.
+        Must be > 0 when the catalogue is selected privately (``items=None``):
+        a quarter of it is the probability bound of the selection's threshold.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Budget allocation across a user's items. ``"adaptive"``:
-        ``omega_i ~ n_hat_i^-mu`` from DP counts (eq. (11), Sec. 5), then each
-        user's weights are rescaled to the budget (``weight_normalization``).
-        ``"uniform"``: weight 1 on ``floor(user_budget)`` items sampled
-        uniformly per user (DPALS). ``"tail"``: weight 1 on each user's
-        ``floor(user_budget)`` items with the smallest DP counts (Chien et al.
-        2021).
+        Budget allocation of the item step across a user's items.
+        ``"adaptive"``: ``omega_i ~ n_hat_i^-mu`` from DP counts (eq. (11),
+        Sec. 5), then each user's weights are rescaled to the budget
+        (``weight_normalization``). ``"uniform"``: weight 1 on
+        ``floor(user_budget)`` items sampled uniformly per user (DPALS).
+        ``"tail"``: weight 1 on each user's ``floor(user_budget)`` items with
+        the smallest DP counts (Chien et al. 2021).
     mu : float, default=0.25
         Exponent of the adaptive weights, ``>= 0``. ``mu=0`` is uniform
         weighting; the paper finds ``mu`` in ``[1/4, 1/2]`` best (``1/4`` is
         eq. (11) with ``gamma=0``, ``1/2`` with ``gamma=1``).
     user_budget : float, default=20.0
-        The per-user weight budget ``beta > 0``: every user satisfies
-        ``sum_i w_ij^2 <= beta``; the noise is calibrated to it. For
+        The per-user weight budget ``beta > 0`` of the item step: every user
+        satisfies ``sum_i w_ij^2 <= beta``; the noise is calibrated to it. For
         ``"uniform"`` / ``"tail"`` it is the number of items kept per user
         (must be ``>= 1``). Only its ratio to ``reg`` matters for
         ``"adaptive"``.
@@ -168,42 +216,92 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         random initialisations had not converged (RMSE up to 2.5x worse),
         with 8 the extra noise costs 5-15 %.
     reg : float, default=1.0
-        Ridge ``lambda > 0`` of the user solves and of the item solves.
+        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7), in the
+        units fixed by ``clip_norm`` (the item problem's features are the
+        user embeddings clipped to ``C_u``; ``reg = 100 C_u^2`` is 100
+        pseudo-users at the clip norm).
     noise_ridge : float, default=1.0
         Extra item-side ridge in units of ``sigma_A sqrt(k)``, the spectral
         scale of the Gram-matrix noise of the ``"items"`` phase (a public
         quantity; 0 gives the paper's plain ridge). Stabilises the solve of
         items whose noisy statistics are dominated by noise.
+    personal_ridge : float, default=5.0
+        Shrinkage of every user's personal part toward the cold start (no
+        bias, zero embedding), in pseudo-ratings: the user solve adds
+        ``personal_ridge`` to its bias coordinate and ``personal_ridge *
+        mean_i ||v_i||^2 / k`` (an average published item) to its embedding
+        coordinates, so a user with 2 ratings is not fitted on noise.
+        Scale-free (it rescales with the ratings and with the embeddings'
+        gauge).
     clip_norm : float or None, default=0.1
         ``C_u`` (the paper's ``Gamma_x``): every user embedding is scaled to
         norm at most ``C_u`` before it enters the item statistics. ``None``
-        (no clipping) only with ``epsilon=np.inf``. The embeddings' scale is a
-        free gauge, so a small ``C_u`` costs little: most users sit on the
-        clipping sphere, where the stated sensitivity is tight.
-    rating_clip : float or None, default=1.0
-        ``C_r``: centred ratings (and the item-step targets, rating minus mean
-        minus personal bias) are clipped to ``[-C_r, C_r]``; predictions of
-        the factor part are clipped to the same range. ``None`` only with
-        ``epsilon=np.inf``. For 5-star ratings use about 2.
+        (no clipping) only with ``epsilon=np.inf``. Scale-free: the
+        embeddings' scale is a free gauge (item embeddings scale as
+        ``1 / C_u``, the user embeddings sit around ``C_u``), so it does not
+        depend on the ratings' units; most users sit on the clipping sphere,
+        where the stated sensitivity is tight.
+    rating_clip : float, "auto" or None, default="auto"
+        ``C_r``: the targets of the item releases (rating minus mean minus the
+        user's bias, and item bias) are clipped to ``[-C_r, C_r]``; so are
+        the released item biases and the predicted factor part. ``"auto"``:
+        the private ``clip_quantile``-quantile of twice each user's
+        root-mean-square deviation from the DP mean (phase ``"clip"``: a
+        noisy binary search on a public log grid, then on 16 equal steps of
+        the selected cell), about 1.8 for 5-star ratings. ``None`` only with
+        ``epsilon=np.inf``. The resolved value is ``rating_clip_``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``) and factorise the centred
         ratings. If False the mean is 0.
     user_bias : bool, default=True
         Give every user a personal bias, solved jointly with their embedding
-        (item embeddings extended by a constant 1). Personal, so free in
-        privacy; the item step then fits the rating minus the user's bias.
-    mean_clip : float, default=5.0
-        Public bound on ``|y|`` for the DP mean: each user's ratings are
-        clipped to ``[-mean_clip, mean_clip]`` before averaging.
-    count_cap : int, default=50
-        Items per user counted in the DP item counts (sampled uniformly when a
-        user has more).
-    mean_share : float, default=0.02
+        (item embeddings extended by a constant 1) from all their ratings.
+        Personal, so free in privacy.
+    item_bias : bool, default=True
+        Release DP item biases (phase ``"item_bias"``): task-weighted SSP of
+        Alg. 1 with ``d = 1`` on per-user-centred ratings, ``bias_iter``
+        passes, shrunk toward 0 by ``bias_ridge`` pseudo-ratings and by their
+        noise level. The factor part fits what the biases leave.
+    mean_clip : float or "auto", default="auto"
+        Bound for the DP mean. A number ``b``: each rating is clipped to
+        ``[-b, b]`` and the mean of the users' means is released (absolute
+        units). ``"auto"`` (scale- and shift-free): a private median ``c`` of
+        the users' mean ratings and a private radius ``R`` (the median of
+        their distances to ``c``), both by noisy binary search in phase
+        ``"clip"``, then ``c`` plus the noisy mean of the users' means
+        clipped to ``[c - R, c + R]``
+        (:func:`~skdpp.privacy._quantile.private_location`). The resolved
+        bound (``b`` or ``R``) is ``mean_clip_``.
+    count_cap : int or "auto", default="auto"
+        Per-user contribution bound of the counts and the item biases: a user
+        counts at most ``count_cap`` items (sampled uniformly when they have
+        more), and the item-bias weights are ``min(1, sqrt(count_cap /
+        n_j))`` on the user's ``n_j`` published items. ``"auto"``: 50 when
+        the plan adds noise; at ``epsilon=np.inf`` (no noise, so no
+        sensitivity to bound) no cap, every rating counts with weight 1. The
+        resolved value is ``count_cap_``.
+    clip_quantile : float, default=0.5
+        Quantile of the per-user statistic of ``rating_clip="auto"``, in
+        ``(0, 1]``.
+    clip_share : float or "auto", default="auto"
+        Share of the budget of the ``"clip"`` phase (if any bound is
+        ``"auto"``); ``"auto"``: 0.15 per ``"auto"`` bound (measured on
+        MovieLens, even user ids).
+    mean_share : float, default=0.05
         Share of the zCDP budget of the ``"mean"`` phase (if ``center``).
-    count_share : float, default=0.1
+    count_share : float, default=0.2
         Share of the zCDP budget of the ``"counts"`` phase (if counts are
-        needed: ``weighting`` in {"adaptive", "tail"} or ``solver="sgd"``).
-        The paper spends 12-20 % on counts.
+        needed: a private catalogue, ``weighting`` in {"adaptive", "tail"} or
+        ``solver="sgd"``). The paper spends 12-20 % on counts.
+    bias_share : float, default=0.25
+        Share of the zCDP budget of the ``"item_bias"`` phase (if
+        ``item_bias``).
+    bias_ridge : float, default=3.0
+        Pseudo-ratings of shrinkage of the item biases toward 0 (see
+        ``item_bias``).
+    bias_iter : int, default=2
+        Passes of the item-bias release: each pass re-centres every user with
+        the previous pass's biases (one release each).
     gd_steps : int, default=5
         Noisy gradient steps per alternation (``solver="sgd"`` only).
     learning_rate : float, default=1.0
@@ -213,16 +311,22 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     grad_clip : float or None, default=None
         ``Gamma`` of Alg. 2: each per-rating gradient ``(<v_i, u_j> - r_ij)
         u_j`` is clipped to this norm. ``None`` uses ``C_u * C_r``.
-    items : array-like of shape (n_items,) or (n_items, n_features), default=None
-        Public item catalogue. ``None`` uses the distinct items of ``X``
-        (the paper's ``m`` items are public): the catalogue is then released
-        as is and is **not covered** by the guarantee (an item rated by a
-        single user appears or disappears with that user; the privacy report
-        says so). Ratings of items outside ``items`` are ignored, without a
-        warning (whether a user has such ratings is private).
+    items : None, "observed" or array-like of shape (n_items,) or \
+(n_items, n_features), default=None
+        The item catalogue. ``None``: chosen under DP from the data (private
+        partition selection on the ``"counts"`` release: an item is published
+        iff its noisy count clears a threshold set so that an item rated by
+        one user only is published with probability at most ``delta / 4``).
+        An array: a public catalogue (free; items without ratings are kept).
+        ``"observed"``: every item present in ``X``, released as is and NOT
+        covered by the guarantee (the report's headline says so). Ratings of
+        items outside the published catalogue only inform their user's
+        personal bias (predictions for them are ``mean_`` plus the user's
+        bias), without a warning (whether a user has such ratings is private).
     verbose : int, default=0
-        Print progress per iteration when > 0 (public sizes and the iteration
-        number only: no timings, no statistics of the data).
+        Print progress per iteration when > 0 (public sizes, the number of
+        published items and the iteration number only: no timings, no
+        statistics of the data).
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation, the keyed per-entry sampling and the privacy
         noise (see :class:`~skdpp.utils._random.FitRandomness`; ``None``:
@@ -232,15 +336,20 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ----------
     item_embeddings_ : ndarray of shape (n_items, n_components)
         Item embeddings (released under DP), rows aligned with ``item_ids_``.
+    item_biases_ : ndarray of shape (n_items,)
+        DP item biases (zeros if ``item_bias=False``).
     item_counts_ : ndarray of shape (n_items,) or None
         Noisy item counts (released; ``None`` if no counts were needed).
-        Counts from at most ``count_cap`` items per user, so heavy users
+        Counts from at most ``count_cap_`` items per user, so heavy users
         count partially; may be negative.
     mean_ : float
         DP global mean (0.0 if ``center=False``).
+    mean_clip_, rating_clip_ : float or None
+        The resolved clip bounds (private quantiles when ``"auto"``).
+    count_cap_ : int or None
+        The resolved ``count_cap`` (``None``: no cap, ``epsilon=inf``).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
-        The item catalogue, sorted (not covered by the guarantee when
-        inferred from ``X``, i.e. ``items=None``).
+        The published item catalogue, sorted.
     user_embeddings_ : ndarray of shape (n_users, n_components)
         Personal user embeddings, aligned with ``user_ids_`` (not clipped).
     user_biases_ : ndarray of shape (n_users,)
@@ -250,7 +359,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     n_users_ : int
         Number of users in ``fit``.
     n_items_ : int
-        Size of the catalogue.
+        Size of the published catalogue.
     n_iter_ : int
         Number of alternations run.
     privacy_report_ : PrivacyReport
@@ -266,26 +375,50 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Privacy guarantee.** ``(epsilon, delta)`` user-level DP for the released
-    ``item_embeddings_``, ``item_counts_`` and ``mean_`` under the
-    replace-one-user relation (the number of users is public, and so is the
-    item catalogue when given by ``items``; inferred from ``X`` it is released
-    as is and NOT covered, as the report notes). User embeddings and biases
-    are functions of the releases and the user's own ratings only, hence
-    jointly DP (billboard model). Float
-    noise is not hardened against floating-point side channels.
+    **Privacy guarantee.** ``(epsilon, delta)`` user-level DP for every
+    released value -- ``item_ids_`` (when chosen from the data),
+    ``item_embeddings_``, ``item_biases_``, ``item_counts_``, ``mean_`` and
+    the ``"auto"`` bounds -- under the replace-one-user relation (the number
+    of users is public, and so is ``items`` when given). With
+    ``items="observed"`` the catalogue is released as is: the report lists
+    ``item_ids_`` as not covered, its headline reads "NOT FULLY PRIVATE" and
+    ``is_private`` is False. User embeddings and biases are functions of the
+    releases and the user's own ratings only, hence jointly DP (billboard
+    model). Float noise is not hardened against floating-point side
+    channels.
 
-    **Sensitivities (replace one user's data, L2).** Duplicate (user, item)
-    rows are first merged (mean rating), so a user contributes once per item.
+    **Sensitivities (replace one user's data).** Duplicate (user, item) rows
+    are first merged (mean rating), so a user contributes once per item.
     Each user's contribution below depends only on that user's ratings, the
     released quantities and the public catalogue.
 
-    - ``"mean"``: each user contributes the mean of their ratings clipped to
-      ``mean_clip``; the release is the sum over users divided by the public
-      ``n_users``: sensitivity ``2 mean_clip / n_users``.
+    - ``"clip"`` (Gaussian noisy binary search over public grids,
+      :mod:`skdpp.privacy._quantile`): each step releases ``#{j : a_j <=
+      c}`` for one candidate ``c``, with ``a_j`` one value per user -- the
+      user's mean rating or its distance to the released median
+      (``mean_clip="auto"``), twice the user's root-mean-square deviation
+      from the DP mean (``rating_clip="auto"``): sensitivity 1 per step.
+    - ``"mean"``: ``mean_clip="auto"``: the sum over users of their mean
+      rating minus the released median ``c``, clipped to ``[-R, R]``:
+      sensitivity ``2 R``; a number ``b``: the mean of the users' means of
+      ratings clipped to ``[-b, b]``, divided by the public ``n_users``:
+      ``2 b / n_users``.
     - ``"counts"``: user ``j`` contributes the 0/1 indicator ``c_j`` of at
       most ``count_cap`` of their items; ``||c_j - c_j'||^2 = |S_j symdiff
-      S_j'| <= 2 count_cap``: sensitivity ``sqrt(2 count_cap)``.
+      S_j'| <= 2 count_cap``: sensitivity ``sqrt(2 count_cap)``. With
+      ``items=None`` the same noisy counts select the catalogue: an item is
+      published iff its noisy count exceeds ``1 + sigma
+      Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``; an item
+      that only the replaced user rated has count at most 1, so each of its
+      (at most ``count_cap``) items passes with probability at most
+      ``delta_t / count_cap`` (a ``ThresholdEvent`` of ``delta_t``; the
+      other phases are calibrated to the rest of delta).
+    - ``"item_bias"``: weighted counts ``W_i = sum_j w_ij`` with ``w_ij =
+      min(1, sqrt(count_cap / n_j))``: user ``j``'s vector is non-negative
+      with norm at most ``sqrt(count_cap)``, so ``||a - a'||^2 <= ||a||^2 +
+      ||a'||^2 <= 2 count_cap``: sensitivity ``sqrt(2 count_cap)``; per pass,
+      ``S_i = sum_j w_ij t_ij`` with ``|t_ij| <= C_r``: ``2 sqrt(count_cap)
+      C_r``.
     - ``"items"``, ALS, Gram stack ``(A_i)_i``, ``A_i = sum_j w_ij u_j
       u_j^T``: user ``j``'s part has squared Frobenius norm ``sum_i w_ij^2
       ||u_j||^4 <= beta C_u^4`` (weights budget, ``||u_j|| <= C_u``), so
@@ -298,26 +431,60 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     - ``"items"``, SGD, gradient stack ``g_i = sum_j w_ij clip(e_ij u_j,
       Gamma)``: sensitivity ``2 sqrt(beta) Gamma``.
 
-    This is why the weight budget exists: without the per-user clip of
+    This is why the weight budgets exist: without the per-user clip of
     eq. (12) a user with many rare items would have unbounded influence.
 
     **Budget plan** (``privacy_report_.phases``). Shares of the zCDP budget,
-    normalised; all releases are Gaussian, composed exactly (GDP) and
-    calibrated jointly to ``(epsilon, delta)``:
+    normalised; calibrated jointly to ``(epsilon, delta)``:
 
+    - ``"clip"`` (if a bound is ``"auto"``): ``clip_share``; 29 search steps
+      for ``mean_clip="auto"`` (``LOCATION_SEARCH_STEPS``: coarse median on
+      a signed log grid, two linear refinements, radius) and 10 for
+      ``rating_clip="auto"`` (log grid, then a linear refinement);
     - ``"mean"`` (if ``center``): ``mean_share``, 1 release;
-    - ``"counts"`` (if counts are needed): ``count_share``, 1 release;
+    - ``"counts"`` (if counts are needed): ``count_share``, 1 release (and
+      the selection threshold's ``delta / 4`` when ``items=None``);
+    - ``"item_bias"`` (if ``item_bias``): ``bias_share``, ``1 + bias_iter``
+      releases;
     - ``"items"``: the rest, ``2 n_iter`` releases (ALS: ``A`` and ``b`` per
-      iteration) or ``n_iter * gd_steps`` (SGD).
+      iteration) or ``n_iter * gd_steps`` (SGD);
+    - ``"ridge"`` (if ``embedding_ridge="auto"``): ``ridge_share``, 1 release.
+
+    With the defaults: clip 0.3, mean 0.05, counts 0.3, item_bias 0.25, ridge
+    0.05, items 0.05. All releases are Gaussian (exact mu-GDP accounting) and
+    the selection threshold reserves ``delta / 4``.
+
+    **Personal parts.** Every user's embedding and bias are solved from all
+    of the user's ratings (the paper's Remark D.1; there is no held-out half
+    here, so the API's ``personal_rows`` has no counterpart), including
+    ratings of unpublished items, which only move the bias (their item has no
+    embedding and no bias): with a small catalogue the model is the DP mean
+    plus each user's shrunk mean offset, the best a predictor without item
+    information can do. ``personal_ridge`` shrinks small users toward the
+    cold start.
 
     **Deviations from the paper, and why.**
 
+    - Biases: a DP mean, DP item biases and personal user biases are added
+      (App. D centres the data; without biases the factor model loses to a
+      bias-only predictor on real ratings). The factor part fits the rating
+      minus the mean and both biases.
+    - Catalogue: the paper's ``m`` items are public. Here they are selected
+      under DP by default (Gopi et al. 2020); ratings of unpublished items
+      only inform personal biases.
+    - Clip bounds: ``rating_clip`` and ``mean_clip`` are private quantiles
+      by default instead of fixed constants (scale-free); ``clip_norm`` is a
+      gauge and stays fixed.
+    - ``count_cap="auto"`` lifts the cap at ``epsilon=inf``: the cap exists
+      only to bound the sensitivity, so the non-private baseline uses every
+      rating.
     - Ridge: Alg. 1 puts ``lambda I`` inside the weighted sum (``sum_j w_ij
       (x x^T + lambda I)``), a data-dependent term its sensitivity proof
       omits; here a data-independent ridge ``reg + noise_ridge sigma_A
       sqrt(k)`` is added after the noise (post-processing). The noisy Gram
       matrices are projected on the PSD cone first (the paper's
-      ``A^dagger``).
+      ``A^dagger``). The user solve's ridge is ``personal_ridge``
+      pseudo-ratings (scale-free) instead of ``lambda``.
     - Eq. (11) uses ``c(n) = 1`` (``beta_bar = beta``); privacy never relies
       on it because eq. (12) (or the budget normalisation) enforces the
       budget per user. Noisy counts are floored at 1 (App. B uses
@@ -326,28 +493,33 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
       synthetic data (App. C) it was as good as or better than eq. (12) at
       every measured setting; ``"clip"`` is eq. (12) exactly.
     - Neighbouring relation: replace-one-user (the paper: add/remove), hence
-      the factor 2 in every sensitivity.
-    - Centering releases the mean of users' mean ratings (a per-user
-      contribution with bounded sensitivity) rather than the mean rating.
-      Personal user biases are an addition (free in privacy).
+      the factor 2 in most sensitivities.
+    - Centering releases a robust mean of users' mean ratings (a per-user
+      contribution with bounded sensitivity; with ``mean_clip="auto"`` the
+      means are clipped at the median distance around their private median)
+      rather than the mean rating; it only offsets the personal user biases
+      and is the cold-start prediction.
     - Alg. 2 clips each per-rating gradient (the paper assumes Lipschitz
       losses) and uses per-item steps from public quantities; no projection
       on a domain ``C``.
-    - The initial item embeddings are ``N(0, I / k)`` (data-independent,
-      from the fit's public random stream).
+    - The initial item embeddings are ``N(0, I / k)`` for the published
+      items (data-independent given the released catalogue size, from the
+      fit's public random stream).
     - Randomness: the ``count_cap`` items a user counts and the items of the
       ``"uniform"`` / ``"tail"`` baselines (and their tie-breaks) are chosen
       by keyed hashes of (fit key, user id, position of the item among the
-      user's items in item order), not by draws from a random stream: a
-      user's choices depend on that user's ratings only, and a fit is a
-      function of the *set* of ratings (permuting the rows gives the same
-      model bit for bit).
+      user's eligible items in item order), not by draws from a random
+      stream: a user's choices depend on that user's ratings only, and a fit
+      is a function of the *set* of ratings (permuting the rows gives the
+      same model bit for bit).
     - A user whose exact ridge solve is not finite (only possible for
-      astronomically large item embeddings) gets a zero embedding.
-    - Predicted residuals are clipped to ``[-C_r, C_r]`` (post-processing).
+      astronomically large ratings or item embeddings) gets a zero
+      embedding and bias.
+    - Predicted factor parts are clipped to ``[-C_r, C_r]``
+      (post-processing).
 
-    **Cold start.** Unseen users get ``mean_``; known users rating an item
-    outside the catalogue get ``mean_`` plus their bias.
+    **Cold start.** Unseen users get ``mean_`` plus the item's bias; known
+    users rating an item outside the catalogue get ``mean_`` plus their bias.
 
     **Scale.** The ratings are processed in blocks of whole users of up to
     2^20 (user, item) entries (:mod:`skdpp.decomposition._private_als`):
@@ -367,6 +539,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     .. [2] S. Chien, P. Jain, W. Krichene, S. Rendle, S. Song, A. Thakurta,
        L. Zhang. "Private Alternating Least Squares: Practical Private Matrix
        Completion with Tighter Rates". ICML 2021.
+    .. [3] S. Gopi, P. Gulhane, J. Kulkarni, J. H. Shen, M. Shokouhi,
+       S. Yekhanin. "Differentially Private Set Union". ICML 2020.
+       arXiv:2002.09745.
+    .. [4] A. Smith. "Privacy-preserving statistical estimation with optimal
+       convergence rates". STOC 2011 (private quantiles).
+    .. [5] V. Karwa, S. Vadhan. "Finite sample differentially private
+       confidence intervals". ITCS 2018. arXiv:1711.03908 (noisy binary
+       search).
 
     Examples
     --------
@@ -376,12 +556,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     >>> X, y, groups, info = make_skewed_ratings(n_users=2000, power=0.5,
     ...                                          random_state=0)
     >>> mf = AdaptiveWeightMF(n_components=5, epsilon=5.0, mu=0.5, center=False,
-    ...                       user_bias=False, items=np.arange(100), random_state=0)
+    ...                       user_bias=False, item_bias=False,
+    ...                       items=np.arange(100), random_state=0)
     >>> mf = mf.fit(X, y, groups)
     >>> mf.item_embeddings_.shape
     (100, 5)
     >>> [phase.name for phase in mf.privacy_report_.phases]
-    ['counts', 'items']
+    ['clip', 'counts', 'items', 'ridge']
     >>> pred = mf.predict(info.X_test, groups=info.groups_test)
     >>> bool(abs(pred - info.y_test).mean() < abs(info.y_test).mean())
     True
@@ -398,18 +579,28 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "n_iter": [Interval(Integral, 1, None, closed="left")],
         "reg": [Interval(Real, 0, None, closed="neither")],
         "clip_norm": [Interval(Real, 0, None, closed="neither"), None],
-        "rating_clip": [Interval(Real, 0, None, closed="neither"), None],
+        "rating_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}),
+                        None],
         "center": ["boolean"],
         "user_bias": ["boolean"],
-        "mean_clip": [Interval(Real, 0, None, closed="neither")],
-        "count_cap": [Interval(Integral, 1, None, closed="left")],
+        "item_bias": ["boolean"],
+        "mean_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "count_cap": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "clip_quantile": [Interval(Real, 0, 1, closed="right")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "mean_share": [Interval(Real, 0, 1, closed="neither")],
-        "count_share": [Interval(Real, 0, 1, closed="neither")],
+        "count_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
+        "bias_share": [Interval(Real, 0, 1, closed="neither")],
+        "ridge_share": [Interval(Real, 0, 1, closed="neither")],
+        "personal_ridge": [Interval(Real, 0, None, closed="neither")],
+        "embedding_ridge": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "bias_ridge": [Interval(Real, 0, None, closed="left")],
+        "bias_iter": [Interval(Integral, 1, None, closed="left")],
         "gd_steps": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "grad_clip": [Interval(Real, 0, None, closed="neither"), None],
         "noise_ridge": [Interval(Real, 0, None, closed="left")],
-        "items": ["array-like", None],
+        "items": ["array-like", StrOptions({"observed"}), None],
         "verbose": ["verbose"],
     }
     _personal_attributes = ("user_embeddings_", "user_biases_")
@@ -428,14 +619,23 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_iter=5,
         reg=1.0,
         noise_ridge=1.0,
+        personal_ridge=5.0,
+        embedding_ridge="auto",
         clip_norm=0.1,
-        rating_clip=1.0,
+        rating_clip="auto",
         center=True,
         user_bias=True,
-        mean_clip=5.0,
-        count_cap=50,
-        mean_share=0.02,
-        count_share=0.1,
+        item_bias=True,
+        mean_clip="auto",
+        count_cap="auto",
+        clip_quantile=0.5,
+        clip_share="auto",
+        mean_share=0.05,
+        count_share="auto",
+        bias_share=0.25,
+        ridge_share=0.05,
+        bias_ridge=3.0,
+        bias_iter=2,
         gd_steps=5,
         learning_rate=1.0,
         grad_clip=None,
@@ -454,14 +654,23 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.n_iter = n_iter
         self.reg = reg
         self.noise_ridge = noise_ridge
+        self.personal_ridge = personal_ridge
+        self.embedding_ridge = embedding_ridge
         self.clip_norm = clip_norm
         self.rating_clip = rating_clip
         self.center = center
         self.user_bias = user_bias
+        self.item_bias = item_bias
         self.mean_clip = mean_clip
         self.count_cap = count_cap
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
         self.mean_share = mean_share
         self.count_share = count_share
+        self.bias_share = bias_share
+        self.ridge_share = ridge_share
+        self.bias_ridge = bias_ridge
+        self.bias_iter = bias_iter
         self.gd_steps = gd_steps
         self.learning_rate = learning_rate
         self.grad_clip = grad_clip
@@ -485,7 +694,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             raise ValueError(
                 f"rating_clip=None (no clipping of ratings) gives unbounded sensitivity "
                 f"and is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. "
-                "Pass a positive rating_clip (the largest |rating - mean| to keep)."
+                "Pass a positive rating_clip (the largest |rating - mean| to keep) or "
+                "'auto'."
             )
         if not MIN_CLIP <= self.user_budget < np.inf:
             # Like the clip bounds: with a subnormal budget the rounding of the
@@ -503,39 +713,41 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"with weight 1, so user_budget must be >= 1; got {self.user_budget!r}. "
                 "Pass user_budget=k to sample k items per user."
             )
+        if self.items is None and self.epsilon != np.inf and self.delta <= 0:
+            raise ValueError(
+                f"items=None selects the item catalogue privately, which needs delta > "
+                f"0 (an item rated by one user is published with probability at most "
+                f"delta / 4); got delta={self.delta!r}. Pass delta > 0, or a public "
+                f"catalogue items=[...]."
+            )
 
     def _validate_data_kwargs(self):
         return {"dtype": None, "y_numeric": True}
 
-    def _catalogue(self, X):
-        """The sorted item catalogue: public ``items``, or the distinct items of ``X``.
-
-        Returns
-        -------
-        keys : ndarray of shape (n_items,)
-            Sorted unique keys (:func:`_item_keys`), for lookups.
-        item_ids : ndarray of shape (n_items,) or (n_items, n_features)
-            The ids shown to users (``item_ids_``).
-        """
-        if self.items is not None:
-            catalogue = np.asarray(self.items)
-            if catalogue.ndim == 1:
-                catalogue = catalogue[:, None]
-            if catalogue.ndim != 2 or catalogue.shape[0] == 0 \
-                    or catalogue.shape[1] != X.shape[1]:
-                raise ValueError(
-                    f"`items` must hold at least one id, each with {X.shape[1]} "
-                    f"column(s) like X; got shape {np.asarray(self.items).shape}."
-                )
-            keys = _item_keys(catalogue)
-        else:
-            keys = _item_keys(X)
+    def _public_catalogue_keys(self, X):
+        """Sorted unique keys and ids of the public ``items`` (``None`` if not public)."""
+        if self.items is None or (isinstance(self.items, str) and self.items == "observed"):
+            return None, None
+        catalogue = np.asarray(self.items)
+        if catalogue.ndim == 1:
+            catalogue = catalogue[:, None]
+        if catalogue.ndim != 2 or catalogue.shape[0] == 0 \
+                or catalogue.shape[1] != X.shape[1]:
+            raise ValueError(
+                f"`items` must hold at least one id, each with {X.shape[1]} "
+                f"column(s) like X; got shape {np.asarray(self.items).shape}."
+            )
+        keys = _item_keys(catalogue)
         keys = np.asarray(UserIndex.from_groups(keys, keys.shape[0]).users).copy()
+        return keys, self._ids(keys, X, np.asarray(self.items).dtype)
+
+    @staticmethod
+    def _ids(keys, X, id_dtype):
+        """The ids shown to users for sorted item keys (integer ids stay ints)."""
         item_ids = _keys_to_ids(keys, X.shape[1])
-        id_dtype = (np.asarray(self.items) if self.items is not None else X).dtype
         if X.shape[1] == 1 and id_dtype.kind in "biu":
-            item_ids = item_ids.astype(id_dtype)  # integer ids stay ints
-        return keys, item_ids
+            item_ids = item_ids.astype(id_dtype)
+        return item_ids
 
     def _validate_fit_data(self, X, y, groups):
         # scikit-learn's finiteness check sums the ratings first: finite ratings
@@ -554,81 +766,155 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 UserWarning,
                 stacklevel=3,
             )
-        keys, item_ids = self._catalogue(X)
-        n_items = int(keys.shape[0])
-        user, item, rating = _catalogue_entries(keys, X, data.y, index.codes)
+        # Internal item codes: the public catalogue first (0 .. m - 1), then
+        # every other item present. Internal only: what is released is the
+        # published catalogue (public, or selected under DP in the fit).
+        public_keys, public_ids = self._public_catalogue_keys(X)
+        codes, other_keys = _encode_items(
+            public_keys if public_keys is not None else _item_keys(X)[:0], X)
+        code_keys = other_keys if public_keys is None else np.concatenate(
+            [public_keys, other_keys])
+        n_codes = int(code_keys.shape[0])
+        user, item, rating = _entries(codes, data.y, index.codes, n_codes)
+        n_public = None if public_keys is None else int(public_keys.shape[0])
+        if isinstance(self.items, str):  # "observed": every item, released as is
+            n_public = n_codes
         return FitData(
             X=item[:, None], y=rating, index=UserIndex(index.users, user),
-            meta={**data.meta, "n_items": n_items},
-            attributes={**data.attributes, "item_ids_": item_ids, "n_items_": n_items,
-                        "_catalogue_keys": keys,
-                        "_seen": _seen_matrix(user, item, index.n_users, n_items)},
+            meta={**data.meta, "n_items": n_public, "n_item_codes": n_codes},
+            attributes={**data.attributes,
+                        "_code_keys": code_keys,
+                        "_code_ids": self._ids(code_keys, X, X.dtype),
+                        "_seen": _seen_matrix(user, item, index.n_users, n_codes)},
         )
 
     def _make_blocks(self, data, randomness):
         # Entries of whole users, each user's entries sorted by item code.
         return entry_blocks(data.index.codes, data.X[:, 0], data.y, data.index.users,
-                            data.meta["n_items"])
+                            data.meta["n_item_codes"])
+
+    def _set_fitted_attributes(self, attributes):
+        # Keep only the published items: their ids, lookup keys and the seen
+        # matrix's columns (the internal codes of other items are dropped).
+        attributes = dict(attributes)
+        published = attributes.pop("_published")
+        code_keys = attributes.pop("_code_keys")
+        code_ids = attributes.pop("_code_ids")
+        attributes["_catalogue_keys"] = code_keys[published]
+        attributes["item_ids_"] = code_ids[published]
+        attributes["n_items_"] = int(published.shape[0])
+        attributes["_seen"] = attributes["_seen"].tocsc()[:, published].tocsr()
+        super()._set_fitted_attributes(attributes)
 
     # ------------------------------------------------------------------ #
     # Plan and core
     # ------------------------------------------------------------------ #
-    def _budget_plan(self, meta):
-        """Phases ``"mean"`` (if ``center``), ``"counts"`` (if needed), ``"items"`` (the rest)."""
-        plan = BudgetPlan(self.epsilon, self.delta)
-        if self.center:
-            plan.add("mean", share=self.mean_share, param="mean_share")
-        if self._config(meta["n_items"]).needs_counts:
-            plan.add("counts", share=self.count_share, param="count_share")
-        # ALS: the Gram stack and the right-hand sides every iteration; GD: one
-        # gradient release per step.
-        n_releases = 2 * self.n_iter if self.solver == "als" else self.n_iter * self.gd_steps
-        plan.add_rest("items", count=n_releases)
-        return plan
+    def _catalogue_kind(self):
+        if self.items is None:
+            return "private"
+        if isinstance(self.items, str):
+            return "observed"
+        return "public"
 
-    def _config(self, n_items):
+    def _config(self):
         """The public configuration of the algorithm (:class:`MFConfig`)."""
         def opt(value):
-            return None if value is None else float(value)
+            return value if value is None or isinstance(value, str) else float(value)
 
+        cap = self.count_cap
+        if isinstance(cap, str):  # "auto": no sensitivity to bound without noise
+            cap = None if self.epsilon == np.inf else _DEFAULT_COUNT_CAP
         return MFConfig(
-            n_items=int(n_items), n_components=int(self.n_components), reg=float(self.reg),
-            user_bias=bool(self.user_bias), clip_norm=opt(self.clip_norm),
-            rating_clip=opt(self.rating_clip), center=bool(self.center),
-            mean_clip=float(self.mean_clip), count_cap=int(self.count_cap),
+            n_components=int(self.n_components), reg=float(self.reg),
+            user_bias=bool(self.user_bias), item_bias=bool(self.item_bias),
+            clip_norm=opt(self.clip_norm), rating_clip=opt(self.rating_clip),
+            center=bool(self.center), mean_clip=opt(self.mean_clip),
+            count_cap=None if cap is None else int(cap),
             weighting=self.weighting, mu=float(self.mu),
             user_budget=float(self.user_budget),
             weight_normalization=self.weight_normalization, solver=self.solver,
             n_iter=int(self.n_iter), gd_steps=int(self.gd_steps),
             learning_rate=float(self.learning_rate), grad_clip=opt(self.grad_clip),
             noise_ridge=float(self.noise_ridge),
+            personal_ridge=float(self.personal_ridge),
+            embedding_ridge=opt(self.embedding_ridge), bias_ridge=float(self.bias_ridge),
+            bias_iter=int(self.bias_iter), clip_quantile=float(self.clip_quantile),
+            catalogue=self._catalogue_kind(),
         )
 
+    def _budget_plan(self, meta):
+        """Phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"`` (each if needed), ``"items"``."""
+        cfg = self._config()
+        plan = BudgetPlan(self.epsilon, self.delta)
+        if cfg.clip_releases:
+            share = self.clip_share
+            if share == "auto":
+                share = _CLIP_SHARE_PER_BOUND * len(cfg.auto_bounds)
+            plan.add("clip", share=share, count=cfg.clip_releases, param="clip_share")
+        if cfg.center:
+            plan.add("mean", share=self.mean_share, param="mean_share")
+        if cfg.needs_counts:
+            threshold_delta = 0.0
+            if cfg.catalogue == "private" and self.epsilon != np.inf:
+                threshold_delta = _THRESHOLD_DELTA_FRACTION * self.delta
+            share = self.count_share
+            if share == "auto":
+                share = _COUNT_SHARE[cfg.catalogue == "private"]
+            plan.add("counts", share=share, param="count_share",
+                     threshold_delta=threshold_delta)
+        if cfg.item_bias:
+            plan.add("item_bias", share=self.bias_share, param="bias_share",
+                     count=1 + cfg.bias_iter)
+        if cfg.embedding_ridge == "auto":
+            plan.add("ridge", share=self.ridge_share, param="ridge_share")
+        # ALS: the Gram stack and the right-hand sides every iteration; GD: one
+        # gradient release per step.
+        n_releases = 2 * self.n_iter if self.solver == "als" else self.n_iter * self.gd_steps
+        plan.add_rest("items", count=n_releases)
+        return plan
+
     def _fit_core(self, executor, release, randomness, meta):
-        cfg = self._config(meta["n_items"])
+        cfg = self._config()
         log = None
         if self.verbose:
             def log(message):
                 print(f"[AdaptiveWeightMF] {message}")
-            # Public sizes only (the number of ratings is private, never printed).
-            log(f"{meta['n_users']} users, {cfg.n_items} items; {cfg.solver} solver, "
-                f"{cfg.weighting} weights")
+            # Public sizes only (the number of ratings and of items present are
+            # private, never printed).
+            log(f"{meta['n_users']} users; {cfg.solver} solver, {cfg.weighting} weights, "
+                f"{cfg.catalogue} catalogue")
         out = fit_private_mf(executor, release, randomness, meta, cfg, log=log)
         released = ["item_embeddings_"]
-        if self.center:
+        if cfg.item_bias:
+            released.append("item_biases_")
+        if cfg.center:
             released.append("mean_")
         if out["item_counts"] is not None:
             released.append("item_counts_")
+        released += [f"{name}_" for name in cfg.auto_bounds]
+        if cfg.embedding_ridge == "auto":
+            released.append("embedding_ridge_")
+        not_covered = ()
+        if cfg.catalogue == "private":
+            released.append("item_ids_")
+            catalogue_note = (
+                "The item catalogue item_ids_ was selected under DP: an item is "
+                "published iff its noisy count (phase 'counts') clears a threshold; "
+                "an item rated by one user only is published with probability at "
+                "most delta/4.")
+        elif cfg.catalogue == "public":
+            catalogue_note = "The item catalogue item_ids_ is public (given by `items`)."
+        else:
+            not_covered = ("item_ids_",)
+            catalogue_note = (
+                "NOT COVERED: items='observed' releases the item catalogue item_ids_ "
+                "(every item present in X) as is: an item rated by a single user "
+                "appears or disappears with that user. Use items=None (selected "
+                "under DP) or a public catalogue items=[...].")
         notes = [
-            "The item catalogue item_ids_ is public (given by `items`)."
-            if self.items is not None else
-            "NOT COVERED: the item catalogue item_ids_ (which items have a row in "
-            "item_embeddings_ and item_counts_) was inferred from X and is released "
-            "as is (an item rated by a single user appears or disappears with that "
-            "user). Pass `items=` a public catalogue to make it public and covered "
-            "by the guarantee.",
-            "The number of users is public. Ratings of items outside the catalogue "
-            "are ignored.",
+            catalogue_note,
+            "The number of users is public. Ratings of items outside the published "
+            "catalogue only inform their user's personal bias.",
             f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
             f"{float(self.user_budget):g} ({self.weighting} weights).",
         ]
@@ -636,30 +922,47 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             notes.append("Phase 'items' alternates two releases per iteration: the "
                          "per-item Gram matrices (sensitivity 2 sqrt(beta) C_u^2) and "
                          "right-hand sides (2 sqrt(beta) C_u C_r).")
+        if cfg.item_bias:
+            notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
+                         "sqrt(2 count_cap)) and, per pass, the weighted sums of "
+                         "user-centred ratings (2 sqrt(count_cap) C_r).")
         return FitResult(
             attributes={"item_embeddings_": out["item_embeddings"],
+                        "item_biases_": out["item_biases"],
                         "item_counts_": out["item_counts"], "mean_": out["mean"],
+                        "mean_clip_": None if not cfg.center else float(out["mean_clip"]),
+                        "rating_clip_": out["rating_clip"], "count_cap_": cfg.count_cap,
+                        "embedding_ridge_": float(out["embedding_ridge"]),
                         "user_embeddings_": out["user_embeddings"],
-                        "user_biases_": out["user_biases"], "n_iter_": int(self.n_iter)},
+                        "user_biases_": out["user_biases"], "n_iter_": int(self.n_iter),
+                        "_published": out["published"]},
             released=tuple(released), local=("user_embeddings_", "user_biases_"),
-            notes=tuple(notes),
+            notes=tuple(notes), not_covered=not_covered,
         )
 
     # ------------------------------------------------------------------ #
     # Personal parts
     # ------------------------------------------------------------------ #
     def _fit_personal(self, X, y, index):
-        """User embeddings from the released items and each user's own ratings.
+        """User embeddings and biases from the released values and each user's own ratings.
 
-        The same block functions as the last user step of ``fit``.
+        The same block functions as the last user step of ``fit``; ratings of
+        items outside the published catalogue inform the bias only.
         """
-        user, item, rating = _catalogue_entries(self._catalogue_keys, X, y, index.codes)
-        executor = LocalExecutor(entry_blocks(user, item, rating, index.users,
-                                              self.n_items_))
-        executor.map(prepare_residuals, (self.mean_, self.rating_clip, self.n_items_))
-        U, bias = executor.collect(personal_parts,
-                                   (self.item_embeddings_, self._config(self.n_items_)))
-        self._pending_seen = _seen_matrix(user, item, index.n_users, self.n_items_)
+        m = self.n_items_
+        codes, other = _encode_items(self._catalogue_keys, X)
+        n_codes = m + int(other.shape[0])
+        user, item, rating = _entries(codes, y, index.codes, n_codes)
+        executor = LocalExecutor(entry_blocks(user, item, rating, index.users, n_codes))
+        remap = np.minimum(np.arange(n_codes), m)
+        executor.map(select_items, (remap, m))
+        biases = np.concatenate([self.item_biases_, [0.0]])
+        executor.map(prepare_residuals, (self.mean_, biases))
+        U, bias = executor.collect(personal_parts, (self.item_embeddings_, self._config(),
+                                                    self.embedding_ridge_))
+        published = item < m
+        self._pending_seen = _seen_matrix(user[published], item[published],
+                                          index.n_users, m)
         return {"user_embeddings_": U, "user_biases_": bias}
 
     def _validate_personal_input(self, X, y):
@@ -686,19 +989,19 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     # Prediction
     # ------------------------------------------------------------------ #
     def _item_codes(self, X):
-        """Item code (0..n_items-1) of each row of validated X, -1 if unseen."""
+        """Item code (0..n_items-1) of each row of validated X, -1 if unpublished."""
         return _lookup_items(self._catalogue_keys, X)
 
     def predict(self, X, groups=None):
-        """Predict ratings: ``mean_ + <u_user, v_item>`` (DP mean when unseen).
+        """Predict ratings: ``mean_ + b_item + b_user + <u_user, v_item>``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, 1) or (n_samples, n_features)
             Item ids, as in :meth:`fit`.
         groups : array-like of shape (n_samples,), default=None
-            User id of each row. Unseen users and items unseen in the catalogue
-            get the DP mean ``mean_``.
+            User id of each row. Unseen users get ``mean_`` plus the item's
+            bias; items outside the published catalogue get no item term.
 
         Returns
         -------
@@ -709,26 +1012,22 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         users = self._user_codes(groups, X.shape[0])
         items = self._item_codes(X)
         pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
-        known = (users >= 0) & (items >= 0)
-        if known.any():
-            u, i = users[known], items[known]
+        published = items >= 0
+        pred[published] += self.item_biases_[items[published]]
+        known = users >= 0
+        pred[known] += self.user_biases_[users[known]]
+        both = known & published
+        if both.any():
+            u, i = users[both], items[both]
             score = np.empty(u.shape[0])
             for start in range(0, u.shape[0], _PREDICT_CHUNK):  # memory chunks
                 stop = min(u.shape[0], start + _PREDICT_CHUNK)
                 score[start:stop] = np.einsum(
                     "ek,ek->e", self.user_embeddings_[u[start:stop]],
                     self.item_embeddings_[i[start:stop]])
-            score += self.user_biases_[u]
-            if self.rating_clip is not None:
-                score = np.clip(score, -self.rating_clip, self.rating_clip)
-            pred[known] = self.mean_ + score
-        # Known users, items outside the catalogue: mean plus personal bias.
-        user_only = (users >= 0) & (items < 0)
-        if user_only.any():
-            score = self.user_biases_[users[user_only]]
-            if self.rating_clip is not None:
-                score = np.clip(score, -self.rating_clip, self.rating_clip)
-            pred[user_only] = self.mean_ + score
+            if self.rating_clip_ is not None:
+                score = np.clip(score, -self.rating_clip_, self.rating_clip_)
+            pred[both] += score
         return pred
 
     def recommend(self, groups, n_items=10, exclude_seen=True):
@@ -748,7 +1047,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Returns
         -------
         item_ids : ndarray of shape (n_users_query, n_items[, n_features])
-            Recommended item ids, best first. Unseen users are ranked by the
+            Recommended item ids, best first (by predicted rating: item bias
+            plus the user's factor score). Unseen users are ranked by the
             noisy item counts (popularity), or by catalogue order if no counts
             were released.
         """
@@ -760,6 +1060,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             )
         if not isinstance(n_items, Integral) or isinstance(n_items, bool) or n_items < 1:
             raise ValueError(f"n_items must be a positive integer; got {n_items!r}.")
+        if self.n_items_ == 0:
+            raise ValueError(
+                "The published item catalogue is empty (no item cleared the private "
+                "selection threshold): there is nothing to recommend. Use a larger "
+                "epsilon or pass a public catalogue items=[...]."
+            )
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
         known = codes >= 0
@@ -775,7 +1081,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             kn = known[start:stop]
             scores = np.tile(cold, (stop - start, 1))
             if kn.any():
-                scores[kn] = self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
+                scores[kn] = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
+                              + self.item_biases_)
                 if exclude_seen:
                     seen = self._seen[c[kn]].toarray() > 0
                     sub = scores[kn]

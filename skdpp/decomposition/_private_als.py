@@ -8,28 +8,55 @@ pure functions over blocks of whole users plus one driver
   mean of the user's ratings of that item (:func:`aggregate_entries`), in
   blocks of whole users whose rows are sorted by item code
   (:func:`entry_blocks`), so a fit is a function of the set of ratings;
+  item codes are internal (the public catalogue first, then every other item
+  present; never released);
 * block functions ``fn(block, state, broadcast) -> (partial, state)`` compute
   each block's partial sum of per-user contributions (clipped) and keep the
   per-user state (residuals, task weights, user embeddings) in the block;
 * the driver adds the privacy noise once per release, through the fit's
   :class:`~skdpp.privacy.Releaser`, and computes the next broadcast.
 
-Releases, in order (replace-one-user, L2 sensitivities):
+Releases, in order (replace-one-user; L2 sensitivities):
 
-1. ``"mean"`` (Alg. 3, line 2): the mean over users of each user's mean
-   rating clipped to ``mean_clip``: ``2 mean_clip / n_users``;
-2. ``"counts"`` (App. B, D.1): item counts from at most ``count_cap`` items per
-   user: ``sqrt(2 count_cap)``;
-3. ``"items"``, each iteration (Alg. 3, line 5): the weighted Gram stack
+0. ``"clip"`` (:mod:`skdpp.privacy._quantile`): Gaussian noisy binary
+   searches over public grids, each step the number of users whose statistic
+   is at most a candidate (sensitivity 1): for ``mean_clip="auto"`` the
+   median and radius of the users' mean ratings
+   (:func:`~skdpp.privacy._quantile.private_location`,
+   ``LOCATION_SEARCH_STEPS`` releases); for ``rating_clip="auto"`` the
+   ``clip_quantile`` of twice the users' root-mean-square deviation from the
+   DP mean (``CLIP_SEARCH_STEPS`` releases: the log grid, then a linear
+   refinement inside the selected cell);
+1. ``"mean"`` (Alg. 3, line 2): the sum over users of each user's mean rating
+   clipped to ``[c - R, c + R]`` around the private median ``c``
+   (``mean_clip="auto"``: sensitivity ``2 R``), or of each user's mean of
+   ratings clipped to ``[-b, b]`` divided by the public ``n_users`` (a number
+   ``mean_clip=b``: ``2 b / n_users``);
+2. ``"counts"`` (App. B, D.1): item counts from at most ``count_cap`` items
+   per user: ``sqrt(2 count_cap)``. When the catalogue is private the same
+   release selects it (:meth:`~skdpp.privacy.Releaser.select_partitions`:
+   an item is published iff its noisy count clears a threshold; an item held
+   by one user only passes with probability at most the phase's threshold
+   delta);
+3. ``"item_bias"`` (:mod:`._item_biases`): the weighted counts and, per pass,
+   the weighted sums of per-user-centred ratings of the published items
+   (Alg. 1 with ``d = 1``): ``sqrt(2 count_cap)`` and ``2 sqrt(count_cap) C_r``;
+4. ``"items"``, each iteration (Alg. 3, line 5): the weighted Gram stack
    ``A_i = sum_j w_ij u_j u_j^T`` (symmetric noise) and right-hand sides
    ``b_i = sum_j w_ij t_ij u_j`` (Alg. 1, lines 5-6): ``2 sqrt(beta) C_u^2``
    and ``2 sqrt(beta) C_u C_r``; or, per gradient step, the weighted sum of
-   per-entry clipped gradients (Alg. 2, line 5): ``2 sqrt(beta) Gamma``.
+   per-entry clipped gradients (Alg. 2, line 5): ``2 sqrt(beta) Gamma``;
+5. ``"ridge"`` (``embedding_ridge="auto"``): every user's mean squared error
+   on held-out ratings (never seen by the item step) for each ridge of a
+   public grid, residuals clipped to ``C_r``: ``sqrt(len(grid)) C_r^2``.
 
-The user step (Alg. 3, line 4) is an exact ridge solve per user, local and
-free in privacy; it runs inside the block and its result stays there. The
-personal parts of :meth:`~skdpp.base.BasePersonalizedEstimator.personalize`
-use the same block functions (:func:`prepare_residuals`,
+The user step (Alg. 3, line 4) is an exact ridge solve per user (embedding
+and bias) over *all* the user's ratings, local and free in privacy; it runs
+inside the block and its result stays there. Ratings of items outside the
+published catalogue only move the user's bias (their item has no embedding
+and no bias). The personal parts of
+:meth:`~skdpp.base.BasePersonalizedEstimator.personalize` use the same block
+functions (:func:`select_items`, :func:`prepare_residuals`,
 :func:`personal_parts`).
 """
 
@@ -40,20 +67,38 @@ import scipy.sparse as sp
 
 from ..linear_model._heads import gram_ridge_solve, psd_ridge_solve
 from ..privacy._clipping import (
+    MIN_CLIP,
     clip_by_norm,
     clip_values,
     clipped_magnitudes,
     unit_rows,
 )
+from ..privacy._quantile import (
+    LOCATION_SEARCH_STEPS,
+    cumulative_counts,
+    private_location,
+    private_quantile,
+    quantile_grid,
+    search_steps,
+)
 from ..utils._grouped import UserIndex, make_blocks
+from ._item_biases import (
+    bias_sums,
+    bias_weights,
+    item_bias_sensitivities,
+    shrunk_item_biases,
+)
 from ._task_weights import log_adaptive_item_weights, task_weights
 
 __all__ = [
     "BLOCK_ROWS",
+    "RIDGE_GRID",
     "MFConfig",
     "aggregate_entries",
     "als_statistics",
+    "choose_ridge",
     "count_partial",
+    "deviation_counts",
     "entry_blocks",
     "fit_private_mf",
     "item_gradient",
@@ -61,6 +106,9 @@ __all__ = [
     "personal_parts",
     "prepare_residuals",
     "prepare_weights",
+    "ridge_scores",
+    "select_items",
+    "user_mean_statistic",
     "user_step",
 ]
 
@@ -74,21 +122,57 @@ BLOCK_ROWS = 2**20
 _USER_CHUNK = 8192
 # Entries per chunk of the row-wise dot products of the gradient step.
 _ENTRY_CHUNK = 2**17
+# rating_clip="auto" is a quantile of twice the users' RMS deviation from the
+# DP mean: with the default median, twice a typical user's deviation covers
+# most ratings' deviations.
+_AUTO_SCALE = 2.0
+# mean_clip="auto": the clip radius of the DP mean is this quantile of the
+# users' |mean - median|. The median (not 0.9): its search compares counts with
+# n / 2, so far candidates (count 0 or n) stay n / 2 away from the target even
+# when the count noise is a sizeable fraction of n (305 users at epsilon = 1:
+# std 50 users); the mean only offsets the personal user biases, so clipping
+# half the users' means costs nothing measurable (MovieLens, even ids).
+_RADIUS_QUANTILE = 0.5
+# Public candidate grid of rating_clip="auto" (64 log-spaced values, 1e-8 ..
+# 1e8), refined by a search over _FINE_SIZE equal steps of the selected cell.
+_GRID = quantile_grid()
+_FINE_SIZE = 16
+#: Releases of the "clip" phase for rating_clip="auto".
+CLIP_SEARCH_STEPS = search_steps(_GRID) + search_steps(_FINE_SIZE)
+# Smallest ridge of a user's embedding coordinates (all item embeddings zero).
+_TINY_RIDGE = 1e-300
+# embedding_ridge="auto": the public grid of embedding ridges (pseudo-ratings
+# of an average item of the user's) scored on held-out ratings; the last value
+# is the safe default (heavy shrinkage toward the bias-only model), kept unless
+# another one is better by VALIDATION_MARGIN standard deviations of the noisy
+# difference; the iterations use the first value.
+RIDGE_GRID = np.array([1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0])
+VALIDATION_MARGIN = 3.0
+# Fraction of each user's published ratings held out of the item step to score
+# the ridges (round(fraction * n), so users with fewer than 5 have none).
+VALIDATION_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
 class MFConfig:
-    """Public configuration of one fit (the estimator's resolved parameters)."""
+    """Public configuration of one fit (the estimator's resolved parameters).
 
-    n_items: int
+    ``mean_clip`` and ``rating_clip`` may be ``"auto"`` (resolved inside the
+    fit by the ``"clip"`` phase); ``count_cap=None`` means no cap (only at
+    ``epsilon=inf``). ``catalogue`` is ``"public"`` (given ``items``),
+    ``"private"`` (selected under DP) or ``"observed"`` (every item present,
+    not covered by the guarantee).
+    """
+
     n_components: int
     reg: float
     user_bias: bool
+    item_bias: bool
     clip_norm: object  # float or None (epsilon=inf only)
-    rating_clip: object  # float or None (epsilon=inf only)
+    rating_clip: object  # float, "auto" or None (epsilon=inf only)
     center: bool
-    mean_clip: float
-    count_cap: int
+    mean_clip: object  # float or "auto"
+    count_cap: object  # int or None (no cap, epsilon=inf only)
     weighting: str
     mu: float
     user_budget: float
@@ -99,11 +183,34 @@ class MFConfig:
     learning_rate: float
     grad_clip: object  # float or None
     noise_ridge: float
+    personal_ridge: float
+    embedding_ridge: object  # float or "auto"
+    bias_ridge: float
+    bias_iter: int
+    clip_quantile: float
+    catalogue: str
 
     @property
     def needs_counts(self):
-        """DP item counts are released for adaptive/tail weights and for the GD steps."""
-        return self.weighting in ("adaptive", "tail") or self.solver == "sgd"
+        """DP item counts: adaptive/tail weights, the GD steps, or selecting the catalogue."""
+        return (self.weighting in ("adaptive", "tail") or self.solver == "sgd"
+                or self.catalogue == "private")
+
+    @property
+    def auto_bounds(self):
+        """Names of the bounds the ``"clip"`` phase chooses, in release order."""
+        names = []
+        if self.center and self.mean_clip == "auto":
+            names.append("mean_clip")
+        if self.rating_clip == "auto":
+            names.append("rating_clip")
+        return tuple(names)
+
+    @property
+    def clip_releases(self):
+        """Releases of the ``"clip"`` phase (search steps, each of sensitivity 1)."""
+        return (LOCATION_SEARCH_STEPS * int(self.center and self.mean_clip == "auto")
+                + CLIP_SEARCH_STEPS * int(self.rating_clip == "auto"))
 
 
 # --------------------------------------------------------------------------- #
@@ -125,6 +232,7 @@ def aggregate_entries(user, item, y, n_items):
     y : ndarray of shape (n,)
         Ratings.
     n_items : int
+        Number of item codes.
 
     Returns
     -------
@@ -158,6 +266,7 @@ def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
     users : ndarray of shape (n_users,)
         The sorted user ids (users without entries are kept: they are users).
     n_items : int
+        Number of item codes.
     max_rows : int, default=BLOCK_ROWS
 
     Returns
@@ -198,125 +307,283 @@ def _unflatten_sym(flat, k):
     return np.take(flat, position.ravel(), axis=1).reshape(-1, k, k)
 
 
-# --------------------------------------------------------------------------- #
-# Pre-processing (Alg. 3, line 2)
-# --------------------------------------------------------------------------- #
-def mean_partial(block, state, mean_clip):
-    """Sum over the block's users of their mean rating clipped to ``mean_clip``.
+def _eligible(block, rows):
+    """The sub-block of the given canonical rows (ranks among them, same users)."""
+    mask = np.zeros(block.n_rows, dtype=bool)
+    mask[rows] = True
+    return block.select(mask)
 
-    Each user contributes ``a_j = clip(mean_i clip(y_ij, b), b)`` in
-    ``[-b, b]`` (the outer clip only guards against rounding); users without
-    entries contribute 0.
+
+# --------------------------------------------------------------------------- #
+# Pre-processing (Alg. 3, line 2): clip bounds, mean, counts, catalogue
+# --------------------------------------------------------------------------- #
+def _user_means(block, state):
+    """Each user's mean rating (a sum of ``y / n_j``: no overflow to NaN; 0 if no entries)."""
+    counts = np.maximum(block.counts, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = block.segment_sum(state["rating"] / block.expand(counts))
+    return np.where(np.isnan(mean), 0.0, mean)
+
+
+def user_mean_statistic(block, state, fn):
+    """``fn`` of the block's users' mean ratings (a partial sum over users).
+
+    The ``reduce`` of :func:`~skdpp.privacy._quantile.private_location`
+    (``mean_clip="auto"``): ``fn`` maps one value per user to a partial count
+    vector or clipped sum, which adds up over blocks.
     """
     state = _state(block, state)
-    sums = block.segment_sum(clip_values(state["rating"], mean_clip))
+    return fn(_user_means(block, state)), state
+
+
+def deviation_counts(block, state, broadcast):
+    """Partial cumulative counts of twice each user's RMS deviation from the DP mean.
+
+    ``broadcast = (mean, grid)``; the statistic is ``2 sqrt(mean_i (y_ij -
+    mean)^2)``, one value per user (overflow: ``inf``, above every
+    candidate). For ``rating_clip="auto"``.
+    """
+    mean, grid = broadcast
+    state = _state(block, state)
+    counts = np.maximum(block.counts, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = state["rating"] - mean
+        values = _AUTO_SCALE * np.sqrt(block.segment_sum(dev * dev) / counts)
+    return cumulative_counts(values, grid), state
+
+
+def mean_partial(block, state, radius):
+    """Sum over the block's users of their mean of ratings clipped to ``[-b, b]``.
+
+    For a numeric ``mean_clip = b = radius``: each user contributes a value in
+    ``[-b, b]`` (users' means of clipped ratings).
+    """
+    state = _state(block, state)
+    sums = block.segment_sum(clip_values(state["rating"], radius))
     per_user = np.divide(sums, block.counts, out=np.zeros(block.n_users),
                          where=block.counts > 0)
-    return np.array([clip_values(per_user, mean_clip).sum()]), state
+    return np.array([per_user.sum()]), state
 
 
 def count_partial(block, state, broadcast):
     """Item counts from at most ``count_cap`` items per user (App. B, D.1).
 
-    A user with more items keeps ``count_cap`` of them chosen uniformly at
-    random: the smallest keyed per-row uniforms (stream ``"mf-count-sample"``).
-    Each user adds a 0/1 indicator with at most ``count_cap`` ones.
+    ``broadcast = (key, cap, n_count)``: only items with code ``< n_count``
+    are counted (the public catalogue, or every item when the catalogue is
+    selected privately). A user with more than ``cap`` such items keeps
+    ``cap`` of them chosen uniformly at random: the smallest keyed per-row
+    uniforms (stream ``"mf-count-sample"``; ``cap=None``: all). Each user
+    adds a 0/1 indicator with at most ``cap`` ones.
     """
-    key, cap, n_items = broadcast
+    key, cap, n_count = broadcast
     state = _state(block, state)
-    ranks = block.ranks_by(block.row_uniforms(key, "mf-count-sample"))
-    kept = state["item"][ranks < cap]
-    return np.bincount(kept, minlength=n_items).astype(np.float64), state
+    rows = np.flatnonzero(state["item"] < n_count)
+    items = state["item"][rows]
+    if cap is not None:
+        sub = _eligible(block, rows)
+        items = items[sub.ranks_by(sub.row_uniforms(key, "mf-count-sample")) < cap]
+    return np.bincount(items, minlength=n_count).astype(np.float64), state
+
+
+def select_items(block, state, broadcast):
+    """Published code of every entry (``remap[item]``; ``m`` = not published).
+
+    ``broadcast = (remap, m)``: ``remap`` maps internal item codes to
+    ``0 .. m - 1`` for the published catalogue and to ``m`` (a dummy item with
+    no embedding and no bias) for every other item. Stores ``pub`` (per
+    entry), ``sel`` (the rows of published items) and ``m``; returns no
+    partial.
+    """
+    remap, m = broadcast
+    state = _state(block, state)
+    state["m"] = int(m)
+    state["pub"] = remap[state["item"]]
+    state["sel"] = np.flatnonzero(state["pub"] < m)
+    return None, state
 
 
 def prepare_residuals(block, state, broadcast):
-    """Centred ratings clipped to ``rating_clip`` and the rating matrix of the block.
+    """User-side targets ``r_ij = y_ij - mean - b_i`` and the block's rating matrices.
 
-    ``broadcast = (mean, rating_clip, n_items)``. Stores ``resid`` and the
-    CSR matrices used by the user step; returns no partial.
+    ``broadcast = (mean, item_biases)`` with ``item_biases`` of shape
+    ``(m + 1,)`` (last: the dummy item, 0). ``r`` is not clipped: it only
+    enters the user's own (personal) solve; the item step clips its targets.
+    Stores ``r`` and the CSR matrices ``R`` and ``ones`` (users x (m + 1))
+    used by the user step; returns no partial.
     """
-    mean, rating_clip, n_items = broadcast
-    state = _state(block, state)
-    with np.errstate(over="ignore", invalid="ignore"):  # huge ratings clip to C_r
-        resid = clip_values(state["rating"] - mean, rating_clip)
-    state["resid"] = resid
-    state["R"] = _user_csr(block, resid, state["item"], n_items)
-    state["ones"] = _user_csr(block, np.ones(block.n_rows), state["item"], n_items)
+    mean, item_biases = broadcast
+    m = state["m"]
+    with np.errstate(over="ignore", invalid="ignore"):  # huge ratings: inf, solved as 0
+        r = state["rating"] - mean - item_biases[state["pub"]]
+    state["r"] = r
+    state["R"] = _user_csr(block, r, state["pub"], m + 1)
+    state["ones"] = _user_csr(block, np.ones(block.n_rows), state["pub"], m + 1)
+    state["n_pub"] = np.bincount(block.row_user[state["sel"]], minlength=block.n_users)
     return None, state
 
 
 def prepare_weights(block, state, broadcast):
-    """Task weights of every entry (eq. (11)-(12) or a sampling baseline), kept in the state.
+    """Task weights of the published entries (eq. (11)-(12) or a sampling baseline).
 
-    ``broadcast = (config, key, log_omega, counts)``. Entries with weight 0
-    are dropped from the item step; the weights of the others are stored with
-    their (users x items) CSR structure.
+    ``broadcast = (config, key, log_omega, counts)``. With
+    ``embedding_ridge="auto"`` a keyed ``VALIDATION_FRACTION`` of each user's
+    published entries (stream ``"mf-validation"``) is held out of the item
+    step, to score the ridges honestly (:func:`ridge_scores`). Weights are
+    computed over each user's other published items only (ranks and budgets
+    among them); entries with weight 0 are dropped from the item step; the
+    weights of the others are stored with their (users x items) CSR
+    structure.
     """
     cfg, key, log_omega, counts = broadcast
-    w = task_weights(block, state["item"], weighting=cfg.weighting,
+    sel, m = state["sel"], state["m"]
+    if cfg.embedding_ridge == "auto":
+        sub = _eligible(block, sel)
+        n_val = np.floor(VALIDATION_FRACTION * sub.counts + 0.5).astype(np.int64)
+        val = sub.ranks_by(sub.row_uniforms(key, "mf-validation")) < sub.expand(n_val)
+        state["val"] = sel[val]
+        sel = sel[~val]
+        fit = np.ones(block.n_rows, dtype=bool)
+        fit[state["val"]] = False
+        fit = np.flatnonzero(fit)
+        pub = state["pub"][fit]
+        indptr = np.zeros(block.n_users + 1, dtype=np.int64)
+        np.cumsum(np.bincount(block.row_user[fit], minlength=block.n_users), out=indptr[1:])
+        state["R_fit"] = _user_csr(block, state["r"][fit], pub, m + 1, indptr)
+        state["ones_fit"] = _user_csr(block, np.ones(fit.shape[0]), pub, m + 1, indptr)
+        state["n_pub_fit"] = np.bincount(block.row_user[sel], minlength=block.n_users)
+    sub = _eligible(block, sel)
+    w = task_weights(sub, state["pub"][sel], weighting=cfg.weighting,
                      budget=cfg.user_budget, key=key, log_omega=log_omega, counts=counts,
                      normalization=cfg.weight_normalization)
-    keep = np.flatnonzero(w > 0)
+    keep = sel[w > 0]
     user = block.row_user[keep]
     indptr = np.zeros(block.n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user, minlength=block.n_users), out=indptr[1:])
-    state.update(keep=keep, keep_user=user, keep_item=state["item"][keep], w=w[keep],
+    state.update(keep=keep, keep_user=user, keep_item=state["pub"][keep], w=w[w > 0],
                  indptr=indptr)
-    state["W"] = _user_csr(block, state["w"], state["keep_item"], cfg.n_items, indptr)
+    state["W"] = _user_csr(block, state["w"], state["keep_item"], m, indptr)
     return None, state
 
 
-# --------------------------------------------------------------------------- #
-# User step (Alg. 3, line 4): exact ridge least squares per user, local
-# --------------------------------------------------------------------------- #
-def _solve_users(block, state, V, cfg):
-    """``u_j = (sum_{i in j} v_i v_i^T + reg I)^-1 sum_i r_ij v_i`` for every user.
+def _solve_users(block, state, V, cfg, rho, rows=None):
+    """Every user's embedding and bias: ridge least squares over their ratings.
 
-    With ``user_bias`` every item embedding is extended by a constant 1, so
-    each user also gets a bias (ridge-penalised like the embedding). Per-user
+    ``[u_j, b_j] = argmin sum_{i in j} (r_ij - b_j - <u_j, v_i>)^2 +
+    personal_ridge b_j^2 + lambda_j ||u_j||^2``, the ridges in pseudo-ratings
+    (scale-free): the bias gets ``personal_ridge``; the embedding ``lambda_j
+    = rho e_j`` with ``e_j = mean ||v_i||^2 / k`` over the user's published
+    items (an average item of the user's, so the ridge rescales with the
+    ratings and with the embeddings' gauge). Unpublished items have a zero
+    embedding (the dummy row ``m``), so they only move the bias. With
+    ``user_bias`` every item embedding is extended by a constant 1. Per-user
     Gram matrices are ``ones @ P`` with ``P`` the items' upper-triangular
     outer products (a sparse-dense product indexed by item), solved as stacks
     of ``k x k`` systems in chunks of users. A user whose solve is not finite
-    (only possible for astronomically large item embeddings) gets 0.
+    (huge ratings or item embeddings) gets 0.
+
+    Parameters
+    ----------
+    rows : {None, "fit"}, default=None
+        ``"fit"``: only the ratings outside the held-out set
+        (``embedding_ridge="auto"``); ``None``: all the user's ratings.
 
     Returns
     -------
     U : ndarray of shape (block.n_users, k)
     bias : ndarray of shape (block.n_users,)
     """
-    Vx = np.hstack([V, np.ones((V.shape[0], 1))]) if cfg.user_bias else V
+    k0 = V.shape[1]
+    suffix = "" if rows is None else "_" + rows
+    R, ones, n_pub = state["R" + suffix], state["ones" + suffix], state["n_pub" + suffix]
+    Vx = np.vstack([V, np.zeros((1, k0))])
+    if cfg.user_bias:
+        Vx = np.hstack([Vx, np.ones((Vx.shape[0], 1))])
     k = Vx.shape[1]
     iu, ju = np.triu_indices(k)
+    ridge = np.empty((block.n_users, k))
     with np.errstate(over="ignore", invalid="ignore"):
+        energy = np.append(np.einsum("ik,ik->i", V, V) / max(k0, 1), 0.0)
+        energy = np.asarray(ones @ energy) / np.maximum(n_pub, 1)
+        ridge[:, :k0] = np.maximum(rho * energy, _TINY_RIDGE)[:, None]
+        ridge[~np.isfinite(ridge)] = np.finfo(np.float64).max
+        if cfg.user_bias:
+            ridge[:, k0] = cfg.personal_ridge
         P = Vx[:, iu] * Vx[:, ju]
-        rhs = np.asarray(state["R"] @ Vx)
+        rhs = np.asarray(R @ Vx)
         U = np.empty((block.n_users, k))
-        ones = state["ones"]
         for start in range(0, block.n_users, _USER_CHUNK):  # memory chunks, not users
             stop = min(block.n_users, start + _USER_CHUNK)
             G = _unflatten_sym(np.asarray(ones[start:stop] @ P), k)
-            U[start:stop] = gram_ridge_solve(G, rhs[start:stop], cfg.reg)
+            U[start:stop] = gram_ridge_solve(G, rhs[start:stop], ridge[start:stop])
     U[~np.isfinite(U).all(axis=1)] = 0.0
     if cfg.user_bias:
         return U[:, :-1], U[:, -1].copy()
     return U, np.zeros(block.n_users)
 
 
+def ridge_scores(block, state, broadcast):
+    """Held-out error of every ridge of ``RIDGE_GRID`` (``embedding_ridge="auto"``).
+
+    ``broadcast = (V, config, rating_clip)``. Each user fits their bias and
+    embedding on their ratings outside the held-out set with every grid
+    ridge and predicts their held-out ratings (which the item step never
+    saw); their contribution is the vector of mean squared held-out errors,
+    each residual clipped to ``[-C_r, C_r]``: entries in ``[0, C_r^2]``, so
+    replacing the user moves the sum by at most ``sqrt(len(grid)) C_r^2``.
+    Users without held-out ratings contribute 0.
+
+    Returns
+    -------
+    partial : ndarray of shape (len(RIDGE_GRID),)
+    """
+    V, cfg, rating_clip = broadcast
+    val = state["val"]
+    user = block.row_user[val]
+    n_val = np.bincount(user, minlength=block.n_users)
+    x = V[state["pub"][val]]
+    scores = np.zeros(RIDGE_GRID.shape[0])
+    for g, rho in enumerate(RIDGE_GRID):  # a few public grid values
+        U, bias = _solve_users(block, state, V, cfg, rho, rows="fit")
+        with np.errstate(over="ignore", invalid="ignore"):
+            resid = state["r"][val] - bias[user] - np.einsum("ek,ek->e", U[user], x)
+            sq = clip_values(resid, rating_clip) ** 2
+            sq[np.isnan(sq)] = 0.0 if rating_clip is None else np.float64(rating_clip) ** 2
+            per_user = np.divide(np.bincount(user, weights=sq, minlength=block.n_users),
+                                 n_val, out=np.zeros(block.n_users), where=n_val > 0)
+            scores[g] = per_user.sum()
+    return scores, state
+
+
+def choose_ridge(noisy_scores, noise_std):
+    """The grid ridge with the smallest noisy held-out error, or the safe default.
+
+    The default (the last, largest ridge) is kept unless the best one beats
+    it by ``VALIDATION_MARGIN`` standard deviations of the difference of two
+    noisy scores (post-processing of the ``"ridge"`` release).
+    """
+    best = int(np.argmin(noisy_scores))
+    margin = VALIDATION_MARGIN * np.sqrt(2.0) * noise_std
+    if noisy_scores[-1] - noisy_scores[best] > margin:
+        return float(RIDGE_GRID[best])
+    return float(RIDGE_GRID[-1])
+
+
 def _item_targets(state, bias, rating_clip):
     """Item-step targets: residual minus the user's bias, clipped to ``C_r``."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return clip_values(state["resid"][state["keep"]] - bias[state["keep_user"]],
-                           rating_clip)
+        t = clip_values(state["r"][state["keep"]] - bias[state["keep_user"]], rating_clip)
+    t[np.isnan(t)] = 0.0  # inf - inf from huge ratings: no contribution
+    return t
 
 
 def personal_parts(block, state, broadcast):
     """Each user's embedding and bias from the released items (App. D, Remark D.1).
 
-    ``broadcast = (V, config)``; for :meth:`LocalExecutor.collect`. The
-    embeddings are not clipped (they are personal, never released).
+    ``broadcast = (V, config, rho)`` (``rho`` the embedding ridge); for :meth:`LocalExecutor.collect`.
+    The embeddings are not clipped (they are personal, never released).
     """
-    V, cfg = broadcast
-    return _solve_users(block, state, V, cfg)
+    V, cfg, rho = broadcast
+    return _solve_users(block, state, V, cfg, rho)
 
 
 # --------------------------------------------------------------------------- #
@@ -325,30 +592,29 @@ def personal_parts(block, state, broadcast):
 def als_statistics(block, state, broadcast):
     """User step, then the block's weighted item statistics (Alg. 1, lines 2, 5-6).
 
-    ``broadcast = (V, config)``. Every user embedding is clipped to
-    ``C_u`` (line 2) before it enters ``A_i = sum_j w_ij u_j u_j^T`` (as
-    upper triangles, ``(n_items, k (k + 1) / 2)``) and ``b_i = sum_j w_ij
-    t_ij u_j`` with targets ``|t_ij| <= C_r``.
+    ``broadcast = (V, config, rho, rating_clip)``. Every user embedding is
+    clipped to ``C_u`` (line 2) before it enters ``A_i = sum_j w_ij u_j
+    u_j^T`` (as upper triangles, ``(m, k (k + 1) / 2)``) and ``b_i = sum_j
+    w_ij t_ij u_j`` with targets ``|t_ij| <= C_r``.
 
     Returns
     -------
     partial : tuple (A_flat, b)
     state
     """
-    V, cfg = broadcast
-    U, bias = _solve_users(block, state, V, cfg)
+    V, cfg, rho, rating_clip = broadcast
+    U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
     U = clip_by_norm(U, cfg.clip_norm)
-    target = _item_targets(state, bias, cfg.rating_clip)
-    k = U.shape[1]
+    target = _item_targets(state, bias, rating_clip)
+    k, m = U.shape[1], V.shape[0]
     iu, ju = np.triu_indices(k)
     W = state["W"]
-    A = np.zeros((cfg.n_items, iu.shape[0]))
+    A = np.zeros((m, iu.shape[0]))
     for start in range(0, block.n_users, _USER_CHUNK):  # memory chunks, not users
         stop = min(block.n_users, start + _USER_CHUNK)
         Uc = U[start:stop]
         A += np.asarray(W[start:stop].T @ (Uc[:, iu] * Uc[:, ju]))
-    WT = _user_csr(block, state["w"] * target, state["keep_item"], cfg.n_items,
-                   state["indptr"])
+    WT = _user_csr(block, state["w"] * target, state["keep_item"], m, state["indptr"])
     b = np.asarray(WT.T @ U)
     return (A, b), state
 
@@ -356,14 +622,14 @@ def als_statistics(block, state, broadcast):
 def user_step(block, state, broadcast):
     """User step of the gradient solver: clipped embeddings and targets kept in the state.
 
-    ``broadcast = (V, config)``; returns no partial.
+    ``broadcast = (V, config, rho, rating_clip)``; returns no partial.
     """
-    V, cfg = broadcast
-    U, bias = _solve_users(block, state, V, cfg)
+    V, cfg, rho, rating_clip = broadcast
+    U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
     U = clip_by_norm(U, cfg.clip_norm)
     state["U"] = U
     state["unit"], state["norm"] = unit_rows(U)
-    state["target"] = _item_targets(state, bias, cfg.rating_clip)
+    state["target"] = _item_targets(state, bias, rating_clip)
     return None, state
 
 
@@ -376,9 +642,9 @@ def item_gradient(block, state, broadcast):
     from :mod:`skdpp.privacy._clipping`, so a huge or non-finite ``e`` still
     gives a gradient of norm at most ``Gamma``; a NaN residual gives 0).
 
-    ``broadcast = (V, grad_clip, n_items)``; returns the ``(n_items, k)`` partial.
+    ``broadcast = (V, grad_clip)``; returns the ``(m, k)`` partial.
     """
-    V, grad_clip, n_items = broadcast
+    V, grad_clip = broadcast
     user, item = state["keep_user"], state["keep_item"]
     U = state["U"]
     resid = np.empty(user.shape[0])
@@ -391,20 +657,20 @@ def item_gradient(block, state, broadcast):
         magnitude, _ = clipped_magnitudes(np.abs(resid) * state["norm"][user], grad_clip)
         coef = state["w"] * np.sign(resid) * magnitude
     coef[~np.isfinite(coef)] = 0.0
-    C = _user_csr(block, coef, item, n_items, state["indptr"])
+    C = _user_csr(block, coef, item, V.shape[0], state["indptr"])
     return np.asarray(C.T @ state["unit"]), state
 
 
 # --------------------------------------------------------------------------- #
 # Driver
 # --------------------------------------------------------------------------- #
-def _sensitivities(cfg):
+def _sensitivities(cfg, rating_clip):
     """Stated sensitivities of the item releases (``None``: no clipping, epsilon=inf).
 
     Overflow gives ``inf``; the release then raises if it adds noise.
     """
     sqrt_beta = np.sqrt(np.float64(cfg.user_budget))
-    cu, cr = cfg.clip_norm, cfg.rating_clip
+    cu, cr = cfg.clip_norm, rating_clip
     grad_clip = cfg.grad_clip
     with np.errstate(over="ignore"):
         if grad_clip is None and cu is not None and cr is not None:
@@ -419,6 +685,86 @@ def _sensitivities(cfg):
     return sens_A, sens_b, sens_g, grad_clip
 
 
+def _dp_mean(executor, release, n_users, mean_clip):
+    """The ``"mean"`` release (and, for ``mean_clip="auto"``, its ``"clip"`` searches).
+
+    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the
+    users' mean ratings -- a private median ``c`` and radius ``R`` (the
+    median of ``|m_j - c|``), then ``c`` plus the noisy mean of ``m_j - c``
+    clipped to ``R`` (sensitivity ``2 R`` on the sum). Its noise follows the
+    spread of the users' means, not their magnitude: shifting every rating
+    shifts the mean without widening the clip. A number ``b``: the noisy mean
+    of each user's mean of ratings clipped to ``[-b, b]`` (sensitivity ``2 b /
+    n_users``), kept in ``[-b, b]`` (post-processing).
+
+    Returns
+    -------
+    mean, mean_clip : float
+    """
+    if mean_clip == "auto":
+        def reduce(fn):
+            return executor.map(user_mean_statistic, fn)
+        mean, radius = private_location(release, reduce, n_users=n_users,
+                                        search_phase="clip", mean_phase="mean",
+                                        radius_quantile=_RADIUS_QUANTILE)
+        return float(mean), float(radius)
+    total = executor.map(mean_partial, float(mean_clip))
+    noisy = release.gaussian("mean", total / n_users, sensitivity=2.0 * mean_clip / n_users,
+                             clip_norm=mean_clip)
+    return float(np.clip(noisy[0], -mean_clip, mean_clip)), float(mean_clip)
+
+
+def _rating_clip(executor, release, mean, quantile, n_users):
+    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation.
+
+    A noisy binary search on the public log grid (cells a factor 1.79 wide),
+    then a second one on ``_FINE_SIZE`` linearly spaced candidates inside the
+    selected cell (like the refinement of
+    :func:`~skdpp.privacy._quantile.private_location`): the bound follows a
+    rescaling of the ratings to within ``1.79^(1 / _FINE_SIZE)`` instead of a
+    grid cell. ``CLIP_SEARCH_STEPS`` releases of sensitivity 1.
+    """
+    counts = executor.map(deviation_counts, (mean, _GRID))
+    value = private_quantile(release, "clip", counts, _GRID, quantile=quantile,
+                             n_users=n_users)
+    j = int(np.searchsorted(_GRID, value))
+    low = _GRID[j - 1] if j > 0 else 0.0
+    fine = np.linspace(low, _GRID[j], _FINE_SIZE + 1)[1:]
+    counts = executor.map(deviation_counts, (mean, fine))
+    value = private_quantile(release, "clip", counts, fine, quantile=quantile,
+                             n_users=n_users)
+    return max(float(value), MIN_CLIP)
+
+
+def _catalogue(executor, release, meta, cfg, key):
+    """The ``"counts"`` phase: noisy counts and the published catalogue.
+
+    Returns
+    -------
+    published : ndarray of int
+        Internal codes of the published items, increasing.
+    counts : ndarray of shape (n_published,) or None
+        Their noisy counts (``None`` if no counts are released).
+    """
+    n_codes = int(meta["n_item_codes"])
+    n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
+    if not cfg.needs_counts:
+        return np.arange(n_count), None
+    total = executor.map(count_partial, (key, cfg.count_cap, n_count))
+    sens = None if cfg.count_cap is None else float(np.sqrt(2.0 * cfg.count_cap))
+    clip = None if cfg.count_cap is None else float(np.sqrt(cfg.count_cap))
+    if cfg.catalogue == "private":
+        # Private partition selection (Gopi et al. 2020): each user counts at
+        # most count_cap items, each with weight 1.
+        keep, noisy = release.select_partitions(
+            "counts", total, sensitivity=sens, max_contribution=1.0,
+            max_partitions=cfg.count_cap or 1, clip_norm=clip)
+        published = np.flatnonzero(keep)
+        return published, noisy[published]
+    counts = release.gaussian("counts", total, sensitivity=sens, clip_norm=clip)
+    return np.arange(n_count), counts
+
+
 def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     """Alternating minimisation with a private item step (Alg. 3), over user blocks.
 
@@ -427,11 +773,13 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     executor : LocalExecutor
         Blocks of entries from :func:`entry_blocks`.
     release : Releaser
-        The fit's release helper (phases ``"mean"``, ``"counts"``, ``"items"``
-        as planned by the estimator).
+        The fit's release helper (phases ``"clip"``, ``"mean"``, ``"counts"``,
+        ``"item_bias"``, ``"items"`` as planned by the estimator).
     randomness : FitRandomness
     meta : dict
-        Public metadata (``n_users``).
+        Public metadata: ``n_users``; ``n_items`` (size of the public
+        catalogue, or ``None`` when it is chosen from the data) and
+        ``n_item_codes`` (number of internal item codes, never released).
     cfg : MFConfig
     log : callable or None
         Called with public progress messages (verbose output).
@@ -439,31 +787,51 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     Returns
     -------
     result : dict
-        ``item_embeddings``, ``item_counts`` (or None), ``mean``,
-        ``user_embeddings``, ``user_biases``.
+        ``published`` (internal codes of the published items),
+        ``item_embeddings``, ``item_biases``, ``item_counts`` (or None),
+        ``mean``, ``mean_clip``, ``rating_clip``, ``user_embeddings``,
+        ``user_biases``.
     """
-    n_users, n_items, k = int(meta["n_users"]), cfg.n_items, cfg.n_components
+    n_users, k = int(meta["n_users"]), cfg.n_components
     key = randomness.key
-    # Alg. 3, line 1: data-independent initialisation v_i ~ N(0, I / k), drawn
-    # first from the public stream (no privacy cost).
-    V = randomness.public.standard_normal((n_items, k)) / np.sqrt(k)
 
-    # Alg. 3, line 2: pre-processing -- DP mean, DP item counts.
-    mean = 0.0
+    # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts
+    # (which select the catalogue when it is not public).
+    mean, mean_clip = 0.0, cfg.mean_clip
     if cfg.center:
-        total = executor.map(mean_partial, cfg.mean_clip)
-        noisy = release.gaussian("mean", total / n_users,
-                                 sensitivity=2.0 * cfg.mean_clip / n_users,
-                                 clip_norm=cfg.mean_clip)
-        # Post-processing: the mean of values in [-b, b] lies in that range.
-        mean = float(np.clip(noisy[0], -cfg.mean_clip, cfg.mean_clip))
-    counts = None
-    if cfg.needs_counts:
-        total = executor.map(count_partial, (key, cfg.count_cap, n_items))
-        counts = release.gaussian("counts", total,
-                                  sensitivity=float(np.sqrt(2.0 * cfg.count_cap)),
-                                  clip_norm=float(np.sqrt(cfg.count_cap)))
-    executor.map(prepare_residuals, (mean, cfg.rating_clip, n_items))
+        mean, mean_clip = _dp_mean(executor, release, n_users, mean_clip)
+    rating_clip = cfg.rating_clip
+    if rating_clip == "auto":
+        rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile, n_users)
+    published, counts = _catalogue(executor, release, meta, cfg, key)
+    m = int(published.shape[0])
+    remap = np.full(int(meta["n_item_codes"]), m, dtype=np.int64)
+    remap[published] = np.arange(m)
+    executor.map(select_items, (remap, m))
+    if log is not None:
+        log(f"{m} items published")
+
+    # Alg. 3, line 1: data-independent initialisation v_i ~ N(0, I / k) of the
+    # published items, from the public stream (its only draw; m is released).
+    V = randomness.public.standard_normal((m, k)) / np.sqrt(k)
+
+    # Item biases (Alg. 1 with d = 1, own phase), then the residuals of the
+    # factor model.
+    biases = np.zeros(m + 1)
+    if cfg.item_bias:
+        sens_w, sens_s = item_bias_sensitivities(cfg.count_cap, rating_clip)
+        weights = release.gaussian("item_bias", executor.map(bias_weights,
+                                                             (cfg.count_cap, m)),
+                                   sensitivity=sens_w, clip_norm=rating_clip)
+        for _ in range(cfg.bias_iter):
+            sums = release.gaussian(
+                "item_bias",
+                executor.map(bias_sums, (mean, biases, rating_clip, cfg.personal_ridge)),
+                sensitivity=sens_s, clip_norm=rating_clip)
+            biases[:m] = shrunk_item_biases(
+                sums, weights, ridge=cfg.bias_ridge, rating_clip=rating_clip,
+                noise_std=release.noise_std("item_bias", sens_s))
+    executor.map(prepare_residuals, (mean, biases))
 
     # Task weights (eq. (11)-(12)): public omega from the DP counts, then per user.
     log_omega = omega = None
@@ -473,7 +841,7 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
         omega = np.exp(log_omega)
     executor.map(prepare_weights, (cfg, key, log_omega, counts))
 
-    sens_A, sens_b, sens_g, grad_clip = _sensitivities(cfg)
+    sens_A, sens_b, sens_g, grad_clip = _sensitivities(cfg, rating_clip)
     # Item-side ridge: `reg` plus `noise_ridge` times sigma_A sqrt(k), the spectral
     # scale of the symmetric Gram noise of this phase (public: post-processing).
     z = release.noise_multiplier("items")
@@ -483,15 +851,17 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     if cfg.solver == "sgd":
         # Per-item steps from public quantities: a curvature estimate
         # sum_j w_ij ||u_j||^2 <= C_u^2 omega_i n_i.
-        scale = np.ones(n_items) if omega is None else omega
+        scale = np.ones(m) if omega is None else omega
         c2 = 1.0 if cfg.clip_norm is None else np.float64(cfg.clip_norm) ** 2
         with np.errstate(over="ignore"):  # absurd clip norms: step -> 0
             step = cfg.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
 
+    auto_ridge = cfg.embedding_ridge == "auto"
+    rho = float(RIDGE_GRID[0]) if auto_ridge else float(cfg.embedding_ridge)
     for t in range(cfg.n_iter):
         if cfg.solver == "als":
             # Alg. 1, lines 2, 5-6: clipped users, weighted statistics, Gaussian noise.
-            A_flat, b = executor.map(als_statistics, (V, cfg))
+            A_flat, b = executor.map(als_statistics, (V, cfg, rho, rating_clip))
             A_hat = release.gaussian("items", _unflatten_sym(A_flat, k),
                                      sensitivity=sens_A, clip_norm=cfg.clip_norm,
                                      symmetric=True)
@@ -500,10 +870,10 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
             # Alg. 1, line 7: PSD projection, then a data-independent ridge.
             V = psd_ridge_solve(A_hat, b_hat, item_ridge)
         else:
-            executor.map(user_step, (V, cfg))
+            executor.map(user_step, (V, cfg, rho, rating_clip))
             for _ in range(cfg.gd_steps):
                 # Alg. 2, line 5: weighted sum of per-entry clipped gradients.
-                g = executor.map(item_gradient, (V, grad_clip, n_items))
+                g = executor.map(item_gradient, (V, grad_clip))
                 g_hat = release.gaussian("items", g, sensitivity=sens_g,
                                          clip_norm=grad_clip)
                 # Alg. 2, line 6 (the ridge gradient is data-independent).
@@ -511,7 +881,19 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
         if log is not None:
             log(f"iteration {t + 1}/{cfg.n_iter} done")
 
+    # The personal parts' embedding ridge, chosen on held-out ratings (charged).
+    if auto_ridge:
+        sens = None
+        if rating_clip is not None:
+            with np.errstate(over="ignore"):  # inf: the release raises if it adds noise
+                sens = float(np.sqrt(RIDGE_GRID.shape[0]) * np.float64(rating_clip) ** 2)
+        scores = release.gaussian("ridge", executor.map(ridge_scores, (V, cfg, rating_clip)),
+                                  sensitivity=sens, clip_norm=rating_clip)
+        rho = choose_ridge(scores, release.noise_std("ridge", sens))
+
     # Personal parts (billboard model): exact least squares from the released items.
-    U, bias = executor.collect(personal_parts, (V, cfg))
-    return {"item_embeddings": V, "item_counts": counts, "mean": mean,
-            "user_embeddings": U, "user_biases": bias}
+    U, bias = executor.collect(personal_parts, (V, cfg, rho))
+    return {"published": published, "item_embeddings": V, "item_biases": biases[:m],
+            "item_counts": counts, "mean": mean, "mean_clip": mean_clip,
+            "rating_clip": rating_clip, "embedding_ridge": rho, "user_embeddings": U,
+            "user_biases": bias}

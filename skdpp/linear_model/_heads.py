@@ -200,19 +200,22 @@ def psd_ridge_solve(A, b, reg):
 
 
 def gram_ridge_solve(G, b, reg):
-    """``x_i = (G_i + reg I)^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
+    """``x_i = (G_i + diag(reg_i))^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
 
-    ``G_i + reg I`` with ``reg > 0`` is positive definite, so one batched LU
-    solve is exact; systems whose solution is not finite (numerically singular
-    for huge entries) are solved by :func:`batched_solve` (pseudo-inverse)
-    when their entries are finite, and give NaN otherwise.
+    ``G_i + diag(reg)`` with ``reg > 0`` is positive definite, so one batched
+    LU solve is exact; systems whose solution is not finite (numerically
+    singular for huge entries) are solved by :func:`batched_solve`
+    (pseudo-inverse) when their entries are finite, and give NaN otherwise.
 
     Parameters
     ----------
     G : ndarray of shape (n, k, k)
         Symmetric PSD matrices (not modified).
     b : ndarray of shape (n, k)
-    reg : float > 0
+    reg : float > 0, or ndarray of shape (k,) or (n, k) of floats > 0
+        The ridge: one value for every coordinate, one per coordinate (e.g. a
+        different ridge for a bias coordinate), or one per system and
+        coordinate.
 
     Returns
     -------
@@ -224,11 +227,16 @@ def gram_ridge_solve(G, b, reg):
     >>> from skdpp.linear_model._heads import gram_ridge_solve
     >>> gram_ridge_solve(np.array([[[1.0, 0.0], [0.0, 3.0]]]), np.array([[2.0, 4.0]]), 1.0)
     array([[1., 1.]])
+    >>> gram_ridge_solve(np.array([[[1.0, 0.0], [0.0, 3.0]]]), np.array([[2.0, 4.0]]),
+    ...                  np.array([1.0, 5.0]))
+    array([[1. , 0.5]])
     """
     G = np.asarray(G, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     k = G.shape[-1]
-    M = G + reg * np.eye(k)
+    M = G.copy()
+    diag = np.arange(k)
+    M[..., diag, diag] += np.broadcast_to(np.asarray(reg, dtype=np.float64), G.shape[:-1])
     # Many tiny LAPACK calls: one BLAS thread (see psd_ridge_solve).
     with threadpool_limits(limits=1, user_api="blas"), np.errstate(all="ignore"):
         try:
