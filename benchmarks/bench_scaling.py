@@ -17,9 +17,11 @@ Sweeps (full run; ``--quick`` uses the first sizes only):
 * users: 10^3..10^6 users (10 rows each; FedRep / AltMin / JL: d=50,
   PPSGD: d=20; AdaptiveWeightMF: 20 ratings per user, 10^4 items). Capped so
   that the full run stays within ~20 minutes on the shared 2-core machine
-  (measured under a load average of 10-14, wall time 4-5x the CPU time):
-  FedRep and AltMin up to 10^6 users; PPSGD (200 rounds by default), JL and
-  AdaptiveWeightMF up to 10^5 users (MF: 2*10^6 ratings);
+  (measured under a load average of 10-15 from other jobs, wall time 5-8x
+  the CPU time): ``--max-users`` (default 3*10^5) caps FedRep and AltMin
+  (10^6 with ``--max-users 1000000`` on a quiet machine: the 4 GB data set
+  alone took > 5 minutes to generate under that load); PPSGD (200 rounds by
+  default), JL and AdaptiveWeightMF stop at 10^5 users (MF: 2*10^6 ratings);
 * rows per user m and features d for FedRep and PPSGD (10^4 users);
 * paired thread-policy run (FedRep, AltMin at 10^5 users, PPSGD, JL at 10^4):
   with and without one CPU-bound background process (``python -c "while
@@ -54,8 +56,8 @@ SHORT = {"PrivateFedRepRegressor": "FedRep", "PrivAltMinRegressor": "AltMin",
 
 # users sweep: (estimator, rows per user, d, sizes of the full run)
 USERS = {
-    "PrivateFedRepRegressor": (10, 50, [10**3, 10**4, 10**5, 10**6]),
-    "PrivAltMinRegressor": (10, 50, [10**3, 10**4, 10**5, 10**6]),
+    "PrivateFedRepRegressor": (10, 50, [10**3, 10**4, 10**5, 3 * 10**5, 10**6]),
+    "PrivAltMinRegressor": (10, 50, [10**3, 10**4, 10**5, 3 * 10**5, 10**6]),
     "PPSGDRegressor": (10, 20, [10**3, 10**4, 10**5]),
     "JLMarginClassifier": (10, 50, [10**3, 10**4, 10**5]),
     "AdaptiveWeightMF": (20, 1, [10**3, 10**4, 10**5]),
@@ -66,7 +68,7 @@ FEATURES = {"PrivateFedRepRegressor": (10, [20, 50, 200]),
             "PPSGDRegressor": (10, [20, 100, 400])}
 PAIRED = [("PrivateFedRepRegressor", 10**5), ("PrivAltMinRegressor", 10**5),
           ("PPSGDRegressor", 10**4), ("JLMarginClassifier", 10**4)]
-CASE_TIMEOUT = 300
+CASE_TIMEOUT = 600
 
 
 # --------------------------------------------------------------------------- #
@@ -233,7 +235,7 @@ def cases(args):
     for name, (m, d, sizes) in USERS.items():
         if name in only:
             out += [dict(estimator=name, sweep="users", n_users=n, m=m, d=d)
-                    for n in (sizes[:2] if args.quick else sizes)]
+                    for n in (sizes[:2] if args.quick else sizes) if n <= args.max_users]
     for name, (d, ms) in ROWS.items():
         if name in only:
             out += [dict(estimator=name, sweep="rows", n_users=10**4 if not args.quick else
@@ -256,14 +258,73 @@ def paired_cases(args):
     return out
 
 
+def micro():
+    """BLAS 1 vs 2 threads on block-sized products, and clipping rows of X (10^5 users)."""
+    import tracemalloc
+
+    from threadpoolctl import threadpool_limits
+
+    from skdpp.privacy import clip_by_norm, unit_rows
+
+    rng = np.random.default_rng(0)
+    print("BLAS products of one block (32768 rows): ms per call, 1 thread vs 2 threads")
+    for d in (50, 128, 512, 1024):
+        A, V = rng.standard_normal((32768, d)), rng.standard_normal((d, 5))
+        for name, f in (("A @ V", lambda: A @ V), ("A.T @ A", lambda: A.T @ A)):
+            res = []
+            for t in (1, 2):
+                with threadpool_limits(t, user_api="blas"):
+                    f()
+                    n, w, c = 0, time.perf_counter(), time.process_time()
+                    while time.perf_counter() - w < 0.5:
+                        f()
+                        n += 1
+                    res.append(((time.perf_counter() - w) / n, (time.process_time() - c) / n))
+            print(f"  d={d:5d} {name:8s} 1 thread: wall {res[0][0] * 1e3:8.2f}  "
+                  f"2 threads: wall {res[1][0] * 1e3:8.2f}, cpu {res[1][1] * 1e3:8.2f}")
+    X = rng.standard_normal((10**6, 50)) * 0.3
+
+    def norm_and_scale(X):
+        n = np.sqrt(np.einsum("ij,ij->i", X, X))
+        return X * np.minimum(1.0, 1.0 / np.maximum(n, 1e-300))[:, None]
+
+    def robust_only(X):
+        unit, n = unit_rows(X)
+        out = X.copy()
+        out[n > 1.0] = unit[n > 1.0]
+        return out
+
+    print("clip the rows of X (10^6 x 50: 10^5 users x 10 rows) to norm 1")
+    for name, f in (("norm and scale", norm_and_scale),
+                    ("clip_by_norm", lambda X: clip_by_norm(X, 1.0)),
+                    ("robust path only", robust_only)):
+        cpu = []
+        for _ in range(3):
+            c = time.process_time()
+            f(X)
+            cpu.append(time.process_time() - c)
+        tracemalloc.start()
+        f(X)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"  {name:18s} CPU {min(cpu):.3f} s, peak {peak / X.nbytes:.2f}x X")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (~1 minute)")
     parser.add_argument("--only", nargs="+", choices=ESTIMATORS)
     parser.add_argument("--no-paired", action="store_true",
                         help="skip the paired run with a CPU-bound background process")
+    parser.add_argument("--max-users", type=int, default=3 * 10**5,
+                        help="largest number of users of the users sweep")
+    parser.add_argument("--micro", action="store_true",
+                        help="only the BLAS-thread and clipping micro-benchmarks")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.micro:
+        micro()
+        return
     if args.case:
         run_case(json.loads(args.case))
         return
@@ -311,7 +372,8 @@ def main(argv=None):
     table = frame[[c for c in cols + ["error"] if c in frame]].copy()
     table["estimator"] = table.estimator.map(SHORT)
     table["peak_extra_MiB"] = (table.pop("peak_extra_bytes") / 2**20).round(1)
-    command = "python benchmarks/bench_scaling.py" + (" --quick" if args.quick else "")
+    command = "python benchmarks/bench_scaling.py" + (" --quick" if args.quick else "") + (
+        f" --max-users {args.max_users}" if args.max_users != 3 * 10**5 else "")
     md = [
         f"# Scaling benchmark{' (quick)' if args.quick else ''}\n",
         f"Command: `{command}` (from the repository root, `PYTHONPATH=$PWD`); "
