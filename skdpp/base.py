@@ -18,6 +18,7 @@ holds what they all share:
 
 import numbers
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from numbers import Real
 
@@ -27,6 +28,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from .exceptions import PrivacyLeakWarning
 from .privacy import MIN_CLIP as _MIN_CLIP
@@ -42,6 +44,64 @@ __all__ = [
     "PersonalizedClassifierMixin",
     "PersonalizedRegressorMixin",
 ]
+
+#: Number of features from which ``fit`` and ``personalize`` leave the BLAS
+#: thread pool as the caller set it; below it they run BLAS on one thread.
+#: See :func:`blas_threads`.
+MULTITHREAD_MIN_FEATURES = 2048
+
+
+def blas_threads(n_features):
+    """BLAS threads used by ``fit`` / ``personalize`` on ``n_features`` columns.
+
+    The rule (parameter-free, a function of the public problem size only, so
+    a fit's rounding does not depend on the machine's load): **one BLAS
+    thread** when ``n_features < MULTITHREAD_MIN_FEATURES`` (2048), otherwise
+    ``None`` (the pool is left as the caller or the library set it).
+
+    Why: every round of an skdpp fit runs over blocks of whole users of at
+    most ~32768 rows, so each BLAS call is at most ``32768 x d`` by ``d x k``
+    (or a ``d x d`` Gram of one block) whatever the number of users: larger
+    problems make more calls, not larger ones. On a 2-core machine such
+    calls are memory-bound or too small to amortise OpenBLAS's thread
+    hand-off. Measured on the 2-core development machine (shared, see
+    ``benchmarks/results/scaling.md``): with two threads instead of one,
+    ``32768 x d`` products and Grams for ``d <= 1024`` took 0.7-20x the
+    one-thread wall time (7.7x for ``(32768 x 50) @ (50 x 5)``, 14x for its
+    Gram); whole fits (FedRep, AltMin, 10^5 users) gained at most 12% wall
+    for 1.6-1.7x the CPU, and ran 1.8-1.9x *slower* beside one CPU-bound
+    process. The largest products gained only sometimes (the Gram of a
+    ``32768 x 1024`` block: 1.7x slower near idle, 0.71x the time beside a
+    CPU-bound process; a ``1000^3`` product: 1.3x slower / 0.54x), so
+    ``d >= 2048`` is left to the caller (not measured).
+
+    The limit never raises the thread count: a caller's outer
+    ``threadpoolctl.threadpool_limits`` (or ``OPENBLAS_NUM_THREADS``) below
+    it is kept, and the previous limits are restored when the fit returns
+    or raises.
+
+    Parameters
+    ----------
+    n_features : int
+        Number of columns of ``X``.
+
+    Returns
+    -------
+    limit : int or None
+        The BLAS thread limit (``None``: unchanged).
+    """
+    return 1 if n_features < MULTITHREAD_MIN_FEATURES else None
+
+
+@contextmanager
+def _blas_thread_limit(n_features):
+    """Apply :func:`blas_threads` for the duration of a ``with`` block."""
+    limit = blas_threads(n_features)
+    if limit is None:
+        yield
+        return
+    with threadpool_limits(limits=limit, user_api="blas"):
+        yield
 
 
 @dataclass
@@ -209,14 +269,20 @@ class BasePersonalizedEstimator(BaseEstimator):
         its ledger and check it (a fit that would overspend raises
         :class:`~skdpp.exceptions.PrivacyBudgetError`); only then set the
         fitted attributes. A fit that raises leaves the estimator unfitted.
+
+        The algorithm runs with BLAS limited to one thread unless ``X`` has
+        at least 2048 columns (:func:`skdpp.base.blas_threads`); the caller's
+        thread limits are restored afterwards and never raised.
         """
         try:
             # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
             self._discard_fitted_attributes()
             data = self._validate_fit_data(X, y, groups)
             randomness = FitRandomness(self.random_state)
-            executor = LocalExecutor(self._make_blocks(data, randomness))
-            fitted = self._fit_executor(executor, randomness, data.meta)
+            # BLAS threads by problem size (see ``blas_threads``), restored after.
+            with _blas_thread_limit(data.meta["n_features"]):
+                executor = LocalExecutor(self._make_blocks(data, randomness))
+                fitted = self._fit_executor(executor, randomness, data.meta)
         except BaseException:
             self._discard_fitted_attributes()
             raise
@@ -457,7 +523,8 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"{_conversion_hint(self.user_ids_)}; give new users ids of that type "
                 f"too."
             )
-        personal = self._fit_personal(X, y, index)
+        with _blas_thread_limit(X.shape[1]):
+            personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
         return self
 
