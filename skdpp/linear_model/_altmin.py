@@ -24,7 +24,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from ._heads import psd_floor_solve
+from ._auto import auto_bound, rms_per_user
 from ._representation import (
+    _clip_constraint,
     _common_constraints,
     _RepresentationMixin,
     fit_heads,
@@ -164,10 +166,10 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     return gram, moments
 
 
-def altmin_round(block, state, rnd):
-    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+def _round_heads(block, state, rnd, all_users=False):
+    """The round's rows (``S^0``, centred), its statistics rows and heads (Alg. 1, l. 4-5)."""
     heads, stats = state.extra["halves"]
-    if rnd.schedule == "disjoint":  # line 4: only the users of round t
+    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
         active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
@@ -175,13 +177,36 @@ def altmin_round(block, state, rnd):
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    return X0, stats, V
+
+
+def altmin_round(block, state, rnd):
+    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+    X0, stats, V = _round_heads(block, state, rnd)
     partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
     return partial, state
 
 
+def row_norm_statistic(block, state, rnd):
+    """Block function: each user's root mean square of ``||x_r|| ||v_i||`` over its
+    statistics rows at ``U_0`` (the per-user statistic of an ``"auto"`` ``η``)."""
+    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
+    xn = unit_rows(take_rows(stats, X0))[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = xn * stats.expand(unit_rows(V)[1])
+    return rms_per_user(stats, norms), state
+
+
+def label_statistic(block, state, rnd):
+    """Block function: each user's root mean square of its (centred) targets on its
+    statistics rows (the per-user statistic of an ``"auto"`` ``ζ``)."""
+    stats = state.extra["halves"][1]
+    return rms_per_user(stats, take_rows(stats, state.y0)), state
+
+
 def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
-                   label_clip, psd_floor, verbose=0):
-    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``U^priv``.
+                   label_clip, psd_floor, n_users=None, clip_quantile=0.5, verbose=0):
+    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``(U^priv, η, ζ)``.
 
     Parameters
     ----------
@@ -199,21 +224,35 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
         ``"disjoint"``: every user takes part in one round only (Alg. 1); by
         parallel composition only the first round's two releases are charged.
         ``"full"``: all users every round.
-    clip_norm, label_clip : float or None
-        ``η`` and ``ζ``.
+    clip_norm, label_clip : float, "auto" or None
+        ``η`` and ``ζ``. ``"auto"``: the ``clip_quantile`` of a per-user
+        statistic at ``U_0`` (:func:`row_norm_statistic`,
+        :func:`label_statistic`), released in phase ``"clip"``.
     psd_floor : float
         Eigenvalues of the noisy Gram are raised to at least
         ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve.
+    n_users : int
+        The public number of users (for ``"auto"`` bounds).
+    clip_quantile : float, default=0.5
     verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
+    clip_norm, label_clip : float or None
+        The bounds used.
     """
     d, k = U0.shape
     U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
     if n_rounds == 0:
-        return U
+        return U, None, None
+    rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+    if clip_norm == "auto":
+        clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
+                               quantile=clip_quantile, n_users=n_users)
+    if label_clip == "auto":
+        label_clip = auto_bound(executor, release, label_statistic, rnd0,
+                                quantile=clip_quantile, n_users=n_users)
     sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
     sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
     floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
@@ -240,7 +279,7 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
                   f"and moment statistics (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")
-    return U
+    return U, clip_norm, label_clip
 
 
 # --------------------------------------------------------------------------- #
@@ -462,25 +501,31 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     _parameter_constraints = {
         **_common_constraints(),
         "schedule": [StrOptions({"full", "disjoint"})],
-        "label_clip": [Interval(Real, 0, None, closed="neither"), None],
+        "label_clip": _clip_constraint(),
         "psd_floor": [Interval(Real, 0, None, closed="left")],
     }
     _clip_param_names = ("clip_norm", "label_clip", "init_clip_norm", "head_clip_norm")
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=1,
-                 schedule="full", clip_norm=5.0, label_clip=1.0, psd_floor=32.0,
-                 init_clip_norm=5.0,
-                 head_clip_norm=1.0, init_share=0.1, cold_start_share=0.02,
+                 schedule="full", fit_intercept=True, personal_rows="all",
+                 personal_ridge=0.5, clip_norm="auto", label_clip="auto", psd_floor=32.0,
+                 init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
+                 clip_share=0.05, init_share=0.1, cold_start_share=0.02,
                  batch_mode="same", epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.schedule = schedule
+        self.fit_intercept = fit_intercept
+        self.personal_rows = personal_rows
+        self.personal_ridge = personal_ridge
         self.clip_norm = clip_norm
         self.label_clip = label_clip
         self.psd_floor = psd_floor
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
         self.init_share = init_share
         self.cold_start_share = cold_start_share
         self.batch_mode = batch_mode
@@ -499,11 +544,17 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     def _prepare(self, executor, key):
         executor.map(prepare_altmin, (key, self.batch_mode))  # heads / statistics rows
 
-    def _iterate(self, executor, release, U0, key, meta):
-        return private_altmin(
+    def _iteration_auto_params(self):
+        return ("clip_norm", "label_clip") if self.max_iter > 0 else ()
+
+    def _iterate(self, executor, release, U0, key, meta, bounds):
+        label_clip = bounds.get("label_clip", self.label_clip)  # pairwise init's ζ
+        U, clip_norm, label_clip = private_altmin(
             executor, release, U0, key=key, n_rounds=int(self.max_iter),
-            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
-            psd_floor=float(self.psd_floor), verbose=self.verbose)
+            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=label_clip,
+            psd_floor=float(self.psd_floor), n_users=meta["n_users"],
+            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
+        return U, {"clip_norm": clip_norm, "label_clip": label_clip}
 
     def _notes(self):
         notes = ("Each round releases the per-user-mean Gram (sensitivity "

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy._clipping import clipped_outer_sum
+from ..privacy._clipping import clipped_outer_sum, unit_rows
+from ._auto import auto_bound, rms_per_user
 from ._representation import (
     _common_constraints,
     _RepresentationMixin,
@@ -82,12 +83,32 @@ def fedrep_batches(local, key, t, batch_mode, batch_size):
     return local.select(rank < b), local.select((rank >= b) & (rank < 2 * b))
 
 
+def _user_gradients(grad, X0, P, y0, V):
+    """Each user's ``g_i`` with ``∇_{i,t} = g_i v_i^T`` (Alg. 1, lines 7-8), zero if not a number.
+
+    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+                                                grad.expand(V))
+        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
+    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
+    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
+    # float maximum) contributes zero: a function of that user's rows and the public U.
+    with np.errstate(invalid="ignore", over="ignore"):
+        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
+    if suspect.any():
+        rows = np.flatnonzero(suspect)
+        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
+    return g
+
+
 def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
 
-    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``
-    is rank one; :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it
-    with one scalar factor per user (unit vectors for extreme norms).
+    The gradient ``g_i v_i^T`` is rank one;
+    :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it with one scalar
+    factor per user (unit vectors for extreme norms).
 
     Parameters
     ----------
@@ -104,34 +125,41 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     -------
     total : ndarray of shape (d, k)
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
-                                                grad.expand(V))
-        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
-    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
-    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
-    # float maximum) contributes zero: a function of that user's rows and the public U.
-    with np.errstate(invalid="ignore", over="ignore"):
-        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
-    if suspect.any():
-        rows = np.flatnonzero(suspect)
-        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
-    return clipped_outer_sum(g, V, clip_norm)
+    return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 
-def fedrep_round(block, state, rnd):
-    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+def _round_inputs(block, state, rnd):
     X0 = s0_rows(block, state)
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
     V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
+    return X0, P, grad, V
+
+
+def fedrep_round(block, state, rnd):
+    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
     return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
 
 
+def gradient_norms(block, state, rnd):
+    """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
+    g = _user_gradients(grad, X0, P, state.y0, V)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return unit_rows(g)[1] * unit_rows(V)[1], state
+
+
+def label_statistic(block, state, _):
+    """Block function: each user's root mean square of its (centred) ``S^0`` targets."""
+    return rms_per_user(state.local, state.y0), state
+
+
 def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_norm,
-                   batch_mode, batch_size, n_users, verbose=0):
-    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``U^priv``.
+                   batch_mode, batch_size, n_users, label_scale=1.0, clip_quantile=0.5,
+                   verbose=0):
+    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``(U^priv, ψ, s_y)``.
 
     Parameters
     ----------
@@ -146,20 +174,44 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
     n_iter : int
         ``T``.
     learning_rate : float
-        ``η``.
-    clip_norm : float or None
-        ``ψ``.
+        ``η``, relative to the label scale ``s_y``: the step is
+        ``U - (η / s_y^2) (1/n) sum clip(∇)``. The loss's curvature in ``U`` is
+        of the order of the targets' variance, whatever the scale of ``X``
+        (rescaling ``X`` rescales the heads inversely), so the step is
+        scale-free.
+    clip_norm : float, "auto" or None
+        ``ψ``; ``"auto"``: the ``clip_quantile`` of the users' gradient norms at
+        ``U_0`` (round 0's batches), released in phase ``"clip"``.
     batch_mode, batch_size : see :class:`PrivateFedRepRegressor`.
     n_users : int
         The public number of users ``n``.
+    label_scale : float or "auto", default=1.0
+        ``s_y``; ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square (centred) ``S^0`` targets, released in phase ``"clip"``.
+    clip_quantile : float, default=0.5
     verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
+    clip_norm : float or None
+        The ``ψ`` used.
+    label_scale : float or None
+        The ``s_y`` used.
     """
     U = np.array(U0, dtype=np.float64, copy=True)  # line 1
+    if n_iter == 0:
+        return U, None if clip_norm == "auto" else clip_norm, \
+            None if label_scale == "auto" else label_scale
+    if label_scale == "auto":
+        label_scale = auto_bound(executor, release, label_statistic, None,
+                                 quantile=clip_quantile, n_users=n_users)
+    if clip_norm == "auto":
+        clip_norm = auto_bound(executor, release, gradient_norms,
+                               _Round(U, 0, key, batch_mode, batch_size, None),
+                               quantile=clip_quantile, n_users=n_users)
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
+    step = learning_rate / float(label_scale) ** 2
     for t in range(n_iter):  # line 2
         total = executor.map(fedrep_round, _Round(U, t, key, batch_mode, batch_size,
                                                    clip_norm))  # lines 3-9
@@ -167,14 +219,14 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
         # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
         # post-processing of the release; line 11: QR.
-        U, _ = np.linalg.qr(U - learning_rate * (noisy / n_users))
+        U, _ = np.linalg.qr(U - step * (noisy / n_users))
         if verbose:
             # Public quantities only: the share of clipped users, the number of rows
             # etc. are statistics of the private data and are never printed.
             std = release.noise_std("iterations", sensitivity)
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
                   f"gradient sum (noise std {std:.3g})")
-    return U
+    return U, clip_norm, label_scale
 
 
 # --------------------------------------------------------------------------- #
@@ -380,21 +432,32 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     _parameter_constraints = {
         **_common_constraints(),
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "label_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
     }
     _clip_param_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
+    _scale_param_names = ("label_scale",)
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=5,
-                 learning_rate=1.0, clip_norm=1.0, init_clip_norm=5.0, head_clip_norm=1.0,
-                 init_share=0.1, cold_start_share=0.02, batch_mode="same", batch_size=None,
+                 learning_rate=1.0, label_scale="auto", fit_intercept=True,
+                 personal_rows="all",
+                 personal_ridge=0.5, clip_norm="auto", init_clip_norm="auto",
+                 head_clip_norm="auto", clip_quantile=0.5, clip_share=0.05, init_share=0.1,
+                 cold_start_share=0.02, batch_mode="same", batch_size=None,
                  epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.learning_rate = learning_rate
+        self.label_scale = label_scale
+        self.fit_intercept = fit_intercept
+        self.personal_rows = personal_rows
+        self.personal_ridge = personal_ridge
         self.clip_norm = clip_norm
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
         self.init_share = init_share
         self.cold_start_share = cold_start_share
         self.batch_mode = batch_mode
@@ -410,12 +473,17 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     # ------------------------------------------------- hooks of the fit template
     _pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
 
-    def _iterate(self, executor, release, U0, key, meta):
-        return private_fedrep(
+    def _iteration_auto_params(self):
+        return ("label_scale", "clip_norm") if self.max_iter > 0 else ()
+
+    def _iterate(self, executor, release, U0, key, meta, bounds):
+        U, clip_norm, label_scale = private_fedrep(
             executor, release, U0, key=key, n_iter=int(self.max_iter),
             learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
-            batch_mode=self.batch_mode, batch_size=self.batch_size,
-            n_users=meta["n_users"], verbose=self.verbose)
+            label_scale=self.label_scale, batch_mode=self.batch_mode,
+            batch_size=self.batch_size, n_users=meta["n_users"],
+            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
+        return U, {"clip_norm": clip_norm, "label_scale": label_scale}
 
     def _notes(self):
         return (f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "

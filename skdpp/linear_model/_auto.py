@@ -1,0 +1,84 @@
+"""Automatic (private, scale-free) bounds shared by the linear models.
+
+A clip bound, or a scale a step size is relative to, whose right value depends
+on the data's units is chosen from the private data by a private quantile of
+one statistic per user and charged in the plan's phase ``"clip"``:
+
+* :func:`auto_bound` -- the driver: the users' values are counted over the
+  public grid by a block function (map/reduce), and the quantile is released
+  by a noisy bisection (:func:`~skdpp.privacy._scale.private_quantile_bisect`:
+  ``AUTO_STEPS`` Gaussian counts of sensitivity 1);
+* :func:`user_means`, :func:`rms_per_user` -- per-user statistics over a
+  block's rows (overflow-free for finite values).
+"""
+
+import numpy as np
+
+from ..privacy._quantile import cumulative_counts
+from ..privacy._scale import bisection_grid, bisection_steps, private_quantile_bisect
+
+__all__ = ["AUTO_STEPS", "CLIP_PHASE", "auto_bound", "rms_per_user", "user_means"]
+
+#: The phase of every private quantile that resolves an ``"auto"`` bound.
+CLIP_PHASE = "clip"
+#: Releases of one ``"auto"`` bound (a noisy bisection over the positive grid).
+AUTO_STEPS = bisection_steps(bisection_grid())
+
+
+def user_means(block, A):
+    """Per-user means of the row-aligned ``A`` (``sum_r A_r / m``: no overflow for finite ``A``)."""
+    w = block.expand(1.0 / np.maximum(block.counts, 1))
+    with np.errstate(under="ignore"):
+        if A.ndim == 1:
+            return block.segment_sum(A * w)
+        return block.segment_sum(A * w[:, None])
+
+
+def rms_per_user(block, values):
+    """``sqrt(mean_r values_r^2)`` per user (overflow-safe; 0 for users without rows)."""
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        top = block.segment_max(np.abs(values), initial=0.0)
+        s = np.where(top > 0, top, 1.0)
+        mean_sq = user_means(block, (values / block.expand(s)) ** 2)
+        return s * np.sqrt(mean_sq)
+
+
+def _statistic_counts(block, state, config):
+    """Block function: cumulative counts of one statistic per user over the public grid."""
+    statistic, broadcast, grid = config
+    values, state = statistic(block, state, broadcast)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return cumulative_counts(np.abs(values), grid), state
+
+
+def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
+    """A bound chosen as a private quantile of one value per user (phase ``"clip"``).
+
+    Parameters
+    ----------
+    executor : LocalExecutor or compatible
+    release : Releaser
+        Its plan must hold ``AUTO_STEPS`` Gaussian releases of phase
+        ``"clip"`` for this call.
+    statistic : callable
+        ``statistic(block, state, broadcast) -> (values, state)``: each of the
+        block's users' value (e.g. the norm of its contribution before
+        clipping; the absolute value is used). A module-level function, so the
+        call runs on any executor.
+    broadcast : object
+        Public input of ``statistic``.
+    quantile : float in (0, 1]
+    n_users : int
+        The public number of users.
+
+    Returns
+    -------
+    bound : float
+        A point of the public grid cell holding the ``quantile``
+        (:func:`~skdpp.privacy._scale.private_quantile_bisect`).
+    """
+    grid = bisection_grid()
+    counts = executor.map(_statistic_counts, (statistic, broadcast, grid))
+    return private_quantile_bisect(release, CLIP_PHASE, counts, grid, quantile=quantile,
+                                   n_users=n_users)
