@@ -508,7 +508,7 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=1,
                  schedule="full", fit_intercept=True, personal_rows="all",
-                 personal_ridge=0.5, clip_norm="auto", label_clip="auto", psd_floor=32.0,
+                 personal_ridge=10.0, clip_norm="auto", label_clip="auto", psd_floor=32.0,
                  init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
                  clip_share=0.05, init_share=0.1, cold_start_share=0.02,
                  batch_mode="same", epsilon=1.0, delta=1e-6, random_state=None, verbose=0):

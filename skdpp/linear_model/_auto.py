@@ -17,7 +17,8 @@ import numpy as np
 from ..privacy._quantile import cumulative_counts
 from ..privacy._scale import bisection_grid, bisection_steps, private_quantile_bisect
 
-__all__ = ["AUTO_STEPS", "CLIP_PHASE", "auto_bound", "rms_per_user", "user_means"]
+__all__ = ["AUTO_STEPS", "CLIP_PHASE", "LEVEL_PRIOR_VARIANCE", "auto_bound", "rms_per_user",
+           "shrink_levels", "shrinkage_penalty", "user_means"]
 
 #: The phase of every private quantile that resolves an ``"auto"`` bound.
 CLIP_PHASE = "clip"
@@ -82,3 +83,62 @@ def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
     counts = executor.map(_statistic_counts, (statistic, broadcast, grid))
     return private_quantile_bisect(release, CLIP_PHASE, counts, grid, quantile=quantile,
                                    n_users=n_users)
+
+
+#: A user's mean level has prior variance ``LEVEL_PRIOR_VARIANCE * R_b^2``
+#: around the cold-start prediction, ``R_b`` the released radius of the
+#: cold-start intercept (the ``clip_quantile``, by default the median, of the
+#: users' absolute deviations: about 0.67 standard deviations for normal
+#: spreads, so ``2 R_b^2`` is about the between-user variance).
+LEVEL_PRIOR_VARIANCE = 2.0
+
+
+def shrink_levels(levels, counts, noise_var, prior_levels, radius):
+    """Users' mean levels shrunk towards the cold-start prediction (normal-normal model).
+
+    ``a_i = (m_i ȳ_i / σ_i^2 + a0_i / τ^2) / (m_i / σ_i^2 + 1 / τ^2)`` with
+    ``τ^2 = LEVEL_PRIOR_VARIANCE * radius^2``; a user without a noise estimate
+    (``σ_i^2`` NaN: one row) counts as ``σ_i^2 = τ^2``. Non-finite results
+    fall back to ``ȳ_i`` (or the prior when the weight is infinite).
+    """
+    with np.errstate(all="ignore"):
+        tau2 = LEVEL_PRIOR_VARIANCE * float(radius) ** 2
+        s2 = np.where(np.isnan(noise_var), tau2, noise_var)
+        weight = s2 / (np.maximum(counts, 1) * tau2)
+        shrunk = (levels + weight * prior_levels) / (1.0 + weight)
+        return np.where(np.isfinite(shrunk), shrunk,
+                        np.where(np.isfinite(weight), levels, prior_levels))
+
+
+def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
+    """Diagonal penalties of a personal fit: ``κ p min(1, σ_i^2 / s_i^2)`` pseudo-rows.
+
+    A personal part of ``p`` parameters is shrunk towards the released prior as
+    if the prior contributed ``κ p`` pseudo-rows scaled by the share of the
+    user's target variance ``s_i^2`` that its own fit leaves unexplained
+    (``σ_i^2``): a user whose own rows determine its part (noise-free data) is
+    hardly shrunk, a user whose data look like noise gets ``κ p`` pseudo-rows.
+    Each coordinate's pseudo-rows have the user's own variance ``v_ij`` of that
+    coordinate, so the penalty ``q_ij = λ_i v_ij`` is invariant to rescaling a
+    feature (and the whole is scale-free).
+
+    Parameters
+    ----------
+    ridge : float
+        ``κ`` (``personal_ridge``).
+    n_params : int
+        ``p``.
+    noise_var, target_var : ndarray of shape (n_users,)
+        ``σ_i^2`` and ``s_i^2`` in the same units (NaN or non-positive
+        ``s_i^2``: the share is 1).
+    feature_var : ndarray of shape (n_users, p)
+        ``v_ij``.
+
+    Returns
+    -------
+    penalty : ndarray of shape (n_users, p)
+    """
+    with np.errstate(all="ignore"):
+        share = np.where(target_var > 0, noise_var / target_var, 1.0)
+        share = np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
+        return (float(ridge) * n_params * share)[:, None] * feature_var

@@ -439,9 +439,9 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     _scale_param_names = ("label_scale",)
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=5,
-                 learning_rate=1.0, label_scale="auto", fit_intercept=True,
+                 learning_rate=1.5, label_scale="auto", fit_intercept=True,
                  personal_rows="all",
-                 personal_ridge=0.5, clip_norm="auto", init_clip_norm="auto",
+                 personal_ridge=10.0, clip_norm="auto", init_clip_norm="auto",
                  head_clip_norm="auto", clip_quantile=0.5, clip_share=0.05, init_share=0.1,
                  cold_start_share=0.02, batch_mode="same", batch_size=None,
                  epsilon=1.0, delta=1e-6, random_state=None, verbose=0):

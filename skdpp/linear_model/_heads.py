@@ -150,22 +150,23 @@ def solve_heads(A, r, counts):
     return v
 
 
-def shrunk_heads(A, r, prior, lam, counts):
-    """Per-user heads shrunk towards ``prior``: ``(A_i + λ_i I) v_i = r_i + λ_i p_i``.
+def shrunk_heads(A, r, prior, penalty, counts):
+    """Per-user solutions shrunk towards ``prior``: ``(A_i + diag(q_i)) v_i = r_i + q_i * p_i``.
 
-    The minimiser of ``sum_r (y_r - <p_r, v>)^2 + λ_i ||v - p_i||^2`` from the
-    normal equations ``A_i = P^T P``, ``r_i = P^T y``. The relative ridge of
-    :func:`solve_heads` is added to ``λ_i`` (towards ``p_i`` too), so users
-    without rows (``A_i = 0``) and users with an infinite ``λ_i`` get
-    ``v_i = p_i``; other systems with non-finite entries give 0.
+    The minimiser of ``sum_r (y_r - <p_r, v>)^2 + sum_j q_ij (v_j - p_ij)^2``
+    from the normal equations ``A_i = P^T P``, ``r_i = P^T y``. The relative
+    ridge of :func:`solve_heads` is added to every ``q_ij`` (towards ``p_i``
+    too), so users without rows (``A_i = 0``) get ``v_i = p_i``; so do users
+    with an infinite penalty. Other systems with non-finite entries give 0.
 
     Parameters
     ----------
     A : ndarray of shape (n, k, k)
     r : ndarray of shape (n, k)
     prior : ndarray of shape (n, k) or (k,)
-    lam : ndarray of shape (n,)
-        Non-negative ridges.
+    penalty : ndarray of shape (n, k) or (n,)
+        Non-negative diagonal penalties (one per user: the same on every
+        coordinate).
     counts : ndarray of shape (n,)
         Rows of each user (the relative ridge is larger below ``k`` rows).
 
@@ -181,16 +182,19 @@ def shrunk_heads(A, r, prior, lam, counts):
     >>> np.round(shrunk_heads(A, r, np.array([0.0, 1.0]), np.array([2.0]), [5]), 6)
     array([[0.5, 0.5]])
     """
-    k = A.shape[-1]
+    n, k = r.shape
     prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), r.shape)
+    penalty = np.asarray(penalty, dtype=np.float64)
+    if penalty.ndim == 1:
+        penalty = penalty[:, None]
     with np.errstate(all="ignore"):
         tr = np.trace(A, axis1=1, axis2=2)
         c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
-        total = np.asarray(lam, dtype=np.float64) + c * tr / max(k, 1)
-        M = A + total[:, None, None] * np.eye(k)
-        rhs = r + total[:, None] * prior
-        # no rows and no ridge, or an infinite ridge: the prior
-        empty = ~(total > 0) | ~np.isfinite(total)
+        total = np.broadcast_to(penalty + (c * tr / max(k, 1))[:, None], (n, k))
+        M = A + total[:, :, None] * np.eye(k)
+        rhs = r + total * prior
+        # no rows and no penalty, or an infinite penalty: the prior
+        empty = ~(total > 0).any(axis=1) | ~np.isfinite(total).all(axis=1)
         if k == 2:
             a, b, d = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
             det = a * d - b * b

@@ -27,9 +27,22 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
 from ..privacy import BudgetPlan
+from ..privacy._scale import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
-from ._personalized_sgd import PHASE, SGDConfig, make_sgd_blocks, run_ppsgd
+from ._auto import AUTO_STEPS, CLIP_PHASE, auto_bound
+from ._personalized_sgd import (
+    PHASE,
+    PersonalPrior,
+    SGDConfig,
+    feature_scale_statistic,
+    gradient_norm_statistic,
+    make_sgd_blocks,
+    offset_values,
+    personal_refit,
+    personal_sgd,
+    run_ppsgd,
+)
 
 __all__ = ["PPSGDRegressor"]
 
@@ -271,7 +284,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     _parameter_constraints: dict = {
         **BasePersonalizedEstimator._parameter_constraints,
-        "clip_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "clip_norm": [Interval(Real, 0, None, closed="neither"), None, StrOptions({"auto"})],
+        "feature_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "alpha": [Interval(Real, 0, np.inf, closed="both")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
@@ -280,6 +294,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "weighting": [StrOptions({"user", "sample"})],
         "average": ["boolean"],
         "fit_intercept": ["boolean"],
+        "personal_ridge": [Interval(Real, 0, None, closed="left"), None],
+        "clip_quantile": [Interval(Real, 0, 1, closed="right")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither")],
+        "cold_start_share": [Interval(Real, 0, 1, closed="left")],
         "noise_multiplier": [Interval(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
     }
@@ -290,7 +308,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         *,
         epsilon=1.0,
         delta=1e-6,
-        clip_norm=1.0,
+        clip_norm="auto",
+        feature_scale="auto",
         alpha=1.0,
         learning_rate=0.1,
         n_rounds=200,
@@ -299,6 +318,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         weighting="user",
         average=False,
         fit_intercept=True,
+        personal_ridge=10.0,
+        clip_quantile=0.5,
+        clip_share=0.05,
+        cold_start_share=0.02,
         noise_multiplier=None,
         verbose=0,
         random_state=None,
@@ -306,6 +329,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.epsilon = epsilon
         self.delta = delta
         self.clip_norm = clip_norm
+        self.feature_scale = feature_scale
         self.alpha = alpha
         self.learning_rate = learning_rate
         self.n_rounds = n_rounds
@@ -314,6 +338,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.weighting = weighting
         self.average = average
         self.fit_intercept = fit_intercept
+        self.personal_ridge = personal_ridge
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
+        self.cold_start_share = cold_start_share
         self.noise_multiplier = noise_multiplier
         self.verbose = verbose
         self.random_state = random_state
@@ -361,54 +389,120 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return data
 
     # ------------------------------------------------------ plan and core
+    def _releases(self):
+        """Whether the fit releases anything (``alpha > 0``)."""
+        return self._step_sizes()[0] > 0
+
+    def _auto_names(self):
+        if not self._releases():
+            return []
+        return [name for name in ("clip_norm", "feature_scale")
+                if getattr(self, name) == "auto"]
+
+    def _cold_start(self):
+        return bool(self.fit_intercept) and self._releases() and self.cold_start_share > 0
+
     def _budget_plan(self, meta):
-        """One phase, ``"iterations"``: ``n_rounds`` Gaussian releases (none if alpha=0)."""
+        """Phases ``clip`` (``clip_share``: the ``"auto"`` bounds and the searches of
+        the cold-start intercept), ``iterations`` (``n_rounds`` Gaussian releases,
+        the rest) and ``cold_start`` (``cold_start_share``: the intercept); nothing
+        if alpha=0."""
         plan = BudgetPlan(self.epsilon, self.delta)
-        lr_global, _ = self._step_sizes()
-        if lr_global == 0:  # alpha = 0: nothing is released
+        if not self._releases():  # alpha = 0: nothing is released
             return plan
+        n_clip = AUTO_STEPS * len(self._auto_names()) \
+            + (LOCATION_SEARCH_STEPS if self._cold_start() else 0)
         kwargs = dict(count=int(self.n_rounds), sampling_rate=float(self.sample_rate))
-        if self.noise_multiplier is not None:
-            plan.fix(PHASE, noise_multiplier=float(self.noise_multiplier), **kwargs)
-        else:
-            plan.add_rest(PHASE, **kwargs)
+        if self.noise_multiplier is not None:  # every release at the given multiplier
+            z = float(self.noise_multiplier)
+            if n_clip:
+                plan.fix(CLIP_PHASE, noise_multiplier=z, count=n_clip)
+            plan.fix(PHASE, noise_multiplier=z, **kwargs)
+            if self._cold_start():
+                plan.fix("cold_start", noise_multiplier=z)
+            return plan
+        if n_clip:
+            plan.add(CLIP_PHASE, share=self.clip_share, count=n_clip, param="clip_share")
+        plan.add_rest(PHASE, **kwargs)
+        if self._cold_start():
+            plan.add("cold_start", share=self.cold_start_share, param="cold_start_share")
         return plan
 
     def _make_blocks(self, data, randomness):
         return make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
                                sample_rate=self.sample_rate)
 
-    def _config(self, key, n_features, *, sample_rate, n_rounds, release):
-        _, lr_local = self._step_sizes()
+    def _config(self, key, n_features, *, sample_rate, n_rounds, release, lr_local=None,
+                clip_norm=None):
+        if lr_local is None:
+            lr_local = self._step_sizes()[1]
         return SGDConfig(
-            key=key, n_features=int(n_features), fit_intercept=bool(self.fit_intercept),
+            key=key, n_features=int(n_features), fit_intercept=False,
             batch_size=self.batch_size, sample_rate=float(sample_rate),
-            weighting=self.weighting, lr_local=lr_local, clip_norm=self.clip_norm,
-            release=release, average=bool(self.average), n_rounds=int(n_rounds))
+            weighting=self.weighting, lr_local=lr_local, clip_norm=clip_norm,
+            release=release, average=bool(self.average), n_rounds=int(n_rounds),
+            center=bool(self.fit_intercept), local_scale=self.feature_scale == "auto")
 
     def _fit_core(self, executor, release, randomness, meta):
-        lr_global, _ = self._step_sizes()
-        config = self._config(randomness.key, meta["n_features"],
-                              sample_rate=self.sample_rate, n_rounds=self.n_rounds,
-                              release=lr_global > 0)
-        w, theta = run_ppsgd(executor, release, config, n_users=meta["n_users"],
-                             lr_global=lr_global, verbose=self.verbose)
-        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
-        attributes = {**self._split(w, theta), "n_iter_": int(self.n_rounds),
-                      "noise_multiplier_": z}
-        released = ("coef_", "intercept_") if config.release else ()
-        return FitResult(attributes, released=released,
-                         local=("offsets_", "intercept_offsets_"),
-                         notes=self._notes(z))
+        lr_global, lr_local = self._step_sizes()
+        n_users, d = meta["n_users"], meta["n_features"]
+        releases = lr_global > 0
+        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
+                              n_rounds=self.n_rounds, release=releases)
+        clip_norm, scale = self.clip_norm, self.feature_scale
+        if releases and clip_norm == "auto":
+            clip_norm = auto_bound(executor, release, gradient_norm_statistic, config,
+                                   quantile=float(self.clip_quantile), n_users=n_users)
+        if releases and scale == "auto":
+            scale = auto_bound(executor, release, feature_scale_statistic, config,
+                               quantile=float(self.clip_quantile), n_users=n_users)
+        inv_s2 = 1.0 / float(scale) ** 2 if isinstance(scale, Real) else 1.0
+        if not isinstance(clip_norm, Real):
+            clip_norm = None
+        if self.feature_scale != "auto":
+            lr_local = lr_local * inv_s2  # (per-user scales otherwise, see Notes)
+        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
+                              n_rounds=self.n_rounds, release=releases, lr_local=lr_local,
+                              clip_norm=clip_norm)
+        w, _ = run_ppsgd(executor, release, config, n_users=n_users,
+                         lr_global=lr_global * inv_s2, verbose=self.verbose, offsets=False)
+        intercept, intercept_scale = 0.0, None
+        if self._cold_start():
+            def reduce(fn):
+                return executor.map(offset_values, (w, fn))
 
-    def _split(self, w, theta):
-        """Fitted attributes from ``w`` and ``theta`` (intercept last when fitted)."""
-        d = w.shape[0] - int(self.fit_intercept)
-        return {"coef_": w[:d].copy(),
-                "intercept_": float(w[d]) if self.fit_intercept else 0.0,
-                "offsets_": np.ascontiguousarray(theta[:, :d]),
-                "intercept_offsets_": (theta[:, d].copy() if self.fit_intercept
-                                       else np.zeros(theta.shape[0]))}
+            intercept, intercept_scale = private_location(
+                release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
+                mean_phase="cold_start", radius_quantile=float(self.clip_quantile))
+        prior = PersonalPrior(w, float(intercept), intercept_scale,
+                              float(self.personal_ridge or 0.0), config)
+        theta, b = self._personal(executor, prior, int(self.n_rounds))
+        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
+        attributes = {"coef_": w[:d].copy(), "intercept_": float(intercept),
+                      "offsets_": theta, "intercept_offsets_": b - float(intercept),
+                      "n_iter_": int(self.n_rounds), "noise_multiplier_": z,
+                      "clip_norm_": None if clip_norm is None else float(clip_norm),
+                      "feature_scale_": float(scale) if isinstance(scale, Real) else None,
+                      "intercept_clip_": intercept_scale}
+        if float(self.alpha) == np.inf:  # global only: no personal parts
+            attributes["offsets_"] = np.zeros_like(theta)
+            attributes["intercept_offsets_"] = np.zeros(theta.shape[0])
+        released = ()
+        if releases:
+            released = ("coef_",) + (("intercept_",) if self._cold_start() else ()) + tuple(
+                f"{name}_" for name in self._auto_names())
+            if self._cold_start():
+                released += ("intercept_clip_",)
+        return FitResult(attributes, released=released,
+                         local=("offsets_", "intercept_offsets_"), notes=self._notes(z))
+
+    def _personal(self, executor, prior, n_rounds):
+        """The users' ``theta_i`` and intercepts ``b_i``: the exact shrunk refit
+        (``personal_ridge``), or the SGD offsets (``personal_ridge=None``, or
+        nothing released)."""
+        if self.personal_ridge is not None and self._releases():
+            return executor.collect(personal_refit, prior)
+        return executor.collect(personal_sgd, (prior.w, n_rounds, prior.config))
 
     def _notes(self, z):
         if float(self.alpha) == 0:
@@ -416,10 +510,22 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                     "updated, nothing is released and no privacy is spent.",)
         notes = [
             f"{self.n_rounds} rounds, each releasing the Gaussian sum of per-user "
-            f"gradients clipped to clip_norm={self.clip_norm} (L2 sensitivity "
-            f"2*clip_norm under replace-one-user), sample_rate q={self.sample_rate}, "
-            f"noise multiplier {z:.6g} (noise std = multiplier * 2 * clip_norm); the "
-            "global step divides the release by the public q * n_users."]
+            f"gradients clipped to clip_norm (L2 sensitivity 2*clip_norm under "
+            f"replace-one-user), sample_rate q={self.sample_rate}, noise multiplier "
+            f"{z:.6g} (noise std = multiplier * 2 * clip_norm); the global step "
+            "divides the release by the public q * n_users."]
+        if self._auto_names():
+            notes.append(
+                f"{', '.join(self._auto_names())}='auto': the {self.clip_quantile:g}-"
+                f"quantile of a per-user statistic, released by a noisy bisection over a "
+                f"public log grid ({AUTO_STEPS} Gaussian counts of sensitivity 1, phase "
+                f"'clip').")
+        if self._cold_start():
+            notes.append(
+                "fit_intercept=True: gradients are computed on each user's rows centred "
+                "on the user's own means; the cold-start intercept is a private location "
+                "of the users' offsets (median searches in phase 'clip', a clipped mean "
+                "of sensitivity 2*radius in phase 'cold_start').")
         if self.sample_rate < 1:
             notes.append(
                 "Client sampling: each round is charged as a Poisson-subsampled "
@@ -432,20 +538,33 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     # ----------------------------------------------------------- personal
     def _fit_personal(self, X, y, index):
-        """Local SGD on ``theta_i`` with ``w`` fixed (see Notes); no release.
+        """Personal parts of the given users with ``w`` fixed (see Notes); no release.
 
-        The same block functions as ``fit`` with a global step of 0.
+        The same block functions as the end of ``fit``: the exact shrunk refit
+        (``personal_ridge``), or local SGD with a global step of 0.
         """
+        y = np.asarray(y, dtype=np.float64)
+        w = np.asarray(self.coef_, dtype=float)
+        if float(self.alpha) == np.inf:
+            n = index.n_users
+            return {"offsets_": np.zeros((n, w.shape[0])), "intercept_offsets_": np.zeros(n)}
         n_steps = max(1, int(round(float(self.sample_rate) * int(self.n_rounds))))
+        lr_local = self._step_sizes()[1]
+        if self.feature_scale != "auto" or self.feature_scale_ is None:
+            scale = self.feature_scale_ if self.feature_scale_ is not None else 1.0
+            lr_local = lr_local / float(scale) ** 2
         config = self._config(FitRandomness(self.random_state).key, X.shape[1],
-                              sample_rate=1.0, n_rounds=n_steps, release=False)
-        w = np.append(self.coef_, self.intercept_) if self.fit_intercept else self.coef_
-        executor = LocalExecutor(make_sgd_blocks(X, np.asarray(y, dtype=np.float64), index,
-                                                 batch_size=self.batch_size, sample_rate=1.0))
-        _, theta = run_ppsgd(executor, None, config, n_users=index.n_users,
-                             lr_global=0.0, w_init=w)
-        split = self._split(np.asarray(w, dtype=float), theta)
-        return {name: split[name] for name in self._personal_attributes}
+                              sample_rate=1.0, n_rounds=n_steps, release=False,
+                              lr_local=lr_local, clip_norm=self.clip_norm_)
+        executor = LocalExecutor(make_sgd_blocks(X, y, index, batch_size=self.batch_size,
+                                                 sample_rate=1.0))
+        prior = PersonalPrior(w, float(self.intercept_), self.intercept_clip_,
+                              float(self.personal_ridge or 0.0), config)
+        if self.personal_ridge is None or not self._releases():
+            run_ppsgd(executor, None, config, n_users=index.n_users, lr_global=0.0,
+                      w_init=w, offsets=False)
+        theta, b = self._personal(executor, prior, n_steps)
+        return {"offsets_": theta, "intercept_offsets_": b - float(self.intercept_)}
 
     def _validate_personal_input(self, X, y):
         return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())
