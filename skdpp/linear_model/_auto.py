@@ -6,7 +6,7 @@ one statistic per user and charged in the plan's phase ``"clip"``:
 
 * :func:`auto_bound` -- the driver: the users' values are counted over the
   public grid by a block function (map/reduce), and the quantile is released
-  by a noisy bisection (:func:`~skdpp.privacy._scale.private_quantile_bisect`:
+  by a noisy bisection (:func:`~skdpp.privacy._quantile.private_quantile`:
   ``AUTO_STEPS`` Gaussian counts of sensitivity 1);
 * :func:`user_means`, :func:`rms_per_user` -- per-user statistics over a
   block's rows (overflow-free for finite values).
@@ -14,8 +14,7 @@ one statistic per user and charged in the plan's phase ``"clip"``:
 
 import numpy as np
 
-from ..privacy._quantile import cumulative_counts
-from ..privacy._scale import bisection_grid, bisection_steps, private_quantile_bisect
+from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
 
 __all__ = ["AUTO_STEPS", "CLIP_PHASE", "LEVEL_PRIOR_VARIANCE", "auto_bound", "rms_per_user",
            "shrink_levels", "shrinkage_penalty", "user_means"]
@@ -23,7 +22,7 @@ __all__ = ["AUTO_STEPS", "CLIP_PHASE", "LEVEL_PRIOR_VARIANCE", "auto_bound", "rm
 #: The phase of every private quantile that resolves an ``"auto"`` bound.
 CLIP_PHASE = "clip"
 #: Releases of one ``"auto"`` bound (a noisy bisection over the positive grid).
-AUTO_STEPS = bisection_steps(bisection_grid())
+AUTO_STEPS = search_steps(quantile_grid())
 
 
 def user_means(block, A):
@@ -77,12 +76,12 @@ def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
     -------
     bound : float
         A point of the public grid cell holding the ``quantile``
-        (:func:`~skdpp.privacy._scale.private_quantile_bisect`).
+        (:func:`~skdpp.privacy._quantile.private_quantile`).
     """
-    grid = bisection_grid()
+    grid = quantile_grid()
     counts = executor.map(_statistic_counts, (statistic, broadcast, grid))
-    return private_quantile_bisect(release, CLIP_PHASE, counts, grid, quantile=quantile,
-                                   n_users=n_users)
+    return private_quantile(release, CLIP_PHASE, counts, grid, quantile=quantile,
+                            n_users=n_users)
 
 
 #: A user's mean level has prior variance ``LEVEL_PRIOR_VARIANCE * R_b^2``

@@ -221,11 +221,13 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
         # post-processing of the release; line 11: QR.
         U, _ = np.linalg.qr(U - step * (noisy / n_users))
         if verbose:
-            # Public quantities only: the share of clipped users, the number of rows
-            # etc. are statistics of the private data and are never printed.
-            std = release.noise_std("iterations", sensitivity)
+            # Data-independent quantities only: the share of clipped users, the
+            # number of rows etc. are statistics of the private data, and the noise
+            # std depends on an "auto" clip_norm (released, but printing it in every
+            # line adds nothing to clip_norm_): never printed.
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
-                  f"gradient sum (noise std {std:.3g})")
+                  f"gradient sum (noise multiplier "
+                  f"{release.noise_multiplier('iterations'):.3g})")
     return U, clip_norm, label_scale
 
 

@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
 from ..privacy import BudgetPlan
-from ..privacy._scale import LOCATION_SEARCH_STEPS, private_location
+from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
 from ._auto import AUTO_STEPS, CLIP_PHASE, auto_bound

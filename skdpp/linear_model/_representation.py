@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..base import BasePersonalizedEstimator, FitResult
 from ..privacy import BudgetPlan
 from ..privacy._clipping import clip_by_norm, unit_rows
-from ..privacy._scale import LOCATION_SEARCH_STEPS, private_location
+from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
 from ._auto import (
@@ -511,7 +511,7 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
     3. Cold-start head: the released ``sum_i clip(v_i, C_head)`` (Gaussian,
        sensitivity ``2 C_head``, phase ``"cold_start"``) over the public ``n``.
     4. Cold-start intercept (``fit_intercept``): the private location
-       (:func:`~skdpp.privacy._scale.private_location`) of the users' offsets
+       (:func:`~skdpp.privacy._quantile.private_location`) of the users' offsets
        ``ȳ_i - <p̄_i, v_cold>``: searches in phase ``"clip"``, a clipped mean
        in ``"cold_start"``.
     5. Personal parts (:func:`personal_parts`), shrunk towards the released
@@ -734,6 +734,7 @@ class _RepresentationMixin:
             self._prepare(executor, key)
             bounds = {}
             init_param = self._init_clip_param()
+            init_kind = self.init if isinstance(self.init, str) else None
             init_clip = getattr(self, init_param) if init_param else None
             if init_clip == "auto":
                 init_clip = auto_bound(executor, release, _init_statistic, self.init,
@@ -744,8 +745,8 @@ class _RepresentationMixin:
             U0 = initial_components(
                 executor, release, init=self.init, n_components=self.n_components,
                 n_features=meta["n_features"],
-                clip_norm=init_clip if self.init == "private_spectral" else None,
-                label_clip=init_clip if self.init == "private_pairwise" else None,
+                clip_norm=init_clip if init_kind == "private_spectral" else None,
+                label_clip=init_clip if init_kind == "private_pairwise" else None,
                 rng=randomness.public)
             release_scratch()  # each phase gathers into its own buffers: free them
             U, iteration_bounds = self._iterate(executor, release, U0, key, meta, bounds)
