@@ -289,12 +289,16 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                           BasePersonalizedEstimator):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
-    Learns ``y ≈ <x, U v_i>`` with a shared embedding ``U`` (``n_features ×
-    n_components``, orthonormal columns) released under user-level (ε, δ)-DP and
-    personal heads ``v_i`` fitted on each user's rows only (billboard model).
-    Implements Jain, Rush, Smith, Song & Thakurta (2021): Alg. 1 (alternating
-    minimisation) with Alg. 2 (the ``U`` step by perturbing the least-squares
-    sufficient statistics) and, optionally, Alg. 3 (private initialisation).
+    Learns ``y ≈ b_i + <x, U v_i>`` with a shared embedding ``U``
+    (``n_features × n_components``, orthonormal columns) released under
+    user-level (ε, δ)-DP and a personal head ``v_i`` and intercept ``b_i``
+    computed from the released values and each user's rows only (billboard
+    model). Implements Jain, Rush, Smith, Song & Thakurta (2021): Alg. 1
+    (alternating minimisation) with Alg. 2 (the ``U`` step by perturbing the
+    least-squares sufficient statistics) and, optionally, Alg. 3 (private
+    initialisation). The defaults add per-user intercepts, personal parts on
+    all of a user's rows shrunk towards a released cold-start part, and
+    scale-free clip bounds chosen privately (``"auto"``; see Notes).
 
     Parameters
     ----------
@@ -318,11 +322,28 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         keyed hash of its id and round ``t`` uses its users only (Alg. 1,
         lines 2-4); by parallel composition the whole loop costs one round's
         two releases.
-    clip_norm : float or None, default=5.0
+    fit_intercept : bool, default=True
+        Per-user intercepts ``b_i``: every contribution is computed on the
+        user's rows centred on the user's own means (the intercept profiled
+        out), and unseen users get a released cold-start intercept (a private
+        location, see Notes). ``False``: the paper's model ``<x, U v_i>``.
+    personal_rows : {"all", "holdout"}, default="all"
+        Rows of the personal parts: all of a user's rows (post-processing), or
+        ``"holdout"``: the paper's final heads on ``S^1`` only.
+    personal_ridge : float, default=10.0
+        ``κ``: each user's head (and mean level) is shrunk towards the released
+        cold-start part as if the prior contributed ``κ k`` pseudo-rows, scaled
+        by the share of the user's target variance its own fit leaves
+        unexplained. Scale-free. ``0``: least squares.
+    clip_norm : float, "auto" or None, default="auto"
         ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
+        ``"auto"``: the ``clip_quantile`` of the users' root mean square
+        ``||x_r|| ||v_i||`` at ``U_0`` (a private quantile, phase ``"clip"``).
         ``None`` only with ``epsilon=np.inf``.
-    label_clip : float or None, default=1.0
-        ``ζ``: each label is clipped to ``[-ζ, ζ]`` (Alg. 2 and Alg. 3).
+    label_clip : float, "auto" or None, default="auto"
+        ``ζ``: each (centred) label is clipped to ``[-ζ, ζ]`` (Alg. 2 and
+        Alg. 3). ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square (centred) targets (phase ``"clip"``).
     psd_floor : float, default=32.0
         Before the solve of Alg. 2, line 3, the eigenvalues of the noisy Gram
         ``W_priv`` are raised to at least ``psd_floor * σ * sqrt(dk)``, where
@@ -331,15 +352,24 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         problem convex; larger values shrink towards ``U ∝ QR(unvec(b_priv))``,
         which is much more accurate at ``ε <= 8`` on the papers' setting (see
         Notes). No effect with ``epsilon=np.inf``.
-    init_clip_norm : float or None, default=5.0
+    init_clip_norm : float, "auto" or None, default="auto"
         ``ψ_init`` of Snedeker et al.'s Alg. 2 (``init="private_spectral"``).
-    head_clip_norm : float or None, default=1.0
+        ``"auto"``: the ``clip_quantile / 2`` quantile of the users'
+        ``||Z_i||_F`` (phase ``"clip"``).
+    head_clip_norm : float, "auto" or None, default="auto"
         Clip of each head in the DP mean that gives the cold-start head.
+        ``"auto"``: the ``clip_quantile`` of the users' head norms.
+    clip_quantile : float in (0, 1], default=0.5
+        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
+        the radius quantile of the cold-start intercept.
+    clip_share : float in (0, 1), default=0.05
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches).
     init_share : float, default=0.1
         Fraction of the zCDP budget for the private initialisation.
     cold_start_share : float, default=0.02
-        Fraction of the budget for the cold-start head (``0``: no release, unseen
-        users get the zero head).
+        Fraction of the budget for the cold-start head and intercept (``0``: no
+        release, unseen users get the zero head and intercept).
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
         ``"disjoint"``: on two halves of ``S^0`` (as written in Alg. 1; the
@@ -365,8 +395,16 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         The released embedding ``U^priv`` (orthonormal columns).
     heads_ : ndarray of shape (n_users_, n_components)
         Personal heads, aligned with ``user_ids_`` (local, not released).
+    intercepts_ : ndarray of shape (n_users_,)
+        Personal intercepts (local; zeros with ``fit_intercept=False``).
     cold_start_head_ : ndarray of shape (n_components,)
         Released DP mean head for users unseen in ``fit``.
+    cold_start_intercept_ : float
+        Released cold-start intercept (0 with ``fit_intercept=False``).
+    clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
+        The bounds used (released when ``"auto"``; None when unused).
+    intercept_clip_ : float or None
+        Released radius of the cold-start intercept's clipped mean.
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int
@@ -385,9 +423,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP for ``components_`` and
-    ``cold_start_head_`` under replace-one-user (public number of users); heads
-    are local, so the output is jointly DP (billboard model).
+    **Guarantee.** User-level (ε, δ)-DP for ``components_``,
+    ``cold_start_head_``, ``cold_start_intercept_`` and the ``"auto"`` bounds
+    (``*_clip_norm_``, ``label_clip_``, ``intercept_clip_``) under
+    replace-one-user (public number of users); heads and intercepts are
+    local, so the output is jointly DP (billboard model).
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
     and ``ỹ_r = clip(y_r; ζ)``. Each user contributes the *mean* over its rows
@@ -409,13 +449,26 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * ``b_priv``: ``2 ζ η``.
     * ``init`` (``"private_spectral"``): ``2 ψ_init``; (``"private_pairwise"``):
       ``2 ζ^2`` (each user's mean pair matrix has norm ``<= ζ^2``).
-    * ``cold_start``: ``2 C_head``.
+    * ``cold_start``: ``2 C_head`` (the sum of the users' clipped heads); with
+      ``fit_intercept``, ``2 R`` for the clipped mean of the users' offsets
+      ``ȳ_i - <p̄_i, v_cold>`` around a private median
+      (:func:`~skdpp.privacy._quantile.private_location`).
+    * ``clip``: each ``"auto"`` bound is a noisy binary search over a public
+      log grid (:func:`~skdpp.privacy._quantile.private_quantile`: 6 Gaussian
+      counts of users, sensitivity 1 each) of a per-user statistic:
+      ``clip_norm``, the root mean square ``||x_r|| ||v_i||`` at ``U_0``;
+      ``label_clip``, the root mean square centred target; ``init_clip_norm``,
+      ``||Z_i||_F``; ``head_clip_norm``, the head norm. The cold-start
+      intercept's median and radius searches (29 counts) are in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``init`` (share ``init_share``, private initialisations only),
+    ``clip`` (share ``clip_share``: 6 releases per ``"auto"`` bound, 29 for
+    the cold-start intercept), ``init`` (share ``init_share``, private
+    initialisations only),
     ``iterations`` (``2T`` Gaussian releases with ``schedule="full"``; 2 with
     ``"disjoint"``; the rest of the budget) and ``cold_start`` (share
-    ``cold_start_share``), calibrated jointly on the exact (μ-GDP)
+    ``cold_start_share``: the head and the intercept's mean), calibrated
+    jointly on the exact (μ-GDP)
     composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
     With ``schedule="disjoint"`` only round 1's two releases are charged:
     every user's data enter exactly one round, chosen by a keyed hash of the
@@ -427,6 +480,18 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     rounds then each see one user added or removed, with sensitivities
     ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one
     round's ``sqrt(2) η^2`` and ``2 ζ η``. The report's notes say so.
+
+    **Personal parts.** After the releases, each user's head and intercept
+    minimise its squared error on its rows plus ``personal_ridge`` pseudo-rows
+    of the released cold-start part (a public prior); ``personalize`` and the
+    end of ``fit`` use the same block functions. With the default
+    ``personal_rows="all"`` the final heads use all of a user's rows: post-
+    processing (privacy unchanged), but the utility analysis (Theorem 4.2:
+    final heads on ``S^1``, independent of ``U^priv`` given ``S^0``) no longer
+    applies to them (measured effect on real data:
+    ``benchmarks/results/real_data_linear_ablation.md``).
+    ``personal_rows="holdout"``, ``personal_ridge=0``, ``fit_intercept=False``
+    and numeric bounds give the paper's algorithm.
 
     **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
     ``S^0``), the halves of ``S^0`` and the round of each user are keyed
@@ -471,7 +536,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * ``schedule="disjoint"``: Alg. 1 permutes the users and cuts them into
       ``T`` chunks of equal size; here each user's round is a keyed hash of
       its id, so the rounds hold about ``n / T`` users each (binomial sizes).
-    * The cold-start head is not in the paper; it has its own budget share.
+    * The cold-start head and intercept, the per-user intercepts (rows
+      centred on each user's means over all its rows: a per-user function,
+      bounds unchanged), the shrinkage of the personal parts and the
+      ``"auto"`` bounds are not in the paper; the private quantiles and the
+      cold-start part have their own phases.
     * Floating point: heads are solved on per-user rescaled rows; a head that
       still overflows (values near the float maximum) is set to zero. This
       depends on that user's rows only, so the bounds above hold, ``fit``
@@ -495,7 +564,7 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('init', 1), ('iterations', 2), ('cold_start', 1)]
+    [('clip', 53), ('init', 1), ('iterations', 2), ('cold_start', 2)]
     """
 
     _parameter_constraints = {

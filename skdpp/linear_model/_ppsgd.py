@@ -48,7 +48,7 @@ __all__ = ["PPSGDRegressor"]
 
 
 class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
-    """Personalized-private SGD for the additive model ``y ≈ <x, w + theta_i>``.
+    """Personalized-private SGD for the additive model ``y ≈ b + b_i + <x, w + theta_i>``.
 
     A global weight vector ``w`` is learned with user-level differentially
     private SGD (per-user clipped gradients, Gaussian noise on their sum) while
@@ -57,6 +57,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     the local step size, sets the level of personalization: ``alpha=0`` is
     local-only learning (``w`` stays 0, nothing is released, no privacy is
     spent) and ``alpha=np.inf`` is global-only DP-SGD (``theta_i`` stays 0).
+    The defaults add per-user intercepts with a DP cold-start intercept ``b``,
+    personal parts refitted on all of a user's rows and shrunk towards the
+    released model, and scale-free bounds chosen privately (``"auto"``), so
+    that raw data work with only ``epsilon`` set (see Notes).
 
     Parameters
     ----------
@@ -67,10 +71,19 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); use ``delta`` much smaller than
         ``1 / n_users``.
-    clip_norm : float or None, default=1.0
+    clip_norm : float, "auto" or None, default="auto"
         Bound ``C`` on the L2 norm of each user's gradient contribution per
-        round (one clip per user and round, not per row). ``None`` (no
-        clipping) only with ``epsilon=np.inf``.
+        round (one clip per user and round, not per row). ``"auto"``: the
+        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (all their
+        rows), a private quantile (phase ``"clip"``). ``None`` (no clipping)
+        only with ``epsilon=np.inf``.
+    feature_scale : float or "auto", default="auto"
+        ``s``: the step sizes are relative to it (global step
+        ``learning_rate / s^2``), so they do not depend on the features'
+        units. ``"auto"``: the ``clip_quantile`` of the users' root mean
+        squared (centred) row norms (phase ``"clip"``), and each user's local
+        step is relative to the user's own root mean squared row norm (a
+        function of its own rows). ``1.0`` gives the paper's steps.
     alpha : float, default=1.0
         Global/local step-size ratio in [0, inf] (the paper's ``αQ``, see
         Notes). The global step is ``learning_rate * min(1, alpha)`` and the
@@ -101,9 +114,26 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         every ``theta_i``) instead of the last iterate (the paper's theorems
         bound the averaged iterate).
     fit_intercept : bool, default=True
-        Learn a global intercept (released with ``w``) and personal intercepts
-        (local): the model of a constant feature equal to 1 in both parts
-        (computed as a scalar term; ``X`` is not copied).
+        Per-user intercepts: every gradient is computed on the user's rows
+        centred on the user's own means (the intercept profiled out), and the
+        cold-start intercept ``b`` is a private location of the users' offsets
+        ``ȳ_i - <x̄_i, w>`` (phases ``"clip"`` and ``"cold_start"``).
+        ``False``: no intercept (the paper's model).
+    personal_ridge : float or None, default=10.0
+        ``κ``: after the rounds, each user's ``theta_i`` and intercept are
+        refitted exactly on all its rows, shrunk towards the released model as
+        if it contributed ``κ d`` pseudo-rows scaled by the share of the
+        user's target variance its own fit leaves unexplained (scale-free).
+        ``None``: the paper's personal parts, the SGD offsets ``theta_i``.
+    clip_quantile : float in (0, 1], default=0.5
+        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
+        the radius quantile of the cold-start intercept.
+    clip_share : float in (0, 1), default=0.05
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches).
+    cold_start_share : float in [0, 1), default=0.02
+        Fraction of the budget for the cold-start intercept's clipped mean
+        (``0``: no intercept release, ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
         If given, overrides the calibration from ``epsilon``: each round adds
         Gaussian noise of standard deviation ``noise_multiplier * 2 *
@@ -124,11 +154,17 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     coef_ : ndarray of shape (n_features,)
         Global weights ``w`` (released under DP).
     intercept_ : float
-        Global intercept (released; 0.0 when ``fit_intercept=False``).
+        Released cold-start intercept ``b`` (0.0 when ``fit_intercept=False``).
     offsets_ : ndarray of shape (n_users, n_features)
         Personal offsets ``theta_i`` (local), aligned with ``user_ids_``.
     intercept_offsets_ : ndarray of shape (n_users,)
-        Personal intercepts (local; zeros when ``fit_intercept=False``).
+        Personal intercepts ``b_i`` (local; zeros when ``fit_intercept=False``).
+    clip_norm_ : float or None
+        The clip norm used (released when ``"auto"``).
+    feature_scale_ : float or None
+        The feature scale used (released when ``"auto"``).
+    intercept_clip_ : float or None
+        Released radius of the cold-start intercept's clipped mean.
     user_ids_ : ndarray of shape (n_users,)
         Sorted ids of the users seen in ``fit`` or ``personalize``.
     n_users_ : int
@@ -185,9 +221,16 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ``n_i``, a diverged local model, whose contribution is set to 0) only
     change the user's own contribution, which is clipped.
 
-    **Accounting and budget plan.** One phase, ``"iterations"``: ``T``
-    Gaussian releases, all with the same noise multiplier, calibrated so that
-    their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
+    **Accounting and budget plan.** Phase ``"clip"`` (share ``clip_share``):
+    6 Gaussian counts of users (sensitivity 1 each; a noisy binary search,
+    :func:`~skdpp.privacy._quantile.private_quantile`) per ``"auto"`` bound,
+    and with ``fit_intercept`` the 29 counts of the cold-start intercept's
+    median and radius searches; phase ``"iterations"``: ``T`` Gaussian
+    releases, all with the same noise multiplier; phase ``"cold_start"``
+    (share ``cold_start_share``, with ``fit_intercept``): the clipped mean of
+    the users' offsets around the private median, sensitivity ``2 R``
+    (:func:`~skdpp.privacy._quantile.private_location`). The phases are
+    calibrated together so that their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
     composition is exactly μ-GDP with ``μ = sqrt(T) / z`` (analytic Gaussian
     conversion, accountant method ``"exact-gdp"``). With ``sample_rate < 1``
     each round is the event ``PoissonSampledEvent(q, GaussianEvent(z))``. The
@@ -204,8 +247,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     its replacement, and it never credits more amplification than the
     add/remove analysis. Users are sampled independently of the data, with
     the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
-    multiplier instead of calibrating it; the report then states the ε spent
-    at ``delta``.
+    multiplier instead of calibrating it (every phase, also ``"clip"`` and
+    ``"cold_start"``); the report then states the ε spent at ``delta``.
 
     **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
     hash of ``(fit key, i, t)``
@@ -239,10 +282,24 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     values overflow) contributes 0 that round, a point of the clipping ball,
     and keeps its ``theta_i``; so does a user whose local step would
     overflow. Neither the fit nor the shape of a release depends on it.
+    (viii) Not in the paper: the per-user intercepts (gradients on rows
+    centred on each user's means: a per-user function of its own rows, so the
+    sensitivity is unchanged), the cold-start intercept, the ``"auto"`` bounds
+    and steps relative to the released feature scale, and the shrunk refit of
+    the personal parts on all rows (``personal_ridge``). The refit is
+    post-processing of the released ``w`` and the user's rows; the paper's
+    utility analysis covers the SGD offsets (``personal_ridge=None``), not
+    the refit (measured effect on real data:
+    ``benchmarks/results/real_data_linear_ablation.md``). There is no
+    held-out split, so ``personal_rows`` does not apply. ``clip_norm=1.0,
+    feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
+    paper's algorithm.
 
     **Cold start and personalize.** A user unseen in ``fit`` is predicted
     with ``<x, w> + b``. :meth:`personalize` fits ``theta_i`` (and ``b_i``)
-    for the given users by the same local SGD as in ``fit`` with ``w`` fixed:
+    for the given users with the same block functions as the end of ``fit``:
+    the shrunk refit (``personal_ridge``), or, with ``personal_ridge=None``,
+    the same local SGD as in ``fit`` with ``w`` fixed:
     ``max(1, round(q T))`` local steps (a user's expected number of
     participations) from ``theta_i = 0`` with step ``η_loc``, the same
     minibatch sampling (keyed by ``random_state``), ``weighting`` and
@@ -277,9 +334,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ...                      random_state=0).fit(X, y, groups=groups)
     >>> round(est.score(X, y, groups=groups), 2) > 0.9
     True
-    >>> phase = est.privacy_report_.phases[0]
-    >>> phase.name, phase.count, phase.sensitivity
-    ('iterations', 100, 2.0)
+    >>> [(p.name, p.count) for p in est.privacy_report_.phases]
+    [('clip', 41), ('iterations', 100), ('cold_start', 1)]
     """
 
     _parameter_constraints: dict = {
