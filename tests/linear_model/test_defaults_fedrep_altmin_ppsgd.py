@@ -42,7 +42,7 @@ def _relative_error(cls, X, y, groups, test, **params):
     return float(np.sqrt(np.mean((pred - y[test]) ** 2)) / np.std(y[test]))
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_defaults_are_scale_free(cls):
     """Ratings times 20, features times 1000, the year shifted by 10^4: the relative
     error barely moves (measured: within 4 % of the raw data's at epsilon = 4), and
@@ -58,7 +58,7 @@ def test_defaults_are_scale_free(cls):
     assert raw < baseline / np.std(y[test])
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_auto_bounds_are_released_attributes(cls):
     X, y, groups, test = _ratings_like(n_users=100)
     est = cls(epsilon=2.0, random_state=0).fit(X, y, groups=groups)
@@ -75,7 +75,7 @@ def test_auto_bounds_are_released_attributes(cls):
     assert given.privacy_report_.phases[0].count < phases["clip"].count
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_row_permutation_gives_identical_fit(cls):
     X, y, groups, _ = _ratings_like(n_users=60, m=6)
     keep = np.random.default_rng(3).random(len(y)) < 0.8  # uneven users
@@ -108,7 +108,7 @@ def _iterations(cls):
     return dict(max_iter=2) if cls is not PPSGDRegressor else dict(n_rounds=4)
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_new_releases_within_their_sensitivity(cls):
     """Every release of a default fit -- the 'clip' searches, the iterations, the
     cold-start head and intercept -- moves by at most its stated sensitivity."""
@@ -174,7 +174,7 @@ def _unclipped_cold_head(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("breaker", [_counts_per_row, _unclipped_intercept,
                                      _unclipped_cold_head])
 def test_sensitivity_test_catches_broken_new_releases(monkeypatch, cls, breaker):
