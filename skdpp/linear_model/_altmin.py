@@ -362,9 +362,13 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic an ``"auto"`` bound is set to, and
         the radius quantile of the cold-start intercept.
-    clip_share : float in (0, 1), default=0.05
+    clip_share : float in (0, 1) or "auto", default="auto"
         Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
-        private quantiles and the cold-start intercept's searches).
+        private quantiles and the cold-start intercept's searches; unused when
+        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
+        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
+        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
+        0.5 for 300 users), so that a private quantile is not pure noise.
     init_share : float, default=0.1
         Fraction of the zCDP budget for the private initialisation.
     cold_start_share : float, default=0.02
@@ -579,7 +583,7 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                  schedule="full", fit_intercept=True, personal_rows="all",
                  personal_ridge=10.0, clip_norm="auto", label_clip="auto", psd_floor=32.0,
                  init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
-                 clip_share=0.05, init_share=0.1, cold_start_share=0.02,
+                 clip_share="auto", init_share=0.1, cold_start_share=0.02,
                  batch_mode="same", epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init

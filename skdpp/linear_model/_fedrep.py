@@ -304,10 +304,13 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic an ``"auto"`` bound is set to, and
         the radius quantile of the cold-start intercept.
-    clip_share : float in (0, 1), default=0.05
-        Fraction of the budget spent on phase ``"clip"`` (the private
-        quantiles of the ``"auto"`` bounds and the cold-start intercept's
-        searches); unused when nothing is ``"auto"`` and ``fit_intercept=False``.
+    clip_share : float in (0, 1) or "auto", default="auto"
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches; unused when
+        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
+        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
+        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
+        0.5 for 300 users), so that a private quantile is not pure noise.
     init_share : float, default=0.1
         Fraction of the zCDP budget spent on the private initialisation (unused
         when the initialisation is not private).
@@ -418,7 +421,8 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       sensitivity 1) are also in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``clip`` (share ``clip_share``; ``6`` releases per ``"auto"`` bound plus
+    ``clip`` (share ``clip_share``, by default a public rule of ε, δ and
+    ``n_users``; ``6`` releases per ``"auto"`` bound plus
     29 for the cold-start intercept), ``init`` (share ``init_share``, private
     initialisations only), ``iterations`` (``T`` Gaussian releases sharing
     the rest) and ``cold_start`` (share ``cold_start_share``: the head, and
@@ -534,7 +538,7 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                  learning_rate=1.5, label_scale="auto", fit_intercept=True,
                  personal_rows="all",
                  personal_ridge=10.0, clip_norm="auto", init_clip_norm="auto",
-                 head_clip_norm="auto", clip_quantile=0.5, clip_share=0.05, init_share=0.1,
+                 head_clip_norm="auto", clip_quantile=0.5, clip_share="auto", init_share=0.1,
                  cold_start_share=0.02, batch_mode="same", batch_size=None,
                  epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components

@@ -44,6 +44,7 @@ from ._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
     auto_bound,
+    resolve_clip_share,
     rms_per_user,
     shrink_levels,
     shrinkage_penalty,
@@ -597,7 +598,7 @@ def _common_constraints():
         "init_clip_norm": _clip_constraint(),
         "head_clip_norm": _clip_constraint(),
         "clip_quantile": [Interval(Real, 0, 1, closed="right")],
-        "clip_share": [Interval(Real, 0, 1, closed="neither")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "init_share": [Interval(Real, 0, 1, closed="left")],
         "cold_start_share": [Interval(Real, 0, 1, closed="left")],
         "batch_mode": [StrOptions({"same", "disjoint"})],
@@ -697,11 +698,20 @@ class _RepresentationMixin:
         (``init_share``, private inits only), ``iterations`` (the rest,
         ``_n_iteration_releases()`` Gaussian releases) and ``cold_start``
         (``cold_start_share``: the head, and the intercept with
-        ``fit_intercept``)."""
+        ``fit_intercept``). ``clip_share="auto"``:
+        :func:`~skdpp.linear_model._auto.resolve_clip_share` (public values)."""
+        def build(share):
+            return self._plan_with_clip_share(share)
+
+        if not self._n_clip_releases():
+            return build(0.05)
+        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+
+    def _plan_with_clip_share(self, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
         n_clip = self._n_clip_releases()
         if n_clip:
-            plan.add(CLIP_PHASE, share=self.clip_share, count=n_clip, param="clip_share")
+            plan.add(CLIP_PHASE, share=clip_share, count=n_clip, param="clip_share")
         if self._private_init():
             if self.init_share == 0:
                 raise ValueError(

@@ -186,3 +186,28 @@ def test_sensitivity_test_catches_broken_new_releases(monkeypatch, cls, breaker)
     calls = breaker(monkeypatch)
     assert _caught(fit_on, X, y, groups, user)
     assert calls  # the fit called the broken function
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_auto_clip_share_is_a_public_rule(cls):
+    """clip_share="auto": the smallest candidate share whose count noise is at most
+    n_users / 8 -- a function of (epsilon, delta, the plan, n_users) only; the
+    noisy binary searches of 300 users at epsilon = 1 would otherwise be noise."""
+    from skdpp.linear_model._auto import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES
+
+    def clip_phase(n_users, epsilon):
+        est = cls(epsilon=epsilon)
+        plan = est._budget_plan({"n_users": n_users, "n_features": 4}).calibrate()
+        share = {p.name: p.share for p in plan.phases}["clip"]
+        return share, plan["clip"]
+
+    share, z = clip_phase(20_000, 1.0)
+    assert share == AUTO_CLIP_SHARES[0] and z <= AUTO_CLIP_NOISE * 20_000
+    shares = [clip_phase(n, 1.0)[0] for n in (20_000, 3_000, 1_000, 300, 30)]
+    assert shares == sorted(shares) and shares[-1] == AUTO_CLIP_SHARES[-1]
+    share, z = clip_phase(300, 4.0)
+    assert z <= AUTO_CLIP_NOISE * 300 or share == AUTO_CLIP_SHARES[-1]
+    # a given share is used as is, and the fit's report shows the share used
+    assert clip_phase(300, 1.0)[0] > 0.05
+    assert cls(epsilon=1.0, clip_share=0.05)._budget_plan(
+        {"n_users": 300, "n_features": 4}).calibrate().phases[0].share == 0.05
