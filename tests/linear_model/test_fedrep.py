@@ -426,7 +426,7 @@ def _audit_run(data, neighbour_data, epsilon):
         X, y, g = neighbour_data if neighbour else data
         est = PrivateFedRepRegressor(
             epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0, learning_rate=1.0,
-            clip_norm=1.0, random_state=seed).fit(X, y, groups=g)
+            clip_norm=1.0, random_state=seed, **PAPER).fit(X, y, groups=g)  # one release
         return float(np.linalg.norm(est.components_[2]))  # weight on the canary's direction
 
     return run
