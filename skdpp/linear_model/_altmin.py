@@ -24,7 +24,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
 from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from ._heads import psd_floor_solve
+from ._auto import auto_bound, rms_per_user
 from ._representation import (
+    _clip_constraint,
     _common_constraints,
     _RepresentationMixin,
     fit_heads,
@@ -164,10 +166,10 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     return gram, moments
 
 
-def altmin_round(block, state, rnd):
-    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+def _round_heads(block, state, rnd, all_users=False):
+    """The round's rows (``S^0``, centred), its statistics rows and heads (Alg. 1, l. 4-5)."""
     heads, stats = state.extra["halves"]
-    if rnd.schedule == "disjoint":  # line 4: only the users of round t
+    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
         active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
@@ -175,13 +177,36 @@ def altmin_round(block, state, rnd):
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    return X0, stats, V
+
+
+def altmin_round(block, state, rnd):
+    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+    X0, stats, V = _round_heads(block, state, rnd)
     partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
     return partial, state
 
 
+def row_norm_statistic(block, state, rnd):
+    """Block function: each user's root mean square of ``||x_r|| ||v_i||`` over its
+    statistics rows at ``U_0`` (the per-user statistic of an ``"auto"`` ``η``)."""
+    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
+    xn = unit_rows(take_rows(stats, X0))[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = xn * stats.expand(unit_rows(V)[1])
+    return rms_per_user(stats, norms), state
+
+
+def label_statistic(block, state, rnd):
+    """Block function: each user's root mean square of its (centred) targets on its
+    statistics rows (the per-user statistic of an ``"auto"`` ``ζ``)."""
+    stats = state.extra["halves"][1]
+    return rms_per_user(stats, take_rows(stats, state.y0)), state
+
+
 def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
-                   label_clip, psd_floor, verbose=0):
-    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``U^priv``.
+                   label_clip, psd_floor, n_users=None, clip_quantile=0.5, verbose=0):
+    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``(U^priv, η, ζ)``.
 
     Parameters
     ----------
@@ -199,21 +224,35 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
         ``"disjoint"``: every user takes part in one round only (Alg. 1); by
         parallel composition only the first round's two releases are charged.
         ``"full"``: all users every round.
-    clip_norm, label_clip : float or None
-        ``η`` and ``ζ``.
+    clip_norm, label_clip : float, "auto" or None
+        ``η`` and ``ζ``. ``"auto"``: the ``clip_quantile`` of a per-user
+        statistic at ``U_0`` (:func:`row_norm_statistic`,
+        :func:`label_statistic`), released in phase ``"clip"``.
     psd_floor : float
         Eigenvalues of the noisy Gram are raised to at least
         ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve.
+    n_users : int
+        The public number of users (for ``"auto"`` bounds).
+    clip_quantile : float, default=0.5
     verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
+    clip_norm, label_clip : float or None
+        The bounds used.
     """
     d, k = U0.shape
     U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
     if n_rounds == 0:
-        return U
+        return U, None, None
+    rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+    if clip_norm == "auto":
+        clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
+                               quantile=clip_quantile, n_users=n_users)
+    if label_clip == "auto":
+        label_clip = auto_bound(executor, release, label_statistic, rnd0,
+                                quantile=clip_quantile, n_users=n_users)
     sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
     sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
     floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
@@ -240,7 +279,7 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
                   f"and moment statistics (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")
-    return U
+    return U, clip_norm, label_clip
 
 
 # --------------------------------------------------------------------------- #
@@ -250,12 +289,16 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                           BasePersonalizedEstimator):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
-    Learns ``y ≈ <x, U v_i>`` with a shared embedding ``U`` (``n_features ×
-    n_components``, orthonormal columns) released under user-level (ε, δ)-DP and
-    personal heads ``v_i`` fitted on each user's rows only (billboard model).
-    Implements Jain, Rush, Smith, Song & Thakurta (2021): Alg. 1 (alternating
-    minimisation) with Alg. 2 (the ``U`` step by perturbing the least-squares
-    sufficient statistics) and, optionally, Alg. 3 (private initialisation).
+    Learns ``y ≈ b_i + <x, U v_i>`` with a shared embedding ``U``
+    (``n_features × n_components``, orthonormal columns) released under
+    user-level (ε, δ)-DP and a personal head ``v_i`` and intercept ``b_i``
+    computed from the released values and each user's rows only (billboard
+    model). Implements Jain, Rush, Smith, Song & Thakurta (2021): Alg. 1
+    (alternating minimisation) with Alg. 2 (the ``U`` step by perturbing the
+    least-squares sufficient statistics) and, optionally, Alg. 3 (private
+    initialisation). The defaults add per-user intercepts, personal parts on
+    all of a user's rows shrunk towards a released cold-start part, and
+    scale-free clip bounds chosen privately (``"auto"``; see Notes).
 
     Parameters
     ----------
@@ -279,11 +322,28 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         keyed hash of its id and round ``t`` uses its users only (Alg. 1,
         lines 2-4); by parallel composition the whole loop costs one round's
         two releases.
-    clip_norm : float or None, default=5.0
+    fit_intercept : bool, default=True
+        Per-user intercepts ``b_i``: every contribution is computed on the
+        user's rows centred on the user's own means (the intercept profiled
+        out), and unseen users get a released cold-start intercept (a private
+        location, see Notes). ``False``: the paper's model ``<x, U v_i>``.
+    personal_rows : {"all", "holdout"}, default="all"
+        Rows of the personal parts: all of a user's rows (post-processing), or
+        ``"holdout"``: the paper's final heads on ``S^1`` only.
+    personal_ridge : float, default=10.0
+        ``κ``: each user's head (and mean level) is shrunk towards the released
+        cold-start part as if the prior contributed ``κ k`` pseudo-rows, scaled
+        by the share of the user's target variance its own fit leaves
+        unexplained. Scale-free. ``0``: least squares.
+    clip_norm : float, "auto" or None, default="auto"
         ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
+        ``"auto"``: the ``clip_quantile`` of the users' root mean square
+        ``||x_r|| ||v_i||`` at ``U_0`` (a private quantile, phase ``"clip"``).
         ``None`` only with ``epsilon=np.inf``.
-    label_clip : float or None, default=1.0
-        ``ζ``: each label is clipped to ``[-ζ, ζ]`` (Alg. 2 and Alg. 3).
+    label_clip : float, "auto" or None, default="auto"
+        ``ζ``: each (centred) label is clipped to ``[-ζ, ζ]`` (Alg. 2 and
+        Alg. 3). ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square (centred) targets (phase ``"clip"``).
     psd_floor : float, default=32.0
         Before the solve of Alg. 2, line 3, the eigenvalues of the noisy Gram
         ``W_priv`` are raised to at least ``psd_floor * σ * sqrt(dk)``, where
@@ -292,15 +352,28 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         problem convex; larger values shrink towards ``U ∝ QR(unvec(b_priv))``,
         which is much more accurate at ``ε <= 8`` on the papers' setting (see
         Notes). No effect with ``epsilon=np.inf``.
-    init_clip_norm : float or None, default=5.0
+    init_clip_norm : float, "auto" or None, default="auto"
         ``ψ_init`` of Snedeker et al.'s Alg. 2 (``init="private_spectral"``).
-    head_clip_norm : float or None, default=1.0
+        ``"auto"``: the ``clip_quantile / 2`` quantile of the users'
+        ``||Z_i||_F`` (phase ``"clip"``).
+    head_clip_norm : float, "auto" or None, default="auto"
         Clip of each head in the DP mean that gives the cold-start head.
+        ``"auto"``: the ``clip_quantile`` of the users' head norms.
+    clip_quantile : float in (0, 1], default=0.5
+        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
+        the radius quantile of the cold-start intercept.
+    clip_share : float in (0, 1) or "auto", default="auto"
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches; unused when
+        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
+        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
+        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
+        0.5 for 300 users), so that a private quantile is not pure noise.
     init_share : float, default=0.1
         Fraction of the zCDP budget for the private initialisation.
     cold_start_share : float, default=0.02
-        Fraction of the budget for the cold-start head (``0``: no release, unseen
-        users get the zero head).
+        Fraction of the budget for the cold-start head and intercept (``0``: no
+        release, unseen users get the zero head and intercept).
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
         ``"disjoint"``: on two halves of ``S^0`` (as written in Alg. 1; the
@@ -326,8 +399,16 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         The released embedding ``U^priv`` (orthonormal columns).
     heads_ : ndarray of shape (n_users_, n_components)
         Personal heads, aligned with ``user_ids_`` (local, not released).
+    intercepts_ : ndarray of shape (n_users_,)
+        Personal intercepts (local; zeros with ``fit_intercept=False``).
     cold_start_head_ : ndarray of shape (n_components,)
         Released DP mean head for users unseen in ``fit``.
+    cold_start_intercept_ : float
+        Released cold-start intercept (0 with ``fit_intercept=False``).
+    clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
+        The bounds used (released when ``"auto"``; None when unused).
+    intercept_clip_ : float or None
+        Released radius of the cold-start intercept's clipped mean.
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int
@@ -346,9 +427,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP for ``components_`` and
-    ``cold_start_head_`` under replace-one-user (public number of users); heads
-    are local, so the output is jointly DP (billboard model).
+    **Guarantee.** User-level (ε, δ)-DP for ``components_``,
+    ``cold_start_head_``, ``cold_start_intercept_`` and the ``"auto"`` bounds
+    (``*_clip_norm_``, ``label_clip_``, ``intercept_clip_``) under
+    replace-one-user (public number of users); heads and intercepts are
+    local, so the output is jointly DP (billboard model).
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
     and ``ỹ_r = clip(y_r; ζ)``. Each user contributes the *mean* over its rows
@@ -370,13 +453,26 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * ``b_priv``: ``2 ζ η``.
     * ``init`` (``"private_spectral"``): ``2 ψ_init``; (``"private_pairwise"``):
       ``2 ζ^2`` (each user's mean pair matrix has norm ``<= ζ^2``).
-    * ``cold_start``: ``2 C_head``.
+    * ``cold_start``: ``2 C_head`` (the sum of the users' clipped heads); with
+      ``fit_intercept``, ``2 R`` for the clipped mean of the users' offsets
+      ``ȳ_i - <p̄_i, v_cold>`` around a private median
+      (:func:`~skdpp.privacy._quantile.private_location`).
+    * ``clip``: each ``"auto"`` bound is a noisy binary search over a public
+      log grid (:func:`~skdpp.privacy._quantile.private_quantile`: 6 Gaussian
+      counts of users, sensitivity 1 each) of a per-user statistic:
+      ``clip_norm``, the root mean square ``||x_r|| ||v_i||`` at ``U_0``;
+      ``label_clip``, the root mean square centred target; ``init_clip_norm``,
+      ``||Z_i||_F``; ``head_clip_norm``, the head norm. The cold-start
+      intercept's median and radius searches (29 counts) are in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``init`` (share ``init_share``, private initialisations only),
+    ``clip`` (share ``clip_share``: 6 releases per ``"auto"`` bound, 29 for
+    the cold-start intercept), ``init`` (share ``init_share``, private
+    initialisations only),
     ``iterations`` (``2T`` Gaussian releases with ``schedule="full"``; 2 with
     ``"disjoint"``; the rest of the budget) and ``cold_start`` (share
-    ``cold_start_share``), calibrated jointly on the exact (μ-GDP)
+    ``cold_start_share``: the head and the intercept's mean), calibrated
+    jointly on the exact (μ-GDP)
     composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
     With ``schedule="disjoint"`` only round 1's two releases are charged:
     every user's data enter exactly one round, chosen by a keyed hash of the
@@ -388,6 +484,18 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     rounds then each see one user added or removed, with sensitivities
     ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one
     round's ``sqrt(2) η^2`` and ``2 ζ η``. The report's notes say so.
+
+    **Personal parts.** After the releases, each user's head and intercept
+    minimise its squared error on its rows plus ``personal_ridge`` pseudo-rows
+    of the released cold-start part (a public prior); ``personalize`` and the
+    end of ``fit`` use the same block functions. With the default
+    ``personal_rows="all"`` the final heads use all of a user's rows: post-
+    processing (privacy unchanged), but the utility analysis (Theorem 4.2:
+    final heads on ``S^1``, independent of ``U^priv`` given ``S^0``) no longer
+    applies to them (measured effect on real data:
+    ``benchmarks/results/real_data_linear_ablation.md``).
+    ``personal_rows="holdout"``, ``personal_ridge=0``, ``fit_intercept=False``
+    and numeric bounds give the paper's algorithm.
 
     **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
     ``S^0``), the halves of ``S^0`` and the round of each user are keyed
@@ -432,7 +540,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * ``schedule="disjoint"``: Alg. 1 permutes the users and cuts them into
       ``T`` chunks of equal size; here each user's round is a keyed hash of
       its id, so the rounds hold about ``n / T`` users each (binomial sizes).
-    * The cold-start head is not in the paper; it has its own budget share.
+    * The cold-start head and intercept, the per-user intercepts (rows
+      centred on each user's means over all its rows: a per-user function,
+      bounds unchanged), the shrinkage of the personal parts and the
+      ``"auto"`` bounds are not in the paper; the private quantiles and the
+      cold-start part have their own phases.
     * Floating point: heads are solved on per-user rescaled rows; a head that
       still overflows (values near the float maximum) is set to zero. This
       depends on that user's rows only, so the bounds above hold, ``fit``
@@ -456,31 +568,37 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('init', 1), ('iterations', 2), ('cold_start', 1)]
+    [('clip', 53), ('init', 1), ('iterations', 2), ('cold_start', 2)]
     """
 
     _parameter_constraints = {
         **_common_constraints(),
         "schedule": [StrOptions({"full", "disjoint"})],
-        "label_clip": [Interval(Real, 0, None, closed="neither"), None],
+        "label_clip": _clip_constraint(),
         "psd_floor": [Interval(Real, 0, None, closed="left")],
     }
     _clip_param_names = ("clip_norm", "label_clip", "init_clip_norm", "head_clip_norm")
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=1,
-                 schedule="full", clip_norm=5.0, label_clip=1.0, psd_floor=32.0,
-                 init_clip_norm=5.0,
-                 head_clip_norm=1.0, init_share=0.1, cold_start_share=0.02,
+                 schedule="full", fit_intercept=True, personal_rows="all",
+                 personal_ridge=10.0, clip_norm="auto", label_clip="auto", psd_floor=32.0,
+                 init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
+                 clip_share="auto", init_share=0.1, cold_start_share=0.02,
                  batch_mode="same", epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.schedule = schedule
+        self.fit_intercept = fit_intercept
+        self.personal_rows = personal_rows
+        self.personal_ridge = personal_ridge
         self.clip_norm = clip_norm
         self.label_clip = label_clip
         self.psd_floor = psd_floor
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
         self.init_share = init_share
         self.cold_start_share = cold_start_share
         self.batch_mode = batch_mode
@@ -499,11 +617,17 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     def _prepare(self, executor, key):
         executor.map(prepare_altmin, (key, self.batch_mode))  # heads / statistics rows
 
-    def _iterate(self, executor, release, U0, key, meta):
-        return private_altmin(
+    def _iteration_auto_params(self):
+        return ("clip_norm", "label_clip") if self.max_iter > 0 else ()
+
+    def _iterate(self, executor, release, U0, key, meta, bounds):
+        label_clip = bounds.get("label_clip", self.label_clip)  # pairwise init's ζ
+        U, clip_norm, label_clip = private_altmin(
             executor, release, U0, key=key, n_rounds=int(self.max_iter),
-            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=self.label_clip,
-            psd_floor=float(self.psd_floor), verbose=self.verbose)
+            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=label_clip,
+            psd_floor=float(self.psd_floor), n_users=meta["n_users"],
+            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
+        return U, {"clip_norm": clip_norm, "label_clip": label_clip}
 
     def _notes(self):
         notes = ("Each round releases the per-user-mean Gram (sensitivity "

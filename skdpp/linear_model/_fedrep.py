@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy._clipping import clipped_outer_sum
+from ..privacy._clipping import clipped_outer_sum, unit_rows
+from ._auto import auto_bound, rms_per_user
 from ._representation import (
     _common_constraints,
     _RepresentationMixin,
@@ -82,12 +83,32 @@ def fedrep_batches(local, key, t, batch_mode, batch_size):
     return local.select(rank < b), local.select((rank >= b) & (rank < 2 * b))
 
 
+def _user_gradients(grad, X0, P, y0, V):
+    """Each user's ``g_i`` with ``∇_{i,t} = g_i v_i^T`` (Alg. 1, lines 7-8), zero if not a number.
+
+    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+                                                grad.expand(V))
+        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
+    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
+    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
+    # float maximum) contributes zero: a function of that user's rows and the public U.
+    with np.errstate(invalid="ignore", over="ignore"):
+        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
+    if suspect.any():
+        rows = np.flatnonzero(suspect)
+        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
+    return g
+
+
 def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
 
-    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``
-    is rank one; :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it
-    with one scalar factor per user (unit vectors for extreme norms).
+    The gradient ``g_i v_i^T`` is rank one;
+    :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it with one scalar
+    factor per user (unit vectors for extreme norms).
 
     Parameters
     ----------
@@ -104,34 +125,41 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     -------
     total : ndarray of shape (d, k)
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
-                                                grad.expand(V))
-        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
-    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
-    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
-    # float maximum) contributes zero: a function of that user's rows and the public U.
-    with np.errstate(invalid="ignore", over="ignore"):
-        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
-    if suspect.any():
-        rows = np.flatnonzero(suspect)
-        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
-    return clipped_outer_sum(g, V, clip_norm)
+    return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 
-def fedrep_round(block, state, rnd):
-    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+def _round_inputs(block, state, rnd):
     X0 = s0_rows(block, state)
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
     V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
+    return X0, P, grad, V
+
+
+def fedrep_round(block, state, rnd):
+    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
     return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
 
 
+def gradient_norms(block, state, rnd):
+    """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
+    g = _user_gradients(grad, X0, P, state.y0, V)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return unit_rows(g)[1] * unit_rows(V)[1], state
+
+
+def label_statistic(block, state, _):
+    """Block function: each user's root mean square of its (centred) ``S^0`` targets."""
+    return rms_per_user(state.local, state.y0), state
+
+
 def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_norm,
-                   batch_mode, batch_size, n_users, verbose=0):
-    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``U^priv``.
+                   batch_mode, batch_size, n_users, label_scale=1.0, clip_quantile=0.5,
+                   verbose=0):
+    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``(U^priv, ψ, s_y)``.
 
     Parameters
     ----------
@@ -146,20 +174,44 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
     n_iter : int
         ``T``.
     learning_rate : float
-        ``η``.
-    clip_norm : float or None
-        ``ψ``.
+        ``η``, relative to the label scale ``s_y``: the step is
+        ``U - (η / s_y^2) (1/n) sum clip(∇)``. The loss's curvature in ``U`` is
+        of the order of the targets' variance, whatever the scale of ``X``
+        (rescaling ``X`` rescales the heads inversely), so the step is
+        scale-free.
+    clip_norm : float, "auto" or None
+        ``ψ``; ``"auto"``: the ``clip_quantile`` of the users' gradient norms at
+        ``U_0`` (round 0's batches), released in phase ``"clip"``.
     batch_mode, batch_size : see :class:`PrivateFedRepRegressor`.
     n_users : int
         The public number of users ``n``.
+    label_scale : float or "auto", default=1.0
+        ``s_y``; ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square (centred) ``S^0`` targets, released in phase ``"clip"``.
+    clip_quantile : float, default=0.5
     verbose : int, default=0
 
     Returns
     -------
     U : ndarray of shape (d, k)
+    clip_norm : float or None
+        The ``ψ`` used.
+    label_scale : float or None
+        The ``s_y`` used.
     """
     U = np.array(U0, dtype=np.float64, copy=True)  # line 1
+    if n_iter == 0:
+        return U, None if clip_norm == "auto" else clip_norm, \
+            None if label_scale == "auto" else label_scale
+    if label_scale == "auto":
+        label_scale = auto_bound(executor, release, label_statistic, None,
+                                 quantile=clip_quantile, n_users=n_users)
+    if clip_norm == "auto":
+        clip_norm = auto_bound(executor, release, gradient_norms,
+                               _Round(U, 0, key, batch_mode, batch_size, None),
+                               quantile=clip_quantile, n_users=n_users)
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
+    step = learning_rate / float(label_scale) ** 2
     for t in range(n_iter):  # line 2
         total = executor.map(fedrep_round, _Round(U, t, key, batch_mode, batch_size,
                                                    clip_norm))  # lines 3-9
@@ -167,14 +219,16 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
         # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
         # post-processing of the release; line 11: QR.
-        U, _ = np.linalg.qr(U - learning_rate * (noisy / n_users))
+        U, _ = np.linalg.qr(U - step * (noisy / n_users))
         if verbose:
-            # Public quantities only: the share of clipped users, the number of rows
-            # etc. are statistics of the private data and are never printed.
-            std = release.noise_std("iterations", sensitivity)
+            # Data-independent quantities only: the share of clipped users, the
+            # number of rows etc. are statistics of the private data, and the noise
+            # std depends on an "auto" clip_norm (released, but printing it in every
+            # line adds nothing to clip_norm_): never printed.
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
-                  f"gradient sum (noise std {std:.3g})")
-    return U
+                  f"gradient sum (noise multiplier "
+                  f"{release.noise_multiplier('iterations'):.3g})")
+    return U, clip_norm, label_scale
 
 
 # --------------------------------------------------------------------------- #
@@ -184,12 +238,16 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
                              BasePersonalizedEstimator):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
-    Learns ``y ≈ <x, U v_i>`` where the embedding ``U`` (``n_features ×
+    Learns ``y ≈ b_i + <x, U v_i>`` where the embedding ``U`` (``n_features ×
     n_components``, orthonormal columns) is shared by all users and released
     under user-level (ε, δ)-differential privacy, and each user's head ``v_i``
-    is fitted on that user's rows only (billboard model). Implements Algorithm 1
-    of Snedeker, Zhou & Bassily (2025) with their private initialisation
-    (Algorithm 2).
+    and intercept ``b_i`` are computed from the released values and that
+    user's rows only (billboard model). Implements Algorithm 1 of Snedeker,
+    Zhou & Bassily (2025) with their private initialisation (Algorithm 2); the
+    defaults add per-user intercepts, personal parts on all of a user's rows
+    shrunk towards a released cold-start part, and scale-free clip bounds
+    chosen privately (``"auto"``), so that raw data work with only ``epsilon``
+    set (see Notes).
 
     Parameters
     ----------
@@ -206,22 +264,60 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         must not be computed from the private data), orthonormalised by QR.
     max_iter : int, default=5
         Number of iterations ``T`` of Alg. 1 (each one private release).
-    learning_rate : float, default=1.0
-        Step size ``η`` of the gradient step on ``U`` (Alg. 1, line 10).
-    clip_norm : float or None, default=1.0
+    learning_rate : float, default=1.5
+        Step size ``η`` of the gradient step on ``U`` (Alg. 1, line 10),
+        relative to the label scale: the step is ``η / s_y^2``.
+    label_scale : float or "auto", default="auto"
+        ``s_y``, the scale of the (centred) targets the step is relative to.
+        ``"auto"``: the ``clip_quantile`` of the users' root mean square
+        ``S^0`` targets, a private quantile (phase ``"clip"``). ``1.0`` gives
+        the paper's step ``η``.
+    fit_intercept : bool, default=True
+        Per-user intercepts ``b_i``: every contribution is computed on the
+        user's rows centred on the user's own means (the intercept profiled
+        out), and unseen users get a released cold-start intercept (a private
+        location, see Notes). ``False``: the paper's model ``<x, U v_i>``.
+    personal_rows : {"all", "holdout"}, default="all"
+        Rows of the personal parts. ``"all"``: all of a user's rows (post-
+        processing of the released values and the user's own rows).
+        ``"holdout"``: the paper's final heads on ``S^1`` only (Alg. 1, line 14).
+    personal_ridge : float, default=10.0
+        ``κ``: each user's head is shrunk towards the released cold-start head
+        as if the prior contributed ``κ k`` pseudo-rows, scaled by the share of
+        the user's target variance its own fit leaves unexplained (a user with
+        2 noisy rows is not fitted on noise; a noise-free user is hardly
+        shrunk); the user's mean level is shrunk towards the cold-start
+        prediction likewise. Scale-free (pseudo-rows). ``0``: least squares.
+    clip_norm : float, "auto" or None, default="auto"
         ``ψ``: each user's gradient ``∇_{i,t}`` (``d × k``) is clipped to this
-        Frobenius norm. ``None`` (no clipping) only with ``epsilon=np.inf``.
-    init_clip_norm : float or None, default=5.0
+        Frobenius norm. ``"auto"``: the ``clip_quantile`` of the users'
+        gradient norms at ``U_0`` (a private quantile, phase ``"clip"``).
+        ``None`` (no clipping) only with ``epsilon=np.inf``.
+    init_clip_norm : float, "auto" or None, default="auto"
         ``ψ_init`` of Alg. 2 (Frobenius clip of each user's ``Z_i``); the label
-        clip ``ζ`` when ``init="private_pairwise"``.
-    head_clip_norm : float or None, default=1.0
+        clip ``ζ`` when ``init="private_pairwise"``. ``"auto"``: the
+        ``clip_quantile / 2`` quantile of the users' ``||Z_i||_F`` (or root
+        mean square targets), phase ``"clip"``.
+    head_clip_norm : float, "auto" or None, default="auto"
         Clip of each user's head in the DP mean that gives the cold-start head.
+        ``"auto"``: the ``clip_quantile`` of the users' head norms.
+    clip_quantile : float in (0, 1], default=0.5
+        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
+        the radius quantile of the cold-start intercept.
+    clip_share : float in (0, 1) or "auto", default="auto"
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches; unused when
+        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
+        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
+        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
+        0.5 for 300 users), so that a private quantile is not pure noise.
     init_share : float, default=0.1
         Fraction of the zCDP budget spent on the private initialisation (unused
         when the initialisation is not private).
     cold_start_share : float, default=0.02
-        Fraction of the budget spent on the cold-start head. ``0`` disables the
-        release: unseen users then get the zero head (prediction ``0``).
+        Fraction of the budget spent on the cold-start head (and intercept).
+        ``0`` disables the release: unseen users then get the zero head and
+        intercept (prediction ``0``).
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: each round fits the local head and the gradient on the same
         ``S^0`` rows (the authors' code). ``"disjoint"``: two disjoint batches
@@ -251,8 +347,18 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     heads_ : ndarray of shape (n_users_, n_components)
         Personal heads ``v_i^priv``, aligned with ``user_ids_`` (local, not
         released).
+    intercepts_ : ndarray of shape (n_users_,)
+        Personal intercepts ``b_i`` (local; zeros with ``fit_intercept=False``).
     cold_start_head_ : ndarray of shape (n_components,)
         The released DP mean head used for users unseen in ``fit``.
+    cold_start_intercept_ : float
+        The released cold-start intercept (0 with ``fit_intercept=False``).
+    clip_norm_, init_clip_norm_, head_clip_norm_, label_scale_ : float or None
+        The bounds and the label scale used (released when ``"auto"``; the
+        given value otherwise; None when unused).
+    intercept_clip_ : float or None
+        The released radius of the cold-start intercept's clipped mean (the
+        prior scale of the users' levels).
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int
@@ -271,11 +377,13 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP for ``components_`` and
-    ``cold_start_head_`` under *replace one user's entire data* (the number of
-    users is public); the heads are computed by each user from the released
-    ``U`` and their own rows, so the whole output is jointly DP (billboard
-    model). ``groups=None`` makes each row a user (row-level DP).
+    **Guarantee.** User-level (ε, δ)-DP for ``components_``,
+    ``cold_start_head_``, ``cold_start_intercept_`` and the ``"auto"``
+    bounds (``*_clip_norm_``, ``label_scale_``, ``intercept_clip_``) under
+    *replace one user's entire data* (the number of users is public); the
+    heads and intercepts are computed by each user from the released values
+    and their own rows, so the whole output is jointly DP (billboard model).
+    ``groups=None`` makes each row a user (row-level DP).
 
     **Releases and sensitivities** (replace-one-user, L2 / Frobenius):
 
@@ -297,16 +405,45 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       ``g_i v_i^T``; its clipped value is ``min(||g_i|| ||v_i||, ψ) ĝ_i v̂_i^T``
       (one scalar factor per user, unit vectors for extreme magnitudes), so
       the bound holds in floating point for any magnitudes.
-    * ``cold_start``: ``sum_i clip(v_i, C_head)``, sensitivity ``2 C_head``.
+    * ``cold_start``: ``sum_i clip(v_i, C_head)``, sensitivity ``2 C_head``
+      (``v_i``: the user's least-squares head on its final rows); with
+      ``fit_intercept``, the clipped mean of the users' offsets
+      ``ȳ_i - <p̄_i, v_cold>`` around a private median, ``sum_i clip(o_i - m,
+      R)``, sensitivity ``2 R`` (:func:`~skdpp.privacy._quantile.private_location`).
+    * ``clip``: each ``"auto"`` bound is a noisy binary search over a public
+      log grid of 64 candidates (:func:`~skdpp.privacy._quantile.private_quantile`:
+      6 Gaussian counts ``#{users : statistic <= candidate}``, sensitivity 1
+      each); the per-user statistics are: ``label_scale``, the root mean square
+      of the user's centred ``S^0`` targets; ``clip_norm``, the norm of the
+      user's gradient at ``U_0``; ``init_clip_norm``, ``||Z_i||_F``;
+      ``head_clip_norm``, the norm of the user's head. With ``fit_intercept``,
+      the cold-start intercept's median and radius searches (29 counts of
+      sensitivity 1) are also in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``init`` (share ``init_share``, private initialisations only),
-    ``iterations`` (``T`` Gaussian releases sharing the rest) and
-    ``cold_start`` (share ``cold_start_share``), calibrated jointly so that
-    the exact composition (μ-GDP) of all releases meets (ε, δ); the
-    ``privacy_report_`` shows each phase's noise multiplier. The paper's
-    closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)`` is not used: it is a
-    loose upper bound.
+    ``clip`` (share ``clip_share``, by default a public rule of ε, δ and
+    ``n_users``; ``6`` releases per ``"auto"`` bound plus
+    29 for the cold-start intercept), ``init`` (share ``init_share``, private
+    initialisations only), ``iterations`` (``T`` Gaussian releases sharing
+    the rest) and ``cold_start`` (share ``cold_start_share``: the head, and
+    the intercept's mean), calibrated jointly so that the exact composition
+    (μ-GDP) of all releases meets (ε, δ); the ``privacy_report_`` shows each
+    phase's noise multiplier and the resolved bounds in its clip column. The
+    paper's closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)`` is not used: it
+    is a loose upper bound.
+
+    **Personal parts.** After the releases, each user's head and intercept
+    minimise its squared error on its rows plus ``personal_ridge`` pseudo-rows
+    of the released cold-start part (a public prior); ``personalize`` and the
+    end of ``fit`` use the same block functions. With the default
+    ``personal_rows="all"`` the final heads use all of a user's rows, not only
+    ``S^1``: they are post-processing (privacy unchanged), but the paper's
+    utility analysis (Theorem 4: the final heads are independent of ``U^priv``
+    given ``S^0``, because ``U^priv`` is computed on ``S^0`` only) no longer
+    applies to them (measured effect on real data:
+    ``benchmarks/results/real_data_linear_ablation.md``). ``personal_rows="holdout"``,
+    ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds (e.g.
+    ``clip_norm=1.0``, ``label_scale=1.0``) give the paper's algorithm.
 
     **Randomness.** The split of each user's rows into ``S^0`` / ``S^1``
     (``ceil(m_i / 2)`` rows in ``S^0``) and the batches of every round are
@@ -342,17 +479,26 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     * Alg. 2's "rank-k SVD" of the symmetric noisy statistic takes the
       eigenvectors of the ``k`` largest (algebraic) eigenvalues: the
       population statistic is positive semi-definite.
-    * The cold-start head (a DP mean of clipped heads) is not in the paper; it
-      has its own budget share.
+    * The cold-start head (a DP mean of clipped heads), the per-user
+      intercepts, the cold-start intercept, the shrinkage of the personal parts
+      and the ``"auto"`` bounds are not in the paper; the private quantiles and
+      the intercept have their own phases.
+    * With ``fit_intercept`` each user's rows are centred on the user's means
+      over *all* its rows (``S^0`` and ``S^1``) before the ``S^0``
+      computations: a per-user function of its own rows, so the bounds are
+      unchanged.
+    * The step is ``η / s_y^2`` (scale-free); ``label_scale=1.0`` gives the
+      paper's ``η``.
     * Floating point: heads are solved on per-user rescaled rows; a head that
       still overflows, or a gradient that is not a number (values near the
       float maximum), is set to zero. This depends on that user's rows only,
       so the bounds above hold, ``fit`` succeeds and no warning is emitted
       for any finite input.
 
-    The per-user gradient clipping is the paper's; its clipping *level*
+    The per-user gradient clipping is the paper's; a numeric clipping *level*
     ``ψ`` must not be chosen from the private data (tune it on public or
-    synthetic data, and remember that tuning on private data costs privacy).
+    synthetic data, or leave it ``"auto"``: then it is chosen privately and
+    charged).
     Floating-point noise is not hardened against side-channel attacks.
 
     References
@@ -374,27 +520,40 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('init', 1), ('iterations', 5), ('cold_start', 1)]
+    [('clip', 53), ('init', 1), ('iterations', 5), ('cold_start', 2)]
+    >>> est.intercepts_.shape, bool(est.clip_norm_ > 0)
+    ((2000,), True)
     """
 
     _parameter_constraints = {
         **_common_constraints(),
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "label_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
     }
     _clip_param_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
+    _scale_param_names = ("label_scale",)
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=5,
-                 learning_rate=1.0, clip_norm=1.0, init_clip_norm=5.0, head_clip_norm=1.0,
-                 init_share=0.1, cold_start_share=0.02, batch_mode="same", batch_size=None,
+                 learning_rate=1.5, label_scale="auto", fit_intercept=True,
+                 personal_rows="all",
+                 personal_ridge=10.0, clip_norm="auto", init_clip_norm="auto",
+                 head_clip_norm="auto", clip_quantile=0.5, clip_share="auto", init_share=0.1,
+                 cold_start_share=0.02, batch_mode="same", batch_size=None,
                  epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.learning_rate = learning_rate
+        self.label_scale = label_scale
+        self.fit_intercept = fit_intercept
+        self.personal_rows = personal_rows
+        self.personal_ridge = personal_ridge
         self.clip_norm = clip_norm
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
         self.init_share = init_share
         self.cold_start_share = cold_start_share
         self.batch_mode = batch_mode
@@ -410,12 +569,17 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     # ------------------------------------------------- hooks of the fit template
     _pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
 
-    def _iterate(self, executor, release, U0, key, meta):
-        return private_fedrep(
+    def _iteration_auto_params(self):
+        return ("label_scale", "clip_norm") if self.max_iter > 0 else ()
+
+    def _iterate(self, executor, release, U0, key, meta, bounds):
+        U, clip_norm, label_scale = private_fedrep(
             executor, release, U0, key=key, n_iter=int(self.max_iter),
             learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
-            batch_mode=self.batch_mode, batch_size=self.batch_size,
-            n_users=meta["n_users"], verbose=self.verbose)
+            label_scale=self.label_scale, batch_mode=self.batch_mode,
+            batch_size=self.batch_size, n_users=meta["n_users"],
+            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
+        return U, {"clip_norm": clip_norm, "label_scale": label_scale}
 
     def _notes(self):
         return (f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "

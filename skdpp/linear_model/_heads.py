@@ -4,6 +4,8 @@
   singular ones;
 * :func:`solve_heads` -- per-user least-squares heads from their ``k x k``
   normal equations (relative ridge, closed form for ``k = 2``);
+* :func:`shrunk_heads` -- per-user ridge heads shrunk towards a prior head
+  (the personal heads of the shared-representation regressors);
 * :func:`psd_floor_solve` -- ``argmin u^T G u - 2 u^T b`` for a noisy symmetric
   ``G`` whose eigenvalues are floored (Priv-AltMin, Alg. 2);
 * :func:`psd_ridge_solve` -- a stack of noisy Gram systems projected on the
@@ -20,7 +22,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 __all__ = ["batched_solve", "gram_ridge_solve", "psd_floor_solve", "psd_ridge_solve",
-           "solve_heads"]
+           "shrunk_heads", "solve_heads"]
 
 # Relative ridge added to each user's k x k head system: tiny for users with at
 # least k rows (numerical safety only: changes heads by ~1e-10 relative), larger for
@@ -145,6 +147,69 @@ def solve_heads(A, r, counts):
     bad = ~(det > np.finfo(np.float64).tiny) | ~np.isfinite(v).all(axis=1)
     if bad.any():
         v[bad] = _solve_stack(M[bad], r[bad])
+    return v
+
+
+def shrunk_heads(A, r, prior, penalty, counts):
+    """Per-user solutions shrunk towards ``prior``: ``(A_i + diag(q_i)) v_i = r_i + q_i * p_i``.
+
+    The minimiser of ``sum_r (y_r - <p_r, v>)^2 + sum_j q_ij (v_j - p_ij)^2``
+    from the normal equations ``A_i = P^T P``, ``r_i = P^T y``. The relative
+    ridge of :func:`solve_heads` is added to every ``q_ij`` (towards ``p_i``
+    too), so users without rows (``A_i = 0``) get ``v_i = p_i``; so do users
+    with an infinite penalty. Other systems with non-finite entries give 0.
+
+    Parameters
+    ----------
+    A : ndarray of shape (n, k, k)
+    r : ndarray of shape (n, k)
+    prior : ndarray of shape (n, k) or (k,)
+    penalty : ndarray of shape (n, k) or (n,)
+        Non-negative diagonal penalties (one per user: the same on every
+        coordinate).
+    counts : ndarray of shape (n,)
+        Rows of each user (the relative ridge is larger below ``k`` rows).
+
+    Returns
+    -------
+    V : ndarray of shape (n, k)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.linear_model._heads import shrunk_heads
+    >>> A, r = np.array([[[2.0, 0.0], [0.0, 2.0]]]), np.array([[2.0, 0.0]])
+    >>> np.round(shrunk_heads(A, r, np.array([0.0, 1.0]), np.array([2.0]), [5]), 6)
+    array([[0.5, 0.5]])
+    """
+    n, k = r.shape
+    prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), r.shape)
+    penalty = np.asarray(penalty, dtype=np.float64)
+    if penalty.ndim == 1:
+        penalty = penalty[:, None]
+    with np.errstate(all="ignore"):
+        tr = np.trace(A, axis1=1, axis2=2)
+        c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
+        total = np.broadcast_to(penalty + (c * tr / max(k, 1))[:, None], (n, k))
+        M = A + total[:, :, None] * np.eye(k)
+        rhs = r + total * prior
+        # no rows and no penalty, or an infinite penalty: the prior
+        empty = ~(total > 0).any(axis=1) | ~np.isfinite(total).all(axis=1)
+        if k == 2:
+            a, b, d = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
+            det = a * d - b * b
+            v = np.empty_like(rhs)
+            v[:, 0] = (d * rhs[:, 0] - b * rhs[:, 1]) / det
+            v[:, 1] = (a * rhs[:, 1] - b * rhs[:, 0]) / det
+            redo = ~(det > np.finfo(np.float64).tiny) | ~np.isfinite(v).all(axis=1)
+            redo &= ~empty
+            if redo.any():
+                v[redo] = _solve_stack(M[redo], rhs[redo])
+        else:
+            v = np.array(prior, copy=True)
+            if (~empty).any():
+                v[~empty] = _solve_stack(M[~empty], rhs[~empty])
+    v[empty] = prior[empty]
     return v
 
 

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm
+from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy import mechanisms
+from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
 from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
 from ..utils._random import keyed_bits
 
@@ -86,6 +87,13 @@ class SGDConfig:
         Keep the running average of every ``theta_i``.
     n_rounds : int
         Number of rounds ``T`` (for the average).
+    center : bool, default=False
+        Centre each user's rows and targets on the user's own means (all its
+        rows): the per-user intercept profiled out (``fit_intercept=True`` of
+        the estimator).
+    local_scale : bool, default=False
+        Divide each user's local step by the user's own mean squared (centred)
+        row norm: a scale-free local step from the user's rows only.
     """
 
     key: object
@@ -99,6 +107,8 @@ class SGDConfig:
     release: bool
     average: bool
     n_rounds: int
+    center: bool = False
+    local_scale: bool = False
 
     @property
     def n_params(self):
@@ -263,6 +273,49 @@ class BlockState:
         self.theta_avg = np.zeros(shape) if config.average else None
         self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
         self.stream = None
+        self.x_means = self.y_means = self.inv_scale = None
+        if config.center or config.local_scale:
+            self.x_means, self.y_means, sq = user_moments(block, config.center)
+            if config.center:
+                self.x_means = np.nan_to_num(self.x_means, nan=0.0)
+            else:
+                self.x_means = self.y_means = None
+            if config.local_scale:
+                with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                    inv = 1.0 / sq
+                self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
+
+
+def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
+    """Each user's mean row, mean target and mean squared (centred) row norm.
+
+    Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
+    rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
+    centred norms overflow gets ``inf``.
+
+    Returns
+    -------
+    x_means : ndarray of shape (n_users, d)
+    y_means : ndarray of shape (n_users,)
+    mean_sq_norms : ndarray of shape (n_users,)
+    """
+    d = block.X.shape[1]
+    x_means = np.zeros((block.n_users, d))
+    y_means = np.zeros(block.n_users)
+    sq = np.zeros(block.n_users)
+    for sub in block.split(max_rows):
+        u = slice(sub.first_user - block.first_user,
+                  sub.first_user - block.first_user + sub.n_users)
+        X = np.asarray(sub.take(sub.X), dtype=np.float64)
+        y = np.asarray(sub.take(sub.y), dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            if center:
+                x_means[u] = user_means(sub, X)
+                y_means[u] = user_means(sub, y)
+                X = X - sub.expand(x_means[u])
+            norms = unit_rows(X)[1]
+            sq[u] = rms_per_user(sub, norms) ** 2
+    return x_means, y_means, sq
 
 
 def draw_minibatches(block, state, round_index, config):
@@ -399,7 +452,10 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
     if not np.isfinite(grad).all():
         grad[~np.isfinite(grad).all(axis=1)] = 0.0
     if personal:  # Alg. 2/3, line 8: local step
-        new = theta - config.lr_local * grad
+        if state.inv_scale is not None:  # relative to the user's own row scale
+            new = theta - (config.lr_local * state.inv_scale[idx])[:, None] * grad
+        else:
+            new = theta - config.lr_local * grad
         if not np.isfinite(new).all():
             overflow = ~np.isfinite(new).all(axis=1)
             new[overflow] = theta[overflow]
@@ -428,6 +484,10 @@ def sgd_round(block, state, broadcast, *, config):
             state = BlockState(block, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
         Xb, yb = _gather(block, positions)
+        if state.x_means is not None:  # per-user centring (the profiled intercept)
+            owners = np.repeat(np.arange(block.n_users) if users is None else users, m)
+            Xb = Xb - state.x_means[owners]
+            yb = yb - state.y_means[owners]
         partial = local_steps(state, users, Xb, yb, m, w, round_index, config)
     return partial, state
 
@@ -446,7 +506,7 @@ def final_offsets(block, state, n_rounds, *, config):
 # Driver
 # --------------------------------------------------------------------------- #
 def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
-              round_fn=sgd_round, callback=None, verbose=0):
+              round_fn=sgd_round, callback=None, verbose=0, offsets=True):
     """Run PPSGD for ``config.n_rounds`` rounds (Alg. 1; Alg. 2/3 with sampling).
 
     Parameters
@@ -470,12 +530,15 @@ def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
         ``callback(t, w, executor)`` after each round.
     verbose : int, default=0
         Print the round every tenth of the rounds (public values only).
+    offsets : bool, default=True
+        Collect the users' offsets (``False``: ``theta`` is None; they stay in
+        the block states).
 
     Returns
     -------
     w : ndarray of shape (n_params,)
         The last (or averaged) global iterate.
-    theta : ndarray of shape (n_users, n_params)
+    theta : ndarray of shape (n_users, n_params) or None
         The users' last (or averaged) offsets, in user order.
     """
     n_rounds = int(config.n_rounds)
@@ -507,7 +570,196 @@ def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
             callback(t, w, executor)
         if verbose and (t % report_every == 0 or t == n_rounds):
             print(f"[PPSGD] round {t}/{n_rounds}")
-    theta = executor.collect(functools.partial(final_offsets, config=config), n_rounds)
+    theta = None
+    if offsets:
+        theta = executor.collect(functools.partial(final_offsets, config=config), n_rounds)
     if w_sum is not None:
         w = w_sum / n_rounds
     return w, theta
+
+
+# --------------------------------------------------------------------------- #
+# Per-user statistics: "auto" bounds, cold-start offsets, personal parts
+# --------------------------------------------------------------------------- #
+def _with_state(block, state, config):
+    return BlockState(block, config) if state is None else state
+
+
+def _centred_rows(sub, state, offset, config):
+    """A sub-block's rows and targets (float64), centred on the users' means when ``center``."""
+    X = np.asarray(sub.take(sub.X), dtype=np.float64)
+    y = np.asarray(sub.take(sub.y), dtype=np.float64)
+    if config.center:
+        u = slice(offset, offset + sub.n_users)
+        with np.errstate(over="ignore", invalid="ignore"):
+            X = X - sub.expand(state.x_means[u])
+            y = y - sub.expand(state.y_means[u])
+    return X, y
+
+
+def gradient_norm_statistic(block, state, config):
+    """Block function: each user's gradient norm at ``w = 0``, ``theta_i = 0`` (all its rows).
+
+    The per-user statistic of an ``"auto"`` ``clip_norm``: the norm of the
+    user's contribution of round 1 with its whole data as the minibatch
+    (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
+    """
+    state = _with_state(block, state, config)
+    norms = np.zeros(block.n_users)
+    coef = np.zeros(config.n_params)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        for sub in block.split():
+            offset = sub.first_user - block.first_user
+            X, y = _centred_rows(sub, state, offset, config)
+            m = sub.counts.astype(np.float64)
+            grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
+            if config.weighting == "sample":
+                grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
+            norms[offset:offset + sub.n_users] = unit_rows(grad)[1]
+    return norms, state
+
+
+def feature_scale_statistic(block, state, config):
+    """Block function: each user's root mean squared (centred) row norm.
+
+    The per-user statistic of an ``"auto"`` ``feature_scale`` (the scale the
+    step sizes are relative to).
+    """
+    state = _with_state(block, state, config)
+    return np.sqrt(user_moments(block, config.center)[2]), state
+
+
+def offset_values(block, state, config):
+    """Block function: ``fn`` of the users' offsets ``ȳ_i - <x̄_i, w>`` (centring only)."""
+    w, fn = config
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = state.y_means - state.x_means @ w[:state.x_means.shape[1]]
+    return fn(values), state
+
+
+@dataclass(frozen=True, eq=False)
+class PersonalPrior:
+    """Public inputs of the personal parts (released values and ``personal_ridge``).
+
+    Attributes
+    ----------
+    w : ndarray of shape (n_params,)
+        The released global weights (the prior mean of every ``w + theta_i``).
+    intercept : float
+        The released cold-start intercept.
+    intercept_scale : float or None
+        ``R_b``: the prior std of a user's mean level around the cold-start
+        prediction is ``R_b / sqrt(κ)`` (``None``: no shrinkage).
+    ridge : float
+        ``κ`` (``personal_ridge``).
+    config : SGDConfig
+    """
+
+    w: np.ndarray
+    intercept: float
+    intercept_scale: object
+    ridge: float
+    config: SGDConfig
+
+
+# Bytes of the per-chunk d x d statistics of the personal refit.
+_REFIT_BYTES = 64 * 2**20
+
+
+def personal_refit(block, state, prior):
+    """Each user's ``theta_i`` and intercept from all its rows, shrunk towards the prior.
+
+    ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j
+    v_ij theta_j^2`` (rows centred on the user's means when ``center``), with
+    ``v_ij`` the user's own variance of feature ``j`` (the penalty is in units
+    of the prediction variance each offset adds: invariant to rescaling any
+    feature) and ``λ_i = κ d min(1, σ_i^2 / s_i^2)`` pseudo-rows
+    (:func:`~skdpp.linear_model._auto.shrinkage_penalty`): ``σ_i^2`` is the
+    user's residual variance (of its own least-squares fit when it has more
+    rows than parameters, else of the global model) and ``s_i^2`` the variance
+    of its targets, so a user whose own fit explains its targets is hardly
+    shrunk and a user whose data look like noise gets ``κ d`` pseudo-rows of
+    the global model. The user's mean level is shrunk towards the cold-start
+    prediction as in a normal-normal model with between-user variance
+    ``2 R_b^2`` (:func:`~skdpp.linear_model._auto.shrink_levels`; ``R_b`` the
+    released radius of the cold-start intercept). A user whose parts are not
+    finite gets ``theta_i = 0`` and the cold-start intercept.
+
+    Returns
+    -------
+    theta : ndarray of shape (n_users, n_features)
+    intercepts : ndarray of shape (n_users,)
+        The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
+        b_i``; 0 without centring).
+    """
+    from ..utils._grouped import UserIndex, segment_outer_sum
+    from ._heads import _solve_stack, shrunk_heads
+
+    config = prior.config
+    state = _with_state(block, state, config)
+    d = config.n_features
+    w = np.asarray(prior.w, dtype=np.float64)[:d]
+    kappa = float(prior.ridge)
+    theta = np.zeros((block.n_users, d))
+    levels = np.zeros(block.n_users)
+    sigma2 = np.zeros(block.n_users)
+    per_chunk = max(1, _REFIT_BYTES // (8 * max(d * d, 1)))
+    for part in block.split():
+        for lo in range(0, part.n_users, per_chunk):
+            sub = part.user_range(lo, min(part.n_users, lo + per_chunk))
+            offset = sub.first_user - block.first_user
+            u = slice(offset, offset + sub.n_users)
+            X, y = _centred_rows(sub, state, offset, config)
+            m = sub.counts.astype(np.float64)
+            with np.errstate(all="ignore"):
+                A = segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users),
+                                                          sub.row_user))
+                r = sub.segment_sum(X * y[:, None])
+                yy = sub.segment_sum(y * y)
+                Aw = A @ w
+                rss_w = np.maximum(yy - 2.0 * r @ w + Aw @ w, 0.0)
+                dof = m - d - (1 if config.center else 0)
+                tau = 1e-10 * np.trace(A, axis1=1, axis2=2) / max(d, 1)
+                rich = dof >= 1
+                s2 = rss_w / np.maximum(m - (1 if config.center else 0), 1.0)
+                if rich.any():
+                    beta = _solve_stack(A[rich] + tau[rich, None, None] * np.eye(d), r[rich])
+                    rss = np.maximum(yy[rich] - np.einsum("ij,ij->i", beta, r[rich]), 0.0)
+                    s2[rich] = rss / dof[rich]
+                var_y = yy / np.maximum(m - (1 if config.center else 0), 1.0)
+                D = np.einsum("nii->ni", A) / m[:, None]  # the user's feature variances
+                penalty = shrinkage_penalty(kappa, d, s2, var_y, D)
+                # theta = argmin ||y - X (w + theta)||^2 + sum_j q_j theta_j^2
+                t = shrunk_heads(A, r - Aw, np.zeros(d), penalty, sub.counts)
+                t[~np.isfinite(t).all(axis=1)] = 0.0
+            theta[u] = t
+            sigma2[u] = s2
+            levels[u] = state.y_means[u] if config.center else 0.0
+    if not config.center:
+        return theta, np.zeros(block.n_users)
+    with np.errstate(all="ignore"):
+        xm = state.x_means
+        if kappa > 0 and prior.intercept_scale is not None:
+            s2 = np.where(block.counts >= 2, sigma2, np.nan)
+            levels = shrink_levels(levels, block.counts, s2, prior.intercept + xm @ w,
+                                   prior.intercept_scale)
+        intercepts = levels - np.einsum("ij,ij->i", xm, w + theta)
+    bad = ~np.isfinite(intercepts) | ~np.isfinite(theta).all(axis=1)
+    theta[bad] = 0.0
+    intercepts[bad] = prior.intercept
+    return theta, intercepts
+
+
+def personal_sgd(block, state, config):
+    """Block function: the users' SGD offsets and intercepts ``ȳ_i - <x̄_i, w + theta_i>``.
+
+    (Intercepts 0 without centring.)
+    """
+    w, n_rounds, sgd_config = config
+    theta = final_offsets(block, state, n_rounds, config=sgd_config)
+    d = sgd_config.n_features
+    if state is None or state.x_means is None:
+        return theta, np.zeros(block.n_users)
+    with np.errstate(all="ignore"):
+        b = state.y_means - np.einsum("ij,ij->i", state.x_means, w[None, :d] + theta[:, :d])
+    return theta, np.where(np.isfinite(b), b, 0.0)

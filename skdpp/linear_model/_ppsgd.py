@@ -27,15 +27,28 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
 from ..privacy import BudgetPlan
+from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
-from ._personalized_sgd import PHASE, SGDConfig, make_sgd_blocks, run_ppsgd
+from ._auto import AUTO_STEPS, CLIP_PHASE, auto_bound, resolve_clip_share
+from ._personalized_sgd import (
+    PHASE,
+    PersonalPrior,
+    SGDConfig,
+    feature_scale_statistic,
+    gradient_norm_statistic,
+    make_sgd_blocks,
+    offset_values,
+    personal_refit,
+    personal_sgd,
+    run_ppsgd,
+)
 
 __all__ = ["PPSGDRegressor"]
 
 
 class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
-    """Personalized-private SGD for the additive model ``y ≈ <x, w + theta_i>``.
+    """Personalized-private SGD for the additive model ``y ≈ b + b_i + <x, w + theta_i>``.
 
     A global weight vector ``w`` is learned with user-level differentially
     private SGD (per-user clipped gradients, Gaussian noise on their sum) while
@@ -44,6 +57,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     the local step size, sets the level of personalization: ``alpha=0`` is
     local-only learning (``w`` stays 0, nothing is released, no privacy is
     spent) and ``alpha=np.inf`` is global-only DP-SGD (``theta_i`` stays 0).
+    The defaults add per-user intercepts with a DP cold-start intercept ``b``,
+    personal parts refitted on all of a user's rows and shrunk towards the
+    released model, and scale-free bounds chosen privately (``"auto"``), so
+    that raw data work with only ``epsilon`` set (see Notes).
 
     Parameters
     ----------
@@ -54,10 +71,19 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); use ``delta`` much smaller than
         ``1 / n_users``.
-    clip_norm : float or None, default=1.0
+    clip_norm : float, "auto" or None, default="auto"
         Bound ``C`` on the L2 norm of each user's gradient contribution per
-        round (one clip per user and round, not per row). ``None`` (no
-        clipping) only with ``epsilon=np.inf``.
+        round (one clip per user and round, not per row). ``"auto"``: the
+        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (all their
+        rows), a private quantile (phase ``"clip"``). ``None`` (no clipping)
+        only with ``epsilon=np.inf``.
+    feature_scale : float or "auto", default="auto"
+        ``s``: the step sizes are relative to it (global step
+        ``learning_rate / s^2``), so they do not depend on the features'
+        units. ``"auto"``: the ``clip_quantile`` of the users' root mean
+        squared (centred) row norms (phase ``"clip"``), and each user's local
+        step is relative to the user's own root mean squared row norm (a
+        function of its own rows). ``1.0`` gives the paper's steps.
     alpha : float, default=1.0
         Global/local step-size ratio in [0, inf] (the paper's ``αQ``, see
         Notes). The global step is ``learning_rate * min(1, alpha)`` and the
@@ -88,9 +114,30 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         every ``theta_i``) instead of the last iterate (the paper's theorems
         bound the averaged iterate).
     fit_intercept : bool, default=True
-        Learn a global intercept (released with ``w``) and personal intercepts
-        (local): the model of a constant feature equal to 1 in both parts
-        (computed as a scalar term; ``X`` is not copied).
+        Per-user intercepts: every gradient is computed on the user's rows
+        centred on the user's own means (the intercept profiled out), and the
+        cold-start intercept ``b`` is a private location of the users' offsets
+        ``ȳ_i - <x̄_i, w>`` (phases ``"clip"`` and ``"cold_start"``).
+        ``False``: no intercept (the paper's model).
+    personal_ridge : float or None, default=10.0
+        ``κ``: after the rounds, each user's ``theta_i`` and intercept are
+        refitted exactly on all its rows, shrunk towards the released model as
+        if it contributed ``κ d`` pseudo-rows scaled by the share of the
+        user's target variance its own fit leaves unexplained (scale-free).
+        ``None``: the paper's personal parts, the SGD offsets ``theta_i``.
+    clip_quantile : float in (0, 1], default=0.5
+        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
+        the radius quantile of the cold-start intercept.
+    clip_share : float in (0, 1) or "auto", default="auto"
+        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+        private quantiles and the cold-start intercept's searches; unused when
+        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
+        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
+        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
+        0.5 for 300 users), so that a private quantile is not pure noise.
+    cold_start_share : float in [0, 1), default=0.02
+        Fraction of the budget for the cold-start intercept's clipped mean
+        (``0``: no intercept release, ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
         If given, overrides the calibration from ``epsilon``: each round adds
         Gaussian noise of standard deviation ``noise_multiplier * 2 *
@@ -111,11 +158,17 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     coef_ : ndarray of shape (n_features,)
         Global weights ``w`` (released under DP).
     intercept_ : float
-        Global intercept (released; 0.0 when ``fit_intercept=False``).
+        Released cold-start intercept ``b`` (0.0 when ``fit_intercept=False``).
     offsets_ : ndarray of shape (n_users, n_features)
         Personal offsets ``theta_i`` (local), aligned with ``user_ids_``.
     intercept_offsets_ : ndarray of shape (n_users,)
-        Personal intercepts (local; zeros when ``fit_intercept=False``).
+        Personal intercepts ``b_i`` (local; zeros when ``fit_intercept=False``).
+    clip_norm_ : float or None
+        The clip norm used (released when ``"auto"``).
+    feature_scale_ : float or None
+        The feature scale used (released when ``"auto"``).
+    intercept_clip_ : float or None
+        Released radius of the cold-start intercept's clipped mean.
     user_ids_ : ndarray of shape (n_users,)
         Sorted ids of the users seen in ``fit`` or ``personalize``.
     n_users_ : int
@@ -172,9 +225,16 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ``n_i``, a diverged local model, whose contribution is set to 0) only
     change the user's own contribution, which is clipped.
 
-    **Accounting and budget plan.** One phase, ``"iterations"``: ``T``
-    Gaussian releases, all with the same noise multiplier, calibrated so that
-    their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
+    **Accounting and budget plan.** Phase ``"clip"`` (share ``clip_share``):
+    6 Gaussian counts of users (sensitivity 1 each; a noisy binary search,
+    :func:`~skdpp.privacy._quantile.private_quantile`) per ``"auto"`` bound,
+    and with ``fit_intercept`` the 29 counts of the cold-start intercept's
+    median and radius searches; phase ``"iterations"``: ``T`` Gaussian
+    releases, all with the same noise multiplier; phase ``"cold_start"``
+    (share ``cold_start_share``, with ``fit_intercept``): the clipped mean of
+    the users' offsets around the private median, sensitivity ``2 R``
+    (:func:`~skdpp.privacy._quantile.private_location`). The phases are
+    calibrated together so that their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
     composition is exactly μ-GDP with ``μ = sqrt(T) / z`` (analytic Gaussian
     conversion, accountant method ``"exact-gdp"``). With ``sample_rate < 1``
     each round is the event ``PoissonSampledEvent(q, GaussianEvent(z))``. The
@@ -191,8 +251,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     its replacement, and it never credits more amplification than the
     add/remove analysis. Users are sampled independently of the data, with
     the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
-    multiplier instead of calibrating it; the report then states the ε spent
-    at ``delta``.
+    multiplier instead of calibrating it (every phase, also ``"clip"`` and
+    ``"cold_start"``); the report then states the ε spent at ``delta``.
 
     **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
     hash of ``(fit key, i, t)``
@@ -226,10 +286,24 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     values overflow) contributes 0 that round, a point of the clipping ball,
     and keeps its ``theta_i``; so does a user whose local step would
     overflow. Neither the fit nor the shape of a release depends on it.
+    (viii) Not in the paper: the per-user intercepts (gradients on rows
+    centred on each user's means: a per-user function of its own rows, so the
+    sensitivity is unchanged), the cold-start intercept, the ``"auto"`` bounds
+    and steps relative to the released feature scale, and the shrunk refit of
+    the personal parts on all rows (``personal_ridge``). The refit is
+    post-processing of the released ``w`` and the user's rows; the paper's
+    utility analysis covers the SGD offsets (``personal_ridge=None``), not
+    the refit (measured effect on real data:
+    ``benchmarks/results/real_data_linear_ablation.md``). There is no
+    held-out split, so ``personal_rows`` does not apply. ``clip_norm=1.0,
+    feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
+    paper's algorithm.
 
     **Cold start and personalize.** A user unseen in ``fit`` is predicted
     with ``<x, w> + b``. :meth:`personalize` fits ``theta_i`` (and ``b_i``)
-    for the given users by the same local SGD as in ``fit`` with ``w`` fixed:
+    for the given users with the same block functions as the end of ``fit``:
+    the shrunk refit (``personal_ridge``), or, with ``personal_ridge=None``,
+    the same local SGD as in ``fit`` with ``w`` fixed:
     ``max(1, round(q T))`` local steps (a user's expected number of
     participations) from ``theta_i = 0`` with step ``η_loc``, the same
     minibatch sampling (keyed by ``random_state``), ``weighting`` and
@@ -264,14 +338,14 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     ...                      random_state=0).fit(X, y, groups=groups)
     >>> round(est.score(X, y, groups=groups), 2) > 0.9
     True
-    >>> phase = est.privacy_report_.phases[0]
-    >>> phase.name, phase.count, phase.sensitivity
-    ('iterations', 100, 2.0)
+    >>> [(p.name, p.count) for p in est.privacy_report_.phases]
+    [('clip', 41), ('iterations', 100), ('cold_start', 1)]
     """
 
     _parameter_constraints: dict = {
         **BasePersonalizedEstimator._parameter_constraints,
-        "clip_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "clip_norm": [Interval(Real, 0, None, closed="neither"), None, StrOptions({"auto"})],
+        "feature_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "alpha": [Interval(Real, 0, np.inf, closed="both")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
@@ -280,6 +354,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "weighting": [StrOptions({"user", "sample"})],
         "average": ["boolean"],
         "fit_intercept": ["boolean"],
+        "personal_ridge": [Interval(Real, 0, None, closed="left"), None],
+        "clip_quantile": [Interval(Real, 0, 1, closed="right")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
+        "cold_start_share": [Interval(Real, 0, 1, closed="left")],
         "noise_multiplier": [Interval(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
     }
@@ -290,7 +368,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         *,
         epsilon=1.0,
         delta=1e-6,
-        clip_norm=1.0,
+        clip_norm="auto",
+        feature_scale="auto",
         alpha=1.0,
         learning_rate=0.1,
         n_rounds=200,
@@ -299,6 +378,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         weighting="user",
         average=False,
         fit_intercept=True,
+        personal_ridge=10.0,
+        clip_quantile=0.5,
+        clip_share="auto",
+        cold_start_share=0.02,
         noise_multiplier=None,
         verbose=0,
         random_state=None,
@@ -306,6 +389,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.epsilon = epsilon
         self.delta = delta
         self.clip_norm = clip_norm
+        self.feature_scale = feature_scale
         self.alpha = alpha
         self.learning_rate = learning_rate
         self.n_rounds = n_rounds
@@ -314,6 +398,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.weighting = weighting
         self.average = average
         self.fit_intercept = fit_intercept
+        self.personal_ridge = personal_ridge
+        self.clip_quantile = clip_quantile
+        self.clip_share = clip_share
+        self.cold_start_share = cold_start_share
         self.noise_multiplier = noise_multiplier
         self.verbose = verbose
         self.random_state = random_state
@@ -361,54 +449,127 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return data
 
     # ------------------------------------------------------ plan and core
+    def _releases(self):
+        """Whether the fit releases anything (``alpha > 0``)."""
+        return self._step_sizes()[0] > 0
+
+    def _auto_names(self):
+        if not self._releases():
+            return []
+        return [name for name in ("clip_norm", "feature_scale")
+                if getattr(self, name) == "auto"]
+
+    def _cold_start(self):
+        return bool(self.fit_intercept) and self._releases() and self.cold_start_share > 0
+
     def _budget_plan(self, meta):
-        """One phase, ``"iterations"``: ``n_rounds`` Gaussian releases (none if alpha=0)."""
+        """Phases ``clip`` (``clip_share``: the ``"auto"`` bounds and the searches of
+        the cold-start intercept), ``iterations`` (``n_rounds`` Gaussian releases,
+        the rest) and ``cold_start`` (``cold_start_share``: the intercept); nothing
+        if alpha=0."""
         plan = BudgetPlan(self.epsilon, self.delta)
-        lr_global, _ = self._step_sizes()
-        if lr_global == 0:  # alpha = 0: nothing is released
+        if not self._releases():  # alpha = 0: nothing is released
             return plan
+        n_clip = AUTO_STEPS * len(self._auto_names()) \
+            + (LOCATION_SEARCH_STEPS if self._cold_start() else 0)
         kwargs = dict(count=int(self.n_rounds), sampling_rate=float(self.sample_rate))
-        if self.noise_multiplier is not None:
-            plan.fix(PHASE, noise_multiplier=float(self.noise_multiplier), **kwargs)
-        else:
+        if self.noise_multiplier is not None:  # every release at the given multiplier
+            z = float(self.noise_multiplier)
+            if n_clip:
+                plan.fix(CLIP_PHASE, noise_multiplier=z, count=n_clip)
+            plan.fix(PHASE, noise_multiplier=z, **kwargs)
+            if self._cold_start():
+                plan.fix("cold_start", noise_multiplier=z)
+            return plan
+
+        def build(share):
+            plan = BudgetPlan(self.epsilon, self.delta)
+            if n_clip:
+                plan.add(CLIP_PHASE, share=share, count=n_clip, param="clip_share")
             plan.add_rest(PHASE, **kwargs)
-        return plan
+            if self._cold_start():
+                plan.add("cold_start", share=self.cold_start_share, param="cold_start_share")
+            return plan
+
+        if not n_clip:
+            return build(0.05)
+        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
 
     def _make_blocks(self, data, randomness):
         return make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
                                sample_rate=self.sample_rate)
 
-    def _config(self, key, n_features, *, sample_rate, n_rounds, release):
-        _, lr_local = self._step_sizes()
+    def _config(self, key, n_features, *, sample_rate, n_rounds, release, lr_local=None,
+                clip_norm=None):
+        if lr_local is None:
+            lr_local = self._step_sizes()[1]
         return SGDConfig(
-            key=key, n_features=int(n_features), fit_intercept=bool(self.fit_intercept),
+            key=key, n_features=int(n_features), fit_intercept=False,
             batch_size=self.batch_size, sample_rate=float(sample_rate),
-            weighting=self.weighting, lr_local=lr_local, clip_norm=self.clip_norm,
-            release=release, average=bool(self.average), n_rounds=int(n_rounds))
+            weighting=self.weighting, lr_local=lr_local, clip_norm=clip_norm,
+            release=release, average=bool(self.average), n_rounds=int(n_rounds),
+            center=bool(self.fit_intercept), local_scale=self.feature_scale == "auto")
 
     def _fit_core(self, executor, release, randomness, meta):
-        lr_global, _ = self._step_sizes()
-        config = self._config(randomness.key, meta["n_features"],
-                              sample_rate=self.sample_rate, n_rounds=self.n_rounds,
-                              release=lr_global > 0)
-        w, theta = run_ppsgd(executor, release, config, n_users=meta["n_users"],
-                             lr_global=lr_global, verbose=self.verbose)
-        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
-        attributes = {**self._split(w, theta), "n_iter_": int(self.n_rounds),
-                      "noise_multiplier_": z}
-        released = ("coef_", "intercept_") if config.release else ()
-        return FitResult(attributes, released=released,
-                         local=("offsets_", "intercept_offsets_"),
-                         notes=self._notes(z))
+        lr_global, lr_local = self._step_sizes()
+        n_users, d = meta["n_users"], meta["n_features"]
+        releases = lr_global > 0
+        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
+                              n_rounds=self.n_rounds, release=releases)
+        clip_norm, scale = self.clip_norm, self.feature_scale
+        if releases and clip_norm == "auto":
+            clip_norm = auto_bound(executor, release, gradient_norm_statistic, config,
+                                   quantile=float(self.clip_quantile), n_users=n_users)
+        if releases and scale == "auto":
+            scale = auto_bound(executor, release, feature_scale_statistic, config,
+                               quantile=float(self.clip_quantile), n_users=n_users)
+        inv_s2 = 1.0 / float(scale) ** 2 if isinstance(scale, Real) else 1.0
+        if not isinstance(clip_norm, Real):
+            clip_norm = None
+        if self.feature_scale != "auto":
+            lr_local = lr_local * inv_s2  # (per-user scales otherwise, see Notes)
+        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
+                              n_rounds=self.n_rounds, release=releases, lr_local=lr_local,
+                              clip_norm=clip_norm)
+        w, _ = run_ppsgd(executor, release, config, n_users=n_users,
+                         lr_global=lr_global * inv_s2, verbose=self.verbose, offsets=False)
+        intercept, intercept_scale = 0.0, None
+        if self._cold_start():
+            def reduce(fn):
+                return executor.map(offset_values, (w, fn))
 
-    def _split(self, w, theta):
-        """Fitted attributes from ``w`` and ``theta`` (intercept last when fitted)."""
-        d = w.shape[0] - int(self.fit_intercept)
-        return {"coef_": w[:d].copy(),
-                "intercept_": float(w[d]) if self.fit_intercept else 0.0,
-                "offsets_": np.ascontiguousarray(theta[:, :d]),
-                "intercept_offsets_": (theta[:, d].copy() if self.fit_intercept
-                                       else np.zeros(theta.shape[0]))}
+            intercept, intercept_scale = private_location(
+                release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
+                mean_phase="cold_start", radius_quantile=float(self.clip_quantile))
+        prior = PersonalPrior(w, float(intercept), intercept_scale,
+                              float(self.personal_ridge or 0.0), config)
+        theta, b = self._personal(executor, prior, int(self.n_rounds))
+        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
+        attributes = {"coef_": w[:d].copy(), "intercept_": float(intercept),
+                      "offsets_": theta, "intercept_offsets_": b - float(intercept),
+                      "n_iter_": int(self.n_rounds), "noise_multiplier_": z,
+                      "clip_norm_": None if clip_norm is None else float(clip_norm),
+                      "feature_scale_": float(scale) if isinstance(scale, Real) else None,
+                      "intercept_clip_": intercept_scale}
+        if float(self.alpha) == np.inf:  # global only: no personal parts
+            attributes["offsets_"] = np.zeros_like(theta)
+            attributes["intercept_offsets_"] = np.zeros(theta.shape[0])
+        released = ()
+        if releases:
+            released = ("coef_",) + (("intercept_",) if self._cold_start() else ()) + tuple(
+                f"{name}_" for name in self._auto_names())
+            if self._cold_start():
+                released += ("intercept_clip_",)
+        return FitResult(attributes, released=released,
+                         local=("offsets_", "intercept_offsets_"), notes=self._notes(z))
+
+    def _personal(self, executor, prior, n_rounds):
+        """The users' ``theta_i`` and intercepts ``b_i``: the exact shrunk refit
+        (``personal_ridge``), or the SGD offsets (``personal_ridge=None``, or
+        nothing released)."""
+        if self.personal_ridge is not None and self._releases():
+            return executor.collect(personal_refit, prior)
+        return executor.collect(personal_sgd, (prior.w, n_rounds, prior.config))
 
     def _notes(self, z):
         if float(self.alpha) == 0:
@@ -416,10 +577,22 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                     "updated, nothing is released and no privacy is spent.",)
         notes = [
             f"{self.n_rounds} rounds, each releasing the Gaussian sum of per-user "
-            f"gradients clipped to clip_norm={self.clip_norm} (L2 sensitivity "
-            f"2*clip_norm under replace-one-user), sample_rate q={self.sample_rate}, "
-            f"noise multiplier {z:.6g} (noise std = multiplier * 2 * clip_norm); the "
-            "global step divides the release by the public q * n_users."]
+            f"gradients clipped to clip_norm (L2 sensitivity 2*clip_norm under "
+            f"replace-one-user), sample_rate q={self.sample_rate}, noise multiplier "
+            f"{z:.6g} (noise std = multiplier * 2 * clip_norm); the global step "
+            "divides the release by the public q * n_users."]
+        if self._auto_names():
+            notes.append(
+                f"{', '.join(self._auto_names())}='auto': the {self.clip_quantile:g}-"
+                f"quantile of a per-user statistic, released by a noisy bisection over a "
+                f"public log grid ({AUTO_STEPS} Gaussian counts of sensitivity 1, phase "
+                f"'clip').")
+        if self._cold_start():
+            notes.append(
+                "fit_intercept=True: gradients are computed on each user's rows centred "
+                "on the user's own means; the cold-start intercept is a private location "
+                "of the users' offsets (median searches in phase 'clip', a clipped mean "
+                "of sensitivity 2*radius in phase 'cold_start').")
         if self.sample_rate < 1:
             notes.append(
                 "Client sampling: each round is charged as a Poisson-subsampled "
@@ -432,20 +605,33 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     # ----------------------------------------------------------- personal
     def _fit_personal(self, X, y, index):
-        """Local SGD on ``theta_i`` with ``w`` fixed (see Notes); no release.
+        """Personal parts of the given users with ``w`` fixed (see Notes); no release.
 
-        The same block functions as ``fit`` with a global step of 0.
+        The same block functions as the end of ``fit``: the exact shrunk refit
+        (``personal_ridge``), or local SGD with a global step of 0.
         """
+        y = np.asarray(y, dtype=np.float64)
+        w = np.asarray(self.coef_, dtype=float)
+        if float(self.alpha) == np.inf:
+            n = index.n_users
+            return {"offsets_": np.zeros((n, w.shape[0])), "intercept_offsets_": np.zeros(n)}
         n_steps = max(1, int(round(float(self.sample_rate) * int(self.n_rounds))))
+        lr_local = self._step_sizes()[1]
+        if self.feature_scale != "auto" or self.feature_scale_ is None:
+            scale = self.feature_scale_ if self.feature_scale_ is not None else 1.0
+            lr_local = lr_local / float(scale) ** 2
         config = self._config(FitRandomness(self.random_state).key, X.shape[1],
-                              sample_rate=1.0, n_rounds=n_steps, release=False)
-        w = np.append(self.coef_, self.intercept_) if self.fit_intercept else self.coef_
-        executor = LocalExecutor(make_sgd_blocks(X, np.asarray(y, dtype=np.float64), index,
-                                                 batch_size=self.batch_size, sample_rate=1.0))
-        _, theta = run_ppsgd(executor, None, config, n_users=index.n_users,
-                             lr_global=0.0, w_init=w)
-        split = self._split(np.asarray(w, dtype=float), theta)
-        return {name: split[name] for name in self._personal_attributes}
+                              sample_rate=1.0, n_rounds=n_steps, release=False,
+                              lr_local=lr_local, clip_norm=self.clip_norm_)
+        executor = LocalExecutor(make_sgd_blocks(X, y, index, batch_size=self.batch_size,
+                                                 sample_rate=1.0))
+        prior = PersonalPrior(w, float(self.intercept_), self.intercept_clip_,
+                              float(self.personal_ridge or 0.0), config)
+        if self.personal_ridge is None or not self._releases():
+            run_ppsgd(executor, None, config, n_users=index.n_users, lr_global=0.0,
+                      w_init=w, offsets=False)
+        theta, b = self._personal(executor, prior, n_steps)
+        return {"offsets_": theta, "intercept_offsets_": b - float(self.intercept_)}
 
     def _validate_personal_input(self, X, y):
         return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())

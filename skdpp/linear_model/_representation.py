@@ -1,19 +1,26 @@
 """What :class:`PrivateFedRepRegressor` and :class:`PrivAltMinRegressor` share.
 
-The model is ``y ≈ <x, U v_i>``: a shared embedding ``U`` (``d × k``,
-orthonormal columns, released under user-level DP) and a personal head ``v_i``
-(``k``) per user, computed from ``U`` and that user's rows only. Both
-algorithms work on blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`)
-and share:
+The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
+orthonormal columns, released under user-level DP), a personal head ``v_i``
+(``k``) and a personal intercept ``b_i`` per user, computed from the released
+values and that user's rows only (``fit_intercept=False``: ``b_i = 0``, the
+papers' model). Both algorithms work on blocks of whole users
+(:class:`~skdpp.utils._grouped.UserBlock`) and share:
 
 * :func:`prepare_split` -- the block function that splits each user's rows into
-  ``S^0`` (initialisation and iterations) and ``S^1`` (final heads) with keyed
-  randomness and keeps the block's ``S^0`` arrays in its :class:`BlockState`;
-* :func:`take_rows`, :func:`s0_rows`, :func:`source_row_sum` -- gathers and
-  per-user sums over a block's rows;
+  ``S^0`` (initialisation and iterations) and ``S^1`` with keyed randomness,
+  centres each user's ``S^0`` rows on the user's own means (the per-user
+  intercept profiled out: a function of that user's rows only) and keeps the
+  block's ``S^0`` arrays in its :class:`BlockState`;
+* :func:`take_rows`, :func:`s0_rows`, :func:`s0_block`, :func:`source_row_sum`
+  -- gathers and per-user sums over a block's rows;
 * :func:`fit_heads` -- exact per-user least-squares heads on a block;
-* :func:`final_heads` -- the driver of the final heads (Snedeker et al. 2025,
-  Alg. 1, line 14) and the DP cold-start head;
+* :func:`head_statistics`, :func:`personal_parts` -- each user's sufficient
+  statistics and its personal head and intercept, shrunk towards the released
+  cold-start part (the same block functions in ``fit`` and ``personalize``);
+* :func:`final_heads` -- the driver of the end of a fit: the final heads
+  (Snedeker et al. 2025, Alg. 1, line 14), the DP cold-start head and
+  intercept, the personal parts;
 * :func:`subspace_distance` -- the principal-angle distance;
 * :class:`_RepresentationMixin` -- validation, budget plan, the fit's core
   around the algorithm's iterations, ``personalize`` and ``predict``.
@@ -29,15 +36,26 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult
 from ..privacy import BudgetPlan
-from ..privacy._clipping import clip_by_norm
+from ..privacy._clipping import clip_by_norm, unit_rows
+from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
-from ._heads import solve_heads
+from ._auto import (
+    AUTO_STEPS,
+    CLIP_PHASE,
+    auto_bound,
+    resolve_clip_share,
+    rms_per_user,
+    shrink_levels,
+    shrinkage_penalty,
+    user_means,
+)
+from ._heads import shrunk_heads, solve_heads
 from ._scratch import release_scratch, scratch
 from ._spectral_init import initial_components
 
-__all__ = ["BlockState", "final_heads", "fit_heads", "prepare_split", "subspace_distance",
-           "take_rows"]
+__all__ = ["BlockState", "final_heads", "fit_heads", "head_statistics", "personal_parts",
+           "prepare_split", "subspace_distance", "take_rows"]
 
 _INIT_OPTIONS = ("private_spectral", "private_pairwise", "random")
 
@@ -47,6 +65,15 @@ _INIT_OPTIONS = ("private_spectral", "private_pairwise", "random")
 # large X costs more in fresh memory (page faults) than the gathers, and adds
 # half of X to the peak memory.
 _CACHE_SOURCE_BYTES = 128 * 2**20
+
+_FLOAT_MAX = np.finfo(np.float64).max
+
+#: The ``"auto"`` bound of the private initialisation is the ``clip_quantile *
+#: _INIT_QUANTILE_FACTOR`` quantile of its per-user statistic: the norms of the
+#: users' U-statistics are heavy-tailed (products of four rows), and clipping
+#: half of the users below the median keeps the direction of the mean while
+#: halving the noise (measured on the papers' setting, n = 20 000, ε = 1).
+_INIT_QUANTILE_FACTOR = 0.5
 
 
 def take_rows(block, A, scratch_name=None):
@@ -70,6 +97,20 @@ def take_rows(block, A, scratch_name=None):
     return np.take(A, rows, axis=0, out=out, mode="clip")
 
 
+def _center_in_place(block, A, means):
+    """``A -= means`` of each row's user; non-finite results are clamped to the float range.
+
+    Centring a user with values near the float maximum can overflow (``x - mean``
+    up to twice the largest entry): the clamp keeps every later computation on
+    finite values (a function of that user's rows only).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        A -= block.expand(means)
+    if not np.isfinite(A).all():
+        np.nan_to_num(A, copy=False, nan=0.0, posinf=_FLOAT_MAX, neginf=-_FLOAT_MAX)
+    return A
+
+
 # --------------------------------------------------------------------------- #
 # Block state: the S^0 / S^1 split
 # --------------------------------------------------------------------------- #
@@ -87,14 +128,18 @@ class BlockState:
         ``X0`` is not cached): batches of a round are selections of it, so
         their ``source_rows`` index ``X0``, ``y0`` and ``X0 @ U``.
     y0 : ndarray of shape (n0,)
-        Targets of the ``S^0`` rows.
+        Targets of the ``S^0`` rows (centred on each user's mean over all its
+        rows when ``fit_intercept``).
     X0 : ndarray of shape (n0, d) or None
-        A contiguous copy of the ``S^0`` rows of ``X`` (small data), or None:
-        they are gathered every round (:func:`s0_rows`).
+        A contiguous copy of the ``S^0`` rows of ``X`` (centred like ``y0``;
+        small data), or None: they are gathered (and centred) every round
+        (:func:`s0_rows`).
     final : UserBlock
-        Rows of the final heads: ``S^1``, or ``S^0`` for a user without ``S^1``.
-    heads : ndarray of shape (n_users, k) or None
-        The users' final heads, once computed.
+        Rows of the paper's final heads: ``S^1``, or ``S^0`` for a user without
+        ``S^1`` (``personal_rows="holdout"``).
+    x_means : ndarray of shape (n_users, d) or None
+        Each user's mean row (all its rows), subtracted from the gathered
+        ``S^0`` rows when ``X0`` is not cached and ``fit_intercept``.
     extra : dict
         Algorithm-specific per-user state.
     """
@@ -104,13 +149,16 @@ class BlockState:
     y0: np.ndarray
     X0: object
     final: UserBlock
-    heads: object = None
+    x_means: object = None
     extra: dict = field(default_factory=dict)
 
-    def s0_data(self):
-        """The ``S^0`` rows as a block over arrays holding them: the cached copy
-        when there is one (contiguous reads), else the fit's ``X``, ``y``."""
-        return self.s0 if self.X0 is None else self.local
+    def s0_rows(self, block):
+        """The (centred) ``S^0`` rows of ``X``: the cached copy, or a gather into scratch."""
+        return s0_rows(block, self)
+
+    def s0_block(self, block):
+        """The ``S^0`` rows as a :class:`UserBlock` over (centred) arrays holding them."""
+        return s0_block(block, self)
 
 
 def split_mask(block, key):
@@ -124,8 +172,17 @@ def split_mask(block, key):
     return block.split_users_rows(0.5, block.row_uniforms(key, "split"))
 
 
-def prepare_split(block, state, key):
-    """Block function: split the block's users into ``S^0`` / ``S^1``; returns its state."""
+def prepare_split(block, state, config):
+    """Block function: split the block's users into ``S^0`` / ``S^1``; returns its state.
+
+    ``config`` is ``(key, fit_intercept)`` (or the key alone: no centring).
+    With ``fit_intercept`` each user's ``S^0`` rows and targets are centred on
+    the user's means over all its rows: minimising over a per-user intercept
+    profiles it out (``sum_r (y_r - b - <x_r, U v>)^2`` is smallest at ``b =
+    ȳ - <x̄, U v>``), and every per-user contribution stays a function of that
+    user's rows only.
+    """
+    key, fit_intercept = config if isinstance(config, tuple) else (config, False)
     # A throw-away view of the block: the per-row arrays it caches while splitting
     # (row users, ranks: 16 bytes a row) are freed on return.
     block = block.user_range(0, block.n_users)
@@ -133,22 +190,46 @@ def prepare_split(block, state, key):
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
-    y0 = np.asarray(take_rows(s0, block.y), dtype=np.float64)
+    y0 = np.array(take_rows(s0, block.y), dtype=np.float64)
     X0 = None
     if block.X.nbytes <= _CACHE_SOURCE_BYTES:
         X0 = np.take(block.X, s0.source_rows(), axis=0, mode="clip")
+    x_means = None
+    if fit_intercept:
+        # the user's means over all its rows (S^0 and S^1): estimated from twice
+        # the rows, they leave more of the S^0 rows' signal than S^0 means
+        # (measured: FedRep converges about twice as fast on the papers' setting)
+        _center_in_place(s0, y0, user_means(block, np.asarray(take_rows(block, block.y),
+                                                               dtype=np.float64)))
+        x_means = user_means(block, np.asarray(take_rows(block, block.X, "s0_rows"),
+                                               dtype=np.float64))
+        if X0 is not None:
+            X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)
+            x_means = None
     # the S^0 rows over the block's own S^0 arrays (X0 when cached; its X is only
     # read through s0_rows otherwise)
     local = UserBlock(y0 if X0 is None else X0, y0, None, s0.users, s0.user_hash,
                       s0.counts, s0.first_user)
-    return None, BlockState(s0=s0, local=local, y0=y0, X0=X0, final=final)
+    return None, BlockState(s0=s0, local=local, y0=y0, X0=X0, final=final, x_means=x_means)
 
 
 def s0_rows(block, state):
-    """The block's ``S^0`` rows of ``X``: the cached copy, or a gather into scratch."""
+    """The block's (centred) ``S^0`` rows of ``X``: the cached copy, or a gather into scratch."""
     if state.X0 is not None:
         return state.X0
-    return take_rows(state.s0, block.X, "s0_rows")
+    X0 = take_rows(state.s0, block.X, "s0_rows")
+    if state.x_means is not None:
+        if X0.dtype != np.float64:
+            X0 = X0.astype(np.float64)
+        _center_in_place(state.s0, X0, state.x_means)
+    return X0
+
+
+def s0_block(block, state):
+    """The block's ``S^0`` rows as a :class:`UserBlock` over (centred) arrays holding them."""
+    local = state.local
+    return UserBlock(s0_rows(block, state), state.y0, None, local.users, local.user_hash,
+                     local.counts, local.first_user)
 
 
 # --------------------------------------------------------------------------- #
@@ -180,25 +261,175 @@ def fit_heads(block, P, y):
     of :func:`~skdpp.linear_model._heads.solve_heads` is scale invariant),
     then ``v = v' max|y| / max|P|``.
     """
-    k = P.shape[1]
-    n_users = block.n_users
-    if n_users == 0:
-        return np.zeros((0, k))
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    stats = head_statistics(block, P, y, center=False)
+    return stats.raw_heads
+
+
+@dataclass
+class HeadStats:
+    """Each user's sufficient statistics for its head (rescaled, overflow-free).
+
+    With ``P' = P_c / s_p`` and ``y' = y_c / s_y`` (``P_c``, ``y_c``: the rows
+    centred on the user's means when ``center``; ``s_p = max|P_c|``,
+    ``s_y = max|y_c|`` per user, 1 for zeros):
+
+    Attributes
+    ----------
+    counts : ndarray of shape (n_users,)
+    p_mean, y_mean : ndarray of shape (n_users, k), (n_users,)
+        The users' mean projection and target (original units; zeros without
+        centring).
+    A, r, yy : ndarray
+        ``P'^T P'`` (``n × k × k``), ``P'^T y'`` (``n × k``), ``y'^T y'`` (``n``).
+    sp, sy : ndarray of shape (n_users,)
+    raw_heads : ndarray of shape (n_users, k)
+        The least-squares heads (original units; tiny relative ridge): zero for
+        users without rows or with non-finite statistics.
+    bad : ndarray of shape (n_users,), bool
+        Users whose projections are not finite (their heads are zero).
+    """
+
+    counts: np.ndarray
+    p_mean: np.ndarray
+    y_mean: np.ndarray
+    A: np.ndarray
+    r: np.ndarray
+    yy: np.ndarray
+    sp: np.ndarray
+    sy: np.ndarray
+    raw_heads: np.ndarray
+    bad: np.ndarray
+
+
+def head_statistics(block, P, y, *, center):
+    """:class:`HeadStats` of the block's users from their projections ``P`` and targets."""
+    n_users, k = block.n_users, P.shape[1]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        if center:
+            p_mean = user_means(block, P) if k else np.zeros((n_users, 0))
+            y_mean = user_means(block, y)
+            P = P - block.expand(p_mean)
+            y = y - block.expand(y_mean)
+        else:
+            p_mean, y_mean = np.zeros((n_users, k)), np.zeros(n_users)
         mp = block.segment_max(np.abs(P), initial=0.0) if k else np.zeros(n_users)
         my = block.segment_max(np.abs(y), initial=0.0)
         sp_ = np.where(mp > 0, mp, 1.0)
         sy_ = np.where(my > 0, my, 1.0)
         # users whose projections overflowed (inf, or NaN from inf - inf in X U)
-        bad = ~np.isfinite(mp)
+        bad = ~np.isfinite(mp) | ~np.isfinite(sy_) | ~np.isfinite(y_mean) \
+            | (~np.isfinite(p_mean).all(axis=1) if k else False)
         Ps = P / block.expand(sp_)[:, None]
+        ys = y / block.expand(sy_)
         if bad.any():
-            Ps[block.expand(bad)] = 0.0
+            rows = block.expand(bad)
+            Ps[rows] = 0.0
+            ys[rows] = 0.0
         A = block.gram(Ps)
-        r = block.segment_sum(Ps * (y / block.expand(sy_))[:, None])
+        r = block.segment_sum(Ps * ys[:, None])
+        yy = block.segment_sum(ys * ys)
         V = solve_heads(A, r, block.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
-    return V
+    return HeadStats(counts=block.counts.copy(), p_mean=p_mean, y_mean=y_mean, A=A, r=r,
+                     yy=yy, sp=sp_, sy=sy_, raw_heads=V, bad=bad)
+
+
+@dataclass(frozen=True, eq=False)
+class PersonalPrior:
+    """The released cold-start part and the shrinkage of the personal parts (public).
+
+    Attributes
+    ----------
+    head : ndarray of shape (k,)
+        Prior mean of every head (the released cold-start head).
+    intercept : float
+        Released cold-start intercept (the prior mean of a user's mean level
+        is ``intercept + <p̄_i, head>``).
+    intercept_scale : float or None
+        Released radius ``R_b`` of the users' offsets (the prior variance of a
+        mean level is ``2 R_b^2``; ``None``: no shrinkage of the levels).
+    ridge : float
+        ``personal_ridge`` (``κ``, pseudo-rows per parameter); 0 gives the
+        unshrunk least-squares parts.
+    fit_intercept : bool
+    """
+
+    head: np.ndarray
+    intercept: float
+    intercept_scale: object
+    ridge: float
+    fit_intercept: bool
+
+
+def _noise_variance(stats, k, fit_intercept):
+    """Each user's residual and target variances in the rescaled units (``y' = y_c / s_y``).
+
+    Residual: ``RSS / (m - k - 1)`` (``m - k`` without intercept) when positive,
+    else the target variance. Target: ``yy / (m - 1)`` (``yy / m`` without
+    intercept). NaN for users with no variance information (one row with an
+    intercept).
+    """
+    m = stats.counts.astype(np.float64)
+    c = 1 if fit_intercept else 0
+    dof = m - k - c
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        rss = stats.yy - np.einsum("ij,ij->i", stats.raw_heads * (stats.sp / stats.sy)[:, None],
+                                   stats.r)
+        rss = np.maximum(rss, 0.0)
+        total = stats.yy / np.maximum(m - c, 1.0)
+        s2 = np.where(dof >= 1, rss / np.maximum(dof, 1.0), total)
+    valid = m - c >= 1
+    return np.where(valid, s2, np.nan), np.where(valid, total, np.nan)
+
+
+def personal_parts(stats, prior):
+    """Each user's personal head and intercept from its statistics and the public prior.
+
+    The head minimises ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j -
+    v_cold,j)^2`` with the penalties of
+    :func:`~skdpp.linear_model._auto.shrinkage_penalty` (``κ k`` pseudo-rows
+    scaled by the share of the user's target variance its own fit leaves
+    unexplained, each with the user's own variance of that coordinate). The
+    user's mean level ``a_i = b_i + <p̄_i, v_i>`` is shrunk towards the
+    cold-start prediction ``b_cold + <p̄_i, v_cold>`` as in a normal-normal
+    model with between-user variance ``2 R_b^2``
+    (:func:`~skdpp.linear_model._auto.shrink_levels`). ``κ = 0``: the
+    least-squares parts. A user whose parts are not finite gets the cold-start
+    part. Scale-free: rescaling ``X`` or ``y`` rescales the parts and the
+    released values alike.
+
+    Returns
+    -------
+    heads : ndarray of shape (n_users, k)
+    intercepts : ndarray of shape (n_users,)
+    """
+    k = stats.r.shape[1]
+    v0 = np.asarray(prior.head, dtype=np.float64)
+    kappa = float(prior.ridge)
+    n = stats.counts.shape[0]
+    with np.errstate(all="ignore"):
+        s2, var_y = _noise_variance(stats, k, prior.fit_intercept)  # rescaled units
+        if kappa > 0:
+            m = np.maximum(stats.counts, 1).astype(np.float64)
+            penalty = shrinkage_penalty(kappa, k, s2, var_y,
+                                        np.einsum("nii->ni", stats.A) / m[:, None])
+            heads = shrunk_heads(stats.A, stats.r, v0 * (stats.sp / stats.sy)[:, None],
+                                 penalty, stats.counts) * (stats.sy / stats.sp)[:, None]
+        else:
+            heads = stats.raw_heads.copy()
+        ok = np.isfinite(heads).all(axis=1) & ~stats.bad
+        heads[~ok] = v0
+        if not prior.fit_intercept:
+            return heads, np.zeros(n)
+        level = stats.y_mean  # the user's mean level a_i (least squares)
+        if kappa > 0 and prior.intercept_scale is not None:
+            level = shrink_levels(level, stats.counts, s2 * stats.sy**2,
+                                  prior.intercept + stats.p_mean @ v0, prior.intercept_scale)
+        intercepts = level - np.einsum("ij,ij->i", stats.p_mean, heads)
+        ok &= np.isfinite(intercepts)
+    heads[~ok] = v0
+    intercepts[~ok] = prior.intercept
+    return heads, intercepts
 
 
 def heads_on(block, U):
@@ -220,44 +451,100 @@ def source_row_sum(block, weights, A):
     return np.asarray(W @ A)
 
 
-def _final_heads_block(block, state, config):
-    """Final heads of the block's users (line 14) and their clipped sum (cold start)."""
-    U, head_clip_norm = config
-    fin = state.final
+# --------------------------------------------------------------------------- #
+# Final heads, cold start and personal parts
+# --------------------------------------------------------------------------- #
+@dataclass
+class FinalState:
+    """A block's state at the end of a fit (and in ``personalize``): its users' statistics."""
+
+    stats: HeadStats
+
+
+def final_statistics(block, state, config):
+    """Block function: each user's :class:`HeadStats` on its final rows.
+
+    ``config = (U, rows, fit_intercept)``; ``rows="all"``: all of the user's
+    rows; ``"holdout"``: ``S^1`` (``S^0`` for a user without ``S^1``), the
+    rows of Alg. 1, line 14.
+    """
+    U, rows, fit_intercept = config
+    fin = state.final if rows == "holdout" else block
     Xf = take_rows(fin, block.X, "final_rows")
     with np.errstate(over="ignore", invalid="ignore"):
         P = Xf @ U
-    state.heads = fit_heads(fin, P, np.asarray(take_rows(fin, block.y), dtype=np.float64))
-    # Each user's head clipped to C_head: one bounded contribution per user.
-    return clip_by_norm(state.heads, head_clip_norm).sum(axis=0), state
+    stats = head_statistics(fin, P, np.asarray(take_rows(fin, block.y), dtype=np.float64),
+                            center=fit_intercept)
+    return None, FinalState(stats)
 
 
-def _collect_heads(block, state, _):
-    return state.heads
+def _head_norms(block, state, _):
+    return unit_rows(state.stats.raw_heads)[1], state
 
 
-def final_heads(executor, release, U, *, head_clip_norm, cold_start, n_users):
-    """Final heads (Alg. 1, line 14) and the DP cold-start head.
+def _clipped_heads(block, state, clip):
+    return clip_by_norm(state.stats.raw_heads, clip).sum(axis=0), state
 
-    Each user fits its head on ``S^1`` (``S^0`` when ``S^1`` is empty) with
-    ``U`` fixed. The cold-start head is the released ``sum_i clip(v_i,
-    C_head)`` (Gaussian, sensitivity ``2 C_head`` under replace-one-user)
-    divided by the public number of users; ``cold_start=False``: no release,
-    the zero head.
+
+def _offsets(block, state, config):
+    """Block function: ``fn`` of the users' offsets ``ȳ_i - <p̄_i, v_cold>``."""
+    head, fn = config
+    stats = state.stats
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = stats.y_mean - stats.p_mean @ head
+    values = np.where(stats.bad | (stats.counts == 0), np.nan, values)
+    return fn(values), state
+
+
+def _personal_block(block, state, prior):
+    return personal_parts(state.stats, prior)
+
+
+def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
+                personal_ridge, clip_quantile, n_users):
+    """The end of a fit: final heads, cold start (head and intercept), personal parts.
+
+    1. Each user's least-squares head (Alg. 1, line 14) on its final rows
+       (``rows="holdout"``: ``S^1``; ``"all"``: all its rows), centred on its
+       own means with ``fit_intercept``.
+    2. ``head_clip_norm="auto"``: the ``clip_quantile`` of the heads' norms
+       (phase ``"clip"``).
+    3. Cold-start head: the released ``sum_i clip(v_i, C_head)`` (Gaussian,
+       sensitivity ``2 C_head``, phase ``"cold_start"``) over the public ``n``.
+    4. Cold-start intercept (``fit_intercept``): the private location
+       (:func:`~skdpp.privacy._quantile.private_location`) of the users' offsets
+       ``ȳ_i - <p̄_i, v_cold>``: searches in phase ``"clip"``, a clipped mean
+       in ``"cold_start"``.
+    5. Personal parts (:func:`personal_parts`), shrunk towards the released
+       cold-start part with ``personal_ridge``: post-processing.
 
     Returns
     -------
-    heads : ndarray of shape (n_users, k)
-    cold_start_head : ndarray of shape (k,)
+    heads, intercepts, cold_head, cold_intercept, head_clip
     """
-    total = executor.map(_final_heads_block, (U, head_clip_norm))
-    heads = executor.collect(_collect_heads)
-    if not cold_start:
-        return heads, np.zeros(U.shape[1])
-    sensitivity = None if head_clip_norm is None else 2.0 * head_clip_norm
-    noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
-                             clip_norm=head_clip_norm)
-    return heads, noisy / max(n_users, 1)  # division by the public n: post-processing
+    k = U.shape[1]
+    executor.map(final_statistics, (U, rows, fit_intercept))
+    if head_clip_norm == "auto" and cold_start:
+        head_clip_norm = auto_bound(executor, release, _head_norms, None,
+                                    quantile=clip_quantile, n_users=n_users)
+    cold_head, cold_intercept, intercept_scale = np.zeros(k), 0.0, None
+    if cold_start:
+        total = executor.map(_clipped_heads, head_clip_norm)
+        sensitivity = None if head_clip_norm is None else 2.0 * head_clip_norm
+        noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
+                                 clip_norm=head_clip_norm)
+        cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
+        if fit_intercept:
+            def reduce(fn):
+                return executor.map(_offsets, (cold_head, fn))
+
+            cold_intercept, intercept_scale = private_location(
+                release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
+                mean_phase="cold_start", radius_quantile=clip_quantile)
+    prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
+                          float(personal_ridge), bool(fit_intercept))
+    heads, intercepts = executor.collect(_personal_block, prior)
+    return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior
 
 
 # --------------------------------------------------------------------------- #
@@ -294,16 +581,24 @@ def subspace_distance(U1, U2):
 # --------------------------------------------------------------------------- #
 # The estimators' shared plumbing
 # --------------------------------------------------------------------------- #
+def _clip_constraint():
+    return [Interval(Real, 0, None, closed="neither"), None, StrOptions({"auto"})]
+
+
 def _common_constraints():
-    positive_or_none = [Interval(Real, 0, None, closed="neither"), None]
     return {
         **BasePersonalizedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "init": [StrOptions(set(_INIT_OPTIONS)), "array-like"],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
-        "clip_norm": positive_or_none,
-        "init_clip_norm": positive_or_none,
-        "head_clip_norm": positive_or_none,
+        "fit_intercept": ["boolean"],
+        "personal_rows": [StrOptions({"all", "holdout"})],
+        "personal_ridge": [Interval(Real, 0, None, closed="left")],
+        "clip_norm": _clip_constraint(),
+        "init_clip_norm": _clip_constraint(),
+        "head_clip_norm": _clip_constraint(),
+        "clip_quantile": [Interval(Real, 0, 1, closed="right")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "init_share": [Interval(Real, 0, 1, closed="left")],
         "cold_start_share": [Interval(Real, 0, 1, closed="left")],
         "batch_mode": [StrOptions({"same", "disjoint"})],
@@ -314,14 +609,16 @@ def _common_constraints():
 class _RepresentationMixin:
     """Plumbing shared by the two shared-representation regressors (not public).
 
-    Subclasses implement ``_iterate`` (the private iterations), ``_notes`` and
-    ``_n_iteration_releases``; this mixin validates the representation
-    parameters, plans the budget (``init``, ``iterations``, ``cold_start``),
-    runs the rest of the core (split, initialisation, final heads, cold start)
-    and provides ``predict`` and the ``personalize`` hook.
+    Subclasses implement ``_iterate`` (the private iterations), ``_notes``,
+    ``_n_iteration_releases`` and ``_auto_bound_names``; this mixin validates
+    the representation parameters, plans the budget (``clip``, ``init``,
+    ``iterations``, ``cold_start``), runs the rest of the core (split,
+    initialisation, final heads, cold start, personal parts) and provides
+    ``predict`` and the ``personalize`` hook.
     """
 
-    _personal_attributes = ("heads_",)
+    _personal_attributes = ("heads_", "intercepts_")
+    _scale_param_names = ()
 
     # ----------------------------------------------------------- validation
     def _validate_fit_data(self, X, y, groups):
@@ -349,7 +646,7 @@ class _RepresentationMixin:
                     raise ValueError(
                         f"{name}=None (no clipping) gives unbounded sensitivity and is "
                         f"only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. "
-                        f"Pass a positive {name}."
+                        f"Pass a positive {name}, or 'auto'."
                     )
         if not isinstance(self.init, str):
             U0 = np.asarray(self.init, dtype=np.float64)
@@ -368,12 +665,53 @@ class _RepresentationMixin:
     def _private_init(self):
         return isinstance(self.init, str) and self.init.startswith("private")
 
+    def _cold_start(self):
+        return self.cold_start_share > 0
+
+    def _init_clip_param(self):
+        """The parameter bounding the private initialisation's contributions (or None)."""
+        if not self._private_init():
+            return None
+        return "init_clip_norm" if self.init == "private_spectral" else \
+            self._pairwise_label_clip
+
+    def _auto_bound_names(self):
+        """The ``"auto"`` bounds this fit resolves (each one private quantile)."""
+        names = [name for name in self._iteration_auto_params() if getattr(self, name) == "auto"]
+        init = self._init_clip_param()
+        if init is not None and getattr(self, init) == "auto" and init not in names:
+            names.append(init)
+        if self.head_clip_norm == "auto" and self._cold_start():
+            names.append("head_clip_norm")
+        return names
+
+    def _n_clip_releases(self):
+        n = AUTO_STEPS * len(self._auto_bound_names())
+        if self.fit_intercept and self._cold_start():
+            n += LOCATION_SEARCH_STEPS
+        return n
+
     # ---------------------------------------------------------- budget plan
     def _budget_plan(self, meta):
-        """Phases ``init`` (``init_share``, private inits only), ``iterations``
-        (the rest, ``_n_iteration_releases()`` Gaussian releases) and
-        ``cold_start`` (``cold_start_share``)."""
+        """Phases ``clip`` (``clip_share``: the private quantiles of the ``"auto"``
+        bounds and of the cold-start intercept's searches), ``init``
+        (``init_share``, private inits only), ``iterations`` (the rest,
+        ``_n_iteration_releases()`` Gaussian releases) and ``cold_start``
+        (``cold_start_share``: the head, and the intercept with
+        ``fit_intercept``). ``clip_share="auto"``:
+        :func:`~skdpp.linear_model._auto.resolve_clip_share` (public values)."""
+        def build(share):
+            return self._plan_with_clip_share(share)
+
+        if not self._n_clip_releases():
+            return build(0.05)
+        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+
+    def _plan_with_clip_share(self, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
+        n_clip = self._n_clip_releases()
+        if n_clip:
+            plan.add(CLIP_PHASE, share=clip_share, count=n_clip, param="clip_share")
         if self._private_init():
             if self.init_share == 0:
                 raise ValueError(
@@ -383,54 +721,113 @@ class _RepresentationMixin:
                 )
             plan.add("init", share=self.init_share, param="init_share")
         plan.add_rest("iterations", count=self._n_iteration_releases())
-        plan.add("cold_start", share=self.cold_start_share, param="cold_start_share")
+        plan.add("cold_start", share=self.cold_start_share, param="cold_start_share",
+                 count=1 + int(bool(self.fit_intercept)))
         return plan
 
     # ------------------------------------------------------------- the core
     def _fit_core(self, executor, release, randomness, meta):
         """Split, initialise, iterate (subclass), final heads and cold start.
 
-        Subclasses provide ``_iterate(executor, release, U0, key, meta) -> U``,
+        Subclasses provide ``_iterate(executor, release, U0, key, meta) ->
+        (U, bounds)`` (``bounds``: the resolved iteration clip bounds),
         ``_notes()``, optionally ``_prepare(executor, key)`` (more per-block
-        state), and ``_pairwise_label_clip`` (the parameter used as ``ζ`` by
-        ``init="private_pairwise"``).
+        state), ``_init_statistic`` (the per-user statistic of an ``"auto"``
+        initialisation bound) and ``_pairwise_label_clip`` (the parameter used
+        as ``ζ`` by ``init="private_pairwise"``).
         """
         key = randomness.key
+        n_users = meta["n_users"]
+        fit_intercept = bool(self.fit_intercept)
         try:
-            executor.map(prepare_split, key)  # S^0 / S^1
+            executor.map(prepare_split, (key, fit_intercept))  # S^0 / S^1, centring
             self._prepare(executor, key)
+            bounds = {}
+            init_param = self._init_clip_param()
+            init_kind = self.init if isinstance(self.init, str) else None
+            init_clip = getattr(self, init_param) if init_param else None
+            if init_clip == "auto":
+                init_clip = auto_bound(executor, release, _init_statistic, self.init,
+                                       quantile=_INIT_QUANTILE_FACTOR * self.clip_quantile,
+                                       n_users=n_users)
+            if init_param:
+                bounds[init_param] = init_clip
             U0 = initial_components(
                 executor, release, init=self.init, n_components=self.n_components,
-                n_features=meta["n_features"], clip_norm=self.init_clip_norm,
-                label_clip=getattr(self, self._pairwise_label_clip),
+                n_features=meta["n_features"],
+                clip_norm=init_clip if init_kind == "private_spectral" else None,
+                label_clip=init_clip if init_kind == "private_pairwise" else None,
                 rng=randomness.public)
             release_scratch()  # each phase gathers into its own buffers: free them
-            U = self._iterate(executor, release, U0, key, meta)
+            U, iteration_bounds = self._iterate(executor, release, U0, key, meta, bounds)
+            bounds.update(iteration_bounds)
             release_scratch()
-            heads, head = final_heads(
-                executor, release, U, head_clip_norm=self.head_clip_norm,
-                cold_start=self.cold_start_share > 0, n_users=meta["n_users"])
+            heads, intercepts, head, intercept, head_clip, prior = final_heads(
+                executor, release, U, rows=self.personal_rows, fit_intercept=fit_intercept,
+                head_clip_norm=self.head_clip_norm, cold_start=self._cold_start(),
+                personal_ridge=float(self.personal_ridge),
+                clip_quantile=float(self.clip_quantile), n_users=n_users)
+            bounds["head_clip_norm"] = head_clip
         finally:
             release_scratch()
-        return FitResult(
-            {"components_": U, "heads_": heads, "cold_start_head_": head,
-             "n_iter_": int(self.max_iter)},
-            released=("components_", "cold_start_head_"), local=("heads_",),
-            notes=self._notes())
+        attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
+                      "cold_start_head_": head, "cold_start_intercept_": intercept,
+                      "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter)}
+        for name in self._clip_param_names + self._scale_param_names:
+            value = bounds.get(name, getattr(self, name))
+            attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
+                else float(value)
+        released = ("components_", "cold_start_head_")
+        if fit_intercept and self._cold_start():
+            released += ("cold_start_intercept_",)
+        released += tuple(f"{name}_" for name in self._auto_bound_names())
+        if fit_intercept and self._cold_start():
+            released += ("intercept_clip_",)
+        return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
+                         notes=self._notes() + self._common_notes())
+
+    def _common_notes(self):
+        notes = []
+        if self._auto_bound_names():
+            notes.append(
+                f"{', '.join(self._auto_bound_names())}='auto': each bound is the "
+                f"{self.clip_quantile:g}-quantile of a per-user statistic, released by a "
+                f"noisy bisection over a public log grid ({AUTO_STEPS} Gaussian counts of "
+                f"sensitivity 1, phase 'clip').")
+        if self.fit_intercept and self._cold_start():
+            notes.append(
+                "fit_intercept=True: every contribution is computed on the user's rows "
+                "centred on the user's own means; the cold-start intercept is a private "
+                "location of the users' offsets (median searches in phase 'clip', a "
+                "clipped mean of sensitivity 2*radius in phase 'cold_start').")
+        return tuple(notes)
 
     def _prepare(self, executor, key):
         """More per-block state after the split (none by default)."""
 
     # ------------------------------------------------------------ personal
+    def _prior(self):
+        """The public prior of the personal parts, from the fitted (released) values."""
+        return PersonalPrior(self.cold_start_head_, float(self.cold_start_intercept_),
+                             getattr(self, "intercept_clip_", None), float(self.personal_ridge),
+                             bool(self.fit_intercept))
+
     def _fit_personal(self, X, y, index):
-        """Heads of the users of ``index`` from their own rows and the released ``U``."""
+        """Personal parts of the users of ``index`` from all their rows and the released part.
+
+        The same block functions as the end of ``fit`` (:func:`final_statistics`,
+        :func:`personal_parts`), on all the given rows.
+        """
         y = np.asarray(y, dtype=np.float64)
         executor = LocalExecutor(make_blocks(X, y, index))
-        return {"heads_": executor.collect(_personal_heads_block, self.components_)}
+        executor.map(final_statistics, (self.components_, "all", bool(self.fit_intercept)))
+        heads, intercepts = executor.collect(_personal_block, self._prior())
+        release_scratch()
+        return {"heads_": heads, "intercepts_": intercepts}
 
     # -------------------------------------------------------------- predict
     def predict(self, X, groups=None):
-        """Predict with each known user's head, the cold-start head for unseen users.
+        """Predict with each known user's part, the cold-start part for unseen users.
 
         Parameters
         ----------
@@ -438,8 +835,9 @@ class _RepresentationMixin:
             Rows to predict.
         groups : array-like of shape (n_samples,), default=None
             User id of each row. Rows of users seen in ``fit`` (or added by
-            ``personalize``) use ``x^T U v_i``; other rows (and all rows when
-            ``groups=None``) use the cold-start head ``x^T U v_cold``.
+            ``personalize``) use ``b_i + x^T U v_i``; other rows (and all rows
+            when ``groups=None``) use the cold-start part
+            ``b_cold + x^T U v_cold``.
 
         Returns
         -------
@@ -452,7 +850,8 @@ class _RepresentationMixin:
         H = np.empty((X.shape[0], self.components_.shape[1]))
         H[known] = self.heads_[codes[known]]
         H[~known] = self.cold_start_head_
-        return np.einsum("ij,ij->i", X @ self.components_, H)
+        b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
+        return np.einsum("ij,ij->i", X @ self.components_, H) + b
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -460,5 +859,15 @@ class _RepresentationMixin:
         return tags
 
 
-def _personal_heads_block(block, state, U):
-    return heads_on(block, U)
+def _init_statistic(block, state, init):
+    """Per-user statistic of an ``"auto"`` initialisation bound (``S^0`` rows, centred).
+
+    ``"private_spectral"``: ``||Z_i||_F``; ``"private_pairwise"``: the root
+    mean square of the user's targets (the label clip ``ζ``).
+    """
+    from ._spectral_init import spectral_statistic
+
+    rows = s0_block(block, state)
+    if init == "private_spectral":
+        return spectral_statistic(rows, None, norms_only=True)[1], state
+    return rms_per_user(rows, rows.y), state

@@ -38,7 +38,7 @@ _GRAM_MIN = 1e-100
 # --------------------------------------------------------------------------- #
 # Snedeker et al. (2025), Alg. 2: clipped per-user U-statistics
 # --------------------------------------------------------------------------- #
-def _spectral_few_rows(Ap, sx, sy, clip_norm):
+def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
     """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
 
     ``Ap`` (``n × c × d``) holds each user's scaled rows ``a_j = y_j x_j / (sx sy)``;
@@ -62,6 +62,9 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm):
       norm is ``min(||Z||, ψ)`` up to rounding whatever cancellation occurred in
       ``B``.
 
+    ``norms_only``: only the norms are needed (the sum is not formed when every
+    user takes the Gram route).
+
     Returns
     -------
     total : ndarray of shape (d, d)
@@ -82,6 +85,8 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm):
     fast = (a2 >= _GRAM_MIN) & (nu >= _RHO_MIN * a2)
     total = np.zeros((d, d))
     norms = np.zeros(n)
+    if norms_only and fast.all():
+        return total, scaled_clip_factors(nu / cc, mu2, clip_norm)[1]
     if fast.any():
         A = Ap if fast.all() else Ap[fast]
         f, norms[fast] = scaled_clip_factors(nu[fast] / cc, mu2[fast], clip_norm)
@@ -120,7 +125,7 @@ def _user_scales(X_rows, y_rows, starts):
     return np.where(mx > 0, mx, 1.0), np.where(my > 0, my, 1.0)
 
 
-def spectral_statistic(block, clip_norm):
+def spectral_statistic(block, clip_norm, *, norms_only=False):
     """``sum_i clip(Z_i, ψ)`` over the block's users (Alg. 2, lines 4-6).
 
     ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
@@ -132,11 +137,14 @@ def spectral_statistic(block, clip_norm):
         The rows to use (in a fit: each user's ``S^0`` rows).
     clip_norm : float or None
         ``ψ_init``.
+    norms_only : bool, default=False
+        Only the norms are needed (the per-user statistic of an ``"auto"``
+        ``ψ_init``): the sum is skipped where it is not needed for them.
 
     Returns
     -------
     total : ndarray of shape (d, d)
-        The block's partial sum (symmetric).
+        The block's partial sum (symmetric; unspecified with ``norms_only``).
     norms : ndarray of shape (block.n_users,)
         ``||Z_i||_F`` before clipping.
 
@@ -183,7 +191,7 @@ def spectral_statistic(block, clip_norm):
                           out=Ap.reshape(u.size, c, d))
                 Ap = Ap.reshape(u.size, c, d)
                 Ap *= (yu / sy[:, None])[..., None]
-                part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm)
+                part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only)
                 total += part
         # Users with more than d rows: explicit d x d matrices, chunked over users.
         heavy = np.flatnonzero(counts > max(d, 1))
@@ -204,12 +212,13 @@ def spectral_statistic(block, clip_norm):
             outer = segment_outer_sum(Ap, None, UserIndex(np.arange(users.size), local))
             Zp = (s[:, :, None] * s[:, None, :] - outer) / (m * (m - 1.0))[:, None, None]
             f, norms[users] = scaled_clip_factors(stack_norms(Zp), (sx * sy) ** 2, clip_norm)
-            total += np.tensordot(f, Zp, axes=1)
+            if not norms_only:
+                total += np.tensordot(f, Zp, axes=1)
     return (total + total.T) / 2.0, norms
 
 
 def _spectral_block(block, state, clip_norm):
-    return spectral_statistic(state.s0_data(), clip_norm)[0], state
+    return spectral_statistic(state.s0_block(block), clip_norm)[0], state
 
 
 # --------------------------------------------------------------------------- #
@@ -252,7 +261,7 @@ def pairwise_statistic(block, label_clip):
 
 
 def _pairwise_block(block, state, label_clip):
-    return pairwise_statistic(state.s0_data(), label_clip), state
+    return pairwise_statistic(state.s0_block(block), label_clip), state
 
 
 # --------------------------------------------------------------------------- #

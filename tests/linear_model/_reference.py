@@ -81,8 +81,11 @@ def assert_permutation_invariant(cls, params, X, y, groups, seed=1):
     p = np.random.default_rng(seed).permutation(len(y))
     a = cls(**params).fit(X, y, groups=groups)
     b = cls(**params).fit(X[p], y[p], groups=groups[p])
-    for name in ("components_", "cold_start_head_", "heads_", "user_ids_"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    for name in ("components_", "cold_start_head_", "cold_start_intercept_", "heads_",
+                 "intercepts_", "user_ids_", "intercept_clip_", "clip_norm_",
+                 "init_clip_norm_", "head_clip_norm_", "label_clip_", "label_scale_"):
+        if hasattr(a, name):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 
 def with_other_users(X, y, groups, relabel=3, seed=2):

@@ -9,6 +9,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _altmin
 from skdpp.linear_model._altmin import PrivAltMinRegressor
+from skdpp.linear_model._auto import AUTO_STEPS
+from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.linear_model._representation import fit_heads, subspace_distance
 from skdpp.utils._grouped import UserBlock
 from tests.linear_model._reference import (
@@ -79,14 +81,30 @@ def _small_data(n_users=30, d=5, m=8, seed=0, noise=0.1):
     return X, y, groups, info
 
 
+#: The paper's model and final heads: no intercept, unshrunk heads on S^1 only.
+PAPER = dict(fit_intercept=False, personal_rows="holdout", personal_ridge=0.0)
+
+
+def _n_releases(est):
+    """The number of releases a fit makes (every one must be checked).
+
+    The report's counts, with each of the ``max_iter`` rounds releasing a Gram and a
+    moment (with ``schedule="disjoint"`` the report counts rounds of disjoint users
+    once: parallel composition).
+    """
+    phases = est.privacy_report_.phases
+    return sum(p.count for p in phases if p.name != "iterations") + 2 * est.max_iter
+
+
 @pytest.mark.parametrize("schedule", ["full", "disjoint"])
 @pytest.mark.parametrize("batch_mode", ["same", "disjoint"])
 def test_epsilon_inf_matches_loop_reference(schedule, batch_mode):
+    """The paper's model and final heads (what the loop reference implements)."""
     X, y, groups, _ = _small_data()
     U0 = np.linalg.qr(np.random.default_rng(5).standard_normal((5, 2)))[0]
     est = PrivAltMinRegressor(
         epsilon=np.inf, init=U0, max_iter=3, clip_norm=2.0, label_clip=0.8,
-        schedule=schedule, batch_mode=batch_mode, random_state=3,
+        schedule=schedule, batch_mode=batch_mode, random_state=3, **PAPER,
     ).fit(X, y, groups=groups)
     U, heads = _ref_altmin(X, y, groups, U0, T=3, eta=2.0, zeta=0.8, schedule=schedule,
                            batch_mode=batch_mode, seed=3)
@@ -172,7 +190,11 @@ def test_budget_plan_and_parallel_composition(schedule, count):
                               random_state=0).fit(X, y, groups=groups)
     report = est.privacy_report_
     phases = {p.name: p for p in report.phases}
-    assert set(phases) == {"init", "iterations", "cold_start"}
+    assert list(phases) == ["clip", "init", "iterations", "cold_start"]
+    # four 'auto' bounds (clip_norm, label_clip, init_clip_norm, head_clip_norm) and the
+    # cold-start intercept's searches
+    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS
+    assert phases["cold_start"].count == 2
     assert phases["iterations"].count == count
     # the calibrated plan spends the whole budget (no loose accounting)
     assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
@@ -215,7 +237,7 @@ def test_one_row_users_groups_none_and_unseen_users():
     g[:4] = np.arange(100, 104)
     est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=g)
     assert np.all(np.isfinite(est.heads_))
-    expected = X[:2] @ est.components_ @ est.cold_start_head_
+    expected = X[:2] @ est.components_ @ est.cold_start_head_ + est.cold_start_intercept_
     assert_allclose(est.predict(X[:2], groups=["a", "b"]), expected, rtol=1e-12)
     est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y)
     assert np.all(np.isfinite(est.predict(X)))
@@ -233,9 +255,10 @@ def test_sensitivity_adversarial_neighbours(schedule, init):
         return PrivAltMinRegressor(epsilon=1.0, max_iter=2, schedule=schedule, init=init,
                                    random_state=0).fit(X, y, groups=g)
 
+    n_releases = _n_releases(fit_on(X, y, groups))
     for name, X2, y2, g2 in adversarial_neighbours(X, y, groups, user):
         ratios = assert_sensitivity(fit_on, (X, y, groups), (X2, y2, g2))
-        assert len(ratios) == 1 + 2 * 2 + 1, name
+        assert len(ratios) == n_releases, name
 
 
 def _broken_no_clipping(monkeypatch):
@@ -323,8 +346,13 @@ def test_noise_level_matches_report():
     est = PrivAltMinRegressor(epsilon=1.0, max_iter=2, random_state=0)
     draws = record_noise(lambda: est.fit(X, y, groups=groups))
     phases = {p.name: p for p in est.privacy_report_.phases}
-    names = ["init"] + ["iterations"] * 4 + ["cold_start"]
-    assert len(draws) == len(names)
+    # release order: the init bound's search, init, the searches of clip_norm and
+    # label_clip, 2 rounds of (Gram, moment), the head bound's search, the cold-start
+    # head, the intercept's searches and its clipped mean
+    names = (["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
+             + ["iterations"] * 4 + ["clip"] * AUTO_STEPS + ["cold_start"]
+             + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
+    assert len(draws) == len(names) == _n_releases(est)
     pooled = []
     for draw, name in zip(draws, names):
         p = phases[name]
@@ -337,9 +365,10 @@ def test_noise_level_matches_report():
     pooled = np.concatenate(pooled)
     assert pooled.size > 300
     assert abs(pooled.std() - 1.0) < 0.15  # false-alarm rate < 1e-4 at this size
-    gram, moment = draws[1], draws[2]
-    assert_allclose(gram["sensitivity"], np.sqrt(2) * est.clip_norm**2, rtol=1e-12)
-    assert_allclose(moment["sensitivity"], 2 * est.label_clip * est.clip_norm, rtol=1e-12)
+    gram, moment = draws[names.index("iterations")], draws[names.index("iterations") + 1]
+    assert_allclose(gram["sensitivity"], np.sqrt(2) * est.clip_norm_**2, rtol=1e-12)
+    assert_allclose(moment["sensitivity"], 2 * est.label_clip_ * est.clip_norm_, rtol=1e-12)
+    assert all(d["sensitivity"] == 1.0 for d, n in zip(draws, names) if n == "clip")
 
 
 @pytest.mark.parametrize("scale", [1e-155, 1e-160])
@@ -379,7 +408,7 @@ def test_sensitivity_extreme_magnitudes(x_scale, y_scale, init):
                                    random_state=0).fit(X, y, groups=g)
 
     n = len(assert_sensitivity(fit_on, (X, y, groups), neighbour))
-    assert n == (init != "random") + 4 + 1
+    assert n == _n_releases(fit_on(X, y, groups))
 
 
 def test_statistics_fuzz_bounded_and_finite():

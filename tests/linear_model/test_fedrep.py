@@ -9,9 +9,11 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _fedrep
 from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._auto import AUTO_STEPS
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
 from skdpp.privacy._clipping import row_norms, unit_rows
+from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.utils._grouped import UserBlock, make_blocks
 from tests.linear_model._reference import (
     _canary_last,
@@ -90,6 +92,10 @@ def _reference_for(X, y, groups, U0, batch_mode, batch_size, seed=3, T=4):
                        head_clip=0.5, s0=s0_mask(executor, len(y)), batches=batches)
 
 
+#: The papers' model and final heads (no intercept, S^1-only unshrunk heads, the
+#: step in the labels' units): what the loop reference implements.
+PAPER = dict(fit_intercept=False, personal_rows="holdout", personal_ridge=0.0, label_scale=1.0)
+
 _MODES = [("same", None), ("disjoint", None), ("same", 3), ("disjoint", 2)]
 
 
@@ -100,7 +106,7 @@ def test_epsilon_inf_matches_loop_reference(batch_mode, batch_size):
     est = PrivateFedRepRegressor(
         epsilon=np.inf, init=U0, max_iter=4, learning_rate=0.7, clip_norm=0.8,
         head_clip_norm=0.5, batch_mode=batch_mode, batch_size=batch_size, random_state=3,
-    ).fit(X, y, groups=groups)
+        **PAPER).fit(X, y, groups=groups)
     U, heads, cold = _reference_for(X, y, groups, U0, batch_mode, batch_size)
     assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
     assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
@@ -133,7 +139,7 @@ def test_blocks_and_gathered_rows_match_loop_reference(monkeypatch, block_rows, 
     est = _SmallBlocks(
         epsilon=np.inf, init=U0, max_iter=4, learning_rate=0.7, clip_norm=0.8,
         head_clip_norm=0.5, batch_mode=batch_mode, batch_size=batch_size, random_state=3,
-    ).fit(X, y, groups=groups)
+        **PAPER).fit(X, y, groups=groups)
     U, heads, cold = _reference_for(X, y, groups, U0, batch_mode, batch_size)
     assert_allclose(est.components_, U, rtol=1e-10, atol=1e-10)
     assert_allclose(est.heads_, heads, rtol=1e-10, atol=1e-10)
@@ -206,13 +212,17 @@ def test_cold_start_and_personalize(medium):
     new = np.full(20, 10**6)  # an unseen user id (same id type as in fit)
     Xn = info.X_test[:20]
     cold = est.predict(Xn, groups=new)
-    assert_allclose(cold, Xn @ est.components_ @ est.cold_start_head_, rtol=1e-12)
+    assert_allclose(cold, Xn @ est.components_ @ est.cold_start_head_
+                    + est.cold_start_intercept_, rtol=1e-12)
     report = str(est.privacy_report_)
     est.personalize(info.X_test[:20], info.y_test[:20], groups=new)
     assert 10**6 in est.user_ids_
     assert str(est.privacy_report_) == report
     own = est.predict(Xn, groups=new)
     assert np.mean((own - info.y_test[:20]) ** 2) < np.mean((cold - info.y_test[:20]) ** 2)
+    # without intercept and shrinkage, the personal head is the least-squares head
+    est.set_params(fit_intercept=False, personal_ridge=0.0).fit(X, y, groups=groups)
+    est.personalize(Xn, info.y_test[:20], groups=new)
     P = Xn @ est.components_
     expected = _ref_head(P, info.y_test[:20], 2)
     assert_allclose(est.heads_[np.searchsorted(est.user_ids_, 10**6)], expected, rtol=1e-9)
@@ -248,11 +258,18 @@ def test_budget_plan_in_report():
     X, y, groups, _ = _small_data()
     est = PrivateFedRepRegressor(epsilon=1.0, max_iter=3, random_state=0).fit(X, y, groups=groups)
     phases = {p.name: p for p in est.privacy_report_.phases}
-    assert list(phases) == ["init", "iterations", "cold_start"]
+    assert list(phases) == ["clip", "init", "iterations", "cold_start"]
+    # four 'auto' bounds (label_scale, clip_norm, init_clip_norm, head_clip_norm) and the
+    # cold-start intercept's searches: noisy binary searches of sensitivity-1 counts
+    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS
+    assert_allclose(phases["clip"].sensitivity, 1.0)
     assert phases["iterations"].count == 3
-    assert_allclose(phases["iterations"].sensitivity, 2 * est.clip_norm)
-    assert_allclose(phases["init"].sensitivity, 2 * est.init_clip_norm)
-    assert_allclose(phases["cold_start"].sensitivity, 2 * est.head_clip_norm)
+    assert_allclose(phases["iterations"].sensitivity, 2 * est.clip_norm_)
+    assert_allclose(phases["init"].sensitivity, 2 * est.init_clip_norm_)
+    # the cold-start head and the intercept's clipped mean
+    assert phases["cold_start"].count == 2
+    assert_allclose(phases["cold_start"].sensitivity,
+                    (2 * est.head_clip_norm_, 2 * est.intercept_clip_))
     # the calibrated plan spends the whole budget (no loose accounting)
     assert_allclose(est.privacy_report_.epsilon_spent, 1.0, rtol=1e-6)
 
@@ -260,6 +277,10 @@ def test_budget_plan_in_report():
 def test_budget_plan_without_private_init_or_cold_start():
     X, y, groups, _ = _small_data()
     est = PrivateFedRepRegressor(epsilon=1.0, init="random", cold_start_share=0.0,
+                                 random_state=0).fit(X, y, groups=groups)
+    assert [p.name for p in est.privacy_report_.phases] == ["clip", "iterations"]
+    est = PrivateFedRepRegressor(epsilon=1.0, init="random", cold_start_share=0.0,
+                                 clip_norm=1.0, label_scale=1.0,
                                  random_state=0).fit(X, y, groups=groups)
     assert [p.name for p in est.privacy_report_.phases] == ["iterations"]
     assert_array_equal(est.cold_start_head_, np.zeros(2))
@@ -308,7 +329,7 @@ def test_one_row_users_and_groups_none():
 def test_unseen_users_get_cold_start_and_warn_without_groups():
     X, y, groups, _ = _small_data()
     est = PrivateFedRepRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=groups)
-    expected = X[:3] @ est.components_ @ est.cold_start_head_
+    expected = X[:3] @ est.components_ @ est.cold_start_head_ + est.cold_start_intercept_
     assert_allclose(est.predict(X[:3], groups=[-1, -2, -3]), expected, rtol=1e-12)
     with pytest.warns(UserWarning, match="groups=None"):
         assert_allclose(est.predict(X[:3]), expected, rtol=1e-12)
@@ -327,6 +348,11 @@ def test_disjoint_mode_with_one_row_users():
 # --------------------------------------------------------------------------- #
 # Privacy: sensitivity, audit, noise level
 # --------------------------------------------------------------------------- #
+def _n_releases(est):
+    """The number of releases the report plans (every one must be checked)."""
+    return sum(p.count for p in est.privacy_report_.phases)
+
+
 def _fit_on(**params):
     def fit_on(X, y, groups):
         return PrivateFedRepRegressor(random_state=0, **params).fit(X, y, groups=groups)
@@ -337,9 +363,10 @@ def _fit_on(**params):
 def test_sensitivity_adversarial_neighbours(batch_mode):
     X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
     fit_on = _fit_on(epsilon=1.0, max_iter=3, batch_mode=batch_mode)
+    n_releases = _n_releases(fit_on(X, y, groups))
     for name, X2, y2, g2 in adversarial_neighbours(X, y, groups, user):
         ratios = assert_sensitivity(fit_on, (X, y, groups), (X2, y2, g2))
-        assert len(ratios) == 5, name  # init + 3 iterations + cold start
+        assert len(ratios) == n_releases, name  # every planned release was checked
 
 
 def _broken_no_clipping(monkeypatch):
@@ -399,7 +426,7 @@ def _audit_run(data, neighbour_data, epsilon):
         X, y, g = neighbour_data if neighbour else data
         est = PrivateFedRepRegressor(
             epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0, learning_rate=1.0,
-            clip_norm=1.0, random_state=seed).fit(X, y, groups=g)
+            clip_norm=1.0, random_state=seed, **PAPER).fit(X, y, groups=g)  # one release
         return float(np.linalg.norm(est.components_[2]))  # weight on the canary's direction
 
     return run
@@ -434,12 +461,19 @@ def test_noise_level_matches_report():
     est = PrivateFedRepRegressor(epsilon=1.0, max_iter=3, random_state=0)
     draws = record_noise(lambda: est.fit(X, y, groups=groups))
     phases = {p.name: p for p in est.privacy_report_.phases}
-    names = ["init"] + ["iterations"] * 3 + ["cold_start"]
-    assert len(draws) == len(names)
+    # release order: the init bound's search, init, the step's and the gradients' bound
+    # searches, 3 rounds, the head bound's search, the cold-start head, the intercept's
+    # searches and its clipped mean
+    names = (["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
+             + ["iterations"] * 3 + ["clip"] * AUTO_STEPS + ["cold_start"]
+             + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
+    assert len(draws) == len(names) == _n_releases(est)
+    sens = {name: list(np.atleast_1d(p.sensitivity)) for name, p in phases.items()}
     pooled = []
     for draw, name in zip(draws, names):
         p = phases[name]
-        assert_allclose(draw["sensitivity"], p.sensitivity, rtol=1e-12)
+        expected = sens[name][0] if len(sens[name]) == 1 else sens[name].pop(0)
+        assert_allclose(draw["sensitivity"], expected, rtol=1e-12)
         assert_allclose(draw["scale"], p.noise_multiplier * p.sensitivity, rtol=1e-12)
         noise = draw["noise"]
         if draw["symmetric"]:
@@ -466,7 +500,8 @@ def test_gradient_overflow_of_one_user_neither_fails_nor_breaks_the_bound(batch_
     canary = _with_canary(X, y, groups, user, 1e160 * np.ones((2, 4)),
                           np.array([1e160, 3e160]))
     fit_on = _fit_on(epsilon=1.0, max_iter=2, batch_mode=batch_mode, init="random")
-    assert len(assert_sensitivity(fit_on, (X, y, groups), canary)) == 3
+    n_releases = _n_releases(fit_on(X, y, groups))
+    assert len(assert_sensitivity(fit_on, (X, y, groups), canary)) == n_releases
     est = fit_on(*canary)
     assert np.all(np.isfinite(est.components_)) and np.all(np.isfinite(est.heads_))
 
@@ -486,7 +521,8 @@ def test_sensitivity_extreme_magnitudes(x_scale, y_scale, batch_mode):
         Xc = np.clip(rng.standard_normal((7, 4)) * x_scale, -1.7e308, 1.7e308)
     canary = _with_canary(X, y, groups, user, Xc, rng.standard_normal(7) * y_scale)
     fit_on = _fit_on(epsilon=1.0, max_iter=2, batch_mode=batch_mode)
-    assert len(assert_sensitivity(fit_on, (X, y, groups), canary)) == 4
+    n_releases = _n_releases(fit_on(X, y, groups))
+    assert len(assert_sensitivity(fit_on, (X, y, groups), canary)) == n_releases
 
 
 @pytest.mark.parametrize("init, batch_mode", [("private_spectral", "same"),

@@ -1,6 +1,7 @@
 """Tests of the shared small solves (skdpp.linear_model._heads)."""
 
 import numpy as np
+import pytest
 from numpy.testing import assert_allclose
 
 from skdpp.linear_model._heads import batched_solve
@@ -44,3 +45,30 @@ def test_batched_solve_numerically_singular_items_use_pinv():
     b = rng.normal(size=(6, 3))
     expected = (np.linalg.pinv(A) @ b[..., None])[..., 0]
     assert_allclose(batched_solve(A, b), expected, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_shrunk_heads_solve_the_penalised_normal_equations(k):
+    """``(A + diag(q)) v = r + q * p`` (plus the tiny relative ridge towards ``p``);
+    users without rows, or with an infinite penalty, get the prior."""
+    from skdpp.linear_model._heads import shrunk_heads
+
+    rng = np.random.default_rng(k)
+    n = 6
+    P = rng.standard_normal((n, 5, k))
+    A = np.einsum("nri,nrj->nij", P, P)
+    r = np.einsum("nri,nr->ni", P, rng.standard_normal((n, 5)))
+    prior = rng.standard_normal((n, k))
+    q = rng.random((n, k)) * 3
+    A[0], r[0] = 0.0, 0.0          # a user without rows, no penalty
+    q[1] = np.inf                  # an infinite penalty
+    V = shrunk_heads(A, r, prior, q, np.full(n, 5))
+    assert_allclose(V[0], prior[0])
+    assert_allclose(V[1], prior[1])
+    for i in range(2, n):
+        expected = np.linalg.solve(A[i] + np.diag(q[i]), r[i] + q[i] * prior[i])
+        assert_allclose(V[i], expected, rtol=1e-6, atol=1e-9)
+    # a scalar penalty per user is the same on every coordinate
+    assert_allclose(shrunk_heads(A, r, prior, q[:, 0], np.full(n, 5))[2:],
+                    shrunk_heads(A, r, prior, np.repeat(q[:, :1], k, axis=1),
+                                 np.full(n, 5))[2:])

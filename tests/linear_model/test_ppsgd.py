@@ -48,6 +48,22 @@ def _uneven_data(seed=1):
     return X[keep], 3 * y[keep], groups[keep]
 
 
+#: The paper's algorithm: a feature scale of 1 (the steps in the features' units) and
+#: the SGD offsets as personal parts (no shrunk refit).
+PAPER = dict(feature_scale=1.0, personal_ridge=None)
+
+
+def _centred(X, y, groups):
+    """Each user's rows and targets centred on the user's own means (fit_intercept=True:
+    the per-user intercept profiled out of every gradient)."""
+    X, y = np.array(X, dtype=float), np.array(y, dtype=float)
+    for u in np.unique(groups):
+        mine = groups == u
+        X[mine] -= X[mine].mean(axis=0)
+        y[mine] -= y[mine].mean()
+    return X, y
+
+
 def _reference_alg1(X, y, groups, *, eta, alpha_paper, clip_norm, n_rounds,
                     fit_intercept=False, average=False):
     """Alg. 1 of Bietti et al. (2022) as written, one user at a time, zeta = 0.
@@ -55,7 +71,7 @@ def _reference_alg1(X, y, groups, *, eta, alpha_paper, clip_norm, n_rounds,
     Every round each user uses all of its rows as its minibatch (mean gradient).
     """
     if fit_intercept:
-        X = np.hstack([X, np.ones((X.shape[0], 1))])
+        X, y = _centred(X, y, groups)
     users = list(np.unique(groups))
     n_users, d = len(users), X.shape[1]
     w = np.zeros(d)  # line 2
@@ -114,7 +130,7 @@ def _reference_recorded(X, y, groups, record, *, lr_global, lr_local, clip_norm,
     Participants and minibatches are those the fit used (``record``).
     """
     if fit_intercept:
-        X = np.hstack([X, np.ones((X.shape[0], 1))])
+        X, y = _centred(X, y, groups)
     users = list(np.unique(groups))
     n_users, p = len(users), X.shape[1]
     w = np.zeros(p)  # line 2
@@ -150,16 +166,30 @@ def _excess_risk(est, w_true, theta_true):
 
 
 def _params_of(est):
-    """(w, theta) with the intercept as the last entry when fitted."""
-    if not est.fit_intercept:
-        return est.coef_, est.offsets_
-    return (np.append(est.coef_, est.intercept_),
-            np.hstack([est.offsets_, est.intercept_offsets_[:, None]]))
+    """(w, theta): with fit_intercept the slopes of the fit on centred rows."""
+    return est.coef_, est.offsets_
 
 
-def _fit_on(**params):
+#: Every option of the paper's algorithm (tests of its mechanics): a given clip
+#: norm, no intercept, the SGD offsets as personal parts.
+PAPER_ALL = dict(PAPER, clip_norm=1.0, fit_intercept=False)
+
+
+def _paper(**params):
+    """A PPSGDRegressor with the paper's options (``params`` override them)."""
+    return PPSGDRegressor(**{**PAPER_ALL, **params})
+
+
+def _n_releases(est):
+    """The number of releases the report plans (every one must be checked)."""
+    return sum(p.count for p in est.privacy_report_.phases)
+
+
+def _fit_on(paper=False, **params):
+    make = _paper if paper else PPSGDRegressor
+
     def fit(X, y, groups):
-        return PPSGDRegressor(random_state=0, **params).fit(X, y, groups)
+        return make(random_state=0, **params).fit(X, y, groups)
     return fit
 
 
@@ -178,7 +208,7 @@ def test_matches_reference_alg1_without_noise(fit_intercept, average, alpha_pape
     alpha, lr = _paper_to_estimator(eta, alpha_paper, n_users=7)
     est = PPSGDRegressor(epsilon=np.inf, clip_norm=clip, alpha=alpha, learning_rate=lr,
                          n_rounds=T, batch_size=None, fit_intercept=fit_intercept,
-                         average=average, random_state=0).fit(X, y, groups)
+                         average=average, random_state=0, **PAPER).fit(X, y, groups)
     w, theta = _params_of(est)
     assert_allclose(w, w_ref, rtol=0, atol=1e-10)
     assert_allclose(theta, theta_ref, rtol=0, atol=1e-10)
@@ -198,7 +228,7 @@ def test_matches_reference_with_the_fits_minibatches(sample_rate, weighting, ave
     est = PPSGDRegressor(epsilon=np.inf, clip_norm=0.5, alpha=0.7, learning_rate=0.3,
                          n_rounds=20, batch_size=2, sample_rate=sample_rate,
                          weighting=weighting, average=average, fit_intercept=fit_intercept,
-                         random_state=0).fit(X, y, groups)
+                         random_state=0, **PAPER).fit(X, y, groups)
     lr_global, lr_local = est._step_sizes()
     w_ref, theta_ref = _reference_recorded(
         X, y, groups, record, lr_global=lr_global, lr_local=lr_local, clip_norm=0.5,
@@ -243,13 +273,13 @@ def test_alpha_zero_offsets_do_not_depend_on_other_users():
 
 def test_alpha_inf_is_global_only():
     X, y, groups, _, _ = _additive_data()
-    est = PPSGDRegressor(epsilon=2.0, delta=1e-5, alpha=np.inf, n_rounds=30,
+    est = _paper(epsilon=2.0, delta=1e-5, alpha=np.inf, n_rounds=30,
                          random_state=0).fit(X, y, groups)
     assert_array_equal(est.offsets_, 0.0)
     assert_array_equal(est.intercept_offsets_, 0.0)
     assert np.abs(est.coef_).max() > 0
     # Global step is learning_rate: matches alpha = 1e12 (local step ~ 0) closely.
-    big = PPSGDRegressor(epsilon=2.0, delta=1e-5, alpha=1e12, n_rounds=30,
+    big = _paper(epsilon=2.0, delta=1e-5, alpha=1e12, n_rounds=30,
                          random_state=0).fit(X, y, groups)
     assert_allclose(big.coef_, est.coef_, rtol=0, atol=1e-8)
 
@@ -365,17 +395,17 @@ def test_stream_of_a_user_is_keyed_by_its_id_pass_and_rows_only():
 def test_sample_weighting_normalises_by_batch_size():
     X, y, groups, _, _ = _additive_data(n_users=10, n_rows=6, seed=6)
     # Every user has >= batch_size rows: "sample" and "user" coincide.
-    a = PPSGDRegressor(epsilon=np.inf, batch_size=4, weighting="sample", n_rounds=15,
+    a = _paper(epsilon=np.inf, batch_size=4, weighting="sample", n_rounds=15,
                        random_state=0).fit(X, y, groups)
-    b = PPSGDRegressor(epsilon=np.inf, batch_size=4, weighting="user", n_rounds=15,
+    b = _paper(epsilon=np.inf, batch_size=4, weighting="user", n_rounds=15,
                        random_state=0).fit(X, y, groups)
     assert_allclose(a.coef_, b.coef_, rtol=1e-12)
     # A user with fewer rows than batch_size weighs less under "sample".
     keep = ~((groups == 0) & (np.arange(len(y)) % 6 >= 2))
-    a = PPSGDRegressor(epsilon=np.inf, batch_size=4, weighting="sample", n_rounds=1,
+    a = _paper(epsilon=np.inf, batch_size=4, weighting="sample", n_rounds=1,
                        alpha=np.inf, learning_rate=1.0, clip_norm=1e6, fit_intercept=False,
                        random_state=0).fit(X[keep], y[keep], groups[keep])
-    b = PPSGDRegressor(epsilon=np.inf, batch_size=4, weighting="user", n_rounds=1,
+    b = _paper(epsilon=np.inf, batch_size=4, weighting="user", n_rounds=1,
                        alpha=np.inf, learning_rate=1.0, clip_norm=1e6, fit_intercept=False,
                        random_state=0).fit(X[keep], y[keep], groups[keep])
     Xk, yk, gk = X[keep], y[keep], groups[keep]
@@ -390,7 +420,7 @@ def test_excess_risk_falls_with_rounds_without_noise():
     X, y, groups, w, theta = _additive_data(n_users=40, n_rows=30, d=5, seed=2)
     risks = []
     for T in (5, 50, 400):
-        est = PPSGDRegressor(epsilon=np.inf, clip_norm=100.0, alpha=1.0, learning_rate=0.1,
+        est = _paper(epsilon=np.inf, clip_norm=100.0, alpha=1.0, learning_rate=0.1,
                              n_rounds=T, fit_intercept=False, random_state=0)
         risks.append(_excess_risk(est.fit(X, y, groups), w, theta))
     assert risks[0] > 2 * risks[1] > 4 * risks[2]
@@ -480,7 +510,7 @@ def test_personalize_with_alpha_inf_gives_zero_offsets():
 # --------------------------------------------------------------------------- #
 def test_report_lists_rounds_noise_and_clip_norm():
     X, y, groups, _, _ = _additive_data()
-    est = PPSGDRegressor(epsilon=1.0, delta=1e-5, clip_norm=2.0, n_rounds=40,
+    est = _paper(epsilon=1.0, delta=1e-5, clip_norm=2.0, n_rounds=40,
                          random_state=0).fit(X, y, groups)
     report = est.privacy_report_
     assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
@@ -502,7 +532,7 @@ def test_report_lists_rounds_noise_and_clip_norm():
 def test_noise_is_calibrated_on_one_phase_of_n_rounds_releases(sample_rate):
     # The plan is one phase of T (sampled) Gaussian releases calibrated jointly.
     X, y, groups, _, _ = _additive_data(n_users=50)
-    est = PPSGDRegressor(epsilon=1.5, delta=1e-5, sample_rate=sample_rate, n_rounds=60,
+    est = _paper(epsilon=1.5, delta=1e-5, sample_rate=sample_rate, n_rounds=60,
                          random_state=0).fit(X, y, groups)
     expected = calibrate([Phase("iterations", share=1.0, mechanism="gaussian", count=60,
                                 sampling_rate=sample_rate)], epsilon=1.5, delta=1e-5)
@@ -516,7 +546,7 @@ def test_sampled_accounting_matches_dp_accounting_rdp():
     # size 2: (2 eps0, (1 + e^eps0) delta0). Recompute it with dp-accounting.
     dp_accounting = pytest.importorskip("dp_accounting")
     X, y, groups, _, _ = _additive_data(n_users=50)
-    est = PPSGDRegressor(epsilon=1.5, delta=1e-5, sample_rate=0.2, n_rounds=60,
+    est = _paper(epsilon=1.5, delta=1e-5, sample_rate=0.2, n_rounds=60,
                          random_state=0).fit(X, y, groups)
     (phase,) = est.privacy_report_.phases
     assert est.privacy_report_.accountant == "rdp-zero-out"
@@ -544,7 +574,7 @@ def test_epsilon_inf_reports_non_private():
 
 def test_noise_multiplier_override_reports_spent_epsilon():
     X, y, groups, _, _ = _additive_data()
-    est = PPSGDRegressor(noise_multiplier=2.0, delta=1e-5, n_rounds=30, clip_norm=1.5,
+    est = _paper(noise_multiplier=2.0, delta=1e-5, n_rounds=30, clip_norm=1.5,
                          random_state=0)
     draws = record_noise(lambda: est.fit(X, y, groups))
     from skdpp.privacy import gaussian_epsilon
@@ -577,9 +607,10 @@ SENSITIVITY_CASES = [
 @pytest.mark.parametrize("params", SENSITIVITY_CASES)
 def test_sensitivity_with_adversarial_neighbours(params):
     X, y, groups, _, _ = _additive_data(n_users=12, n_rows=6)
+    n_releases = _n_releases(_fit_on(**params)(X, y, groups))
     for name, X2, y2, g2 in adversarial_neighbours(X, y, groups, user=3):
         ratios = assert_sensitivity(_fit_on(**params), (X, y, groups), (X2, y2, g2))
-        assert len(ratios) == params["n_rounds"], name
+        assert len(ratios) == n_releases, name
 
 
 def _patch_broken(monkeypatch, broken):
@@ -619,7 +650,7 @@ def test_sensitivity_test_catches_broken_variants(broken, monkeypatch):
     # with many rows moves the sum by many times C.
     calls = _patch_broken(monkeypatch, broken)
     X, y, groups, _, _ = _additive_data(n_users=12, n_rows=6)
-    params = dict(epsilon=1.0, n_rounds=5, batch_size=None)
+    params = dict(epsilon=1.0, n_rounds=5, batch_size=None, paper=True)
     name, X2, y2, g2 = list(adversarial_neighbours(X, y, groups, user=3))[1]  # many_rows
     with pytest.raises(AssertionError, match="more than its stated sensitivity"):
         assert_sensitivity(_fit_on(**params), (X, y, groups), (X2, y2, g2))
@@ -646,7 +677,7 @@ def _audit_run(params):
 
     def run(seed, neighbour):
         X, y, g = D2 if neighbour else D
-        est = PPSGDRegressor(random_state=seed, fit_intercept=False, alpha=np.inf,
+        est = _paper(random_state=seed, fit_intercept=False, alpha=np.inf,
                              learning_rate=1.0, n_rounds=1, batch_size=None, **params)
         return -est.fit(X, y, g).coef_[0]  # the canary pushes coef_[0] down
     return run
@@ -684,20 +715,19 @@ def test_global_step_divides_the_release_by_public_values_only():
     # were sampled; dividing by the realised number of participants (or rows)
     # would make w depend on the secret sampling and on the data.
     X, y, groups, _, _ = _additive_data(n_users=40, n_rows=3, d=4)
-    v = np.array([1.0, -2.0, 3.0, 0.5, 4.0])  # 4 features + intercept
-    forced = [Release("gaussian", np.zeros(5), 0.0, v) for _ in range(6)]
+    v = np.array([1.0, -2.0, 3.0, 0.5])  # 4 features (no intercept)
+    forced = [Release("gaussian", np.zeros(4), 0.0, v) for _ in range(6)]
     for seed, weighting in [(0, "user"), (1, "user"), (2, "sample")]:
-        est = PPSGDRegressor(epsilon=1.0, sample_rate=0.25, alpha=np.inf, learning_rate=0.5,
+        est = _paper(epsilon=1.0, sample_rate=0.25, alpha=np.inf, learning_rate=0.5,
                              n_rounds=6, batch_size=2, weighting=weighting,
                              random_state=seed)
         record_releases(lambda: est.fit(X, y, groups), replay=forced)
-        w = np.append(est.coef_, est.intercept_)
-        assert_allclose(w, -0.5 * 6 * v / (0.25 * 40), rtol=1e-12)
+        assert_allclose(est.coef_, -0.5 * 6 * v / (0.25 * 40), rtol=1e-12)
 
 
 def test_noise_level_matches_report():
     X, y, groups, _, _ = _additive_data(n_users=20, d=50)
-    est = PPSGDRegressor(epsilon=1.0, delta=1e-5, clip_norm=3.0, n_rounds=40,
+    est = _paper(epsilon=1.0, delta=1e-5, clip_norm=3.0, n_rounds=40,
                          random_state=0)
     draws = record_noise(lambda: est.fit(X, y, groups))
     assert len(draws) == 40
@@ -770,11 +800,12 @@ def test_diverging_user_neither_fails_nor_changes_the_releases(kind, learning_ra
     # inf, then NaN in the average, with a RuntimeWarning).
     X, y, groups, _, _ = _additive_data(n_users=12, n_rows=6)
     X2, y2, g2 = _diverging(X, y, groups, 3, kind)
-    fit = _fit_on(epsilon=1.0, learning_rate=learning_rate, **params)
+    # (no intercept: centring would turn the constant 1e20 rows into zeros)
+    fit = _fit_on(epsilon=1.0, learning_rate=learning_rate, paper=True, **params)
     observed = assert_same_observables(fit, (X, y, groups), (X2, y2, g2))
     assert observed["warnings"] == []
     ratios = assert_sensitivity(fit, (X, y, groups), (X2, y2, g2))  # same count, shapes
-    assert len(ratios) == params["n_rounds"]
+    assert len(ratios) == _n_releases(fit(X, y, groups))
     est = fit(X2, y2, g2)
     for attr in ("coef_", "offsets_", "intercept_offsets_"):
         assert np.isfinite(getattr(est, attr)).all(), attr

@@ -94,9 +94,13 @@ def test_heads_do_not_depend_on_the_blocks(max_rows):
     index = UserIndex.from_groups(groups, len(y))
     one = LocalExecutor(make_blocks(X, y, index, max_rows=None))
     many = LocalExecutor(make_blocks(X, y, index, max_rows=max_rows))
-    expected = one.collect(rep._personal_heads_block, U)
-    assert_allclose(many.collect(rep._personal_heads_block, U), expected, rtol=1e-12,
-                    atol=1e-14)
+    prior = rep.PersonalPrior(np.array([0.3, -0.2]), 0.1, 0.5, 10.0, True)
+    parts = []
+    for executor in (one, many):
+        executor.map(rep.final_statistics, (U, "all", True))
+        parts.append(executor.collect(rep._personal_block, prior))
+    for got, expected in zip(parts[1], parts[0]):
+        assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 
 def _loop_spectral_statistic(X, y, groups, clip):
@@ -586,14 +590,24 @@ def test_cold_start_contribution_fuzz_bounded_and_finite():
     groups = np.repeat(np.arange(len(users)), [len(u[1]) for u in users])
     index = UserIndex.from_groups(groups, len(y))
     executor = LocalExecutor(make_blocks(X, y, index, max_rows=50))
-    executor.map(rep.prepare_split, FitRandomness(0).key)
+    executor.map(rep.prepare_split, (FitRandomness(0).key, True))
+    prior = rep.PersonalPrior(np.array([0.3, -0.2]), 0.1, 0.5, 10.0, True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for block, state in zip(executor.blocks, executor.states):
-            partial, state = rep._final_heads_block(block, state, (U, C))
-            assert np.all(np.isfinite(state.heads))
-            assert np.all(np.isfinite(partial))
-            assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
-            # each user's contribution: its head clipped to C
-            assert np.all(row_norms(clip_by_norm(state.heads, C)) <= C * (1 + 1e-12))
+        for rows in ("holdout", "all"):
+            for block, state in zip(executor.blocks, executor.states):
+                _, fin = rep.final_statistics(block, state, (U, rows, True))
+                heads = fin.stats.raw_heads
+                assert np.all(np.isfinite(heads))
+                partial, _ = rep._clipped_heads(block, fin, C)
+                assert np.all(np.isfinite(partial))
+                assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
+                # each user's contribution: its head clipped to C
+                assert np.all(row_norms(clip_by_norm(heads, C)) <= C * (1 + 1e-12))
+                # the intercept's contribution: each user's offset clipped to the radius
+                total, _ = rep._offsets(block, fin, (prior.head, lambda v: np.array(
+                    [np.abs(np.clip(np.nan_to_num(v, nan=0.0), -0.5, 0.5)).sum()])))
+                assert np.isfinite(total).all() and total[0] <= 0.5 * block.n_users
+                personal_heads, intercepts = rep._personal_block(block, fin, prior)
+                assert np.isfinite(personal_heads).all() and np.isfinite(intercepts).all()
     _scratch.release_scratch()
