@@ -40,7 +40,8 @@ True
 
 import numpy as np
 
-__all__ = ["cumulative_counts", "private_quantile", "quantile_grid"]
+__all__ = ["cumulative_counts", "interval_quantile_scores", "private_interval_quantile",
+           "private_quantile", "quantile_grid"]
 
 #: Default grid: 8 candidates per decade over [1e-8, 1e8] (129 values).
 DEFAULT_GRID_RANGE = (1e-8, 1e8)
@@ -120,4 +121,51 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     the selection is an exponential mechanism (ε-DP, ε-bounded range).
     """
     scores = -np.abs(np.asarray(counts, dtype=np.float64) - quantile * n_users)
+    return float(grid[release.exponential(phase, scores, sensitivity=1.0)])
+
+
+def interval_quantile_scores(counts, *, quantile, n_users):
+    """Scores of the grid values as the ``quantile``: ``-dist(q n, [C_{j-1}, C_j])``.
+
+    ``C_j = counts[j]`` is the number of users with a value ``<= grid[j]``
+    (``C_{-1} = 0``); the ``q``-quantile lies in ``(grid[j-1], grid[j]]``
+    exactly when ``C_{j-1} < q n <= C_j``, and those candidates score 0. Unlike
+    ``-|C_j - q n|`` (:func:`private_quantile`), the score stays informative
+    when every value falls between two adjacent grid values (then that
+    score is flat over the whole grid). Each ``C`` moves by at most 1 under
+    replace-one-user, so every score does too: sensitivity 1.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_candidates,)
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    target = quantile * n_users
+    below = np.concatenate([[0.0], counts[:-1]])
+    return -np.maximum(0.0, np.maximum(below - target, target - counts))
+
+
+def private_interval_quantile(release, phase, counts, grid, *, quantile, n_users):
+    """Release the grid value ending the grid interval that holds the ``quantile``.
+
+    The exponential mechanism (score sensitivity 1) over
+    :func:`interval_quantile_scores`; same arguments as
+    :func:`private_quantile`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy import BudgetPlan, Releaser
+    >>> from skdpp.privacy._quantile import (cumulative_counts, private_interval_quantile,
+    ...                                      quantile_grid)
+    >>> grid = quantile_grid()
+    >>> values = np.full(5000, 0.9)           # all between the grid values 0.75 and 1
+    >>> plan = BudgetPlan(epsilon=1.0, delta=0.0)
+    >>> plan.add_rest("clip", mechanism="exponential")
+    >>> release = Releaser(plan.calibrate(), np.random.default_rng(0))
+    >>> float(private_interval_quantile(release, "clip", cumulative_counts(values, grid),
+    ...                                 grid, quantile=0.5, n_users=5000))
+    1.0
+    """
+    scores = interval_quantile_scores(counts, quantile=quantile, n_users=n_users)
     return float(grid[release.exponential(phase, scores, sensitivity=1.0)])
