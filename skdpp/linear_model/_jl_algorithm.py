@@ -11,10 +11,11 @@ the budget plan):
    selection over the numbers of distinct users holding each label (Gaussian
    noise, L2 sensitivity ``sqrt(2 L)`` for ``L = max_classes_per_user``, and
    a threshold with its own ``delta``);
-2. ``clip`` (``clip_norm="auto"``): the clip radius ``r``, a private quantile
-   (exponential mechanism over a public log grid, score sensitivity 1) of the
-   users' root-mean-square row norms (rows centred at the user's mean with an
-   intercept);
+2. ``clip`` (``clip_norm="auto"``): the clip radius ``r``, the
+   ``clip_quantile`` of the users' root-mean-square row norms (rows centred at
+   the user's mean with an intercept) by
+   :func:`~skdpp.privacy._quantile.private_quantile`: ``search_steps`` Gaussian
+   releases of counts of users, L2 sensitivity 1 each;
 3. ``subspace`` (``candidates="subspace"``): ``sum_i u_{i,p} u_{i,p}^T`` for
    every binary problem ``p``, one Gaussian release of the stack (Frobenius
    sensitivity ``sqrt(2 P)``), symmetric noise;
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..privacy._product import product_exponential
-from ..privacy._quantile import private_interval_quantile, quantile_grid
+from ..privacy._quantile import private_quantile, quantile_grid
 from ._jl_candidates import (
     auto_jl_dim,
     direction_grid,
@@ -214,7 +215,7 @@ def fit_alg3(executor, release, randomness, meta, config):
     if radius == "auto":
         grid = quantile_grid()
         counts = executor.map(clip_statistic_block, grid)
-        radius = private_interval_quantile(release, "clip", counts, grid,
+        radius = private_quantile(release, "clip", counts, grid,
                                   quantile=config.clip_quantile, n_users=n_users)
         _log(config, f"clip: released clip radius {radius:.6g}")
     executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
@@ -248,7 +249,8 @@ def fit_alg3(executor, release, randomness, meta, config):
         -executor.map(candidate_scores_block,
                       Scores(p, all_candidates[p], directions, threshold)) / n_users
         for p in range(n_problems)])
-    selected = product_exponential(release, "selection", scores, sensitivity=sens)
+    selected = product_exponential(release, "selection", scores, sensitivity=sens,
+                                   clip_norm=radius)
     utilde = all_candidates[np.arange(n_problems), selected]
     embeddings = np.einsum("jd,pjk->pdk", M, utilde)              # Alg. 3, line 5
     _log(config, f"selection: {config.n_candidates} candidates scored per problem "
@@ -273,7 +275,8 @@ def fit_alg3(executor, release, randomness, meta, config):
             -executor.map(population_scores_block,
                           Scores(p, utilde[p], directions, threshold)) / n_users
             for p in range(n_problems)])
-        picks = product_exponential(release, "cold_start", pop, sensitivity=sens)
+        picks = product_exponential(release, "cold_start", pop, sensitivity=sens,
+                                    clip_norm=radius)
         cold_heads = directions[picks]
         prior = np.zeros(n_problems)
     _log(config, "cold_start: released")

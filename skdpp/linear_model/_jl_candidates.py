@@ -54,7 +54,9 @@ def auto_jl_dim(n_users, n_features, n_components, *, margin):
     is clipped to ``[n_components, min(n_features, 256)]`` (a JL dimension
     above ``d`` does not reduce anything; the cap bounds memory and time).
     """
-    raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / (margin * margin)
+    square = margin * margin
+    raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / square if square > 0 \
+        else math.inf
     raw = math.ceil(raw) if math.isfinite(raw) else math.inf
     return int(max(n_components, min(raw, n_features, JL_AUTO_MAX)))
 

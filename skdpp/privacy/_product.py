@@ -12,7 +12,8 @@ sets, with the summed score ``S(c_1, ..., c_P) = sum_p s_p(c_p)``: if every
 
 so the product mechanism is sampled exactly by ``P`` independent exponential
 mechanisms at ``ε / P`` each. The release is charged once, as the ε-DP (and
-ε-bounded-range) exponential mechanism it is. For ``P = 1`` it is
+ε-bounded-range) exponential mechanism it is. For ``P = 1`` it is the
+exponential mechanism of
 :meth:`Releaser.exponential <skdpp.privacy.Releaser.exponential>`.
 
 Examples
@@ -34,10 +35,15 @@ import numpy as np
 
 from . import mechanisms
 
-__all__ = ["product_exponential"]
+__all__ = ["product_exponential", "product_sensitivity"]
 
 
-def product_exponential(release, phase, scores, *, sensitivity):
+def product_sensitivity(sensitivity, n_problems):
+    """Sensitivity ``P Δ`` of the summed score of ``P`` selections of sensitivity ``Δ`` each."""
+    return float(sensitivity) * int(n_problems)
+
+
+def product_exponential(release, phase, scores, *, sensitivity, clip_norm=None):
     """One candidate per row of ``scores``: the exponential mechanism over their product.
 
     Parameters
@@ -51,6 +57,8 @@ def product_exponential(release, phase, scores, *, sensitivity):
         ``sensitivity`` under replace-one-user.
     sensitivity : float
         Δ of each row.
+    clip_norm : float, default=None
+        For the report's clip column.
 
     Returns
     -------
@@ -62,13 +70,14 @@ def product_exponential(release, phase, scores, *, sensitivity):
         raise ValueError(f"`scores` must be 2-D with at least one row, got shape "
                          f"{scores.shape}.")
     n_problems = scores.shape[0]
-    if n_problems == 1:
-        return np.array([release.exponential(phase, scores[0], sensitivity=sensitivity)])
     epsilon = float(release.noise_multiplier(phase))
-    total = float(sensitivity) * n_problems    # sensitivity of the summed score
+    total = product_sensitivity(sensitivity, n_problems)  # of the summed score
     out = np.empty(n_problems, dtype=np.int64)
     for p in range(n_problems):  # independent factors of the product mechanism
         out[p], event = mechanisms.exponential_mechanism(
             scores[p], sensitivity=total, epsilon=epsilon, rng=release.rng)
-    release.charge(phase, event, mechanism="exponential", sensitivity=total)
+    # every factor returns the event of the whole product (epsilon-DP and
+    # epsilon-bounded-range, or non-private at epsilon=inf): charged once
+    release.charge(phase, event, mechanism="exponential", sensitivity=total,
+                   clip_norm=clip_norm)
     return out
