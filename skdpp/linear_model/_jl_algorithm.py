@@ -35,6 +35,7 @@ the ``labels`` release): every phase is one release.
 """
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,29 +145,41 @@ def resolve_jl_dim(config, n_users, n_features):
 
 
 def _label_set(executor, release, config):
-    """The label set (Alg. 3 has one binary problem; this is the classifier's wrapper)."""
+    """The label set and whether it is covered by the guarantee.
+
+    Alg. 3 has one binary problem; this is the classifier's wrapper. With
+    ``classes=None`` the label set is selected privately; if fewer than two
+    labels are published (few users or a small epsilon), the fit falls back
+    on the observed labels with a warning, and the report marks ``classes_``
+    as not covered (the fallback is decided by the DP release only).
+    """
     if isinstance(config.classes, np.ndarray):
-        return config.classes
+        return config.classes, True
     counts = executor.map(label_counts_block, config.max_classes_per_user)
-    if config.classes is None:
+    covered = config.classes is None
+    if covered:
         classes = select_classes(release, "labels", counts,
                                  max_per_user=config.max_classes_per_user)
-    else:  # "observed": every label present, not covered by the guarantee
-        classes = counts.labels
+        if classes.shape[0] < 2:
+            warnings.warn(
+                f"The private label selection published {classes.shape[0]} label(s) "
+                f"(a label is published when the noisy number of users holding it "
+                f"clears a threshold): falling back on the labels observed in y, which "
+                f"the privacy guarantee does NOT cover (see privacy_report_). Pass the "
+                f"label set as `classes` (public, free), or raise epsilon or "
+                f"label_share.", UserWarning, stacklevel=4)
+            covered = False
+    if not covered:  # "observed" or the fallback: every label present
+        classes = counts.labels if counts is not None else np.empty(0)
     if classes.shape[0] < 2:
-        how = ("the private label selection published" if config.classes is None
-               else "y holds")
         raise ValueError(
-            f"JLMarginClassifier needs at least 2 classes, but {how} "
-            f"{classes.shape[0]}: {list(classes)!r}. A label is published when the "
-            f"noisy number of users holding it clears a threshold, so with few users "
-            f"or a small epsilon pass the label set as `classes` (public, free), or "
-            f"raise epsilon or label_share.")
+            f"JLMarginClassifier needs at least 2 classes; y holds {classes.shape[0]} "
+            f"class{'' if classes.shape[0] == 1 else 'es'}: {list(classes)!r}.")
     if classes.shape[0] > 2 and config.multiclass == "raise":
         raise ValueError(
             f"multiclass='raise' but the label set has {classes.shape[0]} classes (labels "
             f"must be binary). Pass binary labels or multiclass='ovr'.")
-    return classes
+    return classes, covered
 
 
 def fit_alg3(executor, release, randomness, meta, config):
@@ -201,7 +214,7 @@ def fit_alg3(executor, release, randomness, meta, config):
     M = jl_matrix(jl_dim, n_features, randomness.public)
     directions = direction_grid(k, config.n_directions, randomness.public)
 
-    classes = _label_set(executor, release, config)
+    classes, covered = _label_set(executor, release, config)
     n_problems = n_problems_of(classes.shape[0])
     _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
     perturbations = randomness.public.standard_normal(
@@ -285,7 +298,7 @@ def fit_alg3(executor, release, randomness, meta, config):
     heads, intercepts = executor.collect(heads_block, Heads(
         embeddings, classes, cold_heads, cold_intercepts, prior,
         float(config.personal_ridge), bool(config.fit_intercept)))
-    return {"classes": classes, "jl_dim": jl_dim, "clip_norm": radius, "jl_matrix": M,
+    return {"classes": classes, "classes_covered": covered, "jl_dim": jl_dim, "clip_norm": radius, "jl_matrix": M,
             "directions": directions, "embeddings": embeddings,
             "cold_start_heads": cold_heads, "cold_start_intercepts": cold_intercepts,
             "heads": heads, "intercepts": intercepts, "candidates": all_candidates,

@@ -130,7 +130,10 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     classes : array-like, None or "observed", default=None
         The label set. ``None``: selected privately (phase ``"labels"``:
         private partition selection over the number of distinct users holding
-        each label). An array: public, used as is (free); labels outside it
+        each label); if it publishes fewer than two labels (few users or a
+        small ``epsilon``), the fit warns and falls back on the observed labels,
+        which the report marks as not covered (NOT FULLY PRIVATE). An array:
+        public, used as is (free); labels outside it
         are negatives of every problem. ``"observed"``: every label present in
         ``y``, *not covered* by the guarantee (the report says NOT FULLY
         PRIVATE).
@@ -485,8 +488,14 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                               "around the top eigenvectors of the DP 'subspace' release."),
         ]
         not_covered = ()
-        if self.classes is None:
+        if self.classes is None and fitted["classes_covered"]:
             notes.append("The label set classes_ was selected privately (phase 'labels').")
+        elif self.classes is None:
+            notes.append("NOT COVERED: the private label selection (phase 'labels') "
+                         "published fewer than 2 labels, so classes_ holds the labels "
+                         "observed in y (one user holding a unique label changes it). Pass "
+                         "the label set as `classes`.")
+            not_covered = ("classes_",)
         elif isinstance(self.classes, str):
             notes.append("NOT COVERED: the label set classes_ was inferred from y "
                          "(classes='observed') and is released as is (one user holding a "

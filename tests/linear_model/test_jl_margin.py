@@ -995,6 +995,18 @@ def test_observed_classes_are_reported_not_covered():
     assert "labels" not in {p.name for p in given.privacy_report_.phases}
 
 
+def test_too_few_published_labels_fall_back_on_observed_labels_not_covered():
+    """Few users at epsilon=1: the selection publishes < 2 labels (a DP outcome)."""
+    X, y, g = make_margin_data(20, 4, 6, seed=27)
+    clf = JLMarginClassifier(random_state=0, **SMALL)
+    with pytest.warns(UserWarning, match="does NOT cover"):
+        clf.fit(X, y, groups=g)
+    assert_array_equal(clf.classes_, ["neg", "pos"])
+    assert not clf.privacy_report_.is_private
+    assert "NOT FULLY PRIVATE" in str(clf.privacy_report_)
+    assert "labels" in {p.name for p in clf.privacy_report_.phases}
+
+
 def test_random_candidates_are_pure_dp():
     X, y, g = make_margin_data(30, 4, 6, seed=27)
     clf = JLMarginClassifier(random_state=0, candidates="random", epsilon=1.0, delta=0.0,
