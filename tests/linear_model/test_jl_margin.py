@@ -213,6 +213,8 @@ def test_user_terms_in_unit_interval_and_silent_for_any_finite_values(k, n_dir):
             rms = ms.user_rms_norms(seg, Xc)
             heads, b, ok = ms.logistic_heads(seg, F, ys, prior_bias=0.3,
                                              ridge=1.0, fit_intercept=True)
+            heads2, b2, ok2 = ms.intercept_heads(seg, F, ys, prior_bias=0.3, ridge=1.0)
+        assert np.all(np.isfinite(heads2[ok2])) and np.all(np.isfinite(b2[ok2])), trial
         for terms in (losses, pop):
             assert np.all((terms >= 0) & (terms <= 1)), trial
         norms = np.linalg.norm(units, axis=1)
@@ -272,6 +274,33 @@ def test_logistic_heads_are_scale_and_shift_equivariant():
     f1 = np.einsum("rk,rk->r", Fs, h1[seg.row_user]) + b1[seg.row_user]
     f2 = np.einsum("rk,rk->r", 1000.0 * Fs + 1e4, h2[seg.row_user]) + b2[seg.row_user]
     assert_allclose(f2, f1, rtol=1e-6, atol=1e-6)
+
+
+def test_intercept_heads_keep_a_bias_only_where_the_rows_call_for_one():
+    """A user keeps its intercept iff it lowers its log-loss by > _INTERCEPT_GAIN nats."""
+    rng = np.random.RandomState(5)
+    n_users, m = 200, 10
+    codes = np.repeat(np.arange(n_users), m)
+    F = rng.randn(codes.size, 2)
+    w = rng.randn(n_users, 2) * 3.0
+    bias = np.where(np.arange(n_users) < n_users // 2, 0.0, 4.0)   # half biased
+    f = np.einsum("rk,rk->r", F, w[codes]) + bias[codes]
+    y = np.where(rng.rand(codes.size) < 1 / (1 + np.exp(-f)), 1.0, -1.0)
+    seg, Fs, ys = segments(codes, F, y, n_users=n_users)
+    v1, b1, _ = ms.logistic_heads(seg, Fs, ys, prior_bias=0.0, ridge=1.0, fit_intercept=True)
+    v0, _, _ = ms.logistic_heads(seg, Fs, ys, prior_bias=0.0, ridge=1.0, fit_intercept=False)
+    v, b, ok = ms.intercept_heads(seg, Fs, ys, prior_bias=0.0, ridge=1.0)
+    assert ok.all()
+    kept = b != 0
+    loss = [seg.segment_sum(np.logaddexp(0, -ys * (np.einsum("rk,rk->r", Fs, h[seg.row_user])
+                                                     + c[seg.row_user])))
+            for h, c in ((v0, np.zeros(n_users)), (v1, b1))]
+    assert_array_equal(kept, loss[0] - loss[1] > ms._INTERCEPT_GAIN)
+    assert_array_equal(v[kept], v1[kept])
+    assert_array_equal(v[~kept], v0[~kept])
+    assert_array_equal(b[kept], b1[kept])
+    # most bias-free users drop the intercept, most biased users keep it
+    assert kept[: n_users // 2].mean() < 0.25 and kept[n_users // 2:].mean() > 0.5
 
 
 def _capture_selection(monkeypatch):
