@@ -3,7 +3,7 @@
 Data: :func:`skdpp.datasets.make_personalized_margin_classification` with
 ``d = 50``, ``k = 2``, 10 rows per user, ``margin = 0.05``; estimator with
 ``jl_dim = 32``, ``epsilon = 1``, default ``candidates="subspace"``,
-``split="none"`` (the score uses all rows) and ``n_directions = 64``.  Each
+``personal_rows="all"`` (the score uses all rows) and ``n_directions = 64``.  Each
 configuration is fitted ``--repeats`` times; the table reports the median
 wall-clock and CPU seconds (``time.process_time``: compare these on a shared
 machine) and the peak memory of one more fit, traced with ``tracemalloc``

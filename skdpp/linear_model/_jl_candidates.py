@@ -1,34 +1,29 @@
 """Public randomness and candidate sets of Algorithm 3 (Snedeker, Zhou & Bassily 2025).
 
 Everything here is either *public randomness* drawn from the fit's
-``randomness.public`` generator before any data-dependent step (the JL matrix
-``M``, the direction grid, the candidate perturbations: :func:`draw_public`),
-or *post-processing* of those draws and of DP releases (the candidate frames
-``U~`` of the exponential mechanism). No function here sees private data.
+``randomness.public`` generator (the JL matrix ``M``, the direction grid; the
+driver also draws the candidate perturbations), or *post-processing* of those
+draws and of DP releases (the candidate frames ``U~`` of the exponential
+mechanism). No function here sees private data.
 
 Examples
 --------
 >>> import numpy as np
->>> from skdpp.linear_model._jl_candidates import draw_public, random_candidates
->>> public = draw_public(np.random.default_rng(0), jl_dim=8, n_features=20,
-...                      n_components=2, n_directions=16, n_candidates=5, n_problems=1)
->>> public.jl_matrix.shape, public.directions.shape, public.perturbations.shape
-((8, 20), (16, 2), (1, 5, 8, 2))
->>> cands = random_candidates(public.perturbations[0])
+>>> from skdpp.linear_model._jl_candidates import jl_matrix, random_candidates
+>>> rng = np.random.default_rng(0)
+>>> jl_matrix(8, 20, rng).shape
+(8, 20)
+>>> cands = random_candidates(rng.standard_normal((5, 8, 2)))
 >>> np.allclose(np.swapaxes(cands, 1, 2) @ cands, np.eye(2))
 True
 """
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
 __all__ = [
-    "PublicDraws",
     "auto_jl_dim",
     "direction_grid",
-    "draw_public",
     "jl_matrix",
     "orthonormalize",
     "precondition",
@@ -48,20 +43,20 @@ JL_AUTO_MAX = 256
 RIDGE = 0.03
 
 
-def auto_jl_dim(n_users, n_features, n_components, *, radius, head_bound, margin):
-    """``k' = ceil(r^2 Gamma^2 log(n / beta) / rho^2)``, clipped (Alg. 3, Require).
+def auto_jl_dim(n_users, n_features, n_components, *, margin):
+    """``k' = ceil(log(n / beta) / margin^2)``, clipped (Alg. 3, Require).
 
-    Only public quantities enter: the number of users ``n`` (public under
-    replace-one-user), ``n_features`` and the parameters ``r`` (``clip_norm``),
-    ``Gamma`` (``head_bound``) and ``rho`` (``margin``). The paper's ``nm``
-    (number of rows) is replaced by ``n``: the number of rows of a user is
-    private under replace-one-user. The result is clipped to
-    ``[n_components, min(n_features, 256)]`` (a JL dimension above ``d`` does
-    not reduce anything; the cap bounds memory and time).
+    Alg. 3 asks for ``k' >= r^2 Gamma^2 log(nm / beta) / rho^2``. Here the
+    margin is relative (``rho = margin * r`` for unit directions, i.e.
+    ``Gamma = 1``), so the rule depends only on public quantities: the number
+    of users ``n`` (public under replace-one-user; the paper's ``nm``, the
+    number of rows, is private), ``n_features`` and the parameters. The result
+    is clipped to ``[n_components, min(n_features, 256)]`` (a JL dimension
+    above ``d`` does not reduce anything; the cap bounds memory and time).
     """
-    # products (not **) so that huge parameters overflow to inf instead of raising
-    raw = (radius * radius) * (head_bound * head_bound) * math.log(
-        max(n_users, 2) / JL_FAILURE_PROBABILITY) / (margin * margin)
+    square = margin * margin
+    raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / square if square > 0 \
+        else math.inf
     raw = math.ceil(raw) if math.isfinite(raw) else math.inf
     return int(max(n_components, min(raw, n_features, JL_AUTO_MAX)))
 
@@ -94,42 +89,6 @@ def circle_grid(n_directions):
     """The ``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
     angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
     return np.column_stack([np.cos(angles), np.sin(angles)])
-
-
-@dataclass(frozen=True)
-class PublicDraws:
-    """The public randomness of one fit, drawn before any data-dependent step.
-
-    Attributes
-    ----------
-    jl_matrix : ndarray of shape (jl_dim, n_features)
-        ``M`` (Alg. 3, line 1).
-    directions : ndarray of shape (n_directions, n_components)
-        Unit directions for the inner minimum over heads, the local heads and
-        the cold-start head.
-    perturbations : ndarray of shape (n_problems, n_candidates, jl_dim, n_components)
-        i.i.d. standard normal matrices: the random candidate frames
-        (``candidates="random"``) or the perturbations of the released basis
-        (``candidates="subspace"``), one set per binary problem.
-    """
-
-    jl_matrix: np.ndarray
-    directions: np.ndarray
-    perturbations: np.ndarray
-
-
-def draw_public(rng, *, jl_dim, n_features, n_components, n_directions, n_candidates,
-                n_problems):
-    """Draw all public randomness of a fit from ``rng`` (``randomness.public``).
-
-    The number of draws depends only on the parameters and on public
-    metadata (``n_features``, the number of binary problems), never on the
-    data, and everything is drawn before the first data-dependent step.
-    """
-    M = jl_matrix(jl_dim, n_features, rng)
-    directions = direction_grid(n_components, n_directions, rng)
-    perturbations = rng.standard_normal((n_problems, n_candidates, jl_dim, n_components))
-    return PublicDraws(M, directions, perturbations)
 
 
 def orthonormalize(mats):

@@ -1,4 +1,4 @@
-"""Per-user margin losses of Algorithm 3 (Snedeker, Zhou & Bassily 2025), as block functions.
+"""Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025), as block functions.
 
 Every quantity here is computed from one block of whole users
 (:class:`~skdpp.utils._grouped.UserBlock`, rows in canonical order) and
@@ -6,60 +6,148 @@ public broadcasts; the driver (:mod:`skdpp.linear_model._jl_algorithm`) sums
 the blocks' partials and releases them. Two kinds of functions:
 
 * **array functions** on the rows of a block (``seg``) and row-aligned
-  arrays: :func:`candidate_user_losses` (the inner minimum of the score
-  ``f``, one term per user and candidate), :func:`circle_grid_min_loss_counts`
-  (its fast path for ``k = 2``), :func:`direction_user_losses` (cold start),
-  :func:`subspace_contributions` (unit directions) and :func:`head_argmin`
-  (local heads, Alg. 3, line 6);
+  arrays: :func:`centered_rows` and :func:`user_rms_norms` (the rows the
+  releases see and the statistic of ``clip_norm="auto"``),
+  :func:`candidate_user_losses` (the inner minimum of the score ``f``, one
+  term per user and candidate), :func:`circle_grid_min_loss_counts` (its fast
+  path for ``k = 2``), :func:`direction_user_losses` (cold start),
+  :func:`subspace_contributions` (unit directions) and
+  :func:`logistic_heads` (the personal heads, Alg. 3, line 6, see its Notes)
+  and :func:`intercept_heads` (with or without a per-user intercept);
 * **block functions** ``fn(block, state, broadcast)`` run by the executor:
-  :func:`prepare_block` (the ``S^0 / S^1`` split and the projection ``M x``,
-  kept in the block state), :func:`subspace_block`,
-  :func:`candidate_scores_block`, :func:`population_scores_block` (partial
-  sums) and :func:`heads_block` (per-user heads, collected).
+  :func:`prepare_block` (labels, the ``S^0 / S^1`` split and the rows the
+  releases see, kept in the block state), :func:`clip_statistic_block`,
+  :func:`project_block` (the projection ``M x``), :func:`subspace_block`,
+  :func:`candidate_scores_block`, :func:`population_scores_block`,
+  :func:`label_fractions_block` (partial sums) and :func:`heads_block`
+  (per-user heads and intercepts, collected).
 
 Every per-user term of a score lies in ``[0, 1]`` and depends only on that
 user's rows, whatever the (finite) values: this is what bounds the score
 sensitivity by ``1 / n``. Data-dependent over/underflow never warns
 (``np.errstate``) and never raises: non-finite intermediates only decide
-which 0/1 losses a user's own rows get.
+which 0/1 losses a user's own rows get (or, for a head, that the user gets
+the cold-start head).
 
 The temporary ``(candidates x rows x directions)`` tensors are chunked to
-``_CHUNK_BYTES`` (candidates and, for the heads, users), read at call time.
+``_CHUNK_BYTES`` (candidates and, for the cold start, users), read at call time.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import expit
 
-from ..privacy import unit_rows
+from ..privacy import clip_by_norm, row_norms, unit_rows
+from ..privacy._quantile import cumulative_counts
+from ._heads import batched_solve
 from ._jl_candidates import circle_grid
+from ._labels import binary_problems, label_codes
 
 __all__ = [
     "BlockState",
+    "Heads",
+    "Prepare",
+    "Project",
+    "Scores",
     "candidate_scores_block",
     "candidate_user_losses",
+    "centered_rows",
     "circle_grid_min_loss_counts",
+    "clip_statistic_block",
     "direction_user_losses",
-    "head_argmin",
     "heads_block",
+    "label_fractions_block",
+    "logistic_heads",
     "population_scores_block",
     "prepare_block",
+    "project_block",
     "subspace_block",
     "subspace_contributions",
+    "user_rms_norms",
 ]
 
 # Memory budget (bytes) of the temporary (candidates x rows x directions)
-# margin tensors; the candidate axis (and for the heads the users) is chunked.
+# margin tensors; the candidate axis (and for the cold start the users) is chunked.
 _CHUNK_BYTES = 64 * 2**20
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
 _QUIET = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
 
+# Newton steps of the personal logistic heads, the largest root-mean-square
+# change of a user's decision values per step (logit units: a trust region
+# that keeps Newton stable on separable rows) and the numerical ridge in
+# standardised units (public constants).
+_NEWTON_STEPS = 15
+_MAX_STEP = 4.0
+_NUMERICAL_RIDGE = 1e-6
+# With an intercept, a user keeps it only if it lowers the logistic loss on
+# the user's own rows by more than this many nats (a likelihood-ratio test,
+# statistic 2 * 2 = 4 for one parameter, p ~ 0.05); otherwise the head passes
+# through the origin (public constant, measured on even-id MovieLens users and
+# the paper's bias-free synthetic setting, see :func:`intercept_heads`).
+_INTERCEPT_GAIN = 2.0
+
 
 # --------------------------------------------------------------------------- #
 # Array functions (rows of one block, sorted by user)
 # --------------------------------------------------------------------------- #
+def _user_means(seg, values):
+    """Per-user means of row-aligned ``values`` (sums of ``v / m``: no overflow)."""
+    inv = 1.0 / np.maximum(seg.counts, 1)
+    with np.errstate(**_QUIET):
+        return seg.segment_sum(values * seg.expand(inv)[:, None])
+
+
+def centered_rows(seg, X, center=True):
+    """The rows the releases see: each row minus its user's mean row, as float64.
+
+    ``center=False`` returns a float64 copy. A row with a non-finite entry
+    (after centring) becomes 0: it then has a margin loss at every direction
+    and no direction, a function of its user's rows only.
+
+    Parameters
+    ----------
+    seg : UserBlock
+    X : ndarray of shape (seg.n_rows, n_features)
+        The rows of ``seg`` (canonical order).
+    center : bool, default=True
+
+    Returns
+    -------
+    Xc : ndarray of shape (seg.n_rows, n_features)
+    """
+    X = np.array(X, dtype=np.float64)
+    if center and X.shape[0]:
+        with np.errstate(**_QUIET):
+            X -= seg.expand(_user_means(seg, X))
+    bad = ~np.isfinite(X).all(axis=1)
+    if bad.any():
+        X[bad] = 0.0
+    return X
+
+
+def user_rms_norms(seg, V):
+    """Root-mean-square row norm of every user, ``sqrt(mean_j ||v_j||^2)`` (overflow-safe).
+
+    The statistic whose private quantile is ``clip_norm="auto"`` (on the
+    centred rows). Norms are divided by the user's largest norm before they
+    are squared; a user whose largest norm overflows gets NaN (above every
+    grid value of the private quantile), a user without rows 0.
+
+    Returns
+    -------
+    rms : ndarray of shape (seg.n_users,)
+    """
+    norms = row_norms(V)
+    top = seg.segment_max(norms, initial=0.0)
+    with np.errstate(**_QUIET):
+        scaled = norms / seg.expand(np.where(top > 0, top, 1.0))
+        mean_sq = seg.segment_sum(scaled * scaled) / np.maximum(seg.counts, 1)
+        return top * np.sqrt(mean_sq)
+
+
 def _unit(v):
     """Unit vectors along the last axis, for any magnitude (0 and NaN give 0).
 
@@ -253,55 +341,126 @@ def subspace_contributions(seg, yZ):
         return unit_rows(seg.segment_sum_wide(yZ))[0]
 
 
-def head_argmin(seg, yF, directions, head_bound, margin):
-    """Local heads ``v_i = Gamma u_i`` minimising the 0-1 loss on the user's rows (Alg. 3, line 6).
+def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
+    """Personal heads: logistic loss on the user's rows, shrunk toward the cold start.
 
-    ``u_i`` ranges over the public grid ``directions`` plus the user's own
-    label-weighted mean direction ``sum_j y_j F_j`` (normalised). Ties of the
-    0-1 loss are broken by the margin loss at ``rho``, then by the mean
-    hinge loss ``max(0, rho - y <F, Gamma u>)``. Users are chunked to
-    ``_CHUNK_BYTES``.
+    Replaces the 0-1 argmin of Alg. 3, line 6 (see Notes). For user ``i``
+    with projected rows ``F_j = U^T x_j`` and labels ``y_j in {-1, +1}``::
+
+        min_{v, b}  sum_j log(1 + exp(-y_j f_j)) + (lambda / 8) sum_j' (f_j' - b_0)^2 / m_i
+                    f_j = <F_j, v> + b     (b = 0 without intercept)
+
+    ``lambda = personal_ridge``: the second term is the quadratic
+    approximation (curvature 1/4 of the logistic loss at 0) of the loss of
+    ``lambda`` pseudo-rows labelled by the cold-start decision ``b_0``
+    (``prior_bias``; 0 without intercept), spread over the user's own rows.
+    It depends on the rows only through decision values, so the head is
+    scale- and shift-free (equivariant to ``F -> a F + c``). It is solved in
+    per-user standardised coordinates (``F`` centred at the user's mean and
+    divided by its root-mean-square norm) by ``_NEWTON_STEPS`` damped Newton
+    steps from the prior (each step moves the decision values on the user's
+    rows by at most ``_MAX_STEP`` in root-mean-square), plus a numerical ridge
+    ``_NUMERICAL_RIDGE`` in those coordinates.
 
     Parameters
     ----------
     seg : UserBlock
-    yF : ndarray of shape (n_rows, k)
-        ``y U_priv^T x`` of the rows.
-    directions : ndarray of shape (n_directions, k)
-    head_bound, margin : float
+    F : ndarray of shape (seg.n_rows, k)
+    y : ndarray of shape (seg.n_rows,)
+        Labels in ``{-1, +1}``.
+    prior_bias : float
+    ridge : float
+        ``lambda >= 0`` (pseudo-rows).
+    fit_intercept : bool
 
     Returns
     -------
-    heads : ndarray of shape (n_users, k)
-        Zero rows for users without rows.
-    has_rows : ndarray of shape (n_users,), bool
+    heads : ndarray of shape (seg.n_users, k)
+    intercepts : ndarray of shape (seg.n_users,)
+    ok : ndarray of shape (seg.n_users,), bool
+        False for users without rows or with non-finite projections (the
+        caller gives them the cold-start head).
+
+    Notes
+    -----
+    Alg. 3 fits ``v_i`` by minimising the empirical 0-1 loss over
+    ``||v|| <= Gamma``. On real labels (noisy, few rows, a per-user bias) the
+    0-1 minimiser overfits; the regularised logistic head is what the
+    estimator's utility measurements use. Only the local step changes: the
+    releases and their sensitivities do not depend on it.
     """
-    heads = np.zeros((seg.n_users, directions.shape[1]))
-    n_grid = directions.shape[0]
-    for u0, rows, sub in _user_chunks(seg, 4 * (n_grid + 1)):
-        c = sub.counts
-        yFb = yF[rows]
-        with np.errstate(**_QUIET):
-            own = _unit(sub.segment_sum_wide(yFb))
-            margins = np.empty((yFb.shape[0], n_grid + 1))
-            margins[:, :-1] = yFb @ directions.T
-            margins[:, -1] = np.einsum("nk,nk->n", yFb, sub.expand(own))
-            margins *= head_bound
-            err0 = sub.segment_sum_wide(margins <= 0.0)
-            err_rho = sub.segment_sum_wide(margins <= margin)
-            hinge = sub.segment_sum_wide(np.maximum(0.0, margin - margins))
-            hinge = hinge / np.maximum(c, 1)[:, None]
-            # lexicographic (0-1 count, margin count, hinge) as one float key
-            key = (2.0 * (c[:, None] + 1.0)) * err0 + 2.0 * err_rho + hinge / (1.0 + hinge)
-        key[np.isnan(key)] = np.inf
-        best = np.argmin(key, axis=1)
-        grid = best < n_grid
-        chosen = own.copy()
-        chosen[grid] = directions[best[grid]]
-        heads[u0:u0 + sub.n_users] = head_bound * chosen
-    has_rows = seg.counts > 0
-    heads[~has_rows] = 0.0
-    return heads, has_rows
+    n_users, k = seg.n_users, F.shape[1]
+    m = seg.counts
+    inv = 1.0 / np.maximum(m, 1)
+    with np.errstate(**_QUIET):
+        F = np.asarray(F, dtype=np.float64)
+        if fit_intercept:
+            mean = _user_means(seg, F)
+            Ft = F - seg.expand(mean)
+        else:
+            mean, Ft = np.zeros((n_users, k)), F
+        scale = user_rms_norms(seg, Ft)
+        ok = (m > 0) & np.isfinite(scale) & np.isfinite(mean).all(axis=1)
+        scale = np.where(ok & (scale > 0), scale, 1.0)
+        Fh = Ft / seg.expand(scale)[:, None]
+    Fh[~(seg.expand(ok) & np.isfinite(Fh).all(axis=1))] = 0.0
+    q = k + 1 if fit_intercept else k
+    A = np.ones((seg.n_rows, q))
+    A[:, :k] = Fh
+    outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
+    C = (seg.segment_sum_wide(outer) * inv[:, None]).reshape(n_users, q, q)
+    R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
+    theta0 = np.zeros(q)
+    if fit_intercept:
+        theta0[k] = prior_bias
+    theta = np.tile(theta0, (n_users, 1))
+    y = np.asarray(y, dtype=np.float64)
+    for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
+        p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
+        grad = seg.segment_sum_wide(A * (-y * p)[:, None]) \
+            + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = seg.segment_sum_wide(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        step = batched_solve(hess + R, grad)
+        size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
+        step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
+        theta -= step
+    heads = theta[:, :k] / scale[:, None]
+    with np.errstate(**_QUIET):
+        intercepts = theta[:, k] - np.einsum("uk,uk->u", mean, heads) if fit_intercept \
+            else np.zeros(n_users)
+    ok &= np.isfinite(heads).all(axis=1) & np.isfinite(intercepts)
+    return heads, intercepts, ok
+
+
+def intercept_heads(seg, F, y, *, prior_bias, ridge):
+    """Personal heads with an intercept where the user's own rows call for one.
+
+    Fits :func:`logistic_heads` with and without the intercept and keeps the
+    intercept for a user only if it lowers the logistic loss on the user's
+    rows by more than ``_INTERCEPT_GAIN`` nats (otherwise ``b = 0``: a head
+    through the origin, as in Alg. 3). With 10 rows per user a free
+    intercept costs the paper's bias-free model 0.02 accuracy; users with a
+    real bias (MovieLens: most users' positive rate is far from 1/2) keep
+    it. Local only (no release depends on it).
+
+    Returns ``(heads, intercepts, ok)`` as :func:`logistic_heads`.
+    """
+    v1, b1, ok1 = logistic_heads(seg, F, y, prior_bias=prior_bias, ridge=ridge,
+                                 fit_intercept=True)
+    v0, b0, ok0 = logistic_heads(seg, F, y, prior_bias=0.0, ridge=ridge,
+                                 fit_intercept=False)
+    y = np.asarray(y, dtype=np.float64)
+    with np.errstate(**_QUIET):
+        F = np.asarray(F, dtype=np.float64)
+        f1 = np.einsum("rk,rk->r", F, seg.expand(v1)) + seg.expand(b1)
+        f0 = np.einsum("rk,rk->r", F, seg.expand(v0))
+        gain = seg.segment_sum(np.logaddexp(0.0, -y * f0)) \
+            - seg.segment_sum(np.logaddexp(0.0, -y * f1))
+    # NaN gain (non-finite rows) keeps the fit without intercept when it is ok.
+    keep = ok1 & (~ok0 | (gain > _INTERCEPT_GAIN))
+    heads = np.where(keep[:, None], v1, v0)
+    intercepts = np.where(keep, b1, b0)
+    return heads, intercepts, np.where(keep, ok1, ok0)
 
 
 def _user_chunks(seg, n_cols):
@@ -324,60 +483,111 @@ def _user_chunks(seg, n_cols):
 # --------------------------------------------------------------------------- #
 @dataclass
 class BlockState:
-    """Per-block state of a fit, built once by :func:`prepare_block`.
+    """Per-block state of a fit, built by :func:`prepare_block` and :func:`project_block`.
 
     Attributes
     ----------
     score : UserBlock
-        The rows of ``S^0`` (the releases' rows; all rows with ``split="none"``).
-    Z : ndarray of shape (score.n_rows, k')
-        ``M x`` of the score rows (Alg. 3, line 2).
-    Y : ndarray of shape (score.n_rows, n_problems)
-        Their labels in ``{-1, +1}`` (one column per binary problem).
+        The rows of ``S^0`` (the releases' rows; all rows with
+        ``personal_rows="all"``).
     head : UserBlock
-        The rows of ``S^1`` (the local heads' rows; all rows with ``split="none"``).
+        The rows of ``S^1`` (the personal heads' rows; all rows with
+        ``personal_rows="all"``).
+    head_codes : ndarray of shape (head.n_rows,)
+        Label codes of the head rows (``-1``: outside the label set).
+    Y : ndarray of shape (score.n_rows, n_problems)
+        Labels of the score rows in ``{-1, +1}`` (one column per binary problem).
+    Xc : ndarray of shape (score.n_rows, n_features) or None
+        The score rows as the releases see them, until :func:`project_block`
+        replaces them by ``Z``.
+    Z : ndarray of shape (score.n_rows, k') or None
+        ``M clip(x, r)`` of the score rows (Alg. 3, line 2).
     """
 
     score: object
-    Z: np.ndarray
-    Y: np.ndarray
     head: object
+    head_codes: np.ndarray
+    Y: np.ndarray
+    Xc: object = None
+    Z: object = None
 
 
 @dataclass(frozen=True)
 class Prepare:
-    """Broadcast of :func:`prepare_block`: the public ``M``, the fit key and the split."""
+    """Broadcast of :func:`prepare_block` (public)."""
 
-    jl_matrix: np.ndarray
+    classes: np.ndarray
     key: np.ndarray
-    split: str
+    holdout: bool
+    center: bool
 
 
 def prepare_block(block, state, bc):
-    """Split each user's rows into ``S^0 / S^1`` and project ``S^0`` (Alg. 3, Require, line 2).
+    """Label codes, the ``S^0 / S^1`` split and the rows the releases see.
 
-    With ``split="half"`` a user with ``m >= 2`` rows puts ``ceil(m / 2)``
-    rows (at most ``m - 1``) in ``S^0``, chosen by keyed per-row uniforms
-    (``hash(fit key, "split", user id, position within the user)``): a
-    user's split depends only on the key and that user's rows. A one-row
-    user puts its row in ``S^0`` (no ``S^1``: it gets the cold-start head).
+    With ``holdout`` (``personal_rows="holdout"``, Alg. 3 as written) a user
+    with ``m >= 2`` rows puts ``ceil(m / 2)`` rows (at most ``m - 1``) in
+    ``S^0``, chosen by keyed per-row uniforms (``hash(fit key, "split", user
+    id, position within the user)``): a user's split depends only on the key
+    and that user's rows. A one-row user puts its row in ``S^0`` (no ``S^1``:
+    it gets the cold-start head). Otherwise both are all rows.
 
     Returns ``(None, BlockState)``.
     """
-    if bc.split == "half":
+    codes = label_codes(block.take(block.y), bc.classes)
+    if bc.holdout:
         first = block.split_users_rows(0.5, block.row_uniforms(bc.key, "split"))
         score, head = block.select(first), block.select(~first)
+        score_codes, head_codes = codes[first], codes[~first]
     else:
         score = head = block
+        score_codes = head_codes = codes
+    Y = binary_problems(score_codes, bc.classes.shape[0])
+    Xc = centered_rows(score, score.take(score.X), bc.center)
+    return None, BlockState(score=score, head=head, head_codes=head_codes, Y=Y, Xc=Xc)
+
+
+def clip_statistic_block(block, state, grid):
+    """Partial cumulative histogram of the users' RMS row norms over ``grid`` (``"clip"``)."""
+    return cumulative_counts(user_rms_norms(state.score, state.Xc), grid), state
+
+
+@dataclass(frozen=True)
+class Project:
+    """Broadcast of :func:`project_block`: the public ``M`` and the clip radius ``r``."""
+
+    jl_matrix: np.ndarray
+    radius: object   # float, or None (no clipping: epsilon=inf only)
+
+
+def project_block(block, state, bc):
+    """``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2); frees the rows."""
+    Xc = state.Xc if bc.radius is None else clip_by_norm(state.Xc, bc.radius)
     with np.errstate(**_QUIET):
-        Z = score.take(score.X) @ bc.jl_matrix.T
-    return None, BlockState(score=score, Z=Z, Y=np.asarray(score.take(score.y)), head=head)
+        state.Z = Xc @ bc.jl_matrix.T
+    state.Xc = None
+    return None, state
 
 
-def subspace_block(block, state, problem):
-    """Partial ``sum_i u_i u_i^T`` over the block's users (the ``subspace`` statistic)."""
-    u = subspace_contributions(state.score, state.Y[:, problem, None] * state.Z)
-    return u.T @ u, state
+def subspace_block(block, state, bc):
+    """Partial ``sum_i u_{i,p} u_{i,p}^T`` for every problem ``p``: shape ``(P, k', k')``."""
+    n_problems = state.Y.shape[1]
+    out = np.empty((n_problems, state.Z.shape[1], state.Z.shape[1]))
+    for p in range(n_problems):  # loop over binary problems
+        u = subspace_contributions(state.score, state.Y[:, p, None] * state.Z)
+        out[p] = u.T @ u
+    return out, state
+
+
+def label_fractions_block(block, state, bc):
+    """Partial ``sum_i f_i`` with ``f_{i,p}`` the fraction of user ``i``'s rows positive in ``p``.
+
+    The cold-start intercepts' statistic. Every ``f_i`` lies in ``[0, 1]^P``
+    with ``sum_p f_{i,p} <= 1`` (one-vs-rest positives are disjoint).
+    """
+    seg = state.score
+    positive = (state.Y > 0).astype(np.float64)
+    return (seg.segment_sum(positive) / np.maximum(seg.counts, 1)[:, None]).sum(axis=0), state
 
 
 @dataclass(frozen=True)
@@ -399,7 +609,7 @@ def candidate_scores_block(block, state, bc):
 
 
 def population_scores_block(block, state, bc):
-    """Partial ``sum_i L^_rho(U~, Gamma u; (S_i^0)_M)`` for every public direction (cold start)."""
+    """Partial ``sum_i L^_rho(U~, u; (S_i^0)_M)`` for every public direction (cold start)."""
     with np.errstate(**_QUIET):
         yF = (state.Y[:, bc.problem, None] * state.Z) @ bc.candidates
     return direction_user_losses(state.score, yF, bc.directions, bc.threshold).sum(axis=0), \
@@ -410,28 +620,48 @@ def population_scores_block(block, state, bc):
 class Heads:
     """Broadcast of :func:`heads_block` (released values and public constants)."""
 
-    embeddings: np.ndarray   # (n_problems, d, k)
-    cold_start_heads: np.ndarray  # (n_problems, k)
-    directions: np.ndarray
-    head_bound: float
-    margin: float
+    embeddings: np.ndarray         # (n_problems, d, k)
+    classes: np.ndarray
+    cold_start_heads: np.ndarray   # (n_problems, k)
+    cold_start_intercepts: np.ndarray  # (n_problems,)
+    prior_bias: np.ndarray         # (n_problems,)
+    ridge: float
+    fit_intercept: bool
 
 
 def heads_block(block, state, bc):
-    """Every user's local heads (Alg. 3, line 6), shape ``(n_users, n_problems, k)``.
+    """Every user's personal heads and intercepts (Alg. 3, line 6; :func:`intercept_heads`).
 
     Fitted on ``S^1`` (``state.head``) after a fit's :func:`prepare_block`,
     on all of the block's rows otherwise (:meth:`personalize`). A user
-    without rows there gets the cold-start head.
+    without rows there (or with non-finite projections) gets the cold-start
+    head.
+
+    Returns
+    -------
+    heads : ndarray of shape (n_users, n_problems, k)
+    intercepts : ndarray of shape (n_users, n_problems)
     """
-    seg = block if state is None else state.head
-    X, Y = seg.take(seg.X), np.asarray(seg.take(seg.y))
+    if state is None:
+        seg = block
+        codes = label_codes(block.take(block.y), bc.classes)
+    else:
+        seg, codes = state.head, state.head_codes
+    X = seg.take(seg.X)
+    Y = binary_problems(codes, bc.classes.shape[0])
     n_problems, _, k = bc.embeddings.shape
     heads = np.empty((seg.n_users, n_problems, k))
+    intercepts = np.empty((seg.n_users, n_problems))
     for p in range(n_problems):  # loop over binary problems
         with np.errstate(**_QUIET):
-            yF = Y[:, p, None] * (X @ bc.embeddings[p])
-        h, has_rows = head_argmin(seg, yF, bc.directions, bc.head_bound, bc.margin)
-        h[~has_rows] = bc.cold_start_heads[p]
-        heads[:, p] = h
-    return heads
+            F = X @ bc.embeddings[p]
+        if bc.fit_intercept:
+            v, b, ok = intercept_heads(seg, F, Y[:, p], prior_bias=float(bc.prior_bias[p]),
+                                       ridge=bc.ridge)
+        else:
+            v, b, ok = logistic_heads(seg, F, Y[:, p], prior_bias=0.0, ridge=bc.ridge,
+                                      fit_intercept=False)
+        v[~ok] = bc.cold_start_heads[p]
+        b[~ok] = bc.cold_start_intercepts[p]
+        heads[:, p], intercepts[:, p] = v, b
+    return heads, intercepts

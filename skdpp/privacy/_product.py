@@ -1,0 +1,83 @@
+"""Several selections as one exponential mechanism over their product.
+
+A fit that selects one candidate for each of ``P`` problems (e.g. one per
+one-vs-rest class), where ``P`` is only known during the fit (a privately
+selected label set), cannot give each selection its own phase of a budget
+plan calibrated beforehand. :func:`product_exponential` makes the ``P``
+selections *one* exponential mechanism over the product of the candidate
+sets, with the summed score ``S(c_1, ..., c_P) = sum_p s_p(c_p)``: if every
+``s_p`` has sensitivity ``Δ``, ``S`` has sensitivity ``P Δ``, and
+
+    P(c_1, ..., c_P) ∝ exp(ε S / (2 P Δ)) = prod_p exp((ε / P) s_p(c_p) / (2 Δ)),
+
+so the product mechanism is sampled exactly by ``P`` independent exponential
+mechanisms at ``ε / P`` each. The release is charged once, as the ε-DP (and
+ε-bounded-range) exponential mechanism it is. For ``P = 1`` it is the
+exponential mechanism of
+:meth:`Releaser.exponential <skdpp.privacy.Releaser.exponential>`.
+
+Examples
+--------
+>>> import numpy as np
+>>> from skdpp.privacy import BudgetPlan, Releaser
+>>> from skdpp.privacy._product import product_exponential
+>>> plan = BudgetPlan(epsilon=1.0, delta=0.0)
+>>> plan.add_rest("selection", mechanism="exponential")
+>>> release = Releaser(plan, np.random.default_rng(0))
+>>> product_exponential(release, "selection", np.array([[0.0, 90.0], [80.0, 0.0]]),
+...                     sensitivity=1.0)
+array([1, 0])
+>>> len(release.accountant.ledger)
+1
+"""
+
+import numpy as np
+
+from . import mechanisms
+
+__all__ = ["product_exponential", "product_sensitivity"]
+
+
+def product_sensitivity(sensitivity, n_problems):
+    """Sensitivity ``P Δ`` of the summed score of ``P`` selections of sensitivity ``Δ`` each."""
+    return float(sensitivity) * int(n_problems)
+
+
+def product_exponential(release, phase, scores, *, sensitivity, clip_norm=None):
+    """One candidate per row of ``scores``: the exponential mechanism over their product.
+
+    Parameters
+    ----------
+    release : Releaser
+        The fit's release helper; ``phase`` is an exponential phase of its plan
+        (its per-selection ε is the ε of the whole product).
+    phase : str
+    scores : array-like of shape (n_problems, n_candidates)
+        Finite scores, higher is better; each row has L∞ sensitivity
+        ``sensitivity`` under replace-one-user.
+    sensitivity : float
+        Δ of each row.
+    clip_norm : float, default=None
+        For the report's clip column.
+
+    Returns
+    -------
+    indices : ndarray of shape (n_problems,), int
+        The selected candidate of every problem.
+    """
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 2 or scores.shape[0] == 0:
+        raise ValueError(f"`scores` must be 2-D with at least one row, got shape "
+                         f"{scores.shape}.")
+    n_problems = scores.shape[0]
+    epsilon = float(release.noise_multiplier(phase))
+    total = product_sensitivity(sensitivity, n_problems)  # of the summed score
+    out = np.empty(n_problems, dtype=np.int64)
+    for p in range(n_problems):  # independent factors of the product mechanism
+        out[p], event = mechanisms.exponential_mechanism(
+            scores[p], sensitivity=total, epsilon=epsilon, rng=release.rng)
+    # every factor returns the event of the whole product (epsilon-DP and
+    # epsilon-bounded-range, or non-private at epsilon=inf): charged once
+    release.charge(phase, event, mechanism="exponential", sensitivity=total,
+                   clip_norm=clip_norm)
+    return out
