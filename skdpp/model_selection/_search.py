@@ -480,6 +480,18 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if type(est)._budget_plan is BasePersonalizedEstimator._budget_plan:
             return gaussian_epsilon(mu, delta), delta
         meta = est._validate_fit_data(X, y, groups).meta
+        selections = est._budget_plan(meta).selection_phases
+        if selections:
+            # Random stopping (Papernot & Steinke 2022) composes trials that are
+            # rho-zCDP; a private partition selection adds a delta outside any
+            # zCDP curve. The plan is a function of the configuration only.
+            raise ValueError(
+                f"{type(est).__name__} with {est.get_params(deep=False)!r} selects a "
+                f"catalogue or label set privately (phase(s) {', '.join(selections)}: "
+                "partition selection with a threshold delta), which the private search "
+                "cannot account: its trials must be rho-zCDP. Pass the public catalogue or "
+                "label set explicitly (AdaptiveWeightMF(items=...), "
+                "JLMarginClassifier(classes=...)) in the estimator or the search space.")
         saved = est.epsilon, est.delta
 
         def plan_at(eps):
@@ -496,6 +508,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         """Refuse a trial whose report spends more than the per-trial budget."""
         if math.isinf(rho_fit):
             return
+        if not est.privacy_report_.is_private:
+            raise PrivacyBudgetError(
+                f"A trial of {type(est).__name__} released values its guarantee does not "
+                f"cover ({', '.join(est.privacy_report_.not_covered)}): the search cannot "
+                "account them. Pass them explicitly (e.g. the public catalogue or label "
+                "set) so that every trial is fully private.")
         spent = report_rho(est.privacy_report_)
         if spent is None or spent > rho_fit * (1.0 + 1e-9):
             shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"

@@ -177,6 +177,15 @@ class BudgetPlan:
         return {p.name: p.share / total for p in self._phases}
 
     @property
+    def selection_phases(self):
+        """tuple of str: phases with a partition-selection threshold (``threshold_delta > 0``).
+
+        Available before calibration. Such phases are (ε, δ)-DP with a δ
+        that is not part of a zCDP/GDP curve.
+        """
+        return tuple(kw["name"] for kw, _ in self._explicit if kw["threshold_delta"] > 0)
+
+    @property
     def fixed_noise(self):
         """bool: the noise was fixed by the user (ε is what the fit spends)."""
         return bool(self._fixed)

@@ -373,6 +373,10 @@ def test_every_skdpp_estimator(name):
         space = {"n_components": [2]}
     if name == "PPSGDRegressor":
         est = skdpp.PPSGDRegressor(n_rounds=10)
+    elif name == "AdaptiveWeightMF":
+        est = skdpp.AdaptiveWeightMF(items=np.arange(20))   # public catalogue
+    elif name == "JLMarginClassifier":
+        est = skdpp.JLMarginClassifier(classes=[0, 1])       # public label set
     else:
         est = getattr(skdpp, name)()
     with warnings.catch_warnings():
@@ -382,6 +386,29 @@ def test_every_skdpp_estimator(name):
     assert search.predict(X, groups=g).shape == (480,)
     assert search.best_estimator_.privacy_report_.epsilon_spent <= \
         search.cv_results_["trial_epsilon"][search.best_index_] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("name", ["AdaptiveWeightMF", "JLMarginClassifier"])
+def test_private_partition_selection_is_refused(name):
+    """A trial that selects its catalogue / label set privately is (eps, delta)-DP with a
+    threshold delta outside its zCDP curve: the search refuses it before any fit."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(60), 8)
+    if name == "AdaptiveWeightMF":
+        X, y = rng.integers(0, 20, size=(480, 1)), rng.normal(size=480)
+    else:
+        X = rng.normal(size=(480, 4))
+        y = (X[:, 0] > 0).astype(int)
+    est = getattr(skdpp, name)()
+    fitted = []
+    original = type(est).fit
+    with pytest.raises(ValueError, match=r"selects a catalogue or label set privately.*"
+                                         r"Pass the public catalogue or label set"), \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(est), "fit", lambda self, *a, **k: fitted.append(1) or original(
+            self, *a, **k))
+        _search(est, {"n_components": [2]}, epsilon=2.0, n_iter=2).fit(X, y, groups=g)
+    assert fitted == []
 
 
 def test_zero_one_loss_for_classifiers_and_callable_loss():
@@ -567,3 +594,16 @@ def test_non_private_search():
     assert search.privacy_report_.accountant == "non-private"
     assert not search.privacy_report_.is_private
     assert np.isinf(search.cv_results_["trial_epsilon"]).all()
+
+
+def test_trials_releasing_uncovered_values_are_refused():
+    """items='observed' publishes the observed catalogue outside the guarantee: the
+    search must not present such a trial as covered by its (epsilon, delta)."""
+    from skdpp.exceptions import PrivacyBudgetError
+
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(60), 8)
+    X, y = rng.integers(0, 20, size=(480, 1)), rng.normal(size=480)
+    est = skdpp.AdaptiveWeightMF(items="observed")
+    with pytest.raises(PrivacyBudgetError, match="does not cover"):
+        _search(est, {"n_components": [2]}, epsilon=2.0, n_iter=2).fit(X, y, groups=g)
