@@ -26,6 +26,7 @@ horizontal lines).
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -236,8 +237,9 @@ def main(argv=None):
     summary = df.groupby(["kind", "model", "metric", "epsilon"], dropna=False)["value"] \
         .mean().reset_index()
     lines = [f"# Real-data benchmark (users: {args.users}, {args.seeds} seeds)", "",
-             f"Command: `python benchmarks/bench_real_data.py --users {args.users} "
-             f"--seeds {args.seeds}`", ""]
+             "Command: `python benchmarks/bench_real_data.py "
+             + " ".join(a for a in sys.argv[1:] if not a.startswith("/")) + "` "
+             "(data path from `--data` or `SKDPP_MOVIELENS`)", ""]
     for metric in ("rmse", "accuracy"):
         sub = summary[summary.metric == metric]
         if sub.empty:
