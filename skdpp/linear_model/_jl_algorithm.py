@@ -216,6 +216,8 @@ def fit_alg3(executor, release, randomness, meta, config):
     classes, covered = _label_set(executor, release, config)
     n_problems = n_problems_of(classes.shape[0])
     _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
+    # Public algorithmic randomness (candidate perturbations), not privacy noise:
+    # its shape depends only on public sizes and the released label set.
     perturbations = randomness.public.standard_normal(
         (n_problems, config.n_candidates, jl_dim, k))
 
