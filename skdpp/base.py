@@ -93,15 +93,31 @@ def blas_threads(n_features):
     return 1 if n_features < MULTITHREAD_MIN_FEATURES else None
 
 
+#: numpy's default floating-point error handling, in force inside every fit.
+FIT_ERRSTATE = {"divide": "warn", "over": "warn", "invalid": "warn", "under": "ignore"}
+
+
 @contextmanager
-def _blas_thread_limit(n_features):
-    """Apply :func:`blas_threads` for the duration of a ``with`` block."""
-    limit = blas_threads(n_features)
-    if limit is None:
-        yield
-        return
-    with threadpool_limits(limits=limit, user_api="blas"):
-        yield
+def _fit_environment(n_features):
+    """The numerical environment of a fit, for the duration of a ``with`` block.
+
+    * BLAS threads: :func:`blas_threads`.
+    * Floating-point errors: numpy's defaults (:data:`FIT_ERRSTATE`), whatever
+      the caller's ``np.errstate``. Under a caller's ``np.errstate(all="raise")``
+      an underflow or overflow that the algorithm handles (a negligible
+      ``logaddexp`` term, a huge row taking the robust clipping path) would
+      raise, and whether it does depends on the users' values: an exception
+      that depends on one user's data (DESIGN section 7). Under the defaults
+      no fit emits a data-dependent warning (``assert_same_observables``
+      tests with adversarial neighbours).
+    """
+    with np.errstate(**FIT_ERRSTATE):
+        limit = blas_threads(n_features)
+        if limit is None:
+            yield
+            return
+        with threadpool_limits(limits=limit, user_api="blas"):
+            yield
 
 
 @dataclass
@@ -272,15 +288,19 @@ class BasePersonalizedEstimator(BaseEstimator):
 
         The algorithm runs with BLAS limited to one thread unless ``X`` has
         at least 2048 columns (:func:`skdpp.base.blas_threads`); the caller's
-        thread limits are restored afterwards and never raised.
+        thread limits are restored afterwards and never raised. It runs under
+        numpy's default floating-point error handling whatever the caller's
+        ``np.errstate`` (so that no exception depends on one user's values).
         """
         try:
             # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
             self._discard_fitted_attributes()
-            data = self._validate_fit_data(X, y, groups)
+            with np.errstate(**FIT_ERRSTATE):
+                data = self._validate_fit_data(X, y, groups)
             randomness = FitRandomness(self.random_state)
-            # BLAS threads by problem size (see ``blas_threads``), restored after.
-            with _blas_thread_limit(data.meta["n_features"]):
+            # BLAS threads by problem size, numpy's floating-point defaults
+            # (see ``_fit_environment``), both restored after.
+            with _fit_environment(data.meta["n_features"]):
                 executor = LocalExecutor(self._make_blocks(data, randomness))
                 fitted = self._fit_executor(executor, randomness, data.meta)
         except BaseException:
@@ -523,7 +543,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"{_conversion_hint(self.user_ids_)}; give new users ids of that type "
                 f"too."
             )
-        with _blas_thread_limit(X.shape[1]):
+        with _fit_environment(X.shape[1]):
             personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
         return self

@@ -88,3 +88,20 @@ def test_nan_rows_among_normal_rows_raise(position):
     values[position, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         clip_by_norm(values, 1.0)
+
+
+@pytest.mark.parametrize("d", [2, 7])
+def test_clipping_never_signals_on_adversarial_finite_rows(d):
+    # A caller running under np.errstate(all="raise") must not see an exception
+    # that depends on one user's finite (or infinite) values: over- and
+    # underflow of negligible terms is part of the computation, not an error.
+    from skdpp.privacy._clipping import clipped_outer_sum
+    rng = np.random.default_rng(d)
+    rows = _adversarial_rows(d, rng)
+    rows = np.concatenate([rows, np.r_[1e300, 1e-300, np.zeros(d - 2)][None]])
+    with np.errstate(all="raise"):
+        for C in (1e-100, 1.0, 1e200):
+            assert np.all(np.isfinite(clip_by_norm(rows, C)))
+            clipped_outer_sum(rows, rows[::-1], C)
+        unit_rows(rows)
+        row_norms(rows)

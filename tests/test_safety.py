@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from numpy.testing import assert_allclose, assert_array_equal
 
 import skdpp
@@ -237,3 +238,48 @@ def test_estimators_flag_ids_of_another_type(name):
         assert_array_equal(est.predict(d["X_test"], groups=as_str), cold)
     with pytest.raises(TypeError, match=KIND):
         est.personalize(d["X_test"], d["y_test"], groups=as_str)
+
+
+# --------------------------------------------------------------------------- #
+# A caller's np.errstate does not reach into a fit
+# --------------------------------------------------------------------------- #
+def _errstate_data_sets(name):
+    from tests.privacy.harness import adversarial_neighbours
+
+    d = CASES[name].make_data(0)
+    X, y, g = d["X"], d["y"], d["groups"]
+    sets = [("data", X, y, g)]
+    for kind, X2, y2, g2 in adversarial_neighbours(X, y, g, g[0], scale=1e150):
+        # MF's X holds item ids and JL's y labels: scaling them is not a neighbour.
+        if kind == "huge" and name in ("AdaptiveWeightMF", "JLMarginClassifier"):
+            continue
+        sets.append((kind, X2, y2, g2))
+    return d, sets
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fit_ignores_the_callers_errstate(name):
+    # Under the caller's np.errstate(all="raise"), an underflow the algorithm
+    # handles (e.g. a negligible logaddexp term) would raise depending on the
+    # users' values. The fit runs under numpy's defaults instead: same model.
+    d, sets = _errstate_data_sets(name)
+    est = getattr(skdpp, name)(**CASES[name].params)
+    for kind, X, y, g in sets:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. delta >= 1 / n_users on toy data
+            expected = clone(est).fit(X, y, groups=g).predict(d["X_test"], d["groups_test"])
+            with np.errstate(all="raise"):
+                got = clone(est).fit(X, y, groups=g).predict(d["X_test"], d["groups_test"])
+        assert_array_equal(got, expected, err_msg=kind)
+
+
+def test_callers_errstate_test_catches_a_fit_without_its_own(monkeypatch):
+    # Broken variant: the template leaves the caller's errstate in force; the
+    # JL fit then raises on ordinary data (an underflowing logaddexp term).
+    import skdpp.base
+
+    monkeypatch.setattr(skdpp.base, "FIT_ERRSTATE", {})
+    d, _ = _errstate_data_sets("JLMarginClassifier")
+    est = skdpp.JLMarginClassifier(**CASES["JLMarginClassifier"].params)
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError):
+        est.fit(d["X"], d["y"], groups=d["groups"])

@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from ..base import BasePersonalizedEstimator
+from ..base import FIT_ERRSTATE, BasePersonalizedEstimator
 from ..utils._grouped import UserIndex
 from ..utils._random import FitRandomness
 from ._blocks import UserBlocks, _get_client
@@ -370,7 +370,10 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         users = [s["n_users"] for s in summaries]
         executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
                                 workers=workers)
-        fitted = estimator._fit_executor(executor, randomness, meta)
+        # The driver's releases run under numpy's floating-point defaults, as in
+        # ``fit`` (the workers' tasks start from them too).
+        with np.errstate(**FIT_ERRSTATE):
+            fitted = estimator._fit_executor(executor, randomness, meta)
         personal, empties = _personal_parts(
             client, estimator, fitted, attributes, prepared, per_user_names, users,
             [s["id_range"] for s in summaries], [blocks.partitions[i].key for i in live])

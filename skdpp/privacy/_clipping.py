@@ -121,16 +121,18 @@ def unit_rows(values):
     has_inf = np.isinf(absmax)
     scaled = np.zeros_like(M)
     finite = ~has_inf & (absmax > 0)
-    scaled[finite] = M[finite] / absmax[finite, None]
-    if has_inf.any():
-        rows = M[has_inf]
-        scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
+    # Entries far below their row's largest underflow to 0 (or subnormals):
+    # negligible, and never an error, whatever the caller's np.errstate.
     with np.errstate(under="ignore"):
+        scaled[finite] = M[finite] / absmax[finite, None]
+        if has_inf.any():
+            rows = M[has_inf]
+            scaled[has_inf] = np.where(np.isinf(rows), np.sign(rows), 0.0)
         unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, sqrt(p)] or 0
-    nz = unit_norm > 0
-    unit = np.zeros_like(M)
-    unit[nz] = scaled[nz] / unit_norm[nz, None]
-    with np.errstate(over="ignore", invalid="ignore"):
+        nz = unit_norm > 0
+        unit = np.zeros_like(M)
+        unit[nz] = scaled[nz] / unit_norm[nz, None]
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         norms = np.where(has_inf, np.inf, absmax * unit_norm)
     return unit, norms
 
@@ -392,22 +394,25 @@ def clipped_outer_sum(A, B, clip_norm):
     a_norm, b_norm = row_norms(A), row_norms(B)
     if np.isnan(a_norm).any() or np.isnan(b_norm).any():  # NaN norms <=> NaN entries
         raise ValueError("`A` or `B` contains NaN; cannot clip.")
-    with np.errstate(over="ignore", invalid="ignore"):
+    # Over/underflow of a product of two norms, or of negligible entries, is
+    # handled below (robust path) and never signals, whatever the caller's
+    # np.errstate: an exception would depend on one user's values.
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         norms = np.where((a_norm > 0) & (b_norm > 0), a_norm * b_norm, 0.0)
-    mag, _ = clipped_magnitudes(norms, clip_norm)
-    safe = ((a_norm >= _SAFE_LOW) & (a_norm <= _SAFE_HIGH)
-            & (b_norm >= _SAFE_LOW) & (b_norm <= _SAFE_HIGH))
-    coef = np.zeros(n)
-    coef[safe] = mag[safe] / norms[safe]
-    if safe.all():
-        total = A.T @ (B * coef[:, None])
-    else:
-        total = A[safe].T @ (B[safe] * coef[safe, None])
-    other = ~safe & (norms > 0)
-    if other.any():
-        a_unit, _ = unit_rows(A[other])
-        b_unit, _ = unit_rows(B[other])
-        total += (a_unit * mag[other][:, None]).T @ b_unit
+        mag, _ = clipped_magnitudes(norms, clip_norm)
+        safe = ((a_norm >= _SAFE_LOW) & (a_norm <= _SAFE_HIGH)
+                & (b_norm >= _SAFE_LOW) & (b_norm <= _SAFE_HIGH))
+        coef = np.zeros(n)
+        coef[safe] = mag[safe] / norms[safe]
+        if safe.all():
+            total = A.T @ (B * coef[:, None])
+        else:
+            total = A[safe].T @ (B[safe] * coef[safe, None])
+        other = ~safe & (norms > 0)
+        if other.any():
+            a_unit, _ = unit_rows(A[other])
+            b_unit, _ = unit_rows(B[other])
+            total += (a_unit * mag[other][:, None]).T @ b_unit
     return total
 
 

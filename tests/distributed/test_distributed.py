@@ -45,6 +45,21 @@ def client():
         yield c
 
 
+
+def test_workers_run_blas_on_one_thread(client):
+    # skdpp's thread policy (skdpp.base.blas_threads: one BLAS thread below
+    # 2048 features) holds on the workers too: Dask's nanny starts them with
+    # OPENBLAS/MKL/OMP_NUM_THREADS=1 and local_cluster keeps that.
+    def blas_pools():
+        from threadpoolctl import threadpool_info
+        return [pool["num_threads"] for pool in threadpool_info()
+                if pool["user_api"] == "blas"]
+
+    pools = client.run(blas_pools)
+    assert len(pools) == 2
+    for threads in pools.values():
+        assert threads and all(n == 1 for n in threads)
+
 def _data(n_users=40, n_rows=300, d=5, seed=0):
     rng = np.random.default_rng(seed)
     # Every user has at least n_rows // n_users rows (> n_components + 1). A
