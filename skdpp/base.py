@@ -75,6 +75,9 @@ def blas_threads(n_features):
     CPU-bound process; a ``1000^3`` product: 1.3x slower / 0.54x), so
     ``d >= 2048`` is left to the caller (not measured).
 
+    On Dask workers the same holds without a limit: Dask's nanny starts
+    them with ``OPENBLAS_NUM_THREADS=1`` (:func:`skdpp.distributed.local_cluster`).
+
     The limit never raises the thread count: a caller's outer
     ``threadpoolctl.threadpool_limits`` (or ``OPENBLAS_NUM_THREADS``) below
     it is kept, and the previous limits are restored when the fit returns

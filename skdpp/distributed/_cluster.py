@@ -52,6 +52,11 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
     pass), for the workers it starts; a variable already set in this process's
     environment still wins (Dask's precedence).
 
+    **BLAS threads.** The nanny's pre-spawn environment also sets
+    ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OMP_NUM_THREADS`` to 1,
+    which is skdpp's in-process policy for fewer than 2048 features
+    (:func:`skdpp.base.blas_threads`); this helper keeps those.
+
     Examples
     --------
     >>> from distributed import Client  # doctest: +SKIP
