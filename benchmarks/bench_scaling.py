@@ -32,6 +32,16 @@ Sweeps (full run; ``--quick`` uses the first sizes only):
 Log-log slopes of CPU seconds and peak memory vs the swept size are printed
 (least squares over sizes >= 10^4 users, and between the last two sizes).
 Writes ``benchmarks/results/scaling{,_quick}.csv``, ``.png`` and ``.md``.
+
+``--big`` runs instead the large cases of issue 15, each at its own
+parameters (``BIG``: the papers' settings and 10^6 users / 2*10^7 ratings),
+after measuring the machine's floors in a subprocess: read bandwidth
+(``np.sum`` over 1 GiB), copy bandwidth and single-thread GEMM rate. Each
+case gets a *read floor* (one read of its input, ``X`` + ``y`` + ``groups``,
+at the measured read bandwidth) and, where the algorithm's arithmetic
+dominates, a *flop floor* (``BIG_FLOPS``: the Gram/product flops the
+algorithm cannot avoid, at the measured GEMM rate). Writes
+``benchmarks/results/scaling_big.{csv,md}``.
 """
 
 import argparse
@@ -69,6 +79,73 @@ FEATURES = {"PrivateFedRepRegressor": (10, [20, 50, 200]),
 PAIRED = [("PrivateFedRepRegressor", 10**5), ("PrivAltMinRegressor", 10**5),
           ("PPSGDRegressor", 10**4), ("JLMarginClassifier", 10**4)]
 CASE_TIMEOUT = 600
+
+# --big: the issue's large cases, (label, spec); "params" are passed to the estimator
+# on top of epsilon=1, random_state=0.
+_MF_BENCH = dict(n_components=32, delta=1e-5, rating_clip=2.0, n_iter=5, solver="als",
+                 reg=1.0, user_budget=50)  # benchmarks/bench_adaptive_mf.py
+BIG = [
+    ("FedRep, paper setting (2*10^4 users x 10 rows, d=50, k=2)",
+     dict(estimator="PrivateFedRepRegressor", n_users=20_000, m=10, d=50)),
+    ("FedRep, 10^6 users x 10 rows, d=50",
+     dict(estimator="PrivateFedRepRegressor", n_users=10**6, m=10, d=50)),
+    ("AltMin, 10^6 users x 10 rows, d=50",
+     dict(estimator="PrivAltMinRegressor", n_users=10**6, m=10, d=50)),
+    ("PPSGD, paper setting (10^3 users x 100 rows, d=100, 1000 rounds)",
+     dict(estimator="PPSGDRegressor", n_users=1000, m=100, d=100,
+          params=dict(delta=1e-8, clip_norm=1.0, alpha=1.0, learning_rate=0.1,
+                      n_rounds=1000, batch_size=10))),  # benchmarks/bench_ppsgd.py
+    ("PPSGD, 10^6 users x 10 rows, d=20, 20 rounds",
+     dict(estimator="PPSGDRegressor", n_users=10**6, m=10, d=20, params=dict(n_rounds=20))),
+    ("JL, 10^6 users x 10 rows, d=50",
+     dict(estimator="JLMarginClassifier", n_users=10**6, m=10, d=50)),
+    ("AdaptiveWeightMF, 10^4 users x 20 ratings, 10^4 items, k=32",
+     dict(estimator="AdaptiveWeightMF", n_users=10**4, m=20, d=1, params=_MF_BENCH)),
+    ("AdaptiveWeightMF, 2*10^7 ratings (10^6 users), 10^4 items, k=32",
+     dict(estimator="AdaptiveWeightMF", n_users=10**6, m=20, d=1, params=_MF_BENCH)),
+]
+
+
+def big_flops(spec):
+    """Flops the algorithm cannot avoid (the flop floor), or 0 where reads dominate.
+
+    AdaptiveWeightMF (ALS): every iteration forms one k x k Gram per user and
+    per item from the rated items' / raters' embeddings, 2 * n_ratings * k^2
+    flops per side (only the upper triangle is needed: half of it), and
+    solves one k x k system per user and per item (k^3 / 3 each).
+    """
+    if spec["estimator"] != "AdaptiveWeightMF":
+        return 0.0
+    p = spec.get("params", {})
+    k, n_iter = p.get("n_components", 32), p.get("n_iter", 5)
+    n_ratings = spec["n_users"] * spec["m"]
+    grams = 2 * (n_ratings * k * k)            # users' and items' upper triangles
+    solves = (spec["n_users"] + 10_000) * k**3 / 3
+    return float(n_iter * (grams + solves))
+
+
+def measure_floors():
+    """Read / copy bandwidth (GB/s) and single-thread GEMM rate (GFLOP/s) of this machine."""
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).random(2**27)  # 1 GiB
+    b = np.empty_like(a)
+
+    def best(f, n=5):
+        t = []
+        for _ in range(n):
+            w = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - w)
+        return min(t)
+
+    read = a.nbytes / best(a.sum) / 1e9
+    copy = 2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9
+    A = np.random.default_rng(1).random((2000, 2000))
+    with threadpool_limits(1, user_api="blas"):
+        gemm = 2 * 2000**3 / best(lambda: A @ A, 3) / 1e9
+    return {"read_GBps": read, "copy_GBps": copy, "gemm_GFLOPps": gemm,
+            "load_1min": os.getloadavg()[0]}
 
 
 # --------------------------------------------------------------------------- #
@@ -115,7 +192,8 @@ def run_case(spec):
     if not spec.get("policy", True):
         skdpp.base.MULTITHREAD_MIN_FEATURES = 0  # every fit keeps the library's threads
     X, y, groups = make_data(spec["estimator"], spec["n_users"], spec["m"], spec["d"])
-    est = getattr(skdpp, spec["estimator"])(epsilon=1.0, random_state=0)
+    est = getattr(skdpp, spec["estimator"])(
+        **{"epsilon": 1.0, "random_state": 0, **spec.get("params", {})})
     gc.collect()
     rss0 = _status_kb("VmRSS")
     try:
@@ -310,6 +388,59 @@ def micro():
         print(f"  {name:18s} CPU {min(cpu):.3f} s, peak {peak / X.nbytes:.2f}x X")
 
 
+def big(args):
+    """The issue's large cases with their floors: scaling_big.{csv,md}."""
+    import pandas as pd
+
+    t_start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(HERE), "--floors"], capture_output=True,
+                          text=True, check=True)
+    floors = json.loads(done.stdout.splitlines()[-1])
+    print(f"floors: {floors}", flush=True)
+    rows = []
+    only = set(args.only or ESTIMATORS)
+    for label, spec in BIG:
+        if spec["estimator"] not in only:
+            continue
+        row = subprocess_case({**spec, "sweep": "big", "background": 0, "policy": True})
+        row["case"] = label
+        if "input_bytes" in row:
+            row["read_floor_s"] = row["input_bytes"] / (floors["read_GBps"] * 1e9)
+            row["flop_floor_s"] = big_flops(spec) / (floors["gemm_GFLOPps"] * 1e9)
+            row["cpu_over_floor"] = row["cpu_s"] / max(row["read_floor_s"],
+                                                       row["flop_floor_s"])
+            row["peak_over_input"] = row["peak_extra_bytes"] / row["input_bytes"]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if "error" not in frame:
+        frame["error"] = np.nan
+    elapsed = time.perf_counter() - t_start
+    OUT.mkdir(exist_ok=True)
+    frame.to_csv(OUT / "scaling_big.csv", index=False)
+    cols = ["case", "cpu_s", "wall_s", "peak_over_x", "peak_over_input", "read_floor_s",
+            "flop_floor_s", "cpu_over_floor", "load_1min", "error"]
+    table = frame[[c for c in cols if c in frame]]
+    md = [
+        "# Large cases of issue 15\n",
+        f"Command: `python benchmarks/bench_scaling.py --big` (from the repository root, "
+        f"`PYTHONPATH=$PWD`); total {elapsed / 60:.1f} min on {platform.node()} "
+        f"({os.cpu_count()} cores), Python {platform.python_version()}, numpy "
+        f"{np.__version__}. Defaults with `epsilon=1`, `random_state=0` plus the case's "
+        f"parameters (`BIG` in the script); one fit per case in a fresh subprocess.\n",
+        f"Floors measured first (load {floors['load_1min']:.1f}): read "
+        f"{floors['read_GBps']:.1f} GB/s, copy {floors['copy_GBps']:.1f} GB/s (read + "
+        f"write), single-thread GEMM {floors['gemm_GFLOPps']:.1f} GFLOP/s. "
+        f"`read_floor_s`: one read of the input (X, y, groups); `flop_floor_s`: the "
+        f"Gram and solve flops ALS cannot avoid (`big_flops`); `cpu_over_floor`: CPU "
+        f"seconds over the larger floor. `peak_over_x` / `peak_over_input`: peak "
+        f"memory added by the fit over the size of X / of the input.\n",
+        markdown_table(table),
+    ]
+    (OUT / "scaling_big.md").write_text("\n".join(md))
+    print(markdown_table(table))
+    print(f"wrote {OUT / 'scaling_big.csv'} (.md) in {elapsed / 60:.1f} min")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (~1 minute)")
@@ -320,13 +451,22 @@ def main(argv=None):
                         help="largest number of users of the users sweep")
     parser.add_argument("--micro", action="store_true",
                         help="only the BLAS-thread and clipping micro-benchmarks")
+    parser.add_argument("--big", action="store_true",
+                        help="only the issue's large cases (BIG), with floors")
     parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--floors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.micro:
         micro()
         return
     if args.case:
         run_case(json.loads(args.case))
+        return
+    if args.floors:
+        print(json.dumps(measure_floors()))
+        return
+    if args.big:
+        big(args)
         return
     import pandas as pd
 
