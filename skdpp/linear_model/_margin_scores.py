@@ -485,6 +485,12 @@ def _user_chunks(seg, n_cols):
 class BlockState:
     """Per-block state of a fit, built by :func:`prepare_block` and :func:`project_block`.
 
+    Only row-aligned labels and index arrays are kept: the rows the releases
+    see (``Xc``) and their projections (``Z``) are recomputed from the
+    block's source rows at every use (a gather, a clip and one ``n x d x k'``
+    product per block, cheap next to the candidate scores), so a fit holds no
+    copy of ``X`` (at ``k' = d`` the projections alone would be one).
+
     Attributes
     ----------
     score : UserBlock
@@ -497,19 +503,31 @@ class BlockState:
         Label codes of the head rows (``-1``: outside the label set).
     Y : ndarray of shape (score.n_rows, n_problems)
         Labels of the score rows in ``{-1, +1}`` (one column per binary problem).
-    Xc : ndarray of shape (score.n_rows, n_features) or None
-        The score rows as the releases see them, until :func:`project_block`
-        replaces them by ``Z``.
-    Z : ndarray of shape (score.n_rows, k') or None
-        ``M clip(x, r)`` of the score rows (Alg. 3, line 2).
+    center : bool
+        Whether the releases see each row minus its user's mean row.
+    project : Project or None
+        The public ``M`` and clip radius, set by :func:`project_block`.
     """
 
     score: object
     head: object
     head_codes: np.ndarray
     Y: np.ndarray
-    Xc: object = None
-    Z: object = None
+    center: bool = False
+    project: object = None
+
+    @property
+    def Xc(self):
+        """The score rows as the releases see them (:func:`centered_rows`), recomputed."""
+        return centered_rows(self.score, self.score.take(self.score.X), self.center)
+
+    @property
+    def Z(self):
+        """``M clip(x, r)`` of the score rows (Alg. 3, line 2), recomputed (one block)."""
+        bc = self.project
+        Xc = self.Xc if bc.radius is None else clip_by_norm(self.Xc, bc.radius)
+        with np.errstate(**_QUIET):
+            return Xc @ bc.jl_matrix.T
 
 
 @dataclass(frozen=True)
@@ -543,8 +561,8 @@ def prepare_block(block, state, bc):
         score = head = block
         score_codes = head_codes = codes
     Y = binary_problems(score_codes, bc.classes.shape[0])
-    Xc = centered_rows(score, score.take(score.X), bc.center)
-    return None, BlockState(score=score, head=head, head_codes=head_codes, Y=Y, Xc=Xc)
+    return None, BlockState(score=score, head=head, head_codes=head_codes, Y=Y,
+                            center=bool(bc.center))
 
 
 def clip_statistic_block(block, state, grid):
@@ -561,20 +579,22 @@ class Project:
 
 
 def project_block(block, state, bc):
-    """``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2); frees the rows."""
-    Xc = state.Xc if bc.radius is None else clip_by_norm(state.Xc, bc.radius)
-    with np.errstate(**_QUIET):
-        state.Z = Xc @ bc.jl_matrix.T
-    state.Xc = None
+    """Sets the projection ``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2).
+
+    ``state.Z`` is then computed from the block's rows at every use (no copy
+    of the rows is kept).
+    """
+    state.project = bc
     return None, state
 
 
 def subspace_block(block, state, bc):
     """Partial ``sum_i u_{i,p} u_{i,p}^T`` for every problem ``p``: shape ``(P, k', k')``."""
     n_problems = state.Y.shape[1]
-    out = np.empty((n_problems, state.Z.shape[1], state.Z.shape[1]))
+    Z = state.Z
+    out = np.empty((n_problems, Z.shape[1], Z.shape[1]))
     for p in range(n_problems):  # loop over binary problems
-        u = subspace_contributions(state.score, state.Y[:, p, None] * state.Z)
+        u = subspace_contributions(state.score, state.Y[:, p, None] * Z)
         out[p] = u.T @ u
     return out, state
 
