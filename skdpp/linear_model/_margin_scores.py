@@ -70,6 +70,9 @@ __all__ = [
 # Memory budget (bytes) of the temporary (candidates x rows x directions)
 # margin tensors; the candidate axis (and for the cold start the users) is chunked.
 _CHUNK_BYTES = 64 * 2**20
+# (row, candidate, direction) triples per step of the direction-grid counts:
+# the step's dot products (8 bytes each) stay in the L2/L3 cache.
+_GRID_STEP_ELEMENTS = 2**17
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
@@ -209,12 +212,11 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
     chunk_bytes = _CHUNK_BYTES
-    # memory per candidate: the projections (outer chunks) and the loss counts
-    # of the grid directions (inner chunks)
+    # memory per candidate: the projections (outer chunks) and, for the
+    # circle grid, the loss counts of the grid directions (inner chunks)
     outer = int(max(1, chunk_bytes // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
-    per_grid = (n_rows * 220 + n_users * (n_dir + 1) * 24 if circle
-                else n_rows * (n_dir * 17) + n_users * n_dir * 4)
-    inner = int(max(1, chunk_bytes // per_grid))
+    inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
+    grid = None if circle else _GridCounter(seg, n_dir)
     with np.errstate(**_QUIET):
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
@@ -227,20 +229,108 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
             # ... and for the grid directions
-            for j in range(0, b, inner):
-                sub = yF[:, j:j + inner]
-                bs = sub.shape[1]
-                if circle:
+            if circle:
+                for j in range(0, b, inner):
+                    sub = yF[:, j:j + inner]
+                    bs = sub.shape[1]
                     grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
-                else:
-                    loss_grid = sub.reshape(n_rows * bs, k) @ dirs_t <= threshold
-                    grid_min = seg.segment_sum_wide(
-                        loss_grid.reshape(n_rows, bs * n_dir), dtype=np.float32
-                    ).reshape(n_users, bs, n_dir).min(axis=-1)
-                np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+                    np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+            else:
+                grid.min_loss_counts(yF, dirs_t, threshold, best)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
     return np.clip(out, 0.0, 1.0, out=out)
+
+
+class _GridCounter:
+    """Per-user minimum over the direction grid of the margin-loss counts, in cache-sized steps.
+
+    For every user ``i`` and candidate ``c`` of a chunk it lowers
+    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
+    rows are processed in steps of whole *pieces* (runs of at most
+    :attr:`CAP` consecutive rows of one user) holding about
+    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
+    allocated once per call and reused (the dot products stay in cache). The
+    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
+    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
+    and no byte can carry into the next because a piece has at most 255
+    rows; pieces of a user with more rows are added in ``int64`` afterwards.
+
+    The dot products are the same ``(rows * candidates, k) @ (k, D)``
+    products as one product over the whole block (rows of the left operand
+    do not interact; a single-row product, which numpy sends to a different
+    BLAS routine, is padded to two rows), so the counts are exact and equal
+    to the unchunked computation.
+    """
+
+    CAP = 255
+
+    def __init__(self, seg, n_dir):
+        counts = seg.counts
+        self.n_dir = n_dir
+        self.n_rows = seg.n_rows
+        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
+        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        self.piece_start = seg.offsets[:-1][self.piece_user] \
+            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        # users with more than CAP rows: their pieces' counts are added in int64
+        self.split_users = np.flatnonzero(n_pieces > 1)
+        slot = np.full(seg.n_users, -1)
+        slot[self.split_users] = np.arange(self.split_users.shape[0])
+        self.piece_slot = slot[self.piece_user]
+        self._steps = {}
+
+    def steps(self, b):
+        """``(row0, row1, piece0, piece1)`` of the steps for chunks of ``b`` candidates."""
+        if b not in self._steps:
+            rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
+            step = self.piece_start // rows
+            cuts = np.r_[0, np.flatnonzero(np.diff(step)) + 1, self.piece_start.shape[0]]
+            bounds = np.r_[self.piece_start, self.n_rows]
+            self._steps[b] = [(int(bounds[p0]), int(bounds[p1]), int(p0), int(p1))
+                              for p0, p1 in zip(cuts[:-1], cuts[1:]) if p1 > p0]
+        return self._steps[b]
+
+    def min_loss_counts(self, yF, dirs_t, threshold, best):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts."""
+        n_rows, b, k = yF.shape
+        n_dir = self.n_dir
+        steps = self.steps(b)
+        if not steps:
+            return
+        most = max(r1 - r0 for r0, r1, _, _ in steps)
+        width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
+        dots = np.empty((max(most * b, 2), n_dir))
+        losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
+        split = self.split_users.shape[0] > 0
+        if split:
+            totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
+        multi = n_rows * b > 1           # the unchunked product is a multi-row product
+        for r0, r1, p0, p1 in steps:    # cache-sized steps of whole pieces, not users
+            m = r1 - r0
+            left = yF[r0:r1].reshape(m * b, k)
+            if m * b == 1 and multi:    # keep the multi-row BLAS routine
+                g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
+            else:
+                g = np.matmul(left, dirs_t, out=dots[:m * b])
+            lost = losses[:m]
+            np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
+            # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
+            counts = np.add.reduceat(lost.view(np.uint64), self.piece_start[p0:p1] - r0,
+                                     axis=0)
+            counts = counts.view(np.uint8)[:, :b * n_dir].reshape(p1 - p0, b, n_dir)
+            users = self.piece_user[p0:p1]
+            if split:
+                slots = self.piece_slot[p0:p1]
+                part = slots >= 0
+                if part.any():
+                    np.add.at(totals, slots[part], counts[part])
+                    whole = ~part
+                    users, counts = users[whole], counts[whole]
+            best[users] = np.minimum(best[users], counts.min(axis=-1))
+        if split:
+            best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 
 
 def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
