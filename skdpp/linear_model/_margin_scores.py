@@ -36,6 +36,7 @@ The temporary ``(candidates x rows x directions)`` tensors are chunked to
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit
 
 from ..privacy import clip_by_norm, row_norms, unit_rows
@@ -207,7 +208,6 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     out = np.zeros((n_cand, n_users))
     if n_rows == 0:
         return out
-    row_user = seg.row_user
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
@@ -226,7 +226,8 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
+            loss_own = np.einsum("nbk,nbk->nb", yF, np.repeat(own, seg.counts, axis=0)
+                                 ) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
             # ... and for the grid directions
             if circle:
@@ -498,7 +499,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A = np.ones((seg.n_rows, q))
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
-    C = (seg.segment_sum_wide(outer) * inv[:, None]).reshape(n_users, q, q)
+    total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
+    C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
     if fit_intercept:
@@ -507,9 +509,9 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = seg.segment_sum_wide(A * (-y * p)[:, None]) \
+        grad = total(A * (-y * p)[:, None]) \
             + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = seg.segment_sum_wide(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -551,6 +553,17 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
     heads = np.where(keep[:, None], v1, v0)
     intercepts = np.where(keep, b1, b0)
     return heads, intercepts, np.where(keep, ok1, ok0)
+
+
+def _segment_summer(seg):
+    """``values -> seg.segment_sum_wide(values)`` (float64) with its sparse matrix built once.
+
+    The same product as :meth:`~skdpp.utils._grouped.UserBlock.segment_sum_wide`
+    (bit-identical sums), for the ``2 * _NEWTON_STEPS + 1`` sums of a head fit.
+    """
+    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
+                          shape=(seg.n_users, seg.n_rows))
+    return lambda values: np.asarray(owner @ values)
 
 
 def _user_chunks(seg, n_cols):
