@@ -15,8 +15,8 @@ the blocks' partials and releases them. Two kinds of functions:
   :func:`logistic_heads` (the personal heads, Alg. 3, line 6, see its Notes)
   and :func:`intercept_heads` (with or without a per-user intercept);
 * **block functions** ``fn(block, state, broadcast)`` run by the executor:
-  :func:`prepare_block` (labels, the ``S^0 / S^1`` split and the rows the
-  releases see, kept in the block state), :func:`clip_statistic_block`,
+  :func:`prepare_block` (labels and the ``S^0 / S^1`` split, kept in the
+  block state), :func:`clip_statistic_block`,
   :func:`project_block` (the projection ``M x``), :func:`subspace_block`,
   :func:`candidate_scores_block`, :func:`population_scores_block`,
   :func:`label_fractions_block` (partial sums) and :func:`heads_block`
@@ -29,8 +29,12 @@ sensitivity by ``1 / n``. Data-dependent over/underflow never warns
 which 0/1 losses a user's own rows get (or, for a head, that the user gets
 the cold-start head).
 
-The temporary ``(candidates x rows x directions)`` tensors are chunked to
-``_CHUNK_BYTES`` (candidates and, for the cold start, users), read at call time.
+Memory: the block state holds labels and row indices only; the rows the
+releases see and their projections are recomputed per block at each use
+(:class:`BlockState`), so every temporary is block-sized. The candidate
+projections are chunked to ``_CHUNK_BYTES`` (candidates and, for the cold
+start, users), read at call time; the direction-grid loss counts run in
+cache-sized steps of ``_GRID_STEP_ELEMENTS`` (:class:`_GridCounter`).
 """
 
 from dataclasses import dataclass
@@ -183,6 +187,11 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     user's own label-weighted mean direction ``U~_c^T sum_j y_j z_j`` (a
     function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
+
+    Cost: ``O(n_rows * n_candidates * (k' k + n_directions k))``; the grid
+    directions' losses are counted by :class:`_GridCounter` (``k = 2`` with
+    the circle grid: :func:`circle_grid_min_loss_counts`). The results do not
+    depend on the chunk and step sizes.
 
     Parameters
     ----------
