@@ -412,6 +412,25 @@ def _block_scores(X, y, g, n_users, M, cands, dirs, threshold):
     return -losses / n_users
 
 
+def test_block_state_holds_no_copy_of_the_rows():
+    """The state keeps labels and indices; the rows the releases see and ``Z = M clip(x, r)``
+    are recomputed from the block's rows (no n_rows x d array kept for the fit)."""
+    X, y, g = make_margin_data(30, 6, 40, seed=9)
+    X[g == 4] *= 1e3  # rows above the clip radius
+    M = jlc.jl_matrix(40, 40, np.random.default_rng(9))
+    executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=50,
+                                         row_keys=jlm._row_keys(X, y)))
+    executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
+                                              False, False))
+    executor.map(ms.project_block, ms.Project(M, 1.0))
+    for block, state in zip(executor.blocks, executor.states):
+        arrays = [v for v in vars(state).values() if isinstance(v, np.ndarray)]
+        assert all(a.ndim < 2 or a.shape[1] < X.shape[1] for a in arrays)
+        Xc = ms.centered_rows(state.score, state.score.take(X), center=False)
+        assert_array_equal(state.Xc, Xc)
+        assert_array_equal(state.Z, clip_by_norm(Xc, 1.0) @ M.T)
+
+
 @pytest.mark.parametrize("replacement", ["huge", "many_rows", "one_row", "zeros"])
 def test_log_probabilities_change_by_at_most_epsilon(replacement):
     """Exact check on a small instance: scores on D and D' with the same candidates."""
