@@ -15,8 +15,8 @@ the blocks' partials and releases them. Two kinds of functions:
   :func:`logistic_heads` (the personal heads, Alg. 3, line 6, see its Notes)
   and :func:`intercept_heads` (with or without a per-user intercept);
 * **block functions** ``fn(block, state, broadcast)`` run by the executor:
-  :func:`prepare_block` (labels, the ``S^0 / S^1`` split and the rows the
-  releases see, kept in the block state), :func:`clip_statistic_block`,
+  :func:`prepare_block` (labels and the ``S^0 / S^1`` split, kept in the
+  block state), :func:`clip_statistic_block`,
   :func:`project_block` (the projection ``M x``), :func:`subspace_block`,
   :func:`candidate_scores_block`, :func:`population_scores_block`,
   :func:`label_fractions_block` (partial sums) and :func:`heads_block`
@@ -29,13 +29,18 @@ sensitivity by ``1 / n``. Data-dependent over/underflow never warns
 which 0/1 losses a user's own rows get (or, for a head, that the user gets
 the cold-start head).
 
-The temporary ``(candidates x rows x directions)`` tensors are chunked to
-``_CHUNK_BYTES`` (candidates and, for the cold start, users), read at call time.
+Memory: the block state holds labels and row indices only; the rows the
+releases see and their projections are recomputed per block at each use
+(:class:`BlockState`), so every temporary is block-sized. The candidate
+projections are chunked to ``_CHUNK_BYTES`` (candidates and, for the cold
+start, users), read at call time; the direction-grid loss counts run in
+cache-sized steps of ``_GRID_STEP_ELEMENTS`` (:class:`_GridCounter`).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit
 
 from ..privacy import clip_by_norm, row_norms, unit_rows
@@ -70,6 +75,9 @@ __all__ = [
 # Memory budget (bytes) of the temporary (candidates x rows x directions)
 # margin tensors; the candidate axis (and for the cold start the users) is chunked.
 _CHUNK_BYTES = 64 * 2**20
+# (row, candidate, direction) triples per step of the direction-grid counts:
+# the step's dot products (8 bytes each) stay in the L2/L3 cache.
+_GRID_STEP_ELEMENTS = 2**17
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
@@ -180,6 +188,11 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
 
+    Cost: ``O(n_rows * n_candidates * (k' k + n_directions k))``; the grid
+    directions' losses are counted by :class:`_GridCounter` (``k = 2`` with
+    the circle grid: :func:`circle_grid_min_loss_counts`). The results do not
+    depend on the chunk and step sizes.
+
     Parameters
     ----------
     seg : UserBlock
@@ -204,17 +217,15 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     out = np.zeros((n_cand, n_users))
     if n_rows == 0:
         return out
-    row_user = seg.row_user
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
     chunk_bytes = _CHUNK_BYTES
-    # memory per candidate: the projections (outer chunks) and the loss counts
-    # of the grid directions (inner chunks)
+    # memory per candidate: the projections (outer chunks) and, for the
+    # circle grid, the loss counts of the grid directions (inner chunks)
     outer = int(max(1, chunk_bytes // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
-    per_grid = (n_rows * 220 + n_users * (n_dir + 1) * 24 if circle
-                else n_rows * (n_dir * 17) + n_users * n_dir * 4)
-    inner = int(max(1, chunk_bytes // per_grid))
+    inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
+    grid = None if circle else _GridCounter(seg, n_dir)
     with np.errstate(**_QUIET):
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
@@ -224,23 +235,112 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
+            loss_own = np.einsum("nbk,nbk->nb", yF, np.repeat(own, seg.counts, axis=0)
+                                 ) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
             # ... and for the grid directions
-            for j in range(0, b, inner):
-                sub = yF[:, j:j + inner]
-                bs = sub.shape[1]
-                if circle:
+            if circle:
+                for j in range(0, b, inner):
+                    sub = yF[:, j:j + inner]
+                    bs = sub.shape[1]
                     grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
-                else:
-                    loss_grid = sub.reshape(n_rows * bs, k) @ dirs_t <= threshold
-                    grid_min = seg.segment_sum_wide(
-                        loss_grid.reshape(n_rows, bs * n_dir), dtype=np.float32
-                    ).reshape(n_users, bs, n_dir).min(axis=-1)
-                np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+                    np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+            else:
+                grid.min_loss_counts(yF, dirs_t, threshold, best)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
     return np.clip(out, 0.0, 1.0, out=out)
+
+
+class _GridCounter:
+    """Per-user minimum over the direction grid of the margin-loss counts, in cache-sized steps.
+
+    For every user ``i`` and candidate ``c`` of a chunk it lowers
+    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
+    rows are processed in steps of whole *pieces* (runs of at most
+    :attr:`CAP` consecutive rows of one user) holding about
+    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
+    allocated once per call and reused (the dot products stay in cache). The
+    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
+    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
+    and no byte can carry into the next because a piece has at most 255
+    rows; pieces of a user with more rows are added in ``int64`` afterwards.
+
+    The dot products are the same ``(rows * candidates, k) @ (k, D)``
+    products as one product over the whole block (rows of the left operand
+    do not interact; a single-row product, which numpy sends to a different
+    BLAS routine, is padded to two rows), so the counts are exact and equal
+    to the unchunked computation.
+    """
+
+    CAP = 255
+
+    def __init__(self, seg, n_dir):
+        counts = seg.counts
+        self.n_dir = n_dir
+        self.n_rows = seg.n_rows
+        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
+        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        self.piece_start = seg.offsets[:-1][self.piece_user] \
+            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        # users with more than CAP rows: their pieces' counts are added in int64
+        self.split_users = np.flatnonzero(n_pieces > 1)
+        slot = np.full(seg.n_users, -1)
+        slot[self.split_users] = np.arange(self.split_users.shape[0])
+        self.piece_slot = slot[self.piece_user]
+        self._steps = {}
+
+    def steps(self, b):
+        """``(row0, row1, piece0, piece1)`` of the steps for chunks of ``b`` candidates."""
+        if b not in self._steps:
+            rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
+            step = self.piece_start // rows
+            cuts = np.r_[0, np.flatnonzero(np.diff(step)) + 1, self.piece_start.shape[0]]
+            bounds = np.r_[self.piece_start, self.n_rows]
+            self._steps[b] = [(int(bounds[p0]), int(bounds[p1]), int(p0), int(p1))
+                              for p0, p1 in zip(cuts[:-1], cuts[1:]) if p1 > p0]
+        return self._steps[b]
+
+    def min_loss_counts(self, yF, dirs_t, threshold, best):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts."""
+        n_rows, b, k = yF.shape
+        n_dir = self.n_dir
+        steps = self.steps(b)
+        if not steps:
+            return
+        most = max(r1 - r0 for r0, r1, _, _ in steps)
+        width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
+        dots = np.empty((max(most * b, 2), n_dir))
+        losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
+        split = self.split_users.shape[0] > 0
+        if split:
+            totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
+        multi = n_rows * b > 1           # the unchunked product is a multi-row product
+        for r0, r1, p0, p1 in steps:    # cache-sized steps of whole pieces, not users
+            m = r1 - r0
+            left = yF[r0:r1].reshape(m * b, k)
+            if m * b == 1 and multi:    # keep the multi-row BLAS routine
+                g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
+            else:
+                g = np.matmul(left, dirs_t, out=dots[:m * b])
+            lost = losses[:m]
+            np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
+            # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
+            counts = np.add.reduceat(lost.view(np.uint64), self.piece_start[p0:p1] - r0,
+                                     axis=0)
+            counts = counts.view(np.uint8)[:, :b * n_dir].reshape(p1 - p0, b, n_dir)
+            users = self.piece_user[p0:p1]
+            if split:
+                slots = self.piece_slot[p0:p1]
+                part = slots >= 0
+                if part.any():
+                    np.add.at(totals, slots[part], counts[part])
+                    whole = ~part
+                    users, counts = users[whole], counts[whole]
+            best[users] = np.minimum(best[users], counts.min(axis=-1))
+        if split:
+            best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 
 
 def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
@@ -408,7 +508,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A = np.ones((seg.n_rows, q))
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
-    C = (seg.segment_sum_wide(outer) * inv[:, None]).reshape(n_users, q, q)
+    total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
+    C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
     if fit_intercept:
@@ -417,9 +518,9 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = seg.segment_sum_wide(A * (-y * p)[:, None]) \
+        grad = total(A * (-y * p)[:, None]) \
             + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = seg.segment_sum_wide(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -463,6 +564,17 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
     return heads, intercepts, np.where(keep, ok1, ok0)
 
 
+def _segment_summer(seg):
+    """``values -> seg.segment_sum_wide(values)`` (float64) with its sparse matrix built once.
+
+    The same product as :meth:`~skdpp.utils._grouped.UserBlock.segment_sum_wide`
+    (bit-identical sums), for the ``2 * _NEWTON_STEPS + 1`` sums of a head fit.
+    """
+    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
+                          shape=(seg.n_users, seg.n_rows))
+    return lambda values: np.asarray(owner @ values)
+
+
 def _user_chunks(seg, n_cols):
     """``(first user, row slice, sub-block)`` of consecutive users within the memory budget.
 
@@ -485,6 +597,12 @@ def _user_chunks(seg, n_cols):
 class BlockState:
     """Per-block state of a fit, built by :func:`prepare_block` and :func:`project_block`.
 
+    Only row-aligned labels and index arrays are kept: the rows the releases
+    see (``Xc``) and their projections (``Z``) are recomputed from the
+    block's source rows at every use (a gather, a clip and one ``n x d x k'``
+    product per block, cheap next to the candidate scores), so a fit holds no
+    copy of ``X`` (at ``k' = d`` the projections alone would be one).
+
     Attributes
     ----------
     score : UserBlock
@@ -497,19 +615,31 @@ class BlockState:
         Label codes of the head rows (``-1``: outside the label set).
     Y : ndarray of shape (score.n_rows, n_problems)
         Labels of the score rows in ``{-1, +1}`` (one column per binary problem).
-    Xc : ndarray of shape (score.n_rows, n_features) or None
-        The score rows as the releases see them, until :func:`project_block`
-        replaces them by ``Z``.
-    Z : ndarray of shape (score.n_rows, k') or None
-        ``M clip(x, r)`` of the score rows (Alg. 3, line 2).
+    center : bool
+        Whether the releases see each row minus its user's mean row.
+    project : Project or None
+        The public ``M`` and clip radius, set by :func:`project_block`.
     """
 
     score: object
     head: object
     head_codes: np.ndarray
     Y: np.ndarray
-    Xc: object = None
-    Z: object = None
+    center: bool = False
+    project: object = None
+
+    @property
+    def Xc(self):
+        """The score rows as the releases see them (:func:`centered_rows`), recomputed."""
+        return centered_rows(self.score, self.score.take(self.score.X), self.center)
+
+    @property
+    def Z(self):
+        """``M clip(x, r)`` of the score rows (Alg. 3, line 2), recomputed (one block)."""
+        bc = self.project
+        Xc = self.Xc if bc.radius is None else clip_by_norm(self.Xc, bc.radius)
+        with np.errstate(**_QUIET):
+            return Xc @ bc.jl_matrix.T
 
 
 @dataclass(frozen=True)
@@ -543,8 +673,8 @@ def prepare_block(block, state, bc):
         score = head = block
         score_codes = head_codes = codes
     Y = binary_problems(score_codes, bc.classes.shape[0])
-    Xc = centered_rows(score, score.take(score.X), bc.center)
-    return None, BlockState(score=score, head=head, head_codes=head_codes, Y=Y, Xc=Xc)
+    return None, BlockState(score=score, head=head, head_codes=head_codes, Y=Y,
+                            center=bool(bc.center))
 
 
 def clip_statistic_block(block, state, grid):
@@ -561,20 +691,22 @@ class Project:
 
 
 def project_block(block, state, bc):
-    """``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2); frees the rows."""
-    Xc = state.Xc if bc.radius is None else clip_by_norm(state.Xc, bc.radius)
-    with np.errstate(**_QUIET):
-        state.Z = Xc @ bc.jl_matrix.T
-    state.Xc = None
+    """Sets the projection ``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2).
+
+    ``state.Z`` is then computed from the block's rows at every use (no copy
+    of the rows is kept).
+    """
+    state.project = bc
     return None, state
 
 
 def subspace_block(block, state, bc):
     """Partial ``sum_i u_{i,p} u_{i,p}^T`` for every problem ``p``: shape ``(P, k', k')``."""
     n_problems = state.Y.shape[1]
-    out = np.empty((n_problems, state.Z.shape[1], state.Z.shape[1]))
+    Z = state.Z
+    out = np.empty((n_problems, Z.shape[1], Z.shape[1]))
     for p in range(n_problems):  # loop over binary problems
-        u = subspace_contributions(state.score, state.Y[:, p, None] * state.Z)
+        u = subspace_contributions(state.score, state.Y[:, p, None] * Z)
         out[p] = u.T @ u
     return out, state
 

@@ -178,6 +178,43 @@ def test_user_losses_chunking_does_not_change_result(monkeypatch, k):
     assert_array_equal(chunked, full)
 
 
+@pytest.mark.parametrize("n_cand", [6, 1])
+@pytest.mark.parametrize("cap,step", [(255, 2**17), (3, 2**17), (1, 7), (4, 64), (2, 1)])
+def test_grid_counts_in_pieces_and_steps_match_reference(monkeypatch, cap, step, n_cand):
+    """The direction-grid counts (bytes of 64-bit words per piece of <= CAP rows,
+    cache-sized steps, users with more rows than CAP summed per piece) equal the
+    loop reference, for users with 0, 1 and many rows and a grid size that is
+    not a multiple of 8."""
+    rng = np.random.RandomState(43)
+    sizes = np.array([0, 1, 2, 9, 1, 30, 0, 5, 17, 1])
+    codes = np.repeat(np.arange(sizes.size), sizes)
+    Z = rng.randn(codes.size, 4) * rng.uniform(0.01, 1.0, size=(codes.size, 1))
+    y = np.where(rng.rand(codes.size) < 0.5, -1.0, 1.0)
+    cands = jlc.random_candidates(rng.randn(6, 4, 3))[:n_cand]
+    dirs = jlc.direction_grid(3, 13, np.random.default_rng(43))
+    want = reference_user_losses(Z, y, codes, sizes.size, cands, dirs, 0.05)
+    full = block_losses(Z, y, codes, sizes.size, cands, dirs, 0.05)
+    monkeypatch.setattr(ms._GridCounter, "CAP", cap)
+    monkeypatch.setattr(ms, "_GRID_STEP_ELEMENTS", step)
+    got = block_losses(Z, y, codes, sizes.size, cands, dirs, 0.05)
+    assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert_array_equal(got, full)
+
+
+def test_grid_counts_of_a_user_with_more_than_255_rows():
+    """Byte counters cannot hold 256: a user with 600 rows is counted in pieces."""
+    rng = np.random.RandomState(44)
+    codes = np.r_[np.zeros(600, dtype=int), np.ones(3, dtype=int)]
+    Z = rng.randn(codes.size, 3)
+    y = np.ones(codes.size)
+    cands = jlc.random_candidates(rng.randn(2, 3, 3))
+    dirs = jlc.direction_grid(3, 8, np.random.default_rng(44))
+    for threshold in (-1e9, 0.0, 1e9):  # every row wins / about half / every row loses
+        got = block_losses(Z, y, codes, 2, cands, dirs, threshold)
+        want = reference_user_losses(Z, y, codes, 2, cands, dirs, threshold)
+        assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_user_terms_lie_in_unit_interval_and_empty_users_are_zero():
     Z, y, codes, n, cands, dirs = small_problem()
     codes = codes.copy()
@@ -373,6 +410,25 @@ def _block_scores(X, y, g, n_users, M, cands, dirs, threshold):
     executor.map(ms.project_block, ms.Project(M, 1.0))
     losses = executor.map(ms.candidate_scores_block, ms.Scores(0, cands, dirs, threshold))
     return -losses / n_users
+
+
+def test_block_state_holds_no_copy_of_the_rows():
+    """The state keeps labels and indices; the rows the releases see and ``Z = M clip(x, r)``
+    are recomputed from the block's rows (no n_rows x d array kept for the fit)."""
+    X, y, g = make_margin_data(30, 6, 40, seed=9)
+    X[g == 4] *= 1e3  # rows above the clip radius
+    M = jlc.jl_matrix(40, 40, np.random.default_rng(9))
+    executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=50,
+                                         row_keys=jlm._row_keys(X, y)))
+    executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
+                                              False, False))
+    executor.map(ms.project_block, ms.Project(M, 1.0))
+    for block, state in zip(executor.blocks, executor.states):
+        arrays = [v for v in vars(state).values() if isinstance(v, np.ndarray)]
+        assert all(a.ndim < 2 or a.shape[1] < X.shape[1] for a in arrays)
+        Xc = ms.centered_rows(state.score, state.score.take(X), center=False)
+        assert_array_equal(state.Xc, Xc)
+        assert_array_equal(state.Z, clip_by_norm(Xc, 1.0) @ M.T)
 
 
 @pytest.mark.parametrize("replacement", ["huge", "many_rows", "one_row", "zeros"])
