@@ -34,11 +34,12 @@ column of ones is appended to ``X``.
 # License: BSD 3 clause
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm, unit_rows
+from ..privacy._clipping import clip_by_norm, unit_row_norms, unit_rows
 from ..privacy import mechanisms
 from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
 from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
@@ -265,6 +266,13 @@ class BlockState:
         Last round accounted in ``theta_avg``.
     stream : MinibatchStream or None
         The users' minibatch streams (built at the first draw).
+    x_means, y_means : ndarray of shape (n_users, d) and (n_users,) or None
+        The users' mean rows and targets (``config.center``).
+    mean_sq : ndarray of shape (n_users,) or None
+        The users' mean squared (centred) row norms (``center`` or
+        ``local_scale``; :func:`user_moments`).
+    inv_scale : ndarray of shape (n_users,) or None
+        ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
     """
 
     def __init__(self, block, config):
@@ -273,9 +281,10 @@ class BlockState:
         self.theta_avg = np.zeros(shape) if config.average else None
         self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
         self.stream = None
-        self.x_means = self.y_means = self.inv_scale = None
+        self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
             self.x_means, self.y_means, sq = user_moments(block, config.center)
+            self.mean_sq = sq
             if config.center:
                 self.x_means = np.nan_to_num(self.x_means, nan=0.0)
             else:
@@ -306,15 +315,14 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
     for sub in block.split(max_rows):
         u = slice(sub.first_user - block.first_user,
                   sub.first_user - block.first_user + sub.n_users)
-        X = np.asarray(sub.take(sub.X), dtype=np.float64)
-        y = np.asarray(sub.take(sub.y), dtype=np.float64)
+        X, y = gather_rows(sub, None)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             if center:
                 x_means[u] = user_means(sub, X)
                 y_means[u] = user_means(sub, y)
-                X = X - sub.expand(x_means[u])
-            norms = unit_rows(X)[1]
-            sq[u] = rms_per_user(sub, norms) ** 2
+                center_rows(X, None, x_means[u], sub.counts)
+            # the norms of unit_rows (overflow-free), bit for bit
+            sq[u] = rms_per_user(sub, unit_row_norms(X)) ** 2
     return x_means, y_means, sq
 
 
@@ -341,12 +349,79 @@ def draw_minibatches(block, state, round_index, config):
     return users, positions, m
 
 
-def _gather(block, positions):
-    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical)."""
-    if positions is None:
-        return block.take(block.X), block.take(block.y)
-    rows = block.source_rows()[positions]
-    return np.take(block.X, rows, axis=0), np.take(block.y, rows)
+# Per-thread scratch buffers, reused by every block and round of the thread.
+_SCRATCH = threading.local()
+
+
+def _scratch(name, shape):
+    """A float64 work array of ``shape`` (contents undefined), reused across calls.
+
+    The per-round rows of a block are gathered into these buffers instead of
+    fresh arrays (fresh multi-megabyte arrays every round cost page faults:
+    half of the fit's CPU time was system time). One buffer per name and
+    thread, grown as needed, so blocks run in threads (Dask) never share one;
+    nothing a block function returns or keeps in its state refers to them.
+    """
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    size = int(np.prod(shape, dtype=np.int64))
+    buf = bufs.get(name)
+    if buf is None or buf.size < size:
+        buf = bufs[name] = np.empty(max(size, 1))
+    return buf[:size].reshape(shape)
+
+
+def release_scratch():
+    """Free this thread's scratch buffers (the end of a fit)."""
+    _SCRATCH.bufs = {}
+
+
+def gather_rows(block, positions):
+    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
+
+    Copies (float64) in this thread's scratch buffers, valid until the next
+    call: the caller may modify them in place (e.g. :func:`center_rows`).
+    """
+    rows = block.rows
+    if positions is not None:
+        if rows is None:
+            rows = positions
+        elif isinstance(rows, slice):
+            rows = positions + rows.start
+        else:
+            rows = rows[positions]
+    n = block.n_rows if positions is None else positions.shape[0]
+    Xb = _scratch("X", (n, block.X.shape[1]))
+    yb = _scratch("y", (n,) + block.y.shape[1:])
+    for source, out in ((block.X, Xb), (block.y, yb)):
+        if rows is None or isinstance(rows, slice):
+            np.copyto(out, source if rows is None else source[rows], casting="unsafe")
+        elif source.dtype == np.float64:
+            # mode="clip": the rows are valid by construction (mode="raise"
+            # buffers ``out``)
+            np.take(source, rows, axis=0, out=out, mode="clip")
+        else:
+            np.copyto(out, np.take(source, rows, axis=0, mode="clip"), casting="unsafe")
+    return Xb, yb
+
+
+def center_rows(A, users, means, m):
+    """``A -= means`` of each row's user, in place (rows grouped by user, ``m`` each).
+
+    ``users``: the local codes of the users of the rows (``None``: all users
+    of ``means``). The same values as ``A - means[owner of each row]``.
+    """
+    means = means if users is None else means[users]
+    n = m.shape[0]
+    if n == 0:
+        return A
+    if A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # equal groups: broadcast
+        A3 = A.reshape((n, int(m[0])) + A.shape[1:])
+        A3 -= means[:, None]
+    else:
+        A -= np.repeat(means, m, axis=0)
+    return A
 
 
 # Below this many features, einsum beats stacked matmul on tiny per-user products.
@@ -483,11 +558,10 @@ def sgd_round(block, state, broadcast, *, config):
         if state is None:
             state = BlockState(block, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
-        Xb, yb = _gather(block, positions)
+        Xb, yb = gather_rows(block, positions)  # scratch copies, reused every round
         if state.x_means is not None:  # per-user centring (the profiled intercept)
-            owners = np.repeat(np.arange(block.n_users) if users is None else users, m)
-            Xb = Xb - state.x_means[owners]
-            yb = yb - state.y_means[owners]
+            center_rows(Xb, users, state.x_means, m)
+            center_rows(yb, users, state.y_means, m)
         partial = local_steps(state, users, Xb, yb, m, w, round_index, config)
     return partial, state
 
@@ -626,7 +700,10 @@ def feature_scale_statistic(block, state, config):
     step sizes are relative to).
     """
     state = _with_state(block, state, config)
-    return np.sqrt(user_moments(block, config.center)[2]), state
+    sq = state.mean_sq  # computed with the state (the same user_moments call)
+    if sq is None:
+        sq = user_moments(block, config.center)[2]
+    return np.sqrt(sq), state
 
 
 def offset_values(block, state, config):
