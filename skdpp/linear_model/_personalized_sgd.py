@@ -660,15 +660,34 @@ def _with_state(block, state, config):
 
 
 def _centred_rows(sub, state, offset, config):
-    """A sub-block's rows and targets (float64), centred on the users' means when ``center``."""
-    X = np.asarray(sub.take(sub.X), dtype=np.float64)
-    y = np.asarray(sub.take(sub.y), dtype=np.float64)
+    """A sub-block's rows and targets (float64), centred on the users' means when ``center``.
+
+    In this thread's scratch buffers (:func:`gather_rows`), valid until the
+    next gather.
+    """
+    X, y = gather_rows(sub, None)
     if config.center:
         u = slice(offset, offset + sub.n_users)
         with np.errstate(over="ignore", invalid="ignore"):
-            X = X - sub.expand(state.x_means[u])
-            y = y - sub.expand(state.y_means[u])
+            center_rows(X, None, state.x_means[u], sub.counts)
+            center_rows(y, None, state.y_means[u], sub.counts)
     return X, y
+
+
+def _user_grams(sub, X):
+    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user).
+
+    Users with equal row counts: one batched product on the rows reshaped
+    to ``(users, rows, d)``, the product :func:`~skdpp.utils._grouped.segment_outer_sum`
+    computes on its gathered copy (the same values); ragged users: that function.
+    """
+    from ..utils._grouped import UserIndex, segment_outer_sum
+
+    m = sub.counts
+    if sub.n_users and m[0] > 0 and (m == m[0]).all():
+        X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
+        return np.matmul(X3.transpose(0, 2, 1), X3)
+    return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
 
 
 def gradient_norm_statistic(block, state, config):
@@ -769,7 +788,6 @@ def personal_refit(block, state, prior):
         The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
         b_i``; 0 without centring).
     """
-    from ..utils._grouped import UserIndex, segment_outer_sum
     from ._heads import _solve_stack, shrunk_heads
 
     config = prior.config
@@ -789,8 +807,7 @@ def personal_refit(block, state, prior):
             X, y = _centred_rows(sub, state, offset, config)
             m = sub.counts.astype(np.float64)
             with np.errstate(all="ignore"):
-                A = segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users),
-                                                          sub.row_user))
+                A = _user_grams(sub, X)
                 r = sub.segment_sum(X * y[:, None])
                 yy = sub.segment_sum(y * y)
                 Aw = A @ w
