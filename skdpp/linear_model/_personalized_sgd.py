@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm, unit_row_norms, unit_rows
+from ..privacy._clipping import clip_by_norm, unit_row_norms
 from ..privacy import mechanisms
 from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
 from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
@@ -184,6 +184,12 @@ class MinibatchStream:
         rank = pos - np.repeat(starts, counts)
         bits = keyed_bits(self.key, "batch", np.repeat(self.user_hash[users], counts),
                           np.repeat(self.n_pass[users], counts), rank)
+        if (counts == counts[0]).all():  # equal users: one sort per row of a matrix
+            # (the order of canonical_order: by bits within each user, stable)
+            shape = (users.size, int(counts[0]))
+            order = np.argsort(bits.reshape(shape), axis=1, kind="stable")
+            self.stream[pos] = np.take_along_axis(pos.reshape(shape), order, axis=1).ravel()
+            return
         seg = np.repeat(np.arange(users.size, dtype=np.int64), counts)
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
@@ -212,13 +218,21 @@ class MinibatchStream:
             m = self.counts[users]
             return _ranges(self.starts[users], m), m
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
+        ends = c + m >= n
+        if not ends.any():  # no minibatch reaches the end of its pass
+            base = self.starts[users] + c
+            if m.size and (m == m[0]).all():
+                positions = self.stream[(base[:, None] + np.arange(int(m[0]))).ravel()]
+            else:
+                positions = self.stream[_ranges(base, m)]
+            self.cursor[users] = c + m
+            return positions, m
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
         vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
                                   - np.repeat(np.cumsum(m) - m, m))
         wrapped = vpos >= n_rep
         positions = self.stream[start + np.where(wrapped, 0, vpos)]
-        ends = c + m >= n
         if ends.any():
             done = users[ends & (m < n)]
             self.n_pass[done] += 1
@@ -275,7 +289,7 @@ class BlockState:
         ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
     """
 
-    def __init__(self, block, config):
+    def __init__(self, block, config, on_rows=None):
         shape = (block.n_users, config.n_params)
         self.theta = np.zeros(shape)
         self.theta_avg = np.zeros(shape) if config.average else None
@@ -283,7 +297,8 @@ class BlockState:
         self.stream = None
         self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
-            self.x_means, self.y_means, sq = user_moments(block, config.center)
+            self.x_means, self.y_means, sq = user_moments(block, config.center,
+                                                          on_rows=on_rows)
             self.mean_sq = sq
             if config.center:
                 self.x_means = np.nan_to_num(self.x_means, nan=0.0)
@@ -295,12 +310,15 @@ class BlockState:
                 self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
 
 
-def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
+def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
     """Each user's mean row, mean target and mean squared (centred) row norm.
 
     Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
     rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
-    centred norms overflow gets ``inf``.
+    centred norms overflow gets ``inf``. ``on_rows(sub, X, y)``, if given, is
+    called on every sub-block's rows and targets, centred when ``center`` on
+    the means the :class:`BlockState` keeps (NaN mean entries as 0), so that
+    another per-user statistic shares the pass (``X``, ``y``: scratch buffers).
 
     Returns
     -------
@@ -323,6 +341,13 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
                 center_rows(X, None, x_means[u], sub.counts)
             # the norms of unit_rows (overflow-free), bit for bit
             sq[u] = rms_per_user(sub, unit_row_norms(X)) ** 2
+            if on_rows is not None:
+                if center:
+                    if np.isnan(x_means[u]).any():  # centre on the state's means
+                        X, y = gather_rows(sub, None)
+                        center_rows(X, None, np.nan_to_num(x_means[u], nan=0.0), sub.counts)
+                    center_rows(y, None, y_means[u], sub.counts)
+                on_rows(sub, X, y)
     return x_means, y_means, sq
 
 
@@ -697,18 +722,26 @@ def gradient_norm_statistic(block, state, config):
     user's contribution of round 1 with its whole data as the minibatch
     (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
     """
-    state = _with_state(block, state, config)
     norms = np.zeros(block.n_users)
     coef = np.zeros(config.n_params)
+
+    def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
+        offset = sub.first_user - block.first_user
+        m = sub.counts.astype(np.float64)
+        grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
+        if config.weighting == "sample":
+            grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
+        norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
+
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        for sub in block.split():
-            offset = sub.first_user - block.first_user
-            X, y = _centred_rows(sub, state, offset, config)
-            m = sub.counts.astype(np.float64)
-            grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
-            if config.weighting == "sample":
-                grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
-            norms[offset:offset + sub.n_users] = unit_rows(grad)[1]
+        if state is None and (config.center or config.local_scale):
+            # one pass over the rows: the state's moments and the statistic
+            state = BlockState(block, config, on_rows=statistic)
+        else:
+            state = _with_state(block, state, config)
+            for sub in block.split():
+                statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
+                                              config))
     return norms, state
 
 
