@@ -50,7 +50,10 @@ __all__ = [
     "MinibatchStream",
     "SGDConfig",
     "final_offsets",
+    "center_rows",
+    "gather_rows",
     "make_sgd_blocks",
+    "release_scratch",
     "run_ppsgd",
     "sgd_round",
 ]
