@@ -28,6 +28,15 @@ another user's data nor on the order of the rows. The model is additive,
 ``y ≈ <x, w_d + theta_d> + w_b + theta_b`` with the intercept (when fitted)
 as the last parameter: the gradient in the intercept is the residual sum, no
 column of ones is appended to ``X``.
+
+Memory: ``X`` is never copied as a whole. Each round gathers the
+participants' minibatch rows of a block into per-thread scratch buffers
+(:func:`gather_rows`; reused by every block and round of the thread, freed by
+:func:`release_scratch` at the end of a fit) and centres them in place
+(:func:`center_rows`); the block state holds O(users) arrays only
+(``theta_i``, the users' means, the minibatch streams). A block-contiguous
+centred copy of ``X`` would save the gather and the centring of every round
+but cost ``1x X`` of extra memory for the whole fit.
 """
 
 # Authors: skdpp developers
