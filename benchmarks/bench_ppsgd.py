@@ -15,6 +15,14 @@ Writes ``benchmarks/results/ppsgd_benchmark.csv`` and prints a markdown table
 (copied into ``benchmarks/results/ppsgd_benchmark.md``).
 Run: ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_ppsgd.py [--quick]``
 (``--quick``: the paper setting and 10^5 users only, no CSV).
+
+``--issue15 N [N ...]``: the cases of issue 15 instead, printed as JSON lines
+(no CSV): ``N`` users x 10 rows, d = 20, ``n_rounds=20`` and every other
+parameter at its default (``epsilon=1``, ``random_state=0``), on the data of
+``benchmarks/bench_scaling.py``, with its memory measure (peak RSS added by
+the fit, ``VmHWM`` after minus ``VmRSS`` before, the peak reset through
+``/proc/self/clear_refs``); ``N = 0`` runs the paper setting above
+(``sample_rate=1``, CPU seconds, min of 2 fits).
 """
 
 import argparse
@@ -54,6 +62,42 @@ def timed_fit(est, X, y, groups):
     cpu, wall = time.process_time(), time.perf_counter()
     est.fit(X, y, groups=groups)
     return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def issue15(sizes):
+    """The issue-15 cases (see the module docstring): one JSON line per case."""
+    import gc
+    import json
+    import os
+    import sys
+    import warnings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_scaling import _status_kb, make_data as scaling_data
+
+    warnings.simplefilter("ignore")  # delta >= 1/n_users at 10^6 users
+    for n_users in sizes:
+        if n_users == 0:  # the paper setting, min of 2
+            X, y, groups = make_data(1_000, 100, 100)
+            est = PPSGDRegressor(epsilon=1.0, delta=1e-8, clip_norm=1.0, alpha=1.0,
+                                 learning_rate=0.1, n_rounds=1000, batch_size=10,
+                                 random_state=0)
+            cpu = min(timed_fit(est, X, y, groups)[0] for _ in range(2))
+            print(json.dumps({"case": "paper", "cpu_s": round(cpu, 3),
+                              "load_1min": os.getloadavg()[0]}), flush=True)
+            continue
+        X, y, groups = scaling_data("PPSGDRegressor", n_users, 10, 20)
+        est = PPSGDRegressor(epsilon=1.0, n_rounds=20, random_state=0)
+        gc.collect()
+        rss0 = _status_kb("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+        cpu, wall = timed_fit(est, X, y, groups)
+        peak = max(0, _status_kb("VmHWM") - rss0) * 1024
+        print(json.dumps({"case": "issue15", "n_users": n_users, "cpu_s": round(cpu, 2),
+                          "wall_s": round(wall, 2), "peak_over_x": round(peak / X.nbytes, 3),
+                          "load_1min": os.getloadavg()[0]}), flush=True)
+        del X, y, groups, est
 
 
 def main(quick=False):
@@ -100,4 +144,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="the paper setting and 10^5 users only; no CSV written")
-    main(**vars(parser.parse_args()))
+    parser.add_argument("--issue15", type=int, nargs="+", metavar="N",
+                        help="the issue-15 cases with N users (0: the paper setting)")
+    args = parser.parse_args()
+    if args.issue15:
+        issue15(args.issue15)
+    else:
+        main(quick=args.quick)

@@ -28,17 +28,27 @@ another user's data nor on the order of the rows. The model is additive,
 ``y ≈ <x, w_d + theta_d> + w_b + theta_b`` with the intercept (when fitted)
 as the last parameter: the gradient in the intercept is the residual sum, no
 column of ones is appended to ``X``.
+
+Memory: ``X`` is never copied as a whole. Each round gathers the
+participants' minibatch rows of a block into per-thread scratch buffers
+(:func:`gather_rows`; reused by every block and round of the thread, freed by
+:func:`release_scratch` at the end of a fit) and centres them in place
+(:func:`center_rows`); the block state holds O(users) arrays only
+(``theta_i``, the users' means, the minibatch streams). A block-contiguous
+centred copy of ``X`` would save the gather and the centring of every round
+but cost ``1x X`` of extra memory for the whole fit.
 """
 
 # Authors: skdpp developers
 # License: BSD 3 clause
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm, unit_rows
+from ..privacy._clipping import clip_by_norm, unit_row_norms
 from ..privacy import mechanisms
 from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
 from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
@@ -48,8 +58,11 @@ __all__ = [
     "BlockState",
     "MinibatchStream",
     "SGDConfig",
+    "center_rows",
     "final_offsets",
+    "gather_rows",
     "make_sgd_blocks",
+    "release_scratch",
     "run_ppsgd",
     "sgd_round",
 ]
@@ -183,6 +196,12 @@ class MinibatchStream:
         rank = pos - np.repeat(starts, counts)
         bits = keyed_bits(self.key, "batch", np.repeat(self.user_hash[users], counts),
                           np.repeat(self.n_pass[users], counts), rank)
+        if (counts == counts[0]).all():  # equal users: one sort per row of a matrix
+            # (the order of canonical_order: by bits within each user, stable)
+            shape = (users.size, int(counts[0]))
+            order = np.argsort(bits.reshape(shape), axis=1, kind="stable")
+            self.stream[pos] = np.take_along_axis(pos.reshape(shape), order, axis=1).ravel()
+            return
         seg = np.repeat(np.arange(users.size, dtype=np.int64), counts)
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
@@ -211,13 +230,21 @@ class MinibatchStream:
             m = self.counts[users]
             return _ranges(self.starts[users], m), m
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
+        ends = c + m >= n
+        if not ends.any():  # no minibatch reaches the end of its pass
+            base = self.starts[users] + c
+            if m.size and (m == m[0]).all():
+                positions = self.stream[(base[:, None] + np.arange(int(m[0]))).ravel()]
+            else:
+                positions = self.stream[_ranges(base, m)]
+            self.cursor[users] = c + m
+            return positions, m
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
         vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
                                   - np.repeat(np.cumsum(m) - m, m))
         wrapped = vpos >= n_rep
         positions = self.stream[start + np.where(wrapped, 0, vpos)]
-        ends = c + m >= n
         if ends.any():
             done = users[ends & (m < n)]
             self.n_pass[done] += 1
@@ -265,17 +292,26 @@ class BlockState:
         Last round accounted in ``theta_avg``.
     stream : MinibatchStream or None
         The users' minibatch streams (built at the first draw).
+    x_means, y_means : ndarray of shape (n_users, d) and (n_users,) or None
+        The users' mean rows and targets (``config.center``).
+    mean_sq : ndarray of shape (n_users,) or None
+        The users' mean squared (centred) row norms (``center`` or
+        ``local_scale``; :func:`user_moments`).
+    inv_scale : ndarray of shape (n_users,) or None
+        ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
     """
 
-    def __init__(self, block, config):
+    def __init__(self, block, config, on_rows=None):
         shape = (block.n_users, config.n_params)
         self.theta = np.zeros(shape)
         self.theta_avg = np.zeros(shape) if config.average else None
         self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
         self.stream = None
-        self.x_means = self.y_means = self.inv_scale = None
+        self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
-            self.x_means, self.y_means, sq = user_moments(block, config.center)
+            self.x_means, self.y_means, sq = user_moments(block, config.center,
+                                                          on_rows=on_rows)
+            self.mean_sq = sq
             if config.center:
                 self.x_means = np.nan_to_num(self.x_means, nan=0.0)
             else:
@@ -286,12 +322,15 @@ class BlockState:
                 self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
 
 
-def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
+def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
     """Each user's mean row, mean target and mean squared (centred) row norm.
 
     Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
     rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
-    centred norms overflow gets ``inf``.
+    centred norms overflow gets ``inf``. ``on_rows(sub, X, y)``, if given, is
+    called on every sub-block's rows and targets, centred when ``center`` on
+    the means the :class:`BlockState` keeps (NaN mean entries as 0), so that
+    another per-user statistic shares the pass (``X``, ``y``: scratch buffers).
 
     Returns
     -------
@@ -306,15 +345,21 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
     for sub in block.split(max_rows):
         u = slice(sub.first_user - block.first_user,
                   sub.first_user - block.first_user + sub.n_users)
-        X = np.asarray(sub.take(sub.X), dtype=np.float64)
-        y = np.asarray(sub.take(sub.y), dtype=np.float64)
+        X, y = gather_rows(sub, None)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             if center:
                 x_means[u] = user_means(sub, X)
                 y_means[u] = user_means(sub, y)
-                X = X - sub.expand(x_means[u])
-            norms = unit_rows(X)[1]
-            sq[u] = rms_per_user(sub, norms) ** 2
+                center_rows(X, None, x_means[u], sub.counts)
+            # the norms of unit_rows (overflow-free), bit for bit
+            sq[u] = rms_per_user(sub, unit_row_norms(X)) ** 2
+            if on_rows is not None:
+                if center:
+                    if np.isnan(x_means[u]).any():  # centre on the state's means
+                        X, y = gather_rows(sub, None)
+                        center_rows(X, None, np.nan_to_num(x_means[u], nan=0.0), sub.counts)
+                    center_rows(y, None, y_means[u], sub.counts)
+                on_rows(sub, X, y)
     return x_means, y_means, sq
 
 
@@ -341,12 +386,79 @@ def draw_minibatches(block, state, round_index, config):
     return users, positions, m
 
 
-def _gather(block, positions):
-    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical)."""
-    if positions is None:
-        return block.take(block.X), block.take(block.y)
-    rows = block.source_rows()[positions]
-    return np.take(block.X, rows, axis=0), np.take(block.y, rows)
+# Per-thread scratch buffers, reused by every block and round of the thread.
+_SCRATCH = threading.local()
+
+
+def _scratch(name, shape):
+    """A float64 work array of ``shape`` (contents undefined), reused across calls.
+
+    The per-round rows of a block are gathered into these buffers instead of
+    fresh arrays (fresh multi-megabyte arrays every round cost page faults:
+    half of the fit's CPU time was system time). One buffer per name and
+    thread, grown as needed, so blocks run in threads (Dask) never share one;
+    nothing a block function returns or keeps in its state refers to them.
+    """
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    size = int(np.prod(shape, dtype=np.int64))
+    buf = bufs.get(name)
+    if buf is None or buf.size < size:
+        buf = bufs[name] = np.empty(max(size, 1))
+    return buf[:size].reshape(shape)
+
+
+def release_scratch():
+    """Free this thread's scratch buffers (the end of a fit)."""
+    _SCRATCH.bufs = {}
+
+
+def gather_rows(block, positions):
+    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
+
+    Copies (float64) in this thread's scratch buffers, valid until the next
+    call: the caller may modify them in place (e.g. :func:`center_rows`).
+    """
+    rows = block.rows
+    if positions is not None:
+        if rows is None:
+            rows = positions
+        elif isinstance(rows, slice):
+            rows = positions + rows.start
+        else:
+            rows = rows[positions]
+    n = block.n_rows if positions is None else positions.shape[0]
+    Xb = _scratch("X", (n, block.X.shape[1]))
+    yb = _scratch("y", (n,) + block.y.shape[1:])
+    for source, out in ((block.X, Xb), (block.y, yb)):
+        if rows is None or isinstance(rows, slice):
+            np.copyto(out, source if rows is None else source[rows], casting="unsafe")
+        elif source.dtype == np.float64:
+            # mode="clip": the rows are valid by construction (mode="raise"
+            # buffers ``out``)
+            np.take(source, rows, axis=0, out=out, mode="clip")
+        else:
+            np.copyto(out, np.take(source, rows, axis=0, mode="clip"), casting="unsafe")
+    return Xb, yb
+
+
+def center_rows(A, users, means, m):
+    """``A -= means`` of each row's user, in place (rows grouped by user, ``m`` each).
+
+    ``users``: the local codes of the users of the rows (``None``: all users
+    of ``means``). The same values as ``A - means[owner of each row]``.
+    """
+    means = means if users is None else means[users]
+    n = m.shape[0]
+    if n == 0:
+        return A
+    if A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # equal groups: broadcast
+        A3 = A.reshape((n, int(m[0])) + A.shape[1:])
+        A3 -= means[:, None]
+    else:
+        A -= np.repeat(means, m, axis=0)
+    return A
 
 
 # Below this many features, einsum beats stacked matmul on tiny per-user products.
@@ -483,11 +595,10 @@ def sgd_round(block, state, broadcast, *, config):
         if state is None:
             state = BlockState(block, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
-        Xb, yb = _gather(block, positions)
+        Xb, yb = gather_rows(block, positions)  # scratch copies, reused every round
         if state.x_means is not None:  # per-user centring (the profiled intercept)
-            owners = np.repeat(np.arange(block.n_users) if users is None else users, m)
-            Xb = Xb - state.x_means[owners]
-            yb = yb - state.y_means[owners]
+            center_rows(Xb, users, state.x_means, m)
+            center_rows(yb, users, state.y_means, m)
         partial = local_steps(state, users, Xb, yb, m, w, round_index, config)
     return partial, state
 
@@ -586,15 +697,34 @@ def _with_state(block, state, config):
 
 
 def _centred_rows(sub, state, offset, config):
-    """A sub-block's rows and targets (float64), centred on the users' means when ``center``."""
-    X = np.asarray(sub.take(sub.X), dtype=np.float64)
-    y = np.asarray(sub.take(sub.y), dtype=np.float64)
+    """A sub-block's rows and targets (float64), centred on the users' means when ``center``.
+
+    In this thread's scratch buffers (:func:`gather_rows`), valid until the
+    next gather.
+    """
+    X, y = gather_rows(sub, None)
     if config.center:
         u = slice(offset, offset + sub.n_users)
         with np.errstate(over="ignore", invalid="ignore"):
-            X = X - sub.expand(state.x_means[u])
-            y = y - sub.expand(state.y_means[u])
+            center_rows(X, None, state.x_means[u], sub.counts)
+            center_rows(y, None, state.y_means[u], sub.counts)
     return X, y
+
+
+def _user_grams(sub, X):
+    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user).
+
+    Users with equal row counts: one batched product on the rows reshaped
+    to ``(users, rows, d)``, the product :func:`~skdpp.utils._grouped.segment_outer_sum`
+    computes on its gathered copy (the same values); ragged users: that function.
+    """
+    from ..utils._grouped import UserIndex, segment_outer_sum
+
+    m = sub.counts
+    if sub.n_users and m[0] > 0 and (m == m[0]).all():
+        X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
+        return np.matmul(X3.transpose(0, 2, 1), X3)
+    return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
 
 
 def gradient_norm_statistic(block, state, config):
@@ -604,18 +734,26 @@ def gradient_norm_statistic(block, state, config):
     user's contribution of round 1 with its whole data as the minibatch
     (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
     """
-    state = _with_state(block, state, config)
     norms = np.zeros(block.n_users)
     coef = np.zeros(config.n_params)
+
+    def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
+        offset = sub.first_user - block.first_user
+        m = sub.counts.astype(np.float64)
+        grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
+        if config.weighting == "sample":
+            grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
+        norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
+
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        for sub in block.split():
-            offset = sub.first_user - block.first_user
-            X, y = _centred_rows(sub, state, offset, config)
-            m = sub.counts.astype(np.float64)
-            grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
-            if config.weighting == "sample":
-                grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
-            norms[offset:offset + sub.n_users] = unit_rows(grad)[1]
+        if state is None and (config.center or config.local_scale):
+            # one pass over the rows: the state's moments and the statistic
+            state = BlockState(block, config, on_rows=statistic)
+        else:
+            state = _with_state(block, state, config)
+            for sub in block.split():
+                statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
+                                              config))
     return norms, state
 
 
@@ -626,7 +764,10 @@ def feature_scale_statistic(block, state, config):
     step sizes are relative to).
     """
     state = _with_state(block, state, config)
-    return np.sqrt(user_moments(block, config.center)[2]), state
+    sq = state.mean_sq  # computed with the state (the same user_moments call)
+    if sq is None:
+        sq = user_moments(block, config.center)[2]
+    return np.sqrt(sq), state
 
 
 def offset_values(block, state, config):
@@ -692,7 +833,6 @@ def personal_refit(block, state, prior):
         The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
         b_i``; 0 without centring).
     """
-    from ..utils._grouped import UserIndex, segment_outer_sum
     from ._heads import _solve_stack, shrunk_heads
 
     config = prior.config
@@ -712,8 +852,7 @@ def personal_refit(block, state, prior):
             X, y = _centred_rows(sub, state, offset, config)
             m = sub.counts.astype(np.float64)
             with np.errstate(all="ignore"):
-                A = segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users),
-                                                          sub.row_user))
+                A = _user_grams(sub, X)
                 r = sub.segment_sum(X * y[:, None])
                 yy = sub.segment_sum(y * y)
                 Aw = A @ w

@@ -41,6 +41,7 @@ from ._personalized_sgd import (
     offset_values,
     personal_refit,
     personal_sgd,
+    release_scratch,
     run_ppsgd,
 )
 
@@ -511,6 +512,12 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             center=bool(self.fit_intercept), local_scale=self.feature_scale == "auto")
 
     def _fit_core(self, executor, release, randomness, meta):
+        try:
+            return self._run(executor, release, randomness, meta)
+        finally:
+            release_scratch()  # this thread's per-round buffers (see _personalized_sgd)
+
+    def _run(self, executor, release, randomness, meta):
         lr_global, lr_local = self._step_sizes()
         n_users, d = meta["n_users"], meta["n_features"]
         releases = lr_global > 0
@@ -631,6 +638,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             run_ppsgd(executor, None, config, n_users=index.n_users, lr_global=0.0,
                       w_init=w, offsets=False)
         theta, b = self._personal(executor, prior, n_steps)
+        release_scratch()
         return {"offsets_": theta, "intercept_offsets_": b - float(self.intercept_)}
 
     def _validate_personal_input(self, X, y):

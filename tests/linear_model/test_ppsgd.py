@@ -937,3 +937,46 @@ def test_integer_and_float32_inputs():
     c = PPSGDRegressor(epsilon=1.0, n_rounds=5, random_state=0)
     c.fit(X.astype(np.float32), y, groups)
     assert c.coef_.dtype == np.float64 and np.isfinite(c.coef_).all()
+
+
+# --------------------------------------------------------------------------- #
+# Per-round scratch buffers
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("groups_kind", ["none", "sorted", "shuffled"])
+def test_fit_never_modifies_its_input(groups_kind):
+    # The rounds gather and centre rows in reused buffers in place: the
+    # input must never be one of them (rows already in canonical order, e.g.
+    # groups=None, are copied too).
+    X, y, groups, _, _ = _additive_data(n_users=6, n_rows=5)
+    if groups_kind == "none":
+        groups = None
+    elif groups_kind == "shuffled":
+        p = np.random.default_rng(0).permutation(len(y))
+        X, y, groups = X[p], y[p], groups[p]
+    X0, y0 = X.copy(), y.copy()
+    for params in ({}, dict(batch_size=2, sample_rate=0.5), PAPER):
+        est = PPSGDRegressor(epsilon=1.0, n_rounds=4, random_state=0, **params)
+        est.fit(X, y, groups=groups)
+        assert_array_equal(X, X0)
+        assert_array_equal(y, y0)
+
+
+def test_gather_rows_and_center_rows_match_fancy_indexing():
+    X, y, groups, _, _ = _additive_data(n_users=7, n_rows=4, d=3)
+    keep = np.r_[np.ones(20, dtype=bool), np.zeros(3, dtype=bool), np.ones(5, dtype=bool)]
+    X, y, groups = X[keep], y[keep], groups[keep]  # one user of 1 row
+    (block,) = make_blocks(X, y, UserIndex.from_groups(groups), max_rows=None)
+    rows = block.source_rows()
+    positions = np.array([0, 3, 4, 9, 10, 11, 20])
+    Xb, yb = sgd.gather_rows(block, positions)
+    assert_array_equal(Xb, X[rows[positions]])
+    assert_array_equal(yb, y[rows[positions]])
+    Xb, yb = sgd.gather_rows(block, None)
+    assert_array_equal(Xb, X[rows])
+    means = np.arange(block.n_users * 3, dtype=float).reshape(-1, 3)
+    expected = X[rows] - np.repeat(means, block.counts, axis=0)  # ragged users
+    assert_array_equal(sgd.center_rows(Xb, None, means, block.counts), expected)
+    users, m = np.array([1, 2]), np.array([4, 4])  # equal groups
+    Xb, _ = sgd.gather_rows(block, np.r_[4:12])
+    assert_array_equal(sgd.center_rows(Xb, users, means, m),
+                       X[rows[4:12]] - np.repeat(means[users], 4, axis=0))
