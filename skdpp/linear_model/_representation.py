@@ -869,5 +869,7 @@ def _init_statistic(block, state, init):
 
     rows = s0_block(block, state)
     if init == "private_spectral":
-        return spectral_statistic(rows, None, norms_only=True)[1], state
+        # the Grams' (nu, fast) are kept for the release pass (_spectral_block)
+        routes = state.extra.setdefault("spectral_routes", {})
+        return spectral_statistic(rows, None, norms_only=True, routes=routes)[1], state
     return rms_per_user(rows, rows.y), state
