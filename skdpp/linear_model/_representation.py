@@ -104,8 +104,12 @@ def _center_in_place(block, A, means):
     up to twice the largest entry): the clamp keeps every later computation on
     finite values (a function of that user's rows only).
     """
+    c = block.uniform_count()
     with np.errstate(over="ignore", invalid="ignore"):
-        A -= block.expand(means)
+        if c and A.ndim == 2 and A.flags.c_contiguous:  # broadcast: no expanded copy
+            A.reshape(block.n_users, c, A.shape[1])[...] -= means[:, None, :]
+        else:
+            A -= block.expand(means)
     if not np.isfinite(A).all():
         np.nan_to_num(A, copy=False, nan=0.0, posinf=_FLOAT_MAX, neginf=-_FLOAT_MAX)
     return A
@@ -191,8 +195,9 @@ def prepare_split(block, state, config):
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
     y0 = np.array(take_rows(s0, block.y), dtype=np.float64)
+    cache = block.X.nbytes <= _CACHE_SOURCE_BYTES
     X0 = None
-    if block.X.nbytes <= _CACHE_SOURCE_BYTES:
+    if cache and not fit_intercept:
         X0 = np.take(block.X, s0.source_rows(), axis=0, mode="clip")
     x_means = None
     if fit_intercept:
@@ -201,8 +206,10 @@ def prepare_split(block, state, config):
         # (measured: FedRep converges about twice as fast on the papers' setting)
         _center_in_place(s0, y0, user_means(block, np.asarray(take_rows(block, block.y),
                                                                dtype=np.float64)))
-        x_means = user_means(block, np.asarray(take_rows(block, block.X, "s0_rows"),
-                                               dtype=np.float64))
+        Xb = take_rows(block, block.X, "s0_rows")  # the block's rows, gathered once
+        if cache:  # the S^0 rows, from the gathered (cache-resident) rows
+            X0 = np.take(Xb, np.flatnonzero(s0_mask), axis=0, mode="clip")
+        x_means = user_means(block, np.asarray(Xb, dtype=np.float64))
         if X0 is not None:
             X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)
             x_means = None

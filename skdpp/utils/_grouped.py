@@ -832,8 +832,12 @@ def _pairwise_into(z, n, out, acc):
     return out
 
 
-def _uniform_segment_sum(values, c):
+def _uniform_segment_sum(values, c, scale=None):
     """Sums of consecutive runs of ``c`` rows of 2-D float64 ``values`` (``2 <= c <= 129``).
+
+    ``scale``: a float; the sums of ``values * scale`` (each chunk is scaled
+    in cache: no scaled copy of ``values``), bit-identical to
+    ``np.add.reduceat(values * scale, ...)``.
 
     Bit-identical to ``np.add.reduceat(values, np.arange(0, n * c, c), axis=0)``
     (numpy adds the first row of a run to its pairwise sum of the others;
@@ -848,9 +852,12 @@ def _uniform_segment_sum(values, c):
     chunk = max(1, _UNIFORM_CHUNK_BYTES // (8 * c * width))
     res = np.empty((min(chunk, n), width))
     acc = np.empty((8, min(chunk, n), width)) if c > 8 else None
+    scaled = None if scale is None else np.empty((min(chunk, n), c, width))
     for lo in range(0, n, chunk):  # memory chunks of users
         z = Z[lo:lo + chunk]
         m = z.shape[0]
+        if scale is not None:
+            z = np.multiply(z, scale, out=scaled[:m])
         r = _pairwise_into(z, c - 1, res[:m], None if acc is None else acc[:, :m])
         np.add(z[:, 0], r, out=out[lo:lo + m])
     return out
@@ -908,6 +915,7 @@ class UserBlock:
         self.first_user = int(first_user)
         self._row_user = None
         self._rank = None
+        self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -1006,10 +1014,9 @@ class UserBlock:
         values = np.asarray(values)
         if values.ndim == 1:
             return np.bincount(self.row_user, weights=values, minlength=self.n_users)
-        c = int(self.counts[0]) if self.n_users else 0
+        c = self.uniform_count()
         if 2 <= c <= _UNIFORM_MAX_ROWS and values.ndim == 2 and values.shape[1] >= 8 \
-                and values.dtype == np.float64 and self.n_rows == c * self.n_users \
-                and bool((self.counts == c).all()):
+                and values.dtype == np.float64:
             return _uniform_segment_sum(values, c)
         out = np.zeros((self.n_users,) + values.shape[1:],
                        dtype=np.result_type(values.dtype, np.float64))
@@ -1017,6 +1024,13 @@ class UserBlock:
         if self.n_rows and nonempty.any():
             out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
         return out
+
+    def uniform_count(self):
+        """The number of rows of every user when all users have the same (else 0)."""
+        if self._uniform is None:
+            c = int(self.counts[0]) if self.n_users else 0
+            self._uniform = c if c and bool((self.counts == c).all()) else 0
+        return self._uniform
 
     def segment_max(self, values, initial=-np.inf):
         """Per-user maximum of row-aligned ``values`` over all trailing axes."""
