@@ -193,14 +193,20 @@ def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
             for lo in range(0, users.size, per_chunk):  # memory chunks
                 u = users[lo:lo + per_chunk]
                 r = src[block.offsets[u][:, None] + np.arange(c)].reshape(-1)  # (n_c c,)
-                # the users' rows, gathered into a reused buffer: (n_c, c, d)
-                Xu = np.take(X, r, axis=0, out=scratch("spectral_X", r.size, d, X.dtype),
-                             mode="clip")
+                if r[-1] - r[0] == r.size - 1 and np.all(np.diff(r) == 1):
+                    # consecutive source rows (the cached S^0 rows of users of one
+                    # size): a view, scaled below into a buffer (no gather)
+                    Xu = X[r[0]:r[0] + r.size]
+                    Ap = scratch("spectral_A", r.size, d, np.float64)
+                else:
+                    # the users' rows, gathered into a reused buffer: (n_c, c, d)
+                    Xu = np.take(X, r, axis=0, mode="clip",
+                                 out=scratch("spectral_X", r.size, d, X.dtype))
+                    Ap = Xu if Xu.dtype == np.float64 else \
+                        scratch("spectral_A", r.size, d, np.float64)
                 yu = y[r].reshape(u.size, c)
                 sx, sy = _user_scales(Xu, yu.ravel(), np.arange(u.size) * c)
                 # a_j = (x_j / sx) (y_j / sy), in place (float64)
-                Ap = Xu if Xu.dtype == np.float64 else \
-                    scratch("spectral_A", r.size, d, np.float64)
                 np.divide(Xu.reshape(u.size, c, d), sx[:, None, None],
                           out=Ap.reshape(u.size, c, d))
                 Ap = Ap.reshape(u.size, c, d)
