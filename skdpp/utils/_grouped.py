@@ -1107,8 +1107,20 @@ class UserBlock:
         """Rank of each row within its user when the user's rows are sorted by ``keys``.
 
         ``keys`` in ``[0, 1)`` (e.g. :meth:`row_uniforms`); ties keep the
-        canonical order.
+        canonical order. Users of equal size are sorted row by row of an
+        ``(n_users, c)`` array of the same sort values ``code + key`` (a user's
+        values lie in ``[code, code + 1]``, so the stable per-user sorts give
+        exactly the order of :func:`argsort_within`), which is several times
+        faster than one sort of the whole block.
         """
+        c = self.uniform_count()
+        if c > 1:
+            values = np.arange(self.n_users, dtype=np.float64)[:, None] \
+                + np.asarray(keys, dtype=np.float64).reshape(self.n_users, c)
+            order = np.argsort(values, axis=1, kind="stable")
+            out = np.empty((self.n_users, c), dtype=np.int64)
+            np.put_along_axis(out, order, np.arange(c, dtype=np.int64)[None, :], axis=1)
+            return out.reshape(-1)
         perm = argsort_within(self.row_user, keys)
         out = np.empty(self.n_rows, dtype=np.int64)
         out[perm] = self.rank
