@@ -322,22 +322,37 @@ def head_statistics(block, P, y, *, center):
             y = y - block.expand(y_mean)
         else:
             p_mean, y_mean = np.zeros((n_users, k)), np.zeros(n_users)
+        # The targets' per-user statistics do not change between the rounds of a fit
+        # (the same block and the same uncentred target array): kept on the block.
+        cached = None if center else getattr(block, "_head_targets", None)
+        if cached is not None and cached[0] is y:
+            _, sy_, yy_clean = cached
+        else:
+            my = block.segment_max(np.abs(y), initial=0.0)
+            sy_, yy_clean = np.where(my > 0, my, 1.0), None
         mp = block.segment_max(np.abs(P), initial=0.0) if k else np.zeros(n_users)
-        my = block.segment_max(np.abs(y), initial=0.0)
         sp_ = np.where(mp > 0, mp, 1.0)
-        sy_ = np.where(my > 0, my, 1.0)
         # users whose projections overflowed (inf, or NaN from inf - inf in X U)
         bad = ~np.isfinite(mp) | ~np.isfinite(sy_) | ~np.isfinite(y_mean) \
             | (~np.isfinite(p_mean).all(axis=1) if k else False)
-        Ps = P / block.expand(sp_)[:, None]
-        ys = y / block.expand(sy_)
-        if bad.any():
+        c = block.uniform_count()
+        if c and P.flags.c_contiguous and y.flags.c_contiguous:  # broadcast, no expand
+            Ps = (P.reshape(n_users, c, k) / sp_[:, None, None]).reshape(-1, k)
+            ys = (y.reshape(n_users, c) / sy_[:, None]).reshape(-1)
+        else:
+            Ps = P / block.expand(sp_)[:, None]
+            ys = y / block.expand(sy_)
+        any_bad = bool(bad.any())
+        if any_bad:
             rows = block.expand(bad)
             Ps[rows] = 0.0
             ys[rows] = 0.0
         A = block.gram(Ps)
         r = block.segment_sum(Ps * ys[:, None])
-        yy = block.segment_sum(ys * ys)
+        yy = yy_clean if yy_clean is not None and not any_bad \
+            else block.segment_sum(ys * ys)
+        if not center and not any_bad:
+            block._head_targets = (y, sy_, yy)
         V = solve_heads(A, r, block.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
     return HeadStats(counts=block.counts.copy(), p_mean=p_mean, y_mean=y_mean, A=A, r=r,
