@@ -97,12 +97,16 @@ def take_rows(block, A, scratch_name=None):
     return np.take(A, rows, axis=0, out=out, mode="clip")
 
 
-def _center_in_place(block, A, means):
+def _center_in_place(block, A, means, finite=None):
     """``A -= means`` of each row's user; non-finite results are clamped to the float range.
 
     Centring a user with values near the float maximum can overflow (``x - mean``
     up to twice the largest entry): the clamp keeps every later computation on
     finite values (a function of that user's rows only).
+
+    ``finite``: whether the centred values are known to be finite (the same
+    rows and means were centred before), or None (checked here). Returns
+    ``(A, finite)``.
     """
     c = block.uniform_count()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -110,12 +114,13 @@ def _center_in_place(block, A, means):
             A.reshape(block.n_users, c, A.shape[1])[...] -= means[:, None, :]
         else:
             A -= block.expand(means)
-        # a finite sum proves every entry finite (one read pass, no n x d mask);
-        # a sum that overflows is checked entry by entry
-        clean = np.isfinite(A.sum()) or np.isfinite(A).all()
-    if not clean:
+        if finite is None:
+            # a finite sum proves every entry finite (one read pass, no n x d mask);
+            # a sum that overflows is checked entry by entry
+            finite = bool(np.isfinite(A.sum()) or np.isfinite(A).all())
+    if not finite:  # (the identity on finite entries)
         np.nan_to_num(A, copy=False, nan=0.0, posinf=_FLOAT_MAX, neginf=-_FLOAT_MAX)
-    return A
+    return A, finite
 
 
 # --------------------------------------------------------------------------- #
@@ -214,7 +219,7 @@ def prepare_split(block, state, config):
             X0 = np.take(Xb, np.flatnonzero(s0_mask), axis=0, mode="clip")
         x_means = user_means(block, np.asarray(Xb, dtype=np.float64))
         if X0 is not None:
-            X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)
+            X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)[0]
             x_means = None
     # the S^0 rows over the block's own S^0 arrays (X0 when cached; its X is only
     # read through s0_rows otherwise)
@@ -231,7 +236,10 @@ def s0_rows(block, state):
     if state.x_means is not None:
         if X0.dtype != np.float64:
             X0 = X0.astype(np.float64)
-        _center_in_place(state.s0, X0, state.x_means)
+        # every round centres the same rows on the same means: their finiteness is
+        # checked once per fit
+        X0, state.extra["s0_finite"] = _center_in_place(
+            state.s0, X0, state.x_means, state.extra.get("s0_finite"))
     return X0
 
 
