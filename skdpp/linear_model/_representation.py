@@ -733,8 +733,12 @@ class _RepresentationMixin:
         (``cold_start_share``: the head, and the intercept with
         ``fit_intercept``). ``clip_share="auto"``:
         :func:`~skdpp.linear_model._auto.resolve_clip_share` (public values)."""
-        def build(share):
-            return self._plan_with_clip_share(share)
+        plans = {}
+
+        def build(share):  # one plan per share: the one calibrated by the rule is reused
+            if share not in plans:
+                plans[share] = self._plan_with_clip_share(share)
+            return plans[share]
 
         if not self._n_clip_releases():
             return build(0.05)
