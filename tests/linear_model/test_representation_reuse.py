@@ -54,3 +54,19 @@ def test_fedrep_round_zero_reusing_gradient_norms_is_identical():
     cached = executor.map(fr.fedrep_round, rnd2)
     assert not any("fedrep_gradients" in s.extra for s in executor.states)
     np.testing.assert_array_equal(cached, executor.map(fr.fedrep_round, rnd2))
+
+
+def test_altmin_round_zero_reusing_auto_pass_heads_is_identical():
+    from skdpp.linear_model import _altmin as am
+
+    executor, key = _executor(2)
+    executor.map(am.prepare_altmin, (key, "same"))
+    U = np.linalg.qr(np.random.default_rng(3).standard_normal((6, 2)))[0]
+    rnd = am._Round(U, 0, key, 1, "full", 0.8, 1.5)
+    fresh = executor.map(am.altmin_round, rnd)
+    _run_statistic(executor, am.row_norm_statistic, am._Round(U, 0, key, 1, "full", None, None))
+    assert all("altmin_heads" in s.extra for s in executor.states)
+    reused = executor.map(am.altmin_round, rnd)
+    for a, b in zip(reused, fresh):
+        np.testing.assert_array_equal(a, b)
+    assert not any("altmin_heads" in s.extra for s in executor.states)
