@@ -36,6 +36,9 @@ def user_means(block, A):
         # bit-identical to the general path
         with np.errstate(under="ignore"):
             return _uniform_segment_sum(A, c, scale=1.0 / c)
+    if c:  # every row's weight is 1 / c: a scalar (the same products), no expand
+        with np.errstate(under="ignore"):
+            return block.segment_sum(A * (1.0 / c))
     w = block.expand(1.0 / np.maximum(block.counts, 1))
     with np.errstate(under="ignore"):
         if A.ndim == 1:

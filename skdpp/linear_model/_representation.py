@@ -326,8 +326,13 @@ def head_statistics(block, P, y, *, center):
         if center:
             p_mean = user_means(block, P) if k else np.zeros((n_users, 0))
             y_mean = user_means(block, y)
-            P = P - block.expand(p_mean)
-            y = y - block.expand(y_mean)
+            c = block.uniform_count()
+            if c and P.flags.c_contiguous and y.flags.c_contiguous:  # broadcast
+                P = (P.reshape(n_users, c, k) - p_mean[:, None, :]).reshape(-1, k)
+                y = (y.reshape(n_users, c) - y_mean[:, None]).reshape(-1)
+            else:
+                P = P - block.expand(p_mean)
+                y = y - block.expand(y_mean)
         else:
             p_mean, y_mean = np.zeros((n_users, k)), np.zeros(n_users)
         # The targets' per-user statistics do not change between the rounds of a fit
