@@ -167,16 +167,27 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
 
 
 def _round_heads(block, state, rnd, all_users=False):
-    """The round's rows (``S^0``, centred), its statistics rows and heads (Alg. 1, l. 4-5)."""
+    """The round's rows (``S^0``, centred), its statistics rows and heads (Alg. 1, l. 4-5).
+
+    ``all_users`` (the ``"auto"`` ``η`` pass at ``U_0``): the heads of all
+    users are kept in the block state, and round 0 of ``schedule="full"`` (the
+    same users, rows and ``U``) uses them instead of solving them again.
+    """
     heads, stats = state.extra["halves"]
+    cached = state.extra.pop("altmin_heads", None)
     if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
         active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
     X0 = s0_rows(block, state)
+    if cached is not None and not all_users and rnd.schedule != "disjoint" \
+            and cached[0].t == rnd.t and np.array_equal(cached[0].U, rnd.U):
+        return X0, stats, cached[1]
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    if all_users:
+        state.extra["altmin_heads"] = (rnd, V)
     return X0, stats, V
 
 

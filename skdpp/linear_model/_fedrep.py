@@ -137,8 +137,28 @@ def _round_inputs(block, state, rnd):
     return X0, P, grad, V
 
 
+def _same_round(cached, rnd):
+    """Whether the cached ``(broadcast, g, V)`` of :func:`gradient_norms` is round ``rnd``'s."""
+    if cached is None:
+        return False
+    old = cached[0]
+    return (old.t == rnd.t and old.batch_mode == rnd.batch_mode
+            and old.batch_size == rnd.batch_size and np.array_equal(old.key, rnd.key)
+            and np.array_equal(old.U, rnd.U))
+
+
 def fedrep_round(block, state, rnd):
-    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9).
+
+    Round 0 reuses the users' ``g_i`` and ``v_i`` that :func:`gradient_norms`
+    computed for the ``"auto"`` ``ψ`` at the same ``U_0`` and batches (kept
+    in the block state when the block caches its ``S^0`` rows): the same
+    values, one pass over the rows fewer.
+    """
+    cached = state.extra.pop("fedrep_gradients", None)
+    if _same_round(cached, rnd):
+        _, g, V = cached
+        return clipped_outer_sum(g, V, rnd.clip_norm), state
     X0, P, grad, V = _round_inputs(block, state, rnd)
     return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
 
@@ -147,6 +167,8 @@ def gradient_norms(block, state, rnd):
     """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
     X0, P, grad, V = _round_inputs(block, state, rnd)
     g = _user_gradients(grad, X0, P, state.y0, V)
+    if state.X0 is not None:  # small data: keep g and V for the same round (fedrep_round)
+        state.extra["fedrep_gradients"] = (rnd, g, V)
     with np.errstate(over="ignore", invalid="ignore"):
         return unit_rows(g)[1] * unit_rows(V)[1], state
 

@@ -97,18 +97,30 @@ def take_rows(block, A, scratch_name=None):
     return np.take(A, rows, axis=0, out=out, mode="clip")
 
 
-def _center_in_place(block, A, means):
+def _center_in_place(block, A, means, finite=None):
     """``A -= means`` of each row's user; non-finite results are clamped to the float range.
 
     Centring a user with values near the float maximum can overflow (``x - mean``
     up to twice the largest entry): the clamp keeps every later computation on
     finite values (a function of that user's rows only).
+
+    ``finite``: whether the centred values are known to be finite (the same
+    rows and means were centred before), or None (checked here). Returns
+    ``(A, finite)``.
     """
+    c = block.uniform_count()
     with np.errstate(over="ignore", invalid="ignore"):
-        A -= block.expand(means)
-    if not np.isfinite(A).all():
+        if c and A.ndim == 2 and A.flags.c_contiguous:  # broadcast: no expanded copy
+            A.reshape(block.n_users, c, A.shape[1])[...] -= means[:, None, :]
+        else:
+            A -= block.expand(means)
+        if finite is None:
+            # a finite sum proves every entry finite (one read pass, no n x d mask);
+            # a sum that overflows is checked entry by entry
+            finite = bool(np.isfinite(A.sum()) or np.isfinite(A).all())
+    if not finite:  # (the identity on finite entries)
         np.nan_to_num(A, copy=False, nan=0.0, posinf=_FLOAT_MAX, neginf=-_FLOAT_MAX)
-    return A
+    return A, finite
 
 
 # --------------------------------------------------------------------------- #
@@ -191,8 +203,9 @@ def prepare_split(block, state, config):
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
     y0 = np.array(take_rows(s0, block.y), dtype=np.float64)
+    cache = block.X.nbytes <= _CACHE_SOURCE_BYTES
     X0 = None
-    if block.X.nbytes <= _CACHE_SOURCE_BYTES:
+    if cache and not fit_intercept:
         X0 = np.take(block.X, s0.source_rows(), axis=0, mode="clip")
     x_means = None
     if fit_intercept:
@@ -201,10 +214,12 @@ def prepare_split(block, state, config):
         # (measured: FedRep converges about twice as fast on the papers' setting)
         _center_in_place(s0, y0, user_means(block, np.asarray(take_rows(block, block.y),
                                                                dtype=np.float64)))
-        x_means = user_means(block, np.asarray(take_rows(block, block.X, "s0_rows"),
-                                               dtype=np.float64))
+        Xb = take_rows(block, block.X, "s0_rows")  # the block's rows, gathered once
+        if cache:  # the S^0 rows, from the gathered (cache-resident) rows
+            X0 = np.take(Xb, np.flatnonzero(s0_mask), axis=0, mode="clip")
+        x_means = user_means(block, np.asarray(Xb, dtype=np.float64))
         if X0 is not None:
-            X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)
+            X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64), x_means)[0]
             x_means = None
     # the S^0 rows over the block's own S^0 arrays (X0 when cached; its X is only
     # read through s0_rows otherwise)
@@ -221,7 +236,10 @@ def s0_rows(block, state):
     if state.x_means is not None:
         if X0.dtype != np.float64:
             X0 = X0.astype(np.float64)
-        _center_in_place(state.s0, X0, state.x_means)
+        # every round centres the same rows on the same means: their finiteness is
+        # checked once per fit
+        X0, state.extra["s0_finite"] = _center_in_place(
+            state.s0, X0, state.x_means, state.extra.get("s0_finite"))
     return X0
 
 
@@ -308,26 +326,46 @@ def head_statistics(block, P, y, *, center):
         if center:
             p_mean = user_means(block, P) if k else np.zeros((n_users, 0))
             y_mean = user_means(block, y)
-            P = P - block.expand(p_mean)
-            y = y - block.expand(y_mean)
+            c = block.uniform_count()
+            if c and P.flags.c_contiguous and y.flags.c_contiguous:  # broadcast
+                P = (P.reshape(n_users, c, k) - p_mean[:, None, :]).reshape(-1, k)
+                y = (y.reshape(n_users, c) - y_mean[:, None]).reshape(-1)
+            else:
+                P = P - block.expand(p_mean)
+                y = y - block.expand(y_mean)
         else:
             p_mean, y_mean = np.zeros((n_users, k)), np.zeros(n_users)
+        # The targets' per-user statistics do not change between the rounds of a fit
+        # (the same block and the same uncentred target array): kept on the block.
+        cached = None if center else getattr(block, "_head_targets", None)
+        if cached is not None and cached[0] is y:
+            _, sy_, yy_clean = cached
+        else:
+            my = block.segment_max(np.abs(y), initial=0.0)
+            sy_, yy_clean = np.where(my > 0, my, 1.0), None
         mp = block.segment_max(np.abs(P), initial=0.0) if k else np.zeros(n_users)
-        my = block.segment_max(np.abs(y), initial=0.0)
         sp_ = np.where(mp > 0, mp, 1.0)
-        sy_ = np.where(my > 0, my, 1.0)
         # users whose projections overflowed (inf, or NaN from inf - inf in X U)
         bad = ~np.isfinite(mp) | ~np.isfinite(sy_) | ~np.isfinite(y_mean) \
             | (~np.isfinite(p_mean).all(axis=1) if k else False)
-        Ps = P / block.expand(sp_)[:, None]
-        ys = y / block.expand(sy_)
-        if bad.any():
+        c = block.uniform_count()
+        if c and P.flags.c_contiguous and y.flags.c_contiguous:  # broadcast, no expand
+            Ps = (P.reshape(n_users, c, k) / sp_[:, None, None]).reshape(-1, k)
+            ys = (y.reshape(n_users, c) / sy_[:, None]).reshape(-1)
+        else:
+            Ps = P / block.expand(sp_)[:, None]
+            ys = y / block.expand(sy_)
+        any_bad = bool(bad.any())
+        if any_bad:
             rows = block.expand(bad)
             Ps[rows] = 0.0
             ys[rows] = 0.0
         A = block.gram(Ps)
         r = block.segment_sum(Ps * ys[:, None])
-        yy = block.segment_sum(ys * ys)
+        yy = yy_clean if yy_clean is not None and not any_bad \
+            else block.segment_sum(ys * ys)
+        if not center and not any_bad:
+            block._head_targets = (y, sy_, yy)
         V = solve_heads(A, r, block.counts) * (sy_ / sp_)[:, None]
     V[bad | ~np.all(np.isfinite(V), axis=1)] = 0.0
     return HeadStats(counts=block.counts.copy(), p_mean=p_mean, y_mean=y_mean, A=A, r=r,
@@ -700,8 +738,12 @@ class _RepresentationMixin:
         (``cold_start_share``: the head, and the intercept with
         ``fit_intercept``). ``clip_share="auto"``:
         :func:`~skdpp.linear_model._auto.resolve_clip_share` (public values)."""
-        def build(share):
-            return self._plan_with_clip_share(share)
+        plans = {}
+
+        def build(share):  # one plan per share: the one calibrated by the rule is reused
+            if share not in plans:
+                plans[share] = self._plan_with_clip_share(share)
+            return plans[share]
 
         if not self._n_clip_releases():
             return build(0.05)
@@ -869,5 +911,7 @@ def _init_statistic(block, state, init):
 
     rows = s0_block(block, state)
     if init == "private_spectral":
-        return spectral_statistic(rows, None, norms_only=True)[1], state
+        # the Grams' (nu, fast) are kept for the release pass (_spectral_block)
+        routes = state.extra.setdefault("spectral_routes", {})
+        return spectral_statistic(rows, None, norms_only=True, routes=routes)[1], state
     return rms_per_user(rows, rows.y), state

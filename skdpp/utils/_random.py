@@ -351,12 +351,18 @@ def row_hashes(*columns):
         mults.append(_multipliers(c.shape[1], offset))
         offset += c.shape[1]
     out = np.zeros(n, dtype=np.int64)
+    # one reused buffer per float64 column group: -0.0 -> 0.0 in a single pass
+    # (``astype`` + ``+ 0.0`` made two fresh copies of every chunk)
+    bufs = [np.empty((min(n, _HASH_CHUNK_ROWS), c.shape[1])) if c.dtype == np.float64
+            else None for c in cols]
     with np.errstate(over="ignore"):
         for start in range(0, n, _HASH_CHUNK_ROWS):  # memory chunks of rows
             stop = min(n, start + _HASH_CHUNK_ROWS)
-            for c, m in zip(cols, mults):
+            for c, m, buf in zip(cols, mults, bufs):
                 part = c[start:stop]
-                if part.dtype.kind == "f":
+                if buf is not None:
+                    words = np.add(part, 0.0, out=buf[:stop - start]).view(np.int64)
+                elif part.dtype.kind == "f":
                     words = (part.astype(np.float64) + 0.0).view(np.int64)
                 else:
                     words = part.astype(np.int64)
