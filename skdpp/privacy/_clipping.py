@@ -79,6 +79,14 @@ def _check_clip(clip_norm):
     return clip_norm
 
 
+def _as_rows(values):
+    """``values`` as a 2-D float64 array (not copied if it already is one)."""
+    M = np.asarray(values, dtype=np.float64)
+    if M.ndim != 2:
+        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
+    return M
+
+
 def unit_rows(values):
     """Unit vectors and norms of the rows of a 2-D array, for any magnitude.
 
@@ -113,9 +121,7 @@ def unit_rows(values):
     >>> norms
     array([5.e-200, 0.e+000])
     """
-    M = np.asarray(values, dtype=np.float64)
-    if M.ndim != 2:
-        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
+    M = _as_rows(values)
     n = M.shape[0]
     if M.shape[1] == 0 or n == 0:
         return np.zeros_like(M), np.zeros(n)
@@ -164,9 +170,7 @@ def unit_row_norms(values):
     >>> unit_row_norms(np.array([[3e-200, 4e-200], [0.0, 0.0], [3e200, 4e200]]))
     array([5.e-200, 0.e+000, 5.e+200])
     """
-    M = np.asarray(values, dtype=np.float64)
-    if M.ndim != 2:
-        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
+    M = _as_rows(values)
     n = M.shape[0]
     if M.shape[1] == 0 or n == 0:
         return np.zeros(n)
@@ -187,7 +191,8 @@ def row_norms(values):
     """Euclidean norms of the rows of a 2-D array, overflow- and underflow-safe.
 
     One fast pass ``sqrt(sum m**2)``; rows whose norm is not finite or lies
-    outside ``[1e-100, 1e100]`` are recomputed by :func:`unit_rows`.
+    outside ``[1e-100, 1e100]`` are recomputed by :func:`unit_row_norms` (the
+    norms of :func:`unit_rows`, bit for bit).
 
     Parameters
     ----------
@@ -204,9 +209,7 @@ def row_norms(values):
     >>> row_norms(np.array([[3.0, 4.0], [3e200, 4e200]]))
     array([5.e+000, 5.e+200])
     """
-    M = np.asarray(values, dtype=np.float64)
-    if M.ndim != 2:
-        raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
+    M = _as_rows(values)
     if M.shape[0] == 0 or M.shape[1] == 0:
         return np.zeros(M.shape[0])
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -218,7 +221,7 @@ def row_norms(values):
     if zero.any():
         bad |= zero & (np.max(np.abs(M), axis=1) > 0)
     if bad.any():
-        out[bad] = unit_rows(M[bad])[1]
+        out[bad] = unit_row_norms(M[bad])
     return out
 
 
