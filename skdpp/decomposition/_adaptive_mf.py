@@ -96,9 +96,15 @@ def _encode_items(catalogue_keys, X):
     keys = _item_keys(X)
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
-    other = UserIndex.from_groups(keys[outside], int(outside.sum()))
-    codes[outside] = catalogue_keys.shape[0] + other.codes
-    return codes, np.asarray(other.users)
+    if keys.dtype.kind in "US" or (keys.dtype.kind == "f" and not np.isnan(keys).any()):
+        # Numbers without NaN and strings: the factorisation of
+        # UserIndex.from_groups without its row order (one sort, not two).
+        other_keys, other_codes = np.unique(keys[outside], return_inverse=True)
+    else:
+        other = UserIndex.from_groups(keys[outside], int(outside.sum()))
+        other_keys, other_codes = np.asarray(other.users), other.codes
+    codes[outside] = catalogue_keys.shape[0] + other_codes.reshape(-1)
+    return codes, other_keys
 
 
 def _entries(codes, y, user_codes, n_codes):

@@ -658,7 +658,9 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
         who = owner[:n]
         e = energy[:n] / np.maximum(n_pub[who], 1)
         for g, rho in enumerate(rhos):  # a few public ridges
-            U[g, who] = gram_ridge_solve(G[:n], rhs[:n], ridges(e, rho))
+            last = g == len(rhos) - 1
+            U[g, who] = gram_ridge_solve(G[:n] if last else G[:n].copy(), rhs[:n],
+                                         ridges(e, rho), overwrite_g=True)
 
     def primal(seg, items, r):  # queue k x k systems, solved in stacks
         nonlocal fill
@@ -675,26 +677,25 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
 
     def dual(seg, items, r):  # few entries: (X D^-1 X^T + I) a = r, z = D^-1 X^T a
         size = items.shape[1]
-        eye = np.arange(size)
         redo = []
         for c in _chunks(seg.shape[0], size, k):
-            X = Vx[items[c]]
-            e = energy_item[items[c]].sum(axis=1) / np.maximum(n_pub[seg[c]], 1)
-            safe = (np.abs(r[c]) <= _DUAL_SAFE).all(axis=1)
-            safe &= (np.abs(X) <= _DUAL_SAFE ** 0.5).all(axis=(1, 2))
+            it, rc, who = items[c], r[c], seg[c]
+            X = Vx[it]
+            e = energy_item[it].sum(axis=1) / np.maximum(n_pub[who], 1)
+            safe = (np.abs(rc) <= _DUAL_SAFE).all(axis=1) & safe_item[it].all(axis=1)
             for g, rho in enumerate(rhos):  # a few public ridges
                 ridge = ridges(e, rho)
                 safe &= ((ridge >= 1.0 / _DUAL_SAFE) & (ridge <= _DUAL_SAFE)).all(axis=1)
                 Xd = X / ridge[:, None, :]
                 K = np.matmul(Xd, X.transpose(0, 2, 1))
-                K[:, eye, eye] += 1.0
+                K.reshape(K.shape[0], -1)[:, ::size + 1] += 1.0  # + I
                 try:
-                    a = np.linalg.solve(K, r[c][..., None])
+                    a = np.linalg.solve(K, rc[..., None])
                 except np.linalg.LinAlgError:  # not reached for finite safe values
-                    a = np.full(r[c].shape + (1,), np.nan)
+                    a = np.full(rc.shape + (1,), np.nan)
                 z = np.matmul(Xd.transpose(0, 2, 1), a)[..., 0]
                 safe &= np.isfinite(z).all(axis=1)
-                U[g, seg[c]] = z
+                U[g, who] = z
             redo.append(np.flatnonzero(~safe) + c.start)
         redo = np.concatenate(redo)
         if redo.size:  # unsafe values or a non-finite solution: the k x k solve
@@ -702,13 +703,14 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         energy_item[:m] = np.einsum("ik,ik->i", V, V) / max(k0, 1)
+        safe_item = (np.abs(Vx) <= _DUAL_SAFE ** 0.5).all(axis=1)
         for seg, items, r in _user_batches(block, state, rows):
             if users is not None:
                 keep = users[seg]
                 seg, items, r = seg[keep], items[keep], r[keep]
             if not seg.shape[0]:
                 continue
-            if items.shape[1] <= _DUAL_MAX_ROWS:
+            if items.shape[1] <= min(_DUAL_MAX_ROWS, k - 1):
                 dual(seg, items, r)
             else:
                 primal(seg, items, r)
