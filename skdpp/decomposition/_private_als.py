@@ -52,7 +52,10 @@ Releases, in order (replace-one-user; L2 sensitivities):
 
 The user step (Alg. 3, line 4) is an exact ridge solve per user (embedding
 and bias) over *all* the user's ratings, local and free in privacy; it runs
-inside the block and its result stays there. Ratings of items outside the
+inside the block and its result stays there. Per-user Gram matrices and the
+per-item statistics are batched BLAS products on gathered embedding rows
+(users, resp. items, grouped by their number of entries: :func:`_batches`);
+users with few entries are solved in the dual (:func:`_solve_users_grid`). Ratings of items outside the
 published catalogue only move the user's bias (their item has no embedding
 and no bias). The personal parts of
 :meth:`~skdpp.base.BasePersonalizedEstimator.personalize` use the same block
@@ -113,7 +116,7 @@ __all__ = [
 ]
 
 # Entries per block. Every block returns a dense partial Gram stack of
-# n_items x k (k + 1) / 2 floats (42 MB for 10^4 items at k = 32), and the
+# n_items x k x k floats (82 MB for 10^4 items at k = 32), and the
 # fixed-order tree sum holds about log2(n_blocks) of them: large blocks keep
 # that memory (and the cost of adding partials) small next to the per-entry work.
 BLOCK_ROWS = 2**20
@@ -403,6 +406,11 @@ def _batched_gram(E, index, weights, targets, out_G, out_b):
             out_b += np.matmul(Xt, targets[:, w, None])[..., 0]
 
 
+def _index_dtype(n):
+    """int32 for indices below 2^31 (half the memory of int64), else int64."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 def _eligible(block, rows):
     """The sub-block of the given canonical rows (ranks among them, same users)."""
     mask = np.zeros(block.n_rows, dtype=bool)
@@ -493,8 +501,10 @@ def select_items(block, state, broadcast):
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
-    state["pub"] = remap[state["item"]]
-    state["sel"] = np.flatnonzero(state["pub"] < m)
+    # Compact per-entry indices (the state lives as long as the fit).
+    index = _index_dtype(max(m + 1, block.n_rows))
+    state["pub"] = remap[state["item"]].astype(index)
+    state["sel"] = np.flatnonzero(state["pub"] < m).astype(index)
     return None, state
 
 
@@ -541,7 +551,7 @@ def prepare_weights(block, state, broadcast):
         sel = sel[~val]
         fit = np.ones(block.n_rows, dtype=bool)
         fit[state["val"]] = False
-        state["fit_rows"] = np.flatnonzero(fit)
+        state["fit_rows"] = np.flatnonzero(fit).astype(sel.dtype)
         state.pop("batches_fit", None)
         state["n_pub_fit"] = np.bincount(block.row_user[sel], minlength=block.n_users)
     sub = _eligible(block, sel)
@@ -549,7 +559,7 @@ def prepare_weights(block, state, broadcast):
                      budget=cfg.user_budget, key=key, log_omega=log_omega, counts=counts,
                      normalization=cfg.weight_normalization)
     keep = sel[w > 0]
-    user = block.row_user[keep]
+    user = block.row_user[keep].astype(keep.dtype)
     indptr = np.zeros(block.n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user, minlength=block.n_users), out=indptr[1:])
     state.update(keep=keep, keep_user=user, keep_item=state["pub"][keep], w=w[w > 0],
@@ -675,25 +685,38 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
             owner[part] = seg[c]
             fill += n
 
-    def dual(seg, items, r):  # few entries: (X D^-1 X^T + I) a = r, z = D^-1 X^T a
+    def dual(seg, items, r):
+        # Few entries: z = D^-1 X^T a with (X D^-1 X^T + I) a = r. D is lam_j
+        # on the embedding and personal_ridge on the bias coordinate, so
+        # X D^-1 X^T = X_v X_v^T / lam_j + 1 1^T / personal_ridge (padding
+        # rows: 0): the product X_v X_v^T serves every ridge of the grid.
         size = items.shape[1]
         redo = []
         for c in _chunks(seg.shape[0], size, k):
             it, rc, who = items[c], r[c], seg[c]
-            X = Vx[it]
+            Xv = Vx_emb[it]
+            Kv = np.matmul(Xv, Xv.transpose(0, 2, 1))
             e = energy_item[it].sum(axis=1) / np.maximum(n_pub[who], 1)
             safe = (np.abs(rc) <= _DUAL_SAFE).all(axis=1) & safe_item[it].all(axis=1)
+            if cfg.user_bias:
+                real = (it <= m).astype(np.float64)  # not padding
+                Kb = (real[:, :, None] * real[:, None, :]) / cfg.personal_ridge
             for g, rho in enumerate(rhos):  # a few public ridges
                 ridge = ridges(e, rho)
                 safe &= ((ridge >= 1.0 / _DUAL_SAFE) & (ridge <= _DUAL_SAFE)).all(axis=1)
-                Xd = X / ridge[:, None, :]
-                K = np.matmul(Xd, X.transpose(0, 2, 1))
+                lam = ridge[:, 0]
+                K = Kv / lam[:, None, None]
+                if cfg.user_bias:
+                    K += Kb
                 K.reshape(K.shape[0], -1)[:, ::size + 1] += 1.0  # + I
                 try:
                     a = np.linalg.solve(K, rc[..., None])
                 except np.linalg.LinAlgError:  # not reached for finite safe values
                     a = np.full(rc.shape + (1,), np.nan)
-                z = np.matmul(Xd.transpose(0, 2, 1), a)[..., 0]
+                z = np.empty((K.shape[0], k))
+                z[:, :k0] = np.matmul(Xv.transpose(0, 2, 1), a)[..., 0] / lam[:, None]
+                if cfg.user_bias:
+                    z[:, k0] = np.einsum("ns,ns->n", real, a[..., 0]) / cfg.personal_ridge
                 safe &= np.isfinite(z).all(axis=1)
                 U[g, who] = z
             redo.append(np.flatnonzero(~safe) + c.start)
@@ -704,6 +727,7 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         energy_item[:m] = np.einsum("ik,ik->i", V, V) / max(k0, 1)
         safe_item = (np.abs(Vx) <= _DUAL_SAFE ** 0.5).all(axis=1)
+        Vx_emb = np.ascontiguousarray(Vx[:, :k0])
         for seg, items, r in _user_batches(block, state, rows):
             if users is not None:
                 keep = users[seg]
