@@ -495,15 +495,16 @@ def select_items(block, state, broadcast):
     ``broadcast = (remap, m)``: ``remap`` maps internal item codes to
     ``0 .. m - 1`` for the published catalogue and to ``m`` (a dummy item with
     no embedding and no bias) for every other item. Stores ``pub`` (per
-    entry), ``sel`` (the rows of published items) and ``m``; returns no
-    partial.
+    entry, replacing the internal codes ``item``), ``sel`` (the rows of
+    published items) and ``m``; returns no partial.
     """
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
     # Compact per-entry indices (the state lives as long as the fit).
     index = _index_dtype(max(m + 1, block.n_rows))
-    state["pub"] = remap[state["item"]].astype(index)
+    # The internal codes are not needed after this step (counts come before).
+    state["pub"] = remap[state.pop("item")].astype(index)
     state["sel"] = np.flatnonzero(state["pub"] < m).astype(index)
     return None, state
 
