@@ -652,6 +652,7 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
     energy_item = np.zeros(m + 2)
     U = np.zeros((len(rhos), block.n_users, k))
     G = np.empty((_USER_CHUNK, k, k))
+    scratch = np.empty((_USER_CHUNK, k, k)) if len(rhos) > 1 else None
     rhs = np.empty((_USER_CHUNK, k))
     energy = np.empty(_USER_CHUNK)
     owner = np.empty(_USER_CHUNK, dtype=np.int64)
@@ -669,9 +670,11 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
         who = owner[:n]
         e = energy[:n] / np.maximum(n_pub[who], 1)
         for g, rho in enumerate(rhos):  # a few public ridges
-            last = g == len(rhos) - 1
-            U[g, who] = gram_ridge_solve(G[:n] if last else G[:n].copy(), rhs[:n],
-                                         ridges(e, rho), overwrite_g=True)
+            M = G[:n]
+            if g < len(rhos) - 1:  # G is needed again: solve on a reused copy
+                M = scratch[:n]
+                np.copyto(M, G[:n])
+            U[g, who] = gram_ridge_solve(M, rhs[:n], ridges(e, rho), overwrite_g=True)
 
     def primal(seg, items, r):  # queue k x k systems, solved in stacks
         nonlocal fill
