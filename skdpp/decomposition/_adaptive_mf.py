@@ -534,7 +534,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     (for the Gram matrices ``X_j^T X_j``) and items (for ``sum_j w_ij u_j
     u_j^T``) are grouped by their number of entries (exact up to 32, then a
     fixed ladder with at most 12.5% zero padding: a small public number of
-    groups). Users with fewer entries than ``k + 1`` (at most 24) are solved
+    groups). Users with fewer entries than ``k + 1`` (at most 32) are solved
     in the dual (one ``n x n`` system, the push-through identity), the
     others as stacks of ``k x k`` systems (8192 at a time, LU with a
     pseudo-inverse fallback); the embedding-ridge grid reuses each user's

@@ -136,7 +136,7 @@ _LADDER_RATIO = 1.125
 # system per user instead of k x k; push-through identity) when their values
 # are in a safe range (_DUAL_SAFE); the others, and any non-finite dual
 # solution, go through the k x k solve.
-_DUAL_MAX_ROWS = 24
+_DUAL_MAX_ROWS = 32
 _DUAL_SAFE = 1e100
 # Entries per chunk of the row-wise dot products of the gradient step.
 _ENTRY_CHUNK = 2**17
