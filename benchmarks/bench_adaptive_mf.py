@@ -25,6 +25,7 @@ says so when given with ``--note``.
 
 import argparse
 import csv
+import gc
 import resource
 import time
 from pathlib import Path
@@ -44,6 +45,27 @@ def _current_rss_gb():
     except OSError:
         return 0.0
     return pages * resource.getpagesize() / 2**30
+
+
+def _status_kb(field):
+    """A field of ``/proc/self/status`` in kB (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _reset_peak():
+    """Reset the peak RSS (VmHWM) to the current RSS (as ``bench_scaling.py``)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def make_data(n_ratings, n_users, n_items, rank=8, seed=0):
@@ -98,9 +120,14 @@ def main():
         user_budget=50, random_state=0, verbose=1,
     )
     rss_before_gb = _current_rss_gb()
+    input_bytes = X.nbytes + y.nbytes + np.asarray(groups).nbytes
+    gc.collect()
+    rss0_kb = _status_kb("VmRSS")
+    _reset_peak()
     t0, c0 = time.perf_counter(), time.process_time()
     est.fit(X, y, groups)
     t_fit, c_fit = time.perf_counter() - t0, time.process_time() - c0
+    fit_extra_gb = max(0, _status_kb("VmHWM") - rss0_kb) / 2**20
     t0 = time.perf_counter()
     pred = est.predict(X[:1_000_000], groups[:1_000_000])
     t_pred = time.perf_counter() - t0
@@ -109,7 +136,9 @@ def main():
     print(f"fit {t_fit:.1f} s wall, {c_fit:.1f} s CPU "
           f"({c_fit / args.n_iter:.1f} CPU s / iteration incl. setup), "
           f"predict 1e6 rows {t_pred:.2f} s, RSS before fit {rss_before_gb:.2f} GB, "
-          f"peak RSS {peak_gb:.2f} GB, train RMSE {train_rmse:.3f}, epsilon spent "
+          f"peak RSS {peak_gb:.2f} GB, peak added by the fit {fit_extra_gb:.2f} GB "
+          f"({fit_extra_gb * 2**30 / input_bytes:.2f}x the input X, y, groups of "
+          f"{input_bytes / 2**30:.2f} GB), train RMSE {train_rmse:.3f}, epsilon spent "
           f"{est.privacy_report_.epsilon_spent:.3f}")
     if args.no_save:
         if args.compare:

@@ -96,9 +96,15 @@ def _encode_items(catalogue_keys, X):
     keys = _item_keys(X)
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
-    other = UserIndex.from_groups(keys[outside], int(outside.sum()))
-    codes[outside] = catalogue_keys.shape[0] + other.codes
-    return codes, np.asarray(other.users)
+    if keys.dtype.kind in "US" or (keys.dtype.kind == "f" and not np.isnan(keys).any()):
+        # Numbers without NaN and strings: the factorisation of
+        # UserIndex.from_groups without its row order (one sort, not two).
+        other_keys, other_codes = np.unique(keys[outside], return_inverse=True)
+    else:
+        other = UserIndex.from_groups(keys[outside], int(outside.sum()))
+        other_keys, other_codes = np.asarray(other.users), other.codes
+    codes[outside] = catalogue_keys.shape[0] + other_codes.reshape(-1)
+    return codes, other_keys
 
 
 def _entries(codes, y, user_codes, n_codes):
@@ -523,13 +529,19 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     **Scale.** The ratings are processed in blocks of whole users of up to
     2^20 (user, item) entries (:mod:`skdpp.decomposition._private_als`):
-    each block computes its users' exact ridge solves (sparse-dense products
-    of its rating matrix with the items' upper-triangular outer products,
-    stacks of ``k x k`` systems, 8192 users at a time) and its partial item
-    statistics (an ``n_items x k (k + 1) / 2`` Gram partial, 42 MB for 10^4
-    items at ``k = 32``; the fixed-order sum of the partials holds about
-    ``log2(n_blocks)`` of them). Noise is added once per release to the
-    sum. See ``benchmarks/bench_adaptive_mf.py``.
+    each block computes its users' exact ridge solves and its partial item
+    statistics as batched BLAS products on gathered embedding rows: users
+    (for the Gram matrices ``X_j^T X_j``) and items (for ``sum_j w_ij u_j
+    u_j^T``) are grouped by their number of entries (exact up to 32, then a
+    fixed ladder with at most 12.5% zero padding: a small public number of
+    groups). Users with fewer entries than ``k + 1`` (at most 32) are solved
+    in the dual (one ``n x n`` system, the push-through identity), the
+    others as stacks of ``k x k`` systems (8192 at a time, LU with a
+    pseudo-inverse fallback); the embedding-ridge grid reuses each user's
+    Gram matrix. The item partial is an ``n_items x k x k`` stack (82 MB for
+    10^4 items at ``k = 32``; the fixed-order sum of the partials holds
+    about ``log2(n_blocks)`` of them). Noise is added once per release to
+    the sum. See ``benchmarks/bench_adaptive_mf.py``.
 
     References
     ----------

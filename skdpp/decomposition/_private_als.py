@@ -52,7 +52,10 @@ Releases, in order (replace-one-user; L2 sensitivities):
 
 The user step (Alg. 3, line 4) is an exact ridge solve per user (embedding
 and bias) over *all* the user's ratings, local and free in privacy; it runs
-inside the block and its result stays there. Ratings of items outside the
+inside the block and its result stays there. Per-user Gram matrices and the
+per-item statistics are batched BLAS products on gathered embedding rows
+(users, resp. items, grouped by their number of entries: :func:`_batches`);
+users with few entries are solved in the dual (:func:`_solve_users_grid`). Ratings of items outside the
 published catalogue only move the user's bias (their item has no embedding
 and no bias). The personal parts of
 :meth:`~skdpp.base.BasePersonalizedEstimator.personalize` use the same block
@@ -113,13 +116,28 @@ __all__ = [
 ]
 
 # Entries per block. Every block returns a dense partial Gram stack of
-# n_items x k (k + 1) / 2 floats (42 MB for 10^4 items at k = 32), and the
+# n_items x k x k floats (82 MB for 10^4 items at k = 32), and the
 # fixed-order tree sum holds about log2(n_blocks) of them: large blocks keep
 # that memory (and the cost of adding partials) small next to the per-entry work.
 BLOCK_ROWS = 2**20
-# Users per memory chunk inside a block (bounds the chunk x k (k + 1) / 2
-# temporaries of the user solves and the Gram statistics: 35 MB at k = 32).
+# Systems per batched solve of the user step (bounds the chunk x k x k stack
+# of Gram matrices: 71 MB at k = 32 plus the bias coordinate).
 _USER_CHUNK = 8192
+# Bytes of one gathered (segments, size, k) stack of embedding rows in the
+# batched products of the user and item steps.
+_GATHER_BYTES = 2**24
+# Segments (users, or items within a block) are batched by their number of
+# rows: exactly up to _EXACT_SIZES rows, above that padded with zero rows to
+# the next size of a fixed geometric ladder (ratio <= 1.125). A segment's
+# batch size is a function of its own row count only.
+_EXACT_SIZES = 32
+_LADDER_RATIO = 1.125
+# Users with at most this many entries are solved in the dual (an n x n
+# system per user instead of k x k; push-through identity) when their values
+# are in a safe range (_DUAL_SAFE); the others, and any non-finite dual
+# solution, go through the k x k solve.
+_DUAL_MAX_ROWS = 32
+_DUAL_SAFE = 1e100
 # Entries per chunk of the row-wise dot products of the gradient step.
 _ENTRY_CHUNK = 2**17
 # rating_clip="auto" is a quantile of twice the users' RMS deviation from the
@@ -298,13 +316,99 @@ def _user_csr(block, data, item, n_items, indptr=None):
     return sp.csr_matrix((data, item, indptr), shape=(block.n_users, n_items))
 
 
-def _unflatten_sym(flat, k):
-    """(n, k (k + 1) / 2) upper triangles -> (n, k, k) symmetric matrices."""
-    iu, ju = np.triu_indices(k)
-    position = np.empty((k, k), dtype=np.intp)  # entry (a, b) -> its triangle column
-    position[iu, ju] = position[ju, iu] = np.arange(iu.shape[0])
-    # One gather along the columns (5x faster than two fancy-index assignments).
-    return np.take(flat, position.ravel(), axis=1).reshape(-1, k, k)
+def _batch_sizes(counts):
+    """Batch size of each segment: its row count, padded above ``_EXACT_SIZES``.
+
+    Counts up to ``_EXACT_SIZES`` are kept; larger ones are rounded up to a
+    fixed ladder (``_EXACT_SIZES``, then a factor ``_LADDER_RATIO`` per
+    step), so at most 12.5% of a batch is padding and there are
+    ``O(log max count)`` sizes -- a small number of groups, each a function
+    of one segment's own count.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    top = int(counts.max(initial=0))
+    ladder = [_EXACT_SIZES]
+    while ladder[-1] < top:
+        ladder.append(int(np.ceil(ladder[-1] * _LADDER_RATIO)))
+    ladder = np.asarray(ladder, dtype=np.int64)
+    big = counts > _EXACT_SIZES
+    sizes = counts.copy()
+    sizes[big] = ladder[np.searchsorted(ladder, counts[big])]
+    return sizes
+
+
+def _batches(counts, rows):
+    """Segments grouped by batch size, with their rows padded to that size.
+
+    Parameters
+    ----------
+    counts : ndarray of shape (n_segments,)
+        Rows of each segment; the segments' rows are consecutive in ``rows``.
+    rows : ndarray of shape (counts.sum(),), int
+        Row positions (e.g. into a block's arrays), segment by segment.
+
+    Returns
+    -------
+    batches : list of (segments, positions)
+        For each batch size ``s`` (increasing): the segments of that size
+        (increasing) and their rows as an ``(n, s)`` int array padded with
+        ``-1`` (a sentinel: gather from arrays extended by one padding
+        element).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.zeros(counts.shape[0], dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    rows = np.append(np.asarray(rows, dtype=np.int64), -1)  # -1: padding
+    sizes = _batch_sizes(counts)
+    sentinel = rows.shape[0] - 1
+    batches = []
+    for size in np.unique(sizes[counts > 0]):  # a small number of sizes, not segments
+        seg = np.flatnonzero(sizes == size)
+        within = np.arange(size)
+        pos = starts[seg][:, None] + within
+        pos[within >= counts[seg][:, None]] = sentinel
+        batches.append((seg, rows[pos].astype(np.int32 if sentinel < 2**31 else np.int64)))
+    return batches
+
+
+def _chunks(n, size, k, max_n=None, item_bytes=8):
+    """Slices of ``n`` segments of ``size`` rows of ``k`` floats within ``_GATHER_BYTES``."""
+    step = max(1, _GATHER_BYTES // max(1, size * k * item_bytes))
+    if max_n is not None:
+        step = min(step, max_n)
+    return [slice(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _windows(size, k, item_bytes=8):
+    """Row windows of one batch (one window unless a single segment is huge)."""
+    step = max(1, _GATHER_BYTES // max(1, k * item_bytes))
+    return [slice(a, min(size, a + step)) for a in range(0, size, step)]
+
+
+def _batched_gram(E, index, weights, targets, out_G, out_b):
+    """``out_G[n] = X_n^T diag(w_n) X_n`` and ``out_b[n] = X_n^T t_n`` for ``X_n = E[index[n]]``.
+
+    One BLAS product per segment on its gathered rows (batched with
+    ``np.matmul``); padding rows point at a zero row of ``E`` (and have zero
+    weight and target). ``weights=None`` means unit weights. Huge segments
+    are gathered in row windows of at most ``_GATHER_BYTES``.
+    """
+    k = E.shape[1]
+    for j, w in enumerate(_windows(index.shape[1], k)):
+        X = E[index[:, w]]                     # (n, rows, k)
+        Xt = X.transpose(0, 2, 1)
+        Xw = Xt if weights is None else (X * weights[:, w, None]).transpose(0, 2, 1)
+        if j == 0:
+            np.matmul(Xw, X, out=out_G)
+            np.matmul(Xt, targets[:, w, None], out=out_b[..., None])
+        else:
+            out_G += np.matmul(Xw, X)
+            out_b += np.matmul(Xt, targets[:, w, None])[..., 0]
+
+
+def _index_dtype(n):
+    """int32 for indices below 2^31 (half the memory of int64), else int64."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _eligible(block, rows):
@@ -391,14 +495,17 @@ def select_items(block, state, broadcast):
     ``broadcast = (remap, m)``: ``remap`` maps internal item codes to
     ``0 .. m - 1`` for the published catalogue and to ``m`` (a dummy item with
     no embedding and no bias) for every other item. Stores ``pub`` (per
-    entry), ``sel`` (the rows of published items) and ``m``; returns no
-    partial.
+    entry, replacing the internal codes ``item``), ``sel`` (the rows of
+    published items) and ``m``; returns no partial.
     """
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
-    state["pub"] = remap[state["item"]]
-    state["sel"] = np.flatnonzero(state["pub"] < m)
+    # Compact per-entry indices (the state lives as long as the fit).
+    index = _index_dtype(max(m + 1, block.n_rows))
+    # The internal codes are not needed after this step (counts come before).
+    state["pub"] = remap[state.pop("item")].astype(index)
+    state["sel"] = np.flatnonzero(state["pub"] < m).astype(index)
     return None, state
 
 
@@ -408,17 +515,17 @@ def prepare_residuals(block, state, broadcast):
     ``broadcast = (mean, item_biases)`` with ``item_biases`` of shape
     ``(m + 1,)`` (last: the dummy item, 0). ``r`` is not clipped: it only
     enters the user's own (personal) solve; the item step clips its targets.
-    Stores ``r`` and the CSR matrices ``R`` and ``ones`` (users x (m + 1))
-    used by the user step; returns no partial.
+    Stores ``r`` and each user's number of published entries; the batches
+    of the user step are built on first use (:func:`_user_batches`);
+    returns no partial.
     """
     mean, item_biases = broadcast
-    m = state["m"]
     with np.errstate(over="ignore", invalid="ignore"):  # huge ratings: inf, solved as 0
         r = state["rating"] - mean - item_biases[state["pub"]]
     state["r"] = r
-    state["R"] = _user_csr(block, r, state["pub"], m + 1)
-    state["ones"] = _user_csr(block, np.ones(block.n_rows), state["pub"], m + 1)
     state["n_pub"] = np.bincount(block.row_user[state["sel"]], minlength=block.n_users)
+    for name in ("batches", "batches_fit"):  # residuals changed: rebuild on use
+        state.pop(name, None)
     return None, state
 
 
@@ -431,8 +538,9 @@ def prepare_weights(block, state, broadcast):
     step, to score the ridges honestly (:func:`ridge_scores`). Weights are
     computed over each user's other published items only (ranks and budgets
     among them); entries with weight 0 are dropped from the item step; the
-    weights of the others are stored with their (users x items) CSR
-    structure.
+    others are stored, with their batches by item for :func:`als_statistics`
+    (each item's entries in user order, items batched by their number of
+    entries).
     """
     cfg, key, log_omega, counts = broadcast
     sel, m = state["sel"], state["m"]
@@ -444,25 +552,50 @@ def prepare_weights(block, state, broadcast):
         sel = sel[~val]
         fit = np.ones(block.n_rows, dtype=bool)
         fit[state["val"]] = False
-        fit = np.flatnonzero(fit)
-        pub = state["pub"][fit]
-        indptr = np.zeros(block.n_users + 1, dtype=np.int64)
-        np.cumsum(np.bincount(block.row_user[fit], minlength=block.n_users), out=indptr[1:])
-        state["R_fit"] = _user_csr(block, state["r"][fit], pub, m + 1, indptr)
-        state["ones_fit"] = _user_csr(block, np.ones(fit.shape[0]), pub, m + 1, indptr)
+        state["fit_rows"] = np.flatnonzero(fit).astype(sel.dtype)
+        state.pop("batches_fit", None)
         state["n_pub_fit"] = np.bincount(block.row_user[sel], minlength=block.n_users)
     sub = _eligible(block, sel)
     w = task_weights(sub, state["pub"][sel], weighting=cfg.weighting,
                      budget=cfg.user_budget, key=key, log_omega=log_omega, counts=counts,
                      normalization=cfg.weight_normalization)
     keep = sel[w > 0]
-    user = block.row_user[keep]
+    user = block.row_user[keep].astype(keep.dtype)
     indptr = np.zeros(block.n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user, minlength=block.n_users), out=indptr[1:])
     state.update(keep=keep, keep_user=user, keep_item=state["pub"][keep], w=w[w > 0],
                  indptr=indptr)
-    state["W"] = _user_csr(block, state["w"], state["keep_item"], m, indptr)
+    # Entries by item (stable: users in order within an item), batched by
+    # the item's number of entries; padding (-1) gathers a zero row and weight.
+    by_item = np.argsort(state["keep_item"], kind="stable")
+    users = np.append(user, -1)
+    weights = np.append(state["w"], 0.0)
+    state["item_batches"] = [
+        (items, pos, users[pos].astype(pos.dtype), weights[pos])
+        for items, pos in _batches(np.bincount(state["keep_item"], minlength=m), by_item)]
     return None, state
+
+
+def _user_batches(block, state, rows):
+    """The user step's batches of ``rows`` (``None``: all; ``"fit"``: not held out).
+
+    Users grouped by their number of entries (:func:`_batches`), each with
+    the published codes of its entries (``m``: an unpublished item, ``m +
+    1``: padding) and their residuals ``r`` (padding: 0); built once and kept
+    in the state.
+    """
+    name = "batches" if rows is None else "batches_" + rows
+    if name not in state:
+        if rows is None:
+            idx, counts = np.arange(block.n_rows), block.counts
+        else:
+            idx = state["fit_rows"]
+            counts = np.bincount(block.row_user[idx], minlength=block.n_users)
+        pub = np.append(state["pub"], state["m"] + 1)  # position -1: padding
+        r = np.append(state["r"], 0.0)
+        state[name] = [(users, pub[pos].astype(pos.dtype), r[pos])
+                       for users, pos in _batches(counts, idx)]
+    return state[name]
 
 
 def _solve_users(block, state, V, cfg, rho, rows=None):
@@ -475,11 +608,8 @@ def _solve_users(block, state, V, cfg, rho, rows=None):
     items (an average item of the user's, so the ridge rescales with the
     ratings and with the embeddings' gauge). Unpublished items have a zero
     embedding (the dummy row ``m``), so they only move the bias. With
-    ``user_bias`` every item embedding is extended by a constant 1. Per-user
-    Gram matrices are ``ones @ P`` with ``P`` the items' upper-triangular
-    outer products (a sparse-dense product indexed by item), solved as stacks
-    of ``k x k`` systems in chunks of users. A user whose solve is not finite
-    (huge ratings or item embeddings) gets 0.
+    ``user_bias`` every item embedding is extended by a constant 1. A user
+    whose solve is not finite (huge ratings or item embeddings) gets 0.
 
     Parameters
     ----------
@@ -492,33 +622,137 @@ def _solve_users(block, state, V, cfg, rho, rows=None):
     U : ndarray of shape (block.n_users, k)
     bias : ndarray of shape (block.n_users,)
     """
-    k0 = V.shape[1]
+    (U, bias), = _solve_users_grid(block, state, V, cfg, [rho], rows=rows)
+    return U, bias
+
+
+def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
+    """:func:`_solve_users` for several embedding ridges ``rhos`` (one Gram per user).
+
+    Each user's Gram matrix ``X_j^T X_j`` and right-hand side ``X_j^T r_j``
+    (``X_j``: the embeddings of the user's items, gathered) come from one
+    BLAS product per user, batched over users with the same number of
+    entries (:func:`_user_batches`); the ``k x k`` systems are solved in
+    stacks of up to ``_USER_CHUNK`` (:func:`gram_ridge_solve`), once per
+    ridge. ``users`` (a boolean mask) restricts the solves to those users
+    (the others get 0).
+
+    Returns
+    -------
+    solutions : list of (U, bias), one per ridge
+    """
+    k0, m = V.shape[1], V.shape[0]
     suffix = "" if rows is None else "_" + rows
-    R, ones, n_pub = state["R" + suffix], state["ones" + suffix], state["n_pub" + suffix]
-    Vx = np.vstack([V, np.zeros((1, k0))])
+    n_pub = state["n_pub" + suffix]
+    k = k0 + int(bool(cfg.user_bias))
+    Vx = np.zeros((m + 2, k))  # row m: unpublished items; row m + 1: padding
+    Vx[:m, :k0] = V
     if cfg.user_bias:
-        Vx = np.hstack([Vx, np.ones((Vx.shape[0], 1))])
-    k = Vx.shape[1]
-    iu, ju = np.triu_indices(k)
-    ridge = np.empty((block.n_users, k))
-    with np.errstate(over="ignore", invalid="ignore"):
-        energy = np.append(np.einsum("ik,ik->i", V, V) / max(k0, 1), 0.0)
-        energy = np.asarray(ones @ energy) / np.maximum(n_pub, 1)
-        ridge[:, :k0] = np.maximum(rho * energy, _TINY_RIDGE)[:, None]
+        Vx[:m + 1, k0] = 1.0
+    energy_item = np.zeros(m + 2)
+    U = np.zeros((len(rhos), block.n_users, k))
+    G = np.empty((_USER_CHUNK, k, k))
+    scratch = np.empty((_USER_CHUNK, k, k)) if len(rhos) > 1 else None
+    rhs = np.empty((_USER_CHUNK, k))
+    energy = np.empty(_USER_CHUNK)
+    owner = np.empty(_USER_CHUNK, dtype=np.int64)
+    fill = 0
+
+    def ridges(e, rho):  # (n, k): the embedding ridge rho e_j, the bias ridge
+        ridge = np.empty((e.shape[0], k))
+        ridge[:, :k0] = np.maximum(rho * e, _TINY_RIDGE)[:, None]
         ridge[~np.isfinite(ridge)] = np.finfo(np.float64).max
         if cfg.user_bias:
             ridge[:, k0] = cfg.personal_ridge
-        P = Vx[:, iu] * Vx[:, ju]
-        rhs = np.asarray(R @ Vx)
-        U = np.empty((block.n_users, k))
-        for start in range(0, block.n_users, _USER_CHUNK):  # memory chunks, not users
-            stop = min(block.n_users, start + _USER_CHUNK)
-            G = _unflatten_sym(np.asarray(ones[start:stop] @ P), k)
-            U[start:stop] = gram_ridge_solve(G, rhs[start:stop], ridge[start:stop])
-    U[~np.isfinite(U).all(axis=1)] = 0.0
-    if cfg.user_bias:
-        return U[:, :-1], U[:, -1].copy()
-    return U, np.zeros(block.n_users)
+        return ridge
+
+    def solve(n):  # the pending stack of n systems, once per ridge
+        who = owner[:n]
+        e = energy[:n] / np.maximum(n_pub[who], 1)
+        for g, rho in enumerate(rhos):  # a few public ridges
+            M = G[:n]
+            if g < len(rhos) - 1:  # G is needed again: solve on a reused copy
+                M = scratch[:n]
+                np.copyto(M, G[:n])
+            U[g, who] = gram_ridge_solve(M, rhs[:n], ridges(e, rho), overwrite_g=True)
+
+    def primal(seg, items, r):  # queue k x k systems, solved in stacks
+        nonlocal fill
+        for c in _chunks(seg.shape[0], items.shape[1], k, max_n=_USER_CHUNK):
+            n = c.stop - c.start
+            if fill + n > _USER_CHUNK:
+                solve(fill)
+                fill = 0
+            part = slice(fill, fill + n)
+            _batched_gram(Vx, items[c], None, r[c], G[part], rhs[part])
+            energy[part] = energy_item[items[c]].sum(axis=1)
+            owner[part] = seg[c]
+            fill += n
+
+    def dual(seg, items, r):
+        # Few entries: z = D^-1 X^T a with (X D^-1 X^T + I) a = r. D is lam_j
+        # on the embedding and personal_ridge on the bias coordinate, so
+        # X D^-1 X^T = X_v X_v^T / lam_j + 1 1^T / personal_ridge (padding
+        # rows: 0): the product X_v X_v^T serves every ridge of the grid.
+        size = items.shape[1]
+        redo = []
+        for c in _chunks(seg.shape[0], size, k):
+            it, rc, who = items[c], r[c], seg[c]
+            Xv = Vx_emb[it]
+            Kv = np.matmul(Xv, Xv.transpose(0, 2, 1))
+            e = energy_item[it].sum(axis=1) / np.maximum(n_pub[who], 1)
+            safe = (np.abs(rc) <= _DUAL_SAFE).all(axis=1) & safe_item[it].all(axis=1)
+            if cfg.user_bias:
+                real = (it <= m).astype(np.float64)  # not padding
+                Kb = (real[:, :, None] * real[:, None, :]) / cfg.personal_ridge
+            for g, rho in enumerate(rhos):  # a few public ridges
+                ridge = ridges(e, rho)
+                safe &= ((ridge >= 1.0 / _DUAL_SAFE) & (ridge <= _DUAL_SAFE)).all(axis=1)
+                lam = ridge[:, 0]
+                K = Kv / lam[:, None, None]
+                if cfg.user_bias:
+                    K += Kb
+                K.reshape(K.shape[0], -1)[:, ::size + 1] += 1.0  # + I
+                try:
+                    a = np.linalg.solve(K, rc[..., None])
+                except np.linalg.LinAlgError:  # not reached for finite safe values
+                    a = np.full(rc.shape + (1,), np.nan)
+                z = np.empty((K.shape[0], k))
+                z[:, :k0] = np.matmul(Xv.transpose(0, 2, 1), a)[..., 0] / lam[:, None]
+                if cfg.user_bias:
+                    z[:, k0] = np.einsum("ns,ns->n", real, a[..., 0]) / cfg.personal_ridge
+                safe &= np.isfinite(z).all(axis=1)
+                U[g, who] = z
+            redo.append(np.flatnonzero(~safe) + c.start)
+        redo = np.concatenate(redo)
+        if redo.size:  # unsafe values or a non-finite solution: the k x k solve
+            primal(seg[redo], items[redo], r[redo])
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        energy_item[:m] = np.einsum("ik,ik->i", V, V) / max(k0, 1)
+        safe_item = (np.abs(Vx) <= _DUAL_SAFE ** 0.5).all(axis=1)
+        Vx_emb = np.ascontiguousarray(Vx[:, :k0])
+        for seg, items, r in _user_batches(block, state, rows):
+            if users is not None:
+                keep = users[seg]
+                seg, items, r = seg[keep], items[keep], r[keep]
+            if not seg.shape[0]:
+                continue
+            if items.shape[1] <= min(_DUAL_MAX_ROWS, k - 1):
+                dual(seg, items, r)
+            else:
+                primal(seg, items, r)
+        if fill:
+            solve(fill)
+    out = []
+    for g in range(len(rhos)):
+        Ug = U[g]
+        Ug[~np.isfinite(Ug).all(axis=1)] = 0.0
+        if cfg.user_bias:
+            out.append((Ug[:, :-1], Ug[:, -1].copy()))
+        else:
+            out.append((Ug, np.zeros(block.n_users)))
+    return out
 
 
 def ridge_scores(block, state, broadcast):
@@ -530,7 +764,7 @@ def ridge_scores(block, state, broadcast):
     saw); their contribution is the vector of mean squared held-out errors,
     each residual clipped to ``[-C_r, C_r]``: entries in ``[0, C_r^2]``, so
     replacing the user moves the sum by at most ``sqrt(len(grid)) C_r^2``.
-    Users without held-out ratings contribute 0.
+    Users without held-out ratings contribute 0 (and are not solved).
 
     Returns
     -------
@@ -542,8 +776,9 @@ def ridge_scores(block, state, broadcast):
     n_val = np.bincount(user, minlength=block.n_users)
     x = V[state["pub"][val]]
     scores = np.zeros(RIDGE_GRID.shape[0])
-    for g, rho in enumerate(RIDGE_GRID):  # a few public grid values
-        U, bias = _solve_users(block, state, V, cfg, rho, rows="fit")
+    solutions = _solve_users_grid(block, state, V, cfg, RIDGE_GRID, rows="fit",
+                                  users=n_val > 0)
+    for g, (U, bias) in enumerate(solutions):  # a few public grid values
         with np.errstate(over="ignore", invalid="ignore"):
             resid = state["r"][val] - bias[user] - np.einsum("ek,ek->e", U[user], x)
             sq = clip_values(resid, rating_clip) ** 2
@@ -583,6 +818,7 @@ def personal_parts(block, state, broadcast):
     The embeddings are not clipped (they are personal, never released).
     """
     V, cfg, rho = broadcast
+    state.pop("batches_fit", None)  # the iterations are over: free their batches
     return _solve_users(block, state, V, cfg, rho)
 
 
@@ -594,12 +830,16 @@ def als_statistics(block, state, broadcast):
 
     ``broadcast = (V, config, rho, rating_clip)``. Every user embedding is
     clipped to ``C_u`` (line 2) before it enters ``A_i = sum_j w_ij u_j
-    u_j^T`` (as upper triangles, ``(m, k (k + 1) / 2)``) and ``b_i = sum_j
-    w_ij t_ij u_j`` with targets ``|t_ij| <= C_r``.
+    u_j^T`` and ``b_i = sum_j
+    w_ij t_ij u_j`` with targets ``|t_ij| <= C_r``: one product per item
+    on its users' gathered embeddings, batched over items with the same
+    number of entries in the block.
 
     Returns
     -------
-    partial : tuple (A_flat, b)
+    partial : tuple (A, b)
+        ``A`` of shape ``(m, k, k)`` (symmetric up to rounding: the release
+        uses its upper triangle), ``b`` of shape ``(m, k)``.
     state
     """
     V, cfg, rho, rating_clip = broadcast
@@ -607,15 +847,17 @@ def als_statistics(block, state, broadcast):
     U = clip_by_norm(U, cfg.clip_norm)
     target = _item_targets(state, bias, rating_clip)
     k, m = U.shape[1], V.shape[0]
-    iu, ju = np.triu_indices(k)
-    W = state["W"]
-    A = np.zeros((m, iu.shape[0]))
-    for start in range(0, block.n_users, _USER_CHUNK):  # memory chunks, not users
-        stop = min(block.n_users, start + _USER_CHUNK)
-        Uc = U[start:stop]
-        A += np.asarray(W[start:stop].T @ (Uc[:, iu] * Uc[:, ju]))
-    WT = _user_csr(block, state["w"] * target, state["keep_item"], m, state["indptr"])
-    b = np.asarray(WT.T @ U)
+    Uz = np.vstack([U, np.zeros((1, k))])  # row -1: padding
+    wt = np.append(state["w"] * target, 0.0)
+    A = np.zeros((m, k, k))
+    b = np.zeros((m, k))
+    # One product per item on its users' gathered embeddings, batched over
+    # items with the same number of entries in the block.
+    for items, pos, users, weights in state["item_batches"]:
+        for c in _chunks(items.shape[0], pos.shape[1], k):
+            Ac, bc = np.empty((c.stop - c.start, k, k)), np.empty((c.stop - c.start, k))
+            _batched_gram(Uz, users[c], weights[c], wt[pos[c]], Ac, bc)
+            A[items[c]], b[items[c]] = Ac, bc
     return (A, b), state
 
 
@@ -861,10 +1103,9 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     for t in range(cfg.n_iter):
         if cfg.solver == "als":
             # Alg. 1, lines 2, 5-6: clipped users, weighted statistics, Gaussian noise.
-            A_flat, b = executor.map(als_statistics, (V, cfg, rho, rating_clip))
-            A_hat = release.gaussian("items", _unflatten_sym(A_flat, k),
-                                     sensitivity=sens_A, clip_norm=cfg.clip_norm,
-                                     symmetric=True)
+            A, b = executor.map(als_statistics, (V, cfg, rho, rating_clip))
+            A_hat = release.gaussian("items", A, sensitivity=sens_A,
+                                     clip_norm=cfg.clip_norm, symmetric=True)
             b_hat = release.gaussian("items", b, sensitivity=sens_b,
                                      clip_norm=cfg.clip_norm)
             # Alg. 1, line 7: PSD projection, then a data-independent ridge.

@@ -264,7 +264,7 @@ def psd_ridge_solve(A, b, reg):
     return np.einsum("nkl,nl->nk", evecs, coef)
 
 
-def gram_ridge_solve(G, b, reg):
+def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
     """``x_i = (G_i + diag(reg_i))^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
 
     ``G_i + diag(reg)`` with ``reg > 0`` is positive definite, so one batched
@@ -281,6 +281,9 @@ def gram_ridge_solve(G, b, reg):
         The ridge: one value for every coordinate, one per coordinate (e.g. a
         different ridge for a bias coordinate), or one per system and
         coordinate.
+    overwrite_g : bool, default=False
+        Add the ridge to ``G`` in place (a float64 array) instead of a copy:
+        saves a copy of the stack; ``G`` then holds ``G + diag(reg)``.
 
     Returns
     -------
@@ -299,7 +302,7 @@ def gram_ridge_solve(G, b, reg):
     G = np.asarray(G, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     k = G.shape[-1]
-    M = G.copy()
+    M = G if overwrite_g else G.copy()
     diag = np.arange(k)
     M[..., diag, diag] += np.broadcast_to(np.asarray(reg, dtype=np.float64), G.shape[:-1])
     # Many tiny LAPACK calls: one BLAS thread (see psd_ridge_solve).

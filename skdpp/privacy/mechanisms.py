@@ -99,9 +99,19 @@ def _as_float_array(value, name):
 # --------------------------------------------------------------------------
 
 def _mirror_upper(a):
-    """Symmetric matrix built from the upper triangle (incl. diagonal) of ``a``."""
-    upper = np.triu(a)
-    return upper + np.swapaxes(np.triu(a, 1), -1, -2)
+    """Symmetric matrix built from the upper triangle (incl. diagonal) of ``a``.
+
+    One pass over the stack (``np.where`` with a broadcast triangle mask);
+    ``+ 0.0`` gives exactly the values of the sum ``triu(a) + triu(a, 1).T``
+    (whose other term is 0: ``-0.0`` becomes ``0.0``).
+    """
+    a = np.asarray(a)
+    p = a.shape[-1]
+    upper = np.triu(np.ones((p, p), dtype=bool))
+    out = np.where(upper, a, np.swapaxes(a, -1, -2))
+    if out.dtype.kind in "fc":
+        out += 0.0
+    return out
 
 
 def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):

@@ -252,6 +252,122 @@ def test_gram_ridge_solve():
     assert np.isnan(x[0]).all() and np.isfinite(x[1:]).all()
 
 
+def test_gram_ridge_solve_overwrite_g():
+    rng = np.random.default_rng(1)
+    B = rng.standard_normal((20, 4, 3))
+    G = np.einsum("nik,nil->nkl", B, B)
+    b = rng.standard_normal((20, 3))
+    ridge = rng.uniform(0.1, 2.0, (20, 3))
+    expected = gram_ridge_solve(G, b, ridge)
+    G2 = G.copy()
+    assert_array_equal(gram_ridge_solve(G2, b, ridge, overwrite_g=True), expected)
+    assert_allclose(G2, G + ridge[:, :, None] * np.eye(3), rtol=1e-15)
+
+
+@pytest.mark.parametrize("counts", [[0, 1, 5, 3, 0, 32, 33], [40, 1000, 2, 77, 77]])
+def test_batches_cover_every_row_once_with_bounded_padding(counts):
+    counts = np.asarray(counts)
+    rows = np.arange(counts.sum()) + 100
+    sizes = _private_als._batch_sizes(counts)
+    small = counts <= _private_als._EXACT_SIZES
+    assert_array_equal(sizes[small], counts[small])
+    assert (sizes >= counts).all() and (sizes <= np.ceil(1.125 * counts) + 1).all()
+    seen = []
+    for seg, pos in _private_als._batches(counts, rows):
+        assert (counts[seg] > 0).all()
+        for j, user in enumerate(seg):  # test-only loop over segments
+            start = counts[:user].sum()
+            assert_array_equal(pos[j, :counts[user]], rows[start:start + counts[user]])
+            assert (pos[j, counts[user]:] == -1).all()
+            seen.append(user)
+    assert sorted(seen) == list(np.flatnonzero(counts > 0))
+
+
+def _block_with_state(X, y, groups, k, seed=0, **params):
+    """One fitted block state of a small problem (for block-function tests)."""
+    est = AdaptiveWeightMF(n_components=k, epsilon=np.inf, random_state=seed, n_iter=1,
+                           weighting="uniform", **params)
+    data = est._validate_fit_data(X, y, groups)
+    blocks = est._make_blocks(data, FitRandomness(seed))
+    m = data.meta["n_item_codes"]
+    block, state = blocks[0], None
+    _, state = _private_als.select_items(block, state, (np.arange(m), m))
+    _, state = _private_als.prepare_residuals(block, state, (0.0, np.zeros(m + 1)))
+    cfg = est._config()
+    _, state = _private_als.prepare_weights(block, state, (cfg, FitRandomness(seed).key,
+                                                           None, None))
+    return block, state, cfg, m
+
+
+@pytest.mark.parametrize("user_bias", [True, False])
+def test_user_solves_dual_and_primal_agree_with_dense_reference(user_bias, monkeypatch):
+    # Users with 1 to 60 ratings: small ones go through the dual (n x n)
+    # systems, large ones through the k x k stack; both equal the dense
+    # ridge solution of every user (test-only loop).
+    rng = np.random.default_rng(3)
+    counts = np.r_[1, 2, 3, 7, 24, 25, 40, 60]
+    groups = np.repeat(np.arange(counts.size), counts)
+    items = np.concatenate([rng.choice(70, c, replace=False) for c in counts])
+    y = rng.normal(size=groups.size)
+    k = 4
+    block, state, cfg, m = _block_with_state(items[:, None], y, groups, k,
+                                             user_bias=user_bias, embedding_ridge=0.3)
+    V = rng.standard_normal((m, k))
+    U, bias = _private_als._solve_users(block, state, V, cfg, 0.3)
+    monkeypatch.setattr(_private_als, "_DUAL_MAX_ROWS", 0)
+    U0, bias0 = _private_als._solve_users(block, state, V, cfg, 0.3)
+    assert_allclose(U, U0, rtol=1e-9, atol=1e-12)
+    assert_allclose(bias, bias0, rtol=1e-9, atol=1e-12)
+    for j in range(block.n_users):
+        rows = slice(block.offsets[j], block.offsets[j + 1])
+        X = V[state["pub"][rows]]
+        e = np.mean(np.einsum("ik,ik->i", X, X)) / k
+        ridge = [0.3 * e] * k
+        if user_bias:
+            X = np.hstack([X, np.ones((X.shape[0], 1))])
+            ridge.append(cfg.personal_ridge)
+        z = np.linalg.solve(X.T @ X + np.diag(ridge), X.T @ state["r"][rows])
+        assert_allclose(U[j], z[:k], rtol=1e-9, atol=1e-12)
+        assert_allclose(bias[j], z[k] if user_bias else 0.0, rtol=1e-9, atol=1e-12)
+
+
+def test_item_statistics_equal_weighted_sums():
+    X, y, groups = _small_ratings(n_users=60, n_items=15, per_user=6, seed=2)
+    block, state, cfg, m = _block_with_state(X, y, groups, 3, embedding_ridge=1.0)
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((m, 3))
+    (A, b), state = _private_als.als_statistics(block, state, (V, cfg, 1.0, 2.0))
+    U, bias = _private_als._solve_users(block, state, V, cfg, 1.0)
+    U = _private_als.clip_by_norm(U, cfg.clip_norm)
+    t = _private_als._item_targets(state, bias, 2.0)
+    u = U[state["keep_user"]]
+    A_ref = np.zeros((m, 3, 3))
+    np.add.at(A_ref, state["keep_item"], state["w"][:, None, None] * u[:, :, None] * u[:, None])
+    b_ref = np.zeros((m, 3))
+    np.add.at(b_ref, state["keep_item"], (state["w"] * t)[:, None] * u)
+    assert_allclose(A, A_ref, rtol=1e-12, atol=1e-15)
+    assert_allclose(b, b_ref, rtol=1e-12, atol=1e-15)
+
+
+def test_dual_solve_falls_back_for_huge_values():
+    # A user with huge finite ratings: no overflow in the dual; the same
+    # result as the k x k path (0 when not finite), no warning.
+    X, y, groups = _small_ratings(n_users=10, n_items=8, per_user=3, seed=4)
+    y = y.copy()
+    y[groups == 0] = 1e300
+    fits = []
+    for dual in (24, 0):
+        with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+            warnings.simplefilter("error")
+            mp.setattr(_private_als, "_DUAL_MAX_ROWS", dual)
+            fits.append(AdaptiveWeightMF(n_components=2, epsilon=np.inf, random_state=0,
+                                         rating_clip=1.0, mean_clip=1.0,
+                                         n_iter=2).fit(X, y, groups))
+    assert_allclose(fits[0].user_embeddings_, fits[1].user_embeddings_, rtol=1e-9,
+                    atol=1e-12)
+    assert_allclose(fits[0].user_biases_, fits[1].user_biases_, rtol=1e-9)
+
+
 # --------------------------------------------------------------------------- #
 # Weights: sum_j w_ij^2 <= beta for every user, always
 # --------------------------------------------------------------------------- #
