@@ -37,10 +37,10 @@ Writes ``benchmarks/results/scaling{,_quick}.csv``, ``.png`` and ``.md``.
 parameters (``BIG``: the papers' settings and 10^6 users / 2*10^7 ratings),
 after measuring the machine's floors in a subprocess: read bandwidth
 (``np.sum`` over 1 GiB), copy bandwidth and single-thread GEMM rate. Each
-case gets a *read floor* (one read of its input, ``X`` + ``y`` + ``groups``,
+case gets a *read floor* (the reads of its input, ``X`` + ``y`` + ``groups``,
 at the measured read bandwidth) and, where the algorithm's arithmetic
-dominates, a *flop floor* (``BIG_FLOPS``: the Gram/product flops the
-algorithm cannot avoid, at the measured GEMM rate). Writes
+dominates, a *flop floor* (:func:`big_floor`: the passes over the input and
+the flops the algorithm as designed cannot avoid). Writes
 ``benchmarks/results/scaling_big.{csv,md}``.
 """
 
@@ -112,22 +112,43 @@ BIG = [
 ]
 
 
-def big_flops(spec):
-    """Flops the algorithm cannot avoid (the flop floor), or 0 where reads dominate.
+def big_floor(spec):
+    """(passes over the input, flops) the algorithm as designed cannot avoid.
 
-    AdaptiveWeightMF (ALS): every iteration forms one k x k Gram per user and
-    per item from the rated items' / raters' embeddings, 2 * n_ratings * k^2
-    flops per side (only the upper triangle is needed: half of it), and
-    solves one k x k system per user and per item (k^3 / 3 each).
+    The physical floor of a case is ``max(passes * input bytes / read
+    bandwidth, flops / single-thread GEMM rate)``. Counts (from the profiles
+    in ``scaling.md``):
+
+    * FedRep / AltMin: 8 reads of ``X`` (validation 1, row hashes 1, the
+      keyed S^0/S^1 split 1, the two spectral-init passes and the ``"auto"``
+      clip pass over S^0 1.5, 5 rounds over S^0 2.5, the final heads 1); their
+      products (``n x d`` by ``d x k``, k = 2) are far below the GEMM floor.
+    * PPSGD: each round reads its minibatch rows (``batch_size`` of a user's
+      ``m`` rows), plus 3 setup passes (validation, row hashes, moments).
+    * JL: the candidate projections and the direction grid,
+      ``2 n_rows C k (d + D)`` flops (``C`` candidates, ``k = n_components +
+      1``, ``D = 64`` grid directions).
+    * AdaptiveWeightMF (ALS, ``k = n_components + 1`` with the user bias):
+      per-user Grams ``2 R k^2`` per iteration, for the ridge grid and for
+      the personal parts; item statistics ``2 R k^2`` per iteration; one
+      ``k x k`` solve (``2 k^3 / 3``) per user per iteration, per grid ridge
+      (6) and for the personal parts. The items' eigendecompositions are left
+      out (they depend on how many items the private catalogue publishes).
     """
-    if spec["estimator"] != "AdaptiveWeightMF":
-        return 0.0
-    p = spec.get("params", {})
-    k, n_iter = p.get("n_components", 32), p.get("n_iter", 5)
-    n_ratings = spec["n_users"] * spec["m"]
-    grams = 2 * (n_ratings * k * k)            # users' and items' upper triangles
-    solves = (spec["n_users"] + 10_000) * k**3 / 3
-    return float(n_iter * (grams + solves))
+    name, p = spec["estimator"], spec.get("params", {})
+    n_rows = spec["n_users"] * spec["m"]
+    if name in ("PrivateFedRepRegressor", "PrivAltMinRegressor"):
+        return 8.0, 0.0
+    if name == "PPSGDRegressor":
+        batch = min(p.get("batch_size", spec["m"]) or spec["m"], spec["m"])
+        return p.get("n_rounds", 200) * batch / spec["m"] + 3.0, 0.0
+    if name == "JLMarginClassifier":
+        C, k = p.get("n_candidates", 256), 3
+        return 1.0, 2.0 * n_rows * C * k * (spec["d"] + 64)
+    k, n_iter = p.get("n_components", 32) + 1, p.get("n_iter", 5)
+    grams = 2.0 * n_rows * k * k * ((n_iter + 2) + n_iter)
+    solves = spec["n_users"] * (n_iter + 6 + 1) * 2.0 * k**3 / 3.0
+    return 1.0, grams + solves
 
 
 def measure_floors():
@@ -409,42 +430,63 @@ def big(args):
         if spec["estimator"] not in only:
             continue
         row = subprocess_case({**spec, "sweep": "big", "background": 0, "policy": True})
-        row["case"] = label
-        if "input_bytes" in row:
-            row["read_floor_s"] = row["input_bytes"] / (floors["read_GBps"] * 1e9)
-            row["flop_floor_s"] = big_flops(spec) / (floors["gemm_GFLOPps"] * 1e9)
-            row["cpu_over_floor"] = row["cpu_s"] / max(row["read_floor_s"],
-                                                       row["flop_floor_s"])
-            row["peak_over_input"] = row["peak_extra_bytes"] / row["input_bytes"]
-        rows.append(row)
+        rows.append({**row, "case": label,
+                     **{f"floor_{k}": v for k, v in floors.items()}})
     frame = pd.DataFrame(rows)
     if "error" not in frame:
         frame["error"] = np.nan
-    elapsed = time.perf_counter() - t_start
     OUT.mkdir(exist_ok=True)
     frame.to_csv(OUT / "scaling_big.csv", index=False)
-    cols = ["case", "cpu_s", "wall_s", "peak_over_x", "peak_over_input", "read_floor_s",
-            "flop_floor_s", "cpu_over_floor", "load_1min", "error"]
+    write_big(frame, elapsed=time.perf_counter() - t_start)
+
+
+def write_big(frame, elapsed=None):
+    """scaling_big.md from the cases' measurements and the floors stored with them.
+
+    ``python benchmarks/bench_scaling.py --big-table`` rewrites it from
+    ``scaling_big.csv`` (e.g. after a change of :func:`big_floor`).
+    """
+    floors = {k[len("floor_"):]: frame[k].iloc[0] for k in frame if k.startswith("floor_")}
+    frame = frame.copy()
+    specs = dict(BIG)
+    ok = frame["input_bytes"].notna() if "input_bytes" in frame else frame.index < 0
+    for col in ("passes", "read_floor_s", "flop_floor_s", "cpu_over_floor",
+                "peak_over_input"):
+        frame[col] = np.nan
+    for i in frame.index[ok]:
+        passes, flops = big_floor(specs[frame.at[i, "case"]])
+        frame.at[i, "passes"] = passes
+        frame.at[i, "read_floor_s"] = (passes * frame.at[i, "input_bytes"]
+                                       / (floors["read_GBps"] * 1e9))
+        frame.at[i, "flop_floor_s"] = flops / (floors["gemm_GFLOPps"] * 1e9)
+        frame.at[i, "cpu_over_floor"] = frame.at[i, "cpu_s"] / max(
+            frame.at[i, "read_floor_s"], frame.at[i, "flop_floor_s"])
+        frame.at[i, "peak_over_input"] = (frame.at[i, "peak_extra_bytes"]
+                                          / frame.at[i, "input_bytes"])
+    cols = ["case", "cpu_s", "wall_s", "peak_over_x", "peak_over_input", "passes",
+            "read_floor_s", "flop_floor_s", "cpu_over_floor", "load_1min", "error"]
     table = frame[[c for c in cols if c in frame]]
+    took = "" if elapsed is None else f"total {elapsed / 60:.1f} min "
     md = [
         "# Large cases of issue 15\n",
         f"Command: `python benchmarks/bench_scaling.py --big` (from the repository root, "
-        f"`PYTHONPATH=$PWD`); total {elapsed / 60:.1f} min on {platform.node()} "
-        f"({os.cpu_count()} cores), Python {platform.python_version()}, numpy "
-        f"{np.__version__}. Defaults with `epsilon=1`, `random_state=0` plus the case's "
-        f"parameters (`BIG` in the script); one fit per case in a fresh subprocess.\n",
+        f"`PYTHONPATH=$PWD`); {took}on {platform.node()} ({os.cpu_count()} cores), "
+        f"Python {platform.python_version()}, numpy {np.__version__}. Defaults with "
+        f"`epsilon=1`, `random_state=0` plus the case's parameters (`BIG` in the "
+        f"script); one fit per case in a fresh subprocess.\n",
         f"Floors measured first (load {floors['load_1min']:.1f}): read "
         f"{floors['read_GBps']:.1f} GB/s, copy {floors['copy_GBps']:.1f} GB/s (read + "
         f"write), single-thread GEMM {floors['gemm_GFLOPps']:.1f} GFLOP/s. "
-        f"`read_floor_s`: one read of the input (X, y, groups); `flop_floor_s`: the "
-        f"Gram and solve flops ALS cannot avoid (`big_flops`); `cpu_over_floor`: CPU "
-        f"seconds over the larger floor. `peak_over_x` / `peak_over_input`: peak "
+        f"`read_floor_s`: `passes` reads of the input (X, y, groups) at the read "
+        f"bandwidth; `flop_floor_s`: the flops the algorithm cannot avoid at the GEMM "
+        f"rate (both from `big_floor` in the script); `cpu_over_floor`: CPU seconds "
+        f"over the larger floor. `peak_over_x` / `peak_over_input`: peak "
         f"memory added by the fit over the size of X / of the input.\n",
         markdown_table(table),
     ]
     (OUT / "scaling_big.md").write_text("\n".join(md))
     print(markdown_table(table))
-    print(f"wrote {OUT / 'scaling_big.csv'} (.md) in {elapsed / 60:.1f} min")
+    print(f"wrote {OUT / 'scaling_big.md'}")
 
 
 def main(argv=None):
@@ -459,6 +501,8 @@ def main(argv=None):
                         help="only the BLAS-thread and clipping micro-benchmarks")
     parser.add_argument("--big", action="store_true",
                         help="only the issue's large cases (BIG), with floors")
+    parser.add_argument("--big-table", action="store_true",
+                        help="rewrite scaling_big.md from scaling_big.csv")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--floors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -473,6 +517,10 @@ def main(argv=None):
         return
     if args.big:
         big(args)
+        return
+    if args.big_table:
+        import pandas as pd
+        write_big(pd.read_csv(OUT / "scaling_big.csv"))
         return
     import pandas as pd
 
