@@ -574,6 +574,8 @@ def main(argv=None):
         f"total {elapsed / 60:.1f} min on {platform.node()} ({os.cpu_count()} cores, "
         f"shared), Python {platform.python_version()}, numpy {np.__version__}.\n",
         __doc__.split("\n\n", 2)[2].split("Writes")[0].strip() + "\n",
+        "The issue's large cases at their own parameters, with their physical floors: "
+        "`scaling_big.md` (`--big`).\n",
         "## Log-log slopes (CPU seconds, peak memory added by fit)\n", slopes,
         "\n## All cases\n",
         markdown_table(table), "\n",
