@@ -32,7 +32,7 @@ column of ones is appended to ``X``.
 Memory: ``X`` is never copied as a whole. Each round gathers the
 participants' minibatch rows of a block into per-thread scratch buffers
 (:func:`gather_rows`; reused by every block and round of the thread, freed by
-:func:`release_scratch` at the end of a fit) and centres them in place
+:func:`~skdpp.linear_model._scratch.release_scratch` at the end of a fit) and centres them in place
 (:func:`center_rows`); the block state holds O(users) arrays only
 (``theta_i``, the users' means, the minibatch streams). A block-contiguous
 centred copy of ``X`` would save the gather and the centring of every round
@@ -43,7 +43,6 @@ but cost ``1x X`` of extra memory for the whole fit.
 # License: BSD 3 clause
 
 import functools
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +50,7 @@ import numpy as np
 from ..privacy._clipping import clip_by_norm, unit_row_norms
 from ..privacy import mechanisms
 from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
+from ._scratch import scratch
 from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
 from ..utils._random import keyed_bits
 
@@ -62,7 +62,6 @@ __all__ = [
     "final_offsets",
     "gather_rows",
     "make_sgd_blocks",
-    "release_scratch",
     "run_ppsgd",
     "sgd_round",
 ]
@@ -386,34 +385,6 @@ def draw_minibatches(block, state, round_index, config):
     return users, positions, m
 
 
-# Per-thread scratch buffers, reused by every block and round of the thread.
-_SCRATCH = threading.local()
-
-
-def _scratch(name, shape):
-    """A float64 work array of ``shape`` (contents undefined), reused across calls.
-
-    The per-round rows of a block are gathered into these buffers instead of
-    fresh arrays (fresh multi-megabyte arrays every round cost page faults:
-    half of the fit's CPU time was system time). One buffer per name and
-    thread, grown as needed, so blocks run in threads (Dask) never share one;
-    nothing a block function returns or keeps in its state refers to them.
-    """
-    bufs = getattr(_SCRATCH, "bufs", None)
-    if bufs is None:
-        bufs = _SCRATCH.bufs = {}
-    size = int(np.prod(shape, dtype=np.int64))
-    buf = bufs.get(name)
-    if buf is None or buf.size < size:
-        buf = bufs[name] = np.empty(max(size, 1))
-    return buf[:size].reshape(shape)
-
-
-def release_scratch():
-    """Free this thread's scratch buffers (the end of a fit)."""
-    _SCRATCH.bufs = {}
-
-
 def gather_rows(block, positions):
     """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
 
@@ -429,8 +400,10 @@ def gather_rows(block, positions):
         else:
             rows = rows[positions]
     n = block.n_rows if positions is None else positions.shape[0]
-    Xb = _scratch("X", (n, block.X.shape[1]))
-    yb = _scratch("y", (n,) + block.y.shape[1:])
+    # This thread's buffers, reused by every block and round (see _scratch.py).
+    Xb = scratch("ppsgd_X", n, block.X.shape[1], np.float64)
+    y_width = int(np.prod(block.y.shape[1:], dtype=np.int64))
+    yb = scratch("ppsgd_y", n, y_width, np.float64).reshape((n,) + block.y.shape[1:])
     for source, out in ((block.X, Xb), (block.y, yb)):
         if rows is None or isinstance(rows, slice):
             np.copyto(out, source if rows is None else source[rows], casting="unsafe")

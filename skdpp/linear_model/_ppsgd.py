@@ -41,9 +41,9 @@ from ._personalized_sgd import (
     offset_values,
     personal_refit,
     personal_sgd,
-    release_scratch,
     run_ppsgd,
 )
+from ._scratch import release_scratch
 
 __all__ = ["PPSGDRegressor"]
 
@@ -515,7 +515,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         try:
             return self._run(executor, release, randomness, meta)
         finally:
-            release_scratch()  # this thread's per-round buffers (see _personalized_sgd)
+            release_scratch()  # this thread's per-round buffers (see _scratch.py)
 
     def _run(self, executor, release, randomness, meta):
         lr_global, lr_local = self._step_sizes()
