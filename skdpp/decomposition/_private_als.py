@@ -84,7 +84,7 @@ from ..privacy._quantile import (
     quantile_grid,
     search_steps,
 )
-from ..utils._grouped import UserIndex, make_blocks
+from ..utils._grouped import UserIndex, make_blocks, padded_sizes
 from ._item_biases import (
     bias_sums,
     bias_weights,
@@ -127,11 +127,7 @@ _USER_CHUNK = 8192
 # batched products of the user and item steps.
 _GATHER_BYTES = 2**24
 # Segments (users, or items within a block) are batched by their number of
-# rows: exactly up to _EXACT_SIZES rows, above that padded with zero rows to
-# the next size of a fixed geometric ladder (ratio <= 1.125). A segment's
-# batch size is a function of its own row count only.
-_EXACT_SIZES = 32
-_LADDER_RATIO = 1.125
+# rows (utils._grouped.padded_sizes: a function of a segment's own count).
 # Users with at most this many entries are solved in the dual (an n x n
 # system per user instead of k x k; push-through identity) when their values
 # are in a safe range (_DUAL_SAFE); the others, and any non-finite dual
@@ -316,27 +312,6 @@ def _user_csr(block, data, item, n_items, indptr=None):
     return sp.csr_matrix((data, item, indptr), shape=(block.n_users, n_items))
 
 
-def _batch_sizes(counts):
-    """Batch size of each segment: its row count, padded above ``_EXACT_SIZES``.
-
-    Counts up to ``_EXACT_SIZES`` are kept; larger ones are rounded up to a
-    fixed ladder (``_EXACT_SIZES``, then a factor ``_LADDER_RATIO`` per
-    step), so at most 12.5% of a batch is padding and there are
-    ``O(log max count)`` sizes -- a small number of groups, each a function
-    of one segment's own count.
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    top = int(counts.max(initial=0))
-    ladder = [_EXACT_SIZES]
-    while ladder[-1] < top:
-        ladder.append(int(np.ceil(ladder[-1] * _LADDER_RATIO)))
-    ladder = np.asarray(ladder, dtype=np.int64)
-    big = counts > _EXACT_SIZES
-    sizes = counts.copy()
-    sizes[big] = ladder[np.searchsorted(ladder, counts[big])]
-    return sizes
-
-
 def _batches(counts, rows):
     """Segments grouped by batch size, with their rows padded to that size.
 
@@ -359,7 +334,7 @@ def _batches(counts, rows):
     starts = np.zeros(counts.shape[0], dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     rows = np.append(np.asarray(rows, dtype=np.int64), -1)  # -1: padding
-    sizes = _batch_sizes(counts)
+    sizes = padded_sizes(counts)
     sentinel = rows.shape[0] - 1
     batches = []
     for size in np.unique(sizes[counts > 0]):  # a small number of sizes, not segments

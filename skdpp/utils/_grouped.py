@@ -575,9 +575,9 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     starts = np.asarray(index.offsets, dtype=np.int64)[:-1]
     order = np.asarray(index.order)
     item = np.dtype(dtype).itemsize
-    sizes = _padded_sizes(counts)
+    sizes = padded_sizes(counts)
     width = item * (p + (0 if same else q))  # bytes of one gathered row
-    for size in np.unique(sizes[counts > 0]):  # O(log max count) groups, not users
+    for size in np.unique(sizes[counts > 0]):  # O(log max count) sizes, not users
         users = np.flatnonzero(sizes == size)
         # rows of one user beyond the budget are taken in windows (huge users)
         step = int(min(size, max(1, max_bytes // width)))
@@ -597,22 +597,49 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     return out
 
 
-def _padded_sizes(counts, max_groups=64):
-    """Batch size of each user in :func:`segment_outer_sum`.
+#: Row counts up to this are batched exactly by :func:`padded_sizes`.
+EXACT_SIZES = 32
+#: Ratio of the geometric ladder of :func:`padded_sizes` above ``EXACT_SIZES``.
+LADDER_RATIO = 1.125
 
-    The exact row counts when there are at most ``max_groups`` distinct ones
-    (no padding); otherwise the counts rounded up to a geometric ladder
-    ``1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, ...`` (ratio <= 1.25).
+
+def padded_sizes(counts):
+    """Batch size of each segment (user, item) for batched per-segment products.
+
+    Segments are batched by their number of rows: exactly up to
+    ``EXACT_SIZES`` rows; above that, padded with zero rows up to the next
+    size of a fixed geometric ladder (``EXACT_SIZES``, then a factor
+    ``LADDER_RATIO`` per step, rounded up), so at most 12.5% of a batch is
+    padding and there are ``O(log max count)`` sizes. A segment's size is a
+    function of its own row count only, so the batch a user's rows are
+    summed in -- and the rounding of the sum -- does not depend on the other
+    users of its block (nor on how users are partitioned into blocks).
+
+    Parameters
+    ----------
+    counts : array-like of int, shape (n_segments,)
+
+    Returns
+    -------
+    sizes : ndarray of int64, shape (n_segments,)
+        ``sizes >= counts``.
+
+    Examples
+    --------
+    >>> from skdpp.utils._grouped import padded_sizes
+    >>> padded_sizes([0, 3, 32, 33, 40]).tolist()
+    [0, 3, 32, 36, 41]
     """
     counts = np.asarray(counts, dtype=np.int64)
-    if np.unique(counts).size <= max_groups:
-        return counts
     top = int(counts.max(initial=0))
-    ladder = [1]
+    ladder = [EXACT_SIZES]
     while ladder[-1] < top:
-        ladder.append(max(ladder[-1] + 1, int(ladder[-1] * 1.25)))
+        ladder.append(int(np.ceil(ladder[-1] * LADDER_RATIO)))
     ladder = np.asarray(ladder, dtype=np.int64)
-    return ladder[np.searchsorted(ladder, counts)]
+    big = counts > EXACT_SIZES
+    sizes = counts.copy()
+    sizes[big] = ladder[np.searchsorted(ladder, counts[big])]
+    return sizes
 
 
 def _uniform_keys(rng, n):

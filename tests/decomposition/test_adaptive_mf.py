@@ -12,6 +12,7 @@ from skdpp.datasets import make_skewed_ratings
 from skdpp.decomposition import _item_biases, _private_als
 from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
 from skdpp.decomposition._private_als import aggregate_entries, entry_blocks
+from skdpp.utils._grouped import EXACT_SIZES, padded_sizes
 from skdpp.decomposition._task_weights import (
     adaptive_item_weights,
     log_adaptive_item_weights,
@@ -268,8 +269,8 @@ def test_gram_ridge_solve_overwrite_g():
 def test_batches_cover_every_row_once_with_bounded_padding(counts):
     counts = np.asarray(counts)
     rows = np.arange(counts.sum()) + 100
-    sizes = _private_als._batch_sizes(counts)
-    small = counts <= _private_als._EXACT_SIZES
+    sizes = padded_sizes(counts)
+    small = counts <= EXACT_SIZES
     assert_array_equal(sizes[small], counts[small])
     assert (sizes >= counts).all() and (sizes <= np.ceil(1.125 * counts) + 1).all()
     seen = []

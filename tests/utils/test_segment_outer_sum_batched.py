@@ -5,7 +5,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from skdpp.utils import UserIndex, segment_outer_sum
-from skdpp.utils._grouped import _padded_sizes
+from skdpp.utils._grouped import EXACT_SIZES, padded_sizes
 
 
 def _row_by_row(A, B, index):
@@ -61,9 +61,11 @@ def test_input_not_modified_and_read_only_ok():
 
 def test_padded_sizes_ladder():
     counts = np.arange(0, 1000)
-    sizes = _padded_sizes(counts)
+    sizes = padded_sizes(counts)
     assert np.all(sizes >= counts)
-    assert np.all(sizes[counts > 0] <= np.maximum(counts[counts > 0] * 1.25, counts[counts > 0] + 1))
-    assert np.unique(sizes).size < 40
-    few = np.array([5, 5, 0, 9])
-    assert_array_equal(_padded_sizes(few), few)
+    assert_array_equal(sizes[counts <= EXACT_SIZES], counts[counts <= EXACT_SIZES])
+    assert np.all(sizes <= np.ceil(1.125 * counts) + 1)
+    assert np.unique(sizes).size < EXACT_SIZES + 40
+    # a user's size is a function of its own count: the same in any block
+    few = np.array([5, 5, 0, 9, 700])
+    assert_array_equal(padded_sizes(few), sizes[few])
