@@ -225,8 +225,7 @@ def fit_alg3(executor, release, randomness, meta, config):
     # rows the releases see (not centred: centring each user's rows at its
     # mean of ~10 rows shrinks the margins the selection scores, and cost
     # 0.01-0.12 accuracy on the paper's setting; only the heads centre).
-    executor.map(prepare_block, Prepare(classes, randomness.key, config.holdout,
-                                        center=False))
+    executor.map(prepare_block, Prepare(classes, randomness.key, config.holdout))
     radius = config.clip_norm
     if radius == "auto":
         grid = quantile_grid()

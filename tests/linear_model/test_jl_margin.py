@@ -406,7 +406,7 @@ def _block_scores(X, y, g, n_users, M, cands, dirs, threshold):
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=5,
                                          row_keys=jlm._row_keys(X, y)))
     executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
-                                              False, False))
+                                              False))
     executor.map(ms.project_block, ms.Project(M, 1.0))
     losses = executor.map(ms.candidate_scores_block, ms.Scores(0, cands, dirs, threshold))
     return -losses / n_users
@@ -421,7 +421,7 @@ def test_block_state_holds_no_copy_of_the_rows():
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=50,
                                          row_keys=jlm._row_keys(X, y)))
     executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
-                                              False, False))
+                                              False))
     executor.map(ms.project_block, ms.Project(M, 1.0))
     for block, state in zip(executor.blocks, executor.states):
         arrays = [v for v in vars(state).values() if isinstance(v, np.ndarray)]
@@ -922,7 +922,7 @@ def _score_rows(X, y, g, key):
     """Each user's S^0 rows (as a set of row contents) under personal_rows="holdout"."""
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=7,
                                          row_keys=jlm._row_keys(X, y)))
-    executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), key, True, False))
+    executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), key, True))
     out = {}
     for block, state in zip(executor.blocks, executor.states):
         rows = state.score.take(state.score.X)
