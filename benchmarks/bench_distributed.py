@@ -216,6 +216,22 @@ def run(cfg):
 # --------------------------------------------------------------------------- #
 # Main
 # --------------------------------------------------------------------------- #
+def _result_row(r, estimator, mode, **case):
+    """One row of the results table from a run's measurements."""
+    n_rounds, round_wall, round_cpu = _round_stats(r, estimator)
+    row = {"estimator": estimator, "mode": mode, **case,
+           "fit_s": r["fit_seconds"], "cpu_s": r["fit_cpu"] + r.get("worker_cpu", 0.0),
+           "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
+           "driver_peak_mib": r["driver_maxrss_mib"],
+           "worker_peak_mib": "/".join(f"{m:.0f}" for m in r.get("worker_maxrss_mib", []))
+           or "-"}
+    if "task_compute" in r:  # distributed runs: where the workers spent their time
+        row["where"] = ", ".join(f"{k} {v:.1f}s" for k, v in
+                                 sorted(r["task_compute"].items(), key=lambda kv: -kv[1])
+                                 if v >= 0.05)
+    return row
+
+
 def _round_stats(result, estimator):
     rounds = [(w, c) for name, w, c in result["maps"] if name == ROUND_FUNCTIONS[estimator]]
     return len(rounds), float(np.median([w for w, _ in rounds])), \
@@ -254,49 +270,18 @@ def main():
                          "report_identical": results["local"]["report"]
                          == results["distributed"]["report"]})
         for mode, r in results.items():
-            n_rounds, round_wall, round_cpu = _round_stats(r, estimator)
-            row = {"estimator": estimator, "mode": mode, "n_users": big, "rows": 10, "d": 50,
-                   "partitions": base["n_parts"] if mode == "distributed" else "-",
-                   "fit_s": r["fit_seconds"],
-                   "cpu_s": r["fit_cpu"] + r.get("worker_cpu", 0.0),
-                   "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
-                   "driver_peak_mib": r["driver_maxrss_mib"],
-                   "worker_peak_mib": "/".join(f"{m:.0f}" for m in r.get("worker_maxrss_mib", []))
-                   or "-"}
-            if mode == "distributed":
-                tc = r["task_compute"]
-                row["where"] = ", ".join(f"{k} {v:.1f}s"
-                                         for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
-                                         if v >= 0.05)
-            rows.append(row)
+            rows.append(_result_row(r, estimator, mode, n_users=big, rows=10, d=50,
+                                    partitions=base["n_parts"] if mode == "distributed"
+                                    else "-"))
     # Dask's own MALLOC_TRIM_THRESHOLD_ (what local_cluster overrides)
     r = run(dict(base, estimator="fedrep", mode="distributed", malloc_trim_threshold=65536))
-    n_rounds, round_wall, round_cpu = _round_stats(r, "fedrep")
-    tc = r["task_compute"]
-    rows.append({"estimator": "fedrep", "mode": "distributed, MALLOC_TRIM_THRESHOLD_=65536",
-                 "n_users": big, "rows": 10, "d": 50, "partitions": base["n_parts"],
-                 "fit_s": r["fit_seconds"], "cpu_s": r["fit_cpu"] + r["worker_cpu"],
-                 "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
-                 "driver_peak_mib": r["driver_maxrss_mib"],
-                 "worker_peak_mib": "/".join(f"{m:.0f}" for m in r["worker_maxrss_mib"]),
-                 "where": ", ".join(f"{k} {v:.1f}s"
-                                    for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
-                                    if v >= 0.05)})
+    rows.append(_result_row(r, "fedrep", "distributed, MALLOC_TRIM_THRESHOLD_=65536",
+                            n_users=big, rows=10, d=50, partitions=base["n_parts"]))
     if not args.skip_10m:
         cfg = {"n_users": huge, "rows": 5, "d": 20, "n_parts": 64, "dtype": "float32",
                "estimator": "fedrep", "mode": "distributed"}
-        r = run(cfg)
-        n_rounds, round_wall, round_cpu = _round_stats(r, "fedrep")
-        tc = r["task_compute"]
-        rows.append({"estimator": "fedrep", "mode": "distributed (float32)",
-                     "n_users": huge, "rows": 5, "d": 20, "partitions": 64,
-                     "fit_s": r["fit_seconds"], "cpu_s": r["fit_cpu"] + r["worker_cpu"],
-                     "round_s": round_wall, "round_cpu_s": round_cpu, "rounds": n_rounds,
-                     "driver_peak_mib": r["driver_maxrss_mib"],
-                     "worker_peak_mib": "/".join(f"{m:.0f}" for m in r["worker_maxrss_mib"]),
-                     "where": ", ".join(f"{k} {v:.1f}s"
-                                        for k, v in sorted(tc.items(), key=lambda kv: -kv[1])
-                                        if v >= 0.05)})
+        rows.append(_result_row(run(cfg), "fedrep", "distributed (float32)", n_users=huge,
+                                rows=5, d=20, partitions=64))
     write(rows, equality, args, load)
 
 
