@@ -43,6 +43,7 @@ __all__ = [
     "FitResult",
     "PersonalizedClassifierMixin",
     "PersonalizedRegressorMixin",
+    "quiet_numerics",
 ]
 
 #: Number of features from which ``fit`` and ``personalize`` leave the BLAS
@@ -96,8 +97,27 @@ def blas_threads(n_features):
     return 1 if n_features < MULTITHREAD_MIN_FEATURES else None
 
 
-#: numpy's default floating-point error handling, in force inside every fit.
-FIT_ERRSTATE = {"divide": "warn", "over": "warn", "invalid": "warn", "under": "ignore"}
+#: Floating-point error handling in force inside every entry point (fit,
+#: personalize, predict, decision_function, score, the search's trials, Dask
+#: tasks): every floating-point condition is ignored, so no warning and no
+#: exception can depend on one user's values (DESIGN section 7, "quiet numerics").
+#: Quiet does not mean wrong: each computation that can overflow either handles
+#: non-finite intermediates explicitly or its entry point checks its output.
+FIT_ERRSTATE = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
+
+
+@contextmanager
+def quiet_numerics():
+    """Run a block under :data:`FIT_ERRSTATE` whatever the caller's ``np.errstate``.
+
+    The one guard of every public entry point (and of the search's trials and
+    the Dask tasks): a floating-point warning, or under a caller's
+    ``np.errstate(all="raise")`` an exception, that depends on one user's
+    values would reveal something about that user outside the accounted
+    releases.
+    """
+    with np.errstate(**FIT_ERRSTATE):
+        yield
 
 
 @contextmanager
@@ -105,16 +125,12 @@ def _fit_environment(n_features):
     """The numerical environment of a fit, for the duration of a ``with`` block.
 
     * BLAS threads: :func:`blas_threads`.
-    * Floating-point errors: numpy's defaults (:data:`FIT_ERRSTATE`), whatever
-      the caller's ``np.errstate``. Under a caller's ``np.errstate(all="raise")``
-      an underflow or overflow that the algorithm handles (a negligible
-      ``logaddexp`` term, a huge row taking the robust clipping path) would
-      raise, and whether it does depends on the users' values: an exception
-      that depends on one user's data (DESIGN section 7). Under the defaults
-      no fit emits a data-dependent warning (``assert_same_observables``
-      tests with adversarial neighbours).
+    * Floating-point errors: all ignored (:func:`quiet_numerics`), whatever
+      the caller's ``np.errstate``: a warning, or under ``np.errstate(all=
+      "raise")`` an exception, whose occurrence depends on one user's values
+      would leak (DESIGN section 7).
     """
-    with np.errstate(**FIT_ERRSTATE):
+    with quiet_numerics():
         limit = blas_threads(n_features)
         if limit is None:
             yield
@@ -298,7 +314,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         try:
             # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
             self._discard_fitted_attributes()
-            with np.errstate(**FIT_ERRSTATE):
+            with quiet_numerics():
                 data = self._validate_fit_data(X, y, groups)
             randomness = FitRandomness(self.random_state)
             # BLAS threads by problem size, numpy's floating-point defaults
