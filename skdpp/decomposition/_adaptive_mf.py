@@ -412,11 +412,15 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     - ``"counts"``: user ``j`` contributes the 0/1 indicator ``c_j`` of at
       most ``count_cap`` of their items; ``||c_j - c_j'||^2 = |S_j symdiff
       S_j'| <= 2 count_cap``: sensitivity ``sqrt(2 count_cap)``. With
-      ``items=None`` the same noisy counts select the catalogue: an item is
-      published iff its noisy count exceeds ``1 + sigma
+      ``items=None`` the same noisy counts select the catalogue. The
+      candidates are the items some user counted (the union of the users'
+      capped selections): an item a user rated beyond its ``count_cap`` is
+      not a candidate unless another user counted it, so one user creates
+      at most ``count_cap`` candidates however many items it rated. A
+      candidate is published iff its noisy count exceeds ``1 + sigma
       Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``; an item
       that only the replaced user rated has count at most 1, so each of its
-      (at most ``count_cap``) items passes with probability at most
+      (at most ``count_cap``) candidates passes with probability at most
       ``delta_t / count_cap`` (a ``ThresholdEvent`` of ``delta_t``; the
       other phases are calibrated to the rest of delta).
     - ``"item_bias"``: weighted counts ``W_i = sum_j w_ij`` with ``w_ij =

@@ -34,10 +34,13 @@ Releases, in order (replace-one-user; L2 sensitivities):
    ``mean_clip=b``: ``2 b / n_users``);
 2. ``"counts"`` (App. B, D.1): item counts from at most ``count_cap`` items
    per user: ``sqrt(2 count_cap)``. When the catalogue is private the same
-   release selects it (:meth:`~skdpp.privacy.Releaser.select_partitions`:
-   an item is published iff its noisy count clears a threshold; an item held
-   by one user only passes with probability at most the phase's threshold
-   delta);
+   release selects it (:meth:`~skdpp.privacy.Releaser.select_partitions`):
+   the candidates are the items some user counted -- exactly the union of
+   the users' capped selections (:func:`catalogue_candidates`), so one user
+   creates at most ``count_cap`` candidates however many items it rated --
+   and a candidate is published iff its noisy count clears a threshold; the
+   items held by one user only pass, all together, with probability at most
+   the phase's threshold delta;
 3. ``"item_bias"`` (:mod:`._item_biases`): the weighted counts and, per pass,
    the weighted sums of per-user-centred ratings of the published items
    (Alg. 1 with ``d = 1``): ``sqrt(2 count_cap)`` and ``2 sqrt(count_cap) C_r``;
@@ -99,6 +102,7 @@ __all__ = [
     "MFConfig",
     "aggregate_entries",
     "als_statistics",
+    "catalogue_candidates",
     "choose_ridge",
     "count_partial",
     "deviation_counts",
@@ -451,8 +455,11 @@ def count_partial(block, state, broadcast):
     are counted (the public catalogue, or every item when the catalogue is
     selected privately). A user with more than ``cap`` such items keeps
     ``cap`` of them chosen uniformly at random: the smallest keyed per-row
-    uniforms (stream ``"mf-count-sample"``; ``cap=None``: all). Each user
-    adds a 0/1 indicator with at most ``cap`` ones.
+    uniforms (stream ``"mf-count-sample"``; ``cap=None``: all), keyed by
+    the item's rank among the user's items in item order, so the selection
+    is a function of the user's set of items. Each user adds a 0/1
+    indicator with at most ``cap`` ones; the items with a nonzero total are
+    the candidates of the private catalogue (:func:`catalogue_candidates`).
     """
     key, cap, n_count = broadcast
     state = _state(block, state)
@@ -973,6 +980,29 @@ def _rating_clip(executor, release, mean, quantile, n_users):
     return max(float(value), MIN_CLIP)
 
 
+def catalogue_candidates(counts):
+    """Candidates of the private catalogue: the items some user counted.
+
+    ``counts`` is the exact total of :func:`count_partial`; an item is a
+    candidate iff its count is nonzero, i.e. iff it is in some user's capped
+    selection: the candidate set is exactly the union of the users' capped
+    selections. An item a user rated but did not count (beyond the user's
+    ``count_cap``) is not a candidate unless another user counted it. Hence
+    one user creates at most ``count_cap`` candidates, each of count at most
+    1 without that user, which is what the selection threshold assumes
+    (:meth:`~skdpp.privacy.Releaser.select_partitions` with ``max_partitions
+    = count_cap``). Were every rated item a candidate, a user rating ``R``
+    items nobody else rated would create ``R`` candidates of count 0, each
+    published with probability about ``delta_t / count_cap``: a selection
+    delta growing with ``R`` instead of ``delta_t``.
+
+    Returns
+    -------
+    candidates : ndarray of bool
+    """
+    return np.asarray(counts) > 0
+
+
 def _catalogue(executor, release, meta, cfg, key):
     """The ``"counts"`` phase: noisy counts and the published catalogue.
 
@@ -992,11 +1022,15 @@ def _catalogue(executor, release, meta, cfg, key):
     clip = None if cfg.count_cap is None else float(np.sqrt(cfg.count_cap))
     if cfg.catalogue == "private":
         # Private partition selection (Gopi et al. 2020): each user counts at
-        # most count_cap items, each with weight 1.
+        # most count_cap items, each with weight 1, and only counted items are
+        # candidates (catalogue_candidates), so one user creates at most
+        # count_cap of them -- the threshold's max_partitions. The noise is
+        # drawn for every item code, as before; the draws of non-candidates
+        # are discarded unseen (fits keep their noise stream).
         keep, noisy = release.select_partitions(
             "counts", total, sensitivity=sens, max_contribution=1.0,
             max_partitions=cfg.count_cap or 1, clip_norm=clip)
-        published = np.flatnonzero(keep)
+        published = np.flatnonzero(keep & catalogue_candidates(total))
         return published, noisy[published]
     counts = release.gaussian("counts", total, sensitivity=sens, clip_norm=clip)
     return np.arange(n_count), counts
