@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import skdpp.base
+from skdpp.decomposition import AdaptiveWeightMF
 from skdpp.exceptions import PrivacyLeakWarning
 from skdpp.linear_model import (
     JLMarginClassifier,
@@ -202,6 +203,68 @@ def test_int_seeded_search_stays_reproducible():
     np.testing.assert_array_equal(a.best_estimator_.coef_, b.best_estimator_.coef_)
     np.testing.assert_array_equal(a.best_estimator_.offsets_, b.best_estimator_.offsets_)
     assert a.best_estimator_.random_state is None
+
+
+class _ToyKeepingItsKey(ToyPersonalizedMean):
+    """Broken: keeps the fit key in a fitted attribute."""
+
+    def _fit_core(self, executor, release, randomness, meta):
+        result = super()._fit_core(executor, release, randomness, meta)
+        result.attributes["key_"] = randomness.key.copy()
+        return result
+
+
+def _secret_words(randomness):
+    """64-bit words (little-endian bytes) of everything that rebuilds a fit's randomness."""
+    seq = randomness.noise.bit_generator.seed_seq
+    state = randomness.noise.bit_generator.state["state"]
+    ints = [seq.entropy, state["state"], state["inc"]]
+    words = [int(w) for w in randomness.key]
+    words += [(v >> s) & (2**64 - 1) for v in ints for s in (0, 64)]
+    return [w.to_bytes(8, "little") for w in words if w > 2**32]
+
+
+_FITS = {
+    "FedRep": lambda: PrivateFedRepRegressor(n_components=2),
+    "AltMin": lambda: PrivAltMinRegressor(n_components=2),
+    "PPSGD": lambda: PPSGDRegressor(),
+    "JL": lambda: JLMarginClassifier(classes=[0, 1]),
+    "JL-private-labels": lambda: JLMarginClassifier(),
+    "MF": lambda: AdaptiveWeightMF(n_components=2, items=np.arange(8)),
+    "MF-private-catalogue": lambda: AdaptiveWeightMF(n_components=2),
+    "Toy": ToyPersonalizedMean,
+    "Toy-keeping-its-key(broken)": _ToyKeepingItsKey,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FITS))
+def test_fitted_estimators_hold_no_seed(name, monkeypatch):
+    """Construction rule: no fitted estimator keeps its generators, seed or key.
+
+    With ``random_state=None``, neither the object graph nor the pickle bytes
+    of a fitted estimator hold a generator, a seed sequence, the fit key, the
+    seed entropy or the noise generator's state.
+    """
+    secrets = []
+
+    class Recording(FitRandomness):
+        def __init__(self, random_state):
+            super().__init__(random_state)
+            secrets.extend(_secret_words(self))
+
+    monkeypatch.setattr(skdpp.base, "FitRandomness", Recording)
+    X, y, g = _data(n_users=40)
+    if name.startswith("JL"):
+        y = (y > 0).astype(int)
+    if name.startswith("MF"):
+        X = (np.arange(len(g)) % 8).reshape(-1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. private label selection falling back
+        est = _FITS[name]().fit(X, y, groups=g)
+    blob = pickle.dumps(est)
+    leaks = [w for w in secrets if w in blob] + _rng_objects(est)
+    assert len(secrets) >= 6
+    assert bool(leaks) is name.endswith("(broken)")
 
 
 # --------------------------------------------------------------------------- #
