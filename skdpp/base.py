@@ -340,7 +340,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         attributes : dict
             The fitted attributes, ``privacy_report_`` included.
         """
-        release = Releaser(self._budget_plan(meta), randomness.noise)
+        release = Releaser(self._budget_plan(meta), randomness.noise, seeded=randomness.seeded)
         result = self._fit_core(executor, release, randomness, meta)
         report = release.report(n_users=meta["n_users"], released=result.released,
                                 local=result.local, notes=result.notes,

@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from ..base import BasePersonalizedEstimator
+from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon
 from ..privacy._tuning import (
@@ -28,7 +28,14 @@ from ..privacy._tuning import (
 )
 from ..privacy.report import PhaseReport
 from ..utils._grouped import UserBlock, UserIndex, canonical_order
-from ..utils._random import hash_ids, keyed_bits, row_hashes, seed_sequence
+from ..utils._random import (
+    DerivedRandomState,
+    hash_ids,
+    keyed_bits,
+    noise_is_seeded,
+    row_hashes,
+    seed_sequence,
+)
 
 __all__ = ["PrivateRandomizedSearchCV"]
 
@@ -120,10 +127,14 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         costs no privacy (personal parts are functions of the released
         shared part and the user's own rows) and does not change the shared
         part or ``best_score_``.
-    random_state : int, RandomState instance or None, default=None
+    random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the validation split, every trial's
         fit and the score noise. ``None`` draws fresh OS entropy (use it in
-        deployments); an int makes the search reproducible.
+        deployments). An int, a ``RandomState`` or a ``Generator`` makes the
+        search reproducible, and its noise with it: the guarantee then holds
+        only while the seed is secret, and ``privacy_report_`` says so. The
+        trials' own seeds are never kept: ``best_estimator_`` is returned with
+        ``random_state=None`` (see Notes).
 
     Attributes
     ----------
@@ -198,8 +209,24 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     Selection is the argmax of the noisy scores (ties, of probability zero
     with noise, go to the first trial).
 
-    Warnings raised by the trials are recorded and only the best trial's are
-    re-raised after the selection (their number would reveal ``K``).
+    **Nothing observed depends on one user outside the releases.** Every
+    trial's fit, prediction and score (and the personal refit) run under
+    :func:`~skdpp.base.quiet_numerics`, whatever the caller's
+    ``np.errstate``; held-out rows are predicted without the check that
+    refuses non-finite predictions, and a user whose predictions or losses are
+    not finite counts as ``score_clip`` (one user moves the score by at most
+    ``C``, never an error, never a NaN score). Warnings raised inside the
+    trials are recorded, and only the selected trial's
+    :class:`~skdpp.exceptions.PrivacyLeakWarning` (conditions on the
+    parameters and the number of users, functions of ``best_params_`` and
+    ``n_users``) are re-raised after the selection; every other warning of a
+    trial may depend on one user's rows (or its number on ``K``) and is
+    dropped. Each trial's noise seed is taken back from its estimator as soon
+    as its fit has drawn from it (a ``RandomState`` left in the parameters
+    can be rewound to rebuild the noise): no parameter, attribute or pickle
+    of the fitted search holds a generator, a seed sequence or a seed. With
+    an int ``random_state`` the whole search is reproducible from that int,
+    which must stay as secret as the noise.
 
     References
     ----------
@@ -243,7 +270,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         "score_clip": [Interval(Real, 0, None, closed="neither")],
         "score_share": [Interval(Real, 0, 1, closed="neither")],
         "refit_personal": ["boolean"],
-        "random_state": ["random_state"],
+        "random_state": ["random_state", np.random.Generator],
     }
 
     # groups is the privacy unit: requested by default once metadata routing is on.
@@ -376,6 +403,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * rho_score)
 
         # --- randomness: K, configurations, split key, trial seeds ---------
+        seeded = noise_is_seeded(self.random_state)
         root = seed_sequence(self.random_state)
         ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
         n_trials = stopping.sample(np.random.Generator(np.random.PCG64(ss_stop)))
@@ -391,7 +419,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         key = ss_key.generate_state(2, dtype=np.uint64)
 
         # --- the split within users (keyed, permutation invariant) ---------
-        order, train, held_out = _split_within_users(X, y, index, key, self.validation_size)
+        with quiet_numerics():
+            order, train, held_out = _split_within_users(X, y, index, key,
+                                                         self.validation_size)
         X_tr, y_tr, g_tr = (_safe_indexing(a, train) for a in (X, y, groups))
         X_va, y_va, g_va = (_safe_indexing(a, held_out) for a in (X, y, groups))
         codes_va = index.codes[held_out]
@@ -403,7 +433,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             est = clone(self.estimator).set_params(**params)
             if "verbose" in est.get_params(deep=False):
                 est.set_params(verbose=0)
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), quiet_numerics():
                 warnings.simplefilter("ignore")
                 eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr, g_tr)
             est.set_params(epsilon=eps_k, delta=delta_k,
@@ -412,42 +442,54 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             trial_eps.append(eps_k)
 
         # --- run the trials (only the best one so far is kept) --------------
+        # Every trial's fit, prediction and score run under the one
+        # floating-point guard: no warning or exception may depend on one
+        # user's values (DESIGN section 7). A trial's noise seed leaves its
+        # estimator as soon as the fit has drawn it (``_take_back_seed``).
         loss = self._loss_function()
         scores = np.empty(n_trials)
-        best, best_est, best_warnings = 0, None, []
+        best, best_est, best_seed, best_warnings = 0, None, None, []
         for k, (est, seed) in enumerate(zip(estimators, trial_seeds)):  # loop over trials
             estimators[k] = None
             noise = np.random.Generator(np.random.PCG64(seed.spawn(1)[0]))
-            with warnings.catch_warnings(record=True) as caught:
+            with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                 warnings.simplefilter("always")
-                est.fit(X_tr, y_tr, groups=g_tr)
+                try:
+                    est.fit(X_tr, y_tr, groups=g_tr)
+                finally:
+                    trial_seed = _take_back_seed(est)
                 self._check_trial_budget(est, rho_fit)
                 user_loss = np.zeros(n_users)
                 if held_out.size:  # (no held-out row at all: every user scores 0)
-                    y_pred = est.predict(X_va, groups=g_va)
-                    with np.errstate(all="ignore"):
-                        row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64)
-                        user_loss = (np.bincount(codes_va, weights=row_loss,
-                                                 minlength=n_users)
-                                     / np.maximum(n_held_out, 1))
+                    user_loss = _user_losses(est, loss, X_va, y_va, g_va, codes_va,
+                                             n_held_out)
                 plan = BudgetPlan(self.epsilon, delta)
                 plan.fix(_SCORE_PHASE, noise_multiplier=z_score)
-                total = release_validation_score(Releaser(plan, noise), _SCORE_PHASE,
-                                                 user_loss, score_clip=float(self.score_clip))
+                total = release_validation_score(Releaser(plan, noise, seeded=seeded),
+                                                 _SCORE_PHASE, user_loss,
+                                                 score_clip=float(self.score_clip))
             scores[k] = -total / n_users
             if best_est is None or scores[k] > scores[best]:  # ties: the first trial
-                best, best_est = k, est
-                best_warnings = [(w.message, w.category) for w in caught]
+                best, best_est, best_seed = k, est, trial_seed
+                best_warnings = _replayable(caught)
+            del trial_seed
 
-        for message, category in best_warnings:
-            if issubclass(category, PrivacyLeakWarning) and "1/n_users" in str(message):
-                continue  # the search warned about its delta already
-            warnings.warn(message, category, stacklevel=2)
+        _replay(best_warnings)
         if self.refit_personal:
             # All of each user's rows, in canonical order (permutation invariant).
-            best_est.personalize(*(_safe_indexing(a, order) for a in (X, y, groups)))
+            # The trial's seed is lent back for this call only (PPSGD draws its
+            # local key from it), then taken back for good.
+            best_est.set_params(random_state=best_seed)
+            try:
+                with warnings.catch_warnings(record=True) as caught, quiet_numerics():
+                    warnings.simplefilter("always")
+                    best_est.personalize(*(_safe_indexing(a, order) for a in (X, y, groups)))
+            finally:
+                _take_back_seed(best_est)
+            _replay(_replayable(caught))
+        del best_seed
 
-        report = self._report(stopping, rho, rho_fit, z_score, n_users, best_est)
+        report = self._report(stopping, rho, rho_fit, z_score, n_users, best_est, seeded)
         self.best_estimator_ = best_est
         self.best_params_ = dict(configs[best])
         self.best_score_ = float(scores[best])
@@ -526,11 +568,18 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "configuration, not on the data).")
 
     def _trial_random_state(self, seed):
+        """The ``random_state`` a trial is fitted with (taken back after its fit).
+
+        An int search seed gives an int (the search is reproducible from the
+        user's int anyway); otherwise 128 bits of the search's seed sequence
+        (a 32-bit seed would let an attacker search the noise), marked with
+        whether they derive from a user-supplied seed, so that the trial's
+        report tells the truth.
+        """
         child = seed.spawn(1)[0]
         if isinstance(self.random_state, numbers.Integral):
             return int(child.generate_state(1, dtype=np.uint32)[0])
-        # Fresh entropy: a 32-bit seed would let an attacker search the noise.
-        return np.random.RandomState(np.random.MT19937(child))
+        return DerivedRandomState(child, user_seeded=noise_is_seeded(self.random_state))
 
     def _loss_function(self):
         loss = self.loss
@@ -548,7 +597,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return lambda y_true, y_pred: (np.asarray(y_true, dtype=float)
                                        - np.asarray(y_pred, dtype=float)) ** 2
 
-    def _report(self, stopping, rho, rho_fit, z_score, n_users, best_est):
+    def _report(self, stopping, rho, rho_fit, z_score, n_users, best_est, seeded):
         delta = float(self.delta)
         C = float(self.score_clip)
         if math.isinf(rho):
@@ -590,7 +639,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             delta_spent=delta, accountant=accountant, n_users=n_users, phases=phases,
             released=("best_estimator_ (shared part)", "best_params_", "best_score_"),
             local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
-            trial_epsilon=float(trial_eps), chosen_trial=best_est.privacy_report_)
+            trial_epsilon=float(trial_eps), chosen_trial=best_est.privacy_report_,
+            noise_seeded=seeded)
 
     # ------------------------------------------------------------------ #
     # Delegation to the best estimator
@@ -666,6 +716,70 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 # ---------------------------------------------------------------------- #
 # Module helpers
 # ---------------------------------------------------------------------- #
+def _take_back_seed(est):
+    """Reset a fitted trial's ``random_state`` to ``None``; return the old value.
+
+    The trial's seed rebuilds its noise: a ``RandomState`` can be rewound to
+    the words its fit drew, an int is the seed itself. No estimator that may
+    be observed (``best_estimator_``, its pickle, a clone) keeps it. The
+    released estimator therefore has ``random_state=None`` whatever the
+    search's ``random_state`` (a refit of it draws fresh entropy).
+    """
+    value = est.get_params(deep=False)["random_state"]
+    est.set_params(random_state=None)
+    return value
+
+
+def _replayable(caught):
+    """The recorded warnings the search re-raises: :class:`PrivacyLeakWarning` only.
+
+    A data-independent rule. skdpp raises ``PrivacyLeakWarning`` only for
+    conditions on the parameters and the public number of users (e.g.
+    ``delta >= 1/n_users``); the selected trial's are therefore functions of
+    ``best_params_`` and ``n_users``, both released. Every other warning of a
+    trial (floating point, convergence, data conversion, ...) may depend on
+    one user's rows and is dropped.
+    """
+    return [(w.message, w.category) for w in caught
+            if issubclass(w.category, PrivacyLeakWarning)]
+
+
+def _replay(recorded):
+    for message, category in recorded:
+        if "1/n_users" in str(message):
+            continue  # the search warned about its delta already
+        warnings.warn(message, category, stacklevel=3)
+
+
+def _trial_predictions(est, X, groups):
+    """A trial's raw predictions for held-out rows (never a data-dependent error).
+
+    Uses the estimator's ``_predict_unchecked(X, groups=...)`` when it has
+    one: the core of ``predict``, returning the same values without the check
+    that refuses non-finite predictions (an error there would depend on one
+    user's rows). Falls back on ``predict``. Called under
+    :func:`~skdpp.base.quiet_numerics`.
+    """
+    unchecked = getattr(est, "_predict_unchecked", None)
+    if unchecked is not None:
+        return unchecked(X, groups=groups)
+    return est.predict(X, groups=groups)
+
+
+def _user_losses(est, loss, X_va, y_va, g_va, codes_va, n_held_out):
+    """Each user's mean loss on its held-out rows (0 without held-out rows).
+
+    A row with a non-finite loss (overflow, a NaN or infinite prediction)
+    makes only its own user's mean non-finite; the release counts it as the
+    clip value (:func:`~skdpp.privacy._tuning.release_validation_score`), so
+    one user's rows move the score by at most ``score_clip``.
+    """
+    y_pred = _trial_predictions(est, X_va, g_va)
+    row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64).reshape(-1)
+    sums = np.bincount(codes_va, weights=row_loss, minlength=n_held_out.shape[0])
+    return sums / np.maximum(n_held_out, 1)
+
+
 def _sample_configurations(distributions, n, rng):
     """``n`` configurations drawn independently (with replacement) from ``distributions``.
 

@@ -48,17 +48,28 @@ class Releaser:
         The calibrated budget plan of the fit.
     rng : numpy.random.Generator
         The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`).
+    seeded : bool, default=False
+        Whether ``rng`` is seeded from a user-supplied ``random_state``
+        (:attr:`skdpp.utils._random.FitRandomness.seeded`); the report then
+        says that the noise is reproducible from it.
 
     Attributes
     ----------
     accountant : PrivacyAccountant
         The fit's ledger: one entry per release.
     plan : BudgetPlan
+    seeded : bool
+
+    Notes
+    -----
+    The Releaser lives only for the duration of a fit: it holds the noise
+    stream, so no fitted object may keep it.
     """
 
-    def __init__(self, plan, rng):
+    def __init__(self, plan, rng, *, seeded=False):
         self.plan = plan.calibrate()
         self.rng = rng
+        self.seeded = bool(seeded)
         self.accountant = PrivacyAccountant()
         self._branch0 = {}    # phase -> events of branch 0, in order
         self._branch_pos = {}  # (phase, branch) -> number of releases seen
@@ -319,4 +330,4 @@ class Releaser:
         return PrivacyReport.from_accountant(
             self.accountant, epsilon=epsilon, delta=self.plan.delta, n_users=int(n_users),
             released=tuple(released), local=tuple(local), shares=self.plan.shares,
-            notes=notes, not_covered=tuple(not_covered))
+            notes=notes, not_covered=tuple(not_covered), noise_seeded=self.seeded)

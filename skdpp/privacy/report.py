@@ -49,6 +49,12 @@ __all__ = ["PhaseReport", "PrivacyReport"]
 
 _REL_TOL = 1e-9
 
+#: The note of every report whose noise is seeded from a user-supplied
+#: ``random_state`` (:attr:`PrivacyReport.noise_seeded`).
+SEEDED_NOISE_NOTE = (
+    "noise reproducible from random_state: the guarantee holds only while the seed is "
+    "secret; use random_state=None in deployment.")
+
 
 @dataclass(frozen=True)
 class PhaseReport:
@@ -125,6 +131,14 @@ class PrivacyReport:
         Released quantities the guarantee does NOT cover (e.g. an item
         catalogue inferred from the data as is). When non-empty the headline
         says so and :attr:`is_private` is False.
+    noise_seeded : bool, default=False
+        Whether the noise was seeded from a user-supplied ``random_state``
+        (an int, a ``RandomState`` or a ``Generator``): anyone who learns the
+        seed regenerates every noise draw, so the guarantee holds only while
+        it stays secret. When True (and the fit is private) ``notes`` starts
+        with :data:`SEEDED_NOISE_NOTE`, shown by ``str``, ``to_dict`` and the
+        HTML view. ``random_state=None`` (fresh operating-system entropy) is
+        the deployment setting.
     """
 
     epsilon: float
@@ -140,6 +154,16 @@ class PrivacyReport:
     local: tuple = ()
     notes: tuple = ()
     not_covered: tuple = ()
+    noise_seeded: bool = False
+
+    def __post_init__(self):
+        # One place decides the seed note: from the field, so no report can
+        # carry the flag without the note (or the note without the flag).
+        notes = tuple(n for n in self.notes if n != SEEDED_NOISE_NOTE)
+        if self.noise_seeded and not math.isinf(self.epsilon):
+            notes = (SEEDED_NOISE_NOTE,) + notes
+        object.__setattr__(self, "notes", notes)
+        object.__setattr__(self, "noise_seeded", bool(self.noise_seeded))
 
     @property
     def is_private(self):
@@ -149,7 +173,7 @@ class PrivacyReport:
     # -------------------------------------------------------------------
     @classmethod
     def from_accountant(cls, accountant, *, epsilon, delta, n_users, released=(),
-                        local=(), shares=None, notes=(), not_covered=()):
+                        local=(), shares=None, notes=(), not_covered=(), noise_seeded=False):
         """Build the report from an accountant's ledger and check the budget.
 
         Parameters
@@ -170,6 +194,9 @@ class PrivacyReport:
             Extra notes.
         not_covered : sequence of str, default=()
             Released quantities outside the guarantee (named in the headline).
+        noise_seeded : bool, default=False
+            The noise was seeded from a user-supplied ``random_state``
+            (:attr:`skdpp.utils._random.FitRandomness.seeded`).
 
         Returns
         -------
@@ -229,7 +256,7 @@ class PrivacyReport:
                    delta_spent=float(delta_spent), accountant=method,
                    n_users=int(n_users), phases=tuple(phase_reports),
                    released=tuple(released), local=tuple(local), notes=notes,
-                   not_covered=tuple(not_covered))
+                   not_covered=tuple(not_covered), noise_seeded=bool(noise_seeded))
 
     # -------------------------------------------------------------------
     def to_dict(self):

@@ -9,7 +9,13 @@ One rule for all estimators (DESIGN §4):
   ``np.random.seed(...)`` elsewhere would make reproducible. An int seeds the
   fit deterministically (reproducible, as scikit-learn's checks require; it
   also lets anyone who knows the int reproduce the noise, so deployments use
-  ``random_state=None``).
+  ``random_state=None``). :attr:`FitRandomness.seeded` records which case a
+  fit is in, and its privacy report says so.
+* **No seed on an observed object.** Nothing that outlives a fit (fitted
+  attributes, parameters, reports, pickles) holds a generator, a seed
+  sequence or the key: they rebuild the noise. A meta-estimator that hands a
+  sub-fit fresh entropy (:class:`DerivedRandomState`) takes it back once the
+  sub-fit is done.
 * **Per-user and per-row randomness** (data splits, minibatches, client
   sampling, per-entry uniforms) is a keyed hash of ``(fit key, stream, user id,
   position within the user, round)`` (:func:`keyed_uniform`), never a draw
@@ -38,10 +44,12 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "DerivedRandomState",
     "FitRandomness",
     "hash_ids",
     "keyed_bits",
     "keyed_uniform",
+    "noise_is_seeded",
     "row_hashes",
     "seed_sequence",
 ]
@@ -81,11 +89,11 @@ def seed_sequence(random_state):
 
     Parameters
     ----------
-    random_state : None, int, numpy.random.RandomState or SeedSequence
+    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or SeedSequence
         ``None``: fresh entropy from the operating system. An int: a
         deterministic seed. A ``RandomState`` (scikit-learn's convention for
-        a shared generator): 128 bits are drawn from it, so successive fits
-        with the same instance differ.
+        a shared generator) or a ``Generator``: 128 bits are drawn from it, so
+        successive fits with the same instance differ.
 
     Returns
     -------
@@ -100,11 +108,79 @@ def seed_sequence(random_state):
     if isinstance(random_state, np.random.RandomState):
         words = random_state.randint(0, 2**32, size=4, dtype=np.uint64)
         return np.random.SeedSequence([int(w) for w in words])
+    if isinstance(random_state, np.random.Generator):
+        words = random_state.integers(0, 2**32, size=4, dtype=np.uint64)
+        return np.random.SeedSequence([int(w) for w in words])
     raise ValueError(
-        f"random_state must be None, an int or a numpy.random.RandomState instance; "
-        f"got {random_state!r}. Pass e.g. random_state=0 for a reproducible fit, or "
-        "None for fresh entropy."
+        f"random_state must be None, an int, a numpy.random.RandomState or a "
+        f"numpy.random.Generator; got {random_state!r}. Pass e.g. random_state=0 for a "
+        "reproducible fit, or None for fresh entropy (deployments)."
     )
+
+
+def noise_is_seeded(random_state):
+    """Whether a fit's noise is reproducible from the user's ``random_state``.
+
+    ``True`` for an int, a ``RandomState``, a ``Generator`` or a
+    ``SeedSequence`` passed by the user: anyone who learns it (or the
+    generator's state) regenerates every noise draw, so the guarantee holds
+    only while it stays secret. ``False`` for ``None`` (fresh operating-system
+    entropy). A :class:`DerivedRandomState` carries the answer of the
+    ``random_state`` it was derived from.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or SeedSequence
+
+    Returns
+    -------
+    seeded : bool
+
+    Examples
+    --------
+    >>> from skdpp.utils._random import noise_is_seeded
+    >>> noise_is_seeded(None), noise_is_seeded(0)
+    (False, True)
+    """
+    if isinstance(random_state, DerivedRandomState):
+        return random_state.user_seeded
+    return random_state is not None
+
+
+class DerivedRandomState(np.random.RandomState):
+    """A ``RandomState`` a meta-estimator hands to a sub-fit (e.g. a search trial).
+
+    It carries 128 bits of the meta-estimator's seed sequence (an int
+    ``random_state`` has only 32), and whether that seed came from the user
+    (:func:`noise_is_seeded`), so that the sub-fit's report tells the truth
+    about its noise. The sub-fit draws its seed from it like from any
+    ``RandomState``; the state left in the object then still rebuilds the
+    noise (the Mersenne Twister can be rewound), so the meta-estimator must
+    take it back (reset the parameter) before the sub-fit is observed.
+
+    Parameters
+    ----------
+    seed : numpy.random.SeedSequence
+        The sub-fit's seed.
+    user_seeded : bool
+        Whether ``seed`` derives from a user-supplied ``random_state``.
+    """
+
+    def __init__(self, seed, *, user_seeded):
+        super().__init__(np.random.MT19937(seed))
+        self.user_seeded = bool(user_seeded)
+
+    def __reduce__(self):
+        return (_derived_random_state, (self.get_state(), self.user_seeded))
+
+    def __repr__(self):
+        return f"DerivedRandomState(<secret>, user_seeded={self.user_seeded})"
+
+
+def _derived_random_state(state, user_seeded):
+    out = DerivedRandomState(np.random.SeedSequence(0), user_seeded=user_seeded)
+    out.set_state(state)
+    return out
 
 
 class FitRandomness:
@@ -112,11 +188,14 @@ class FitRandomness:
 
     Parameters
     ----------
-    random_state : None, int or numpy.random.RandomState
+    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
         See :func:`seed_sequence`.
 
     Attributes
     ----------
+    seeded : bool
+        Whether the noise is reproducible from the user's ``random_state``
+        (:func:`noise_is_seeded`); the fit's privacy report says so.
     noise : numpy.random.Generator
         The privacy-noise stream. Only :mod:`skdpp.privacy` draws from it
         (through the release helper), in the fixed order of the releases.
@@ -132,10 +211,12 @@ class FitRandomness:
     -----
     The three are independent children of one 128-bit
     :class:`numpy.random.SeedSequence` (``spawn``), so no draw from one stream
-    shifts another.
+    shifts another. The object lives only for the duration of a fit: no
+    estimator keeps it, its generators or its key in an attribute.
     """
 
     def __init__(self, random_state):
+        self.seeded = noise_is_seeded(random_state)
         root = seed_sequence(random_state)
         noise, public, key = root.spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))

@@ -199,3 +199,93 @@ def test_parallel_branches_are_charged_once_and_must_repeat_branch_zero():
     # a branch whose release differs from branch 0's is refused
     with pytest.raises(RuntimeError, match="branch 0"):
         release.gaussian("iterations", np.zeros(2), sensitivity=4.0, branch=3)
+
+
+# --------------------------------------------------------------------------- #
+# The seed caveat (issue 19): the report says when the noise is reproducible
+# --------------------------------------------------------------------------- #
+def test_seeded_report_carries_the_note_everywhere():
+    from skdpp.privacy.report import SEEDED_NOISE_NOTE
+
+    seeded = _report(_fit_like_accountant(), notes=("a note",), noise_seeded=True)
+    plain = _report(_fit_like_accountant(), notes=("a note",))
+    assert seeded.noise_seeded is True and plain.noise_seeded is False
+    assert seeded.notes == (SEEDED_NOISE_NOTE, "a note") and plain.notes == ("a note",)
+    assert f"note: {SEEDED_NOISE_NOTE}" in str(seeded)
+    assert "random_state" not in str(plain)
+    d = seeded.to_dict()
+    assert d["noise_seeded"] is True and d["notes"][0] == SEEDED_NOISE_NOTE
+    assert plain.to_dict()["noise_seeded"] is False
+    assert "guarantee holds only while the seed is secret" in seeded._repr_html_()
+    assert "use random_state=None in deployment" in SEEDED_NOISE_NOTE
+
+
+def test_seed_note_follows_the_flag_only():
+    """The flag decides the note: never one without the other, never twice."""
+    from skdpp.privacy.report import SEEDED_NOISE_NOTE
+
+    forged = _report(_fit_like_accountant(), notes=(SEEDED_NOISE_NOTE,))
+    assert forged.notes == ()
+    twice = _report(_fit_like_accountant(), notes=(SEEDED_NOISE_NOTE,), noise_seeded=True)
+    assert twice.notes == (SEEDED_NOISE_NOTE,)
+    replaced = dataclasses.replace(twice, noise_seeded=False)
+    assert SEEDED_NOISE_NOTE not in replaced.notes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        twice.noise_seeded = False
+    # epsilon=inf: no guarantee to qualify, the flag stays but no note
+    acc = _fit_like_accountant()
+    acc.compose(NonPrivateEvent(), phase="iterations")
+    inf = _report(acc, epsilon=np.inf, noise_seeded=True)
+    assert inf.noise_seeded and SEEDED_NOISE_NOTE not in inf.notes
+
+
+_SEEDS = {"None": (lambda: None, False), "int": (lambda: 3, True),
+          "RandomState": (lambda: np.random.RandomState(3), True),
+          "Generator": (lambda: np.random.default_rng(3), True)}
+
+
+@pytest.mark.parametrize("name", sorted(_SEEDS))
+def test_releaser_report_knows_whether_the_noise_is_seeded(name):
+    from skdpp.privacy import BudgetPlan, Releaser
+    from skdpp.utils._random import FitRandomness
+
+    make, expected = _SEEDS[name]
+    randomness = FitRandomness(make())
+    assert randomness.seeded is expected
+    plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+    plan.add_rest("mean")
+    release = Releaser(plan.calibrate(), randomness.noise, seeded=randomness.seeded)
+    release.gaussian_sum("mean", np.ones((3, 1)), clip_norm=1.0)
+    assert release.report(n_users=3, released=("mean_",), local=()).noise_seeded is expected
+
+
+class _Unaware:
+    """Broken variant: a FitRandomness that does not tell seeded from fresh noise."""
+
+    def __init__(self, random_state):
+        from skdpp.utils._random import FitRandomness
+
+        inner = FitRandomness(random_state)
+        self.noise, self.public, self.key = inner.noise, inner.public, inner.key
+        self.seeded = False
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fixed", "unaware-randomness"])
+@pytest.mark.parametrize("name", ["None", "int", "RandomState"])
+def test_fitted_estimator_report_says_whether_noise_is_seeded(name, broken, monkeypatch):
+    # (Estimators accept None, an int or a RandomState; Generators are
+    # covered at the FitRandomness/Releaser level above and by the search.)
+    import skdpp.base
+    from skdpp.privacy.report import SEEDED_NOISE_NOTE
+    from tests._toy import ToyPersonalizedMean
+
+    if broken:
+        monkeypatch.setattr(skdpp.base, "FitRandomness", _Unaware)
+    make, expected = _SEEDS[name]
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(20), 3)
+    X, y = rng.normal(size=(60, 2)), rng.normal(size=60)
+    report = ToyPersonalizedMean(random_state=make()).fit(X, y, groups=groups).privacy_report_
+    truthful = (report.noise_seeded is expected
+                and (SEEDED_NOISE_NOTE in str(report)) is expected)
+    assert truthful is not (broken and expected)
