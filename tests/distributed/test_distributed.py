@@ -327,13 +327,34 @@ def test_partitions_rating_disjoint_items_fit_as_in_process(client):
     """Items validation derives from each partition's rows are merged as in ``fit``."""
     X, y, g = _xy("mf")
     X = np.where(g[:, None] < 20, X, X + 100)  # the two halves rate disjoint items
-    blocks = UserBlocks.from_arrays(X, y, g, n_partitions=2)
-    for items in (None, np.arange(8)):  # private catalogue; public, half outside it
-        est = _make("mf", "default").set_params(items=items)
-        ref = clone(est).fit(X, y, groups=g)
-        dist = fit_distributed(est, blocks, collect_personal=True)
-        assert dist.privacy_report_ == ref.privacy_report_
-        _assert_same_attributes(ref, dist)
+    # ids as numbers, as strings, and as rows of two columns
+    for ids in (X, X.astype(int).astype(str), np.hstack([X, X % 3])):
+        blocks = UserBlocks.from_arrays(ids, y, g, n_partitions=2)
+        # private catalogue; public, half of the items outside it; observed
+        for items in (None, np.unique(ids[g < 20], axis=0), "observed"):
+            est = _make("mf", "default").set_params(items=items)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # two columns of ids
+                ref = clone(est).fit(ids, y, groups=g)
+                dist = fit_distributed(est, blocks, collect_personal=True)
+            assert dist.privacy_report_ == ref.privacy_report_
+            _assert_same_attributes(ref, dist)
+
+
+def test_per_user_attributes_are_declared_not_guessed_from_lengths(client):
+    """One partition whose number of items equals its number of users: the item
+    catalogue is still public metadata (it was once taken for a per-user value
+    because of its length, and the fit failed)."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(8), 5)
+    X = np.concatenate([rng.permutation(8)[:5] for _ in range(8)])[:, None]
+    y = rng.normal(size=g.shape[0])
+    est = _make("mf", "default").set_params(epsilon=np.inf, rating_clip=1.0)
+    ref = clone(est).fit(X, y, groups=g)
+    assert ref.n_items_ == ref.n_users_ == 8
+    dist = fit_distributed(est, UserBlocks.from_arrays(X, y, g, n_partitions=1),
+                           collect_personal=True)
+    _assert_same_attributes(ref, dist)
 
 
 def _forbid_noise():
