@@ -28,10 +28,15 @@ from skdpp.linear_model import (  # noqa: E402
 )
 from tests._toy import ToyPersonalizedMean  # noqa: E402
 
-RELEASED_RTOL = 1e-12  # released values: rounding of the summation order only
+# Released values: rounding of the summation order only (block boundaries follow
+# the partitions), amplified by the iterations; measured at most 1.7e-12 (FedRep's
+# components_ with every adversary, public bounds, 3 hash partitions), <= 1e-13
+# with any one adversary left out.
+RELEASED_RTOL = 1e-11
 PERSONAL_RTOL = 1e-10  # personal parts: solved from those releases per user
 BIG = np.finfo(np.float64).max / 2
-MANY = 20_000  # items nobody else rated (MF) / rows (the others)
+MANY_ITEMS = 20_000  # MF: items nobody else rated
+MANY_ROWS = 5_000  # the others: rows of one user
 
 # name: (class, parameters of every case, public catalogue / label set / clip bounds)
 _ESTIMATORS = {
@@ -84,10 +89,10 @@ def _user(name, kind, seed):
             return np.array([[999.0], [1.0], [2.0]]), np.array([1.0, 0.5, -0.5])
         X = rng.normal(size=(4, 5))
         return X, (np.array([7, 7, 0, 1]) if jl else labels(4))
-    if kind == "many":  # MANY items nobody else rated / MANY rows
+    if kind == "many":  # many items nobody else rated / many rows
         if mf:
-            return (10_000.0 + np.arange(MANY))[:, None], rng.normal(size=MANY)
-        return rng.normal(size=(MANY, 5)), labels(MANY)
+            return (10_000.0 + np.arange(MANY_ITEMS))[:, None], rng.normal(size=MANY_ITEMS)
+        return rng.normal(size=(MANY_ROWS, 5)), labels(MANY_ROWS)
     if kind == "float_max":  # values near the largest float
         if mf:
             return np.array([[0.0], [1.0], [2.0]]), np.array([BIG, -BIG, BIG])
@@ -203,13 +208,16 @@ def test_fit_distributed_equals_fit_with_adversarial_users(client, name, variant
 
 
 def test_predict_distributed_equals_predict_with_adversarial_users(client):
-    ref, X, y, g = _check_parity(client, "mf", "default")
+    X, y, g = _dataset("mf", ADVERSARIES)
+    ref = _make("mf", "default").fit(X, y, groups=g)
     blocks = _alone(client, X, y, g, list(range(1000, 1000 + len(ADVERSARIES))))
-    dist = fit_distributed(_make("mf", "default"), blocks)
-    pred = predict_distributed(dist, blocks)
-    labels = blocks.row_labels()
-    out = np.empty(pred.shape, dtype=pred.dtype)
-    out[labels.compute()] = pred.compute()
+    dist = fit_distributed(_make("mf", "default"), blocks)  # personal parts on workers
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        pred = predict_distributed(dist, blocks)
+        labels = blocks.row_labels()
+        out = np.empty(pred.shape, dtype=pred.dtype)
+        out[labels.compute()] = pred.compute()
     np.testing.assert_allclose(out, ref.predict(X, groups=g), rtol=PERSONAL_RTOL)
 
 
