@@ -96,15 +96,25 @@ def _encode_items(catalogue_keys, X):
     keys = _item_keys(X)
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
+    other_keys, other_codes = _factorise_keys(keys[outside])
+    codes[outside] = catalogue_keys.shape[0] + other_codes
+    return codes, other_keys
+
+
+def _factorise_keys(keys):
+    """Sorted unique ``keys`` and the position of each key among them.
+
+    The order is a function of the set of keys only, so the keys of several
+    sets of rows, factorised again together, are those of all the rows (the
+    distributed fit merges its partitions' items this way).
+    """
     if keys.dtype.kind in "US" or (keys.dtype.kind == "f" and not np.isnan(keys).any()):
         # Numbers without NaN and strings: the factorisation of
         # UserIndex.from_groups without its row order (one sort, not two).
-        other_keys, other_codes = np.unique(keys[outside], return_inverse=True)
-    else:
-        other = UserIndex.from_groups(keys[outside], int(outside.sum()))
-        other_keys, other_codes = np.asarray(other.users), other.codes
-    codes[outside] = catalogue_keys.shape[0] + other_codes.reshape(-1)
-    return codes, other_keys
+        uniq, codes = np.unique(keys, return_inverse=True)
+        return uniq, codes.reshape(-1)
+    index = UserIndex.from_groups(keys, keys.shape[0])
+    return np.asarray(index.users), index.codes
 
 
 def _entries(codes, y, user_codes, n_codes):
@@ -761,7 +771,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     def _ids(keys, X, id_dtype):
         """The ids shown to users for sorted item keys (integer ids stay ints)."""
         item_ids = _keys_to_ids(keys, X.shape[1])
-        if X.shape[1] == 1 and id_dtype.kind in "biu":
+        if X.shape[1] == 1 and np.dtype(id_dtype).kind in "biu":
             item_ids = item_ids.astype(id_dtype)
         return item_ids
 
@@ -802,6 +812,45 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                         "_code_keys": code_keys,
                         "_code_ids": self._ids(code_keys, X, X.dtype),
                         "_seen": _seen_matrix(user, item, index.n_users, n_codes)},
+        )
+
+    # The distributed fit (skdpp.distributed) validates each partition of users
+    # separately; these three make its internal item codes those of validating
+    # all rows at once (public catalogue first, then the union of the other
+    # items present, sorted), whatever the partitioning.
+    _per_user_data_attributes = ("_seen",)
+
+    def _partition_vocabulary(self, data):
+        """Sorted keys of the items outside the public catalogue in ``data`` (private)."""
+        n_public = data.meta["n_items"] if self._catalogue_kind() == "public" else 0
+        return data.attributes["_code_keys"][n_public:]
+
+    def _merge_vocabularies(self, vocabularies):
+        """The vocabulary of all rows, from those of disjoint sets of users."""
+        return _factorise_keys(np.concatenate(vocabularies))[0]
+
+    def _apply_vocabulary(self, data, vocabulary):
+        """``data`` recoded with the internal item codes of the merged ``vocabulary``."""
+        n_public = data.meta["n_items"] if self._catalogue_kind() == "public" else 0
+        code_keys = data.attributes["_code_keys"]
+        merged = UserIndex.from_groups(vocabulary, vocabulary.shape[0])
+        position = np.empty(vocabulary.shape[0], dtype=np.int64)
+        position[merged.codes] = np.arange(vocabulary.shape[0])
+        remap = np.concatenate([np.arange(n_public, dtype=np.int64),
+                                n_public + position[merged.lookup(code_keys[n_public:])]])
+        n_codes = n_public + int(vocabulary.shape[0])
+        users = data.index.users
+        user, item, rating = aggregate_entries(data.index.codes, remap[data.X[:, 0]],
+                                               data.y, n_codes)
+        code_keys = np.concatenate([code_keys[:n_public], vocabulary])
+        n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
+        return FitData(
+            X=item[:, None], y=rating, index=UserIndex(users, user),
+            meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
+            attributes={**data.attributes, "_code_keys": code_keys,
+                        "_code_ids": self._ids(code_keys, np.empty((0, data.meta["n_features"])),
+                                               data.attributes["_code_ids"].dtype),
+                        "_seen": _seen_matrix(user, item, users.shape[0], n_codes)},
         )
 
     def _make_blocks(self, data, randomness):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..utils._grouped import UserIndex
 from ..utils._random import hash_ids
+from ._executor import _quiet_call, submit_quiet
 
 __all__ = ["UserBlocks"]
 
@@ -269,8 +270,9 @@ class UserBlocks:
         from distributed import Future
 
         client = _get_client(client)
-        futures = [client.submit(_raw_from_tuple, part) if isinstance(part, Future)
-                   else client.compute(dask.delayed(_raw_from_tuple)(part)) for part in parts]
+        futures = [submit_quiet(client, _raw_from_tuple, part) if isinstance(part, Future)
+                   else client.compute(dask.delayed(_quiet_call)(_raw_from_tuple, part))
+                   for part in parts]
         return cls._from_futures(client, futures, check=True)
 
     @classmethod
@@ -338,7 +340,8 @@ class UserBlocks:
         import dask
 
         futures = client.compute([
-            dask.delayed(_raw_from_pandas)(part, groups, target, features, in_index)
+            dask.delayed(_quiet_call)(_raw_from_pandas, part, groups, target, features,
+                                      in_index)
             for part in ddf.to_delayed()])
         # A shuffle by user puts every user in one partition by construction.
         return cls._from_futures(client, futures, check=not do_shuffle,
@@ -346,7 +349,7 @@ class UserBlocks:
 
     @classmethod
     def _from_futures(cls, client, futures, *, check, from_dataframe=False, divisions=None):
-        summaries = client.gather([client.submit(_summary, f) for f in futures])
+        summaries = client.gather([submit_quiet(client, _summary, f) for f in futures])
         widths = {s["n_features"] for s in summaries if s["n_rows"]}
         if len(widths) > 1:
             raise ValueError(f"the partitions have different numbers of features: "
@@ -394,11 +397,12 @@ class UserBlocks:
     def _count_shared_users(self, live):
         client = self.client
         n_buckets = max(1, min(len(live), 32))
-        splits = [client.submit(_hash_buckets, self.partitions[i], n_buckets) for i in live]
+        splits = [submit_quiet(client, _hash_buckets, self.partitions[i], n_buckets)
+                  for i in live]
         counts = []
         for b in range(n_buckets):  # loop over hash buckets: one task each
-            pieces = [client.submit(operator.getitem, s, b) for s in splits]
-            counts.append(client.submit(_shared_in_bucket, *pieces))
+            pieces = [submit_quiet(client, operator.getitem, s, b) for s in splits]
+            counts.append(submit_quiet(client, _shared_in_bucket, *pieces))
         return int(sum(client.gather(counts)))
 
     # ------------------------------------------------------------- helpers
@@ -413,10 +417,10 @@ class UserBlocks:
         import dask
         import dask.array as da
 
-        dtypes = self.client.gather([self.client.submit(_labels_dtype, f)
+        dtypes = self.client.gather([submit_quiet(self.client, _labels_dtype, f)
                                      for f in self.partitions])
         return da.concatenate([
-            da.from_delayed(dask.delayed(_labels)(f), shape=(n,), dtype=dtype)
+            da.from_delayed(dask.delayed(_quiet_call)(_labels, f), shape=(n,), dtype=dtype)
             for f, n, dtype in zip(self.partitions, self._n_rows, dtypes)])
 
     def _live_partitions(self):

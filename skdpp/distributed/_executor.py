@@ -18,6 +18,7 @@ import uuid
 
 import numpy as np
 
+from ..base import quiet_numerics
 from ..utils._executor import _concat
 from ._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
 
@@ -26,6 +27,24 @@ __all__ = ["DaskExecutor"]
 # Broadcasts larger than this are scattered to every worker once per call
 # instead of being sent with each task.
 _SCATTER_BYTES = 256 * 2**10
+
+
+def _quiet_call(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` under :func:`~skdpp.base.quiet_numerics`."""
+    with quiet_numerics():
+        return fn(*args, **kwargs)
+
+
+def submit_quiet(client, fn, *args, **kwargs):
+    """``client.submit(fn, *args, **kwargs)``, the task running under quiet numerics.
+
+    Every task of skdpp.distributed (validation, block functions, the sums,
+    personal parts, predict) runs under the one floating-point guard of the
+    in-process entry points: a floating-point warning (or, under a worker's
+    ``np.errstate(all="raise")``, an exception) whose occurrence depends on one
+    user's values would leak (DESIGN section 7).
+    """
+    return client.submit(_quiet_call, fn, *args, **kwargs)
 
 
 def _name(fn):
@@ -121,8 +140,8 @@ class DaskExecutor:
         key = f"skdpp-{name or fn.__name__}-{p}-{uuid.uuid4().hex}"
         worker = self.workers[p]
         if worker is None:
-            return self.client.submit(fn, *args, key=key)
-        return self.client.submit(fn, *args, key=key, workers=[worker],
+            return submit_quiet(self.client, fn, *args, key=key)
+        return submit_quiet(self.client, fn, *args, key=key, workers=[worker],
                                   allow_other_workers=True)
 
     def _broadcast(self, broadcast):

@@ -1,14 +1,21 @@
 """Fit and predict on a Dask cluster with the estimators' own template.
 
 :func:`fit_distributed` runs the same steps as ``fit``: validation of the
-parameters, the estimator's own ``_validate_fit_data`` and ``_make_blocks``
-(on the workers, one partition of users at a time, through
-:func:`_prepare_partition`), the combination of the partitions' public metadata
-(:func:`_combine_partitions`), then ``_fit_executor`` -- budget plan, core, every
-release through the :class:`~skdpp.privacy.Releaser` and the checked report --
-in the driver process with a :class:`~skdpp.distributed.DaskExecutor`. Noise
-is drawn only there. Personal parts stay on the workers
-(:class:`DistributedPersonalParts`).
+parameters, the estimator's own ``_validate_fit_data`` (on the workers, one
+partition of users at a time, :func:`_validate_partition`), the merge of what
+validation derived from the rows into what validating all rows at once gives
+(e.g. the items present: the estimator's ``_merge_vocabularies``), its own
+``_make_blocks`` (:func:`_prepare_partition`), the combination of the
+partitions' public metadata (:func:`_combine_partitions`), then
+``_fit_executor`` -- budget plan, core, every release through the
+:class:`~skdpp.privacy.Releaser` and the checked report -- in the driver
+process with a :class:`~skdpp.distributed.DaskExecutor`. Noise is drawn only
+there. Personal parts stay on the workers (:class:`DistributedPersonalParts`).
+
+Nothing depends on how the users fall into partitions beyond the order of
+floating-point summation: no check compares partitions (their metadata is
+public, summed, or merged as in ``fit``), and every task runs under
+:func:`~skdpp.base.quiet_numerics`, as every in-process entry point does.
 """
 
 import copy
@@ -18,11 +25,12 @@ import warnings
 
 import numpy as np
 
-from ..base import FIT_ERRSTATE, BasePersonalizedEstimator
+from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..utils._grouped import UserIndex
 from ..utils._random import FitRandomness
 from ._blocks import UserBlocks, _get_client
-from ._executor import DaskExecutor
+from ._executor import DaskExecutor, _quiet_call
+from ._executor import submit_quiet as _submit
 
 __all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
 
@@ -53,8 +61,17 @@ class _KeyOnly:
                            "worker (its draws must not depend on the partitioning).")
 
 
-class _Prepared:
+class _Validated:
     """One partition after the estimator's validation (lives on a worker)."""
+
+    __slots__ = ("data", "summary")
+
+    def __init__(self, data, summary):
+        self.data, self.summary = data, summary
+
+
+class _Prepared:
+    """One partition's blocks and validation attributes (lives on a worker)."""
 
     __slots__ = ("blocks", "attributes", "summary")
 
@@ -66,40 +83,32 @@ def _skip_delta_check(n_users):
     """Stands in for ``_check_delta`` on the workers (checked on the driver)."""
 
 
-def _leading_length(value):
-    shape = getattr(value, "shape", None)
-    return int(shape[0]) if shape is not None and len(shape) >= 1 else None
+def _per_user_names(estimator):
+    """The validation attributes with one entry per user (they stay on the workers).
+
+    ``user_ids_`` and those the estimator declares in
+    ``_per_user_data_attributes`` (e.g. the items each user rated). Declared,
+    never guessed from the data (an attribute whose length happened to equal
+    a partition's number of users would otherwise be taken for one).
+    """
+    return ("user_ids_",) + tuple(getattr(type(estimator), "_per_user_data_attributes", ()))
 
 
-def _digest(value):
-    """A fingerprint of an array (or sparse matrix) to compare partitions by."""
-    import hashlib
-
-    import scipy.sparse as sp
-
-    h = hashlib.blake2b(digest_size=16)
-    if sp.issparse(value):
-        value = value.tocsr()
-        parts = (value.indptr, value.indices, value.data)
-    else:
-        parts = (np.asarray(value),)
-    for part in parts:
-        h.update(str((part.shape, part.dtype.str)).encode())
-        if part.dtype.kind == "O":
-            h.update(repr(part.tolist()).encode())
-        else:
-            h.update(np.ascontiguousarray(part).tobytes())
-    return ("per-user candidate", _leading_length(value), h.hexdigest())
+def _public_attributes(estimator, attributes):
+    names = _per_user_names(estimator)
+    return {k: v for k, v in attributes.items() if k not in names}
 
 
-def _prepare_partition(estimator, raw, randomness):
-    """Validate one partition with the estimator's own code and make its blocks.
+def _validate_partition(estimator, raw):
+    """Validate one partition with the estimator's own ``_validate_fit_data``.
 
-    What ``fit`` does before ``_fit_executor``, on one partition's rows and a
-    copy of the estimator. Validation attributes with one entry per user of
-    the partition (``user_ids_``, e.g. the items each user rated) are
-    candidates for staying on the worker; the driver decides
-    (:func:`_per_user_names`) from every partition's summary.
+    What ``fit`` does first, on one partition's rows and a copy of the
+    estimator. Returns the validated data (kept on the worker) and a summary
+    for the driver: the public metadata, the public validation attributes,
+    the attributes validation set on the estimator (e.g. ``n_features_in_``),
+    the warnings raised and, if the estimator has one, the partition's
+    vocabulary (values validation derives from the rows, e.g. the items
+    present, which the driver merges over all partitions).
     """
     estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
     before = dict(vars(estimator))
@@ -108,48 +117,37 @@ def _prepare_partition(estimator, raw, randomness):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
-        blocks = estimator._make_blocks(data, randomness)
-    n_users = int(data.meta["n_users"])
-    public = {}
-    for key, value in data.attributes.items():
-        per_user = key == "user_ids_" or _leading_length(value) == n_users
-        public[key] = _digest(value) if per_user else value
-    # Attributes validation set on the estimator itself (e.g. n_features_in_).
-    public.update({k: v for k, v in vars(estimator).items()
-                   if k != "_check_delta" and (k not in before or before[k] is not v)})
+    vocabulary = None
+    if hasattr(estimator, "_partition_vocabulary"):
+        vocabulary = estimator._partition_vocabulary(data)
     users = np.asarray(data.attributes.get("user_ids_", []))
     id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
         else None
-    summary = {"meta": data.meta, "attributes": public, "n_blocks": len(blocks),
-               "n_users": int(sum(b.n_users for b in blocks)), "id_range": id_range,
+    set_by_validation = {k: v for k, v in vars(estimator).items()
+                         if k != "_check_delta" and (k not in before or before[k] is not v)}
+    summary = {"id_range": id_range, "vocabulary": vocabulary,
+               "set_by_validation": set_by_validation,
                "warnings": [(w.category, str(w.message)) for w in caught]}
-    return _Prepared(blocks, dict(data.attributes), summary)
+    return _Validated(data, summary)
 
 
-def _is_candidate(value):
-    return isinstance(value, tuple) and len(value) == 3 and value[0] == "per-user candidate"
+def _prepare_partition(estimator, validated, vocabulary, randomness):
+    """One partition's blocks, from its validated data and the merged vocabulary.
 
-
-def _per_user_names(attributes):
-    """The validation attributes that hold one entry per user in every partition.
-
-    ``user_ids_`` always; any other attribute whose first axis has one entry
-    per user of its partition in every partition, unless it is the same in
-    all partitions (then it is public metadata that happens to have that
-    length, e.g. a catalogue).
+    With ``vocabulary`` (the merge over all partitions), the data are first
+    recoded by the estimator's ``_apply_vocabulary`` so that every value
+    validation derived from the rows is the one of validating all rows at
+    once. Then the estimator's own ``_make_blocks``.
     """
-    names = []
-    for key in attributes[0]:
-        values = [a.get(key) for a in attributes]
-        if not all(_is_candidate(v) for v in values):
-            continue
-        if key == "user_ids_" or len(values) == 1 or len({v[2] for v in values}) > 1:
-            names.append(key)
-    return names
-
-
-def _attribute(prepared, key):
-    return prepared.attributes[key]
+    data = validated.data
+    if vocabulary is not None:
+        data = estimator._apply_vocabulary(data, vocabulary)
+    blocks = estimator._make_blocks(data, randomness)
+    summary = {"meta": data.meta,
+               "attributes": {**_public_attributes(estimator, data.attributes),
+                              **validated.summary["set_by_validation"]},
+               "n_blocks": len(blocks), "n_users": int(sum(b.n_users for b in blocks))}
+    return _Prepared(blocks, dict(data.attributes), summary)
 
 
 def _same_value(a, b):
@@ -162,7 +160,7 @@ def _same_value(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             return False
-        return a.shape == b.shape and a.dtype.kind == b.dtype.kind \
+        return a.shape == b.shape and a.dtype == b.dtype \
             and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     try:
         return bool(a == b)
@@ -171,18 +169,16 @@ def _same_value(a, b):
 
 
 def _combine_partitions(estimator, metas, attributes):
-    """Combine the public results of validating the partitions separately.
+    """The public metadata and validation attributes of all partitions together.
 
     ``n_users`` (and ``n_users_``) are summed (users are disjoint across
-    partitions); every other value must be the same in all partitions, as
-    validating all rows at once would give. An estimator that derives other
-    values from each partition's rows (e.g. a label set or an item catalogue)
-    may combine them itself by defining ``_combine_partitions(metas,
-    attributes) -> (meta, attributes)``.
+    partitions). Every other value is public (a function of the parameters
+    and of public shapes) or was made the one of all rows by the
+    estimator's vocabulary merge, so it is the same in every partition by
+    construction: a difference is a defect of the estimator's validation
+    (a value derived from one partition's rows and not merged), reported as
+    such, never a property of the data.
     """
-    hook = getattr(estimator, "_combine_partitions", None)
-    if hook is not None:
-        return hook(metas, attributes)
     summed = {"n_users", "n_users_"}
     combined = []
     for dicts in (metas, attributes):
@@ -193,12 +189,14 @@ def _combine_partitions(estimator, metas, attributes):
                 out[key] = int(sum(values))
                 continue
             if not all(_same_value(values[0], v) for v in values[1:]):
-                raise ValueError(
-                    f"{type(estimator).__name__}: the partitions of a distributed fit "
-                    f"give different values of {key!r} (validation derived it from "
-                    f"each partition's rows). Pass it as a public parameter of the "
-                    f"estimator (e.g. the label set or item catalogue), or fit "
-                    f"in-process."
+                raise RuntimeError(
+                    f"{type(estimator).__name__}: validation derived {key!r} from each "
+                    f"partition's rows without merging it over the partitions, so a "
+                    f"distributed fit would differ from fit. This is a bug of the "
+                    f"estimator's validation (declare the value's vocabulary with "
+                    f"_partition_vocabulary / _merge_vocabularies / _apply_vocabulary, or "
+                    f"its per-user attribute in _per_user_data_attributes); fit in-process "
+                    f"meanwhile."
                 )
             out[key] = values[0]
         combined.append(out)
@@ -317,17 +315,20 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     partitions beyond summation order.
 
     Each partition is validated by the estimator's own ``_validate_fit_data``
-    on a worker; ``delta`` is checked once, here, against the total number
-    of users, and warnings raised on the workers are re-emitted here, each
-    distinct one once. Validation results with one entry per user of every
-    partition (``user_ids_``, e.g. the items each user rated) stay on the
-    workers with the personal parts; every other result must be the same in
-    all partitions (a value derived from the rows, e.g. a label set or an
-    item catalogue, differs between partitions: a ``ValueError`` asks for it
-    as a public parameter), except ``n_users`` which is summed. An estimator
-    may combine such values itself with a ``_combine_partitions(metas,
-    attributes)`` method. Blocks not built by a :class:`UserBlocks`
-    constructor are checked for users split across partitions first.
+    on a worker, under :func:`~skdpp.base.quiet_numerics` like every task;
+    ``delta`` is checked once, here, against the total number of users, and
+    warnings raised on the workers are re-emitted here, each distinct one
+    once. Values validation derives from the rows (the items of
+    :class:`~skdpp.decomposition.AdaptiveWeightMF`, public catalogue or not)
+    are merged over the partitions by the estimator
+    (``_partition_vocabulary``, ``_merge_vocabularies``,
+    ``_apply_vocabulary``) into exactly what ``fit`` computes from all rows,
+    so whether the fit succeeds, its warnings and its result do not depend on
+    the partitioning. Per-user validation results (``user_ids_`` and the
+    estimator's ``_per_user_data_attributes``, e.g. the items each user
+    rated) stay on the workers with the personal parts. Blocks not built by a
+    :class:`UserBlocks` constructor are checked for users split across
+    partitions first.
 
     If the fit raises, the estimator is left unfitted.
     """
@@ -348,35 +349,43 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
             raise ValueError("blocks holds no rows: fit needs at least one user.")
         randomness = FitRandomness(estimator.random_state)
         worker_randomness = _KeyOnly(randomness.key)
-        prepared = [client.submit(_prepare_partition, estimator, blocks.partitions[i],
-                                  worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
-                    for i in live]
-        summaries = client.gather([client.submit(_summary, f) for f in prepared])
+        validated = [_submit(client, _validate_partition, estimator, blocks.partitions[i],
+                             key=f"skdpp-validate-{i}-{uuid.uuid4().hex}")
+                     for i in live]
+        checked = client.gather([_submit(client, _summary, f) for f in validated])
         if not blocks._users_disjoint:  # built without the constructors' check
-            blocks._check_users_disjoint([s["id_range"] for s in summaries])
-        _reemit([s["warnings"] for s in summaries])
-        per_user_names = _per_user_names([s["attributes"] for s in summaries])
-        public = [{k: v for k, v in s["attributes"].items() if k not in per_user_names}
-                  for s in summaries]
-        for key in {k for a in public for k, v in a.items() if _is_candidate(v)}:
-            values = client.gather([client.submit(_attribute, f, key) for f in prepared])
-            for a, value in zip(public, values):
-                a[key] = value
+            blocks._check_users_disjoint([s["id_range"] for s in checked])
+        vocabulary = None
+        if hasattr(estimator, "_partition_vocabulary"):
+            # e.g. the items rated: the union over all partitions, as validating
+            # all rows at once gives it (sent back to every partition).
+            vocabulary = estimator._merge_vocabularies([s["vocabulary"] for s in checked])
+            vocabulary = client.scatter([vocabulary], broadcast=True, hash=False)[0]
+        prepared = [_submit(client, _prepare_partition, estimator, f, vocabulary,
+                            worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
+                    for i, f in zip(live, validated)]
+        summaries = client.gather([_submit(client, _summary, f) for f in prepared])
+        for f in validated:
+            f.release()
         meta, attributes = _combine_partitions(
-            estimator, [s["meta"] for s in summaries], public)
+            estimator, [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
+        # As in ``fit``: the delta warning (from the total number of users), then
+        # validation's other warnings, each distinct one once.
         estimator._check_delta(meta["n_users"])
+        _reemit([s["warnings"] for s in checked])
+        per_user_names = _per_user_names(estimator)
         who = client.who_has(prepared)
         workers = [(who.get(f.key) or (None,))[0] for f in prepared]
         users = [s["n_users"] for s in summaries]
         executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
                                 workers=workers)
-        # The driver's releases run under numpy's floating-point defaults, as in
-        # ``fit`` (the workers' tasks start from them too).
-        with np.errstate(**FIT_ERRSTATE):
+        # The driver's releases run under quiet numerics, as in ``fit`` (and
+        # every task on the workers).
+        with quiet_numerics():
             fitted = estimator._fit_executor(executor, randomness, meta)
         personal, empties = _personal_parts(
             client, estimator, fitted, attributes, prepared, per_user_names, users,
-            [s["id_range"] for s in summaries], [blocks.partitions[i].key for i in live])
+            [s["id_range"] for s in checked], [blocks.partitions[i].key for i in live])
     except BaseException:
         estimator._discard_fitted_attributes()
         raise
@@ -419,12 +428,12 @@ def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_na
     if _overrides_set_fitted_attributes(estimator):
         public = {**attributes, **{k: v for k, v in fitted.items() if k not in names}}
         setter = client.scatter([(estimator, public)], broadcast=True, hash=False)[0]
-        empties = client.submit(_empty_slices, prepared[0], tuple(per_user_names)).result()
+        empties = _submit(client, _empty_slices, prepared[0], tuple(per_user_names)).result()
         for name in names:
             value = fitted[name]
             empties[name] = value[:0].compute() if isinstance(value, da.Array) \
                 else np.asarray(value)[:0]
-    parts = [client.submit(_assemble, prep, tuple(per_user_names), tuple(names), setter,
+    parts = [_submit(client, _assemble, prep, tuple(per_user_names), tuple(names), setter,
                            *[c[p] for c in chunks], pure=False)
              for p, prep in enumerate(prepared)]
     all_names = tuple(dict.fromkeys(list(per_user_names) + names))
@@ -502,9 +511,10 @@ class DistributedPersonalParts:
         import dask
         import dask.array as da
 
-        specs = self.client.gather([self.client.submit(_leaf_spec, f, name) for f in self.parts])
+        specs = self.client.gather([_submit(self.client, _leaf_spec, f, name) for f in self.parts])
         return da.concatenate([
-            da.from_delayed(dask.delayed(operator.getitem)(f, name), shape=shape, dtype=dtype)
+            da.from_delayed(dask.delayed(_quiet_call)(operator.getitem, f, name),
+                           shape=shape, dtype=dtype)
             for f, (shape, dtype) in zip(self.parts, specs)])
 
     def release(self):
@@ -635,17 +645,17 @@ def predict_distributed(estimator, blocks, *, client=None):
         else:
             overlap = [p for p in range(parts.n_partitions)
                        if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
-            selected = [client.submit(_select, parts.parts[p], raw) for p in overlap or [0]]
-        futures.append(client.submit(_predict_partition, light, raw, names,
+            selected = [_submit(client, _select, parts.parts[p], raw) for p in overlap or [0]]
+        futures.append(_submit(client, _predict_partition, light, raw, names,
                                      blocks.from_dataframe, *selected, pure=False))
-    preds = [client.submit(operator.getitem, f, 0) for f in futures]
-    _reemit(client.gather([client.submit(operator.getitem, f, 1) for f in futures]))
+    preds = [_submit(client, operator.getitem, f, 0) for f in futures]
+    _reemit(client.gather([_submit(client, operator.getitem, f, 1) for f in futures]))
     if blocks.from_dataframe:
         import dask.dataframe as dd
 
-        meta = client.submit(_empty_like_series, preds[0]).result()
+        meta = _submit(client, _empty_like_series, preds[0]).result()
         return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
                                verify_meta=False)
-    dtype = np.result_type(*client.gather([client.submit(_dtype, f) for f in preds]))
+    dtype = np.result_type(*client.gather([_submit(client, _dtype, f) for f in preds]))
     return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
                            for f, n in zip(preds, blocks._n_rows)])

@@ -9,7 +9,6 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from distributed import Client  # noqa: E402
 from sklearn.base import clone  # noqa: E402
 
 from skdpp.decomposition import AdaptiveWeightMF  # noqa: E402
@@ -17,11 +16,10 @@ from skdpp.distributed import (  # noqa: E402
     DaskExecutor,
     UserBlocks,
     fit_distributed,
-    local_cluster,
     predict_distributed,
 )
 from skdpp.distributed._blocks import RawPartition  # noqa: E402
-from skdpp.distributed._fit import _prepare_partition  # noqa: E402
+from skdpp.distributed._fit import _prepare_partition, _validate_partition  # noqa: E402
 from skdpp.exceptions import PrivacyLeakWarning  # noqa: E402
 from skdpp.linear_model import (  # noqa: E402
     JLMarginClassifier,
@@ -36,14 +34,6 @@ from skdpp.utils._random import FitRandomness  # noqa: E402
 from tests._toy import ToyPersonalizedMean  # noqa: E402
 
 RTOL = 1e-9
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_cluster(n_workers=2, threads_per_worker=1) as cluster, \
-            Client(cluster) as c:
-        yield c
-
 
 
 def test_workers_run_blas_on_one_thread(client):
@@ -243,9 +233,15 @@ def test_same_blocks_give_bit_identical_fit(client, name):
                            collect_personal=True)
     local_est = _make(name, "fixed").set_params(**params)
     randomness = FitRandomness(local_est.random_state)
+    validated = [_validate_partition(local_est, raw)
+                 for raw in client.gather(blocks.partitions)]
+    vocabulary = None
+    if hasattr(local_est, "_partition_vocabulary"):
+        vocabulary = local_est._merge_vocabularies(
+            [v.summary["vocabulary"] for v in validated])
     all_blocks, n_users = [], 0
-    for raw in client.gather(blocks.partitions):
-        prepared = _prepare_partition(local_est, raw, randomness)
+    for v in validated:
+        prepared = _prepare_partition(local_est, v, vocabulary, randomness)
         all_blocks += prepared.blocks
         n_users += prepared.summary["meta"]["n_users"]
     meta = {**prepared.summary["meta"], "n_users": n_users}
@@ -327,19 +323,38 @@ def test_fit_refuses_a_user_split_across_partitions(client, name):
     assert not hasattr(est, "privacy_report_")
 
 
-def test_partitions_must_agree_on_data_derived_values(client):
-    """A value validation derives from each partition's rows is not combined: raise."""
+def test_partitions_rating_disjoint_items_fit_as_in_process(client):
+    """Items validation derives from each partition's rows are merged as in ``fit``."""
     X, y, g = _xy("mf")
     X = np.where(g[:, None] < 20, X, X + 100)  # the two halves rate disjoint items
-    blocks = UserBlocks.from_arrays(X, y, g, n_partitions=2)
-    est = _make("mf", "default")
-    with pytest.raises(ValueError, match="partitions of a distributed fit give different"):
-        fit_distributed(est, blocks)
-    assert not hasattr(est, "privacy_report_")
-    # a public catalogue: the partitions agree
-    est.set_params(items=np.r_[np.arange(8), np.arange(8) + 100])
+    # ids as numbers, as strings, and as rows of two columns
+    for ids in (X, X.astype(int).astype(str), np.hstack([X, X % 3])):
+        blocks = UserBlocks.from_arrays(ids, y, g, n_partitions=2)
+        # private catalogue; public, half of the items outside it; observed
+        for items in (None, np.unique(ids[g < 20], axis=0), "observed"):
+            est = _make("mf", "default").set_params(items=items)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # two columns of ids
+                ref = clone(est).fit(ids, y, groups=g)
+                dist = fit_distributed(est, blocks, collect_personal=True)
+            assert dist.privacy_report_ == ref.privacy_report_
+            _assert_same_attributes(ref, dist)
+
+
+def test_per_user_attributes_are_declared_not_guessed_from_lengths(client):
+    """One partition whose number of items equals its number of users: the item
+    catalogue is still public metadata (it was once taken for a per-user value
+    because of its length, and the fit failed)."""
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(8), 5)
+    X = np.concatenate([rng.permutation(8)[:5] for _ in range(8)])[:, None]
+    y = rng.normal(size=g.shape[0])
+    est = _make("mf", "default").set_params(epsilon=np.inf, rating_clip=1.0)
     ref = clone(est).fit(X, y, groups=g)
-    assert fit_distributed(est, blocks).privacy_report_ == ref.privacy_report_
+    assert ref.n_items_ == ref.n_users_ == 8
+    dist = fit_distributed(est, UserBlocks.from_arrays(X, y, g, n_partitions=1),
+                           collect_personal=True)
+    _assert_same_attributes(ref, dist)
 
 
 def _forbid_noise():
