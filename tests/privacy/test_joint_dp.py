@@ -30,7 +30,7 @@ from skdpp.linear_model import (
     PrivAltMinRegressor,
     PrivateFedRepRegressor,
 )
-from skdpp.linear_model import _heads
+from skdpp.linear_model import _heads, _personalized_sgd
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.privacy.harness import record_releases
 
@@ -42,10 +42,11 @@ FMAX = np.finfo(np.float64).max
 # --------------------------------------------------------------------------- #
 # data and degenerate replacements
 # --------------------------------------------------------------------------- #
-def _rows(seed=0):
-    """Features, targets and users: ragged row counts (5 .. 11 rows a user)."""
+def _rows(seed=0, uniform=False):
+    """Features, targets and users: ragged row counts (5 .. 11 rows a user), or
+    8 rows each (``uniform``: the batched paths for equal users)."""
     rng = np.random.default_rng(seed)
-    counts = 5 + np.arange(N_USERS) % 7
+    counts = np.full(N_USERS, 8) if uniform else 5 + np.arange(N_USERS) % 7
     groups = np.repeat(np.arange(N_USERS), counts)
     X = rng.normal(size=(groups.size, N_FEATURES))
     w = rng.normal(size=N_FEATURES)
@@ -180,20 +181,20 @@ FACTORISATIONS = {
 _FITTED = {}
 
 
-def _fitted(name):
+def _fitted(name, uniform=False):
     """Fit once per configuration (the releases every comparison holds fixed)."""
-    if name not in _FITTED:
+    if (name, uniform) not in _FITTED:
         if name in REGRESSORS:
-            X, y, g = _rows()
-            _FITTED[name] = REGRESSORS[name]().fit(X, y, groups=g), (X, y, g)
+            X, y, g = _rows(uniform=uniform)
+            fitted = REGRESSORS[name]().fit(X, y, groups=g), (X, y, g)
         elif name in CLASSIFIERS:
-            X, y, g = _rows()
-            _FITTED[name] = CLASSIFIERS[name]().fit(X, _labels(y), groups=g), \
-                (X, _labels(y), g)
+            X, y, g = _rows(uniform=uniform)
+            fitted = CLASSIFIERS[name]().fit(X, _labels(y), groups=g), (X, _labels(y), g)
         else:
             X, y, g = _ratings()
-            _FITTED[name] = FACTORISATIONS[name]().fit(X, y, g), (X, y, g)
-    return _FITTED[name]
+            fitted = FACTORISATIONS[name]().fit(X, y, g), (X, y, g)
+        _FITTED[name, uniform] = fitted
+    return _FITTED[name, uniform]
 
 
 def _personal_parts(est, X, y, g):
@@ -219,8 +220,8 @@ def _assert_others_identical(first, second):
                 f"replaced (max difference {diff:.3g})")
 
 
-def _neighbour(name, case):
-    est, (X, y, g) = _fitted(name)
+def _neighbour(name, case, uniform=False):
+    est, (X, y, g) = _fitted(name, uniform)
     rng = np.random.default_rng(1)
     if name in FACTORISATIONS:
         X_u, y_u = _degenerate_ratings(case, rng)
@@ -238,6 +239,15 @@ def _neighbour(name, case):
 @pytest.mark.parametrize("name", list(REGRESSORS) + list(CLASSIFIERS))
 def test_one_user_leaves_other_personal_parts_identical(name, case):
     est, data, neighbour = _neighbour(name, case)
+    _assert_others_identical(_personal_parts(est, *data), _personal_parts(est, *neighbour))
+
+
+@pytest.mark.parametrize("case", ["one_row", "tiny", "subnormal_gram", "zeros"])
+@pytest.mark.parametrize("name", list(REGRESSORS) + list(CLASSIFIERS))
+def test_equal_users_one_user_leaves_other_personal_parts_identical(name, case):
+    """Every other user has 8 rows: paths batched over equal users (one product for
+    the stack) must give the values of the ragged path when one user differs."""
+    est, data, neighbour = _neighbour(name, case, uniform=True)
     _assert_others_identical(_personal_parts(est, *data), _personal_parts(est, *neighbour))
 
 
@@ -273,6 +283,37 @@ def test_whole_stack_fallback_is_caught(monkeypatch, name):
     (reached through ``_solve_stack``) changes other users' offsets."""
     monkeypatch.setattr(_heads, "_solve_stack", _old_solve_stack)
     est, data, neighbour = _neighbour(name, "subnormal_gram")
+    with pytest.raises(AssertionError, match="other users' personal parts changed"):
+        _assert_others_identical(_personal_parts(est, *data),
+                                 _personal_parts(est, *neighbour))
+
+
+def _old_user_gradients(Xb, yb, m, coef, fit_intercept):
+    """The former stack-wide switch: batched products when every minibatch has the
+    same size, segment sums (another rounding) for every user otherwise."""
+    if m.min() == m.max():
+        return _personalized_sgd._equal_gradients(Xb, yb, m.shape[0], int(m[0]), coef,
+                                                   fit_intercept)
+    n, d = m.shape[0], Xb.shape[1]
+    grad = np.empty((n, d + int(fit_intercept)))
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(m[:-1], out=starts[1:])
+    c = coef if coef.ndim == 1 else np.repeat(coef, m, axis=0)
+    residual = Xb @ c[:d] if coef.ndim == 1 else np.einsum("ij,ij->i", Xb, c[:, :d])
+    if fit_intercept:
+        residual += c[d] if coef.ndim == 1 else c[:, d]
+    residual -= yb
+    grad[:, :d] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
+    if fit_intercept:
+        grad[:, d] = np.add.reduceat(residual, starts)
+    return grad
+
+
+def test_stack_wide_gradient_switch_is_caught(monkeypatch):
+    """Broken variant: PPSGD's local steps switching every user to another
+    summation when one user's minibatch size differs change other users' offsets."""
+    monkeypatch.setattr(_personalized_sgd, "_user_gradients", _old_user_gradients)
+    est, data, neighbour = _neighbour("ppsgd-sgd-offsets", "one_row", uniform=True)
     with pytest.raises(AssertionError, match="other users' personal parts changed"):
         _assert_others_identical(_personal_parts(est, *data),
                                  _personal_parts(est, *neighbour))
