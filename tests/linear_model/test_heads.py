@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
+from skdpp.linear_model import _heads
 from skdpp.linear_model._heads import batched_solve
 
 
@@ -78,8 +79,6 @@ def test_shrunk_heads_solve_the_penalised_normal_equations(k):
 # Per-system decisions (issue 19, joint DP): replacing one system of a stack
 # leaves every other system's solution bit-for-bit identical.
 # --------------------------------------------------------------------------- #
-from skdpp.linear_model import _heads  # noqa: E402
-
 N_SYSTEMS, VICTIM = 30, 7
 
 
