@@ -625,6 +625,8 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
         ``U`` of shape (n, k), ``bias`` of shape (n,): ``n`` the block's
         users, or the selected ones.
     """
+    from ..linear_model._heads import _lu_each  # per-system LU (joint DP)
+
     k0, m = V.shape[1], V.shape[0]
     suffix = "" if rows is None else "_" + rows
     n_pub = state["n_pub" + suffix]
@@ -702,10 +704,10 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
                 if cfg.user_bias:
                     K += Kb
                 K.reshape(K.shape[0], -1)[:, ::size + 1] += 1.0  # + I
-                try:
-                    a = np.linalg.solve(K, rc[..., None])
-                except np.linalg.LinAlgError:  # not reached for finite safe values
-                    a = np.full(rc.shape + (1,), np.nan)
+                # per system: an exactly singular K (not reached for finite safe
+                # values) gives NaN for that user alone, who is then redone by
+                # the k x k solve below; the others keep their dual solution
+                a = _lu_each(K, rc[..., None])
                 z = np.empty((K.shape[0], k))
                 z[:, :k0] = np.matmul(Xv.transpose(0, 2, 1), a)[..., 0] / lam[:, None]
                 if cfg.user_bias:

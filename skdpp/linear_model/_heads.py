@@ -16,6 +16,19 @@
 
 All are vectorised over the stack; many tiny LAPACK calls run with one BLAS
 thread (threads only add overhead there).
+
+Per-system decisions (the joint-DP rule, DESIGN §7 "Nothing observable may
+depend on one user's data"): a stack batches the systems of many users, and
+the solution of one user's system -- the method, any fallback, and therefore
+every bit of the result -- depends on that system alone, never on the stack it
+is batched with. numpy's linear-algebra gufuncs (``solve``, ``inv``,
+``slogdet``, ``svd``) and ``matmul`` treat each matrix of a stack
+independently, so a system solved inside any stack gives the same bits as
+solved alone; every decision here (exactly singular, numerically singular,
+non-finite) is made from the system's own values (:func:`_lu_each`,
+:func:`_pinv_each`). A stack-wide ``try``/``except LinAlgError`` that re-solves
+the whole stack another way would let one user's degenerate system change
+every other user's solution in the last bits.
 """
 
 import numpy as np
@@ -29,6 +42,76 @@ __all__ = ["batched_solve", "gram_ridge_solve", "psd_floor_solve", "psd_ridge_so
 # users with fewer rows than k (approximately the minimum-norm least-squares head).
 _HEAD_RIDGE = 1e-10
 _HEAD_RIDGE_DEFICIENT = 1e-6
+
+
+def _lu_each(M, B=None):
+    """Per-system LU: ``solve(M_i, B_i)`` (or ``inv(M_i)`` when ``B`` is None), NaN where singular.
+
+    One batched LAPACK call when no system is exactly singular (the usual
+    case). Otherwise (``LinAlgError``: LAPACK met an exact zero pivot in some
+    system) each system is screened alone -- non-finite entries, or the sign
+    of its own ``slogdet`` (the same LU factorisation) is 0 -- and the other
+    systems are solved by the same batched call on the sub-stack, which gives
+    them the same bits as in the full stack (numpy's gufuncs factor each
+    matrix independently). Screened systems get NaN: the caller's per-system
+    fallback decides what they become from their own values. If the screen
+    ever disagrees with the solver, the systems are solved one at a time.
+
+    Parameters
+    ----------
+    M : ndarray of shape (n, k, k)
+    B : ndarray of shape (n, k, m), default=None
+
+    Returns
+    -------
+    X : ndarray of shape (n, k, m), or (n, k, k) for ``B=None``
+    """
+    def lu(Ms, Bs):
+        return np.linalg.inv(Ms) if Bs is None else np.linalg.solve(Ms, Bs)
+
+    try:
+        return lu(M, B)
+    except np.linalg.LinAlgError:  # some system is exactly singular: screen each
+        pass
+    shape = M.shape if B is None else B.shape
+    X = np.full(shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
+    ok = np.isfinite(M).all(axis=(-2, -1))
+    if ok.any():
+        ok[ok] = np.linalg.slogdet(M[ok])[0] != 0
+    if ok.any():
+        try:
+            X[ok] = lu(M[ok], None if B is None else B[ok])
+        except np.linalg.LinAlgError:  # screen and solver disagree: one at a time
+            for i in np.flatnonzero(ok):
+                try:
+                    X[i:i + 1] = lu(M[i:i + 1], None if B is None else B[i:i + 1])
+                except np.linalg.LinAlgError:
+                    pass
+    return X
+
+
+def _pinv_each(M):
+    """Per-system Moore-Penrose pseudo-inverses of a stack ``M`` (n, k, k).
+
+    ``np.linalg.pinv`` works system by system (its cutoff is relative to each
+    system's own largest singular value) but raises for the whole stack when
+    the SVD of one system does not converge (non-finite entries, overflow):
+    such systems get NaN, decided from their own values, and the others the
+    same bits as in one batched call.
+    """
+    X = np.full(M.shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
+    ok = np.isfinite(M).all(axis=(-2, -1))
+    if not ok.any():
+        return X
+    try:
+        X[ok] = np.linalg.pinv(M[ok])
+    except np.linalg.LinAlgError:  # an SVD did not converge: one at a time
+        for i in np.flatnonzero(ok):
+            try:
+                X[i:i + 1] = np.linalg.pinv(M[i:i + 1])
+            except np.linalg.LinAlgError:
+                pass
+    return X
 
 
 def batched_solve(A, b, *, ridge=0.0):
@@ -51,13 +134,15 @@ def batched_solve(A, b, *, ridge=0.0):
     Notes
     -----
     The stack is solved with one batched ``np.linalg.inv`` (its inverse also
-    gives each item's condition number).  Systems that are
-    singular or numerically singular (Frobenius condition number above
-    ``1 / (k * eps)``; when an item is exactly singular, smallest singular value
-    below ``k * eps * largest``; or a non-finite result) are solved instead by
-    the Moore-Penrose pseudo-inverse, vectorised over the failing items: the
+    gives each item's condition number).  Systems that are singular or
+    numerically singular (exactly singular for LAPACK, Frobenius condition
+    number above ``1 / (k * eps)``, or a non-finite result) are solved instead
+    by the Moore-Penrose pseudo-inverse, vectorised over the failing items: the
     minimum-norm least-squares solution (e.g. a user with fewer rows than
-    ``k`` gets the minimum-norm head).  Inputs are not modified.
+    ``k`` gets the minimum-norm head); items with non-finite entries give NaN.
+    Every decision is made per item from its own values: an item's solution
+    does not depend on the other items of the stack, bit for bit.  Inputs are
+    not modified.
 
     Examples
     --------
@@ -93,28 +178,19 @@ def batched_solve(A, b, *, ridge=0.0):
         x = np.zeros(B.shape, dtype=dtype)
         return x[..., 0] if vector else x
     tol = 1.0 / (k * np.finfo(np.float64).eps)
-    try:
-        # fast path: one batched LU inverse gives the solution and the Frobenius
-        # condition number of every item
-        inv = np.linalg.inv(M)
-        x = inv @ B
-        flat_m = M.reshape(-1, k * k)
-        flat_i = inv.reshape(-1, k * k)
-        cond = np.sqrt(np.einsum("ij,ij->i", flat_m, flat_m)
-                       * np.einsum("ij,ij->i", flat_i, flat_i))
-        bad = ~(cond < tol).reshape(M.shape[:-2])
-    except np.linalg.LinAlgError:
-        # some item is exactly singular: find the numerically singular items by SVD
-        sv = np.linalg.svd(M, compute_uv=False)
-        bad = ~(sv[..., -1] > k * np.finfo(np.float64).eps * sv[..., 0])
-        bad |= ~np.isfinite(sv).all(axis=-1)
-        x = np.zeros(B.shape, dtype=dtype)
-        good = ~bad
-        if good.any():
-            x[good] = np.linalg.solve(M[good], B[good])
+    # one batched LU inverse gives the solution and the Frobenius condition
+    # number of every item; an exactly singular item gets a NaN inverse (hence
+    # a NaN condition number) without changing any other item (_lu_each)
+    inv = _lu_each(M)
+    x = inv @ B
+    flat_m = M.reshape(-1, k * k)
+    flat_i = inv.reshape(-1, k * k)
+    cond = np.sqrt(np.einsum("ij,ij->i", flat_m, flat_m)
+                   * np.einsum("ij,ij->i", flat_i, flat_i))
+    bad = ~(cond < tol).reshape(M.shape[:-2])
     bad |= ~np.isfinite(x).reshape(x.shape[:-2] + (-1,)).all(axis=-1)
-    if bad.any():
-        x[bad] = np.linalg.pinv(M[bad]) @ B[bad]
+    if bad.any():  # per item: the pseudo-inverse (NaN for non-finite items)
+        x[bad] = _pinv_each(M[bad]) @ B[bad]
     return x[..., 0] if vector else x
 
 
@@ -214,25 +290,30 @@ def shrunk_heads(A, r, prior, penalty, counts):
 
 
 def _solve_stack(M, r):
-    """Batched ``M_i v_i = r_i`` by LU, with a pseudo-inverse fallback.
+    """Batched ``M_i v_i = r_i`` by LU, with a per-system pseudo-inverse fallback.
 
     Systems with a non-finite entry get ``v_i = 0`` and never reach LAPACK
     (whose SVD raises on NaN): whether a fit succeeds must not depend on one
-    user's values.
+    user's values. The others are solved by one batched LU (:func:`_lu_each`);
+    a system that LU finds exactly singular, or whose solution is not finite,
+    and only that system, is solved again by :func:`batched_solve`
+    (condition-checked inverse, else the pseudo-inverse). Each solution
+    depends on its own system only: re-solving the whole stack another way
+    when one system fails would let one user change every other user's
+    solution (joint differential privacy).
     """
+    dtype = np.result_type(M.dtype, r.dtype, np.float64)
     finite = np.isfinite(M).all(axis=(1, 2)) & np.isfinite(r).all(axis=1)
-    v = np.zeros(r.shape, dtype=np.result_type(M.dtype, r.dtype, np.float64))
-    if not finite.all():
-        if finite.any():
-            v[finite] = _solve_stack(M[finite], r[finite])
+    v = np.zeros(r.shape, dtype=dtype)
+    if not finite.any():
         return v
+    Mf, rf = (M, r) if finite.all() else (M[finite], r[finite])
     with np.errstate(all="ignore"):
-        try:
-            v = np.linalg.solve(M, r[..., None])[..., 0]
-            if not np.all(np.isfinite(v)):
-                raise np.linalg.LinAlgError
-        except np.linalg.LinAlgError:  # robust (pseudo-inverse) fallback
-            v = batched_solve(M, r)
+        x = _lu_each(Mf, rf[..., None])[..., 0]
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():  # robust (pseudo-inverse) fallback, system by system
+            x[bad] = batched_solve(Mf[bad], rf[bad])
+    v[finite] = x
     return v
 
 
@@ -270,7 +351,8 @@ def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
     ``G_i + diag(reg)`` with ``reg > 0`` is positive definite, so one batched
     LU solve is exact; systems whose solution is not finite (numerically
     singular for huge entries) are solved by :func:`batched_solve`
-    (pseudo-inverse) when their entries are finite, and give NaN otherwise.
+    (pseudo-inverse) when their entries are finite, and give NaN otherwise;
+    the decision is made for each system from its own values.
 
     Parameters
     ----------
@@ -307,14 +389,14 @@ def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
     M[..., diag, diag] += np.broadcast_to(np.asarray(reg, dtype=np.float64), G.shape[:-1])
     # Many tiny LAPACK calls: one BLAS thread (see psd_ridge_solve).
     with threadpool_limits(limits=1, user_api="blas"), np.errstate(all="ignore"):
-        try:
-            x = np.linalg.solve(M, b[..., None])[..., 0]
-        except np.linalg.LinAlgError:  # some system is exactly singular
-            x = np.full(b.shape, np.nan)
+        # per system: LU (NaN where exactly singular), then the robust solve for
+        # the systems whose own solution is not finite and whose own entries
+        # are (:func:`_lu_each`; no decision depends on the rest of the stack)
+        x = _lu_each(M, b[..., None])[..., 0]
         bad = ~np.isfinite(x).all(axis=-1)
         if bad.any():
+            x[bad] = np.nan
             bad &= np.isfinite(M).all(axis=(-2, -1)) & np.isfinite(b).all(axis=-1)
-            x[~np.isfinite(x).all(axis=-1)] = np.nan
             if bad.any():
                 x[bad] = batched_solve(M[bad], b[bad])
     return x

@@ -457,46 +457,56 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
     grad : ndarray of shape (n, p)
         ``sum_rows x (<x, c_d> + c_b - y)`` and, with an intercept, the
         residual sum in the last column.
+
+    Notes
+    -----
+    Users are grouped by minibatch size and each group is one batched product
+    (:func:`_equal_gradients`), so a user's gradient is computed the same way
+    whatever the other users' minibatch sizes: numpy's stacked products treat
+    each user's slice alone, so its bits depend on its own rows and
+    coefficients only. (A stack-wide switch between a batched and a
+    segment-sum path when one user's minibatch size differs would change
+    every other user's offsets in the last bits: joint differential privacy.)
     """
     n, d = m.shape[0], Xb.shape[1]
-    grad = np.empty((n, d + int(fit_intercept)))
     if n == 0:
-        return grad
-    shared = coef.ndim == 1
-    if m.min() == m.max():  # equal minibatches: batched products over users
-        k = int(m[0])
-        X3 = Xb.reshape(n, k, d)
-        small = d <= _EINSUM_MAX_FEATURES
-        if shared:
-            residual = (Xb @ coef[:d]).reshape(n, k)
-        elif small:
-            residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
-        else:
-            residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
-        if fit_intercept:
-            residual += coef[d] if shared else coef[:, d:]
-        residual -= yb.reshape(n, k)
-        if small:
-            grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
-        else:
-            grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
-        if fit_intercept:
-            grad[:, d] = residual.sum(axis=1)
-        return grad
-    starts = np.zeros(n, dtype=np.int64)  # ragged minibatches: segment sums
+        return np.empty((0, d + int(fit_intercept)))
+    if m.min() == m.max():  # equal minibatches: one batched product
+        return _equal_gradients(Xb, yb, n, int(m[0]), coef, fit_intercept)
+    grad = np.empty((n, d + int(fit_intercept)))
+    starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
+    shared = coef.ndim == 1
+    for size in np.unique(m):  # at most batch_size groups
+        users = np.flatnonzero(m == size)
+        rows = _ranges(starts[users], m[users])
+        grad[users] = _equal_gradients(Xb[rows], yb[rows], users.size, int(size),
+                                       coef if shared else coef[users], fit_intercept)
+    return grad
+
+
+def _equal_gradients(Xb, yb, n, k, coef, fit_intercept):
+    """:func:`_user_gradients` of ``n`` users with ``k`` minibatch rows each."""
+    d = Xb.shape[1]
+    grad = np.empty((n, d + int(fit_intercept)))
+    shared = coef.ndim == 1
+    X3 = Xb.reshape(n, k, d)
+    small = d <= _EINSUM_MAX_FEATURES
     if shared:
-        residual = Xb @ coef[:d]
-        if fit_intercept:
-            residual += coef[d]
+        residual = (Xb @ coef[:d]).reshape(n, k)
+    elif small:
+        residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
     else:
-        residual = np.einsum("ij,ij->i", Xb, np.repeat(coef[:, :d], m, axis=0))
-        if fit_intercept:
-            residual += np.repeat(coef[:, d], m)
-    residual -= yb
-    grad[:, :d] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
+        residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
     if fit_intercept:
-        grad[:, d] = np.add.reduceat(residual, starts)
+        residual += coef[d] if shared else coef[:, d:]
+    residual -= yb.reshape(n, k)
+    if small:
+        grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
+    else:
+        grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
+    if fit_intercept:
+        grad[:, d] = residual.sum(axis=1)
     return grad
 
 
