@@ -1018,7 +1018,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            If a prediction is not finite (it would exceed the float64 range);
+            the error names the rows.
         """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])

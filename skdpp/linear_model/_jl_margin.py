@@ -17,16 +17,17 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin
+from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin,
+                    _check_finite_output, linear_predictions, scaled_linear_scores)
 from ..privacy import BudgetPlan
 from ..privacy._quantile import quantile_grid, search_steps
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import make_blocks
 from ..utils._random import hash_ids, row_hashes
 from ._jl_algorithm import Alg3Config, fit_alg3
+from ._labels import check_label_domain
 from ._margin_scores import Heads, heads_block
 
 __all__ = ["JLMarginClassifier"]
@@ -415,7 +416,6 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
             if isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"The '{name}' parameter must be a float, got the "
                                  f"boolean {getattr(self, name)!r}.")
-        check_classification_targets(data.y)
         classes = self._public_classes()
         if isinstance(classes, np.ndarray):
             if classes.ndim != 1 or classes.shape[0] < 2:
@@ -425,6 +425,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 raise ValueError(
                     f"multiclass='raise' but `classes` has {classes.shape[0]} labels. Pass "
                     f"2 labels or multiclass='ovr'.")
+        # The labels' input domain, before any computation (see Notes).
+        check_label_domain(data.y, classes, estimator=type(self).__name__)
         if self.jl_dim != "auto" and int(self.jl_dim) < self.n_components:
             raise ValueError(
                 f"jl_dim={self.jl_dim} is smaller than n_components={self.n_components}: "
@@ -438,7 +440,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     def _validate_personal_input(self, X, y):
         X, y = validate_data(self, X, y, reset=False)
-        check_classification_targets(y)
+        # Labels are compared to the fitted classes_ by equality (see Notes).
+        check_label_domain(y, np.asarray(self.classes_), estimator=type(self).__name__)
         return X, y
 
     # ---------------------------------------------------------- plan and core
@@ -571,7 +574,19 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
             For two classes, positive values predict ``classes_[1]``; for
             more, one column per class (one-vs-rest).
+
+        Raises
+        ------
+        ValueError
+            If a decision value exceeds the float64 range (about 1.8e308) for
+            finite ``X``; the error names the rows. Products that overflow
+            only in an intermediate are re-evaluated on the row divided by its
+            largest entry (:func:`skdpp.base.linear_predictions`).
         """
+        return self._decision_function_unchecked(X, groups)
+
+    def _scores(self, X, groups):
+        """Validated ``X``, its plain decision values ``(n, n_problems)`` and their affine maps."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         codes = self._user_codes(groups, X.shape[0])
@@ -584,7 +599,40 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         b[known] = self.intercepts_[codes[known]]
         XU = np.einsum("nd,pdk->npk", X, self.embeddings_)
         scores = np.einsum("npk,npk->np", XU, V) + b
+
+        def linear_parts(rows):  # row r, problem p: <x, U_p v_rp> + b_rp
+            return np.einsum("pdk,rpk->rpd", self.embeddings_, V[rows]), b[rows]
+
+        return X, scores, linear_parts
+
+    def _decision_function_unchecked(self, X, groups=None):
+        """:meth:`decision_function` without the guard and the finiteness check."""
+        X, scores, linear_parts = self._scores(X, groups)
+        scores = linear_predictions(X, scores, linear_parts)
         return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def _label_scores(self, X, groups):
+        """Decision values with the signs and per-row ordering of the exact ones.
+
+        Rows whose plain values are not finite get them divided by ``s =
+        max(1, max_j |x_j|)`` (:func:`skdpp.base.scaled_linear_scores`), which
+        keeps each row's signs and argmax: the predicted label of a finite row
+        does not depend on whether its decision values fit in float64.
+        """
+        X, scores, linear_parts = self._scores(X, groups)
+        rows, scaled, _ = scaled_linear_scores(X, scores, linear_parts)
+        if rows is not None:
+            scores[rows] = scaled
+        return scores
+
+    def _labels(self, scores):
+        if scores.shape[1] == 1:
+            return self.classes_[(scores[:, 0] > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the guard and the finiteness check."""
+        return self._labels(self._label_scores(X, groups))
 
     def predict(self, X, groups=None):
         """Predict class labels with each user's personal head.
@@ -599,12 +647,19 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Predicted labels.
+            Predicted labels. A row whose decision values overflow float64 is
+            classified from its values divided by its largest entry (same
+            signs, same argmax), so every finite row gets its exact label.
+
+        Raises
+        ------
+        ValueError
+            If a row's scaled decision values are still not finite (weights
+            beyond the float range); the error names the rows.
         """
-        scores = self.decision_function(X, groups=groups)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        scores = self._label_scores(X, groups)
+        _check_finite_output(self, "predict", scores)
+        return self._labels(scores)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
