@@ -291,6 +291,31 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     ``fit_intercept=False`` (a free per-user bias and centred releases gave
     0.54 / 0.61 / 0.86 / 0.92 / 0.93 / 0.93).
 
+    **Input domain** (README, "Privacy model"). ``X``: finite floats (a
+    non-finite value is rejected by ``validate_data`` with a ``ValueError``
+    before any computation); every finite value is handled without a warning
+    or an exception that depends on it (entry points run under
+    :func:`skdpp.base.quiet_numerics`). Labels (checked before any
+    computation by ``check_label_domain``): finite, and all numbers or all
+    strings (mixed kinds raise a ``ValueError``). With ``classes`` given,
+    labels are compared to ``classes`` by equality and must be of its kind
+    (numbers for numbers, strings for strings; otherwise ``ValueError``); a
+    label equal to no class -- ``"other"``, or ``1.5`` for ``classes=[0,
+    1]`` -- is *handled*, as "not this class" in every binary problem, never
+    rejected, so one user's label never decides whether ``fit`` succeeds.
+    ``personalize`` compares labels to ``classes_`` the same way. With
+    ``classes=None`` or ``"observed"`` labels are integers (a float with an
+    integral value, such as ``1.0``, is the integer label) or strings; a
+    non-integral number is a regression target and raises ``ValueError("Unknown
+    label type: continuous ...")``. One user contributes at most
+    ``max_classes_per_user`` label candidates to the private selection (its
+    most frequent labels); a label held by nobody within that cap is not a
+    candidate. ``predict`` gives the exact label of every finite row (a row
+    whose decision values overflow is classified from its values divided by
+    its largest entry: same signs, same argmax); ``decision_function``
+    raises a ``ValueError`` naming the rows whose values exceed the float64
+    range.
+
     References
     ----------
     .. [1] Snedeker, C., Zhou, X. and Bassily, R. (2025). Private Model
