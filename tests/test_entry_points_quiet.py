@@ -94,7 +94,10 @@ def _entry_points(name, X, y, g, X_test, y_test, g_test):
     est = ESTIMATORS[name]().fit(X, y, groups=g)
     mine = g == USER
     est.personalize(X[mine], y[mine], groups=g[mine] + 1000)
+    # Checked finite by the entry point: the extreme user's (fitted and
+    # personalized) part and every other user's are handled, not NaN.
     est.predict(X_test, groups=g_test)
+    est.predict(X_test, groups=np.full(X_test.shape[0], USER + 1000))
     est.score(X_test, y_test, groups=g_test)
     if hasattr(est, "decision_function"):
         est.decision_function(X_test, groups=g_test)

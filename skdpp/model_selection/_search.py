@@ -424,7 +424,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 self._check_trial_budget(est, rho_fit)
                 user_loss = np.zeros(n_users)
                 if held_out.size:  # (no held-out row at all: every user scores 0)
-                    y_pred = est.predict(X_va, groups=g_va)
+                    # Raw predictions (no finiteness check): a held-out user's
+                    # extreme rows must not make the search raise.
+                    predict = getattr(est, "_predict_unchecked", est.predict)
+                    with np.errstate(all="ignore"):
+                        y_pred = predict(X_va, groups=g_va)
                     with np.errstate(all="ignore"):
                         row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64)
                         user_loss = (np.bincount(codes_va, weights=row_loss,
