@@ -19,6 +19,8 @@ holds what they all share:
 import functools
 import inspect
 import numbers
+import os
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -133,6 +135,17 @@ ENTRY_POINTS = ("fit", "personalize", "predict", "decision_function", "predict_p
 #: computed from finite inputs raises :func:`_check_finite_output`'s ValueError
 #: instead of being returned (quiet must not mean wrong).
 CHECKED_OUTPUTS = ("predict", "decision_function", "predict_proba", "transform")
+
+
+def _caller_stacklevel():
+    """``stacklevel`` of a warning issued by the caller of this function that
+    points at the first frame outside skdpp (the user's call), however many
+    skdpp frames (entry-point guard, unchecked core) lie in between."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1  # the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_finite_output(estimator, method, values):
@@ -593,7 +606,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         if groups is None:
             if self._has_user_ids():
                 warnings.warn(_dropped_groups_message(type(self).__name__), UserWarning,
-                              stacklevel=3)
+                              stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
         groups = _as_1d_ids(groups, n_samples)
         if not self._has_user_ids():
@@ -606,7 +619,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"sklearn.set_config(enable_metadata_routing=True) so that groups "
                 f"reach fit).",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
             return np.full(n_samples, -1, dtype=np.intp)
         known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
@@ -620,7 +633,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                     f"users. If they are users seen in fit, pass ids of the type used "
                     f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
                     UserWarning,
-                    stacklevel=3,
+                    stacklevel=_caller_stacklevel(),
                 )
         return codes
 
