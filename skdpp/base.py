@@ -16,7 +16,11 @@ holds what they all share:
   ``cross_validate`` route ``groups`` once metadata routing is enabled.
 """
 
+import functools
+import inspect
 import numbers
+import os
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -120,6 +124,132 @@ def quiet_numerics():
         yield
 
 
+#: Public methods that run under :func:`quiet_numerics` in every subclass of
+#: :class:`BasePersonalizedEstimator` (wrapped when the class is created, see
+#: ``BasePersonalizedEstimator.__init_subclass__``): a new estimator cannot
+#: forget the guard.
+ENTRY_POINTS = ("fit", "personalize", "predict", "decision_function", "predict_proba",
+                "predict_log_proba", "score", "recommend", "transform")
+
+#: Entry points whose floating-point output must be finite: a non-finite value
+#: computed from finite inputs raises :func:`_check_finite_output`'s ValueError
+#: instead of being returned (quiet must not mean wrong).
+CHECKED_OUTPUTS = ("predict", "decision_function", "predict_proba", "transform")
+
+
+def _caller_stacklevel():
+    """``stacklevel`` of a warning issued by the caller of this function that
+    points at the first frame outside skdpp (the user's call), however many
+    skdpp frames (entry-point guard, unchecked core) lie in between."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1  # the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _check_finite_output(estimator, method, values):
+    """Raise a clear ``ValueError`` if the float array ``values`` has a non-finite entry.
+
+    ``values`` is the output of ``estimator.method`` on finite inputs (``X``
+    is validated finite before any computation), so a non-finite entry means
+    that a prediction left the range of float64 (about 1.8e308), even with
+    the overflow-safe evaluation of :func:`linear_predictions`. Non-float
+    outputs (labels) are returned as they are.
+    """
+    values_arr = np.asarray(values) if not np.isscalar(values) else None
+    if values_arr is None or values_arr.dtype.kind not in "fc":
+        return values
+    with quiet_numerics():
+        finite = np.isfinite(values_arr)
+    if finite.all():
+        return values
+    bad_rows = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1)) \
+        if finite.ndim else np.array([0])
+    shown = ", ".join(str(int(i)) for i in bad_rows[:10])
+    more = ", ..." if bad_rows.shape[0] > 10 else ""
+    raise ValueError(
+        f"{type(estimator).__name__}.{method}: the output of {bad_rows.shape[0]} of "
+        f"{values_arr.shape[0] if values_arr.ndim else 1} row(s) (rows {shown}{more}) is "
+        f"not finite although X is finite: the values of X are too large for float64 "
+        f"arithmetic with this model (a prediction would exceed about 1.8e308 in "
+        f"magnitude). Rescale X (e.g. divide it by a constant, or StandardScaler) and "
+        f"refit on the rescaled data."
+    )
+
+
+def linear_predictions(X, plain, linear_parts):
+    """Predictions ``<x, a_r> + c_r`` that do not overflow in their intermediates.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Validated (finite) rows.
+    plain : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        The predictions computed the ordinary way (kept bit for bit where
+        finite).
+    linear_parts : callable
+        ``linear_parts(rows) -> (A, c)`` with ``A`` of shape ``(len(rows),
+        n_outputs, n_features)`` and ``c`` of shape ``(len(rows), n_outputs)``:
+        the affine map of each given row.
+
+    Returns
+    -------
+    pred : ndarray like ``plain``
+        ``plain``, where each row with a non-finite entry is recomputed as
+        ``s * (<x / s, a> + c / s)`` with ``s = max(1, max_j |x_j|)``: a row
+        whose products or partial sums overflowed while its prediction is
+        within the float range gets its finite value; a prediction really
+        beyond the range stays non-finite (and the entry point raises). Row by
+        row: a row's value depends on that row only.
+    """
+    rows, scaled, s = scaled_linear_scores(X, plain, linear_parts)
+    if rows is None:
+        return plain
+    with quiet_numerics():
+        out = np.array(plain, dtype=np.float64).reshape(plain.shape[0], -1)
+        out[rows] = s[:, None] * scaled
+    return out.reshape(plain.shape)
+
+
+def scaled_linear_scores(X, plain, linear_parts):
+    """The rows of ``plain`` with a non-finite entry, and their scores divided by ``s``.
+
+    See :func:`linear_predictions`. Returns ``(rows, scaled, s)``: ``rows``
+    is None when every prediction is finite; ``scaled`` (shape ``(len(rows),
+    n_outputs)``) is ``<x / s, a> + c / s``, which has the signs and the
+    ordering across outputs of ``<x, a> + c`` (``s >= 1``) and is finite
+    whenever the model's weights are (``|x_j / s| <= 1``).
+    """
+    with quiet_numerics():
+        bad = ~np.isfinite(plain.reshape(plain.shape[0], -1)).all(axis=1)
+        if not bad.any():
+            return None, None, None
+        rows = np.flatnonzero(bad)
+        A, c = linear_parts(rows)
+        Xr = np.asarray(X[rows], dtype=np.float64)
+        s = np.maximum(np.max(np.abs(Xr), axis=1, initial=0.0), 1.0)
+        scaled = np.einsum("rd,rpd->rp", Xr / s[:, None], A) + c / s[:, None]
+    return rows, scaled, s
+
+
+def _quiet_entry_point(method, name):
+    """``method`` run under :func:`quiet_numerics` (its output checked if ``name`` says so)."""
+
+    @functools.wraps(method)
+    def entry_point(self, *args, **kwargs):
+        # ``quiet_numerics`` is looked up at call time (tests patch it to show
+        # that the guard is what keeps these calls silent).
+        with quiet_numerics():
+            result = method(self, *args, **kwargs)
+        if name in CHECKED_OUTPUTS:
+            _check_finite_output(self, name, result)
+        return result
+
+    entry_point._quiet_entry_point = True
+    return entry_point
+
+
 @contextmanager
 def _fit_environment(n_features):
     """The numerical environment of a fit, for the duration of a ``with`` block.
@@ -196,8 +326,9 @@ class FitResult:
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
-    Subclasses implement ``fit`` and ``predict`` (taking ``groups``), and the
-    two hooks used by :meth:`personalize`:
+    Subclasses implement ``_predict_unchecked(X, groups)`` (raw predictions,
+    no guard and no check; the search scores its trials with it) and a public
+    ``predict`` returning it, and the two hooks used by :meth:`personalize`:
 
     * ``_fit_personal(X, y, index) -> dict`` returning the personal parameters
       of the users of ``index`` (arrays whose first axis is ``index.n_users``,
@@ -216,6 +347,15 @@ class BasePersonalizedEstimator(BaseEstimator):
     users is public. ``groups=None`` makes every row its own user, so the
     guarantee degrades gracefully to row-level DP.
 
+    **Quiet numerics.** Every public entry point (``fit``, ``personalize``,
+    ``predict``, ``decision_function``, ``score``, ...) runs with all numpy
+    floating-point conditions ignored (:func:`quiet_numerics`), whatever the
+    caller's ``np.errstate`` or warnings filters: no warning or exception may
+    depend on one user's values. Predictions on finite inputs are finite
+    (products that overflow in an intermediate are re-evaluated on the row
+    scaled by its largest entry) or ``predict`` raises a ``ValueError`` naming
+    the rows whose prediction exceeds the float64 range.
+
     **Joint DP.** The shared part (and every other DP release of ``fit``) is
     differentially private; each user's personal part is a function of the
     shared part and that user's rows only, so the collection of personal
@@ -233,6 +373,23 @@ class BasePersonalizedEstimator(BaseEstimator):
 
     # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
     _personal_attributes: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        """Run every public entry point of ``cls`` under :func:`quiet_numerics`.
+
+        Each method named in :data:`ENTRY_POINTS` that ``cls`` has (its own or
+        inherited, mixins included) is wrapped once, so no floating-point
+        warning or exception can depend on the data, whatever the caller's
+        ``np.errstate`` or warnings filters; the outputs named in
+        :data:`CHECKED_OUTPUTS` are checked finite (a clear ``ValueError``
+        otherwise). By construction: a subclass cannot forget the guard.
+        """
+        super().__init_subclass__(**kwargs)
+        for name in ENTRY_POINTS:
+            method = inspect.getattr_static(cls, name, None)
+            if not inspect.isfunction(method) or getattr(method, "_quiet_entry_point", False):
+                continue
+            setattr(cls, name, _quiet_entry_point(method, name))
 
     # Route ``groups`` by default once ``sklearn.set_config(enable_metadata_routing=True)``.
     __metadata_request__fit = {"groups": True}
@@ -307,9 +464,10 @@ class BasePersonalizedEstimator(BaseEstimator):
 
         The algorithm runs with BLAS limited to one thread unless ``X`` has
         at least 2048 columns (:func:`skdpp.base.blas_threads`); the caller's
-        thread limits are restored afterwards and never raised. It runs under
-        numpy's default floating-point error handling whatever the caller's
-        ``np.errstate`` (so that no exception depends on one user's values).
+        thread limits are restored afterwards and never raised. It runs with
+        every floating-point condition ignored (:func:`quiet_numerics`)
+        whatever the caller's ``np.errstate`` (so that no warning or exception
+        depends on one user's values).
         """
         try:
             # Nothing of an earlier fit survives (e.g. a distributed fit's handle).
@@ -448,7 +606,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         if groups is None:
             if self._has_user_ids():
                 warnings.warn(_dropped_groups_message(type(self).__name__), UserWarning,
-                              stacklevel=3)
+                              stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
         groups = _as_1d_ids(groups, n_samples)
         if not self._has_user_ids():
@@ -461,7 +619,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"sklearn.set_config(enable_metadata_routing=True) so that groups "
                 f"reach fit).",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
             return np.full(n_samples, -1, dtype=np.intp)
         known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
@@ -475,7 +633,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                     f"users. If they are users seen in fit, pass ids of the type used "
                     f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
                     UserWarning,
-                    stacklevel=3,
+                    stacklevel=_caller_stacklevel(),
                 )
         return codes
 
@@ -616,9 +774,13 @@ class PersonalizedRegressorMixin(RegressorMixin):
         Returns
         -------
         score : float
-            R² of ``self.predict(X, groups=groups)``.
+            R² of ``self.predict(X, groups=groups)``. R² does not change when
+            ``y`` and the predictions are divided by one positive number; when
+            the sums of squares overflow (targets near the float maximum) it is
+            computed on ``y`` and the predictions divided by their largest
+            magnitude.
         """
-        return float(r2_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
+        return _r2(y, self.predict(X, groups=groups), sample_weight)
 
 
 class PersonalizedClassifierMixin(ClassifierMixin):
@@ -646,6 +808,19 @@ class PersonalizedClassifierMixin(ClassifierMixin):
         return float(
             accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight)
         )
+
+
+def _r2(y, pred, sample_weight):
+    """R² of ``pred``; rescaled by the largest magnitude when the sums overflow."""
+    with quiet_numerics():
+        score = float(r2_score(y, pred, sample_weight=sample_weight))
+        if not np.isfinite(score):
+            y = np.asarray(y, dtype=np.float64)
+            scale = max(float(np.max(np.abs(y), initial=0.0)),
+                        float(np.max(np.abs(pred), initial=0.0)))
+            if 0.0 < scale < np.inf:
+                score = float(r2_score(y / scale, pred / scale, sample_weight=sample_weight))
+    return score
 
 
 def _dropped_groups_message(name):

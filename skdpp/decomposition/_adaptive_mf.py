@@ -557,6 +557,16 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     about ``log2(n_blocks)`` of them). Noise is added once per release to
     the sum. See ``benchmarks/bench_adaptive_mf.py``.
 
+    **Input domain** (README, "Privacy model"). ``X``: item ids, hashable
+    numbers or strings (a non-finite number is rejected by ``validate_data``
+    with a ``ValueError`` before any computation); items outside a public
+    catalogue are handled (they inform the user's bias only). ``y``: finite
+    ratings (non-finite ones are rejected the same way); every finite
+    rating is handled without a warning or an exception that depends on it
+    (entry points run under :func:`skdpp.base.quiet_numerics`).
+    ``predict`` raises a ``ValueError`` naming the rows if a prediction is
+    not finite.
+
     References
     ----------
     .. [1] W. Krichene, P. Jain, S. Song, M. Sundararajan, A. Thakurta,
@@ -1071,7 +1081,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            If a prediction is not finite (it would exceed the float64 range);
+            the error names the rows.
         """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])

@@ -561,6 +561,18 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       depends on that user's rows only, so the bounds above hold, ``fit``
       succeeds and no warning is emitted for any finite input.
 
+    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
+    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
+    value is rejected by ``validate_data`` with a ``ValueError`` before any
+    computation: a documented rule, not a numeric accident. Every finite
+    value is accepted, however large or small, and handled without a warning
+    or an exception that depends on it, whatever the caller's
+    ``np.errstate`` or warnings filters (every entry point runs under
+    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
+    ``X`` give finite values (an intermediate that overflows is re-evaluated
+    on the row divided by its largest entry) or ``predict`` raises a
+    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
+
     References
     ----------
     .. [1] Jain, P., Rush, J., Smith, A., Song, S. and Thakurta, A. G. (2021).

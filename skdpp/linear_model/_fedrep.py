@@ -523,6 +523,18 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     charged).
     Floating-point noise is not hardened against side-channel attacks.
 
+    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
+    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
+    value is rejected by ``validate_data`` with a ``ValueError`` before any
+    computation: a documented rule, not a numeric accident. Every finite
+    value is accepted, however large or small, and handled without a warning
+    or an exception that depends on it, whatever the caller's
+    ``np.errstate`` or warnings filters (every entry point runs under
+    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
+    ``X`` give finite values (an intermediate that overflows is re-evaluated
+    on the row divided by its largest entry) or ``predict`` raises a
+    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
+
     References
     ----------
     .. [1] Snedeker, C., Zhou, X. and Bassily, R. (2025). Private Model

@@ -17,16 +17,17 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin
+from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin,
+                    _check_finite_output, linear_predictions, scaled_linear_scores)
 from ..privacy import BudgetPlan
 from ..privacy._quantile import quantile_grid, search_steps
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import make_blocks
 from ..utils._random import hash_ids, row_hashes
 from ._jl_algorithm import Alg3Config, fit_alg3
+from ._labels import check_label_domain
 from ._margin_scores import Heads, heads_block
 
 __all__ = ["JLMarginClassifier"]
@@ -290,6 +291,31 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     ``fit_intercept=False`` (a free per-user bias and centred releases gave
     0.54 / 0.61 / 0.86 / 0.92 / 0.93 / 0.93).
 
+    **Input domain** (README, "Privacy model"). ``X``: finite floats (a
+    non-finite value is rejected by ``validate_data`` with a ``ValueError``
+    before any computation); every finite value is handled without a warning
+    or an exception that depends on it (entry points run under
+    :func:`skdpp.base.quiet_numerics`). Labels (checked before any
+    computation by ``check_label_domain``): finite, and all numbers or all
+    strings (mixed kinds raise a ``ValueError``). With ``classes`` given,
+    labels are compared to ``classes`` by equality and must be of its kind
+    (numbers for numbers, strings for strings; otherwise ``ValueError``); a
+    label equal to no class -- ``"other"``, or ``1.5`` for ``classes=[0,
+    1]`` -- is *handled*, as "not this class" in every binary problem, never
+    rejected, so one user's label never decides whether ``fit`` succeeds.
+    ``personalize`` compares labels to ``classes_`` the same way. With
+    ``classes=None`` or ``"observed"`` labels are integers (a float with an
+    integral value, such as ``1.0``, is the integer label) or strings; a
+    non-integral number is a regression target and raises ``ValueError("Unknown
+    label type: continuous ...")``. One user contributes at most
+    ``max_classes_per_user`` label candidates to the private selection (its
+    most frequent labels); a label held by nobody within that cap is not a
+    candidate. ``predict`` gives the exact label of every finite row (a row
+    whose decision values overflow is classified from its values divided by
+    its largest entry: same signs, same argmax); ``decision_function``
+    raises a ``ValueError`` naming the rows whose values exceed the float64
+    range.
+
     References
     ----------
     .. [1] Snedeker, C., Zhou, X. and Bassily, R. (2025). Private Model
@@ -415,7 +441,6 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
             if isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"The '{name}' parameter must be a float, got the "
                                  f"boolean {getattr(self, name)!r}.")
-        check_classification_targets(data.y)
         classes = self._public_classes()
         if isinstance(classes, np.ndarray):
             if classes.ndim != 1 or classes.shape[0] < 2:
@@ -425,6 +450,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 raise ValueError(
                     f"multiclass='raise' but `classes` has {classes.shape[0]} labels. Pass "
                     f"2 labels or multiclass='ovr'.")
+        # The labels' input domain, before any computation (see Notes).
+        check_label_domain(data.y, classes, estimator=type(self).__name__)
         if self.jl_dim != "auto" and int(self.jl_dim) < self.n_components:
             raise ValueError(
                 f"jl_dim={self.jl_dim} is smaller than n_components={self.n_components}: "
@@ -438,7 +465,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     def _validate_personal_input(self, X, y):
         X, y = validate_data(self, X, y, reset=False)
-        check_classification_targets(y)
+        # Labels are compared to the fitted classes_ by equality (see Notes).
+        check_label_domain(y, np.asarray(self.classes_), estimator=type(self).__name__)
         return X, y
 
     # ---------------------------------------------------------- plan and core
@@ -571,7 +599,19 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
             For two classes, positive values predict ``classes_[1]``; for
             more, one column per class (one-vs-rest).
+
+        Raises
+        ------
+        ValueError
+            If a decision value exceeds the float64 range (about 1.8e308) for
+            finite ``X``; the error names the rows. Products that overflow
+            only in an intermediate are re-evaluated on the row divided by its
+            largest entry (:func:`skdpp.base.linear_predictions`).
         """
+        return self._decision_function_unchecked(X, groups)
+
+    def _scores(self, X, groups):
+        """Validated ``X``, its plain decision values ``(n, n_problems)`` and their affine maps."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         codes = self._user_codes(groups, X.shape[0])
@@ -584,7 +624,40 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         b[known] = self.intercepts_[codes[known]]
         XU = np.einsum("nd,pdk->npk", X, self.embeddings_)
         scores = np.einsum("npk,npk->np", XU, V) + b
+
+        def linear_parts(rows):  # row r, problem p: <x, U_p v_rp> + b_rp
+            return np.einsum("pdk,rpk->rpd", self.embeddings_, V[rows]), b[rows]
+
+        return X, scores, linear_parts
+
+    def _decision_function_unchecked(self, X, groups=None):
+        """:meth:`decision_function` without the guard and the finiteness check."""
+        X, scores, linear_parts = self._scores(X, groups)
+        scores = linear_predictions(X, scores, linear_parts)
         return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def _label_scores(self, X, groups):
+        """Decision values with the signs and per-row ordering of the exact ones.
+
+        Rows whose plain values are not finite get them divided by ``s =
+        max(1, max_j |x_j|)`` (:func:`skdpp.base.scaled_linear_scores`), which
+        keeps each row's signs and argmax: the predicted label of a finite row
+        does not depend on whether its decision values fit in float64.
+        """
+        X, scores, linear_parts = self._scores(X, groups)
+        rows, scaled, _ = scaled_linear_scores(X, scores, linear_parts)
+        if rows is not None:
+            scores[rows] = scaled
+        return scores
+
+    def _labels(self, scores):
+        if scores.shape[1] == 1:
+            return self.classes_[(scores[:, 0] > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the guard and the finiteness check."""
+        return self._labels(self._label_scores(X, groups))
 
     def predict(self, X, groups=None):
         """Predict class labels with each user's personal head.
@@ -599,12 +672,19 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Predicted labels.
+            Predicted labels. A row whose decision values overflow float64 is
+            classified from its values divided by its largest entry (same
+            signs, same argmax), so every finite row gets its exact label.
+
+        Raises
+        ------
+        ValueError
+            If a row's scaled decision values are still not finite (weights
+            beyond the float range); the error names the rows.
         """
-        scores = self.decision_function(X, groups=groups)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        scores = self._label_scores(X, groups)
+        _check_finite_output(self, "predict", scores)
+        return self._labels(scores)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

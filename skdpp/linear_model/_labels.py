@@ -21,6 +21,14 @@ classes, where the one problem is ``classes_[1]`` against the rest, they
 count as not ``classes_[1]``. Raising an error instead would make whether
 ``fit`` succeeds depend on one user's labels.
 
+Labels have a stated input domain, checked by :func:`check_label_domain`
+before any computation (a documented rule, never an incidental numeric
+exception): labels are numbers or strings, all of one kind; with a given
+label set they are compared to it by equality (a label equal to no class, such
+as ``1.5`` for ``classes=[0, 1]``, is "not this class" in every problem);
+without one (private selection or ``"observed"``) numbers must be integers
+(``1.0`` is the integer label 1; ``1.5`` is rejected as a continuous target).
+
 Examples
 --------
 >>> import numpy as np
@@ -40,8 +48,87 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LabelCounts", "binary_problems", "label_codes", "label_counts_block",
-           "labels_sensitivity", "select_classes"]
+from ..base import _id_types  # labels are typed like user ids
+
+__all__ = ["LabelCounts", "binary_problems", "check_label_domain", "label_codes",
+           "label_counts_block", "labels_sensitivity", "select_classes"]
+
+
+def _label_kinds(values):
+    """The kinds of the labels in ``values``: a subset of {"number", "str", "bytes", other}.
+
+    A function of the dtype, or for object arrays of each element's Python
+    type (booleans, integers and floats are all "number": they compare equal
+    across types).
+    """
+    return _id_types(np.asarray(values).reshape(-1))
+
+
+def check_label_domain(y, classes, *, estimator):
+    """Check that the labels ``y`` are in the input domain (raise before any computation).
+
+    The rules (documented in :class:`~skdpp.linear_model.JLMarginClassifier`'s
+    Notes and the README's privacy model) depend on the labels' kinds and
+    values only through these fixed predicates:
+
+    1. every label is a number (bool, integer or float) or every label is a
+       string: mixed kinds (in an object array) are rejected;
+    2. with a given label set (``classes`` an array), the labels' kind must be
+       the kind of ``classes`` (a number never equals a string); *values* are
+       not restricted: a label equal to no class is handled (negative in every
+       problem), never rejected;
+    3. without one (``classes`` None or ``"observed"``), number labels must be
+       integers (finite floats with an integral value count: ``1.0`` is 1);
+       a non-integral label is a continuous (regression) target and is
+       rejected.
+
+    Non-finite labels are rejected earlier by scikit-learn's
+    ``validate_data`` (rule "y finite").
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+    classes : ndarray, None or "observed"
+    estimator : str
+        Name for the messages.
+
+    Raises
+    ------
+    ValueError
+        Naming the rule that the labels break.
+    """
+    y = np.asarray(y)
+    kinds = _label_kinds(y) if y.size else frozenset()
+    if len(kinds) > 1 or (kinds and not kinds <= {"number", "str", "bytes"}):
+        raise ValueError(
+            f"Unknown label type: {estimator} labels must all be numbers or all be "
+            f"strings (the input domain of the labels); got labels of types "
+            f"{' and '.join(sorted(kinds))}. Convert y to one type, e.g. "
+            f"np.asarray(y).astype(str)."
+        )
+    if isinstance(classes, np.ndarray):
+        class_kinds = _label_kinds(classes)
+        if kinds and kinds != class_kinds:
+            raise ValueError(
+                f"{estimator}: the labels in y are of type {' and '.join(sorted(kinds))} "
+                f"but `classes` holds labels of type {' and '.join(sorted(class_kinds))}: "
+                f"no label could equal a class (labels are compared to `classes` by "
+                f"equality). Pass y and `classes` of the same type."
+            )
+        return
+    if kinds == {"number"}:
+        with np.errstate(all="ignore"):
+            values = y.astype(np.float64) if y.dtype.kind in "Ofc" else None
+            integral = values is None or bool(np.all(np.floor(values) == values))
+        if not integral:
+            raise ValueError(
+                f"Unknown label type: continuous. {estimator} with classes=None or "
+                f"classes='observed' takes integer or string labels (the input domain of "
+                f"the labels); y holds a non-integral number, i.e. a regression target. "
+                f"Pass integer or string labels, or the label set as classes=[...] (labels "
+                f"are then compared to it by equality; a label equal to no class is "
+                f"'not this class' in every binary problem)."
+            )
 
 
 def _sorted_unique(values):

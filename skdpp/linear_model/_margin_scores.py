@@ -525,8 +525,12 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
         theta -= step
-    heads = theta[:, :k] / scale[:, None]
     with np.errstate(**_QUIET):
+        # Back to the user's own coordinates: a user whose rows are tiny
+        # (scale ~1e-300, or subnormal) gets a head beyond the float range;
+        # it is caught by ``ok`` below, a decision from that user's values
+        # only (the user gets the cold-start head).
+        heads = theta[:, :k] / scale[:, None]
         intercepts = theta[:, k] - np.einsum("uk,uk->u", mean, heads) if fit_intercept \
             else np.zeros(n_users)
     ok &= np.isfinite(heads).all(axis=1) & np.isfinite(intercepts)

@@ -25,7 +25,8 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin
+from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin,
+                    linear_predictions)
 from ..privacy import BudgetPlan
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
@@ -314,6 +315,18 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     0.
 
     Floating-point noise is not hardened against floating-point side channels.
+
+    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
+    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
+    value is rejected by ``validate_data`` with a ``ValueError`` before any
+    computation: a documented rule, not a numeric accident. Every finite
+    value is accepted, however large or small, and handled without a warning
+    or an exception that depends on it, whatever the caller's
+    ``np.errstate`` or warnings filters (every entry point runs under
+    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
+    ``X`` give finite values (an intermediate that overflows is re-evaluated
+    on the row divided by its largest entry) or ``predict`` raises a
+    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
 
     References
     ----------
@@ -660,7 +673,19 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         -------
         y_pred : ndarray of shape (n_samples,)
             Predictions.
+
+        Raises
+        ------
+        ValueError
+            If a prediction exceeds the float64 range (about 1.8e308) for
+            finite ``X``; the error names the rows. Products that overflow
+            only in an intermediate are re-evaluated on the row divided by its
+            largest entry (:func:`skdpp.base.linear_predictions`).
         """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         codes = self._user_codes(groups, X.shape[0])
@@ -670,7 +695,17 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             c = codes[known]
             pred[known] += np.einsum("ij,ij->i", X[known], self.offsets_[c])
             pred[known] += self.intercept_offsets_[c]
-        return pred
+
+        def linear_parts(rows):
+            c = codes[rows]
+            k = c >= 0
+            A = np.tile(np.asarray(self.coef_, dtype=np.float64), (rows.shape[0], 1))
+            A[k] += self.offsets_[c[k]]
+            b = np.full(rows.shape[0], float(self.intercept_))
+            b[k] += self.intercept_offsets_[c[k]]
+            return A[:, None, :], b[:, None]
+
+        return linear_predictions(X, pred, linear_parts)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, FitResult
+from ..base import BasePersonalizedEstimator, FitResult, linear_predictions
 from ..privacy import BudgetPlan
 from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
@@ -884,7 +884,20 @@ class _RepresentationMixin:
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            If a prediction exceeds the float64 range (about 1.8e308) for
+            finite ``X``; the error names the rows. Products that overflow
+            only in an intermediate (``x^T U``) are re-evaluated on the row
+            divided by its largest entry
+            (:func:`skdpp.base.linear_predictions`).
         """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         codes = self._user_codes(groups, X.shape[0])
@@ -893,7 +906,9 @@ class _RepresentationMixin:
         H[known] = self.heads_[codes[known]]
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
-        return np.einsum("ij,ij->i", X @ self.components_, H) + b
+        pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
+        return linear_predictions(
+            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None]))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
