@@ -663,7 +663,7 @@ def _inside(function_name):
 
 
 def selection_leak_probability(fit, is_unique, *, selector="select_partitions",
-                               unique_max=1.0, span=60.0, tol=1e-7):
+                               unique_max=1.0, span=60.0, tol=1e-6):
     """Exact probability that a candidate held only by the replaced user is published.
 
     A private partition selection adds independent Gaussian noise of std
