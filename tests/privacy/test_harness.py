@@ -217,8 +217,8 @@ def test_replacement_catalogue_values():
     assert np.all(np.abs(cases["rows_5e-324"][0][mine]) == 5e-324)
     big = cases["rows_max_over_sqrt_d"][0][mine]
     assert np.all(np.isfinite(big))
-    np.testing.assert_allclose(np.linalg.norm(big / 1e200, axis=1) * 1e200,
-                               np.finfo(float).max, rtol=1e-12)
+    fmax = np.finfo(float).max
+    np.testing.assert_allclose(np.linalg.norm(big / 1e200, axis=1), fmax / 1e200, rtol=1e-12)
     assert np.all(cases["targets_+1e305"][1][mine] == 1e305)
     assert np.linalg.matrix_rank(cases["rank_deficient_rows"][0][-5:]) == 1
 
