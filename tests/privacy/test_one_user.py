@@ -158,9 +158,104 @@ def _xfail(defect, branch, what):
                              f"{branch}", strict=True)
 
 
-# Measured on branch `harness` (see the report). Keys: (estimator, config,
-# entry, errstate) with None as a wildcard.
-KNOWN = {}
+QUIET = _xfail(6, "quiet", "quiet numerics on every entry point: predict / score / "
+               "decision_function / personalize / Dask tasks warn, or raise under the "
+               "caller's np.errstate(all='raise'), on one user's extreme values")
+SEARCH_WARNINGS = _xfail(3, "search", "the search replays its trials' data-dependent warnings")
+SEARCH_SEED = _xfail(2, "search", "the selected trial's RandomState stays in the released "
+                     "estimator's params")
+DIST = _xfail(4, "dist", "fit_distributed raises on partition-dependent item codes where fit "
+              "succeeds")
+LABEL_DTYPE = _xfail(7, "quiet", "label domain; found by this suite: one user's labels given "
+                     "as integral floats turn y float for everyone, and every other user's "
+                     "personal heads change (by ~4e-13 with personal_rows='all', entirely "
+                     "with 'holdout'); if the domain rule on branch quiet does not settle "
+                     "it, it stays a strict xfail and is open")
+
+# Measured on branch `harness` (each key: estimator, config, entry, errstate;
+# run `pytest tests/privacy/test_one_user.py` after merging and drop the marks
+# that XPASS).
+KNOWN = {
+    ('fedrep', 'default', 'rows_1e308', None): QUIET,
+    ('fedrep', 'default', 'rows_1e308', 'raise'): QUIET,
+    ('fedrep', 'default', 'rows_max_over_sqrt_d', None): QUIET,
+    ('fedrep', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
+    ('fedrep', 'default', 'rows_5e-324', 'raise'): QUIET,
+    ('fedrep', 'default', 'targets_+1e305', None): QUIET,
+    ('fedrep', 'default', 'targets_+1e305', 'raise'): QUIET,
+    ('fedrep', 'default', 'targets_-1e305', None): QUIET,
+    ('fedrep', 'default', 'targets_-1e305', 'raise'): QUIET,
+    ('fedrep', 'disjoint_holdout', 'rows_1e308', None): QUIET,
+    ('fedrep', 'disjoint_holdout', 'rows_max_over_sqrt_d', None): QUIET,
+    ('fedrep', 'disjoint_holdout', 'targets_+1e305', None): QUIET,
+    ('fedrep', 'disjoint_holdout', 'targets_-1e305', None): QUIET,
+    ('fedrep', 'pairwise_fixed_clips', 'rows_1e308', None): QUIET,
+    ('fedrep', 'pairwise_fixed_clips', 'rows_max_over_sqrt_d', None): QUIET,
+    ('fedrep', 'pairwise_fixed_clips', 'targets_+1e305', None): QUIET,
+    ('fedrep', 'pairwise_fixed_clips', 'targets_-1e305', None): QUIET,
+    ('altmin', 'default', 'rows_1e308', None): QUIET,
+    ('altmin', 'default', 'rows_1e308', 'raise'): QUIET,
+    ('altmin', 'default', 'rows_max_over_sqrt_d', None): QUIET,
+    ('altmin', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
+    ('altmin', 'default', 'rows_5e-324', 'raise'): QUIET,
+    ('altmin', 'default', 'targets_+1e305', None): QUIET,
+    ('altmin', 'default', 'targets_+1e305', 'raise'): QUIET,
+    ('altmin', 'default', 'targets_-1e305', None): QUIET,
+    ('altmin', 'default', 'targets_-1e305', 'raise'): QUIET,
+    ('altmin', 'disjoint_holdout', 'rows_1e308', None): QUIET,
+    ('altmin', 'disjoint_holdout', 'rows_max_over_sqrt_d', None): QUIET,
+    ('altmin', 'disjoint_holdout', 'targets_+1e305', None): QUIET,
+    ('altmin', 'disjoint_holdout', 'targets_-1e305', None): QUIET,
+    ('altmin', 'pairwise_fixed_clips', 'rows_1e308', None): QUIET,
+    ('altmin', 'pairwise_fixed_clips', 'rows_max_over_sqrt_d', None): QUIET,
+    ('altmin', 'pairwise_fixed_clips', 'targets_+1e305', None): QUIET,
+    ('altmin', 'pairwise_fixed_clips', 'targets_-1e305', None): QUIET,
+    ('ppsgd', 'default', 'rows_1e308', None): QUIET,
+    ('ppsgd', 'default', 'rows_1e308', 'raise'): QUIET,
+    ('ppsgd', 'default', 'rows_max_over_sqrt_d', None): QUIET,
+    ('ppsgd', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
+    ('ppsgd', 'default', 'rows_5e-324', 'raise'): QUIET,
+    ('ppsgd', 'default', 'targets_+1e305', None): QUIET,
+    ('ppsgd', 'default', 'targets_+1e305', 'raise'): QUIET,
+    ('ppsgd', 'default', 'targets_-1e305', None): QUIET,
+    ('ppsgd', 'default', 'targets_-1e305', 'raise'): QUIET,
+    ('ppsgd', 'sample_weighted_averaged', 'rows_1e308', None): QUIET,
+    ('ppsgd', 'sample_weighted_averaged', 'rows_max_over_sqrt_d', None): QUIET,
+    ('ppsgd', 'sample_weighted_averaged', 'targets_+1e305', None): QUIET,
+    ('ppsgd', 'sample_weighted_averaged', 'targets_-1e305', None): QUIET,
+    ('ppsgd', 'no_intercept_fixed_clip', 'rows_1e308', None): QUIET,
+    ('ppsgd', 'no_intercept_fixed_clip', 'rows_max_over_sqrt_d', None): QUIET,
+    ('ppsgd', 'no_intercept_fixed_clip', 'targets_+1e305', None): QUIET,
+    ('ppsgd', 'no_intercept_fixed_clip', 'targets_-1e305', None): QUIET,
+    ('mf', 'default', 'ratings_+1e305', None): QUIET,
+    ('mf', 'default', 'ratings_+1e305', 'raise'): QUIET,
+    ('mf', 'default', 'ratings_-1e305', None): QUIET,
+    ('mf', 'default', 'ratings_-1e305', 'raise'): QUIET,
+    ('mf', 'public_catalogue_sgd', 'ratings_+1e305', None): QUIET,
+    ('mf', 'public_catalogue_sgd', 'ratings_-1e305', None): QUIET,
+    ('mf', 'uniform_no_biases', 'ratings_+1e305', None): QUIET,
+    ('mf', 'uniform_no_biases', 'ratings_-1e305', None): QUIET,
+    ('jl', 'default', 'rows_1e308', None): QUIET,
+    ('jl', 'default', 'rows_1e308', 'raise'): QUIET,
+    ('jl', 'default', 'integral_float_labels', None): LABEL_DTYPE,
+    ('jl', 'default', 'integral_float_labels', 'raise'): LABEL_DTYPE,
+    ('jl', 'public_classes_random', 'rows_1e308', None): QUIET,
+    ('jl', 'public_classes_random', 'integral_float_labels', None): LABEL_DTYPE,
+    ('jl', 'no_intercept_fixed_clip', 'rows_1e308', None): QUIET,
+    ('jl', 'no_intercept_fixed_clip', 'integral_float_labels', None): LABEL_DTYPE,
+    ('fedrep', "search", 'rows_1e308', None): SEARCH_WARNINGS,
+    ('altmin', "search", 'rows_1e308', None): SEARCH_WARNINGS,
+    ('ppsgd', "search", 'rows_1e308', None): SEARCH_WARNINGS,
+    ('jl', "search", 'rows_1e308', None): SEARCH_WARNINGS,
+    ('fedrep', "search", "seed", None): SEARCH_SEED,
+    ('altmin', "search", "seed", None): SEARCH_SEED,
+    ('ppsgd', "search", "seed", None): SEARCH_SEED,
+    ('mf', "search", "seed", None): SEARCH_SEED,
+    ('jl', "search", "seed", None): SEARCH_SEED,
+    ('fedrep', "distributed", 'rows_1e308', None): QUIET,
+    ('mf', "distributed", 'outside_catalogue', None): DIST,
+    ('mf', "distributed", 'unique_items', None): DIST,
+}
 
 
 def _marks(*key):
