@@ -608,7 +608,10 @@ def test_broken_whole_stack_fallback_is_caught(monkeypatch):
     # whole stack by least squares (the pattern of defect 5).
     from skdpp.linear_model import _heads
 
+    calls = []
+
     def whole_stack(M, r):
+        calls.append(len(M))
         with np.errstate(all="ignore"):
             ok = np.isfinite(M).all() and np.isfinite(r).all() and \
                 np.max(np.linalg.cond(M)) < 1e8
@@ -625,18 +628,25 @@ def test_broken_whole_stack_fallback_is_caught(monkeypatch):
     X2[mine] = np.outer(np.arange(1, 9), X[mine][0])  # rank one: an ill-conditioned system
     with pytest.raises(AssertionError, match="joint DP broken"):
         check_one_user(lambda: _make("ppsgd", "default"), (X, y, g), (X2, y2, g))
+    assert calls, "the broken solver was never called: patch the solver personalize uses"
 
 
 def test_broken_unguarded_numerics_are_caught(monkeypatch):
-    # Broken: no quiet numerics (every floating-point condition warns).
-    import skdpp.base
+    # Broken: predict divides by each row's smallest entry outside any guard
+    # (a zero row warns "divide by zero"; under errstate raise, it raises).
+    real = PrivateFedRepRegressor.predict
 
-    monkeypatch.setattr(skdpp.base, "FIT_ERRSTATE",
-                        {"divide": "warn", "over": "warn", "invalid": "warn", "under": "ignore"})
+    def unguarded(self, X, groups=None):
+        np.divide(1.0, np.min(np.abs(X), axis=1))
+        return real(self, X, groups=groups)
+
+    monkeypatch.setattr(PrivateFedRepRegressor, "predict", unguarded)
     data = _data("fedrep")
-    neighbour = _neighbours("fedrep")["rows_1e308"]
-    with pytest.raises(AssertionError, match="differ|raised"):
+    neighbour = _neighbours("fedrep")["zeros"]
+    with pytest.raises(AssertionError, match="warnings differ"):
         check_one_user(lambda: _make("fedrep", "default"), data, neighbour)
+    with pytest.raises(AssertionError, match="FloatingPointError"):
+        check_one_user(lambda: _make("fedrep", "default"), data, neighbour, errstate=RAISE)
 
 
 def test_broken_understated_sensitivity_is_caught(monkeypatch):
