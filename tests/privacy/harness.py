@@ -290,8 +290,8 @@ def adversarial_neighbours(X, y, groups, user, *, scale=1e6, n_rows=10_000, seed
 CATALOGUE = {
     "regression": (
         "rows_1e308", "rows_max_over_sqrt_d", "rows_1e-300", "rows_5e-324",
-        "targets_+1e305", "targets_-1e305", "single_row", "duplicate_rows",
-        "all_equal_rows", "rank_deficient_rows", "zeros", "huge"),
+        "targets_+1e305", "targets_-1e305", "tiny_rows_huge_targets", "single_row",
+        "duplicate_rows", "all_equal_rows", "rank_deficient_rows", "zeros", "huge"),
     "classification": (
         "rows_1e308", "rows_max_over_sqrt_d", "rows_1e-300", "rows_5e-324",
         "single_row", "duplicate_rows", "all_equal_rows", "rank_deficient_rows",
@@ -392,6 +392,9 @@ def replacement_catalogue(X, y, groups, user, *, kind="regression", catalogue=No
         if regression:
             out["targets_+1e305"] = (uX, np.full(n, 1e305))
             out["targets_-1e305"] = (uX, np.full(n, -1e305))
+            # issue 19, defect 5: a degenerate system whose solve overflows
+            # (Gram ~1e-300, moments ~1e155) while its inverse is finite
+            out["tiny_rows_huge_targets"] = (uX * 1e-150, np.full(n, 1e305))
         out["single_row"] = (uX[:1], uy[:1])
         out["duplicate_rows"] = (np.repeat(uX[:1], 50, axis=0), np.repeat(uy[:1], 50))
         out["all_equal_rows"] = (np.full(uX.shape, 2.5),
