@@ -104,11 +104,11 @@ MUTATIONS = [
      "keyed per-row randomness replaced by a global stream"),
 ]
 
-TESTS = [
+TESTS = [  # run whole
     "tests/privacy/test_attained_sensitivity.py",
     "tests/privacy/test_budget_plans.py",
-    "tests/privacy/test_one_user.py",
 ]
+ONE_USER = "tests/privacy/test_one_user.py"  # run with the selection below
 # the fast, privacy-critical part of the one-user suite (no cluster, no search)
 SELECT = ("delta or broken or seed or (entry_points and default and "
           "(huge or single_row or zeros or duplicate or one_class or rank_deficient) "
@@ -126,13 +126,18 @@ def _copy(dst):
 
 def _run(workdir, tests):
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-           "-m", "not slow", "-k", SELECT, *tests]
+    base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            "-m", "not slow"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
-    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
-    return proc.returncode, lines[:1], summary, time.perf_counter() - start
+    summaries = []
+    for cmd in (base + list(tests), base + ["-k", SELECT, ONE_USER]):
+        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
+        out = proc.stdout.strip()
+        summaries.append(out.splitlines()[-1] if out else proc.stderr[-300:])
+        if proc.returncode != 0:
+            return proc.returncode, lines[:1], summaries[-1], time.perf_counter() - start
+    return 0, [], "; ".join(summaries), time.perf_counter() - start
 
 
 def main(argv=None):
@@ -178,7 +183,8 @@ def main(argv=None):
         f"`python benchmarks/mutation_check.py` ({time.strftime('%Y-%m-%d')}): "
         f"{killed} of {applied} applied mutations killed.",
         "",
-        f"Tests run per mutation: {', '.join(args.tests)} with `-m 'not slow' -k \"{SELECT}\"`.",
+        f"Tests run per mutation (`-x -m 'not slow'`): {', '.join(args.tests)}; then "
+        f"{ONE_USER} with `-k \"{SELECT}\"`.",
         "",
         "| mutation | what it breaks | result | first failing test / summary | s |",
         "|---|---|---|---|---|",
