@@ -433,18 +433,35 @@ def test_personalize_other_users_bit_identical(name, config):
 # data-independent rule before any computation, or handled
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("config", list(ESTIMATORS["jl"][2]))
-def test_float_labels_are_rejected_before_any_release_or_handled(config):
+def test_float_labels_are_rejected_before_any_release_or_handled(config, monkeypatch):
+    from skdpp.privacy import mechanisms
+
     X, y, g = _data("jl")
     _, X2, y2, g2 = next(n for n in replacement_catalogue(X, y, g, USER, kind="classification")
                          if n[0] == "float_labels")
-    est = _make("jl", config)
-    got = observables(lambda: record_releases(lambda: est.fit(X2, y2, groups=g2)))
+    made = []
+    real_add, real_sample = mechanisms._add_noise, mechanisms._sample_index
+
+    def add_noise(*args, **kwargs):
+        made.append("release")
+        return real_add(*args, **kwargs)
+
+    def sample_index(*args, **kwargs):
+        made.append("release")
+        return real_sample(*args, **kwargs)
+
+    monkeypatch.setattr(mechanisms, "_add_noise", add_noise)
+    monkeypatch.setattr(mechanisms, "_sample_index", sample_index)
+    got = observables(lambda: _make("jl", config).fit(X2, y2, groups=g2))
+    monkeypatch.undo()
     if got["error"] is None:  # handled: then nothing may tell the two apart
         check_one_user(lambda: _make("jl", config), (X, y, g), (X2, y2, g2))
         return
+    # rejected: by the documented domain rule, before any computation
     kind, message = got["error"]
     assert kind == "ValueError", got["error"]
     assert "label" in message.lower() or "class" in message.lower(), message
+    assert not made, f"{len(made)} release(s) were made before the out-of-domain label raised"
 
 
 # --------------------------------------------------------------------------- #
