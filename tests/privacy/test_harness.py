@@ -171,3 +171,121 @@ def test_same_observables_passes_for_the_toy_and_catches_a_data_dependent_warnin
 
     with pytest.raises(AssertionError, match="warnings differ"):
         assert_same_observables(leaky_fit_on, (X, y, groups), (X2, y2, g2))
+
+
+# --------------------------------------------------------------------------- #
+# (d) the one-user catalogue and checks
+# --------------------------------------------------------------------------- #
+from tests.privacy.harness import (  # noqa: E402
+    CATALOGUE,
+    WIDE,
+    assert_other_users_identical,
+    replacement_catalogue,
+    selection_leak_probability,
+)
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification", "mf"])
+def test_replacement_catalogue_replaces_only_the_user(kind):
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(10), 4)
+    if kind == "mf":
+        X = rng.integers(0, 6, size=(40, 1))
+        y = rng.normal(size=40)
+    else:
+        X = rng.normal(size=(40, 3))
+        y = rng.normal(size=40) if kind == "regression" else rng.integers(0, 3, 40)
+    copies = X.copy(), y.copy(), g.copy()
+    out = list(replacement_catalogue(X, y, g, 4, kind=kind, catalogue=np.arange(6)))
+    assert [name for name, *_ in out] == list(CATALOGUE[kind])
+    for name, X2, y2, g2 in out:
+        keep = g != 4
+        np.testing.assert_array_equal(X2[:keep.sum()], X[keep], err_msg=name)
+        np.testing.assert_array_equal(y2[:keep.sum()], y[keep], err_msg=name)
+        assert np.all(g2[keep.sum():] == 4) and np.sum(g2 == 4) >= 1, name
+        assert X2.shape[1] == X.shape[1], name
+    for a, b in zip((X, y, g), copies):
+        np.testing.assert_array_equal(a, b)
+    wide = [n for n, *_ in replacement_catalogue(X, y, g, 4, kind=kind, wide=True)]
+    assert wide[-1] == WIDE[kind][0]
+
+
+def test_replacement_catalogue_values():
+    X, y, g = _data(n_users=5, rows=4)
+    cases = {n: (X2, y2) for n, X2, y2, _ in replacement_catalogue(X, y, g, 2)}
+    mine = slice(-4, None)
+    assert np.all(np.abs(cases["rows_5e-324"][0][mine]) == 5e-324)
+    big = cases["rows_max_over_sqrt_d"][0][mine]
+    assert np.all(np.isfinite(big))
+    fmax = np.finfo(float).max
+    np.testing.assert_allclose(np.linalg.norm(big / 1e200, axis=1), fmax / 1e200, rtol=1e-12)
+    assert np.all(cases["targets_+1e305"][1][mine] == 1e305)
+    assert np.linalg.matrix_rank(cases["rank_deficient_rows"][0][-5:]) == 1
+
+
+def _selection_fit(counts, max_partitions, delta_t=2.5e-7):
+    """A fit that only selects partitions: ids 0.. of ``counts``, published ones returned."""
+    from skdpp.privacy import BudgetPlan, Releaser
+
+    def fit():
+        plan = BudgetPlan(epsilon=1.0, delta=1e-6)
+        plan.add("counts", share=0.5, threshold_delta=delta_t)
+        plan.add_rest("other")
+        release = Releaser(plan, np.random.default_rng(0))
+        keep, _ = release.select_partitions("counts", np.asarray(counts, float),
+                                            sensitivity=np.sqrt(2 * max_partitions),
+                                            max_contribution=1.0,
+                                            max_partitions=max_partitions)
+        return np.flatnonzero(keep)
+    return fit
+
+
+def test_selection_leak_probability_is_exact():
+    # Two candidates of the replaced user (count 1), cap 2: each published with
+    # probability delta_t / 2 exactly, so P(any) = 1 - (1 - delta_t / 2)^2.
+    counts = [5000.0, 1.0, 1.0]
+    p, info = selection_leak_probability(_selection_fit(counts, 2),
+                                         lambda ids: np.asarray(ids) >= 1)
+    assert len(info["margins"]) == 2
+    np.testing.assert_allclose(p, 1 - (1 - 2.5e-7 / 2) ** 2, rtol=1e-4)
+
+
+def test_selection_leak_probability_catches_uncapped_candidates():
+    # Broken: the user creates 4 candidates while the threshold assumes 2.
+    counts = [5000.0, 1.0, 1.0, 1.0, 1.0]
+    p, _ = selection_leak_probability(_selection_fit(counts, 2),
+                                      lambda ids: np.asarray(ids) >= 1)
+    assert p > 1.9 * 2.5e-7
+
+
+class _Parts:
+    _personal_attributes = ("heads_",)
+
+    def __init__(self, heads):
+        self.user_ids_ = np.arange(len(heads))
+        self.heads_ = np.asarray(heads, dtype=float)
+
+
+def test_other_users_identical_catches_a_last_bit_change():
+    a = _Parts([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    b = _Parts([[1.0, 2.0], [9.0, 9.0], [5.0, 6.0]])
+    assert_other_users_identical(a, b, user=1)  # only user 1 changed
+    c = _Parts([[1.0, np.nextafter(2.0, 3.0)], [9.0, 9.0], [5.0, 6.0]])
+    with pytest.raises(AssertionError, match="joint DP broken"):
+        assert_other_users_identical(a, c, user=1)
+
+
+def test_observables_under_errstate_raise_record_the_exception():
+    from tests.privacy.harness import compare_observables, observables
+
+    def divide(x):
+        return lambda: np.float64(1.0) / np.float64(x)
+
+    ok = observables(divide(2.0), errstate={"all": "raise"})
+    bad = observables(divide(0.0), errstate={"all": "raise"})
+    assert ok["error"] is None and bad["error"][0] == "FloatingPointError"
+    with pytest.raises(AssertionError, match="whether it succeeds"):
+        compare_observables(ok, bad)
+    warned = observables(divide(0.0))
+    with pytest.raises(AssertionError, match="warnings differ"):
+        compare_observables(observables(divide(2.0)), warned)
