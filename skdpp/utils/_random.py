@@ -402,7 +402,9 @@ def row_hashes(*columns):
     Returns
     -------
     hashes : ndarray of shape (n,), dtype uint64
-        Equal rows get equal hashes; ``-0.0`` hashes like ``0.0``.
+        Equal rows get equal hashes; ``-0.0`` hashes like ``0.0``; a value
+        hashes the same whatever its numeric dtype (``1``, ``True``, ``1.0``
+        and ``np.float32(1)`` are one value).
 
     Notes
     -----
@@ -410,7 +412,16 @@ def row_hashes(*columns):
     ``2**64`` with fixed odd multipliers (one integer matrix-vector product
     per chunk of rows: exact, so equal rows always hash equally), then mixed
     by SplitMix64. Distinct rows collide with probability about ``2**-64``;
-    a collision only affects the order of two rows of the same user. One pass
+    a collision only affects the order of two rows of the same user.
+
+    Every entry is hashed as its float64 value, never by its dtype's bit
+    pattern: the dtype of ``X`` or ``y`` is a property of the whole array,
+    which one user can change (a single rating of 3.5 makes integer ratings
+    float), and a dtype-dependent hash would then reorder every user's rows
+    and move every keyed split, hence every release and every other user's
+    personal part (DESIGN section 7). Integers beyond ``2**53`` that round
+    to the same float hash alike (their rows' order within a user is then
+    the input order). One pass
     over the data, in chunks of rows (temporaries ``O(chunk * p)``).
     """
     cols = []
@@ -443,9 +454,7 @@ def row_hashes(*columns):
                 part = c[start:stop]
                 if buf is not None:
                     words = np.add(part, 0.0, out=buf[:stop - start]).view(np.int64)
-                elif part.dtype.kind == "f":
+                else:  # every value hashed as its float64: the dtype plays no part
                     words = (part.astype(np.float64) + 0.0).view(np.int64)
-                else:
-                    words = part.astype(np.int64)
                 out[start:stop] += words @ m  # exact modulo 2**64
     return _mix(out.view(_U64))

@@ -21,10 +21,6 @@ releases (so both follow the same transcript):
 Each check is shown to fail on a broken variant (the ``test_broken_*`` tests):
 a whole-stack fallback, an unguarded numeric block, an uncapped candidate set,
 a seed left on the object, an understated sensitivity.
-
-Cases that fail on this branch because the defect's fix lives on another
-branch are ``xfail(strict=True)`` with the defect number (issue 19) and
-branch: once merged they XPASS, which fails, and the mark must go.
 """
 
 import copy
@@ -151,142 +147,6 @@ def _neighbours(name, *, wide=False):
         wide=wide)}
 
 
-# --------------------------------------------------------------------------- #
-# Known failures on this branch (fixed on the other branches of issue 19)
-# --------------------------------------------------------------------------- #
-def _xfail(defect, branch, what):
-    return pytest.mark.xfail(reason=f"defect {defect} of issue 19 ({what}), fixed on branch "
-                             f"{branch}", strict=True)
-
-
-QUIET = _xfail(6, "quiet", "quiet numerics on every entry point: predict / score / "
-               "decision_function / personalize / Dask tasks warn, or raise under the "
-               "caller's np.errstate(all='raise'), on one user's extreme values")
-SEARCH_WARNINGS = _xfail(3, "search", "the search replays its trials' data-dependent warnings")
-SEARCH_SEED = _xfail(2, "search", "the selected trial's RandomState stays in the released "
-                     "estimator's params")
-QUIET_SOLVES = pytest.mark.xfail(
-    reason="defects 5 and 6 of issue 19 (PPSGD's whole-stack fallback in personal_refit, "
-    "fixed on branch solves; score warns, fixed on branch quiet)", strict=True)
-SOLVES = _xfail(5, "solves", "a whole-stack fallback: one degenerate user changes every other "
-                "user's personal part")
-DIST = _xfail(4, "dist", "fit_distributed raises on partition-dependent item codes where fit "
-              "succeeds")
-LABEL_DTYPE = _xfail(7, "quiet", "label domain; found by this suite: one user's labels given "
-                     "as integral floats turn y float for everyone, and every other user's "
-                     "personal heads change (by ~4e-13 with personal_rows='all', entirely "
-                     "with 'holdout'); if the domain rule on branch quiet does not settle "
-                     "it, it stays a strict xfail and is open")
-
-# Measured on branch `harness` (each key: estimator, config, entry, errstate;
-# run `pytest tests/privacy/test_one_user.py` after merging and drop the marks
-# that XPASS).
-KNOWN = {
-    ('fedrep', 'default', 'tiny_rows_huge_targets', None): QUIET,
-    ('fedrep', 'default', 'tiny_rows_huge_targets', 'raise'): QUIET,
-    ('fedrep', 'disjoint_holdout', 'tiny_rows_huge_targets', None): QUIET,
-    ('fedrep', 'pairwise_fixed_clips', 'tiny_rows_huge_targets', None): QUIET,
-    ('altmin', 'default', 'tiny_rows_huge_targets', None): QUIET,
-    ('altmin', 'default', 'tiny_rows_huge_targets', 'raise'): QUIET,
-    ('altmin', 'disjoint_holdout', 'tiny_rows_huge_targets', None): QUIET,
-    ('altmin', 'pairwise_fixed_clips', 'tiny_rows_huge_targets', None): QUIET,
-    ('ppsgd', 'default', 'tiny_rows_huge_targets', None): QUIET_SOLVES,
-    ('ppsgd', 'default', 'tiny_rows_huge_targets', 'raise'): QUIET_SOLVES,
-    ('ppsgd', 'sample_weighted_averaged', 'tiny_rows_huge_targets', None): QUIET_SOLVES,
-    ('ppsgd', 'no_intercept_fixed_clip', 'tiny_rows_huge_targets', None): QUIET_SOLVES,
-    ('ppsgd', 'default', 'personalize', None): SOLVES,
-    ('ppsgd', 'sample_weighted_averaged', 'personalize', None): SOLVES,
-    ('ppsgd', 'no_intercept_fixed_clip', 'personalize', None): SOLVES,
-    ('fedrep', 'default', 'rows_1e308', None): QUIET,
-    ('fedrep', 'default', 'rows_1e308', 'raise'): QUIET,
-    ('fedrep', 'default', 'rows_max_over_sqrt_d', None): QUIET,
-    ('fedrep', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
-    ('fedrep', 'default', 'rows_5e-324', 'raise'): QUIET,
-    ('fedrep', 'default', 'targets_+1e305', None): QUIET,
-    ('fedrep', 'default', 'targets_+1e305', 'raise'): QUIET,
-    ('fedrep', 'default', 'targets_-1e305', None): QUIET,
-    ('fedrep', 'default', 'targets_-1e305', 'raise'): QUIET,
-    ('fedrep', 'disjoint_holdout', 'rows_1e308', None): QUIET,
-    ('fedrep', 'disjoint_holdout', 'rows_max_over_sqrt_d', None): QUIET,
-    ('fedrep', 'disjoint_holdout', 'targets_+1e305', None): QUIET,
-    ('fedrep', 'disjoint_holdout', 'targets_-1e305', None): QUIET,
-    ('fedrep', 'pairwise_fixed_clips', 'rows_1e308', None): QUIET,
-    ('fedrep', 'pairwise_fixed_clips', 'rows_max_over_sqrt_d', None): QUIET,
-    ('fedrep', 'pairwise_fixed_clips', 'targets_+1e305', None): QUIET,
-    ('fedrep', 'pairwise_fixed_clips', 'targets_-1e305', None): QUIET,
-    ('altmin', 'default', 'rows_1e308', None): QUIET,
-    ('altmin', 'default', 'rows_1e308', 'raise'): QUIET,
-    ('altmin', 'default', 'rows_max_over_sqrt_d', None): QUIET,
-    ('altmin', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
-    ('altmin', 'default', 'rows_5e-324', 'raise'): QUIET,
-    ('altmin', 'default', 'targets_+1e305', None): QUIET,
-    ('altmin', 'default', 'targets_+1e305', 'raise'): QUIET,
-    ('altmin', 'default', 'targets_-1e305', None): QUIET,
-    ('altmin', 'default', 'targets_-1e305', 'raise'): QUIET,
-    ('altmin', 'disjoint_holdout', 'rows_1e308', None): QUIET,
-    ('altmin', 'disjoint_holdout', 'rows_max_over_sqrt_d', None): QUIET,
-    ('altmin', 'disjoint_holdout', 'targets_+1e305', None): QUIET,
-    ('altmin', 'disjoint_holdout', 'targets_-1e305', None): QUIET,
-    ('altmin', 'pairwise_fixed_clips', 'rows_1e308', None): QUIET,
-    ('altmin', 'pairwise_fixed_clips', 'rows_max_over_sqrt_d', None): QUIET,
-    ('altmin', 'pairwise_fixed_clips', 'targets_+1e305', None): QUIET,
-    ('altmin', 'pairwise_fixed_clips', 'targets_-1e305', None): QUIET,
-    ('ppsgd', 'default', 'rows_1e308', None): QUIET,
-    ('ppsgd', 'default', 'rows_1e308', 'raise'): QUIET,
-    ('ppsgd', 'default', 'rows_max_over_sqrt_d', None): QUIET,
-    ('ppsgd', 'default', 'rows_max_over_sqrt_d', 'raise'): QUIET,
-    ('ppsgd', 'default', 'rows_5e-324', 'raise'): QUIET,
-    ('ppsgd', 'default', 'targets_+1e305', None): QUIET,
-    ('ppsgd', 'default', 'targets_+1e305', 'raise'): QUIET,
-    ('ppsgd', 'default', 'targets_-1e305', None): QUIET,
-    ('ppsgd', 'default', 'targets_-1e305', 'raise'): QUIET,
-    ('ppsgd', 'sample_weighted_averaged', 'rows_1e308', None): QUIET,
-    ('ppsgd', 'sample_weighted_averaged', 'rows_max_over_sqrt_d', None): QUIET,
-    ('ppsgd', 'sample_weighted_averaged', 'targets_+1e305', None): QUIET,
-    ('ppsgd', 'sample_weighted_averaged', 'targets_-1e305', None): QUIET,
-    ('ppsgd', 'no_intercept_fixed_clip', 'rows_1e308', None): QUIET,
-    ('ppsgd', 'no_intercept_fixed_clip', 'rows_max_over_sqrt_d', None): QUIET,
-    ('ppsgd', 'no_intercept_fixed_clip', 'targets_+1e305', None): QUIET,
-    ('ppsgd', 'no_intercept_fixed_clip', 'targets_-1e305', None): QUIET,
-    ('mf', 'default', 'ratings_+1e305', None): QUIET,
-    ('mf', 'default', 'ratings_+1e305', 'raise'): QUIET,
-    ('mf', 'default', 'ratings_-1e305', None): QUIET,
-    ('mf', 'default', 'ratings_-1e305', 'raise'): QUIET,
-    ('mf', 'public_catalogue_sgd', 'ratings_+1e305', None): QUIET,
-    ('mf', 'public_catalogue_sgd', 'ratings_-1e305', None): QUIET,
-    ('mf', 'uniform_no_biases', 'ratings_+1e305', None): QUIET,
-    ('mf', 'uniform_no_biases', 'ratings_-1e305', None): QUIET,
-    ('jl', 'default', 'rows_1e308', None): QUIET,
-    ('jl', 'default', 'rows_1e308', 'raise'): QUIET,
-    ('jl', 'default', 'integral_float_labels', None): LABEL_DTYPE,
-    ('jl', 'default', 'integral_float_labels', 'raise'): LABEL_DTYPE,
-    ('jl', 'public_classes_random', 'rows_1e308', None): QUIET,
-    ('jl', 'public_classes_random', 'integral_float_labels', None): LABEL_DTYPE,
-    ('jl', 'no_intercept_fixed_clip', 'rows_1e308', None): QUIET,
-    ('jl', 'no_intercept_fixed_clip', 'integral_float_labels', None): LABEL_DTYPE,
-    ('fedrep', "search", 'rows_1e308', None): SEARCH_WARNINGS,
-    ('altmin', "search", 'rows_1e308', None): SEARCH_WARNINGS,
-    ('ppsgd', "search", 'rows_1e308', None): SEARCH_WARNINGS,
-    ('jl', "search", 'rows_1e308', None): SEARCH_WARNINGS,
-    ('fedrep', "search", "seed", None): SEARCH_SEED,
-    ('altmin', "search", "seed", None): SEARCH_SEED,
-    ('ppsgd', "search", "seed", None): SEARCH_SEED,
-    ('mf', "search", "seed", None): SEARCH_SEED,
-    ('jl', "search", "seed", None): SEARCH_SEED,
-    ('fedrep', "distributed", 'rows_1e308', None): QUIET,
-    ('mf', "distributed", 'outside_catalogue', None): DIST,
-    ('mf', "distributed", 'unique_items', None): DIST,
-}
-
-
-def _marks(*key):
-    marks = []
-    for pattern, mark in KNOWN.items():
-        if all(p is None or p == k for p, k in zip(pattern, key)):
-            marks.append(mark)
-    return marks[:1]
-
-
 def _fit_cases():
     cases = []
     for name, (_, kind, configs) in ESTIMATORS.items():
@@ -295,8 +155,7 @@ def _fit_cases():
             for entry in entries:
                 for errstate in ((None, "raise") if config == "default" else (None,)):
                     key = (name, config, entry, errstate)
-                    cases.append(pytest.param(*key, id="-".join(map(str, key)),
-                                              marks=_marks(*key)))
+                    cases.append(pytest.param(*key, id="-".join(map(str, key))))
     return cases
 
 
@@ -401,8 +260,7 @@ def _personalize_cases():
     cases = []
     for name, (_, kind, configs) in ESTIMATORS.items():
         for config in configs:
-            cases.append(pytest.param(name, config, id=f"{name}-{config}",
-                                      marks=_marks(name, config, "personalize", None)))
+            cases.append(pytest.param(name, config, id=f"{name}-{config}"))
     return cases
 
 
@@ -497,7 +355,7 @@ def _search_cases():
     for name, (_, kind, _) in ESTIMATORS.items():
         for entry in SEARCH_ENTRIES[kind]:
             key = (name, "search", entry, None)
-            cases.append(pytest.param(name, entry, id=f"{name}-{entry}", marks=_marks(*key)))
+            cases.append(pytest.param(name, entry, id=f"{name}-{entry}"))
     return cases
 
 
@@ -540,7 +398,7 @@ def assert_no_noise_seed(obj):
                        "rewinding it rebuilds the fit's noise")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n, "search", "seed", None))
+@pytest.mark.parametrize("name", [pytest.param(n)
                                   for n in ESTIMATORS])
 def test_search_leaves_no_noise_seed(name):
     X, y, g = _data(name)
@@ -620,8 +478,7 @@ def jl_leak(monkeypatch, n_labels, **params):
 
 @pytest.mark.parametrize("n_unique", [
     1, 20, 50,
-    pytest.param(51, marks=_xfail(1, "mfcap", "MF candidate set not capped per user")),
-    pytest.param(2000, marks=_xfail(1, "mfcap", "MF candidate set not capped per user")),
+    51, 2000,
 ])
 def test_mf_private_catalogue_delta_within_charge(monkeypatch, n_unique):
     p, charged, info = mf_leak(monkeypatch, n_unique)
@@ -739,7 +596,7 @@ def test_broken_understated_sensitivity_is_caught(monkeypatch):
 # The wide sweep: 1e5 rows / 1e5 unique items
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n, "default", "wide", None))
+@pytest.mark.parametrize("name", [pytest.param(n)
                                   for n in ESTIMATORS])
 def test_one_user_wide_replacements(name):
     kind = ESTIMATORS[name][1]
@@ -810,10 +667,8 @@ def check_distributed(make, data, neighbour, *, replay=True):
 
 
 def _dist_case(name, config, entry, *marks):
-    key = (name, "distributed", entry, None)
     return pytest.param(name, config, entry, id=f"{name}-{config}-{entry}",
-                        marks=list(marks) + _marks(*key) + _marks(name, "distributed",
-                                                                   config, None))
+                        marks=list(marks))
 
 
 DIST_CASES = [
