@@ -262,7 +262,7 @@ def verdicts(df):
     feat = est[est.part == "features"]
     for (model, eps), g in feat.groupby(["model", "epsilon"]):
         by = g.groupby("variant")
-        mean = by["error"].mean()
+        mean, cold = by["error"].mean(), by["cold_error"].mean()
         sd = by["error"].std().get("raw", np.nan)
         note = f"raw {mean.get('raw', np.nan):.4f} (seed sd {sd:.4f})"
         for variant, tol, label in (("timestamp", TOL_TIMESTAMP, "(a) +timestamp"),
@@ -272,8 +272,13 @@ def verdicts(df):
             if variant not in mean:
                 continue
             diff = mean[variant] - mean["raw"]
-            add(model, f"{label}, eps={eps:g}", f"|Δerr| <= {tol}", diff,
-                np.isfinite(diff) and abs(diff) <= tol, note + f", {variant} {mean[variant]:.4f}")
+            dcold = cold[variant] - cold["raw"]
+            ok = bool(np.isfinite(diff) and np.isfinite(dcold) and abs(diff) <= tol
+                      and abs(dcold) <= tol)
+            add(model, f"{label}, eps={eps:g}", f"|Δerr|, |Δcold| <= {tol}",
+                f"{diff:+.4g} / cold {dcold:+.4g}", ok,
+                note + f", {variant} {mean[variant]:.4f}; cold raw {cold['raw']:.4f}, "
+                f"{variant} {cold[variant]:.4f}")
         if model != "jl":
             for variant in ("raw", "timestamp"):
                 v = g[g.variant == variant]
@@ -296,11 +301,16 @@ def verdicts(df):
             ref = base["global mean"]
             worst = max(g.error.max(), g.cold_error.max())
             lo, hi = g.pred_min.min(), g.pred_max.max()
-            add(model, f"(c) 300 users, eps={eps:g}", f"RMSE <= {TOL_BUDGET} x global mean",
-                g.error.mean(), worst <= TOL_BUDGET * ref and sane(lo, hi),
-                f"cold {g.cold_error.mean():.4g}, preds [{lo:.3g}, {hi:.3g}], "
-                f"global mean {ref:.3f}, per-user mean {base['per-user mean']:.3f}, "
-                f"fits warned {int((g.n_warnings > 0).sum())}/{len(g)}")
+            add(model, f"(c) 300 users, eps={eps:g}",
+                f"RMSE, cold RMSE <= {TOL_BUDGET} x global mean",
+                f"{g.error.mean():.4g} / cold {g.cold_error.mean():.4g}",
+                worst <= TOL_BUDGET * ref,
+                f"worst over seeds {worst:.4g}, global mean {ref:.3f}, per-user mean "
+                f"{base['per-user mean']:.3f}, fits warned {int((g.n_warnings > 0).sum())}/"
+                f"{len(g)}")
+            add(model, f"(c) range, 300 users, eps={eps:g}",
+                f"preds in [{LABEL_LO - SLACK:g}, {LABEL_HI + SLACK:g}]",
+                f"[{lo:.3g}, {hi:.3g}]", sane(lo, hi))
     nog = df[(df.part == "nogroups")]
     if len(nog):
         ref = nog[nog.model == "global mean"].error.mean()
@@ -315,17 +325,23 @@ def verdicts(df):
         for model, g in cat.groupby("model"):
             if g.kind.iloc[0] == "baseline" and model != "per-user mean":
                 continue
-            e = g.error.to_numpy(float)
-            med, worst = np.median(e), np.max(e)
-            bad = g[g.error > TOL_CATASTROPHIC * med]
-            note = f"median {med:.4g}, worst {worst:.4g} (seed {int(g.seed.iloc[np.argmax(e)])})"
-            if len(bad):
-                note += f"; {len(bad)}/{len(g)} draws > 1.5x median: seeds " + ", ".join(
-                    str(int(s)) for s in bad.seed[:10])
-            ratio = worst / med if med > 0 else np.inf
-            kind = "(reference, baseline)" if g.kind.iloc[0] == "baseline" else ""
-            add(model, f"(d) {len(g)} draws, 300 users, eps=1, year+1e4 {kind}".strip(),
-                f"worst <= {TOL_CATASTROPHIC} x median", ratio, ratio <= TOL_CATASTROPHIC, note)
+            for col, what in (("error", "personal"), ("cold_error", "cold start")):
+                e = g[col].to_numpy(float)
+                if g.kind.iloc[0] == "baseline" and col == "cold_error":
+                    continue
+                e = np.where(np.isnan(e), np.inf, e)
+                med, worst = np.median(e), np.max(e)
+                bad = g[e > TOL_CATASTROPHIC * med]
+                note = (f"median {med:.4g}, worst {worst:.4g} (seed "
+                        f"{int(g.seed.iloc[np.argmax(e)])})")
+                if len(bad):
+                    note += f"; {len(bad)}/{len(g)} draws > 1.5x median: seeds " + ", ".join(
+                        str(int(s)) for s in bad.seed[:10])
+                ratio = worst / med if med > 0 else np.inf
+                kind = "baseline, reference" if g.kind.iloc[0] == "baseline" else what
+                add(model, f"(d) {len(g)} draws, 300 users, eps=1, year+1e4 ({kind})",
+                    f"worst <= {TOL_CATASTROPHIC} x median", ratio,
+                    ratio <= TOL_CATASTROPHIC, note)
     import pandas as pd
 
     return pd.DataFrame(out)
@@ -334,12 +350,17 @@ def verdicts(df):
 # --------------------------------------------------------------------------- #
 # Output
 # --------------------------------------------------------------------------- #
-def write_md(df, ver, path, args, elapsed):
+def command_line():
+    return "nice -n 5 python benchmarks/bench_defaults.py " + " ".join(
+        a for a in sys.argv[1:] if not a.startswith("/"))
+
+
+def write_md(df, ver, path, args, elapsed, command):
     fmt = lambda v: f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)  # noqa: E731
     lines = [f"# Defaults benchmark (issue 20), tag `{args.tag}`", "",
-             "Command: `nice -n 5 python benchmarks/bench_defaults.py "
-             + " ".join(a for a in sys.argv[1:] if not a.startswith("/")) + "` "
-             f"(MovieLens small; {elapsed / 60:.1f} min wall on the 2-core machine)", "",
+             f"Command: `{command}` (MovieLens small; {elapsed / 60:.1f} min wall on the "
+             "shared 2-core machine; re-render without fitting: `--from-csv FILE --tag TAG`)",
+             "",
              f"Passed {int(ver.passed.sum())} of {len(ver)} checks. Errors: RMSE for the "
              "regressors and MF, 1 - accuracy for JL (rating >= 4). Δerr = mean over seeds "
              "of (variant - raw), same split and random_state. Sane range: labels "
@@ -380,17 +401,21 @@ def plot(df, path):
     cat = df[df.part == "catastrophic"]
     ax = axes[0]
     if len(cat):
-        names = list(ALL_EST) + ["per-user mean"]
-        data = []
-        for n in names:
-            e = cat[cat.model == n].error.to_numpy(float)
-            e = np.where(np.isfinite(e), e, np.nan)
-            data.append(e / np.nanmedian(e))
+        names, data = [], []
+        for n in list(ALL_EST) + ["per-user mean"]:
+            sub = cat[cat.model == n]
+            for col, suffix in (("error", ""), ("cold_error", " cold")):
+                if n == "per-user mean" and col == "cold_error":
+                    continue
+                e = sub[col].to_numpy(float)
+                e = np.where(np.isfinite(e), e, np.nan)
+                names.append(n + suffix)
+                data.append(e / np.nanmedian(e))
         ax.boxplot([d[np.isfinite(d)] for d in data], whis=(0, 100))
         for i, d in enumerate(data):
             ax.scatter(np.full(d.size, i + 1) + np.linspace(-0.15, 0.15, d.size), d, s=4,
                        alpha=0.4)
-        ax.set_xticks(range(1, len(names) + 1), names, rotation=20)
+        ax.set_xticks(range(1, len(names) + 1), names, rotation=35, fontsize=7)
         ax.axhline(TOL_CATASTROPHIC, color="red", ls="--", lw=1, label="target 1.5x median")
         ax.set_yscale("log")
         ax.set_ylabel("test error / median (log)")
@@ -527,12 +552,26 @@ def main(argv=None):
     parser.add_argument("--cat-seeds", type=int, default=None, help="draws for (d)")
     parser.add_argument("--jl-speed", action="store_true")
     parser.add_argument("--speed-reps", type=int, default=3)
+    parser.add_argument("--command", default="(unknown)", help=argparse.SUPPRESS)
+    parser.add_argument("--from-csv", default=None,
+                        help="re-render the .md and .png of TAG from this CSV (no fits)")
     args = parser.parse_args(argv)
     args.tag = args.tag or ("quick" if args.quick else "latest")
     if args.jl_speed:
         return jl_speed(args)
     import pandas as pd
 
+    if args.from_csv:
+        df = pd.read_csv(args.from_csv, keep_default_na=False, na_values=[""])
+        for col in ("exception", "warning"):
+            df[col] = df[col].fillna("")
+        ver = verdicts(df)
+        wall = float(df["run_wall_s"].iloc[0]) if "run_wall_s" in df else np.nan
+        cmd = str(df["command"].iloc[0]) if "command" in df else args.command
+        lines = write_md(df, ver, RESULTS / f"defaults_{args.tag}.md", args, wall, cmd)
+        plot(df, RESULTS / f"defaults_{args.tag}.png")
+        print("\n".join(lines))
+        return 0
     seeds = args.seeds or (1 if args.quick else 3)
     cat_seeds = args.cat_seeds or (20 if args.quick else 200)
     budget_eps = [0.1, 1.0, 8.0] if args.quick else [0.1, 0.3, 1.0, 2.0, 4.0, 8.0]
@@ -554,11 +593,13 @@ def main(argv=None):
     df["kind"] = df["kind"].fillna("estimator") if "kind" in df else "estimator"
     for col in ("exception", "warning"):
         df[col] = df[col].fillna("")
+    elapsed = time.time() - start
+    df["run_wall_s"], df["command"] = elapsed, command_line()
     RESULTS.mkdir(exist_ok=True)
     df.to_csv(RESULTS / f"defaults_{args.tag}.csv", index=False)
     ver = verdicts(df)
-    elapsed = time.time() - start
-    lines = write_md(df, ver, RESULTS / f"defaults_{args.tag}.md", args, elapsed)
+    lines = write_md(df, ver, RESULTS / f"defaults_{args.tag}.md", args, elapsed,
+                     command_line())
     plot(df, RESULTS / f"defaults_{args.tag}.png")
     print("\n".join(lines))
     print(f"elapsed {elapsed / 60:.1f} min")

@@ -144,10 +144,12 @@ def test_data_is_movielens_like():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_EST)
 def test_no_catastrophic_fit_over_seeds(name):
-    """Item 5: 5 seeds, 300 users, ε = 1, the year shifted by 1e4."""
-    errors = np.array([_fit(name, 1.0, "shift", seed)[0] for seed in range(5)])
+    """Item 5: 5 seeds, 300 users, ε = 1, the year shifted by 1e4; personal and
+    cold-start error. (The benchmark's 200 draws on MovieLens catch the rarer
+    failures: FedRep's cold start was > 1.5x its median in 16 of 200 on main.)"""
+    errors = np.array([_fit(name, 1.0, "shift", seed)[:2] for seed in range(5)])
     assert np.all(np.isfinite(errors))
-    assert errors.max() <= 1.5 * np.median(errors), errors
+    assert np.all(errors.max(axis=0) <= 1.5 * np.median(errors, axis=0)), errors
 
 
 @pytest.mark.parametrize("name,epsilon", [
