@@ -23,7 +23,11 @@ estimator with only ``epsilon`` and ``random_state`` set. Parts:
     the global-mean baseline (never worse than the cold-start prior by more than
     10 %) and predictions in the sane range.
 (d) ``catastrophic``: 200 draws (300 random users, split, random_state) at ε = 1,
-    genres + (year + 1e4). Target: worst test error <= 1.5 x median per estimator.
+    genres + (year + 1e4). Target: worst test error <= 1.5 x median per estimator,
+    for the personal and for the cold-start error (unseen user ids).
+
+(a) and (b) compare the personal and the cold-start error, each a mean over seeds
+on the same split and random_state.
 
 JL (``JLMarginClassifier`` on "rating >= 4", as in bench_real_data) is held to
 the same numbers on accuracy (its test error is 1 - accuracy); MF
@@ -34,7 +38,8 @@ apply to it.
 MovieLens-like data set with 6 000 users and 10**6 rows (see ``movielens_like``).
 
 Writes ``benchmarks/results/defaults_TAG.{csv,md,png}`` (or
-``jl_speed_TAG.{csv,md}``). ``--quick``: 1 seed, ε in {0.1, 1, 8} for (c), 20
+``jl_speed_TAG.{csv,md}``); ``--from-csv FILE --tag TAG`` re-renders the .md
+and .png from a CSV without fitting. ``--quick``: 1 seed, ε in {0.1, 1, 8} for (c), 20
 draws for (d); TAG defaults to "quick" then, else "latest". Seeded: the same
 command gives the same numbers.
 """
