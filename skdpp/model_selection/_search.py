@@ -26,7 +26,7 @@ from ..privacy._tuning import (
     report_rho,
     zcdp_epsilon,
 )
-from ..privacy.report import PhaseReport
+from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport
 from ..utils._grouped import UserBlock, UserIndex, canonical_order
 from ..utils._random import (
     DerivedRandomState,
@@ -601,10 +601,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         delta = float(self.delta)
         C = float(self.score_clip)
         if math.isinf(rho):
-            spent, accountant = math.inf, "non-private"
-            notes = ("Non-private: epsilon=inf was requested; no noise is added and no "
-                     "privacy guarantee holds.",)
+            # no noise, no guarantee: no delta is spent (as a fit's report)
+            spent, accountant, delta_spent = math.inf, "non-private", 0.0
+            notes = (NON_PRIVATE_NOTE,)
         else:
+            delta_spent = delta
             spent, accountant = stopping.epsilon(rho, delta), "rdp-random-stopping"
             notes = ()
             if spent > float(self.epsilon) * (1 + 1e-9):
@@ -626,7 +627,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                         mechanism=f"{type(best_est).__name__} plan", sensitivity=None,
                         noise_multiplier=None, count=1, sampling_rate=1.0, clip_norm=None,
                         epsilon=fit_eps),
-            PhaseReport(name=_SCORE_PHASE, share=self.score_share, mechanism="gaussian",
+            PhaseReport(name=_SCORE_PHASE, share=self.score_share,
+                        mechanism="gaussian" if z_score > 0
+                        else "exact (gaussian without noise)",
                         sensitivity=C, noise_multiplier=z_score, count=1,
                         sampling_rate=1.0, clip_norm=C, epsilon=score_eps),
             PhaseReport(name="selection", share=None, mechanism="random-stopping",
@@ -636,7 +639,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         local = tuple(getattr(best_est.privacy_report_, "local", ()))
         return SearchPrivacyReport(
             epsilon=float(self.epsilon), delta=delta, epsilon_spent=float(spent),
-            delta_spent=delta, accountant=accountant, n_users=n_users, phases=phases,
+            delta_spent=delta_spent, accountant=accountant, n_users=n_users, phases=phases,
             released=("best_estimator_ (shared part)", "best_params_", "best_score_"),
             local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
             trial_epsilon=float(trial_eps), chosen_trial=best_est.privacy_report_,
