@@ -10,6 +10,7 @@ import re
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.base import clone
 from numpy.testing import assert_allclose, assert_array_equal
@@ -174,17 +175,15 @@ def test_pandas_string_ids_and_numpy_string_ids_are_the_same_type():
     assert "new" in set(est.user_ids_.tolist())
 
 
-def test_mixed_type_ids_match_their_own_types():
+def test_mixed_type_ids_are_rejected_in_fit_and_personalize():
+    # input-domain rule (UserIndex.from_groups): all numbers or all strings
     X, y, _ = _data(n_users=4, rows=3)
     g = np.array([1, "a", 2, "b"], dtype=object)[np.arange(12) % 4]
-    est = ToyPersonalizedMean(epsilon=np.inf).fit(X, y, groups=g)
-    # both types occur in fit: unseen ids of either type are silent cold start
-    pred = _no_warnings(est.predict, X[:3], groups=np.array([1, "zz", 99], dtype=object))
-    assert pred[0] != est.mean_ and pred[1] == est.mean_ and pred[2] == est.mean_
-    _no_warnings(est.personalize, X[:2], np.array([5.0, 5.0]),
-                 np.array(["c", "c"], dtype=object))
-    assert est.user_ids_.shape == (5,)
-    assert_allclose(est.predict(X[:1], groups=np.array(["c"], dtype=object)), 5.0)
+    with pytest.raises(ValueError, match="all be numbers or all be strings"):
+        ToyPersonalizedMean(epsilon=np.inf).fit(X, y, groups=g)
+    est = ToyPersonalizedMean(epsilon=np.inf).fit(X, y, groups=np.arange(12) % 4)
+    with pytest.raises(ValueError, match="all be numbers or all be strings"):
+        est.personalize(X[:2], y[:2], pd.Series([7, "7"], dtype=object))
 
 
 def test_query_mixing_a_foreign_type_warns():

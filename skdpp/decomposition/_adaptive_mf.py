@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitData, FitResult, PersonalizedRegressorMixin
 from ..privacy import MIN_CLIP, BudgetPlan
+from ..privacy._plan import resolve_clip_share
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserIndex
 from ._private_als import (
@@ -131,15 +132,14 @@ def _seen_matrix(user, item, n_users, n_items):
 # Default count_cap (items counted per user, and the item-bias weight budget)
 # when the plan adds noise; measured on MovieLens (even user ids) and App. C.
 _DEFAULT_COUNT_CAP = 50
-# clip_share="auto": share of the budget per "auto" bound (its noisy binary
-# searches). Measured on MovieLens, even user ids (305 users), 2 seeds, RMSE at
-# epsilon = 1 / 2 / 4 / 8: 0.05 per bound with bias_share 0.4: 0.930 / 0.921 /
-# 0.920 / 0.918 (one fit's location search took a wrong turn at epsilon = 1);
-# 0.1 per bound with bias_share 0.3: 0.921 / 0.921 / 0.920 / 0.918. Ratings
-# shifted by 10^4 at epsilon = 1 (the search compares counts 0 or n with n / 2
-# at most steps): the DP mean missed the data in 5 / 60 fits at 0.1 per bound,
-# 1 / 100 at 0.15 (0 / 60 at epsilon = 2), 0 / 60 at 0.175.
-_CLIP_SHARE_PER_BOUND = 0.15
+# clip_share="auto": the public rule of every estimator
+# (skdpp.privacy._plan.resolve_clip_share), which replaced 0.15 per "auto" bound
+# (0.3 with the defaults). Measured (median of 3 seeds' RMSE, 0.3 -> rule):
+# MovieLens small (even / odd / all users, eps 1 and 4): equal to 1e-4; ratings
+# shifted by 10^4 at eps 1 and 4: 0 misses in 40 fits either way (305 and 610
+# users); the paper's skewed ratings (App. C, rank 5): 10 000 users 0.447 ->
+# 0.367 at eps 1 and 0.308 -> 0.170 at eps 4, 2 000 users 0.461 -> 0.461 and
+# 0.456 -> 0.410 (the rule's 0.05 leaves the item factors 0.3 instead of 0.05).
 # count_share="auto": counts that select the catalogue need more budget than
 # counts that only set the adaptive weights (the paper spends 12-20 %).
 _COUNT_SHARE = {False: 0.1, True: 0.3}
@@ -301,8 +301,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         ``(0, 1]``.
     clip_share : float or "auto", default="auto"
         Share of the budget of the ``"clip"`` phase (if any bound is
-        ``"auto"``); ``"auto"``: 0.15 per ``"auto"`` bound (measured on
-        MovieLens, even user ids).
+        ``"auto"``). ``"auto"``: the public rule of every skdpp estimator
+        (:func:`~skdpp.privacy._plan.resolve_clip_share`): the smallest of
+        0.05, 0.1, 0.2, 0.3 (0.5 if the other shares leave room) at which the
+        noise std of the searches' counts is at most ``n_users / 8`` -- a
+        function of ``epsilon``, ``delta``, the plan and the number of users
+        only (e.g. 0.3 for 300 users at ``epsilon=1``, 0.05 from about 1 000
+        users, or 300 users at ``epsilon=4``).
     mean_share : float, default=0.05
         Share of the zCDP budget of the ``"mean"`` phase (if ``center``).
     count_share : float, default=0.2
@@ -470,8 +475,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
       iteration) or ``n_iter * gd_steps`` (SGD);
     - ``"ridge"`` (if ``embedding_ridge="auto"``): ``ridge_share``, 1 release.
 
-    With the defaults: clip 0.3, mean 0.05, counts 0.3, item_bias 0.25, ridge
-    0.05, items 0.05. All releases are Gaussian (exact mu-GDP accounting) and
+    With the defaults (``clip_share="auto"`` at 0.3, e.g. 300 users at
+    ``epsilon=1``): clip 0.3, mean 0.05, counts 0.3, item_bias 0.25, ridge
+    0.05, items 0.05; a smaller resolved clip share goes to ``"items"``. All releases are Gaussian (exact mu-GDP accounting) and
     the selection threshold reserves ``delta / 4``.
 
     **Personal parts.** Every user's embedding and bias are solved from all
@@ -918,14 +924,22 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         )
 
     def _budget_plan(self, meta):
-        """Phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"`` (each if needed), ``"items"``."""
+        """Phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"`` (each if needed), ``"items"``.
+
+        ``clip_share="auto"``: :func:`~skdpp.privacy._plan.resolve_clip_share`
+        (the rule of every estimator; public values only)."""
         cfg = self._config()
+        if not cfg.clip_releases:
+            return self._plan_with_clip_share(cfg, None)
+        share = resolve_clip_share(self.clip_share,
+                                   lambda s: self._plan_with_clip_share(cfg, s),
+                                   meta["n_users"])
+        return self._plan_with_clip_share(cfg, share)
+
+    def _plan_with_clip_share(self, cfg, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
         if cfg.clip_releases:
-            share = self.clip_share
-            if share == "auto":
-                share = _CLIP_SHARE_PER_BOUND * len(cfg.auto_bounds)
-            plan.add("clip", share=share, count=cfg.clip_releases, param="clip_share")
+            plan.add("clip", share=clip_share, count=cfg.clip_releases, param="clip_share")
         if cfg.center:
             plan.add("mean", share=self.mean_share, param="mean_share")
         if cfg.needs_counts:

@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from ..base import BasePersonalizedEstimator, quiet_numerics
-from ..utils._grouped import UserIndex
+from ..utils._grouped import UserIndex, check_id_kinds, id_kinds
 from ..utils._random import FitRandomness
 from ._blocks import UserBlocks, _get_client
 from ._executor import DaskExecutor, _quiet_call
@@ -126,6 +126,7 @@ def _validate_partition(estimator, raw):
     set_by_validation = {k: v for k, v in vars(estimator).items()
                          if k != "_check_delta" and (k not in before or before[k] is not v)}
     summary = {"id_range": id_range, "vocabulary": vocabulary,
+               "id_kinds": id_kinds(users) if users.size else frozenset(),
                "set_by_validation": set_by_validation,
                "warnings": [(w.category, str(w.message)) for w in caught]}
     return _Validated(data, summary)
@@ -353,6 +354,8 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
                              key=f"skdpp-validate-{i}-{uuid.uuid4().hex}")
                      for i in live]
         checked = client.gather([_submit(client, _summary, f) for f in validated])
+        # The ids' input domain over all partitions, as fit checks it on all rows.
+        check_id_kinds(frozenset().union(*(s["id_kinds"] for s in checked)))
         if not blocks._users_disjoint:  # built without the constructors' check
             blocks._check_users_disjoint([s["id_range"] for s in checked])
         vocabulary = None

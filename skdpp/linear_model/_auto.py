@@ -14,6 +14,7 @@ one statistic per user and charged in the plan's phase ``"clip"``:
 
 import numpy as np
 
+from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
 from ..utils._grouped import _UNIFORM_MAX_ROWS, _uniform_segment_sum
 
@@ -153,33 +154,3 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
         share = np.where(target_var > 0, noise_var / target_var, 1.0)
         share = np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
         return (float(ridge) * n_params * share)[:, None] * feature_var
-
-
-#: Candidate shares of ``clip_share="auto"`` (increasing).
-AUTO_CLIP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.5)
-#: ``clip_share="auto"`` takes the smallest candidate share whose count noise
-#: std is at most this fraction of the number of users: a noisy binary search
-#: then errs by about ``n / 8`` users in rank (a quantile within about
-#: ``q ± 0.25`` at two std), instead of landing anywhere on the grid when the
-#: noise exceeds the counts (measured: 300 users at ε = 1 with share 0.05 gave
-#: count noise of 0.45 n and bounds off by up to 10^5).
-AUTO_CLIP_NOISE = 1.0 / 8.0
-
-
-def resolve_clip_share(clip_share, build, n_users):
-    """The share of phase ``"clip"``: ``clip_share``, or the ``"auto"`` rule.
-
-    ``build(share)`` returns the fit's (uncalibrated) :class:`BudgetPlan` with
-    phase ``"clip"`` at ``share``. ``"auto"``: the smallest of
-    :data:`AUTO_CLIP_SHARES` whose calibrated ``"clip"`` noise multiplier (the
-    noise std of a count, sensitivity 1) is at most ``AUTO_CLIP_NOISE *
-    n_users``, else the largest. A function of public values only (ε, δ, the
-    plan's release counts, the public number of users): no privacy cost.
-    """
-    if clip_share != "auto":
-        return float(clip_share)
-    for share in AUTO_CLIP_SHARES:
-        plan = build(share).calibrate()
-        if CLIP_PHASE not in plan or plan[CLIP_PHASE] <= AUTO_CLIP_NOISE * max(n_users, 1):
-            return share
-    return AUTO_CLIP_SHARES[-1]

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin,
                     _check_finite_output, linear_predictions, scaled_linear_scores)
 from ..privacy import BudgetPlan
+from ..privacy._plan import resolve_clip_share
 from ..privacy._quantile import quantile_grid, search_steps
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import make_blocks
@@ -89,8 +90,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         not depend on ``r``; it fixes the scale the margin refers to.
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic that ``clip_norm="auto"`` releases.
-    clip_share : float in (0, 1), default=0.05
-        Share of the budget of the ``"clip"`` phase.
+    clip_share : float in (0, 1) or "auto", default="auto"
+        Share of the budget of the ``"clip"`` phase (if ``clip_norm="auto"``).
+        ``"auto"``: the public rule of every skdpp estimator
+        (:func:`~skdpp.privacy._plan.resolve_clip_share`): the smallest of
+        0.05, 0.1, 0.2, 0.3, 0.5 at which the noise std of the quantile's
+        counts is at most ``n_users / 8`` (a function of ``epsilon``,
+        ``delta``, the plan and the number of users only).
     n_candidates : int, default=256
         Number of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
@@ -352,7 +358,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         "margin": [Interval(Real, 0, None, closed="neither")],
         "clip_norm": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
         "clip_quantile": [Interval(Real, 0, 1, closed="right")],
-        "clip_share": [Interval(Real, 0, 1, closed="neither")],
+        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "n_candidates": [Interval(Integral, 1, None, closed="left")],
         "candidates": [StrOptions({"subspace", "random"})],
         "subspace_share": [Interval(Real, 0, 1, closed="neither")],
@@ -378,7 +384,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         margin=0.1,
         clip_norm="auto",
         clip_quantile=0.5,
-        clip_share=0.05,
+        clip_share="auto",
         n_candidates=256,
         candidates="subspace",
         subspace_share=0.7,
@@ -495,12 +501,18 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
             raise ValueError(
                 "clip_norm=None (no clipping; the margin is then in the data's units) is "
                 "allowed only with epsilon=np.inf. Pass clip_norm='auto' or a number.")
+        if self.clip_norm != "auto":
+            return self._plan_with_clip_share(None)
+        return self._plan_with_clip_share(
+            resolve_clip_share(self.clip_share, self._plan_with_clip_share, meta["n_users"]))
+
+    def _plan_with_clip_share(self, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
         if self.classes is None:
             plan.add("labels", share=self.label_share, param="label_share",
                      threshold_delta=_THRESHOLD_DELTA_FRACTION * self.delta)
         if self.clip_norm == "auto":
-            plan.add("clip", share=self.clip_share, count=search_steps(quantile_grid()),
+            plan.add("clip", share=clip_share, count=search_steps(quantile_grid()),
                      param="clip_share")
         if self.candidates == "subspace":
             plan.add("subspace", share=self.subspace_share, param="subspace_share")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -45,7 +46,7 @@ from .events import (
     ThresholdEvent,
 )
 
-__all__ = ["PhaseReport", "PrivacyReport"]
+__all__ = ["NON_PRIVATE_NOTE", "PhaseReport", "PrivacyReport", "non_private_wording"]
 
 _REL_TOL = 1e-9
 
@@ -54,6 +55,57 @@ _REL_TOL = 1e-9
 SEEDED_NOISE_NOTE = (
     "noise reproducible from random_state: the guarantee holds only while the seed is "
     "secret; use random_state=None in deployment.")
+
+
+#: The note of every non-private (``epsilon=inf``) report.
+NON_PRIVATE_NOTE = (
+    "Non-private: epsilon=inf was requested; no noise is added (delta spent 0), every "
+    "automatic bound is the exact quantile or location of the data, and no privacy "
+    "guarantee holds.")
+
+# How the notes of a fit describe its releases, and what they are without noise.
+_EXACT_WORDING = (
+    (re.compile(r"\breleased by a noisy (bisection|binary search)"),
+     r"computed exactly (no noise) by \1"),
+    (re.compile(r"\b(a|an) noisy (bisection|binary search)"), r"an exact \2 (no noise)"),
+    (re.compile(r"\bnoisy (bisection|binary search)"), r"exact \1 (no noise)"),
+    (re.compile(r"\b(\d+) Gaussian counts\b"), r"\1 exact counts"),
+    (re.compile(r"\bGaussian count(s?)\b"), r"exact count\1"),
+    (re.compile(r"\b(a|an) private (quantile|location|median)"), r"the exact \2"),
+    (re.compile(r"\bprivate (quantile|location|median)"), r"exact \1"),
+    (re.compile(r"\bits noisy count \(phase '(\w+)'\) clears a threshold; [^.;]*"
+                r"with probability at most delta(/\d+)?"),
+     r"its count (phase '\1') is positive (at epsilon=inf every item present is "
+     r"published)"),
+    (re.compile(r"\bselected under DP\b"), "selected exactly (no noise)"),
+    (re.compile(r"\bselected privately\b"), "selected exactly (no noise)"),
+    (re.compile(r"\bthe DP '(\w+)' release"), r"the exact '\1' release"),
+    (re.compile(r"\bselected by the exponential mechanism\b"),
+     "selected by the argmax of its scores (the exponential mechanism without noise)"),
+    (re.compile(r"\b(a|an) noisy\b"), "an exact"),
+    (re.compile(r"\bnoisy\b"), "exact"),
+    (re.compile(r"\bNoisy\b"), "Exact"),
+)
+
+
+def non_private_wording(note):
+    """A fit's note as it holds without noise (``epsilon=inf``): no "noisy", no private quantile.
+
+    At ``epsilon=inf`` every release is the exact value (the plan's noise
+    multipliers are 0): a bound "released by a noisy bisection" is the exact
+    quantile of the data on the public grid, a "noisy count" is the count.
+    One wording rule for every estimator's notes (applied by
+    :meth:`PrivacyReport.from_accountant`).
+
+    Examples
+    --------
+    >>> non_private_wording("the 0.5-quantile, released by a noisy bisection over a "
+    ...                     "public log grid (6 Gaussian counts of sensitivity 1)")
+    'the 0.5-quantile, computed exactly (no noise) by bisection over a public log grid (6 exact counts of sensitivity 1)'
+    """
+    for pattern, replacement in _EXACT_WORDING:
+        note = pattern.sub(replacement, note)
+    return note
 
 
 @dataclass(frozen=True)
@@ -108,7 +160,8 @@ class PrivacyReport:
         ε composed over every release (at ``delta_spent``).
     delta_spent : float
         δ actually used (0 for plans that only use pure-ε mechanisms and meet
-        ε by basic composition).
+        ε by basic composition, and 0 for a non-private fit, ``epsilon=inf``:
+        no noise, nothing spent, no guarantee).
     accountant : str
         Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"rdp-zero-out"``,
         ``"pure"``, ``"non-private"`` or ``"none"`` (see
@@ -220,7 +273,8 @@ class PrivacyReport:
         if method == "none":
             eps_spent, delta_spent = 0.0, 0.0
         elif method == "non-private":
-            eps_spent, delta_spent = math.inf, delta
+            # No noise, no guarantee: there is no delta to spend (see Notes).
+            eps_spent, delta_spent = math.inf, 0.0
         elif method == "pure" and accountant.threshold_delta == 0.0:
             basic = accountant.pure_epsilon()
             if basic <= epsilon * (1 + _REL_TOL) or delta == 0.0:
@@ -231,8 +285,9 @@ class PrivacyReport:
             eps_spent, delta_spent = accountant.get_epsilon(delta), delta
 
         if math.isinf(epsilon):
-            notes = notes + ("Non-private: epsilon=inf was requested; no noise is "
-                             "added and no privacy guarantee holds.",)
+            if method == "non-private":
+                delta_spent = 0.0
+            notes = tuple(non_private_wording(n) for n in notes) + (NON_PRIVATE_NOTE,)
         elif eps_spent > epsilon * (1 + _REL_TOL):
             raise PrivacyBudgetError(
                 f"The fit spent epsilon={eps_spent:.6g} at delta={delta_spent:g} "
@@ -354,12 +409,14 @@ def _unique(values):
 def _phase_report(name, share, entries, delta, orders):
     count = 0
     noise, rates, mechs = [], [], []
+    exact = True  # every release of the phase is the exact value (epsilon=inf)
     for entry in entries:
         atoms = []
         _flatten(entry.event, entry.count, atoms)
         for atom, c in atoms:
             if isinstance(atom, ThresholdEvent):
                 continue  # its delta is in the phase's epsilon, not a release count
+            exact = exact and isinstance(atom, NonPrivateEvent)
             count += c
             rate = 1.0
             if isinstance(atom, PoissonSampledEvent):
@@ -379,6 +436,8 @@ def _phase_report(name, share, entries, delta, orders):
     mechanism = _unique(mechs)
     if isinstance(mechanism, tuple):
         mechanism = "+".join(str(m) for m in mechanism)
+    if exact and count:
+        mechanism = f"exact ({mechanism} without noise)"
     return PhaseReport(
         name=name, share=share, mechanism=str(mechanism), count=int(count),
         sensitivity=_unique([e.sensitivity for e in entries]),

@@ -14,6 +14,8 @@ import numpy as np
 
 __all__ = [
     "UserIndex",
+    "check_id_kinds",
+    "id_kinds",
     "rank_within_user",
     "segment_counts",
     "segment_mean",
@@ -109,6 +111,57 @@ def _factorize_unorderable(arr):
         np.concatenate(users_parts) if users_parts else np.empty(0, dtype=object)
     )
     return users, codes
+
+
+#: The id kind of each numpy dtype kind (see :func:`id_kinds`).
+_DTYPE_ID_KINDS = {"b": "number", "i": "number", "u": "number", "f": "number",
+                   "c": "number", "U": "str", "S": "bytes", "M": "datetime64",
+                   "m": "timedelta64"}
+
+
+def _python_id_kind(cls):
+    if issubclass(cls, (numbers.Number, np.bool_)):
+        return "number"
+    if issubclass(cls, (str, np.str_)):
+        return "str"
+    if issubclass(cls, (bytes, np.bytes_)):
+        return "bytes"
+    return cls.__qualname__
+
+
+def id_kinds(ids):
+    """The set of id kinds in a 1-D array of ids: ``"number"``, ``"str"``, ``"bytes"``, ...
+
+    Booleans, integers, floats and numpy numbers are all ``"number"`` (they
+    compare equal across types: ``7 == 7.0``); Python and numpy strings are
+    ``"str"``; any other type is its own kind (its name). A function of the
+    dtype, or for object arrays of the set of the elements' Python types.
+    """
+    ids = np.asarray(ids)
+    if ids.dtype.kind != "O":
+        return frozenset({_DTYPE_ID_KINDS.get(ids.dtype.kind, str(ids.dtype))})
+    return frozenset(_python_id_kind(cls) for cls in set(map(type, ids.tolist())))
+
+
+def check_id_kinds(kinds, *, name="groups"):
+    """Raise the input-domain error for ids of more than one kind (see :func:`id_kinds`).
+
+    The rule (documented in :meth:`UserIndex.from_groups`): the ids of one
+    call must all be numbers, or all strings (or all of one other type). The
+    int ``7`` and the string ``"7"`` never compare equal, so a mix would
+    silently make two users out of one person. A function of the ids' types
+    only, checked on the whole array before any computation.
+    """
+    kinds = frozenset(kinds)
+    if len(kinds) > 1:
+        listed = " and ".join(sorted(kinds))
+        raise ValueError(
+            f"`{name}` mixes user ids of different types ({listed}). User ids must all "
+            f"be numbers or all be strings: the int 7 and the string '7' would be two "
+            f"different users. Convert them to one type first, e.g. "
+            f"np.asarray({name}).astype(str) (or astype(np.int64) if they are all "
+            f"integers written as text)."
+        )
 
 
 def _kind_family(kind):
@@ -243,19 +296,30 @@ class UserIndex:
         Raises
         ------
         ValueError
-            If ``groups`` has missing ids (None, NaN, NaT, pd.NA), is not 1-D, or
-            its length differs from ``n_samples``.
+            If ``groups`` has missing ids (None, NaN, NaT, pd.NA), mixes ids of
+            different kinds (numbers and strings), is not 1-D, or its length
+            differs from ``n_samples``.
 
         Notes
         -----
+        **Input domain.** User ids must all be numbers (bool, int, float,
+        numpy numbers) or all be strings (or all bytes, or all of one other
+        hashable type). An array mixing kinds -- the int ``7`` and the string
+        ``"7"`` in one pandas object Series -- raises a ``ValueError`` before
+        any computation: the two never compare equal, so one person would
+        silently become two users. The rule depends on the ids' types only
+        (:func:`id_kinds`), never on their values. Every path that turns ids
+        into users goes through this method (``fit``, ``personalize``, the
+        private search, the distributed blocks, whose driver also checks the
+        union of the partitions' kinds).
+
         Numeric, string and datetime ids are factorised with
         ``np.unique(return_inverse=True)``.  Object arrays are factorised with
         ``np.unique`` when their elements are mutually orderable; otherwise
-        (e.g. a mix of ``int`` and ``str`` ids) ids are ordered by
-        ``(type name, value)``, so ``1`` and ``"1"`` are different users and
-        ``users`` is an object array.  Ids are compared with Python equality,
-        so ``1``, ``1.0`` and ``True`` in an object array of mutually orderable
-        numbers are the same user.
+        (ids of one type whose values numpy cannot sort together, e.g. tuples
+        mixing types) they are ordered by ``repr`` and ``users`` is an object
+        array.  Ids are compared with Python equality, so ``1``, ``1.0`` and
+        ``True`` in an object array of numbers are the same user.
         """
         if groups is None:
             if n_samples is None:
@@ -267,6 +331,12 @@ class UserIndex:
             return cls(np.arange(n_samples, dtype=np.int64),
                        np.arange(n_samples, dtype=np.int64))
         arr = _as_id_array(groups)
+        kinds_of = arr
+        if arr.dtype.kind in "US" and not isinstance(groups, np.ndarray) \
+                and not hasattr(groups, "to_numpy"):
+            # numpy turns a list mixing numbers and strings into strings
+            # (np.asarray([7, "7"]) is ['7', '7']): look at the list's own types.
+            kinds_of = _as_id_array(np.asarray(list(groups), dtype=object))
         if n_samples is not None:
             n_samples = cls._check_n_samples(n_samples)
             if arr.shape[0] != n_samples:
@@ -283,6 +353,8 @@ class UserIndex:
                 "must belong to a known user: drop those rows or give them explicit "
                 "ids (e.g. one new id per row to treat them as separate users)."
             )
+        # The input domain of the ids (before any computation): one kind.
+        check_id_kinds(id_kinds(kinds_of) if arr.size else (), name="groups")
         mixed = False
         if arr.dtype.kind == "O":
             try:

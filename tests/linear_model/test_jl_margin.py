@@ -135,7 +135,8 @@ def public_draws(clf, n_features, n_problems=1):
 
 
 def plan_of(clf):
-    return clf._budget_plan({}).calibrate()
+    # the fitted plan: clip_share="auto" depends on the (public) number of users
+    return clf._budget_plan({"n_users": clf.n_users_}).calibrate()
 
 
 def labelled_users(n_users=40, n_rows=5, n_features=6, seed=0, n_classes=2):

@@ -140,7 +140,8 @@ def test_fit_releases_the_best_trial():
 
 def test_report_is_the_accountant_of_the_search():
     X, y, g = _data()
-    search = _search(score_share=0.2).fit(X, y, groups=g)
+    # a public score_clip: nothing is released before the trials
+    search = _search(score_share=0.2, score_clip=1.0).fit(X, y, groups=g)
     report = search.privacy_report_
     stopping = RandomStopping("truncated_negative_binomial", 4.0, 1.0)
     rho = stopping.calibrate(1.0, 1e-5)
@@ -161,7 +162,7 @@ def test_report_is_the_accountant_of_the_search():
 
 def test_single_trial_search_is_one_fit_plus_its_score_release():
     X, y, g = _data()
-    search = _search(n_iter=1)
+    search = _search(n_iter=1, score_clip=1.0)  # a public bound: no release before
     releases = record_releases(lambda: search.fit(X, y, groups=g))
     assert search.n_trials_ == 1
     assert [r.sensitivity for r in releases] == [2.0 * search.best_params_["clip_norm"], 1.0]
@@ -419,7 +420,8 @@ def test_zero_one_loss_for_classifiers_and_callable_loss():
         seen.append(len(y_true))
         return np.abs(y_true - y_pred)
 
-    _search(loss=loss, n_iter=2).fit(X, y, groups=g)
+    # (a public score_clip: the loss is only called on held-out rows)
+    _search(loss=loss, n_iter=2, score_clip=1.0).fit(X, y, groups=g)
     assert seen and all(n == 12 for n in seen)  # one held-out row per user (5 rows)
     auto = _search()._loss_function()
     assert_allclose(auto(np.array([1.0, 2.0]), np.array([0.0, 0.0])), [1.0, 4.0])
@@ -517,7 +519,8 @@ def test_string_user_ids_and_held_out_rows_within_users():
         return (y_true - y_pred) ** 2
 
     search = _search(loss=loss, validation_size=0.4, n_iter=1).fit(X, y, groups=gs)
-    assert seen == [20]  # ceil(0.4 * 5) = 2 held-out rows for each of 10 users
+    # score_clip="auto": first on the 30 training rows (the bound), then the 20 held out
+    assert seen == [30, 20]  # ceil(0.4 * 5) = 2 held-out rows for each of 10 users
     assert set(search.best_estimator_.user_ids_) == set(gs)
 
 

@@ -289,3 +289,68 @@ def test_fitted_estimator_report_says_whether_noise_is_seeded(name, broken, monk
     truthful = (report.noise_seeded is expected
                 and (SEEDED_NOISE_NOTE in str(report)) is expected)
     assert truthful is not (broken and expected)
+
+
+# --------------------------------------------------------------------------- #
+# epsilon=inf: no delta spent, no noise, exact bounds (all five estimators)
+# --------------------------------------------------------------------------- #
+def _five_non_private_fits():
+    import skdpp
+
+    rng = np.random.default_rng(0)
+    n, m = 40, 6
+    g = np.repeat(np.arange(n), m)
+    X = rng.normal(size=(n * m, 3))
+    y = X @ [1.0, 2.0, 3.0] + rng.normal(size=n * m) + 3.0
+    items = rng.integers(0, 15, size=(n * m, 1))
+    ratings = rng.integers(1, 6, size=n * m).astype(float)
+    kw = dict(epsilon=np.inf, random_state=0)
+    return {
+        "fedrep": skdpp.PrivateFedRepRegressor(n_components=2, **kw).fit(X, y, groups=g),
+        "altmin": skdpp.PrivAltMinRegressor(n_components=2, **kw).fit(X, y, groups=g),
+        "ppsgd": skdpp.PPSGDRegressor(**kw).fit(X, y, groups=g),
+        "mf": skdpp.AdaptiveWeightMF(**kw).fit(items, ratings, groups=g),
+        "jl": skdpp.JLMarginClassifier(**kw).fit(X, y > 3, groups=g),
+    }
+
+
+@pytest.fixture(scope="module")
+def non_private_fits():
+    return _five_non_private_fits()
+
+
+@pytest.mark.parametrize("name", ["fedrep", "altmin", "ppsgd", "mf", "jl"])
+def test_non_private_report_spends_no_delta_and_adds_no_noise(non_private_fits, name):
+    report = non_private_fits[name].privacy_report_
+    text, d = str(report), report.to_dict()
+    assert d["delta_spent"] == 0.0 and report.delta_spent == 0.0
+    assert d["epsilon_spent"] == math.inf and "NON-PRIVATE" in text
+    assert "noisy" not in text.lower() and "noisy" not in repr(d).lower()
+    assert d["phases"] and all(p["mechanism"].startswith("exact")
+                               and p["noise_multiplier"] in (0.0, None) for p in d["phases"])
+    assert "delta spent 0" in text
+    if any(p["name"] == "clip" for p in d["phases"]):  # automatic bounds: exact quantiles
+        assert "exact quantile" in text
+
+
+def test_non_private_wording_of_the_automatic_bounds():
+    from skdpp.privacy.report import non_private_wording
+
+    private = ("clip_norm='auto': the 0.5-quantile of a per-user statistic, released by a "
+               "noisy bisection over a public log grid (6 Gaussian counts of sensitivity 1, "
+               "phase 'clip'); the intercept is a private location.")
+    exact = non_private_wording(private)
+    assert "noisy" not in exact and "Gaussian" not in exact and "private" not in exact
+    assert "computed exactly (no noise) by bisection" in exact and "6 exact counts" in exact
+    assert non_private_wording(exact) == exact  # idempotent
+
+
+def test_private_report_keeps_its_delta_and_wording():
+    # the broken variant of the rule: a finite epsilon keeps delta and "noisy"
+    acc = PrivacyAccountant().compose(GaussianEvent(3.0), count=6, phase="clip",
+                                      sensitivity=1.0)
+    note = "released by a noisy bisection (6 Gaussian counts of sensitivity 1)"
+    private = PrivacyReport.from_accountant(acc, epsilon=5.0, delta=1e-6, n_users=10,
+                                            notes=(note,))
+    assert private.delta_spent == 1e-6 and note in private.notes
+    assert private.phases[0].mechanism == "gaussian"

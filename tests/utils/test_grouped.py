@@ -99,19 +99,40 @@ def test_users_with_one_row_split_and_rank():
     assert_array_equal(rank_within_user(index)[[0, 3]], [0, 0])
 
 
-def test_mixed_type_ids_fallback():
-    groups = np.array([1, "a", 2, "a", 1], dtype=object)
-    index = UserIndex.from_groups(groups, 5)
-    assert index.n_users == 3
-    assert_array_equal(index.codes[[0, 4]], [index.codes[0]] * 2)
-    assert index.codes[1] == index.codes[3]
-    assert_array_equal(index.lookup(np.array(["a", 2, "zz", 3], dtype=object)),
-                       [index.codes[1], index.codes[2], -1, -1])
+@pytest.mark.parametrize("groups", [
+    np.array([1, "a", 2, "a", 1], dtype=object),
+    np.array([7, "7"], dtype=object),
+    pd.Series([7, "7", 7], dtype=object),
+    [7.0, "7"],
+    np.array([b"7", "7"], dtype=object),
+])
+def test_mixed_kind_ids_raise(groups):
+    # input-domain rule: all numbers or all strings (7 and "7" are never one user)
+    with pytest.raises(ValueError, match="all be numbers or all be strings"):
+        UserIndex.from_groups(groups, len(groups))
 
 
-def test_int_and_str_same_spelling_are_different_users():
-    index = UserIndex.from_groups(np.array([1, "1"], dtype=object), 2)
+def test_mixed_kind_rule_depends_on_types_only():
+    # numbers of different Python/numpy types are one kind; so are str and np.str_
+    index = UserIndex.from_groups(np.array([1, 1.0, True, np.int64(2)], dtype=object), 4)
     assert index.n_users == 2
+    index = UserIndex.from_groups(np.array(["a", np.str_("a"), "b"], dtype=object), 3)
+    assert index.n_users == 2
+    # the same types with other values raise the same way
+    for values in ([0, "x"], [123456, "zzz"]):
+        with pytest.raises(ValueError, match="number and str"):
+            UserIndex.from_groups(np.array(values, dtype=object), 2)
+
+
+def test_unorderable_ids_of_one_type_fallback():
+    groups = np.empty(4, dtype=object)
+    groups[:] = [(1, "a"), ("a", 1), (1, "a"), ("b", 2)]
+    index = UserIndex.from_groups(groups, 4)
+    assert index.n_users == 3
+    assert index.codes[0] == index.codes[2]
+    probe = np.empty(2, dtype=object)
+    probe[:] = [("a", 1), ("zz", 0)]
+    assert_array_equal(index.lookup(probe), [index.codes[1], -1])
 
 
 def test_pandas_series_accepted():
@@ -287,7 +308,7 @@ def test_constructor_allows_users_without_rows():
 def test_user_index_pickles():
     import pickle
 
-    index = UserIndex.from_groups(["b", "a", "b", 3], n_samples=4)
+    index = UserIndex.from_groups(["b", "a", "b", "c"], n_samples=4)
     again = pickle.loads(pickle.dumps(index))
     np.testing.assert_array_equal(again.codes, index.codes)
     np.testing.assert_array_equal(again.offsets, index.offsets)
@@ -304,3 +325,19 @@ def test_canonical_order_is_the_exact_lexicographic_order(key_kind):
             "small": rng.integers(0, 30, size=2000).astype(np.uint64),  # e.g. item codes
             "equal": np.zeros(2000, dtype=np.uint64)}[key_kind]
     assert_array_equal(canonical_order(codes, 50, keys), np.lexsort((keys, codes)))
+
+
+@pytest.mark.parametrize("name", ["PPSGDRegressor", "AdaptiveWeightMF"])
+def test_estimators_reject_mixed_kind_user_ids(name):
+    import skdpp
+
+    rng = np.random.default_rng(0)
+    ids = pd.Series([7, "7", 8, "8"] * 5, dtype=object)  # one pandas object column
+    X = rng.integers(0, 4, size=(20, 1)).astype(float)
+    y = rng.uniform(1, 5, size=20)
+    est = getattr(skdpp, name)(epsilon=np.inf)
+    with pytest.raises(ValueError, match="all be numbers or all be strings"):
+        est.fit(X, y, groups=ids)
+    est.fit(X, y, groups=ids.astype(str))  # one kind: fine
+    with pytest.raises(ValueError, match="all be numbers or all be strings"):
+        est.personalize(X[:2], y[:2], pd.Series(["9", 9], dtype=object))
