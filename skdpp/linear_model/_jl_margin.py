@@ -349,7 +349,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         **BasePersonalizedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "jl_dim": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "margin": [Interval(Real, 0, None, closed="neither")],
+        "margin": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "clip_norm": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
         "clip_quantile": [Interval(Real, 0, 1, closed="right")],
         "clip_share": [Interval(Real, 0, 1, closed="neither")],
@@ -375,7 +375,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         *,
         n_components=3,
         jl_dim="auto",
-        margin=0.1,
+        margin="auto",
         clip_norm="auto",
         clip_quantile=0.5,
         clip_share=0.05,
@@ -513,7 +513,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         classes = self._public_classes()
         return Alg3Config(
             n_components=int(self.n_components), jl_dim=self.jl_dim,
-            margin=float(self.margin),
+            margin="auto" if isinstance(self.margin, str) else float(self.margin),
             clip_norm=self.clip_norm if self.clip_norm in (None, "auto")
             else float(self.clip_norm),
             clip_quantile=float(self.clip_quantile), n_candidates=int(self.n_candidates),
@@ -533,6 +533,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                               if self.candidates == "random" else
                               "around the top eigenvectors of the DP 'subspace' release."),
         ]
+        if self.margin == "auto":
+            notes.append("Margin: 'auto', the limit rho -> 0+ of the score's margin loss "
+                         "(the 0-1 loss of the projected rows, invariant to the rows' "
+                         "scale; no budget).")
+        else:
+            notes.append(f"Margin: {float(self.margin):g} times the clip radius "
+                         f"(rho = {fitted['threshold']:.6g}).")
         not_covered = ()
         if self.classes is None and fitted["classes_covered"]:
             notes.append("The label set classes_ was selected privately (phase 'labels').")

@@ -227,6 +227,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
     grid = None if circle else _GridCounter(seg, n_dir)
     with np.errstate(**_QUIET):
+        row_user = seg.row_user                              # user of every row
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
             cand = candidates[lo:lo + outer]
@@ -235,8 +236,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, np.repeat(own, seg.counts, axis=0)
-                                 ) <= threshold
+            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
             # ... and for the grid directions
             if circle:
@@ -335,7 +335,12 @@ class _GridCounter:
                 slots = self.piece_slot[p0:p1]
                 part = slots >= 0
                 if part.any():
-                    np.add.at(totals, slots[part], counts[part])
+                    # pieces of one user are consecutive: sum each run of equal
+                    # slots (exact int64 sums; a slot has one run per step)
+                    sl = slots[part]
+                    runs = np.r_[0, np.flatnonzero(sl[1:] != sl[:-1]) + 1]
+                    totals[sl[runs]] += np.add.reduceat(
+                        counts[part].astype(np.int64), runs, axis=0)
                     whole = ~part
                     users, counts = users[whole], counts[whole]
             best[users] = np.minimum(best[users], counts.min(axis=-1))
