@@ -141,11 +141,13 @@ def speed(args):
              "its own subprocess.", "",
              "| code | estimator | CPU (s) | wall (s) | released values |",
              "|---|---|---:|---:|---|"]
-    cases = [("ppsgd", {}), ("fedrep", {}), ("jl", {"margin": 0.1}), ("jl", {})]
+    # the last two: what the default's grid costs (other released values; for scale)
+    cases = [("ppsgd", {}), ("fedrep", {}), ("jl", {"margin": 0.1}), ("jl", {}),
+             ("jl", {"n_candidates": 64}), ("jl", {"n_directions": 16})]
     with tempfile.TemporaryDirectory() as tmp:
         for name, params in cases:
-            label = name if name != "jl" else "jl " + (
-                f"margin={params['margin']}" if params else "margin='auto' (default)")
+            label = name if name != "jl" else "jl " + (", ".join(
+                f"{k}={v}" for k, v in params.items()) or "defaults (margin='auto')")
             runs = [("this", repo)] + ([("baseline", args.baseline)]
                                        if args.baseline and "margin" in params else [])
             saved = {}
