@@ -66,8 +66,8 @@ from ._margin_scores import (
     subspace_block,
 )
 
-__all__ = ["Alg3Config", "cold_start_sensitivity", "fit_alg3", "n_problems_of",
-           "score_sensitivity", "subspace_sensitivity"]
+__all__ = ["Alg3Config", "cold_start_sensitivity", "fit_alg3", "margin_threshold",
+           "n_problems_of", "score_sensitivity", "subspace_sensitivity"]
 
 # Public bounds of the released cold-start positive rate (its logit is the
 # cold-start intercept): a rate of 0 or 1 would give an infinite intercept.
@@ -114,7 +114,7 @@ class Alg3Config:
 
     n_components: int
     jl_dim: object            # int or "auto"
-    margin: float
+    margin: object            # float (relative to the clip radius) or "auto" (rho -> 0+)
     clip_norm: object         # float, "auto" or None
     clip_quantile: float
     n_candidates: int
@@ -139,8 +139,23 @@ def _log(config, message):
 def resolve_jl_dim(config, n_users, n_features):
     """``jl_dim`` of a fit from public values (``n_users`` is public)."""
     if config.jl_dim == "auto":
-        return auto_jl_dim(n_users, n_features, config.n_components, margin=config.margin)
+        # margin="auto" is the limit rho -> 0+: Alg. 3's k' -> inf, i.e. the cap.
+        margin = 0.0 if config.margin == "auto" else config.margin
+        return auto_jl_dim(n_users, n_features, config.n_components, margin=margin)
     return int(config.jl_dim)
+
+
+def margin_threshold(margin, radius):
+    """``rho / Gamma`` of the score: ``margin * r`` (``r = 1`` without clipping), or 0.
+
+    ``margin="auto"`` is the limit ``rho -> 0+`` of Alg. 3's margin loss,
+    ``1[y <U~^T z, u> <= 0]`` (the paper's ``l_0``): invariant to any positive
+    scaling of the rows, so the score needs no data-dependent scale. Public
+    (a function of parameters and of the released radius only).
+    """
+    if margin == "auto":
+        return 0.0
+    return float(margin) * (1.0 if radius is None else radius)
 
 
 def _label_set(executor, release, config):
@@ -234,7 +249,7 @@ def fit_alg3(executor, release, randomness, meta, config):
                                   quantile=config.clip_quantile, n_users=n_users)
         _log(config, f"clip: released clip radius {radius:.6g}")
     executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
-    threshold = config.margin * (1.0 if radius is None else radius)
+    threshold = margin_threshold(config.margin, radius)
 
     sens = score_sensitivity(n_users)
     all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
@@ -300,7 +315,7 @@ def fit_alg3(executor, release, randomness, meta, config):
     heads, intercepts = executor.collect(heads_block, Heads(
         embeddings, classes, cold_heads, cold_intercepts, prior,
         float(config.personal_ridge), bool(config.fit_intercept)))
-    return {"classes": classes, "classes_covered": covered, "jl_dim": jl_dim, "clip_norm": radius, "jl_matrix": M,
+    return {"classes": classes, "classes_covered": covered, "jl_dim": jl_dim, "clip_norm": radius, "threshold": threshold, "jl_matrix": M,
             "directions": directions, "embeddings": embeddings,
             "cold_start_heads": cold_heads, "cold_start_intercepts": cold_intercepts,
             "heads": heads, "intercepts": intercepts, "candidates": all_candidates,

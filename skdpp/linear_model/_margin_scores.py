@@ -227,6 +227,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
     grid = None if circle else _GridCounter(seg, n_dir)
     with np.errstate(**_QUIET):
+        row_user = seg.row_user                              # user of every row
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
             cand = candidates[lo:lo + outer]
@@ -235,8 +236,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, np.repeat(own, seg.counts, axis=0)
-                                 ) <= threshold
+            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
             # ... and for the grid directions
             if circle:
@@ -292,14 +292,35 @@ class _GridCounter:
         self._steps = {}
 
     def steps(self, b):
-        """``(row0, row1, piece0, piece1)`` of the steps for chunks of ``b`` candidates."""
+        """The steps for chunks of ``b`` candidates (cached per ``b``).
+
+        Each step is ``(row0, row1, piece0, piece1, offsets, split)``:
+        ``offsets`` the pieces' first rows relative to ``row0`` and ``split``
+        either None (no piece of a user with more than :attr:`CAP` rows) or
+        ``(part, runs, slots)``: the mask of such pieces within the step, the
+        starts of their runs of equal slots, and each run's slot (the pieces
+        of one user are consecutive, so a slot has one run per step).
+        """
         if b not in self._steps:
             rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
             step = self.piece_start // rows
             cuts = np.r_[0, np.flatnonzero(np.diff(step)) + 1, self.piece_start.shape[0]]
             bounds = np.r_[self.piece_start, self.n_rows]
-            self._steps[b] = [(int(bounds[p0]), int(bounds[p1]), int(p0), int(p1))
-                              for p0, p1 in zip(cuts[:-1], cuts[1:]) if p1 > p0]
+            out = []
+            for p0, p1 in zip(cuts[:-1], cuts[1:]):
+                if p1 <= p0:
+                    continue
+                r0 = int(bounds[p0])
+                slots = self.piece_slot[p0:p1]
+                part = slots >= 0
+                split = None
+                if part.any():
+                    sl = slots[part]
+                    runs = np.r_[0, np.flatnonzero(sl[1:] != sl[:-1]) + 1]
+                    split = (part, runs, sl[runs])
+                out.append((r0, int(bounds[p1]), int(p0), int(p1),
+                            self.piece_start[p0:p1] - r0, split))
+            self._steps[b] = out
         return self._steps[b]
 
     def min_loss_counts(self, yF, dirs_t, threshold, best):
@@ -309,15 +330,19 @@ class _GridCounter:
         steps = self.steps(b)
         if not steps:
             return
-        most = max(r1 - r0 for r0, r1, _, _ in steps)
+        most = max(r1 - r0 for r0, r1, _, _, _, _ in steps)
         width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
         dots = np.empty((max(most * b, 2), n_dir))
         losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
+        # per piece, the minimum over the directions of its loss counts (the
+        # user's when the piece is the whole user; pieces of longer users are
+        # summed into ``totals`` first)
+        piece_min = np.empty((self.piece_user.shape[0], b), dtype=np.uint8)
         split = self.split_users.shape[0] > 0
         if split:
             totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
         multi = n_rows * b > 1           # the unchunked product is a multi-row product
-        for r0, r1, p0, p1 in steps:    # cache-sized steps of whole pieces, not users
+        for r0, r1, p0, p1, offsets, parts in steps:  # cache-sized steps of whole pieces
             m = r1 - r0
             left = yF[r0:r1].reshape(m * b, k)
             if m * b == 1 and multi:    # keep the multi-row BLAS routine
@@ -327,18 +352,15 @@ class _GridCounter:
             lost = losses[:m]
             np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
             # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
-            counts = np.add.reduceat(lost.view(np.uint64), self.piece_start[p0:p1] - r0,
-                                     axis=0)
+            counts = np.add.reduceat(lost.view(np.uint64), offsets, axis=0)
             counts = counts.view(np.uint8)[:, :b * n_dir].reshape(p1 - p0, b, n_dir)
-            users = self.piece_user[p0:p1]
-            if split:
-                slots = self.piece_slot[p0:p1]
-                part = slots >= 0
-                if part.any():
-                    np.add.at(totals, slots[part], counts[part])
-                    whole = ~part
-                    users, counts = users[whole], counts[whole]
-            best[users] = np.minimum(best[users], counts.min(axis=-1))
+            if parts is not None:       # exact int64 sums of each run of a user's pieces
+                part, runs, slots = parts
+                totals[slots] += np.add.reduceat(counts[part].astype(np.int64), runs, axis=0)
+            np.min(counts, axis=-1, out=piece_min[p0:p1])
+        whole = self.piece_slot < 0
+        users = self.piece_user[whole]
+        best[users] = np.minimum(best[users], piece_min[whole])
         if split:
             best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 

@@ -118,9 +118,10 @@ def block_losses(Z, y, codes, n_users, cands, dirs, threshold):
 
 
 # White-box settings: a given clip radius and label set, no intercept (the
-# releases then see clip(x, 1) exactly as the loop references).
+# releases then see clip(x, 1) exactly as the loop references) and a fixed
+# margin (the references' threshold 0.1; the default "auto" is rho -> 0+).
 FAST = dict(n_components=1, jl_dim=4, n_candidates=16, n_directions=8, clip_norm=1.0,
-            classes=["neg", "pos"], fit_intercept=False)
+            classes=["neg", "pos"], fit_intercept=False, margin=0.1)
 # The defaults' releases (private label set, auto clip radius, intercepts), small.
 SMALL = dict(n_components=1, jl_dim=4, n_candidates=16, n_directions=8)
 
