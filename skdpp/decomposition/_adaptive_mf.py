@@ -17,7 +17,13 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import BasePersonalizedEstimator, FitData, FitResult, PersonalizedRegressorMixin
+from ..base import (
+    BasePersonalizedEstimator,
+    FitData,
+    FitResult,
+    PersonalizedRegressorMixin,
+    _caller_stacklevel,
+)
 from ..privacy import MIN_CLIP, BudgetPlan
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserIndex
@@ -35,6 +41,17 @@ __all__ = ["AdaptiveWeightMF"]
 
 # Ratings per chunk in the row-wise dot products of ``predict``.
 _PREDICT_CHUNK = 2**17
+
+# A private catalogue with fewer published items than this is "tiny": it
+# cannot fill one top-10 list, and most predictions are the DP mean plus the
+# user's bias. Compared with the released number of published items only.
+_TINY_CATALOGUE = 10
+
+# Weight of the log noisy count in recommend(ranking="blend"), per unit of
+# predicted rating / rating_clip_. Chosen on MovieLens small, even user ids
+# (benchmarks/bench_mf_recommend.py; reported on the odd ones): a public
+# constant, no private data enters the choice.
+_POPULARITY_WEIGHT = 1.0
 
 
 # --------------------------------------------------------------------------- #
@@ -145,6 +162,38 @@ _CLIP_SHARE_PER_BOUND = 0.15
 _COUNT_SHARE = {False: 0.1, True: 0.3}
 # Share of delta reserved for the threshold of the private catalogue selection.
 _THRESHOLD_DELTA_FRACTION = 0.25
+
+
+def _catalogue_size_note(n_published):
+    """Report note on the size of a private catalogue (a released number)."""
+    note = f"{n_published} item(s) published."
+    if n_published < _TINY_CATALOGUE:
+        note += (f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer "
+                 f"than {_TINY_CATALOGUE} items): most predictions are the DP mean plus "
+                 "each user's bias, and recommend() cannot fill a top-10 list.")
+    return note
+
+
+def _warn_tiny_catalogue(n_published, n_users, epsilon):
+    """Warn when the private catalogue published fewer than ``_TINY_CATALOGUE`` items.
+
+    A function of the released number of published items (and the public
+    ``n_users`` and ``epsilon``) only: post-processing of the ``"counts"``
+    release, so the warning reveals nothing beyond the release.
+    """
+    if n_published >= _TINY_CATALOGUE:
+        return
+    what = "no item" if n_published == 0 else f"only {n_published} item(s)"
+    warnings.warn(
+        f"The private item catalogue published {what} ({n_users} users at "
+        f"epsilon={epsilon:g}): an item is published only if enough users rated it "
+        "to clear the noise. Predictions are then mostly the DP mean plus each user's "
+        "bias, and recommend() has little or nothing to offer. Pass a public catalogue "
+        "items=[...] (e.g. the ids of a public movie list), raise epsilon, or fit on "
+        "more users.",
+        UserWarning,
+        stacklevel=_caller_stacklevel(),
+    )
 
 
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
@@ -986,6 +1035,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "(every item present in X) as is: an item rated by a single user "
                 "appears or disappears with that user. Use items=None (selected "
                 "under DP) or a public catalogue items=[...].")
+        if cfg.catalogue == "private":
+            catalogue_note += " " + _catalogue_size_note(int(out["published"].shape[0]))
         notes = [
             catalogue_note,
             "The number of users is public. Ratings of items outside the published "
@@ -1001,6 +1052,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
                          "sqrt(2 count_cap)) and, per pass, the weighted sums of "
                          "user-centred ratings (2 sqrt(count_cap) C_r).")
+        if cfg.catalogue == "private":
+            _warn_tiny_catalogue(int(out["published"].shape[0]), meta["n_users"],
+                                 self.epsilon)
         return FitResult(
             attributes={"item_embeddings_": out["item_embeddings"],
                         "item_biases_": out["item_biases"],
@@ -1115,7 +1169,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             pred[both] += score
         return pred
 
-    def recommend(self, groups, n_items=10, exclude_seen=True):
+    def recommend(self, groups, n_items=10, exclude_seen=True, ranking="blend",
+                  popularity_weight=_POPULARITY_WEIGHT):
         """Top-``n_items`` item ids for each given user.
 
         Parameters
@@ -1128,14 +1183,46 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             Skip the items each user rated in ``fit`` / ``personalize`` (the
             estimator keeps each user's rated items with their personal part;
             like ``user_embeddings_`` they are personal data, not a release).
+        ranking : {"blend", "rating", "popularity"}, default="blend"
+            Score of item ``i`` for user ``j``, with ``s_ij = b_i + <u_j, v_i>``
+            (the predicted rating minus the user's constant part):
+
+            - ``"blend"``: ``s_ij / rating_clip_ + popularity_weight *
+              log(max(n_i, 1))`` with ``n_i`` the released noisy count
+              ``item_counts_``. Which items a user rates next depends on how
+              popular they are as much as on how much the user would like
+              them; on MovieLens the rating alone recommends obscure items
+              (recall@10 below the popularity baseline, and falling as epsilon
+              grows and the catalogue gains rare items).
+            - ``"rating"``: ``s_ij``, the predicted rating (the model's own
+              order).
+            - ``"popularity"``: ``n_i``, the most popular unseen items.
+
+            Unseen users get ``b_i / rating_clip_ + popularity_weight *
+            log(max(n_i, 1))`` with ``"blend"`` and ``n_i`` otherwise (catalogue
+            order if no counts were released). Without released counts
+            (``item_counts_ is None``: a public catalogue, ``"uniform"``
+            weights and ALS) ``"blend"`` is ``"rating"`` and ``"popularity"``
+            raises.
+        popularity_weight : float, default=1.0
+            Weight of the log count in ``"blend"``, per unit of
+            ``s_ij / rating_clip_`` (scale-free: ``rating_clip_`` is the
+            released clip of the factor part, about 2 for 5-star ratings; 1.0
+            if ``rating_clip_`` is None). ``0`` is ``"rating"``; large values
+            approach ``"popularity"``. The default was chosen on MovieLens
+            small (even user ids; ``benchmarks/bench_mf_recommend.py``).
 
         Returns
         -------
         item_ids : ndarray of shape (n_users_query, n_items[, n_features])
-            Recommended item ids, best first (by predicted rating: item bias
-            plus the user's factor score). Unseen users are ranked by the
-            noisy item counts (popularity), or by catalogue order if no counts
-            were released.
+            Recommended item ids, best first.
+
+        Notes
+        -----
+        Post-processing: a user's list is a function of the released values
+        (``item_embeddings_``, ``item_biases_``, ``item_counts_``,
+        ``rating_clip_``) and that user's own personal part and rated items,
+        so recommendations are jointly DP (billboard model).
         """
         check_is_fitted(self)
         groups = np.asarray(groups)
@@ -1145,6 +1232,22 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             )
         if not isinstance(n_items, Integral) or isinstance(n_items, bool) or n_items < 1:
             raise ValueError(f"n_items must be a positive integer; got {n_items!r}.")
+        if ranking not in ("blend", "rating", "popularity"):
+            raise ValueError(
+                "ranking must be one of 'blend', 'rating', 'popularity'; "
+                f"got {ranking!r}."
+            )
+        if isinstance(popularity_weight, bool) or not isinstance(popularity_weight, Real) \
+                or not 0 <= popularity_weight < np.inf:
+            raise ValueError(
+                f"popularity_weight must be a finite number >= 0; got {popularity_weight!r}."
+            )
+        if ranking == "popularity" and self.item_counts_ is None:
+            raise ValueError(
+                "ranking='popularity' needs the released item counts, and this fit "
+                "released none (a public catalogue with weighting='uniform' and "
+                "solver='als'). Use ranking='rating'."
+            )
         if self.n_items_ == 0:
             raise ValueError(
                 "The published item catalogue is empty (no item cleared the private "
@@ -1154,10 +1257,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
         known = codes >= 0
+        popularity = None
         if self.item_counts_ is not None:
-            cold = np.asarray(self.item_counts_, dtype=np.float64)
+            counts = np.asarray(self.item_counts_, dtype=np.float64)
+            popularity = np.log(np.maximum(counts, 1.0))
+            cold = counts
         else:
             cold = -np.arange(self.n_items_, dtype=np.float64)
+        unit = 1.0 if self.rating_clip_ is None else float(self.rating_clip_)
+        blend = ranking == "blend" and popularity is not None
+        if blend:
+            prior = popularity_weight * popularity
+            cold = self.item_biases_ / unit + prior
         out = np.empty((groups.shape[0], n_top), dtype=np.int64)
         block = max(1, (2**24) // max(1, self.n_items_))
         for start in range(0, groups.shape[0], block):  # memory blocks
@@ -1166,13 +1277,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             kn = known[start:stop]
             scores = np.tile(cold, (stop - start, 1))
             if kn.any():
-                scores[kn] = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
-                              + self.item_biases_)
+                if ranking == "popularity":
+                    sub = np.tile(counts, (int(kn.sum()), 1))
+                else:
+                    sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
+                           + self.item_biases_)
+                    if blend:
+                        sub = sub / unit + prior
                 if exclude_seen:
                     seen = self._seen[c[kn]].toarray() > 0
-                    sub = scores[kn]
                     sub[seen] = -np.inf
-                    scores[kn] = sub
+                scores[kn] = sub
             top = np.argpartition(-scores, n_top - 1, axis=1)[:, :n_top]
             order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1,
                                kind="stable")
