@@ -164,10 +164,10 @@ _COUNT_SHARE = {False: 0.1, True: 0.3}
 _THRESHOLD_DELTA_FRACTION = 0.25
 
 
-def _catalogue_size_note(n_published):
+def _catalogue_size_note(n_published, epsilon):
     """Report note on the size of a private catalogue (a released number)."""
     note = f"{n_published} item(s) published."
-    if n_published < _TINY_CATALOGUE:
+    if n_published < _TINY_CATALOGUE and epsilon != np.inf:
         note += (f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer "
                  f"than {_TINY_CATALOGUE} items): most predictions are the DP mean plus "
                  "each user's bias, and recommend() cannot fill a top-10 list.")
@@ -586,6 +586,23 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
       embedding and bias.
     - Predicted factor parts are clipped to ``[-C_r, C_r]``
       (post-processing).
+
+    **Small data: the private catalogue.** An item is published only if
+    enough users rated it to clear the count noise. On MovieLens small (610
+    users) the defaults publish no item at ``epsilon <= 2``, about 5 at
+    ``epsilon = 4`` and about 30 at ``epsilon = 8`` (none with 100 users at any
+    ``epsilon <= 8``); the model is then the DP mean plus each user's bias.
+    ``fit`` says so: a report note gives the number of published items and a
+    ``UserWarning`` fires when fewer than 10 are published at a finite
+    ``epsilon`` -- computed from that released number (and the public
+    ``n_users`` and ``epsilon``) only, post-processing. Below a few thousand
+    users pass a public catalogue (``items=``, e.g. the ids of a public movie
+    list: free in privacy).
+
+    **Recommendations.** :meth:`recommend` ranks by default by a blend of the
+    predicted rating and the log of the released noisy count
+    (``ranking="blend"``): on MovieLens the predicted rating alone recommends
+    obscure items (``benchmarks/bench_mf_recommend.py``).
 
     **Cold start.** Unseen users get ``mean_`` plus the item's bias; known
     users rating an item outside the catalogue get ``mean_`` plus their bias.
@@ -1036,7 +1053,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "appears or disappears with that user. Use items=None (selected "
                 "under DP) or a public catalogue items=[...].")
         if cfg.catalogue == "private":
-            catalogue_note += " " + _catalogue_size_note(int(out["published"].shape[0]))
+            catalogue_note += " " + _catalogue_size_note(int(out["published"].shape[0]),
+                                                         self.epsilon)
         notes = [
             catalogue_note,
             "The number of users is public. Ratings of items outside the published "
@@ -1052,7 +1070,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
                          "sqrt(2 count_cap)) and, per pass, the weighted sums of "
                          "user-centred ratings (2 sqrt(count_cap) C_r).")
-        if cfg.catalogue == "private":
+        if cfg.catalogue == "private" and self.epsilon != np.inf:  # no noise: the data's size
             _warn_tiny_catalogue(int(out["published"].shape[0]), meta["n_users"],
                                  self.epsilon)
         return FitResult(
