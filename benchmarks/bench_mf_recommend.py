@@ -23,11 +23,14 @@ Protocol
   of fewer than 10 items, is padded with a non-item). 0 when nothing is
   published.
 - Rankings: ``rating`` (predicted rating), ``popularity`` (released noisy
-  counts ``item_counts_``), ``true_popularity`` (the exact training counts:
-  a NON-private reference), ``blend`` (``recommend``'s default), and a grid of
-  blend variants (``grid:<form>:<weight>``) for the choice of the default.
-- Users: even user ids choose the blend (``--tune``: mean over seeds of the
-  grid), odd user ids report.
+  counts ``item_counts_``), ``popularity_combined`` (``ranking="popularity"``:
+  ``item_counts_`` and ``item_weighted_counts_`` combined), ``true_popularity``
+  (the exact training counts: a NON-private reference), ``blend``
+  (``recommend``'s default), and a grid of blend variants
+  (``grid:<form>:<weight>``, on the combined popularity) for the choice of
+  the default.
+- Users: even user ids choose the blend (the grid's mean over seeds), odd
+  user ids report.
 
 Run::
 
@@ -82,22 +85,31 @@ def evaluate(mf, X_tr, X_te, y_te, g_te, true_counts):
             keep = mask & np.isin(g_te, sel)
             ru, ri = g_te[keep], te_items[keep]
             if mf.n_items_ == 0:
-                for ranking in ("rating", "popularity", "true_popularity", "blend"):
+                for ranking in ("rating", "popularity", "popularity_combined",
+                                "true_popularity", "blend"):
                     rows.append((name, relevant, ranking, 0.0))
                 continue
-            for ranking in ("rating", "popularity", "blend"):
+            for ranking in ("rating", "blend"):
                 rows.append((name, relevant, ranking,
                              _recall(mf.recommend(sel, n_items=K, ranking=ranking), sel,
                                      ru, ri)))
-            # Baseline and grid from the released attributes (same candidates).
+            rows.append((name, relevant, "popularity_combined",
+                         _recall(mf.recommend(sel, n_items=K, ranking="popularity"), sel,
+                                 ru, ri)))
+            # Baselines and grid from the released attributes (same candidates).
             codes = mf._user_codes(sel, sel.shape[0])
             seen = mf._seen[codes].toarray() > 0
+            nc = np.tile(np.asarray(mf.item_counts_, float), (sel.shape[0], 1))
+            rows.append((name, relevant, "popularity",
+                         _recall(mf.item_ids_[_top(nc, seen)], sel, ru, ri)))
             tp = np.tile(true_counts.astype(float), (sel.shape[0], 1))
             rows.append((name, relevant, "true_popularity",
                          _recall(mf.item_ids_[_top(tp, seen)], sel, ru, ri)))
+            if name != "even" or relevant != "all":  # the grid: tuning users only
+                continue
             unit = mf.rating_clip_ or 1.0
             uv = mf.user_embeddings_[codes] @ mf.item_embeddings_.T / unit
-            logc = np.log(np.maximum(mf.item_counts_, 1.0))
+            logc = np.log(np.maximum(mf._item_popularity(), 1.0))
             for form in GRID_FORMS:
                 s = uv + mf.item_biases_ / unit if form == "bias+uv" else uv
                 for w in GRID_WEIGHTS:
@@ -172,16 +184,16 @@ def report(out, args):
              "rate in training; recall@10 over ALL held-out items (published or not) "
              "unless said. `true popularity` ranks by the exact training counts: "
              "a non-private reference.", ""]
-    rankings = ("rating", "popularity", "true_popularity", "blend")
+    rankings = ("rating", "popularity", "popularity_combined", "true_popularity", "blend")
     for catalogue in ("private", "public"):
         for relevant in ("all", "ge4"):
             what = ("all held-out items" if relevant == "all"
                     else "held-out items rated >= 4")
             lines += [f"## {catalogue} catalogue, relevant = {what}, odd user ids (report)",
                       "",
-                      "| epsilon | published items | rating | popularity (released) | "
-                      "true popularity | blend (default) |",
-                      "|---|---|---|---|---|---|"]
+                      "| epsilon | published items | rating | popularity (released counts) | "
+                      "popularity (released, combined) | true popularity | blend (default) |",
+                      "|---|---|---|---|---|---|---|"]
             for eps in eps_list:
                 n_pub = [r[3] for r in out if r[0] == catalogue and r[1] == eps
                          and r[6] == "blend" and r[4] == "odd" and r[5] == relevant]
@@ -193,7 +205,7 @@ def report(out, args):
     lines += ["## Choice of the blend (even user ids, relevant = all, public catalogue)", "",
               "| form:weight | " + " | ".join(f"eps={e:g}" for e in eps_list) + " |",
               "|---|" + "---|" * len(eps_list)]
-    for rk in ["popularity", "true_popularity"] + [
+    for rk in ["popularity", "popularity_combined", "true_popularity"] + [
             f"grid:{f}:{w:g}" for f in GRID_FORMS for w in GRID_WEIGHTS]:
         cells = [_mean(out, catalogue="public", epsilon=e, users="even",
                        relevant="all", ranking=rk) for e in eps_list]
@@ -210,7 +222,7 @@ def report(out, args):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     xs = np.arange(len(eps_list))
     for ax, catalogue in zip(axes, ("private", "public")):
-        for rk, style in zip(rankings, ("o-", "s-", "k--", "^-")):
+        for rk, style in zip(rankings, ("o-", "s:", "s-", "k--", "^-")):
             ys = [_mean(out, catalogue=catalogue, epsilon=e, users="odd", relevant="all",
                         ranking=rk) for e in eps_list]
             ax.plot(xs, ys, style, label=rk.replace("_", " "))

@@ -118,9 +118,14 @@ def test_default_ranking_is_blend_and_options_validated():
     X, y, g = _popular_ratings(n_users=120)
     est = _mf(epsilon=4.0).fit(X, y, g)
     np.testing.assert_array_equal(est.recommend([1, 2]), est.recommend([1, 2], ranking="blend"))
-    # popularity_weight=0 is the predicted rating's order (known users).
-    np.testing.assert_array_equal(est.recommend([1, 2], popularity_weight=0.0),
-                                  est.recommend([1, 2], ranking="rating"))
+    # popularity_weight=0: the factor score alone (known users); cold users
+    # get the popularity order.
+    scores = est.user_embeddings_[est._user_codes([1], 1)] @ est.item_embeddings_.T
+    scores[est._seen[est._user_codes([1], 1)].toarray() > 0] = -np.inf
+    np.testing.assert_array_equal(
+        est.recommend([1], popularity_weight=0.0, n_items=5)[0],
+        est.item_ids_[np.argsort(-scores[0], kind="stable")[:5]])
+    np.testing.assert_array_equal(est.recommend([-1]), est.recommend([-1], ranking="popularity"))
     with pytest.raises(ValueError, match="ranking"):
         est.recommend([1], ranking="votes")
     with pytest.raises(ValueError, match="popularity_weight"):
