@@ -183,7 +183,17 @@ def report(out, args):
              "user's ratings held out; candidates = published items the user did not "
              "rate in training; recall@10 over ALL held-out items (published or not) "
              "unless said. `true popularity` ranks by the exact training counts: "
-             "a non-private reference.", ""]
+             "a non-private reference.", "",
+             "Reading (3 seeds, written by hand): the default blend (factor score "
+             "/ rating_clip_ + 1.0 x log popularity; chosen on the even-id grid at "
+             "the end) beats the released-count popularity baseline at epsilon 4 and 8 "
+             "(public catalogue: 0.125 vs 0.058, 0.153 vs 0.139; private: tie with 5 "
+             "items, 0.152 vs 0.147); its gain comes from the combined popularity "
+             "(item_counts_ + item_weighted_counts_), the factor score adds <= 0.002. "
+             "It does NOT reach exact (non-private) popularity at epsilon <= 8 with "
+             "610 users (0.172): the count noise (std ~38 users at epsilon 4 for "
+             "9 742 items) hides the head of the popularity curve. Rating-only "
+             "ranking stays at <= 0.054.", ""]
     rankings = ("rating", "popularity", "popularity_combined", "true_popularity", "blend")
     for catalogue in ("private", "public"):
         for relevant in ("all", "ge4"):
