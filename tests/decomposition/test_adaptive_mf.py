@@ -1034,7 +1034,8 @@ def test_privacy_report_phases():
     assert_allclose([p.share for p in report.phases], [0.3, 0.05, 0.3, 0.25, 0.05, 0.05])
     assert set(report.released) == {
         "item_embeddings_", "item_biases_", "mean_", "item_counts_", "item_ids_",
-        "mean_clip_", "rating_clip_", "embedding_ridge_"}
+        "mean_clip_", "rating_clip_", "embedding_ridge_",
+        "item_weighted_counts_"}  # the item-bias phase's W (issue 20: recommend)
     assert set(report.local) == {"user_embeddings_", "user_biases_"}
     # Explicit bounds, no biases, a fixed ridge, uniform weights: one phase.
     est_u = _fast(epsilon=1.0, weighting="uniform", center=False, item_bias=False,
