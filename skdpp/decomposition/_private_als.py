@@ -1062,7 +1062,9 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     result : dict
         ``published`` (internal codes of the published items),
         ``item_embeddings``, ``item_biases``, ``item_counts`` (or None),
-        ``mean``, ``mean_clip``, ``rating_clip``, ``user_embeddings``,
+        ``item_weights`` (the noisy weighted counts ``W`` of the item-bias
+        phase, or None), ``popularity_noise`` (the noise standard deviations
+        of the counts and of ``W``: public), ``mean``, ``mean_clip``, ``rating_clip``, ``user_embeddings``,
         ``user_biases``.
     """
     n_users, k = int(meta["n_users"]), cfg.n_components
@@ -1077,6 +1079,9 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     if rating_clip == "auto":
         rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile, n_users)
     published, counts = _catalogue(executor, release, meta, cfg, key)
+    count_std = weight_std = 0.0  # noise of the two popularity releases (public)
+    if cfg.needs_counts and cfg.count_cap is not None:
+        count_std = release.noise_std("counts", float(np.sqrt(2.0 * cfg.count_cap)))
     m = int(published.shape[0])
     remap = np.full(int(meta["n_item_codes"]), m, dtype=np.int64)
     remap[published] = np.arange(m)
@@ -1091,11 +1096,13 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     # Item biases (Alg. 1 with d = 1, own phase), then the residuals of the
     # factor model.
     biases = np.zeros(m + 1)
+    weights = None
     if cfg.item_bias:
         sens_w, sens_s = item_bias_sensitivities(cfg.count_cap, rating_clip)
         weights = release.gaussian("item_bias", executor.map(bias_weights,
                                                              (cfg.count_cap, m)),
                                    sensitivity=sens_w, clip_norm=rating_clip)
+        weight_std = release.noise_std("item_bias", sens_w)
         for _ in range(cfg.bias_iter):
             sums = release.gaussian(
                 "item_bias",
@@ -1166,6 +1173,7 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     # Personal parts (billboard model): exact least squares from the released items.
     U, bias = executor.collect(personal_parts, (V, cfg, rho))
     return {"published": published, "item_embeddings": V, "item_biases": biases[:m],
-            "item_counts": counts, "mean": mean, "mean_clip": mean_clip,
+            "item_counts": counts, "item_weights": weights,
+            "popularity_noise": (count_std, weight_std), "mean": mean, "mean_clip": mean_clip,
             "rating_clip": rating_clip, "embedding_ridge": rho, "user_embeddings": U,
             "user_biases": bias}
