@@ -121,7 +121,7 @@ def shrink_levels(levels, counts, noise_var, prior_levels, radius):
                         np.where(np.isfinite(weight), levels, prior_levels))
 
 
-def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
+def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor=0.0):
     """Diagonal penalties of a personal fit: ``κ p min(1, σ_i^2 / s_i^2)`` pseudo-rows.
 
     A personal part of ``p`` parameters is shrunk towards the released prior as
@@ -144,6 +144,10 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
         ``s_i^2``: the share is 1).
     feature_var : ndarray of shape (n_users, p)
         ``v_ij``.
+    floor : float or ndarray of shape (p,), default=0.0
+        Lower bound of ``v_ij`` (:data:`VARIANCE_FLOOR` in standardised
+        units): a coordinate nearly constant within a user is penalised as if
+        it had this variance, so that it cannot extrapolate on later rows.
 
     Returns
     -------
@@ -152,7 +156,8 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
     with np.errstate(all="ignore"):
         share = np.where(target_var > 0, noise_var / target_var, 1.0)
         share = np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
-        return (float(ridge) * n_params * share)[:, None] * feature_var
+        v = np.maximum(feature_var, floor)
+        return (float(ridge) * n_params * share)[:, None] * v
 
 
 #: Candidate shares of ``clip_share="auto"`` (increasing).
@@ -183,3 +188,215 @@ def resolve_clip_share(clip_share, build, n_users):
         if CLIP_PHASE not in plan or plan[CLIP_PHASE] <= AUTO_CLIP_NOISE * max(n_users, 1):
             return share
     return AUTO_CLIP_SHARES[-1]
+
+
+# --------------------------------------------------------------------------- #
+# Per-feature scales (scale-free per feature) and a released label range
+# --------------------------------------------------------------------------- #
+#: The quantile over users of a column's within-user range that becomes the
+#: column's scale. A high quantile: a column constant within most users (a
+#: session's timestamp, a rare genre) still gets the spread of the users in
+#: whom it varies, so that a later row of a one-session user lies within about
+#: one unit of the user's mean instead of thousands.
+FEATURE_SCALE_QUANTILE = 0.9
+#: Every column's scale is one private quantile (``AUTO_STEPS`` releases).
+FEATURE_SCALE_STEPS = AUTO_STEPS
+#: Penalty floor of a personal refit, in standardised units: each coordinate's
+#: pseudo-rows have variance at least this (a column nearly constant within a
+#: user is then penalised like a typical column, not left free to extrapolate).
+VARIANCE_FLOOR = 0.05
+#: The released label range: the ``LABEL_QUANTILES`` of the users' minimum and
+#: maximum labels, on a signed log grid of ``2 * LABEL_GRID_SIZE`` candidates.
+LABEL_QUANTILES = (0.05, 0.95)
+LABEL_GRID_SIZE = 128
+#: Releases of the label range (two noisy bisections).
+LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)
+#: A fit is predicted useless when the count noise std of its phase ``"clip"``
+#: exceeds this fraction of the public number of users (each noisy bisection
+#: then turns at random: bounds, scales and the cold-start intercept are noise).
+USELESS_CLIP_NOISE = 0.5
+
+
+def _column_ranges(block, X):
+    """Each user's ``max - min`` of every column of the row-aligned ``X`` (0 without rows)."""
+    X = np.asarray(X, dtype=np.float64)
+    out = np.zeros((block.n_users, X.shape[1]))
+    nonempty = block.counts > 0
+    if block.n_rows and nonempty.any():
+        starts = block.offsets[:-1][nonempty]
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[nonempty] = (np.maximum.reduceat(X, starts, axis=0)
+                             - np.minimum.reduceat(X, starts, axis=0))
+    return out
+
+
+def _feature_range_counts(block, state, grid):
+    """Block function: cumulative counts over ``grid`` of every column's within-user range."""
+    ranges = _column_ranges(block, block.take(block.X))
+    with np.errstate(invalid="ignore"):
+        ranges = np.where(np.isfinite(ranges), ranges, np.inf)
+    return np.stack([cumulative_counts(r, grid) for r in ranges.T]), state
+
+
+def feature_scales(executor, release, *, n_features, n_users):
+    """Per-feature scales: the :data:`FEATURE_SCALE_QUANTILE` of each column's within-user range.
+
+    One private quantile per column (phase ``"clip"``, ``FEATURE_SCALE_STEPS``
+    Gaussian counts of sensitivity 1 each: one user moves every count of a
+    column by at most 1). A scale on the lower end of the public grid (at
+    least ``1 - q`` of the users hold the column constant, or the counts are
+    noise) means "no within-user information": the column is dropped
+    (scale ``inf``), post-processing of the released comparisons.
+
+    Returns
+    -------
+    scales : ndarray of shape (n_features,)
+        Positive, ``inf`` for a dropped column.
+    dropped : int
+        Number of dropped columns.
+    """
+    grid = quantile_grid()
+    counts = executor.map(_feature_range_counts, grid)
+    if counts is None:
+        counts = np.zeros((n_features, grid.shape[0]))
+    scales = np.empty(n_features)
+    for j in range(n_features):
+        scales[j] = private_quantile(release, CLIP_PHASE, counts[j], grid,
+                                     quantile=FEATURE_SCALE_QUANTILE, n_users=n_users)
+    low = scales <= grid[0]
+    scales[low] = np.inf
+    return scales, int(low.sum())
+
+
+def standardize_block(block, state, inv_scales):
+    """Block function: the block's rows of ``X`` times ``inv_scales``, owned by the block.
+
+    The block then holds its own (standardised, float64) rows and targets in
+    canonical order; its users and their order are unchanged. Returns
+    ``(None, state)``.
+    """
+    rows = block.source_rows()
+    with np.errstate(over="ignore", invalid="ignore"):
+        X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
+    y = np.take(np.asarray(block.y), rows, axis=0)
+    block.X, block.y, block.rows = X, y, None
+    return None, state
+
+
+def standardize(X, inv_scales):
+    """``X * inv_scales`` (float64; the public per-feature scales of a fit)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(X, dtype=np.float64) * np.asarray(inv_scales)
+
+
+def inverse_scales(scales):
+    """``1 / scales`` (0 for a dropped column, 1 when ``scales`` is None)."""
+    if scales is None:
+        return None
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(scales), 1.0 / np.asarray(scales, dtype=np.float64), 0.0)
+
+
+def _label_extreme_counts(block, state, grid):
+    """Block function: cumulative counts of the users' minimum and maximum labels."""
+    y = np.asarray(block.take(block.y), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        hi = block.segment_max(y, initial=-np.inf)
+        lo = -block.segment_max(-y, initial=-np.inf)
+    lo = np.where(block.counts > 0, lo, np.inf)
+    hi = np.where(block.counts > 0, hi, np.inf)
+    return np.stack([cumulative_counts(lo, grid), cumulative_counts(hi, grid)]), state
+
+
+def label_range(executor, release, *, n_users):
+    """A released range of the labels (phase ``"clip"``, ``LABEL_RANGE_STEPS`` counts).
+
+    ``lo``: the ``LABEL_QUANTILES[0]`` of the users' minimum labels, ``hi``:
+    the ``LABEL_QUANTILES[1]`` of their maximum labels, each by a noisy
+    bisection on the signed log grid (counts of sensitivity 1), widened to the
+    outer end of the selected grid cell. An end on the edge of the grid is
+    "no information" and becomes infinite (no clamp on that side).
+
+    Returns
+    -------
+    lo, hi : float
+    """
+    grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
+    counts = executor.map(_label_extreme_counts, grid)
+    if counts is None:
+        counts = np.zeros((2, grid.shape[0]))
+    ends = []
+    for row, q, outer in ((0, LABEL_QUANTILES[0], -1), (1, LABEL_QUANTILES[1], 0)):
+        point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
+                                 n_users=n_users)
+        j = int(np.searchsorted(grid, point))
+        if j <= 0 or j >= grid.shape[0] - 1:
+            ends.append(-np.inf if row == 0 else np.inf)
+        else:  # the outer end of the cell (grid[j - 1], grid[j]]
+            ends.append(float(grid[j + outer]))
+    return ends[0], ends[1]
+
+
+def clamp_predictions(pred, label_range):
+    """Predictions clamped to a released ``label_range`` (``None``: unchanged)."""
+    if label_range is None:
+        return pred
+    lo, hi = label_range
+    return np.clip(pred, lo, hi)
+
+
+def useless_fit_message(clip_noise, n_users, name):
+    """A warning text when the plan predicts a useless fit, else None (public values only).
+
+    ``clip_noise`` is the calibrated noise multiplier of the phase ``"clip"``
+    (the std of each released count, sensitivity 1); the rule compares it to
+    ``USELESS_CLIP_NOISE * n_users``.
+    """
+    if clip_noise is None or not np.isfinite(clip_noise) or \
+            clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
+        return None
+    return (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
+            f"the fit's bounds count users with noise std {clip_noise:.3g} > "
+            f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds, scales and "
+            f"cold-start part are mostly noise and predictions fall back towards each "
+            f"user's own mean and the released label range. Use more users or a larger "
+            f"epsilon. (A data-independent rule: n_users, epsilon, delta and the plan.)")
+
+
+def at_grid_edge(value):
+    """Whether a released ``"auto"`` bound is on the lower end of the public grid."""
+    grid = quantile_grid()
+    return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
+
+
+def scaling_notes(dropped, labels, bounds, message):
+    """Report notes of the per-feature scales, the label range and grid-edge bounds."""
+    notes = [
+        f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
+        f"within-user ranges (one noisy bisection per column, {FEATURE_SCALE_STEPS} Gaussian "
+        f"counts of sensitivity 1, phase 'clip'); the algorithm runs on X / feature_scales_ "
+        f"and the personal refit's penalty has variance at least {VARIANCE_FLOOR:g} in those "
+        f"units.",
+        f"Label range: the {LABEL_QUANTILES[0]:g}-quantile of the users' minimum labels and "
+        f"the {LABEL_QUANTILES[1]:g}-quantile of their maximum labels ({LABEL_RANGE_STEPS} "
+        f"Gaussian counts of sensitivity 1, phase 'clip'), widened to their grid cells: "
+        f"label_range_ = ({labels[0]:.6g}, {labels[1]:.6g}); predictions are clamped to it "
+        f"(post-processing)."]
+    if dropped:
+        notes.append(
+            f"{dropped} column(s) got a scale on the lower edge of the public grid (constant "
+            f"within most users, or counts dominated by noise): treated as no information "
+            f"and dropped (scale inf); post-processing, no privacy cost.")
+    if not all(np.isfinite(labels)):
+        notes.append("An end of the label range fell on the edge of its public grid: that "
+                     "side is not clamped (post-processing, no privacy cost).")
+    edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
+    if edge:
+        notes.append(
+            f"{', '.join(edge)}: on the lower edge of the public grid (the users' "
+            f"statistics are about 0 in the standardised units, or noise): the shared "
+            f"part learns nothing from them; predictions rest on the users' own means "
+            f"and the cold-start intercept (post-processing, no privacy cost).")
+    if message is not None:
+        notes.append("Predicted useless (public rule): " + message)
+    return tuple(notes)

@@ -26,6 +26,7 @@ papers' model). Both algorithms work on blocks of whole users
   around the algorithm's iterations, ``personalize`` and ``predict``.
 """
 
+import warnings
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
@@ -43,8 +44,20 @@ from ..utils._grouped import UserBlock, make_blocks
 from ._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
+    AUTO_CLIP_NOISE,
+    FEATURE_SCALE_STEPS,
+    LABEL_RANGE_STEPS,
+    VARIANCE_FLOOR,
     auto_bound,
+    clamp_predictions,
+    scaling_notes,
+    feature_scales,
+    inverse_scales,
+    label_range,
     resolve_clip_share,
+    standardize,
+    standardize_block,
+    useless_fit_message,
     rms_per_user,
     shrink_levels,
     shrinkage_penalty,
@@ -397,6 +410,7 @@ class PersonalPrior:
     intercept_scale: object
     ridge: float
     fit_intercept: bool
+    variance_floor: float = 0.0
 
 
 def _noise_variance(stats, k, fit_intercept):
@@ -449,8 +463,10 @@ def personal_parts(stats, prior):
         s2, var_y = _noise_variance(stats, k, prior.fit_intercept)  # rescaled units
         if kappa > 0:
             m = np.maximum(stats.counts, 1).astype(np.float64)
+            floor = float(prior.variance_floor) / stats.sp**2  # rescaled units
             penalty = shrinkage_penalty(kappa, k, s2, var_y,
-                                        np.einsum("nii->ni", stats.A) / m[:, None])
+                                        np.einsum("nii->ni", stats.A) / m[:, None],
+                                        floor[:, None])
             heads = shrunk_heads(stats.A, stats.r, v0 * (stats.sp / stats.sy)[:, None],
                                  penalty, stats.counts) * (stats.sy / stats.sp)[:, None]
         else:
@@ -539,7 +555,7 @@ def _personal_block(block, state, prior):
 
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users):
+                personal_ridge, clip_quantile, n_users, variance_floor=0.0):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
 
     1. Each user's least-squares head (Alg. 1, line 14) on its final rows
@@ -580,7 +596,7 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
                 release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
                 mean_phase="cold_start", radius_quantile=clip_quantile)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
-                          float(personal_ridge), bool(fit_intercept))
+                          float(personal_ridge), bool(fit_intercept), float(variance_floor))
     heads, intercepts = executor.collect(_personal_block, prior)
     return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior
 
@@ -723,8 +739,18 @@ class _RepresentationMixin:
             names.append("head_clip_norm")
         return names
 
-    def _n_clip_releases(self):
+    def _scales_features(self):
+        """Whether the fit standardises the features by released per-feature scales
+        and releases a label range: when every clip bound is ``"auto"`` (a public
+        rule: explicit bounds are in the caller's units)."""
+        if not all(getattr(self, name) == "auto" for name in self._clip_param_names):
+            return False
+        return getattr(self, "_scaling_gate", True)
+
+    def _n_clip_releases(self, n_features=0):
         n = AUTO_STEPS * len(self._auto_bound_names())
+        if self._scales_features():
+            n += FEATURE_SCALE_STEPS * int(n_features) + LABEL_RANGE_STEPS
         if self.fit_intercept and self._cold_start():
             n += LOCATION_SEARCH_STEPS
         return n
@@ -745,13 +771,25 @@ class _RepresentationMixin:
                 plans[share] = self._plan_with_clip_share(share)
             return plans[share]
 
-        if not self._n_clip_releases():
+        self._plan_features = int(meta["n_features"])
+        self._scaling_gate = True
+        if not self._n_clip_releases(self._plan_features):
             return build(0.05)
-        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        if self._scales_features():
+            # Public rule: the per-feature scales need accurate searches; when
+            # the plan's count noise exceeds AUTO_CLIP_NOISE * n_users the fit
+            # runs without them (fewer releases in phase "clip").
+            calibrated = plan.calibrate()
+            if calibrated[CLIP_PHASE] > AUTO_CLIP_NOISE * max(meta["n_users"], 1):
+                self._scaling_gate = False
+                plans.clear()
+                plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        return plan
 
     def _plan_with_clip_share(self, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
-        n_clip = self._n_clip_releases()
+        n_clip = self._n_clip_releases(getattr(self, "_plan_features", 0))
         if n_clip:
             plan.add(CLIP_PHASE, share=clip_share, count=n_clip, param="clip_share")
         if self._private_init():
@@ -781,7 +819,19 @@ class _RepresentationMixin:
         key = randomness.key
         n_users = meta["n_users"]
         fit_intercept = bool(self.fit_intercept)
+        scales, dropped, labels, scaled = None, 0, None, self._scales_features()
+        clip_noise = release.noise_multiplier(CLIP_PHASE) if CLIP_PHASE in release.plan \
+            else None
+        message = useless_fit_message(clip_noise, n_users, type(self).__name__)
+        if message is not None:
+            warnings.warn(message, UserWarning, stacklevel=4)
         try:
+            if scaled:
+                labels = label_range(executor, release, n_users=n_users)
+                scales, dropped = feature_scales(executor, release,
+                                                 n_features=meta["n_features"],
+                                                 n_users=n_users)
+                executor.map(standardize_block, inverse_scales(scales))
             executor.map(prepare_split, (key, fit_intercept))  # S^0 / S^1, centring
             self._prepare(executor, key)
             bounds = {}
@@ -808,13 +858,15 @@ class _RepresentationMixin:
                 executor, release, U, rows=self.personal_rows, fit_intercept=fit_intercept,
                 head_clip_norm=self.head_clip_norm, cold_start=self._cold_start(),
                 personal_ridge=float(self.personal_ridge),
-                clip_quantile=float(self.clip_quantile), n_users=n_users)
+                clip_quantile=float(self.clip_quantile), n_users=n_users,
+                variance_floor=VARIANCE_FLOOR if scaled else 0.0)
             bounds["head_clip_norm"] = head_clip
         finally:
             release_scratch()
         attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
                       "cold_start_head_": head, "cold_start_intercept_": intercept,
-                      "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter)}
+                      "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter),
+                      "feature_scales_": scales, "label_range_": labels}
         for name in self._clip_param_names + self._scale_param_names:
             value = bounds.get(name, getattr(self, name))
             attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
@@ -825,8 +877,12 @@ class _RepresentationMixin:
         released += tuple(f"{name}_" for name in self._auto_bound_names())
         if fit_intercept and self._cold_start():
             released += ("intercept_clip_",)
+        notes = self._notes() + self._common_notes()
+        if scaled:
+            released += ("feature_scales_", "label_range_")
+            notes += scaling_notes(dropped, labels, bounds, message)
         return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
-                         notes=self._notes() + self._common_notes())
+                         notes=notes)
 
     def _common_notes(self):
         notes = []
@@ -850,9 +906,10 @@ class _RepresentationMixin:
     # ------------------------------------------------------------ personal
     def _prior(self):
         """The public prior of the personal parts, from the fitted (released) values."""
+        scaled = getattr(self, "feature_scales_", None) is not None
         return PersonalPrior(self.cold_start_head_, float(self.cold_start_intercept_),
                              getattr(self, "intercept_clip_", None), float(self.personal_ridge),
-                             bool(self.fit_intercept))
+                             bool(self.fit_intercept), VARIANCE_FLOOR if scaled else 0.0)
 
     def _fit_personal(self, X, y, index):
         """Personal parts of the users of ``index`` from all their rows and the released part.
@@ -861,6 +918,8 @@ class _RepresentationMixin:
         :func:`personal_parts`), on all the given rows.
         """
         y = np.asarray(y, dtype=np.float64)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         executor = LocalExecutor(make_blocks(X, y, index))
         executor.map(final_statistics, (self.components_, "all", bool(self.fit_intercept)))
         heads, intercepts = executor.collect(_personal_block, self._prior())
@@ -900,6 +959,8 @@ class _RepresentationMixin:
         """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         codes = self._user_codes(groups, X.shape[0])
         known = codes >= 0
         H = np.empty((X.shape[0], self.components_.shape[1]))
@@ -907,8 +968,9 @@ class _RepresentationMixin:
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
-        return linear_predictions(
-            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None]))
+        return clamp_predictions(linear_predictions(
+            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
+            getattr(self, "label_range_", None))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
