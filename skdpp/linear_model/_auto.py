@@ -193,21 +193,36 @@ def resolve_clip_share(clip_share, build, n_users):
 # --------------------------------------------------------------------------- #
 # Per-feature scales (scale-free per feature) and a released label range
 # --------------------------------------------------------------------------- #
+#: Whether fits whose clip bounds are all ``"auto"`` release a label range
+#: (predictions clamped to it), fall back to the users' own means when the plan
+#: predicts a useless fit, and -- behind the public gate ``SCALE_GATE_NOISE`` --
+#: standardise the features by released per-feature scales. A switch for
+#: comparisons (measured costs in the issue-20 report).
+SCALE_FEATURES = True
+#: The per-feature scales and the label range are released only when the
+#: plan's count noise (phase ``"clip"``, with them) is at most this fraction of
+#: the public number of users (a public rule); otherwise the fit runs without
+#: them.
+SCALE_GATE_NOISE = AUTO_CLIP_NOISE
 #: The quantile over users of a column's within-user range that becomes the
 #: column's scale. A high quantile: a column constant within most users (a
 #: session's timestamp, a rare genre) still gets the spread of the users in
 #: whom it varies, so that a later row of a one-session user lies within about
 #: one unit of the user's mean instead of thousands.
-FEATURE_SCALE_QUANTILE = 0.9
+FEATURE_SCALE_QUANTILE = 0.75
 #: Every column's scale is one private quantile (``AUTO_STEPS`` releases).
 FEATURE_SCALE_STEPS = AUTO_STEPS
 #: Penalty floor of a personal refit, in standardised units: each coordinate's
 #: pseudo-rows have variance at least this (a column nearly constant within a
 #: user is then penalised like a typical column, not left free to extrapolate).
 VARIANCE_FLOOR = 0.05
-#: The released label range: the ``LABEL_QUANTILES`` of the users' minimum and
-#: maximum labels, on a signed log grid of ``2 * LABEL_GRID_SIZE`` candidates.
-LABEL_QUANTILES = (0.05, 0.95)
+#: The released label range: the ``q`` and ``1 - q`` quantiles of the users'
+#: minimum and maximum labels, on a signed log grid of ``2 * LABEL_GRID_SIZE``
+#: candidates, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ`` the plan's count
+#: noise std: the search's rank error stays inside the tail it may cut), then
+#: widened by ``LABEL_SLACK`` of its width on each side.
+LABEL_QUANTILES = (0.01, 0.25)
+LABEL_SLACK = 0.25
 LABEL_GRID_SIZE = 128
 #: Releases of the label range (two noisy bisections).
 LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)
@@ -311,11 +326,12 @@ def _label_extreme_counts(block, state, grid):
 def label_range(executor, release, *, n_users):
     """A released range of the labels (phase ``"clip"``, ``LABEL_RANGE_STEPS`` counts).
 
-    ``lo``: the ``LABEL_QUANTILES[0]`` of the users' minimum labels, ``hi``:
-    the ``LABEL_QUANTILES[1]`` of their maximum labels, each by a noisy
-    bisection on the signed log grid (counts of sensitivity 1), widened to the
-    outer end of the selected grid cell. An end on the edge of the grid is
-    "no information" and becomes infinite (no clamp on that side).
+    ``lo``: the ``q`` quantile of the users' minimum labels, ``hi``: the
+    ``1 - q`` quantile of their maximum labels (``q`` from the public plan, see
+    :data:`LABEL_QUANTILES`), each by a noisy bisection on the signed log grid
+    (counts of sensitivity 1), taken at the outer end of the selected grid
+    cell and widened by ``LABEL_SLACK`` of the width. An end on the edge of
+    the grid is "no information" and becomes infinite (no clamp on that side).
 
     Returns
     -------
@@ -325,8 +341,10 @@ def label_range(executor, release, *, n_users):
     counts = executor.map(_label_extreme_counts, grid)
     if counts is None:
         counts = np.zeros((2, grid.shape[0]))
+    sigma = float(release.noise_multiplier(CLIP_PHASE))
+    q = float(np.clip(3.0 * sigma / max(int(n_users), 1), *LABEL_QUANTILES))
     ends = []
-    for row, q, outer in ((0, LABEL_QUANTILES[0], -1), (1, LABEL_QUANTILES[1], 0)):
+    for row, q, outer in ((0, q, -1), (1, 1.0 - q, 0)):
         point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
                                  n_users=n_users)
         j = int(np.searchsorted(grid, point))
@@ -334,15 +352,24 @@ def label_range(executor, release, *, n_users):
             ends.append(-np.inf if row == 0 else np.inf)
         else:  # the outer end of the cell (grid[j - 1], grid[j]]
             ends.append(float(grid[j + outer]))
-    return ends[0], ends[1]
+    lo, hi = ends
+    if np.isfinite(lo) and np.isfinite(hi):
+        lo, hi = min(lo, hi), max(lo, hi)
+        lo, hi = lo - LABEL_SLACK * (hi - lo), hi + LABEL_SLACK * (hi - lo)
+    return lo, hi
 
 
-def clamp_predictions(pred, label_range):
-    """Predictions clamped to a released ``label_range`` (``None``: unchanged)."""
+def clamp_predictions(pred, label_range, rows=None):
+    """Predictions clamped to a released ``label_range`` (``None``: unchanged).
+
+    ``rows``: a boolean mask of the rows to clamp (default: all).
+    """
     if label_range is None:
         return pred
     lo, hi = label_range
-    return np.clip(pred, lo, hi)
+    if rows is None:
+        return np.clip(pred, lo, hi)
+    return np.where(rows, np.clip(pred, lo, hi), pred)
 
 
 def useless_fit_message(clip_noise, n_users, name):
@@ -369,17 +396,21 @@ def at_grid_edge(value):
     return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
 
 
-def scaling_notes(dropped, labels, bounds, message):
+def scaling_notes(scaled, dropped, labels, bounds, message):
     """Report notes of the per-feature scales, the label range and grid-edge bounds."""
     notes = [
         f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
         f"within-user ranges (one noisy bisection per column, {FEATURE_SCALE_STEPS} Gaussian "
         f"counts of sensitivity 1, phase 'clip'); the algorithm runs on X / feature_scales_ "
         f"and the personal refit's penalty has variance at least {VARIANCE_FLOOR:g} in those "
-        f"units.",
-        f"Label range: the {LABEL_QUANTILES[0]:g}-quantile of the users' minimum labels and "
-        f"the {LABEL_QUANTILES[1]:g}-quantile of their maximum labels ({LABEL_RANGE_STEPS} "
-        f"Gaussian counts of sensitivity 1, phase 'clip'), widened to their grid cells: "
+        f"units." if scaled else
+        f"No per-feature scales: with these releases the count noise of phase 'clip' would "
+        f"exceed {SCALE_GATE_NOISE:g} * n_users (public rule); the features are used in "
+        f"their own units.",
+        f"Label range: low/high quantiles (q = clip(3 * count noise / n_users, "
+        f"{LABEL_QUANTILES[0]:g}, {LABEL_QUANTILES[1]:g})) of the users' minimum and maximum "
+        f"labels ({LABEL_RANGE_STEPS} Gaussian counts of sensitivity 1, phase 'clip'), "
+        f"widened to their grid cells and by {LABEL_SLACK:g} of the width: "
         f"label_range_ = ({labels[0]:.6g}, {labels[1]:.6g}); predictions are clamped to it "
         f"(post-processing)."]
     if dropped:
@@ -398,5 +429,10 @@ def scaling_notes(dropped, labels, bounds, message):
             f"part learns nothing from them; predictions rest on the users' own means "
             f"and the cold-start intercept (post-processing, no privacy cost).")
     if message is not None:
-        notes.append("Predicted useless (public rule): " + message)
+        notes.append(
+            "Predicted useless (public rule: count noise of phase 'clip' above "
+            f"{USELESS_CLIP_NOISE:g} * n_users): every known user's part is its own ridge "
+            "fit shrunk towards zero weights and its own mean (local data only, not "
+            "clamped); the cold-start part is mostly noise, clamped to the (noisy) released "
+            "label range (post-processing).")
     return tuple(notes)

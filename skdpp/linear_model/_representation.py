@@ -41,6 +41,8 @@ from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
+from . import _auto
+from ._auto import at_grid_edge
 from ._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
@@ -411,6 +413,7 @@ class PersonalPrior:
     ridge: float
     fit_intercept: bool
     variance_floor: float = 0.0
+    local_only: bool = False
 
 
 def _noise_variance(stats, k, fit_intercept):
@@ -459,6 +462,11 @@ def personal_parts(stats, prior):
     v0 = np.asarray(prior.head, dtype=np.float64)
     kappa = float(prior.ridge)
     n = stats.counts.shape[0]
+    intercept_scale = prior.intercept_scale
+    if prior.local_only:
+        # the released part is noise: each user's own ridge fit, shrunk towards a
+        # zero head and its own mean level (local data only)
+        v0, intercept_scale = np.zeros(k), None
     with np.errstate(all="ignore"):
         s2, var_y = _noise_variance(stats, k, prior.fit_intercept)  # rescaled units
         if kappa > 0:
@@ -476,9 +484,9 @@ def personal_parts(stats, prior):
         if not prior.fit_intercept:
             return heads, np.zeros(n)
         level = stats.y_mean  # the user's mean level a_i (least squares)
-        if kappa > 0 and prior.intercept_scale is not None:
+        if kappa > 0 and intercept_scale is not None:
             level = shrink_levels(level, stats.counts, s2 * stats.sy**2,
-                                  prior.intercept + stats.p_mean @ v0, prior.intercept_scale)
+                                  prior.intercept + stats.p_mean @ v0, intercept_scale)
         intercepts = level - np.einsum("ij,ij->i", stats.p_mean, heads)
         ok &= np.isfinite(intercepts)
     heads[~ok] = v0
@@ -555,7 +563,7 @@ def _personal_block(block, state, prior):
 
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users, variance_floor=0.0):
+                personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
 
     1. Each user's least-squares head (Alg. 1, line 14) on its final rows
@@ -588,6 +596,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
         noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
                                  clip_norm=head_clip_norm)
         cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
+        if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
+            cold_head = np.zeros(k)
         if fit_intercept:
             def reduce(fn):
                 return executor.map(_offsets, (cold_head, fn))
@@ -596,7 +606,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
                 release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
                 mean_phase="cold_start", radius_quantile=clip_quantile)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
-                          float(personal_ridge), bool(fit_intercept), float(variance_floor))
+                          float(personal_ridge), bool(fit_intercept), float(variance_floor),
+                          bool(local_only))
     heads, intercepts = executor.collect(_personal_block, prior)
     return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior
 
@@ -658,15 +669,6 @@ def _common_constraints():
         "batch_mode": [StrOptions({"same", "disjoint"})],
         "verbose": ["verbose"],
     }
-
-
-#: Whether ``"auto"`` fits standardise the features by released per-feature
-#: scales (:func:`~skdpp.linear_model._auto.feature_scales`) and clamp
-#: predictions to a released label range. Off by default until tuned: measured
-#: on the papers' setting at ε = inf it raised FedRep's test MSE from 2.0e-4 to
-#: 1.3e-3, and at 400 users / ε = 1 its 6 counts per column made the searches
-#: too noisy (count noise 0.15 n) -- see the issue-20 report.
-SCALE_FEATURES = False
 
 
 class _RepresentationMixin:
@@ -748,20 +750,24 @@ class _RepresentationMixin:
             names.append("head_clip_norm")
         return names
 
+    def _releases_label_range(self):
+        """Whether the fit releases a label range (and clamps its predictions to it):
+        when every clip bound is ``"auto"`` (a public rule: explicit bounds are in
+        the caller's units)."""
+        return bool(_auto.SCALE_FEATURES) and all(
+            getattr(self, name) == "auto" for name in self._clip_param_names)
+
     def _scales_features(self):
-        """Whether the fit standardises the features by released per-feature scales
-        and releases a label range: when every clip bound is ``"auto"`` (a public
-        rule: explicit bounds are in the caller's units)."""
-        if not SCALE_FEATURES:
-            return False
-        if not all(getattr(self, name) == "auto" for name in self._clip_param_names):
-            return False
-        return getattr(self, "_scaling_gate", True)
+        """Whether the fit standardises the features by released per-feature scales:
+        with a label range, when the public gate of ``_budget_plan`` is open."""
+        return self._releases_label_range() and getattr(self, "_scaling_gate", True)
 
     def _n_clip_releases(self, n_features=0):
         n = AUTO_STEPS * len(self._auto_bound_names())
+        if self._releases_label_range():
+            n += LABEL_RANGE_STEPS
         if self._scales_features():
-            n += FEATURE_SCALE_STEPS * int(n_features) + LABEL_RANGE_STEPS
+            n += FEATURE_SCALE_STEPS * int(n_features)
         if self.fit_intercept and self._cold_start():
             n += LOCATION_SEARCH_STEPS
         return n
@@ -792,7 +798,7 @@ class _RepresentationMixin:
             # the plan's count noise exceeds AUTO_CLIP_NOISE * n_users the fit
             # runs without them (fewer releases in phase "clip").
             calibrated = plan.calibrate()
-            if calibrated[CLIP_PHASE] > AUTO_CLIP_NOISE * max(meta["n_users"], 1):
+            if calibrated[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
                 self._scaling_gate = False
                 plans.clear()
                 plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
@@ -831,14 +837,17 @@ class _RepresentationMixin:
         n_users = meta["n_users"]
         fit_intercept = bool(self.fit_intercept)
         scales, dropped, labels, scaled = None, 0, None, self._scales_features()
+        labelled = self._releases_label_range()
         clip_noise = release.noise_multiplier(CLIP_PHASE) if CLIP_PHASE in release.plan \
             else None
         message = useless_fit_message(clip_noise, n_users, type(self).__name__)
         if message is not None:
             warnings.warn(message, UserWarning, stacklevel=4)
+        local_only = labelled and message is not None
         try:
-            if scaled:
+            if labelled:
                 labels = label_range(executor, release, n_users=n_users)
+            if scaled:
                 scales, dropped = feature_scales(executor, release,
                                                  n_features=meta["n_features"],
                                                  n_users=n_users)
@@ -870,14 +879,16 @@ class _RepresentationMixin:
                 head_clip_norm=self.head_clip_norm, cold_start=self._cold_start(),
                 personal_ridge=float(self.personal_ridge),
                 clip_quantile=float(self.clip_quantile), n_users=n_users,
-                variance_floor=VARIANCE_FLOOR if scaled else 0.0)
+                variance_floor=VARIANCE_FLOOR if scaled else 0.0, local_only=local_only)
             bounds["head_clip_norm"] = head_clip
         finally:
             release_scratch()
         attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
                       "cold_start_head_": head, "cold_start_intercept_": intercept,
                       "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter),
-                      "feature_scales_": scales, "label_range_": labels}
+                      "feature_scales_": scales,
+                      "label_range_": labels,
+                      "local_only_": bool(local_only)}
         for name in self._clip_param_names + self._scale_param_names:
             value = bounds.get(name, getattr(self, name))
             attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
@@ -889,9 +900,9 @@ class _RepresentationMixin:
         if fit_intercept and self._cold_start():
             released += ("intercept_clip_",)
         notes = self._notes() + self._common_notes()
-        if scaled:
-            released += ("feature_scales_", "label_range_")
-            notes += scaling_notes(dropped, labels, bounds, message)
+        if labelled:
+            released += ("feature_scales_",) * scaled + ("label_range_",)
+            notes += scaling_notes(scaled, dropped, labels, bounds, message)
         return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
                          notes=notes)
 
@@ -920,7 +931,8 @@ class _RepresentationMixin:
         scaled = getattr(self, "feature_scales_", None) is not None
         return PersonalPrior(self.cold_start_head_, float(self.cold_start_intercept_),
                              getattr(self, "intercept_clip_", None), float(self.personal_ridge),
-                             bool(self.fit_intercept), VARIANCE_FLOOR if scaled else 0.0)
+                             bool(self.fit_intercept), VARIANCE_FLOOR if scaled else 0.0,
+                             bool(getattr(self, "local_only_", False)))
 
     def _fit_personal(self, X, y, index):
         """Personal parts of the users of ``index`` from all their rows and the released part.
@@ -981,7 +993,8 @@ class _RepresentationMixin:
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
         return clamp_predictions(linear_predictions(
             X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
-            getattr(self, "label_range_", None))
+            getattr(self, "label_range_", None),
+            ~known if getattr(self, "local_only_", False) else None)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
