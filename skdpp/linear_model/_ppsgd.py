@@ -32,6 +32,7 @@ from ..privacy import BudgetPlan
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
+from ..exceptions import UselessFitWarning
 from . import _auto
 from ._auto import at_grid_edge
 from ._auto import (AUTO_CLIP_NOISE, AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS,
@@ -609,7 +610,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             message = useless_fit_message(release.noise_multiplier(CLIP_PHASE), n_users,
                                           type(self).__name__)
             if message is not None:
-                warnings.warn(message, UserWarning, stacklevel=5)
+                warnings.warn(message, UselessFitWarning, stacklevel=5)
         labelled = self._releases_label_range()
         local_only = labelled and message is not None and bool(self.fit_intercept)
         if labelled:

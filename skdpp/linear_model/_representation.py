@@ -41,6 +41,7 @@ from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
+from ..exceptions import UselessFitWarning
 from . import _auto
 from ._auto import at_grid_edge
 from ._auto import (
@@ -842,7 +843,7 @@ class _RepresentationMixin:
             else None
         message = useless_fit_message(clip_noise, n_users, type(self).__name__)
         if message is not None:
-            warnings.warn(message, UserWarning, stacklevel=4)
+            warnings.warn(message, UselessFitWarning, stacklevel=4)
         local_only = labelled and message is not None
         try:
             if labelled:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from skdpp.exceptions import UselessFitWarning
 from skdpp.linear_model import PPSGDRegressor, PrivAltMinRegressor, PrivateFedRepRegressor
 from skdpp.linear_model import _auto
 from skdpp.linear_model._auto import (USELESS_CLIP_NOISE, clamp_predictions,
@@ -39,11 +40,11 @@ def test_useless_fit_rule_is_public():
 
 def test_useless_fit_warns_at_tiny_budget_only():
     X, y, g, _, _ = _data(n_users=60, m=5)
-    with pytest.warns(UserWarning, match="noise std"):
+    with pytest.warns(UselessFitWarning, match="noise std"):
         PrivateFedRepRegressor(epsilon=0.1, random_state=0).fit(X, y, groups=g)
     y2 = y.copy()
     y2[g == 0] = 1e6  # a neighbouring dataset: the same warning (public rule)
-    with pytest.warns(UserWarning, match="noise std"):
+    with pytest.warns(UselessFitWarning, match="noise std"):
         PrivateFedRepRegressor(epsilon=0.1, random_state=0).fit(X, y2, groups=g)
 
 
@@ -125,7 +126,7 @@ def test_tiny_budget_degrades_to_local_fits_and_the_label_range(cls):
     # 60 users at epsilon=0.1: the plan predicts a useless fit (public rule)
     X, y, g, ts, _ = _data(n_users=60, m=10)
     X = np.c_[X, ts]
-    with pytest.warns(UserWarning, match="noise std"):
+    with pytest.warns(UselessFitWarning, match="noise std"):
         est = cls(epsilon=0.1, random_state=0).fit(X, y, groups=g)
     assert est.local_only_
     known = est.predict(X, groups=g)
