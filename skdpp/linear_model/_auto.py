@@ -362,14 +362,15 @@ def label_range(executor, release, *, n_users):
 def clamp_predictions(pred, label_range, rows=None):
     """Predictions clamped to a released ``label_range`` (``None``: unchanged).
 
-    ``rows``: a boolean mask of the rows to clamp (default: all).
+    ``rows``: a boolean mask of the rows to clamp (default: all). Non-finite
+    values are left as they are (a prediction beyond the float range is still
+    reported by ``predict``'s finiteness check).
     """
     if label_range is None:
         return pred
     lo, hi = label_range
-    if rows is None:
-        return np.clip(pred, lo, hi)
-    return np.where(rows, np.clip(pred, lo, hi), pred)
+    mask = np.isfinite(pred) if rows is None else np.asarray(rows) & np.isfinite(pred)
+    return np.where(mask, np.clip(pred, lo, hi), pred)
 
 
 def useless_fit_message(clip_noise, n_users, name):

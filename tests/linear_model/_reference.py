@@ -145,7 +145,7 @@ def scaled_rows(est, X):
 def clamped(est, pred, known=None):
     """Predictions clamped to the released ``label_range_`` as ``predict`` does."""
     lo, hi = getattr(est, "label_range_", None) or (-np.inf, np.inf)
-    out = np.clip(pred, lo, hi)
+    out = np.where(np.isfinite(pred), np.clip(pred, lo, hi), pred)
     if known is not None and getattr(est, "local_only_", False):
         out = np.where(known, pred, out)
     return out
