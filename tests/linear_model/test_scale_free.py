@@ -152,3 +152,36 @@ def test_rows_as_users_hit_the_grid_edge_and_fall_back():
     assert abs(np.mean(pred) - np.mean(y)) < 0.5
     report = str(est.privacy_report_)
     assert "lower edge of the public grid" in report
+
+
+def test_broken_label_range_counts_rows_not_users(monkeypatch):
+    """Counting the labels of every row (not each user's min/max) is caught."""
+    monkeypatch.setattr(_auto, "SCALE_FEATURES", True)
+    X, y, g, user = _small()
+    fit_on = _fit_on(PPSGDRegressor, n_rounds=5)
+    many = {n: (a, b, c) for n, a, b, c in adversarial_neighbours(X, y, g, user)}["many_rows"]
+    assert_sensitivity(fit_on, (X, y, g), many)
+
+    def by_rows(block, state, grid):
+        yb = np.asarray(block.take(block.y), dtype=np.float64)
+        c = _auto.cumulative_counts(yb, grid)
+        return np.stack([c, c]), state
+
+    monkeypatch.setattr(_auto, "_label_extreme_counts", by_rows)
+    with pytest.raises(AssertionError, match="more than its stated sensitivity"):
+        assert_sensitivity(fit_on, (X, y, g), many)
+
+
+def test_scaling_gate_is_public():
+    # the gate and the plan depend on (n_users, n_features, epsilon, delta) only
+    X, y, g, user = _small(n_users=30)
+    a = PPSGDRegressor(epsilon=50.0, random_state=0).fit(X, y, groups=g)
+    y2 = y.copy()
+    y2[g == user] *= 1e6
+    b = PPSGDRegressor(epsilon=50.0, random_state=0).fit(X, y2, groups=g)
+    assert (a.feature_scales_ is None) == (b.feature_scales_ is None)
+    pa = {p.name: p.count for p in a.privacy_report_.phases}
+    pb = {p.name: p.count for p in b.privacy_report_.phases}
+    assert pa == pb
+    shut = PPSGDRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=g)
+    assert shut.feature_scales_ is None and shut.label_range_ is not None
