@@ -385,10 +385,11 @@ def useless_fit_message(clip_noise, n_users, name):
         return None
     return (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
             f"the fit's bounds count users with noise std {clip_noise:.3g} > "
-            f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds, scales and "
-            f"cold-start part are mostly noise and predictions fall back towards each "
-            f"user's own mean and the released label range. Use more users or a larger "
-            f"epsilon. (A data-independent rule: n_users, epsilon, delta and the plan.)")
+            f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds and cold-start part "
+            f"are mostly noise; each known user gets its own ridge fit (local data) and "
+            f"new users a cold-start prediction clamped to the released label range. Use "
+            f"more users or a larger epsilon. (A data-independent rule: n_users, epsilon, "
+            f"delta and the plan.)")
 
 
 def at_grid_edge(value):

@@ -564,8 +564,8 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     later rows. A column whose scale falls on the lower edge of the public
     grid (constant within most users) is dropped (scale ``inf``); an
     ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report). A ``UserWarning``
-    computed from public values only says when the plan predicts a useless
+    information (post-processing; said in the report). A
+    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
     fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
     n_users``); such a fit gives every known user its own ridge fit, shrunk towards
     zero weights and its own mean (local data, ``local_only_``), rather than

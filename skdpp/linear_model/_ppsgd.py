@@ -28,15 +28,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin,
                     linear_predictions)
+from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
-from ..exceptions import UselessFitWarning
 from . import _auto
-from ._auto import at_grid_edge
-from ._auto import (AUTO_CLIP_NOISE, AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS,
-                    LABEL_RANGE_STEPS, VARIANCE_FLOOR, auto_bound, clamp_predictions,
+from ._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
+                    VARIANCE_FLOOR, at_grid_edge, auto_bound, clamp_predictions,
                     feature_scales, inverse_scales, label_range, resolve_clip_share,
                     scaling_notes, standardize, standardize_block, useless_fit_message)
 from ._personalized_sgd import (
@@ -364,8 +363,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     later rows. A column whose scale falls on the lower edge of the public
     grid (constant within most users) is dropped (scale ``inf``); an
     ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report). A ``UserWarning``
-    computed from public values only says when the plan predicts a useless
+    information (post-processing; said in the report). A
+    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
     fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
     n_users``); such a fit gives every known user its own ridge fit, shrunk towards
     zero weights and its own mean (local data, ``local_only_``), rather than

@@ -36,34 +36,33 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult, linear_predictions
+from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
-from ..exceptions import UselessFitWarning
 from . import _auto
-from ._auto import at_grid_edge
 from ._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
-    AUTO_CLIP_NOISE,
     FEATURE_SCALE_STEPS,
     LABEL_RANGE_STEPS,
     VARIANCE_FLOOR,
+    at_grid_edge,
     auto_bound,
     clamp_predictions,
-    scaling_notes,
     feature_scales,
     inverse_scales,
     label_range,
     resolve_clip_share,
+    rms_per_user,
+    scaling_notes,
+    shrink_levels,
+    shrinkage_penalty,
     standardize,
     standardize_block,
     useless_fit_message,
-    rms_per_user,
-    shrink_levels,
-    shrinkage_penalty,
     user_means,
 )
 from ._heads import shrunk_heads, solve_heads
@@ -796,7 +795,7 @@ class _RepresentationMixin:
         plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
         if self._scales_features():
             # Public rule: the per-feature scales need accurate searches; when
-            # the plan's count noise exceeds AUTO_CLIP_NOISE * n_users the fit
+            # the plan's count noise exceeds SCALE_GATE_NOISE * n_users the fit
             # runs without them (fewer releases in phase "clip").
             calibrated = plan.calibrate()
             if calibrated[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
