@@ -14,3 +14,12 @@ class PrivacyLeakWarning(UserWarning):
 
     Examples: ``delta >= 1 / n_users``, or a clip norm chosen from the private data.
     """
+
+
+class UselessFitWarning(UserWarning):
+    """Warns that a fit's plan predicts mostly-noise shared parts.
+
+    Computed from public values only (``n_users``, ε, δ and the fit's plan:
+    the noise of its count releases), never from the data: neighbouring data
+    sets give the same warning.
+    """

@@ -25,6 +25,7 @@ import skdpp.base as base
 from skdpp import (AdaptiveWeightMF, JLMarginClassifier, PPSGDRegressor, PrivAltMinRegressor,
                    PrivateFedRepRegressor)
 from skdpp.base import ENTRY_POINTS
+from skdpp.exceptions import UselessFitWarning
 from skdpp.linear_model import _ppsgd as ppsgd_module
 from tests.privacy.harness import assert_same_observables
 
@@ -45,7 +46,7 @@ ESTIMATORS = {
 }
 REPLACEMENTS = ("near_max", "tiny", "subnormal", "huge_targets")
 # Cases whose observables differ between neighbours when the guard is removed.
-BROKEN_CASES = [("fedrep", "huge_targets"), ("altmin", "near_max"),
+BROKEN_CASES = [("fedrep", "huge_targets"), ("altmin", "huge_targets"),
                 ("ppsgd", "huge_targets"), ("mf", "huge_targets"), ("jl", "huge_targets")]
 TOO_LARGE = "too large for float64 arithmetic with this model"
 
@@ -111,6 +112,8 @@ def _strict():
     stack = contextlib.ExitStack()
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("error")
+    # the useless-fit warning is public (n_users, epsilon, delta, the plan): allowed
+    warnings.filterwarnings("ignore", category=UselessFitWarning)
     stack.enter_context(np.errstate(all="raise"))
     return stack
 
@@ -152,7 +155,8 @@ def test_entry_points_observables_do_not_depend_on_one_user(name, replacement):
     observed = assert_same_observables(
         lambda X, y, g: _entry_points(name, X, y, g, X_test, y_test, g_test),
         _replaced(name, replacement, *data), data)
-    assert observed["warnings"] == []
+    # (the same on both sides, checked above; the public useless-fit warning is allowed)
+    assert [w for w in observed["warnings"] if w[0] != "UselessFitWarning"] == []
 
 
 @pytest.mark.parametrize("name, replacement", BROKEN_CASES)
@@ -209,7 +213,9 @@ def test_prediction_overflowing_only_in_an_intermediate_is_exact():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pred = est.predict(row, groups=np.array([10**6]))  # a new user: <x, w> + b
-    assert_allclose(pred, [est.intercept_], rtol=1e-12)
+    # (clamped to the released label range, if any)
+    lo, hi = getattr(est, "label_range_", None) or (-np.inf, np.inf)
+    assert_allclose(pred, np.clip([est.intercept_], lo, hi), rtol=1e-12)
 
 
 def test_broken_without_overflow_safe_evaluation_is_caught(monkeypatch):

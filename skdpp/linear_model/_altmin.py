@@ -420,6 +420,16 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         The bounds used (released when ``"auto"``; None when unused).
     intercept_clip_ : float or None
         Released radius of the cold-start intercept's clipped mean.
+    feature_scales_ : ndarray of shape (n_features_in_,) or None
+        Released per-feature scales (``inf``: a dropped column); the fitted
+        parts apply to ``X / feature_scales_``. None when not released.
+    label_range_ : tuple of float or None
+        Released range predictions are clamped to (None: not released).
+    local_only_ : bool
+        Whether the plan predicted a useless fit (public rule, see Notes):
+        known users then get their own ridge fit towards zero weights and
+        their own mean (not clamped), cold-start rows the clamped cold-start
+        part.
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int
@@ -572,6 +582,32 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     ``X`` give finite values (an intermediate that overflows is re-evaluated
     on the row divided by its largest entry) or ``predict`` raises a
     ``ValueError`` naming the rows whose prediction exceeds the float64 range.
+
+    **Per-feature scales and label range** (all clip bounds ``"auto"``; see
+    :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
+    range: low/high quantiles of the users' minimum and maximum labels (two
+    noisy bisections, ``LABEL_RANGE_STEPS`` counts of L2 sensitivity 1 under
+    replace-one-user: one user moves each count by at most 1), widened; every
+    prediction is clamped to ``label_range_`` (post-processing). When the
+    plan's count noise with them stays at most ``SCALE_GATE_NOISE * n_users``
+    (a public rule: ε, δ, the plan's release counts, ``n_users``), it also
+    releases one scale per feature, the ``FEATURE_SCALE_QUANTILE`` of the
+    users' within-user ranges of that column (one noisy bisection per column,
+    ``FEATURE_SCALE_STEPS`` counts of sensitivity 1 each); the algorithm then
+    runs on ``X / feature_scales_`` (fitted parts are in those units;
+    ``predict`` and ``personalize`` divide by the same public constants), and
+    the personal refit's penalty gives every coordinate at least
+    ``VARIANCE_FLOOR`` of variance in those units, so a column nearly constant
+    within a user (a session's timestamp) cannot extrapolate on the user's
+    later rows. A column whose scale falls on the lower edge of the public
+    grid (constant within most users) is dropped (scale ``inf``); an
+    ``"auto"`` bound on the lower edge of its grid is treated as no
+    information (post-processing; said in the report). A
+    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
+    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
+    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
+    zero weights and its own mean (local data, ``local_only_``), rather than
+    towards a noisy shared part.
 
     References
     ----------

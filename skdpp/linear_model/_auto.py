@@ -122,7 +122,7 @@ def shrink_levels(levels, counts, noise_var, prior_levels, radius):
                         np.where(np.isfinite(weight), levels, prior_levels))
 
 
-def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
+def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor=0.0):
     """Diagonal penalties of a personal fit: ``κ p min(1, σ_i^2 / s_i^2)`` pseudo-rows.
 
     A personal part of ``p`` parameters is shrunk towards the released prior as
@@ -145,6 +145,10 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
         ``s_i^2``: the share is 1).
     feature_var : ndarray of shape (n_users, p)
         ``v_ij``.
+    floor : float or ndarray of shape (p,), default=0.0
+        Lower bound of ``v_ij`` (:data:`VARIANCE_FLOOR` in standardised
+        units): a coordinate nearly constant within a user is penalised as if
+        it had this variance, so that it cannot extrapolate on later rows.
 
     Returns
     -------
@@ -153,4 +157,255 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var):
     with np.errstate(all="ignore"):
         share = np.where(target_var > 0, noise_var / target_var, 1.0)
         share = np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
-        return (float(ridge) * n_params * share)[:, None] * feature_var
+        v = np.maximum(feature_var, floor)
+        return (float(ridge) * n_params * share)[:, None] * v
+
+
+# --------------------------------------------------------------------------- #
+# Per-feature scales (scale-free per feature) and a released label range
+# --------------------------------------------------------------------------- #
+#: Whether fits whose clip bounds are all ``"auto"`` release a label range
+#: (predictions clamped to it), fall back to the users' own means when the plan
+#: predicts a useless fit, and -- behind the public gate ``SCALE_GATE_NOISE`` --
+#: standardise the features by released per-feature scales. A switch for
+#: comparisons (measured costs in the issue-20 report).
+SCALE_FEATURES = True
+#: The per-feature scales and the label range are released only when the
+#: plan's count noise (phase ``"clip"``, with them) is at most this fraction of
+#: the public number of users (a public rule); otherwise the fit runs without
+#: them.
+SCALE_GATE_NOISE = AUTO_CLIP_NOISE
+#: The quantile over users of a column's within-user range that becomes the
+#: column's scale. A high quantile: a column constant within most users (a
+#: session's timestamp, a rare genre) still gets the spread of the users in
+#: whom it varies, so that a later row of a one-session user lies within about
+#: one unit of the user's mean instead of thousands.
+FEATURE_SCALE_QUANTILE = 0.75
+#: Every column's scale is one private quantile (``AUTO_STEPS`` releases).
+FEATURE_SCALE_STEPS = AUTO_STEPS
+#: Penalty floor of a personal refit, in standardised units: each coordinate's
+#: pseudo-rows have variance at least this (a column nearly constant within a
+#: user is then penalised like a typical column, not left free to extrapolate).
+VARIANCE_FLOOR = 0.05
+#: The released label range: the ``q`` and ``1 - q`` quantiles of the users'
+#: minimum and maximum labels, on a signed log grid of ``2 * LABEL_GRID_SIZE``
+#: candidates, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ`` the plan's count
+#: noise std: the search's rank error stays inside the tail it may cut), then
+#: widened by ``LABEL_SLACK`` of its width on each side.
+LABEL_QUANTILES = (0.01, 0.25)
+LABEL_SLACK = 0.25
+LABEL_GRID_SIZE = 128
+#: Releases of the label range (two noisy bisections).
+LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)
+#: A fit is predicted useless when the count noise std of its phase ``"clip"``
+#: exceeds this fraction of the public number of users (each noisy bisection
+#: then turns at random: bounds, scales and the cold-start intercept are noise).
+USELESS_CLIP_NOISE = 0.5
+
+
+def _column_ranges(block, X):
+    """Each user's ``max - min`` of every column of the row-aligned ``X`` (0 without rows)."""
+    X = np.asarray(X, dtype=np.float64)
+    out = np.zeros((block.n_users, X.shape[1]))
+    nonempty = block.counts > 0
+    if block.n_rows and nonempty.any():
+        starts = block.offsets[:-1][nonempty]
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[nonempty] = (np.maximum.reduceat(X, starts, axis=0)
+                             - np.minimum.reduceat(X, starts, axis=0))
+    return out
+
+
+def _feature_range_counts(block, state, grid):
+    """Block function: cumulative counts over ``grid`` of every column's within-user range."""
+    ranges = _column_ranges(block, block.take(block.X))
+    with np.errstate(invalid="ignore"):
+        ranges = np.where(np.isfinite(ranges), ranges, np.inf)
+    return np.stack([cumulative_counts(r, grid) for r in ranges.T]), state
+
+
+def feature_scales(executor, release, *, n_features, n_users):
+    """Per-feature scales: the :data:`FEATURE_SCALE_QUANTILE` of each column's within-user range.
+
+    One private quantile per column (phase ``"clip"``, ``FEATURE_SCALE_STEPS``
+    Gaussian counts of sensitivity 1 each: one user moves every count of a
+    column by at most 1). A scale on the lower end of the public grid (at
+    least ``1 - q`` of the users hold the column constant, or the counts are
+    noise) means "no within-user information": the column is dropped
+    (scale ``inf``), post-processing of the released comparisons.
+
+    Returns
+    -------
+    scales : ndarray of shape (n_features,)
+        Positive, ``inf`` for a dropped column.
+    dropped : int
+        Number of dropped columns.
+    """
+    grid = quantile_grid()
+    counts = executor.map(_feature_range_counts, grid)
+    if counts is None:
+        counts = np.zeros((n_features, grid.shape[0]))
+    scales = np.empty(n_features)
+    for j in range(n_features):
+        scales[j] = private_quantile(release, CLIP_PHASE, counts[j], grid,
+                                     quantile=FEATURE_SCALE_QUANTILE, n_users=n_users)
+    low = scales <= grid[0]
+    scales[low] = np.inf
+    return scales, int(low.sum())
+
+
+def standardize_block(block, state, inv_scales):
+    """Block function: the block's rows of ``X`` times ``inv_scales``, owned by the block.
+
+    The block then holds its own (standardised, float64) rows and targets in
+    canonical order; its users and their order are unchanged. Returns
+    ``(None, state)``.
+    """
+    rows = block.source_rows()
+    with np.errstate(over="ignore", invalid="ignore"):
+        X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
+    y = np.take(np.asarray(block.y), rows, axis=0)
+    block.X, block.y, block.rows = X, y, None
+    return None, state
+
+
+def standardize(X, inv_scales):
+    """``X * inv_scales`` (float64; the public per-feature scales of a fit)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(X, dtype=np.float64) * np.asarray(inv_scales)
+
+
+def inverse_scales(scales):
+    """``1 / scales`` (0 for a dropped column, 1 when ``scales`` is None)."""
+    if scales is None:
+        return None
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(scales), 1.0 / np.asarray(scales, dtype=np.float64), 0.0)
+
+
+def _label_extreme_counts(block, state, grid):
+    """Block function: cumulative counts of the users' minimum and maximum labels."""
+    y = np.asarray(block.take(block.y), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        hi = block.segment_max(y, initial=-np.inf)
+        lo = -block.segment_max(-y, initial=-np.inf)
+    lo = np.where(block.counts > 0, lo, np.inf)
+    hi = np.where(block.counts > 0, hi, np.inf)
+    return np.stack([cumulative_counts(lo, grid), cumulative_counts(hi, grid)]), state
+
+
+def label_range(executor, release, *, n_users):
+    """A released range of the labels (phase ``"clip"``, ``LABEL_RANGE_STEPS`` counts).
+
+    ``lo``: the ``q`` quantile of the users' minimum labels, ``hi``: the
+    ``1 - q`` quantile of their maximum labels (``q`` from the public plan, see
+    :data:`LABEL_QUANTILES`), each by a noisy bisection on the signed log grid
+    (counts of sensitivity 1), taken at the outer end of the selected grid
+    cell and widened by ``LABEL_SLACK`` of the width. An end on the edge of
+    the grid is "no information" and becomes infinite (no clamp on that side).
+
+    Returns
+    -------
+    lo, hi : float
+    """
+    grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
+    counts = executor.map(_label_extreme_counts, grid)
+    if counts is None:
+        counts = np.zeros((2, grid.shape[0]))
+    sigma = float(release.noise_multiplier(CLIP_PHASE))
+    q = float(np.clip(3.0 * sigma / max(int(n_users), 1), *LABEL_QUANTILES))
+    ends = []
+    for row, q, outer in ((0, q, -1), (1, 1.0 - q, 0)):
+        point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
+                                 n_users=n_users)
+        j = int(np.searchsorted(grid, point))
+        if j <= 0 or j >= grid.shape[0] - 1:
+            ends.append(-np.inf if row == 0 else np.inf)
+        else:  # the outer end of the cell (grid[j - 1], grid[j]]
+            ends.append(float(grid[j + outer]))
+    lo, hi = ends
+    if np.isfinite(lo) and np.isfinite(hi):
+        lo, hi = min(lo, hi), max(lo, hi)
+        lo, hi = lo - LABEL_SLACK * (hi - lo), hi + LABEL_SLACK * (hi - lo)
+    return lo, hi
+
+
+def clamp_predictions(pred, label_range, rows=None):
+    """Predictions clamped to a released ``label_range`` (``None``: unchanged).
+
+    ``rows``: a boolean mask of the rows to clamp (default: all). Non-finite
+    values are left as they are (a prediction beyond the float range is still
+    reported by ``predict``'s finiteness check).
+    """
+    if label_range is None:
+        return pred
+    lo, hi = label_range
+    mask = np.isfinite(pred) if rows is None else np.asarray(rows) & np.isfinite(pred)
+    return np.where(mask, np.clip(pred, lo, hi), pred)
+
+
+def useless_fit_message(clip_noise, n_users, name):
+    """A warning text when the plan predicts a useless fit, else None (public values only).
+
+    ``clip_noise`` is the calibrated noise multiplier of the phase ``"clip"``
+    (the std of each released count, sensitivity 1); the rule compares it to
+    ``USELESS_CLIP_NOISE * n_users``.
+    """
+    if clip_noise is None or not np.isfinite(clip_noise) or \
+            clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
+        return None
+    return (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
+            f"the fit's bounds count users with noise std {clip_noise:.3g} > "
+            f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds and cold-start part "
+            f"are mostly noise; each known user gets its own ridge fit (local data) and "
+            f"new users a cold-start prediction clamped to the released label range. Use "
+            f"more users or a larger epsilon. (A data-independent rule: n_users, epsilon, "
+            f"delta and the plan.)")
+
+
+def at_grid_edge(value):
+    """Whether a released ``"auto"`` bound is on the lower end of the public grid."""
+    grid = quantile_grid()
+    return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
+
+
+def scaling_notes(scaled, dropped, labels, bounds, message):
+    """Report notes of the per-feature scales, the label range and grid-edge bounds."""
+    notes = [
+        f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
+        f"within-user ranges (one noisy bisection per column, {FEATURE_SCALE_STEPS} Gaussian "
+        f"counts of sensitivity 1, phase 'clip'); the algorithm runs on X / feature_scales_ "
+        f"and the personal refit's penalty has variance at least {VARIANCE_FLOOR:g} in those "
+        f"units." if scaled else
+        f"No per-feature scales: with these releases the count noise of phase 'clip' would "
+        f"exceed {SCALE_GATE_NOISE:g} * n_users (public rule); the features are used in "
+        f"their own units.",
+        f"Label range: low/high quantiles (q = clip(3 * count noise / n_users, "
+        f"{LABEL_QUANTILES[0]:g}, {LABEL_QUANTILES[1]:g})) of the users' minimum and maximum "
+        f"labels ({LABEL_RANGE_STEPS} Gaussian counts of sensitivity 1, phase 'clip'), "
+        f"widened to their grid cells and by {LABEL_SLACK:g} of the width: "
+        f"label_range_ = ({labels[0]:.6g}, {labels[1]:.6g}); predictions are clamped to it "
+        f"(post-processing)."]
+    if dropped:
+        notes.append(
+            f"{dropped} column(s) got a scale on the lower edge of the public grid (constant "
+            f"within most users, or counts dominated by noise): treated as no information "
+            f"and dropped (scale inf); post-processing, no privacy cost.")
+    if not all(np.isfinite(labels)):
+        notes.append("An end of the label range fell on the edge of its public grid: that "
+                     "side is not clamped (post-processing, no privacy cost).")
+    edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
+    if edge:
+        notes.append(
+            f"{', '.join(edge)}: on the lower edge of the public grid (the users' "
+            f"statistics are about 0 in the standardised units, or noise): the shared "
+            f"part learns nothing from them; predictions rest on the users' own means "
+            f"and the cold-start intercept (post-processing, no privacy cost).")
+    if message is not None:
+        notes.append(
+            "Predicted useless (public rule: count noise of phase 'clip' above "
+            f"{USELESS_CLIP_NOISE:g} * n_users): every known user's part is its own ridge "
+            "fit shrunk towards zero weights and its own mean (local data only, not "
+            "clamped); the cold-start part is mostly noise, clamped to the (noisy) released "
+            "label range (post-processing).")
+    return tuple(notes)

@@ -777,6 +777,9 @@ class PersonalPrior:
     ridge : float
         ``κ`` (``personal_ridge``).
     config : SGDConfig
+    variance_floor : float, default=0.0
+        Lower bound of the users' feature variances in the penalty (the
+        standardised units of a fit with per-feature scales).
     """
 
     w: np.ndarray
@@ -784,6 +787,8 @@ class PersonalPrior:
     intercept_scale: object
     ridge: float
     config: SGDConfig
+    variance_floor: float = 0.0
+    local_only: bool = False
 
 
 # Bytes of the per-chunk d x d statistics of the personal refit.
@@ -821,7 +826,11 @@ def personal_refit(block, state, prior):
     config = prior.config
     state = _with_state(block, state, config)
     d = config.n_features
-    w = np.asarray(prior.w, dtype=np.float64)[:d]
+    w_released = np.asarray(prior.w, dtype=np.float64)[:d]
+    # local_only: the released part is noise -- each user's own ridge fit, shrunk
+    # towards zero weights and its own mean level (local data only)
+    w = np.zeros(d) if prior.local_only else w_released
+    intercept_scale = None if prior.local_only else prior.intercept_scale
     kappa = float(prior.ridge)
     theta = np.zeros((block.n_users, d))
     levels = np.zeros(block.n_users)
@@ -850,7 +859,8 @@ def personal_refit(block, state, prior):
                     s2[rich] = rss / dof[rich]
                 var_y = yy / np.maximum(m - (1 if config.center else 0), 1.0)
                 D = np.einsum("nii->ni", A) / m[:, None]  # the user's feature variances
-                penalty = shrinkage_penalty(kappa, d, s2, var_y, D)
+                penalty = shrinkage_penalty(kappa, d, s2, var_y, D,
+                                            float(prior.variance_floor))
                 # theta = argmin ||y - X (w + theta)||^2 + sum_j q_j theta_j^2
                 t = shrunk_heads(A, r - Aw, np.zeros(d), penalty, sub.counts)
                 t[~np.isfinite(t).all(axis=1)] = 0.0
@@ -861,14 +871,17 @@ def personal_refit(block, state, prior):
         return theta, np.zeros(block.n_users)
     with np.errstate(all="ignore"):
         xm = state.x_means
-        if kappa > 0 and prior.intercept_scale is not None:
+        if kappa > 0 and intercept_scale is not None:
             s2 = np.where(block.counts >= 2, sigma2, np.nan)
             levels = shrink_levels(levels, block.counts, s2, prior.intercept + xm @ w,
-                                   prior.intercept_scale)
+                                   intercept_scale)
         intercepts = levels - np.einsum("ij,ij->i", xm, w + theta)
     bad = ~np.isfinite(intercepts) | ~np.isfinite(theta).all(axis=1)
     theta[bad] = 0.0
     intercepts[bad] = prior.intercept
+    if prior.local_only:  # offsets relative to the released weights
+        theta = theta + (w - w_released)[None, :]
+        theta[bad] = 0.0
     return theta, intercepts
 
 

@@ -19,6 +19,7 @@ functions and a driver) is in :mod:`skdpp.linear_model._personalized_sgd`.
 # Authors: skdpp developers
 # License: BSD 3 clause
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -27,11 +28,16 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin,
                     linear_predictions)
+from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._random import FitRandomness
-from ._auto import AUTO_STEPS, CLIP_PHASE, auto_bound, resolve_clip_share
+from . import _auto
+from ._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
+                    VARIANCE_FLOOR, at_grid_edge, auto_bound, clamp_predictions,
+                    feature_scales, inverse_scales, label_range, resolve_clip_share,
+                    scaling_notes, standardize, standardize_block, useless_fit_message)
 from ._personalized_sgd import (
     PHASE,
     PersonalPrior,
@@ -171,6 +177,16 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         The feature scale used (released when ``"auto"``).
     intercept_clip_ : float or None
         Released radius of the cold-start intercept's clipped mean.
+    feature_scales_ : ndarray of shape (n_features_in_,) or None
+        Released per-feature scales (``inf``: a dropped column); the fitted
+        parts apply to ``X / feature_scales_``. None when not released.
+    label_range_ : tuple of float or None
+        Released range predictions are clamped to (None: not released).
+    local_only_ : bool
+        Whether the plan predicted a useless fit (public rule, see Notes):
+        known users then get their own ridge fit towards zero weights and
+        their own mean (not clamped), cold-start rows the clamped cold-start
+        part.
     user_ids_ : ndarray of shape (n_users,)
         Sorted ids of the users seen in ``fit`` or ``personalize``.
     n_users_ : int
@@ -328,6 +344,32 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     on the row divided by its largest entry) or ``predict`` raises a
     ``ValueError`` naming the rows whose prediction exceeds the float64 range.
 
+    **Per-feature scales and label range** (all clip bounds ``"auto"``; see
+    :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
+    range: low/high quantiles of the users' minimum and maximum labels (two
+    noisy bisections, ``LABEL_RANGE_STEPS`` counts of L2 sensitivity 1 under
+    replace-one-user: one user moves each count by at most 1), widened; every
+    prediction is clamped to ``label_range_`` (post-processing). When the
+    plan's count noise with them stays at most ``SCALE_GATE_NOISE * n_users``
+    (a public rule: ε, δ, the plan's release counts, ``n_users``), it also
+    releases one scale per feature, the ``FEATURE_SCALE_QUANTILE`` of the
+    users' within-user ranges of that column (one noisy bisection per column,
+    ``FEATURE_SCALE_STEPS`` counts of sensitivity 1 each); the algorithm then
+    runs on ``X / feature_scales_`` (fitted parts are in those units;
+    ``predict`` and ``personalize`` divide by the same public constants), and
+    the personal refit's penalty gives every coordinate at least
+    ``VARIANCE_FLOOR`` of variance in those units, so a column nearly constant
+    within a user (a session's timestamp) cannot extrapolate on the user's
+    later rows. A column whose scale falls on the lower edge of the public
+    grid (constant within most users) is dropped (scale ``inf``); an
+    ``"auto"`` bound on the lower edge of its grid is treated as no
+    information (post-processing; said in the report). A
+    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
+    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
+    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
+    zero weights and its own mean (local data, ``local_only_``), rather than
+    towards a noisy shared part.
+
     References
     ----------
     .. [1] Bietti, A., Wei, C.-Y., Dudík, M., Langford, J. and Wu, Z. S.
@@ -476,6 +518,18 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     def _cold_start(self):
         return bool(self.fit_intercept) and self._releases() and self.cold_start_share > 0
 
+    def _releases_label_range(self):
+        """A label range (predictions clamped to it): when both bounds are ``"auto"``
+        and the fit releases (a public rule)."""
+        return bool(_auto.SCALE_FEATURES) and self._releases() and \
+            self.noise_multiplier is None and self.clip_norm == "auto" and \
+            self.feature_scale == "auto"
+
+    def _scales_features(self):
+        """Per-feature scales: with a label range, when the public gate of
+        ``_budget_plan`` is open."""
+        return self._releases_label_range() and getattr(self, "_scaling_gate", True)
+
     def _budget_plan(self, meta):
         """Phases ``clip`` (``clip_share``: the ``"auto"`` bounds and the searches of
         the cold-start intercept), ``iterations`` (``n_rounds`` Gaussian releases,
@@ -484,8 +538,13 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         plan = BudgetPlan(self.epsilon, self.delta)
         if not self._releases():  # alpha = 0: nothing is released
             return plan
-        n_clip = AUTO_STEPS * len(self._auto_names()) \
+        self._scaling_gate = True
+        n_base = AUTO_STEPS * len(self._auto_names()) \
             + (LOCATION_SEARCH_STEPS if self._cold_start() else 0)
+        if self._releases_label_range():
+            n_base += LABEL_RANGE_STEPS
+        n_scaling = FEATURE_SCALE_STEPS * int(meta["n_features"])
+        n_clip = n_base + (n_scaling if self._scales_features() else 0)
         kwargs = dict(count=int(self.n_rounds), sampling_rate=float(self.sample_rate))
         if self.noise_multiplier is not None:  # every release at the given multiplier
             z = float(self.noise_multiplier)
@@ -507,7 +566,14 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         if not n_clip:
             return build(0.05)
-        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        if self._scales_features() and \
+                plan.calibrate()[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
+            # public rule: too noisy for the per-feature searches, run without them
+            self._scaling_gate = False
+            n_clip = n_base
+            plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        return plan
 
     def _make_blocks(self, data, randomness):
         return make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
@@ -537,6 +603,21 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         config = self._config(randomness.key, d, sample_rate=self.sample_rate,
                               n_rounds=self.n_rounds, release=releases)
         clip_norm, scale = self.clip_norm, self.feature_scale
+        scaled = self._scales_features()
+        scales, dropped, labels, message = None, 0, None, None
+        if CLIP_PHASE in release.plan:
+            message = useless_fit_message(release.noise_multiplier(CLIP_PHASE), n_users,
+                                          type(self).__name__)
+            if message is not None:
+                warnings.warn(message, UselessFitWarning, stacklevel=5)
+        labelled = self._releases_label_range()
+        local_only = labelled and message is not None and bool(self.fit_intercept)
+        if labelled:
+            labels = label_range(executor, release, n_users=n_users)
+        if scaled:
+            scales, dropped = feature_scales(executor, release, n_features=d,
+                                             n_users=n_users)
+            executor.map(standardize_block, inverse_scales(scales))
         if releases and clip_norm == "auto":
             clip_norm = auto_bound(executor, release, gradient_norm_statistic, config,
                                    quantile=float(self.clip_quantile), n_users=n_users)
@@ -553,6 +634,11 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                               clip_norm=clip_norm)
         w, _ = run_ppsgd(executor, release, config, n_users=n_users,
                          lr_global=lr_global * inv_s2, verbose=self.verbose, offsets=False)
+        if releases and (at_grid_edge(clip_norm) or at_grid_edge(scale)):
+            # an "auto" bound on the lower edge of its public grid: the users'
+            # (centred) contributions are about 0 -- no information; the global
+            # weights are noise and are discarded (post-processing)
+            w = np.zeros_like(w)
         intercept, intercept_scale = 0.0, None
         if self._cold_start():
             def reduce(fn):
@@ -562,7 +648,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
                 mean_phase="cold_start", radius_quantile=float(self.clip_quantile))
         prior = PersonalPrior(w, float(intercept), intercept_scale,
-                              float(self.personal_ridge or 0.0), config)
+                              float(self.personal_ridge or 0.0), config,
+                              VARIANCE_FLOOR if scaled else 0.0, local_only)
         theta, b = self._personal(executor, prior, int(self.n_rounds))
         z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
         attributes = {"coef_": w[:d].copy(), "intercept_": float(intercept),
@@ -570,7 +657,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                       "n_iter_": int(self.n_rounds), "noise_multiplier_": z,
                       "clip_norm_": None if clip_norm is None else float(clip_norm),
                       "feature_scale_": float(scale) if isinstance(scale, Real) else None,
-                      "intercept_clip_": intercept_scale}
+                      "intercept_clip_": intercept_scale,
+                      "feature_scales_": scales,
+                      "label_range_": labels,
+                      "local_only_": bool(local_only)}
         if float(self.alpha) == np.inf:  # global only: no personal parts
             attributes["offsets_"] = np.zeros_like(theta)
             attributes["intercept_offsets_"] = np.zeros(theta.shape[0])
@@ -580,14 +670,19 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"{name}_" for name in self._auto_names())
             if self._cold_start():
                 released += ("intercept_clip_",)
+        notes = self._notes(z)
+        if labelled:
+            released += ("feature_scales_",) * scaled + ("label_range_",)
+            notes += scaling_notes(scaled, dropped, labels,
+                                   {"clip_norm": clip_norm, "feature_scale": scale}, message)
         return FitResult(attributes, released=released,
-                         local=("offsets_", "intercept_offsets_"), notes=self._notes(z))
+                         local=("offsets_", "intercept_offsets_"), notes=notes)
 
     def _personal(self, executor, prior, n_rounds):
         """The users' ``theta_i`` and intercepts ``b_i``: the exact shrunk refit
         (``personal_ridge``), or the SGD offsets (``personal_ridge=None``, or
         nothing released)."""
-        if self.personal_ridge is not None and self._releases():
+        if prior.local_only or (self.personal_ridge is not None and self._releases()):
             return executor.collect(personal_refit, prior)
         return executor.collect(personal_sgd, (prior.w, n_rounds, prior.config))
 
@@ -631,6 +726,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         (``personal_ridge``), or local SGD with a global step of 0.
         """
         y = np.asarray(y, dtype=np.float64)
+        scaled = getattr(self, "feature_scales_", None) is not None
+        if scaled:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         w = np.asarray(self.coef_, dtype=float)
         if float(self.alpha) == np.inf:
             n = index.n_users
@@ -646,7 +744,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         executor = LocalExecutor(make_sgd_blocks(X, y, index, batch_size=self.batch_size,
                                                  sample_rate=1.0))
         prior = PersonalPrior(w, float(self.intercept_), self.intercept_clip_,
-                              float(self.personal_ridge or 0.0), config)
+                              float(self.personal_ridge or 0.0), config,
+                              VARIANCE_FLOOR if scaled else 0.0,
+                              bool(getattr(self, "local_only_", False)))
         if self.personal_ridge is None or not self._releases():
             run_ppsgd(executor, None, config, n_users=index.n_users, lr_global=0.0,
                       w_init=w, offsets=False)
@@ -688,6 +788,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         codes = self._user_codes(groups, X.shape[0])
         pred = X @ self.coef_ + self.intercept_
         known = codes >= 0
@@ -705,7 +807,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             b[k] += self.intercept_offsets_[c[k]]
             return A[:, None, :], b[:, None]
 
-        return linear_predictions(X, pred, linear_parts)
+        return clamp_predictions(linear_predictions(X, pred, linear_parts),
+                                 getattr(self, "label_range_", None),
+                                 ~known if getattr(self, "local_only_", False) else None)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

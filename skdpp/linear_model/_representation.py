@@ -26,6 +26,7 @@ papers' model). Both algorithms work on blocks of whole users
   around the algorithm's iterations, ``personalize`` and ``predict``.
 """
 
+import warnings
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
@@ -35,19 +36,33 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import BasePersonalizedEstimator, FitResult, linear_predictions
+from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._clipping import clip_by_norm, unit_rows
 from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserBlock, make_blocks
+from . import _auto
 from ._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
+    FEATURE_SCALE_STEPS,
+    LABEL_RANGE_STEPS,
+    VARIANCE_FLOOR,
+    at_grid_edge,
     auto_bound,
+    clamp_predictions,
+    feature_scales,
+    inverse_scales,
+    label_range,
     resolve_clip_share,
     rms_per_user,
+    scaling_notes,
     shrink_levels,
     shrinkage_penalty,
+    standardize,
+    standardize_block,
+    useless_fit_message,
     user_means,
 )
 from ._heads import shrunk_heads, solve_heads
@@ -397,6 +412,8 @@ class PersonalPrior:
     intercept_scale: object
     ridge: float
     fit_intercept: bool
+    variance_floor: float = 0.0
+    local_only: bool = False
 
 
 def _noise_variance(stats, k, fit_intercept):
@@ -445,12 +462,19 @@ def personal_parts(stats, prior):
     v0 = np.asarray(prior.head, dtype=np.float64)
     kappa = float(prior.ridge)
     n = stats.counts.shape[0]
+    intercept_scale = prior.intercept_scale
+    if prior.local_only:
+        # the released part is noise: each user's own ridge fit, shrunk towards a
+        # zero head and its own mean level (local data only)
+        v0, intercept_scale = np.zeros(k), None
     with np.errstate(all="ignore"):
         s2, var_y = _noise_variance(stats, k, prior.fit_intercept)  # rescaled units
         if kappa > 0:
             m = np.maximum(stats.counts, 1).astype(np.float64)
+            floor = float(prior.variance_floor) / stats.sp**2  # rescaled units
             penalty = shrinkage_penalty(kappa, k, s2, var_y,
-                                        np.einsum("nii->ni", stats.A) / m[:, None])
+                                        np.einsum("nii->ni", stats.A) / m[:, None],
+                                        floor[:, None])
             heads = shrunk_heads(stats.A, stats.r, v0 * (stats.sp / stats.sy)[:, None],
                                  penalty, stats.counts) * (stats.sy / stats.sp)[:, None]
         else:
@@ -460,9 +484,9 @@ def personal_parts(stats, prior):
         if not prior.fit_intercept:
             return heads, np.zeros(n)
         level = stats.y_mean  # the user's mean level a_i (least squares)
-        if kappa > 0 and prior.intercept_scale is not None:
+        if kappa > 0 and intercept_scale is not None:
             level = shrink_levels(level, stats.counts, s2 * stats.sy**2,
-                                  prior.intercept + stats.p_mean @ v0, prior.intercept_scale)
+                                  prior.intercept + stats.p_mean @ v0, intercept_scale)
         intercepts = level - np.einsum("ij,ij->i", stats.p_mean, heads)
         ok &= np.isfinite(intercepts)
     heads[~ok] = v0
@@ -539,7 +563,7 @@ def _personal_block(block, state, prior):
 
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users):
+                personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
 
     1. Each user's least-squares head (Alg. 1, line 14) on its final rows
@@ -572,6 +596,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
         noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
                                  clip_norm=head_clip_norm)
         cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
+        if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
+            cold_head = np.zeros(k)
         if fit_intercept:
             def reduce(fn):
                 return executor.map(_offsets, (cold_head, fn))
@@ -580,7 +606,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
                 release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
                 mean_phase="cold_start", radius_quantile=clip_quantile)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
-                          float(personal_ridge), bool(fit_intercept))
+                          float(personal_ridge), bool(fit_intercept), float(variance_floor),
+                          bool(local_only))
     heads, intercepts = executor.collect(_personal_block, prior)
     return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior
 
@@ -723,8 +750,24 @@ class _RepresentationMixin:
             names.append("head_clip_norm")
         return names
 
-    def _n_clip_releases(self):
+    def _releases_label_range(self):
+        """Whether the fit releases a label range (and clamps its predictions to it):
+        when every clip bound is ``"auto"`` (a public rule: explicit bounds are in
+        the caller's units)."""
+        return bool(_auto.SCALE_FEATURES) and all(
+            getattr(self, name) == "auto" for name in self._clip_param_names)
+
+    def _scales_features(self):
+        """Whether the fit standardises the features by released per-feature scales:
+        with a label range, when the public gate of ``_budget_plan`` is open."""
+        return self._releases_label_range() and getattr(self, "_scaling_gate", True)
+
+    def _n_clip_releases(self, n_features=0):
         n = AUTO_STEPS * len(self._auto_bound_names())
+        if self._releases_label_range():
+            n += LABEL_RANGE_STEPS
+        if self._scales_features():
+            n += FEATURE_SCALE_STEPS * int(n_features)
         if self.fit_intercept and self._cold_start():
             n += LOCATION_SEARCH_STEPS
         return n
@@ -745,13 +788,25 @@ class _RepresentationMixin:
                 plans[share] = self._plan_with_clip_share(share)
             return plans[share]
 
-        if not self._n_clip_releases():
+        self._plan_features = int(meta["n_features"])
+        self._scaling_gate = True
+        if not self._n_clip_releases(self._plan_features):
             return build(0.05)
-        return build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        if self._scales_features():
+            # Public rule: the per-feature scales need accurate searches; when
+            # the plan's count noise exceeds SCALE_GATE_NOISE * n_users the fit
+            # runs without them (fewer releases in phase "clip").
+            calibrated = plan.calibrate()
+            if calibrated[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
+                self._scaling_gate = False
+                plans.clear()
+                plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
+        return plan
 
     def _plan_with_clip_share(self, clip_share):
         plan = BudgetPlan(self.epsilon, self.delta)
-        n_clip = self._n_clip_releases()
+        n_clip = self._n_clip_releases(getattr(self, "_plan_features", 0))
         if n_clip:
             plan.add(CLIP_PHASE, share=clip_share, count=n_clip, param="clip_share")
         if self._private_init():
@@ -781,7 +836,22 @@ class _RepresentationMixin:
         key = randomness.key
         n_users = meta["n_users"]
         fit_intercept = bool(self.fit_intercept)
+        scales, dropped, labels, scaled = None, 0, None, self._scales_features()
+        labelled = self._releases_label_range()
+        clip_noise = release.noise_multiplier(CLIP_PHASE) if CLIP_PHASE in release.plan \
+            else None
+        message = useless_fit_message(clip_noise, n_users, type(self).__name__)
+        if message is not None:
+            warnings.warn(message, UselessFitWarning, stacklevel=4)
+        local_only = labelled and message is not None
         try:
+            if labelled:
+                labels = label_range(executor, release, n_users=n_users)
+            if scaled:
+                scales, dropped = feature_scales(executor, release,
+                                                 n_features=meta["n_features"],
+                                                 n_users=n_users)
+                executor.map(standardize_block, inverse_scales(scales))
             executor.map(prepare_split, (key, fit_intercept))  # S^0 / S^1, centring
             self._prepare(executor, key)
             bounds = {}
@@ -808,13 +878,17 @@ class _RepresentationMixin:
                 executor, release, U, rows=self.personal_rows, fit_intercept=fit_intercept,
                 head_clip_norm=self.head_clip_norm, cold_start=self._cold_start(),
                 personal_ridge=float(self.personal_ridge),
-                clip_quantile=float(self.clip_quantile), n_users=n_users)
+                clip_quantile=float(self.clip_quantile), n_users=n_users,
+                variance_floor=VARIANCE_FLOOR if scaled else 0.0, local_only=local_only)
             bounds["head_clip_norm"] = head_clip
         finally:
             release_scratch()
         attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
                       "cold_start_head_": head, "cold_start_intercept_": intercept,
-                      "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter)}
+                      "intercept_clip_": prior.intercept_scale, "n_iter_": int(self.max_iter),
+                      "feature_scales_": scales,
+                      "label_range_": labels,
+                      "local_only_": bool(local_only)}
         for name in self._clip_param_names + self._scale_param_names:
             value = bounds.get(name, getattr(self, name))
             attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
@@ -825,8 +899,12 @@ class _RepresentationMixin:
         released += tuple(f"{name}_" for name in self._auto_bound_names())
         if fit_intercept and self._cold_start():
             released += ("intercept_clip_",)
+        notes = self._notes() + self._common_notes()
+        if labelled:
+            released += ("feature_scales_",) * scaled + ("label_range_",)
+            notes += scaling_notes(scaled, dropped, labels, bounds, message)
         return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
-                         notes=self._notes() + self._common_notes())
+                         notes=notes)
 
     def _common_notes(self):
         notes = []
@@ -850,9 +928,11 @@ class _RepresentationMixin:
     # ------------------------------------------------------------ personal
     def _prior(self):
         """The public prior of the personal parts, from the fitted (released) values."""
+        scaled = getattr(self, "feature_scales_", None) is not None
         return PersonalPrior(self.cold_start_head_, float(self.cold_start_intercept_),
                              getattr(self, "intercept_clip_", None), float(self.personal_ridge),
-                             bool(self.fit_intercept))
+                             bool(self.fit_intercept), VARIANCE_FLOOR if scaled else 0.0,
+                             bool(getattr(self, "local_only_", False)))
 
     def _fit_personal(self, X, y, index):
         """Personal parts of the users of ``index`` from all their rows and the released part.
@@ -861,6 +941,8 @@ class _RepresentationMixin:
         :func:`personal_parts`), on all the given rows.
         """
         y = np.asarray(y, dtype=np.float64)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         executor = LocalExecutor(make_blocks(X, y, index))
         executor.map(final_statistics, (self.components_, "all", bool(self.fit_intercept)))
         heads, intercepts = executor.collect(_personal_block, self._prior())
@@ -900,6 +982,8 @@ class _RepresentationMixin:
         """:meth:`predict` without the floating-point guard and the finiteness check."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
         codes = self._user_codes(groups, X.shape[0])
         known = codes >= 0
         H = np.empty((X.shape[0], self.components_.shape[1]))
@@ -907,8 +991,10 @@ class _RepresentationMixin:
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
-        return linear_predictions(
-            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None]))
+        return clamp_predictions(linear_predictions(
+            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
+            getattr(self, "label_range_", None),
+            ~known if getattr(self, "local_only_", False) else None)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -130,3 +130,22 @@ def _test_mse(est, info):
     """Test MSE of the personalized predictions on the held-out rows of ``info``."""
     pred = est.predict(info.X_test, groups=info.groups_test)
     return float(np.mean((pred - info.y_test) ** 2))
+
+
+def scaled_rows(est, X):
+    """``X`` in the fitted units: divided by the released ``feature_scales_`` (if any)."""
+    scales = getattr(est, "feature_scales_", None)
+    X = np.asarray(X, dtype=np.float64)
+    if scales is None:
+        return X
+    with np.errstate(divide="ignore"):
+        return X * np.where(np.isfinite(scales), 1.0 / scales, 0.0)
+
+
+def clamped(est, pred, known=None):
+    """Predictions clamped to the released ``label_range_`` as ``predict`` does."""
+    lo, hi = getattr(est, "label_range_", None) or (-np.inf, np.inf)
+    out = np.where(np.isfinite(pred), np.clip(pred, lo, hi), pred)
+    if known is not None and getattr(est, "local_only_", False):
+        out = np.where(known, pred, out)
+    return out

@@ -9,7 +9,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _altmin
 from skdpp.linear_model._altmin import PrivAltMinRegressor
-from skdpp.linear_model._auto import AUTO_STEPS
+from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
 from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.linear_model._representation import fit_heads, subspace_distance
 from skdpp.utils._grouped import UserBlock
@@ -193,7 +193,10 @@ def test_budget_plan_and_parallel_composition(schedule, count):
     assert list(phases) == ["clip", "init", "iterations", "cold_start"]
     # four 'auto' bounds (clip_norm, label_clip, init_clip_norm, head_clip_norm) and the
     # cold-start intercept's searches
-    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS
+    # cold-start intercept's searches, and the label range (the per-feature scales only
+    # when the public gate opens)
+    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS + LABEL_RANGE_STEPS \
+        + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
     assert phases["cold_start"].count == 2
     assert phases["iterations"].count == count
     # the calibrated plan spends the whole budget (no loose accounting)
@@ -349,7 +352,9 @@ def test_noise_level_matches_report():
     # release order: the init bound's search, init, the searches of clip_norm and
     # label_clip, 2 rounds of (Gram, moment), the head bound's search, the cold-start
     # head, the intercept's searches and its clipped mean
-    names = (["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
+    names = (["clip"] * LABEL_RANGE_STEPS
+             + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
+             + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 4 + ["clip"] * AUTO_STEPS + ["cold_start"]
              + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
     assert len(draws) == len(names) == _n_releases(est)

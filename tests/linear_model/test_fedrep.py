@@ -9,7 +9,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model import _fedrep
 from skdpp.linear_model import _representation as rep
-from skdpp.linear_model._auto import AUTO_STEPS
+from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
 from skdpp.privacy._clipping import row_norms, unit_rows
@@ -20,6 +20,8 @@ from tests.linear_model._reference import (
     _observable_neighbours,
     _ref_head,
     _test_mse,
+    clamped,
+    scaled_rows,
     _with_canary,
     assert_permutation_invariant,
     fedrep_round_batches,
@@ -212,8 +214,10 @@ def test_cold_start_and_personalize(medium):
     new = np.full(20, 10**6)  # an unseen user id (same id type as in fit)
     Xn = info.X_test[:20]
     cold = est.predict(Xn, groups=new)
-    assert_allclose(cold, Xn @ est.components_ @ est.cold_start_head_
-                    + est.cold_start_intercept_, rtol=1e-12)
+    # rows in the fitted units (released feature scales), clamped to the label range
+    assert_allclose(cold, clamped(est, scaled_rows(est, Xn) @ est.components_
+                                  @ est.cold_start_head_ + est.cold_start_intercept_),
+                    rtol=1e-12)
     report = str(est.privacy_report_)
     est.personalize(info.X_test[:20], info.y_test[:20], groups=new)
     assert 10**6 in est.user_ids_
@@ -223,7 +227,7 @@ def test_cold_start_and_personalize(medium):
     # without intercept and shrinkage, the personal head is the least-squares head
     est.set_params(fit_intercept=False, personal_ridge=0.0).fit(X, y, groups=groups)
     est.personalize(Xn, info.y_test[:20], groups=new)
-    P = Xn @ est.components_
+    P = scaled_rows(est, Xn) @ est.components_
     expected = _ref_head(P, info.y_test[:20], 2)
     assert_allclose(est.heads_[np.searchsorted(est.user_ids_, 10**6)], expected, rtol=1e-9)
 
@@ -261,7 +265,9 @@ def test_budget_plan_in_report():
     assert list(phases) == ["clip", "init", "iterations", "cold_start"]
     # four 'auto' bounds (label_scale, clip_norm, init_clip_norm, head_clip_norm) and the
     # cold-start intercept's searches: noisy binary searches of sensitivity-1 counts
-    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS
+    # (and the label range; the per-feature scales only when the public gate opens)
+    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS + LABEL_RANGE_STEPS \
+        + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
     assert_allclose(phases["clip"].sensitivity, 1.0)
     assert phases["iterations"].count == 3
     assert_allclose(phases["iterations"].sensitivity, 2 * est.clip_norm_)
@@ -329,7 +335,8 @@ def test_one_row_users_and_groups_none():
 def test_unseen_users_get_cold_start_and_warn_without_groups():
     X, y, groups, _ = _small_data()
     est = PrivateFedRepRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=groups)
-    expected = X[:3] @ est.components_ @ est.cold_start_head_ + est.cold_start_intercept_
+    expected = clamped(est, scaled_rows(est, X[:3]) @ est.components_ @ est.cold_start_head_
+                       + est.cold_start_intercept_)
     assert_allclose(est.predict(X[:3], groups=[-1, -2, -3]), expected, rtol=1e-12)
     with pytest.warns(UserWarning, match="groups=None"):
         assert_allclose(est.predict(X[:3]), expected, rtol=1e-12)
@@ -464,7 +471,9 @@ def test_noise_level_matches_report():
     # release order: the init bound's search, init, the step's and the gradients' bound
     # searches, 3 rounds, the head bound's search, the cold-start head, the intercept's
     # searches and its clipped mean
-    names = (["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
+    names = (["clip"] * LABEL_RANGE_STEPS  # the label range (no feature scales: gate shut)
+             + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
+             + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 3 + ["clip"] * AUTO_STEPS + ["cold_start"]
              + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
     assert len(draws) == len(names) == _n_releases(est)
@@ -474,7 +483,7 @@ def test_noise_level_matches_report():
         p = phases[name]
         expected = sens[name][0] if len(sens[name]) == 1 else sens[name].pop(0)
         assert_allclose(draw["sensitivity"], expected, rtol=1e-12)
-        assert_allclose(draw["scale"], p.noise_multiplier * p.sensitivity, rtol=1e-12)
+        assert_allclose(draw["scale"], p.noise_multiplier * expected, rtol=1e-12)
         noise = draw["noise"]
         if draw["symmetric"]:
             assert_allclose(noise, noise.T, rtol=0, atol=1e-9 * draw["scale"])
