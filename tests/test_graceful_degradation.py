@@ -37,23 +37,23 @@ TOL_INVARIANCE = 0.002 + 0.003  # target + slack
 ALL_EST = ("fedrep", "altmin", "ppsgd", "mf", "jl")
 
 
-def _xfail(item, branch):
-    return pytest.mark.xfail(
-        strict=True, reason=f"issue 20 item {item}: fixed on branch {branch}")
+def _xfail(item, why):
+    return pytest.mark.xfail(strict=True, reason=f"issue 20 item {item} (open): {why}")
 
 
-LINDEF = "lindef"  # the linear models' scaling and degradation branch
-X1 = _xfail(1, LINDEF)  # raw timestamp column
-X2 = _xfail(2, LINDEF)  # degenerate fits at tiny budgets / without groups
-X2_MF = _xfail(2, "mfcap/mfrec (AdaptiveWeightMF at tiny budgets)")
-X2_JL = _xfail(2, "none yet (JL's cold start predicts the minority label at eps=0.1)")
-X4 = _xfail(4, LINDEF)  # per-feature scaling, shift invariance (items 1 and 4)
-# (name, variant, epsilon) of the invariance cases that fail on main
-INVARIANCE_FAILS_ON_MAIN = {
-    ("fedrep", v, e) for v in ("shift", "scale", "standardised") for e in (1.0, np.inf)
+X1 = _xfail(1, "at epsilon=1 with 300 users the per-feature scales are not released "
+            "(their public noise gate is shut), so a raw timestamp still moves the fit")
+X2 = _xfail(2, "300 users at epsilon=0.1: the cold start is bounded by the released label "
+            "range but worse than 1.1x the global mean")
+X2_MF = _xfail(2, "AdaptiveWeightMF at tiny budgets")
+X2_JL = _xfail(2, "JL's cold start predicts the minority label at eps=0.1")
+X4 = _xfail(4, "shift/scale invariance within 0.002 at epsilon=1 (the scales' gate is shut)")
+# (name, variant, epsilon) of the invariance cases still open
+INVARIANCE_OPEN = {
+    ("fedrep", v, 1.0) for v in ("shift", "scale", "standardised")
 } | {
-    ("altmin", v, e) for v in ("shift", "scale", "standardised") for e in (1.0, np.inf)
-} | {("ppsgd", "scale", 1.0), ("ppsgd", "scale", np.inf)}
+    ("altmin", v, 1.0) for v in ("shift", "scale", "standardised")
+} | {("fedrep", "scale", np.inf), ("altmin", "scale", np.inf), ("ppsgd", "scale", 1.0)}
 
 
 # --------------------------------------------------------------------------- #
@@ -153,9 +153,9 @@ def test_no_catastrophic_fit_over_seeds(name):
 
 
 @pytest.mark.parametrize("name,epsilon", [
-    pytest.param("fedrep", 1.0, marks=X1), pytest.param("fedrep", np.inf, marks=X1),
-    pytest.param("altmin", 1.0, marks=X1), pytest.param("altmin", np.inf, marks=X1),
-    pytest.param("ppsgd", 1.0, marks=X1), pytest.param("ppsgd", np.inf, marks=X1),
+    pytest.param("fedrep", 1.0, marks=X1), ("fedrep", np.inf),
+    pytest.param("altmin", 1.0, marks=X1), ("altmin", np.inf),
+    pytest.param("ppsgd", 1.0, marks=X1), ("ppsgd", np.inf),
     ("jl", 1.0), ("jl", np.inf)])
 def test_timestamp_column_changes_little(name, epsilon):
     """Item 1: a raw timestamp column (passthrough) changes the personal and the
@@ -165,9 +165,10 @@ def test_timestamp_column_changes_little(name, epsilon):
 
 
 @pytest.mark.parametrize("name,epsilon", [
-    pytest.param("fedrep", 1.0, marks=X1), pytest.param("fedrep", np.inf, marks=X1),
-    pytest.param("altmin", 1.0, marks=X1), pytest.param("altmin", np.inf, marks=X1),
-    pytest.param("ppsgd", 1.0, marks=X1), pytest.param("ppsgd", np.inf, marks=X1)])
+    pytest.param("fedrep", 1.0, marks=X1), ("fedrep", np.inf),
+    pytest.param("altmin", 1.0, marks=X1), ("altmin", np.inf),
+    pytest.param("ppsgd", 1.0, marks=X1), pytest.param("ppsgd", np.inf, marks=_xfail(
+        1, "PPSGD's predictions with a raw timestamp at epsilon=inf leave the sane range"))])
 def test_predictions_stay_in_label_range_with_timestamp(name, epsilon):
     """Items 1-2: predictions (personal and cold-start) stay near the label range."""
     _, _, lo, hi = _fit(name, epsilon, "timestamp")
@@ -179,7 +180,7 @@ def _inv_params():
     for name in ("fedrep", "altmin", "ppsgd"):
         for variant in ("shift", "scale", "standardised"):
             for eps in (1.0, np.inf):
-                marks = X4 if (name, variant, eps) in INVARIANCE_FAILS_ON_MAIN else ()
+                marks = X4 if (name, variant, eps) in INVARIANCE_OPEN else ()
                 out.append(pytest.param(name, variant, eps, marks=marks,
                                         id=f"{name}-{variant}-{eps:g}"))
     return out
@@ -211,7 +212,7 @@ def test_tiny_budget_degrades_toward_the_prior(name):
     assert LABEL_LO - SLACK <= lo and hi <= LABEL_HI + SLACK, (lo, hi)
 
 
-@pytest.mark.parametrize("name", [pytest.param("ppsgd", marks=X2), "fedrep", "altmin"])
+@pytest.mark.parametrize("name", ["ppsgd", "fedrep", "altmin"])
 def test_no_groups_degrades_toward_the_prior(name):
     """Item 2: every row its own user (no ``groups``) at ε = 4."""
     err, cold, lo, hi = _fit(name, 4.0, groups=False)
