@@ -19,7 +19,8 @@ from ..privacy._quantile import cumulative_counts, private_quantile, quantile_gr
 from ..utils._grouped import _UNIFORM_MAX_ROWS, _uniform_segment_sum
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
-           "LEVEL_PRIOR_VARIANCE", "auto_bound", "resolve_clip_share", "rms_per_user",
+           "GRADIENT_BOUND_SLACK", "LEVEL_PRIOR_VARIANCE", "auto_bound",
+           "gradient_bound_inconsistent", "resolve_clip_share", "rms_per_user",
            "shrink_levels", "shrinkage_penalty", "user_means"]
 
 #: The phase of every private quantile that resolves an ``"auto"`` bound.
@@ -367,6 +368,36 @@ def at_grid_edge(value):
     """Whether a released ``"auto"`` bound is on the lower end of the public grid."""
     grid = quantile_grid()
     return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
+
+
+#: A released clip bound of the users' gradient norms above this multiple of
+#: its public upper bound (:func:`gradient_bound_inconsistent`) means the
+#: noisy search went astray.
+GRADIENT_BOUND_SLACK = 4.0
+
+
+def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
+    """Whether a released gradient-norm bound contradicts the other releases.
+
+    Each user's squared-loss gradient at ``w = 0`` is
+    ``mean_r x_r y_r``, of norm at most ``rms_r ||x_r|| * max_r |y_r|``
+    (Cauchy-Schwarz); ``|y_r|`` is at most the label range's width for rows
+    centred on the user's means (else its largest absolute end). The bound
+    holds user by user, so every quantile of the norms is at most the same
+    quantile of the rms row norms (``feature_scale``) times that label bound.
+    A released ``clip_norm`` more than ``GRADIENT_BOUND_SLACK`` times that
+    is impossible up to the searches' noise: the noisy bisection went astray
+    and the weights learned with it are noise. Post-processing of released
+    values only (no privacy cost).
+    """
+    if labels is None or not all(isinstance(v, (int, float, np.floating))
+                                 for v in (clip_norm, feature_scale)):
+        return False
+    lo, hi = labels
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    width = (hi - lo) if centred else max(abs(lo), abs(hi))
+    return float(clip_norm) > GRADIENT_BOUND_SLACK * float(feature_scale) * width
 
 
 def scaling_notes(scaled, dropped, labels, bounds, message):

@@ -36,7 +36,8 @@ from ..utils._random import FitRandomness
 from . import _auto
 from ._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
                     VARIANCE_FLOOR, at_grid_edge, auto_bound, clamp_predictions,
-                    feature_scales, inverse_scales, label_range, resolve_clip_share,
+                    feature_scales, gradient_bound_inconsistent, inverse_scales,
+                    label_range, resolve_clip_share,
                     scaling_notes, standardize, standardize_block, useless_fit_message)
 from ._personalized_sgd import (
     PHASE,
@@ -634,7 +635,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                               clip_norm=clip_norm)
         w, _ = run_ppsgd(executor, release, config, n_users=n_users,
                          lr_global=lr_global * inv_s2, verbose=self.verbose, offsets=False)
-        if releases and (at_grid_edge(clip_norm) or at_grid_edge(scale)):
+        astray = releases and self.fit_intercept and gradient_bound_inconsistent(
+            clip_norm, scale, labels, centred=True)
+        if releases and (at_grid_edge(clip_norm) or at_grid_edge(scale) or astray):
             # an "auto" bound on the lower edge of its public grid: the users'
             # (centred) contributions are about 0 -- no information; the global
             # weights are noise and are discarded (post-processing)

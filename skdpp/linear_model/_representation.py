@@ -562,6 +562,24 @@ def _personal_block(block, state, prior):
     return personal_parts(state.stats, prior)
 
 
+def cold_head_shrinkage(head, sigma):
+    """``max(0, 1 - k sigma^2 / ||head||^2) * head``: a released mean of ``k``
+    coordinates, each with public noise std ``sigma``, shrunk towards 0.
+
+    A positive-part James-Stein-type factor (``k`` instead of ``k - 2``: also
+    for one or two coordinates, and more conservative): a head dominated by
+    its noise becomes 0 and the cold start falls back to the released
+    intercept (the users' mean level). Post-processing of a released value.
+    """
+    head = np.asarray(head, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        norm2 = float(head @ head)
+        factor = 1.0 - head.shape[0] * float(sigma) ** 2 / norm2 if norm2 > 0 else 0.0
+    if not np.isfinite(factor):
+        factor = 0.0
+    return max(factor, 0.0) * head
+
+
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
                 personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
@@ -598,6 +616,11 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
         cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
         if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
             cold_head = np.zeros(k)
+        elif sensitivity is not None:
+            # shrunk towards 0 (the intercept-only cold start) by its public
+            # noise: positive-part factor 1 - k sigma^2 / ||v||^2 (post-processing)
+            sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
+            cold_head = cold_head_shrinkage(cold_head, sigma)
         if fit_intercept:
             def reduce(fn):
                 return executor.map(_offsets, (cold_head, fn))
