@@ -602,7 +602,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     later rows. A column whose scale falls on the lower edge of the public
     grid (constant within most users) is dropped (scale ``inf``); an
     ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report). A
+    information (post-processing; said in the report). The released
+    cold-start head is shrunk towards 0 by the positive-part factor
+    ``max(0, 1 - k sigma^2 / ||v||^2)``, ``sigma`` its public noise std per
+    coordinate (post-processing): a head dominated by its noise leaves the
+    cold start to the released intercept. A
     :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
     fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
     n_users``); such a fit gives every known user its own ridge fit, shrunk towards

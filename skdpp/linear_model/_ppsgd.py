@@ -364,7 +364,11 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     later rows. A column whose scale falls on the lower edge of the public
     grid (constant within most users) is dropped (scale ``inf``); an
     ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report). A
+    information (post-processing; said in the report), and so is a released
+    ``clip_norm`` larger than any user's gradient at ``w = 0`` can be
+    (``GRADIENT_BOUND_SLACK`` times ``feature_scale_`` times the width of
+    ``label_range_``: the noisy search went astray): ``coef_`` is then 0 and
+    the cold start is the released intercept. A
     :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
     fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
     n_users``); such a fit gives every known user its own ridge fit, shrunk towards
@@ -678,6 +682,12 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             released += ("feature_scales_",) * scaled + ("label_range_",)
             notes += scaling_notes(scaled, dropped, labels,
                                    {"clip_norm": clip_norm, "feature_scale": scale}, message)
+            if astray:
+                notes += (
+                    "The released clip_norm exceeds what any user's gradient at w = 0 can "
+                    "be (feature_scale_ x the width of label_range_, with slack): its noisy "
+                    "search went astray, so coef_ is set to 0 and the cold start is the "
+                    "released intercept (post-processing, no privacy cost).",)
         return FitResult(attributes, released=released,
                          local=("offsets_", "intercept_offsets_"), notes=notes)
 

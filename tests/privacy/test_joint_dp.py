@@ -152,7 +152,10 @@ REGRESSORS = {
     "ppsgd-default": lambda: PPSGDRegressor(n_rounds=5, random_state=0),
     "ppsgd-ridge0.5-noint": lambda: PPSGDRegressor(n_rounds=5, personal_ridge=0.5,
                                                    fit_intercept=False, random_state=0),
+    # public bounds: the SGD offsets (personal_ridge=None) are then the personal
+    # parts whatever the number of users (no local-only fallback)
     "ppsgd-sgd-offsets": lambda: PPSGDRegressor(n_rounds=5, personal_ridge=None,
+                                                clip_norm=1.0, feature_scale=1.0,
                                                 random_state=0),
 }
 
