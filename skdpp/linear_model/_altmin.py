@@ -631,7 +631,7 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 53), ('init', 1), ('iterations', 2), ('cold_start', 2)]
+    [('clip', 129), ('init', 1), ('iterations', 2), ('cold_start', 2)]
     """
 
     _parameter_constraints = {

@@ -594,7 +594,7 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 53), ('init', 1), ('iterations', 5), ('cold_start', 2)]
+    [('clip', 129), ('init', 1), ('iterations', 5), ('cold_start', 2)]
     >>> est.intercepts_.shape, bool(est.clip_norm_ > 0)
     ((2000,), True)
     """

@@ -400,7 +400,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     >>> round(est.score(X, y, groups=groups), 2) > 0.9
     True
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 41), ('iterations', 100), ('cold_start', 1)]
+    [('clip', 87), ('iterations', 100), ('cold_start', 1)]
     """
 
     _parameter_constraints: dict = {
