@@ -18,7 +18,6 @@ holds what they all share:
 
 import functools
 import inspect
-import numbers
 import os
 import sys
 import warnings
@@ -38,7 +37,7 @@ from .exceptions import PrivacyLeakWarning
 from .privacy import MIN_CLIP as _MIN_CLIP
 from .privacy import Releaser
 from .utils._executor import LocalExecutor
-from .utils._grouped import UserIndex, make_blocks
+from .utils._grouped import UserIndex, id_kinds, make_blocks
 from .utils._random import FitRandomness
 
 __all__ = [
@@ -645,8 +644,8 @@ class BasePersonalizedEstimator(BaseEstimator):
         pandas ``Series``) is one type. Depends only on the types of ``ids``
         and of ``user_ids_``.
         """
-        fitted = _id_types(self.user_ids_)
-        given = _id_types(ids)
+        fitted = id_kinds(self.user_ids_)
+        given = id_kinds(ids)
         if given <= fitted:
             return ""
         return (
@@ -850,40 +849,12 @@ def _dropped_groups_message(name):
     )
 
 
-# Kinds of id that can equal each other: numbers compare equal across int,
-# float and bool (3 == 3.0), strings only to strings.
-_DTYPE_ID_TYPES = {"b": "number", "i": "number", "u": "number", "f": "number",
-                   "c": "number", "U": "str", "S": "bytes", "M": "datetime64",
-                   "m": "timedelta64"}
-
-
-def _python_id_type(cls):
-    if issubclass(cls, (numbers.Number, np.bool_)):
-        return "number"
-    if issubclass(cls, str):
-        return "str"
-    if issubclass(cls, bytes):
-        return "bytes"
-    return cls.__qualname__
-
-
-def _id_types(ids):
-    """The set of id types in a 1-D array of ids (see ``_DTYPE_ID_TYPES``).
-
-    Object arrays (pandas Series of strings, mixed ids) are typed element by
-    element: one Python-level ``type`` call per id.
-    """
-    if ids.dtype.kind != "O":
-        return frozenset({_DTYPE_ID_TYPES.get(ids.dtype.kind, str(ids.dtype))})
-    return frozenset(_python_id_type(cls) for cls in set(map(type, ids.tolist())))
-
-
 def _join_types(types):
     return " and ".join(sorted(types))
 
 
 def _conversion_hint(user_ids):
-    types = _id_types(user_ids)
+    types = id_kinds(user_ids)
     if user_ids.dtype.kind in "biuf":
         return f"np.asarray(groups).astype({user_ids.dtype.name!r})"
     if types == {"str"}:

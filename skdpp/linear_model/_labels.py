@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import _id_types  # labels are typed like user ids
+from ..utils._grouped import id_kinds  # labels are typed like user ids
 
 __all__ = ["LabelCounts", "binary_problems", "check_label_domain", "label_codes",
            "label_counts_block", "labels_sensitivity", "select_classes"]
@@ -61,7 +61,7 @@ def _label_kinds(values):
     type (booleans, integers and floats are all "number": they compare equal
     across types).
     """
-    return _id_types(np.asarray(values).reshape(-1))
+    return id_kinds(np.asarray(values).reshape(-1))
 
 
 def check_label_domain(y, classes, *, estimator):
