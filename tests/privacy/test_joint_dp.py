@@ -33,6 +33,7 @@ from skdpp.linear_model import (
 from skdpp.linear_model import _heads, _personalized_sgd
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.privacy.harness import record_releases
+from tests.linear_model.test_heads import _old_solve_stack  # the former whole-stack fallback
 
 N_USERS, N_FEATURES, VICTIM = 14, 6, 3
 TINY, HUGE = 1e-300, 1e305
@@ -259,25 +260,6 @@ def test_equal_users_one_user_leaves_other_personal_parts_identical(name, case):
 def test_one_user_leaves_other_embeddings_identical(name, case):
     est, data, neighbour = _neighbour(name, case)
     _assert_others_identical(_personal_parts(est, *data), _personal_parts(est, *neighbour))
-
-
-def _old_solve_stack(M, r):
-    """The former ``_solve_stack``: when one system fails, the whole stack is solved
-    again by the condition-checked inverse (``batched_solve``)."""
-    finite = np.isfinite(M).all(axis=(1, 2)) & np.isfinite(r).all(axis=1)
-    v = np.zeros(r.shape)
-    if not finite.all():
-        if finite.any():
-            v[finite] = _old_solve_stack(M[finite], r[finite])
-        return v
-    with np.errstate(all="ignore"):
-        try:
-            v = np.linalg.solve(M, r[..., None])[..., 0]
-            if not np.all(np.isfinite(v)):
-                raise np.linalg.LinAlgError
-        except np.linalg.LinAlgError:
-            v = _heads.batched_solve(M, r)
-    return v
 
 
 @pytest.mark.parametrize("name", ["ppsgd-default", "ppsgd-ridge0.5-noint"])
