@@ -24,6 +24,7 @@ from ..privacy._tuning import (
     SearchPrivacyReport,
     _cks_epsilon,
     epsilon_for_rho,
+    largest_root_below,
     release_validation_score,
     report_rho,
     zcdp_epsilon,
@@ -934,14 +935,7 @@ def _calibrate_search(stopping, epsilon, delta, clip_share):
         lo -= 2.0
     if f(hi) <= 0.0:
         return math.exp(hi)
-    from scipy import optimize
-
-    log_rho = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    step = 1e-12
-    while f(log_rho) > 0.0:
-        log_rho -= step
-        step *= 2.0
-    return math.exp(log_rho)
+    return math.exp(largest_root_below(f, lo, hi))
 
 
 def _own_mean_losses(loss, y, codes, n_users):

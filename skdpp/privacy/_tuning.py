@@ -109,6 +109,7 @@ __all__ = [
     "RandomStopping",
     "SearchPrivacyReport",
     "epsilon_for_rho",
+    "largest_root_below",
     "plan_rho",
     "release_validation_score",
     "report_rho",
@@ -578,12 +579,7 @@ class RandomStopping:
                     f"trials on average at delta={delta!r}.")
         while f(hi) <= 0.0:
             hi += 2.0
-        log_rho = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-        step = 1e-12
-        while f(log_rho) > 0.0:
-            log_rho -= step
-            step *= 2.0
-        return math.exp(log_rho)
+        return math.exp(largest_root_below(f, lo, hi))
 
     def describe(self):
         """A short human-readable description (for the report)."""
@@ -864,3 +860,19 @@ class SearchPrivacyReport(PrivacyReport):
         out = super().to_dict()
         out["chosen_trial"] = None if self.chosen_trial is None else self.chosen_trial.to_dict()
         return out
+
+
+def largest_root_below(f, lo, hi):
+    """A point ``x`` of ``[lo, hi]`` with ``f(x) <= 0``, within ~1e-13 of the root.
+
+    ``f`` is increasing with ``f(lo) < 0 < f(hi)``: ``brentq`` finds the root,
+    then ``x`` steps down until ``f(x) <= 0``, so a calibration solved this way
+    never exceeds its target (the root itself may be on the wrong side by
+    rounding).
+    """
+    x = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+    step = 1e-12
+    while f(x) > 0.0:
+        x -= step
+        step *= 2.0
+    return x
