@@ -216,7 +216,9 @@ class _ToyKeepingItsKey(ToyPersonalizedMean):
 
 def _secret_words(randomness):
     """64-bit words (little-endian bytes) of everything that rebuilds a fit's randomness."""
-    seq = randomness.noise.bit_generator.seed_seq
+    bit_generator = randomness.noise.bit_generator
+    # numpy >= 1.25 names it seed_seq; older numpy only has the private _seed_seq
+    seq = getattr(bit_generator, "seed_seq", None) or bit_generator._seed_seq
     state = randomness.noise.bit_generator.state["state"]
     ints = [seq.entropy, state["state"], state["inc"]]
     words = [int(w) for w in randomness.key]

@@ -193,6 +193,10 @@ NOT_ATTAINED = {
     ("fedrep-default", "iterations", "gaussian", 0): (0.95, _BEST + " (auto clip bounds are "
                                                      "replayed from D)"),
     ("altmin-default", "cold_start", "gaussian", 0): (0.90, _BEST),
+    ("fedrep-default", "cold_start", "gaussian", 0): (0.90, _BEST + " (0.9987 with numpy 2, "
+                                                      "0.944 with numpy 1.24: the heads of "
+                                                      "the 1e305-target users round "
+                                                      "differently)"),
     ("mf-capped", "items", "gaussian", 0): (0.70, _PSD),
     ("mf-private-catalogue", "items", "gaussian", 0): (0.70, _PSD),
     ("jl-public", "subspace", "gaussian", 0): (0.85, "sqrt(2P) needs the user to contribute "
