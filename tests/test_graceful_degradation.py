@@ -45,7 +45,9 @@ X1 = _xfail(1, "at epsilon=1 with 300 users the per-feature scales are not relea
             "(their public noise gate is shut), so a raw timestamp still moves the fit")
 X2 = _xfail(2, "300 users at epsilon=0.1: the cold start is bounded by the released label "
             "range but worse than 1.1x the global mean")
-X2_MF = _xfail(2, "AdaptiveWeightMF at tiny budgets")
+X2_MF = _xfail(2, "AdaptiveWeightMF at 300 users and epsilon=0.1 is local-only (public "
+               "useless-fit rule): known users predict their own mean, new users the "
+               "prior 0, which is bounded but worse than 1.1x the global mean")
 X2_JL = _xfail(2, "JL's cold start predicts the minority label at eps=0.1")
 X4 = _xfail(4, "shift/scale invariance within 0.002 at epsilon=1 (the scales' gate is shut)")
 # (name, variant, epsilon) of the invariance cases still open

@@ -24,6 +24,8 @@ from ..base import (
     PersonalizedRegressorMixin,
     _caller_stacklevel,
 )
+from ..exceptions import UselessFitWarning
+from ..linear_model._auto import useless_fit_message
 from ..privacy import MIN_CLIP, BudgetPlan
 from ..privacy._plan import resolve_clip_share
 from ..utils._executor import LocalExecutor
@@ -33,6 +35,7 @@ from ._private_als import (
     aggregate_entries,
     entry_blocks,
     fit_private_mf,
+    own_mean_parts,
     personal_parts,
     prepare_residuals,
     select_items,
@@ -428,7 +431,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_embeddings_ : ndarray of shape (n_users, n_components)
         Personal user embeddings, aligned with ``user_ids_`` (not clipped).
     user_biases_ : ndarray of shape (n_users,)
-        Personal user biases (zeros if ``user_bias=False``).
+        Personal user biases (zeros if ``user_bias=False``); each user's own
+        mean rating when ``local_only_``.
+    local_only_ : bool
+        True when the plan predicted a useless fit (a public rule: the count
+        noise of phase ``"clip"`` above half the number of users; a
+        :class:`~skdpp.exceptions.UselessFitWarning` says so): the releases
+        are made as planned but not used to predict -- a known user predicts
+        its own mean rating, a new user the prior 0.
     user_ids_ : ndarray of shape (n_users,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_ : int
@@ -1045,7 +1055,19 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             # private, never printed).
             log(f"{meta['n_users']} users; {cfg.solver} solver, {cfg.weighting} weights, "
                 f"{cfg.catalogue} catalogue")
-        out = fit_private_mf(executor, release, randomness, meta, cfg, log=log)
+        # The public useless-fit rule of every estimator (count noise of the
+        # bounds' searches against n_users): the bisections would turn at
+        # random, so mean_ and the bounds could be anything (seen: 3e3 .. 4e6).
+        clip_noise = release.noise_multiplier("clip") if "clip" in release.plan else None
+        message = useless_fit_message(
+            clip_noise, meta["n_users"], type(self).__name__,
+            fallback="each known user predicts its own mean rating (local data) and a new "
+                     "user the prior 0")
+        if message is not None:
+            warnings.warn(message, UselessFitWarning, stacklevel=_caller_stacklevel())
+        local_only = message is not None
+        out = fit_private_mf(executor, release, randomness, meta, cfg, log=log,
+                             local_only=local_only)
         released = ["item_embeddings_"]
         if cfg.item_bias:
             released.append("item_biases_")
@@ -1093,6 +1115,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
                          "sqrt(2 count_cap)) and, per pass, the weighted sums of "
                          "user-centred ratings (2 sqrt(count_cap) C_r).")
+        if local_only:
+            notes.append(
+                "Predicted useless (public rule: count noise of phase 'clip' above "
+                "0.5 * n_users): the released mean_, bounds and item parts are mostly "
+                "noise and are not used to predict: every known user predicts its own "
+                "mean rating (user_biases_, local data only) and a new user the prior 0 "
+                "(local_only_ = True). Use more users or a larger epsilon.")
         if cfg.catalogue == "private" and self.epsilon != np.inf:  # no noise: the data's size
             _warn_tiny_catalogue(int(out["published"].shape[0]), meta["n_users"],
                                  self.epsilon)
@@ -1107,6 +1136,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                         "embedding_ridge_": float(out["embedding_ridge"]),
                         "user_embeddings_": out["user_embeddings"],
                         "user_biases_": out["user_biases"], "n_iter_": int(self.n_iter),
+                        "local_only_": bool(local_only),
                         "_published": out["published"]},
             released=tuple(released), local=("user_embeddings_", "user_biases_"),
             notes=tuple(notes), not_covered=not_covered,
@@ -1130,8 +1160,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         executor.map(select_items, (remap, m))
         biases = np.concatenate([self.item_biases_, [0.0]])
         executor.map(prepare_residuals, (self.mean_, biases))
-        U, bias = executor.collect(personal_parts, (self.item_embeddings_, self._config(),
-                                                    self.embedding_ridge_))
+        if getattr(self, "local_only_", False):
+            U, bias = executor.collect(own_mean_parts, self.item_embeddings_.shape[1])
+        else:
+            U, bias = executor.collect(personal_parts, (self.item_embeddings_,
+                                                        self._config(), self.embedding_ridge_))
         published = item < m
         self._pending_seen = _seen_matrix(user[published], item[published],
                                           index.n_users, m)
@@ -1193,6 +1226,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])
         items = self._item_codes(X)
+        if getattr(self, "local_only_", False):  # useless: own means, 0 for new users
+            pred = np.zeros(X.shape[0])
+            known = users >= 0
+            pred[known] = self.user_biases_[users[known]]
+            return pred
         pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
         published = items >= 0
         pred[published] += self.item_biases_[items[published]]

@@ -815,6 +815,16 @@ def _item_targets(state, bias, rating_clip):
     return t
 
 
+def own_mean_parts(block, state, k):
+    """Local-only personal parts: a zero embedding and each user's own mean rating.
+
+    The parts of a fit predicted useless (``AdaptiveWeightMF.local_only_``):
+    they depend on the user's own ratings only (for :meth:`LocalExecutor.collect`).
+    """
+    state = _state(block, state)
+    return (np.zeros((block.n_users, int(k))), _user_means(block, state))
+
+
 def personal_parts(block, state, broadcast):
     """Each user's embedding and bias from the released items (App. D, Remark D.1).
 
@@ -1038,7 +1048,7 @@ def _catalogue(executor, release, meta, cfg, key):
     return np.arange(n_count), counts
 
 
-def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
+def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None, local_only=False):
     """Alternating minimisation with a private item step (Alg. 3), over user blocks.
 
     Parameters
@@ -1056,6 +1066,10 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
     cfg : MFConfig
     log : callable or None
         Called with public progress messages (verbose output).
+    local_only : bool, default=False
+        The plan predicts a useless fit (a public rule): every user's
+        personal part is its own mean rating (:func:`own_mean_parts`); the
+        releases are made as planned.
 
     Returns
     -------
@@ -1171,7 +1185,10 @@ def fit_private_mf(executor, release, randomness, meta, cfg, *, log=None):
         rho = choose_ridge(scores, release.noise_std("ridge", sens))
 
     # Personal parts (billboard model): exact least squares from the released items.
-    U, bias = executor.collect(personal_parts, (V, cfg, rho))
+    if local_only:
+        U, bias = executor.collect(own_mean_parts, k)
+    else:
+        U, bias = executor.collect(personal_parts, (V, cfg, rho))
     return {"published": published, "item_embeddings": V, "item_biases": biases[:m],
             "item_counts": counts, "item_weights": weights,
             "popularity_noise": (count_std, weight_std), "mean": mean, "mean_clip": mean_clip,

@@ -345,12 +345,18 @@ def clamp_predictions(pred, label_range, rows=None):
     return np.where(mask, np.clip(pred, lo, hi), pred)
 
 
-def useless_fit_message(clip_noise, n_users, name):
+#: What a useless linear fit does instead (the text of its warning).
+LINEAR_FALLBACK = ("each known user gets its own ridge fit (local data) and new users a "
+                   "cold-start prediction clamped to the released label range")
+
+
+def useless_fit_message(clip_noise, n_users, name, fallback=LINEAR_FALLBACK):
     """A warning text when the plan predicts a useless fit, else None (public values only).
 
     ``clip_noise`` is the calibrated noise multiplier of the phase ``"clip"``
     (the std of each released count, sensitivity 1); the rule compares it to
-    ``USELESS_CLIP_NOISE * n_users``.
+    ``USELESS_CLIP_NOISE * n_users``. ``fallback`` says what the estimator
+    does instead.
     """
     if clip_noise is None or not np.isfinite(clip_noise) or \
             clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
@@ -358,8 +364,7 @@ def useless_fit_message(clip_noise, n_users, name):
     return (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
             f"the fit's bounds count users with noise std {clip_noise:.3g} > "
             f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds and cold-start part "
-            f"are mostly noise; each known user gets its own ridge fit (local data) and "
-            f"new users a cold-start prediction clamped to the released label range. Use "
+            f"are mostly noise; {fallback}. Use "
             f"more users or a larger epsilon. (A data-independent rule: n_users, epsilon, "
             f"delta and the plan.)")
 

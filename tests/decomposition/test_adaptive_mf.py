@@ -1258,10 +1258,12 @@ def test_items_outside_catalogue_inform_biases_without_warning():
     X, y, groups = _small_ratings(n_users=20, n_items=12, seed=17)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        est = _fast(items=np.arange(6), delta=1e-2 / 20).fit(X, y, groups)
+        # public bounds: no clip searches, so the plan is not predicted useless
+        est = _fast(items=np.arange(6), delta=1e-2 / 20, mean_clip=5.0,
+                    rating_clip=2.0).fit(X, y, groups)
     inside = X[:, 0] < 6
-    ref = _fast(items=np.arange(6), delta=1e-2 / 20).fit(X[inside], y[inside],
-                                                         groups[inside])
+    ref = _fast(items=np.arange(6), delta=1e-2 / 20, mean_clip=5.0,
+                rating_clip=2.0).fit(X[inside], y[inside], groups[inside])
     assert est.item_embeddings_.shape == (6, 2)
     assert_array_equal(est.item_counts_, ref.item_counts_)  # counted: catalogue only
     assert not np.array_equal(est.user_biases_, ref.user_biases_)
