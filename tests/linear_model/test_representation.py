@@ -599,9 +599,12 @@ def test_cold_start_contribution_fuzz_bounded_and_finite():
                 _, fin = rep.final_statistics(block, state, (U, rows, True))
                 heads = fin.stats.raw_heads
                 assert np.all(np.isfinite(heads))
-                partial, _ = rep._clipped_heads(block, fin, C)
-                assert np.all(np.isfinite(partial))
-                assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
+                for floor in (0.0, 0.05):  # least-squares / ridge cold statistic
+                    partial, _ = rep._clipped_heads(block, fin, (C, floor))
+                    assert np.all(np.isfinite(partial))
+                    assert np.linalg.norm(partial) <= C * block.n_users * (1 + 1e-12)
+                    cold = rep.cold_statistic_heads(fin.stats, floor)
+                    assert np.all(np.isfinite(cold))
                 # each user's contribution: its head clipped to C
                 assert np.all(row_norms(clip_by_norm(heads, C)) <= C * (1 + 1e-12))
                 # the intercept's contribution: each user's offset clipped to the radius
