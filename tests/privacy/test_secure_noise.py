@@ -8,6 +8,7 @@ The module is skipped without OpenDP, except the missing-extra test.
 """
 
 import builtins
+import importlib.util
 import math
 import warnings
 
@@ -57,7 +58,9 @@ def test_invalid_mode_names_parameter_and_values():
         skdpp.set_config(noise="fast")
 
 
-opendp = pytest.importorskip("opendp")
+requires_opendp = pytest.mark.skipif(
+    importlib.util.find_spec("opendp") is None,
+    reason='OpenDP is not installed (pip install "skdpp[secure]")')
 
 
 # --------------------------------------------------------------------------- #
@@ -188,6 +191,7 @@ def _check_charges(records):
 # --------------------------------------------------------------------------- #
 # every estimator and the search, same API, every draw secure
 # --------------------------------------------------------------------------- #
+@requires_opendp
 @pytest.mark.parametrize("name", list(CASES))
 def test_fit_in_secure_mode_draws_only_from_secure_source(name, monkeypatch):
     counter = _SecureCounter(monkeypatch)
@@ -206,6 +210,7 @@ def test_fit_in_secure_mode_draws_only_from_secure_source(name, monkeypatch):
     assert skdpp.get_config()["noise"] == "numpy"
 
 
+@requires_opendp
 def test_numpy_path_raising_is_detected(monkeypatch):
     """Broken variant: the counting patch catches numpy noise drawn in secure mode."""
     _SecureCounter(monkeypatch)
@@ -214,6 +219,7 @@ def test_numpy_path_raising_is_detected(monkeypatch):
         _fit("fedrep")
 
 
+@requires_opendp
 @pytest.mark.parametrize("kind", ["gaussian", "laplace", "exponential"])
 def test_opendp_map_at_most_charge_and_undercharge_caught(kind, monkeypatch):
     sens, size = 0.7, 50
@@ -239,6 +245,7 @@ def test_opendp_map_at_most_charge_and_undercharge_caught(kind, monkeypatch):
         _check_charges([(kind, size, sens, param)])
 
 
+@requires_opendp
 def test_secure_release_statistics_and_grid():
     """The secure Gaussian has the planned std (within sampling error), symmetric too."""
     value = np.zeros((40, 3, 3))
@@ -256,6 +263,7 @@ def test_secure_release_statistics_and_grid():
     assert event.noise_multiplier == 1.5
 
 
+@requires_opendp
 def test_partition_threshold_covers_grid_and_scale():
     with config_context(noise="secure"):
         secure = mechanisms.gaussian_threshold(2.0, 1e-6, sensitivity=1.0, size=10)
@@ -267,6 +275,7 @@ def test_partition_threshold_covers_grid_and_scale():
 # --------------------------------------------------------------------------- #
 # seeds, report, trial count, default mode
 # --------------------------------------------------------------------------- #
+@requires_opendp
 def test_int_random_state_warns_once_and_none_does_not():
     X, y, g = _regression()
     with config_context(noise="secure"):
@@ -285,6 +294,7 @@ def test_int_random_state_warns_once_and_none_does_not():
     assert not [w for w in caught if issubclass(w.category, SecureNoiseSeedWarning)]
 
 
+@requires_opendp
 def test_secure_fits_not_reproducible_from_seed():
     X, y, g = _regression()
     with config_context(noise="secure"), warnings.catch_warnings():
@@ -294,6 +304,7 @@ def test_secure_fits_not_reproducible_from_seed():
     assert not np.array_equal(a.components_, b.components_)
 
 
+@requires_opendp
 def test_trial_count_from_os_entropy_has_the_law(monkeypatch):
     stop = RandomStopping("poisson", mean=3.0)
     with config_context(noise="secure"):
@@ -306,6 +317,7 @@ def test_trial_count_from_os_entropy_has_the_law(monkeypatch):
     assert abs(np.mean(draws) - 4.0) < 0.5 and min(draws) >= 1
 
 
+@requires_opendp
 def test_default_mode_unchanged_bit_for_bit():
     X, y, g = _regression()
     with warnings.catch_warnings():
@@ -321,6 +333,7 @@ def test_default_mode_unchanged_bit_for_bit():
     assert np.array_equal(out, np.random.default_rng(0).normal(0.0, 2.0, size=5))
 
 
+@requires_opendp
 def test_config_is_thread_local():
     import threading
 
