@@ -180,7 +180,7 @@ _CALIBRATION_SLACK = 2.0 ** -40
 def _opendp_charge(distribution, sensitivity, scale):
     """What the accountant charges a release: zCDP rho (gaussian), pure eps (laplace)."""
     if distribution == "gaussian":
-        return sensitivity ** 2 / (2.0 * scale ** 2)
+        return 0.5 * (sensitivity / scale) ** 2
     return sensitivity / scale
 
 

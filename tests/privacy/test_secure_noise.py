@@ -344,3 +344,24 @@ def test_config_is_thread_local():
         t.join()
         assert skdpp.get_config()["noise"] == "secure"
     assert seen["noise"] == "numpy"
+
+
+def _keys_differ():
+    from skdpp.utils._random import FitRandomness
+
+    with config_context(noise="secure"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SecureNoiseSeedWarning)
+        a, b = FitRandomness(0).key, FitRandomness(0).key
+    return not np.array_equal(a, b)
+
+
+@requires_opendp
+def test_sampling_key_from_os_entropy(monkeypatch):
+    """The Poisson-sampling key ignores the seed in secure mode (a seeded key is caught)."""
+    from skdpp.utils._random import FitRandomness
+
+    assert _keys_differ()
+    assert np.array_equal(FitRandomness(0).key, FitRandomness(0).key)  # numpy mode
+    # broken variant: the key still derived from random_state in secure mode
+    monkeypatch.setattr(mechanisms, "fit_key", lambda key, random_state=None: key)
+    assert not _keys_differ()
