@@ -57,6 +57,22 @@ def estimators():
     }
 
 
+# The MovieLens example's settings (examples/plot_adaptive_mf_movielens.py), at eps=5.
+MF_EXAMPLE = dict(n_components=8, delta=1e-5, rating_clip=2.0, clip_norm=0.1, reg=10.0,
+                  user_budget=50, n_iter=5, epsilon=5.0)
+
+
+def movielens_extras():
+    """MF on MovieLens in the example's settings, and with every observed item
+    (``items="observed"``: 9724 per-item 8x8 Gram matrices per iteration, the
+    largest releases of any skdpp fit)."""
+    return {
+        "AdaptiveWeightMF (example, eps=5)": lambda: AdaptiveWeightMF(**MF_EXAMPLE),
+        "AdaptiveWeightMF (example, eps=5, items='observed')":
+            lambda: AdaptiveWeightMF(**MF_EXAMPLE, items="observed"),
+    }
+
+
 def synthetic(n_users):
     reg = make_shared_representation_regression(
         n_users=n_users, n_features=20, n_components=2, n_samples_per_user=10,
@@ -91,6 +107,8 @@ def movielens(path):
 
 
 def data_kind(name, data):
+    if name.startswith("AdaptiveWeightMF"):
+        return "ratings"
     kind = {"AdaptiveWeightMF": "ratings", "JLMarginClassifier": "classification",
             "PPSGDRegressor": "additive"}.get(name, "regression")
     return kind if kind in data else "regression"
@@ -146,7 +164,10 @@ def main():
         print(f"MovieLens not found at {args.data}: skipped")
     rows = []
     for dname, data in datasets.items():
-        for name, make in estimators().items():
+        cases = dict(estimators())
+        if dname == "MovieLens small":
+            cases.update(movielens_extras())
+        for name, make in cases.items():
             if dname != "synthetic" and name == "PrivateRandomizedSearchCV" and args.quick:
                 continue
             X, y, g = data[data_kind(name, data)]
