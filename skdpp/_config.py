@@ -12,7 +12,10 @@ One option so far, ``noise``: where the privacy noise of every fit comes from.
 
 The configuration is thread-local, like scikit-learn's: a fit reads it when it
 draws noise, so a fit must run in the thread (and the ``config_context``) that
-set it.
+set it. New threads and processes start from the environment variable
+``SKDPP_NOISE`` (``"numpy"`` when unset): set ``SKDPP_NOISE=secure`` for fits
+run by joblib workers (``n_jobs``) or other processes, which do not inherit
+``set_config``.
 
 Examples
 --------
@@ -24,13 +27,14 @@ Examples
 'numpy'
 """
 
+import os
 import threading
 from contextlib import contextmanager
 
 __all__ = ["config_context", "get_config", "set_config"]
 
 _NOISE_MODES = ("numpy", "secure")
-_global_config = {"noise": "numpy"}
+_global_config = {"noise": os.environ.get("SKDPP_NOISE", "numpy") or "numpy"}
 _threadlocal = threading.local()
 
 #: The command that installs the optional dependencies of ``noise="secure"``.
@@ -39,6 +43,10 @@ SECURE_INSTALL = 'pip install "skdpp[secure]"'
 
 def _get_threadlocal_config():
     if not hasattr(_threadlocal, "global_config"):
+        if _global_config["noise"] not in _NOISE_MODES:
+            raise ValueError(
+                f"The environment variable SKDPP_NOISE must be one of {_NOISE_MODES}, "
+                f"got {_global_config['noise']!r}. Unset it for the default ('numpy').")
         _threadlocal.global_config = _global_config.copy()
     return _threadlocal.global_config
 

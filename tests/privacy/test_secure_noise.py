@@ -365,3 +365,22 @@ def test_sampling_key_from_os_entropy(monkeypatch):
     # broken variant: the key still derived from random_state in secure mode
     monkeypatch.setattr(mechanisms, "fit_key", lambda key, random_state=None: key)
     assert not _keys_differ()
+
+
+@requires_opendp
+def test_environment_variable_sets_new_processes_default(tmp_path):
+    """joblib/Dask worker processes do not inherit set_config: SKDPP_NOISE covers them."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import skdpp; print(skdpp.get_config()['noise'])"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root, "SKDPP_NOISE": "secure"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "secure"
+    env["SKDPP_NOISE"] = "fast"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "SKDPP_NOISE must be one of" in bad.stderr
