@@ -272,6 +272,18 @@ def test_partition_threshold_covers_grid_and_scale():
     assert s >= 2.0 and secure >= plain + 2.0 * 2.0 ** k
 
 
+def test_discrete_gaussian_tail_bound_used_by_the_threshold():
+    """P[X >= m] <= P[N(0, s^2) >= m - 1] for the discrete Gaussian on Z (exact sums)."""
+    from scipy import stats
+
+    for s in (0.3, 0.5, 1.0, 2.0, 5.0, 20.0):
+        x = np.arange(-int(60 * s) - 50, int(60 * s) + 50)
+        p = np.exp(-x.astype(float) ** 2 / (2 * s * s))
+        p /= p.sum()
+        for m in range(1, int(8 * s) + 5):
+            assert p[x >= m].sum() <= stats.norm.sf((m - 1) / s) * (1 + 1e-12)
+
+
 # --------------------------------------------------------------------------- #
 # seeds, report, trial count, default mode
 # --------------------------------------------------------------------------- #
