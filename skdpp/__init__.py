@@ -4,6 +4,7 @@ Estimators learn a shared part of the model under user-level differential
 privacy and a personal part for every user from that user's rows only.
 """
 
+from ._config import config_context, get_config, set_config
 from .decomposition import AdaptiveWeightMF
 from .exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from .linear_model import (
@@ -26,4 +27,7 @@ __all__ = [
     "PrivacyReport",
     "PrivateFedRepRegressor",
     "__version__",
+    "config_context",
+    "get_config",
+    "set_config",
 ]

@@ -23,3 +23,14 @@ class UselessFitWarning(UserWarning):
     the noise of its count releases), never from the data: neighbouring data
     sets give the same warning.
     """
+
+
+class SecureNoiseSeedWarning(UserWarning):
+    """Warns that an int ``random_state`` cannot seed secure noise.
+
+    Under ``skdpp.set_config(noise="secure")`` every privacy-relevant draw comes
+    from OpenDP's samplers or the operating system's cryptographic source, which
+    no seed reproduces: the fit's ``random_state`` then seeds only its public
+    randomness (initialisation, candidates), and two fits with the same int
+    differ. Raised once per fit, from the parameter alone (never from the data).
+    """

@@ -16,7 +16,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
-from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon
+from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
 from ..privacy._tuning import (
     STOPPING_DISTRIBUTIONS,
@@ -479,7 +479,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         root = seed_sequence(self.random_state)
         ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
         ss_clip = root.spawn(1)[0]  # after the others: their streams are unchanged
-        n_trials = stopping.sample(np.random.Generator(np.random.PCG64(ss_stop)))
+        mechanisms.warn_seeded_secure(self.random_state)
+        n_trials = mechanisms.sample_trial_count(
+            stopping, np.random.Generator(np.random.PCG64(ss_stop)))
         if n_trials == 0:
             raise RuntimeError(
                 f"The Poisson number of trials was K=0 (probability exp(-{self.n_iter:g})): "

@@ -28,7 +28,6 @@ Examples
 import math
 
 import numpy as np
-from scipy import special
 
 from . import mechanisms
 from ._clipping import clip_by_norm
@@ -290,8 +289,8 @@ class Releaser:
                 f"Phase {phase!r} selects partitions but reserves no threshold delta: add "
                 "it to the plan with threshold_delta > 0.")
         sigma = z * sens
-        threshold = float(max_contribution) + sigma * float(
-            special.ndtri(1.0 - delta_t / int(max_partitions)))
+        threshold = float(max_contribution) + mechanisms.gaussian_threshold(
+            sigma, delta_t / int(max_partitions), sensitivity=sens, size=counts.size)
         noisy, event = mechanisms.gaussian_mechanism(
             counts, sensitivity=sens, noise_multiplier=z, rng=self.rng)
         self._compose(phase, event, mechanism="gaussian", sensitivity=sens,

@@ -13,9 +13,21 @@ Neighbouring relation: replace one user's entire data. A sum of per-user
 contributions each clipped to Frobenius norm ``C`` therefore has L2
 sensitivity ``2C`` (:func:`gaussian_sum`).
 
-Floating-point noise is not hardened against floating-point side channels
-(Mironov 2012); the guarantees are those of the idealised real-valued
-mechanisms.
+Two noise sources (:func:`skdpp.set_config`, option ``noise``):
+
+* ``"numpy"`` (default): numpy's floating-point samplers on the fit's PCG64
+  stream. Not hardened against floating-point side channels (Mironov 2012);
+  the guarantees are those of the idealised real-valued mechanisms.
+* ``"secure"``: OpenDP's exact samplers from the operating system's
+  cryptographic source (:func:`_secure_additive`, :func:`_secure_index`):
+  discrete Gaussian / discrete Laplace noise on a grid of ``2^k`` (one OpenDP
+  call per release vector), Gumbel report-noisy-max for the exponential
+  mechanism, and :mod:`secrets` for the client-sampling key
+  (:func:`fit_key`) and the private search's number of trials
+  (:func:`sample_trial_count`). Every OpenDP measurement is calibrated so that
+  OpenDP's own privacy map (including the rounding to its grid) is at most
+  what the accountant charges for the release; a release it cannot match
+  raises instead of under-charging.
 
 References
 ----------
@@ -40,11 +52,16 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import secrets
+import warnings
 
 import numpy as np
 from scipy import special
+
+from .._config import _require_opendp, get_config
 
 from ._clipping import clip_by_norm, unit_rows  # noqa: F401  (re-exported for compatibility)
 from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
@@ -56,7 +73,10 @@ __all__ = [
     "gaussian_sum",
     "laplace_mechanism",
     "noisy_counts",
+    "fit_key",
+    "noise_source",
     "poisson_sample",
+    "sample_trial_count",
 ]
 
 
@@ -114,6 +134,113 @@ def _mirror_upper(a):
     return out
 
 
+def _secure_mode():
+    """Whether privacy noise comes from the secure source (``noise="secure"``)."""
+    return get_config()["noise"] == "secure"
+
+
+def noise_source():
+    """The name of the current noise source, as the privacy report prints it.
+
+    Returns
+    -------
+    source : str
+
+    Examples
+    --------
+    >>> from skdpp.privacy.mechanisms import noise_source
+    >>> noise_source()
+    'numpy PCG64 (floating-point samplers)'
+    """
+    if _secure_mode():
+        return "OpenDP exact discrete Gaussian, OS entropy"
+    return "numpy PCG64 (floating-point samplers)"
+
+
+def _numpy_noise(distribution, scale, shape, rng):
+    """Floating-point noise from ``rng`` (the ``noise="numpy"`` path only)."""
+    if distribution == "gaussian":
+        return rng.normal(0.0, scale, size=shape)
+    if distribution == "laplace":
+        return rng.laplace(0.0, scale, size=shape)
+    raise ValueError(
+        f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+
+
+# Bits of the OpenDP grid below the noise scale: the grid is 2^k with
+# k = floor(log2(scale)) - _GRID_BITS. Rounding a vector of n entries to it
+# moves it by at most sqrt(n) 2^(k-1) in L2 (n 2^(k-1) in L1), which OpenDP's
+# privacy map adds to the sensitivity; at 40 bits that is a relative change
+# of the charge below 1e-6 for any vector that fits in memory.
+_GRID_BITS = 40
+# Relative slack added when calibrating a scale up to meet the charge.
+_CALIBRATION_SLACK = 2.0 ** -40
+
+
+def _opendp_charge(distribution, sensitivity, scale):
+    """What the accountant charges a release: zCDP rho (gaussian), pure eps (laplace)."""
+    if distribution == "gaussian":
+        return 0.5 * (sensitivity / scale) ** 2
+    return sensitivity / scale
+
+
+def _opendp_additive(distribution, size, scale, k):
+    dp = _require_opendp()
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(size))
+    if distribution == "gaussian":
+        return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale, k=k)
+    return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=k)
+
+
+@functools.lru_cache(maxsize=256)
+def _secure_measurement(distribution, size, sensitivity, scale):
+    """The OpenDP measurement of one release, calibrated to our charge.
+
+    Returns ``(measurement, opendp_scale, k, charged)``: OpenDP's scale is the
+    smallest scale found above ``scale`` whose privacy map at ``sensitivity``
+    is at most ``charged`` (what the accountant composes for the release).
+    Cached: measurements hold no randomness (every call samples afresh).
+    """
+    if distribution not in ("gaussian", "laplace"):
+        raise ValueError(
+            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    charged = _opendp_charge(distribution, sensitivity, scale)
+    k = max(math.floor(math.log2(scale)) - _GRID_BITS, -1074)
+    s = scale
+    for _ in range(8):  # converges in one or two steps
+        meas = _opendp_additive(distribution, size, s, k)
+        used = float(meas.map(sensitivity))
+        if used <= charged:
+            return meas, s, k, charged
+        ratio = used / charged
+        s *= (math.sqrt(ratio) if distribution == "gaussian" else ratio) * (
+            1.0 + _CALIBRATION_SLACK)
+    raise RuntimeError(
+        f"OpenDP's {distribution} mechanism could not be calibrated to the charged "
+        f"privacy loss {charged!r} (sensitivity {sensitivity!r}, scale {scale!r}, "
+        f"{size} entries): refusing to under-charge the release.")
+
+
+def _secure_additive(values, *, distribution, scale, sensitivity):
+    """``values`` (1-d) plus OpenDP's exact noise: one OpenDP call per release.
+
+    The vector is rounded to OpenDP's grid and gets discrete Gaussian
+    (L2 ``sensitivity``) or discrete Laplace (L1 ``sensitivity``) noise,
+    sampled from the operating system's cryptographic source.
+    """
+    values = np.ascontiguousarray(values, dtype=float).ravel()
+    if values.size == 0:
+        return values.copy()
+    meas = _secure_measurement(distribution, values.size, float(sensitivity),
+                               float(scale))[0]
+    # non-finite entries (only at overflow) cannot enter OpenDP's domain
+    finite = np.isfinite(values)
+    inputs = np.where(finite, values, 0.0)
+    out = np.asarray(meas(inputs.tolist()), dtype=float)
+    return np.where(finite, out, values)
+
+
 def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):
     """Return ``value`` plus privacy noise (a new array).
 
@@ -130,9 +257,9 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
         Noise std (gaussian) or Laplace scale b (laplace), >= 0.
     sensitivity : float
         Stated L2 (gaussian) / L1 (laplace) sensitivity of ``value``
-        (informational here; the harness checks it).
+        (the secure source calibrates OpenDP's privacy map to it).
     rng : numpy.random.Generator or RandomState
-        Source of randomness.
+        Source of randomness (``noise="numpy"`` only).
     symmetric : bool, default=False
         ``value`` has shape (..., p, p); the result is symmetric: the upper
         triangle of ``value`` (incl. diagonal) gets iid noise and is mirrored.
@@ -141,6 +268,12 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
     -------
     noisy : ndarray
         Same shape as ``value``.
+
+    Notes
+    -----
+    With ``noise="secure"`` only the upper triangles of a symmetric value
+    enter OpenDP (their L2 sensitivity is at most the stated Frobenius one,
+    see :func:`gaussian_mechanism`), in one call for the whole stack.
     """
     value = np.asarray(value, dtype=float)
     if symmetric:
@@ -150,16 +283,63 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
         value = _mirror_upper(value)
     if scale == 0.0:
         return np.array(value, copy=True)
-    if distribution == "gaussian":
-        noise = rng.normal(0.0, scale, size=value.shape)
-    elif distribution == "laplace":
-        noise = rng.laplace(0.0, scale, size=value.shape)
-    else:
+    if distribution not in ("gaussian", "laplace"):
         raise ValueError(
             f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    if _secure_mode():
+        if symmetric:
+            p = value.shape[-1]
+            iu = np.triu_indices(p)
+            upper = _secure_additive(value[..., iu[0], iu[1]], distribution=distribution,
+                                     scale=scale, sensitivity=sensitivity)
+            out = np.zeros_like(value)
+            out[..., iu[0], iu[1]] = upper.reshape(value.shape[:-2] + (iu[0].size,))
+            return _mirror_upper(out)
+        return _secure_additive(value, distribution=distribution, scale=scale,
+                                sensitivity=sensitivity).reshape(value.shape)
+    noise = _numpy_noise(distribution, scale, value.shape, rng)
     if symmetric:
         noise = _mirror_upper(noise)
     return value + noise
+
+
+def _uniform_tie(best, rng):
+    """A uniformly random element of ``best`` (the secure source in secure mode)."""
+    if _secure_mode():
+        return int(best[secrets.randbelow(best.size)])
+    return int(rng.choice(best))
+
+
+@functools.lru_cache(maxsize=256)
+def _secure_selection(size, sensitivity, epsilon):
+    """OpenDP's Gumbel report-noisy-max, calibrated to the charge ``ε²/8`` (zCDP).
+
+    Gumbel noise of scale ``2Δ/ε`` is the exponential mechanism
+    (``P(i) ∝ exp(ε s_i / (2Δ))``): ε-DP and ε-bounded-range, whose zCDP
+    bound ``ε²/8`` is what OpenDP's map gives; the accountant composes
+    ``ExponentialEvent(ε)``. Returns ``(measurement, scale, charged)``.
+    """
+    dp = _require_opendp()
+    dp.enable_features("contrib")
+    charged = epsilon ** 2 / 8.0
+    scale = 2.0 * sensitivity / epsilon
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(size))
+    for _ in range(8):
+        meas = dp.m.make_noisy_max(domain, dp.linf_distance(T=float),
+                                   dp.zero_concentrated_divergence(), scale=scale)
+        used = float(meas.map(sensitivity))
+        if used <= charged:
+            return meas, scale, charged
+        scale *= math.sqrt(used / charged) * (1.0 + _CALIBRATION_SLACK)
+    raise RuntimeError(
+        f"OpenDP's report-noisy-max could not be calibrated to epsilon={epsilon!r} "
+        f"(sensitivity {sensitivity!r}): refusing to under-charge the selection.")
+
+
+def _secure_index(scores, *, sensitivity, epsilon):
+    """The exponential mechanism's draw by OpenDP's exact Gumbel noisy max."""
+    meas = _secure_selection(int(scores.size), float(sensitivity), float(epsilon))[0]
+    return int(meas(np.asarray(scores, dtype=float).tolist()))
 
 
 def _sample_index(scores, *, sensitivity, epsilon, rng):
@@ -167,15 +347,23 @@ def _sample_index(scores, *, sensitivity, epsilon, rng):
 
     ``P(i) ∝ exp(ε s_i / (2Δ))``. With ``epsilon=inf`` the argmax is
     returned, ties broken uniformly at random. Monkeypatched by the harness.
+    With ``noise="secure"`` the draw is OpenDP's (:func:`_secure_index`).
     """
     scores = np.asarray(scores, dtype=float)
     if math.isinf(epsilon):
         best = np.flatnonzero(scores == scores.max())
-        return int(best[0]) if best.size == 1 else int(rng.choice(best))
+        return int(best[0]) if best.size == 1 else _uniform_tie(best, rng)
+    if _secure_mode():
+        return _secure_index(scores, sensitivity=sensitivity, epsilon=epsilon)
     # shift by the max score first (exact for nearby scores, no overflow)
     logits = (epsilon / (2.0 * sensitivity)) * (scores - scores.max())
-    gumbel = rng.gumbel(size=scores.shape)
+    gumbel = _numpy_gumbel(scores.shape, rng)
     return int(np.argmax(logits + gumbel))
+
+
+def _numpy_gumbel(shape, rng):
+    """Gumbel noise from ``rng`` (the ``noise="numpy"`` path only)."""
+    return rng.gumbel(size=shape)
 
 
 # --------------------------------------------------------------------------
@@ -500,3 +688,141 @@ def poisson_sample(key, user_hash, round_index, sampling_rate):
     if sampling_rate >= 1.0:
         return np.ones(user_hash.shape[0], dtype=bool)
     return keyed_uniform(key, "poisson-sample", user_hash, int(round_index)) < sampling_rate
+
+
+def fit_key(key, random_state=None):
+    """The secret key of a fit's keyed per-user randomness (client sampling).
+
+    With ``noise="numpy"`` it is ``key`` (derived from ``random_state``). With
+    ``noise="secure"`` it is 128 fresh bits from the operating system's
+    cryptographic source (:func:`secrets.token_bytes`): no seed reproduces the
+    Poisson client sample; an int ``random_state`` then warns once
+    (:class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
+
+    Parameters
+    ----------
+    key : ndarray of shape (2,), uint64
+        The key derived from the fit's seed sequence.
+    random_state : object, default=None
+        The fit's ``random_state`` parameter (only its type is used).
+
+    Returns
+    -------
+    key : ndarray of shape (2,), uint64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.privacy.mechanisms import fit_key
+    >>> fit_key(np.array([1, 2], dtype=np.uint64)).tolist()
+    [1, 2]
+    """
+    if not _secure_mode():
+        return key
+    warn_seeded_secure(random_state)
+    return np.frombuffer(secrets.token_bytes(16), dtype=np.uint64).copy()
+
+
+def warn_seeded_secure(random_state):
+    """Warn (once per call) that an int ``random_state`` cannot seed secure noise.
+
+    Depends on the parameter and the configuration only, never on the data.
+    """
+    if _secure_mode() and isinstance(random_state, numbers.Integral) \
+            and not isinstance(random_state, bool):
+        from ..exceptions import SecureNoiseSeedWarning
+
+        warnings.warn(
+            f"random_state={int(random_state)!r} cannot seed secure noise: with "
+            "skdpp.set_config(noise='secure') every privacy-relevant draw comes from "
+            "OpenDP and the operating system's entropy, so two fits with the same "
+            "random_state differ; it seeds only the public randomness "
+            "(initialisation, candidates). Use random_state=None.",
+            SecureNoiseSeedWarning, stacklevel=4)
+
+
+class _OSRandom:
+    """The two draws of :meth:`~skdpp.privacy._tuning.StoppingRule.sample` from
+    the operating system's cryptographic source (:mod:`secrets`)."""
+
+    @staticmethod
+    def random():
+        """A uniform on the 2^-53 grid of [0, 1)."""
+        return secrets.randbits(53) * 2.0 ** -53
+
+    def poisson(self, mean):
+        """A Poisson(mean) draw by inversion of its CDF with one secure uniform.
+
+        Means above 500 are split in parts (a sum of Poisson is Poisson) so
+        that ``exp(-mean)`` never underflows.
+        """
+        mean = float(mean)
+        total = 0
+        while mean > 0.0:
+            part = min(mean, 500.0)
+            mean -= part
+            u = self.random()
+            p = math.exp(-part)
+            cdf, k = p, 0
+            while cdf <= u:
+                k += 1
+                p *= part / k
+                cdf += p
+                if p <= 1e-17 * cdf:  # float CDF no longer moves
+                    break
+            total += k
+        return total
+
+
+def sample_trial_count(stopping, rng):
+    """The private search's random number of trials ``K``.
+
+    Parameters
+    ----------
+    stopping : StoppingRule
+        The search's stopping rule (its ``sample(rng)`` draws ``K``).
+    rng : numpy.random.Generator
+        The search's stopping stream (``noise="numpy"`` only).
+
+    Returns
+    -------
+    n_trials : int
+        With ``noise="secure"`` drawn from the operating system's
+        cryptographic source (:mod:`secrets`): the privacy of the search
+        depends on ``K`` staying secret and following its law.
+    """
+    if _secure_mode():
+        return int(stopping.sample(_OSRandom()))
+    return int(stopping.sample(rng))
+
+
+def gaussian_threshold(sigma, tail, *, sensitivity, size):
+    """Noise level above which a count is kept, exceeded with probability <= ``tail``.
+
+    ``sigma Φ⁻¹(1 - tail)`` for numpy's continuous Gaussian. With
+    ``noise="secure"`` the noise is OpenDP's discrete Gaussian of scale
+    ``s >= sigma`` on the grid ``g = 2^k`` added to the count rounded to that
+    grid; its tail satisfies ``P[X >= t] <= P[N(0, s²) >= t - g]`` (Canonne,
+    Kamath and Steinke 2020, discrete Gaussian tail bound), and rounding moves
+    the count by at most ``g/2``, so the threshold is ``s Φ⁻¹(1 - tail) + 2g``.
+
+    Parameters
+    ----------
+    sigma : float
+        The planned noise std (``z Δ``).
+    tail : float
+        Probability in (0, 1).
+    sensitivity : float
+        L2 sensitivity of the count vector.
+    size : int
+        Number of counts released in the one call.
+
+    Returns
+    -------
+    threshold : float
+    """
+    q = float(special.ndtri(1.0 - tail))
+    if not _secure_mode():
+        return sigma * q
+    _, s, k, _ = _secure_measurement("gaussian", int(size), float(sensitivity), float(sigma))
+    return s * q + 2.0 * 2.0 ** k

@@ -192,6 +192,12 @@ class PrivacyReport:
         with :data:`SEEDED_NOISE_NOTE`, shown by ``str``, ``to_dict`` and the
         HTML view. ``random_state=None`` (fresh operating-system entropy) is
         the deployment setting.
+    noise_source : str, default=""
+        Where the privacy noise came from, printed as the report's ``noise:``
+        line: ``"numpy PCG64 (floating-point samplers)"`` by default,
+        ``"OpenDP exact discrete Gaussian, OS entropy"`` under
+        ``skdpp.set_config(noise="secure")``. Empty: the source configured
+        when the report is built (:func:`skdpp.privacy.mechanisms.noise_source`).
     """
 
     epsilon: float
@@ -208,8 +214,13 @@ class PrivacyReport:
     notes: tuple = ()
     not_covered: tuple = ()
     noise_seeded: bool = False
+    noise_source: str = ""
 
     def __post_init__(self):
+        if not self.noise_source:  # the fit's configured source (it is built in the fit)
+            from .mechanisms import noise_source
+
+            object.__setattr__(self, "noise_source", noise_source())
         # One place decides the seed note: from the field, so no report can
         # carry the flag without the note (or the note without the flag).
         notes = tuple(n for n in self.notes if n != SEEDED_NOISE_NOTE)
@@ -348,6 +359,7 @@ class PrivacyReport:
             "PrivacyReport: " + self._headline(),
             f"  unit: {self.unit}, neighbouring: {self.neighbouring}, "
             f"n_users: {self.n_users}, accountant: {self.accountant}",
+            f"  noise: {self.noise_source}",
             f"  released: {', '.join(self.released) or '-'}; "
             f"kept local: {', '.join(self.local) or '-'}",
         ]
@@ -368,6 +380,7 @@ class PrivacyReport:
         parts = [f"<div><strong>PrivacyReport</strong>: {esc(self._headline())}<br>",
                  f"unit: {esc(self.unit)}, neighbouring: {esc(self.neighbouring)}, "
                  f"n_users: {self.n_users}, accountant: {esc(self.accountant)}<br>",
+                 f"noise: {esc(self.noise_source)}<br>",
                  f"released: {esc(', '.join(self.released) or '-')}; kept local: "
                  f"{esc(', '.join(self.local) or '-')}"]
         if rows:

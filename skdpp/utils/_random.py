@@ -221,7 +221,10 @@ class FitRandomness:
         noise, public, key = root.spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))
         self.public = np.random.Generator(np.random.PCG64(public))
-        self.key = key.generate_state(2, dtype=np.uint64)
+        # noise="secure": the key of the client sampling comes from OS entropy
+        from ..privacy.mechanisms import fit_key
+
+        self.key = fit_key(key.generate_state(2, dtype=np.uint64), random_state)
 
     def __repr__(self):
         return "FitRandomness(<secret>)"

@@ -1,0 +1,147 @@
+"""Global configuration of skdpp, in the style of :func:`sklearn.set_config`.
+
+One option so far, ``noise``: where the privacy noise of every fit comes from.
+
+* ``"numpy"`` (default): numpy's PCG64 generator, seeded per fit from
+  ``random_state`` (``None``: operating-system entropy). Fast; floating-point
+  samplers, not hardened against floating-point side channels.
+* ``"secure"``: every privacy-relevant draw comes from OpenDP's exact samplers
+  (discrete Gaussian and discrete Laplace on a fine grid, Gumbel report-noisy-max)
+  or from the operating system's cryptographic source (:mod:`secrets`). Needs the
+  optional extra: ``pip install "skdpp[secure]"``.
+
+The configuration is thread-local, like scikit-learn's: a fit reads it when it
+draws noise, so a fit must run in the thread (and the ``config_context``) that
+set it. New threads and processes start from the environment variable
+``SKDPP_NOISE`` (``"numpy"`` when unset): set ``SKDPP_NOISE=secure`` for fits
+run by joblib workers (``n_jobs``) or other processes, which do not inherit
+``set_config``.
+
+Examples
+--------
+>>> import skdpp
+>>> skdpp.get_config()["noise"]
+'numpy'
+>>> with skdpp.config_context(noise="numpy"):
+...     skdpp.get_config()["noise"]
+'numpy'
+"""
+
+import os
+import threading
+from contextlib import contextmanager
+
+__all__ = ["config_context", "get_config", "set_config"]
+
+_NOISE_MODES = ("numpy", "secure")
+_global_config = {"noise": os.environ.get("SKDPP_NOISE", "numpy") or "numpy"}
+_threadlocal = threading.local()
+
+#: The command that installs the optional dependencies of ``noise="secure"``.
+SECURE_INSTALL = 'pip install "skdpp[secure]"'
+
+
+def _get_threadlocal_config():
+    if not hasattr(_threadlocal, "global_config"):
+        if _global_config["noise"] not in _NOISE_MODES:
+            raise ValueError(
+                f"The environment variable SKDPP_NOISE must be one of {_NOISE_MODES}, "
+                f"got {_global_config['noise']!r}. Unset it for the default ('numpy').")
+        _threadlocal.global_config = _global_config.copy()
+    return _threadlocal.global_config
+
+
+def _require_opendp():
+    """Import OpenDP (the secure noise mode's dependency) or raise a clear error."""
+    try:
+        import opendp.prelude as dp  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "noise='secure' needs OpenDP (>= 0.16), which is not installed: run "
+            f"`{SECURE_INSTALL}` (or `pip install opendp`), or use noise='numpy'."
+        ) from exc
+    return dp
+
+
+def get_config():
+    """Current values of the skdpp configuration (a copy).
+
+    Returns
+    -------
+    config : dict
+        ``{"noise": "numpy" | "secure"}``.
+
+    See Also
+    --------
+    set_config, config_context
+    """
+    return _get_threadlocal_config().copy()
+
+
+def set_config(noise=None):
+    """Set the skdpp configuration (this thread).
+
+    Parameters
+    ----------
+    noise : {"numpy", "secure"}, default=None
+        Source of the privacy noise. ``"numpy"``: numpy's PCG64 generator
+        (fast, reproducible from an int ``random_state``). ``"secure"``:
+        OpenDP's exact samplers and the operating system's cryptographic
+        source for every privacy-relevant draw (a fit's ``random_state`` then
+        seeds only its public randomness). ``None`` leaves it unchanged.
+
+    Raises
+    ------
+    ValueError
+        If ``noise`` is not one of the modes.
+    ImportError
+        If ``noise="secure"`` and OpenDP is not installed.
+
+    Notes
+    -----
+    Secure mode removes the floating-point side channels of the noise
+    samplers (Mironov 2012) and the seed as a secret; it does not remove
+    timing side channels. See the "Secure noise" section of the privacy model.
+
+    Examples
+    --------
+    >>> import skdpp
+    >>> skdpp.set_config(noise="numpy")
+    """
+    local = _get_threadlocal_config()
+    if noise is not None:
+        if noise not in _NOISE_MODES:
+            raise ValueError(
+                f"`noise` must be one of {_NOISE_MODES}, got {noise!r}. Use "
+                "noise='secure' for OpenDP's exact samplers (pip install "
+                "\"skdpp[secure]\") or noise='numpy' (the default).")
+        if noise == "secure":
+            _require_opendp()
+        local["noise"] = noise
+
+
+@contextmanager
+def config_context(*, noise=None):
+    """Context manager that sets the skdpp configuration and restores it.
+
+    Parameters
+    ----------
+    noise : {"numpy", "secure"}, default=None
+        See :func:`set_config`.
+
+    Yields
+    ------
+    None
+
+    Examples
+    --------
+    >>> import skdpp
+    >>> with skdpp.config_context(noise="numpy"):
+    ...     pass
+    """
+    old = get_config()
+    set_config(noise=noise)
+    try:
+        yield
+    finally:
+        set_config(**old)
