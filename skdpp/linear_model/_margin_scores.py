@@ -78,6 +78,9 @@ _CHUNK_BYTES = 64 * 2**20
 # (row, candidate, direction) triples per step of the direction-grid counts:
 # the step's dot products (8 bytes each) stay in the L2/L3 cache.
 _GRID_STEP_ELEMENTS = 2**17
+# Bytes of the distinct rows' 0/1 grid losses per candidate chunk (the
+# table the users' sparse count product reads; chunked over candidates).
+_GRID_TABLE_BYTES = 2**22
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
@@ -188,9 +191,15 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
 
-    Cost: ``O(n_rows * n_candidates * (k' k + n_directions k))``; the grid
-    directions' losses are counted by :class:`_GridCounter` (``k = 2`` with
-    the circle grid: :func:`circle_grid_min_loss_counts`). The results do not
+    Cost: ``O(n_rows * n_candidates * k + n_distinct * n_candidates *
+    n_directions * k + n_rows * n_candidates * n_directions / 8)`` with
+    ``n_distinct`` the number of distinct rows of ``yZ`` (rated items and
+    labels on ratings data): the projections and the grid's 0/1 losses are
+    computed once per distinct row (:func:`_distinct_rows`), the users' loss
+    counts by one sparse product with byte counters (:class:`_GridCounter`;
+    ``k = 2`` with the circle grid: :func:`circle_grid_min_loss_counts`).
+    The results are bit-identical to computing every row (every product is
+    the same floating-point operation on the same operands) and do not
     depend on the chunk and step sizes.
 
     Parameters
@@ -209,7 +218,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     -------
     losses : ndarray of shape (n_candidates, n_users)
     """
-    yZ = np.asarray(yZ, dtype=np.float64)
+    yZ = np.ascontiguousarray(yZ, dtype=np.float64)
     n_rows, jl_dim = yZ.shape
     n_cand, _, k = candidates.shape
     n_dir = directions.shape[0]
@@ -220,148 +229,209 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
-    chunk_bytes = _CHUNK_BYTES
-    # memory per candidate: the projections (outer chunks) and, for the
-    # circle grid, the loss counts of the grid directions (inner chunks)
-    outer = int(max(1, chunk_bytes // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
-    inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
-    grid = None if circle else _GridCounter(seg, n_dir)
+    if circle:
+        return _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom)
+    first, key = _distinct_rows(yZ)
+    distinct = yZ[first]                                     # (n_distinct, k')
+    n_keys = first.shape[0]
+    # candidates per chunk: the distinct rows' 0/1 grid losses stay in cache
+    width = int(max(1, min(n_cand, _GRID_TABLE_BYTES // (n_keys * n_dir) or 1,
+                           _CHUNK_BYTES // (n_rows * 8 * (2 * k + 2)) or 1)))
+    grid = _GridCounter(seg, n_dir, key, n_keys)
+    row_user = seg.row_user
+    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    # the unchunked old product ``y Z @ (all candidates)`` is a multi-row product
+    # unless the block is one row and there is one candidate
+    multi = n_rows * n_cand > 1
     with np.errstate(**_QUIET):
-        row_user = seg.row_user                              # user of every row
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
-        for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
-            cand = candidates[lo:lo + outer]
+        for lo in range(0, n_cand, width):  # candidate chunks (memory), not users
+            cand = candidates[lo:lo + width]
             b = cand.shape[0]
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-            yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
+            left = distinct if n_keys > 1 or not multi else np.repeat(distinct, 2, axis=0)
+            yF = (left @ flat)[:n_keys].reshape(n_keys, b, k)   # y U~_c^T z, distinct rows
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
-            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
+            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction (every row) ...
+            loss_own = np.empty((n_rows, b), dtype=bool)
+            step = max(1, _GRID_STEP_ELEMENTS // (4 * b * k))
+            for r0 in range(0, n_rows, step):  # cache-sized steps of rows
+                r1 = min(n_rows, r0 + step)
+                np.less_equal(dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
+                              out=loss_own[r0:r1])
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
-            # ... and for the grid directions
-            if circle:
-                for j in range(0, b, inner):
-                    sub = yF[:, j:j + inner]
-                    bs = sub.shape[1]
-                    grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
-                    np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
-            else:
-                grid.min_loss_counts(yF, dirs_t, threshold, best)
+            # ... and for the grid directions (0/1 losses of the distinct rows)
+            grid.min_loss_counts(yF, dirs_t, threshold, best, multi)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
     return np.clip(out, 0.0, 1.0, out=out)
 
 
+def _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom):
+    """:func:`candidate_user_losses` for ``k = 2`` and the circle grid (every row)."""
+    n_rows, jl_dim = yZ.shape
+    n_cand, _, k = candidates.shape
+    n_users = seg.n_users
+    outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
+    inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
+    with np.errstate(**_QUIET):
+        row_user = seg.row_user
+        sums = seg.segment_sum_wide(yZ)
+        for lo in range(0, n_cand, outer):
+            cand = candidates[lo:lo + outer]
+            b = cand.shape[0]
+            flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
+            yF = (yZ @ flat).reshape(n_rows, b, k)
+            own = _unit((sums @ flat).reshape(n_users, b, k))
+            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
+            best = seg.segment_sum_wide(loss_own, dtype=np.float32)
+            for j in range(0, b, inner):
+                sub = yF[:, j:j + inner]
+                bs = sub.shape[1]
+                grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
+                np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+            out[lo:lo + b] = (best / denom).T
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def _dot_einsum(F, U):
+    """``<F, U>`` along the last axis (the reference arithmetic)."""
+    return np.einsum("nbk,nbk->nb", F, U)
+
+
+def _dot3(F, U):
+    """``<F, U>`` for ``k = 3`` in the order ``einsum`` adds (checked at first use)."""
+    F *= U
+    s = F[..., 0] + F[..., 2]
+    s += F[..., 1]
+    return s
+
+
+_DOT3_IS_EINSUM = []
+
+
+def _dot3_is_einsum():
+    """Whether :func:`_dot3` is bit-identical to ``einsum`` on this numpy (cached).
+
+    ``einsum("nbk,nbk->nb")`` with ``k = 3`` adds the products as ``(p0 + p2) +
+    p1`` (numpy 2.x, measured); this checks it on 4096 random triples
+    (values of every magnitude), and otherwise the einsum itself is used.
+    """
+    if not _DOT3_IS_EINSUM:
+        rng = np.random.default_rng(0)
+        F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
+        U = rng.standard_normal((64, 64, 3))
+        _DOT3_IS_EINSUM.append(bool(np.array_equal(_dot3(F.copy(), U.copy()),
+                                                   _dot_einsum(F, U))))
+    return _DOT3_IS_EINSUM[0]
+
+
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _distinct_rows(A):
+    """Bitwise-distinct rows of a 2-D float array: ``first`` indices and each row's ``key``.
+
+    ``A[first][key]`` equals ``A`` bit for bit. Rows are hashed (64-bit
+    multiplicative hash of their words) and sorted by hash; a collision
+    (checked) falls back on ``np.unique`` of the rows' bytes.
+
+    Returns
+    -------
+    first : ndarray of shape (n_distinct,)
+    key : ndarray of shape (n_rows,)
+    """
+    words = np.ascontiguousarray(A).view(np.uint64).reshape(A.shape[0], -1)
+    h = np.zeros(A.shape[0], dtype=np.uint64)
+    for col in words.T:  # loop over columns (k' of them), not rows
+        h ^= col
+        h *= _HASH_MULTIPLIER
+        h ^= h >> np.uint64(29)
+    _, first, key = np.unique(h, return_index=True, return_inverse=True)
+    if not np.array_equal(words[first][key], words):
+        _, first, key = np.unique(words, axis=0, return_index=True, return_inverse=True)
+    return first, key.reshape(-1)
+
+
 class _GridCounter:
-    """Per-user minimum over the direction grid of the margin-loss counts, in cache-sized steps.
+    """Per-user minimum over the direction grid of the margin-loss counts.
 
     For every user ``i`` and candidate ``c`` of a chunk it lowers
     ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
-    rows are processed in steps of whole *pieces* (runs of at most
-    :attr:`CAP` consecutive rows of one user) holding about
-    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
-    allocated once per call and reused (the dot products stay in cache). The
-    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
-    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
-    and no byte can carry into the next because a piece has at most 255
-    rows; pieces of a user with more rows are added in ``int64`` afterwards.
+    0/1 losses are computed once per *distinct* row of the block (``key``:
+    each row's distinct row; on ratings data a block's rows are a few
+    thousand items rated by hundreds of users), in cache-sized steps of
+    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, and stored
+    as bytes. The users' counts are one sparse product ``A @ losses`` with
+    ``A[p, key]`` the number of rows of *piece* ``p`` (a run of at most
+    :attr:`CAP` consecutive rows of one user) equal to distinct row ``key``,
+    the losses of a distinct row viewed as 64-bit words: each byte counts
+    one (candidate, direction) and no byte can carry into the next because
+    a piece has at most 255 rows; pieces of a user with more rows are added
+    in ``int64`` afterwards.
 
     The dot products are the same ``(rows * candidates, k) @ (k, D)``
-    products as one product over the whole block (rows of the left operand
-    do not interact; a single-row product, which numpy sends to a different
-    BLAS routine, is padded to two rows), so the counts are exact and equal
-    to the unchunked computation.
+    products as one product over every row of the block (rows of the left
+    operand do not interact; a single-row product, which numpy sends to a
+    different BLAS routine, is padded to two rows), and equal rows give
+    equal products, so the counts are exact and equal to the row-by-row
+    computation.
     """
 
     CAP = 255
 
-    def __init__(self, seg, n_dir):
+    def __init__(self, seg, n_dir, key, n_keys):
         counts = seg.counts
         self.n_dir = n_dir
-        self.n_rows = seg.n_rows
+        self.n_keys = n_keys
         n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
         self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
         first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-        self.piece_start = seg.offsets[:-1][self.piece_user] \
+        piece_start = seg.offsets[:-1][self.piece_user] \
             + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        self.owner = sp.csr_matrix(
+            (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
+            shape=(self.piece_user.shape[0], n_keys))
+        self.owner.sum_duplicates()
         # users with more than CAP rows: their pieces' counts are added in int64
         self.split_users = np.flatnonzero(n_pieces > 1)
-        slot = np.full(seg.n_users, -1)
-        slot[self.split_users] = np.arange(self.split_users.shape[0])
-        self.piece_slot = slot[self.piece_user]
-        self._steps = {}
+        self.whole = n_pieces[self.piece_user] == 1
+        split = ~self.whole
+        self.split_pieces = np.flatnonzero(split)
+        self.split_runs = np.flatnonzero(np.r_[True, np.diff(self.piece_user[split]) != 0])
 
-    def steps(self, b):
-        """The steps for chunks of ``b`` candidates (cached per ``b``).
+    def min_loss_counts(self, yF, dirs_t, threshold, best, multi=True):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts.
 
-        Each step is ``(row0, row1, piece0, piece1, offsets, split)``:
-        ``offsets`` the pieces' first rows relative to ``row0`` and ``split``
-        either None (no piece of a user with more than :attr:`CAP` rows) or
-        ``(part, runs, slots)``: the mask of such pieces within the step, the
-        starts of their runs of equal slots, and each run's slot (the pieces
-        of one user are consecutive, so a slot has one run per step).
+        ``yF`` holds the distinct rows' projections, shape (n_keys, b, k);
+        ``multi``: pad a single-row product to two rows.
         """
-        if b not in self._steps:
-            rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
-            step = self.piece_start // rows
-            cuts = np.r_[0, np.flatnonzero(np.diff(step)) + 1, self.piece_start.shape[0]]
-            bounds = np.r_[self.piece_start, self.n_rows]
-            out = []
-            for p0, p1 in zip(cuts[:-1], cuts[1:]):
-                if p1 <= p0:
-                    continue
-                r0 = int(bounds[p0])
-                slots = self.piece_slot[p0:p1]
-                part = slots >= 0
-                split = None
-                if part.any():
-                    sl = slots[part]
-                    runs = np.r_[0, np.flatnonzero(sl[1:] != sl[:-1]) + 1]
-                    split = (part, runs, sl[runs])
-                out.append((r0, int(bounds[p1]), int(p0), int(p1),
-                            self.piece_start[p0:p1] - r0, split))
-            self._steps[b] = out
-        return self._steps[b]
-
-    def min_loss_counts(self, yF, dirs_t, threshold, best):
-        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts."""
-        n_rows, b, k = yF.shape
+        n_keys, b, k = yF.shape
         n_dir = self.n_dir
-        steps = self.steps(b)
-        if not steps:
+        n_pieces = self.piece_user.shape[0]
+        if n_pieces == 0:
             return
-        most = max(r1 - r0 for r0, r1, _, _, _, _ in steps)
         width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
-        dots = np.empty((max(most * b, 2), n_dir))
-        losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
-        # per piece, the minimum over the directions of its loss counts (the
-        # user's when the piece is the whole user; pieces of longer users are
-        # summed into ``totals`` first)
-        piece_min = np.empty((self.piece_user.shape[0], b), dtype=np.uint8)
-        split = self.split_users.shape[0] > 0
-        if split:
-            totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
-        multi = n_rows * b > 1           # the unchunked product is a multi-row product
-        for r0, r1, p0, p1, offsets, parts in steps:  # cache-sized steps of whole pieces
+        losses = np.zeros((n_keys, width), dtype=bool)      # padding bytes stay 0
+        step = max(1, _GRID_STEP_ELEMENTS // (b * n_dir))
+        dots = np.empty((max(min(step, n_keys) * b, 2), n_dir))
+        for r0 in range(0, n_keys, step):  # cache-sized steps of distinct rows
+            r1 = min(n_keys, r0 + step)
             m = r1 - r0
             left = yF[r0:r1].reshape(m * b, k)
             if m * b == 1 and multi:    # keep the multi-row BLAS routine
                 g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
             else:
                 g = np.matmul(left, dirs_t, out=dots[:m * b])
-            lost = losses[:m]
-            np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
-            # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
-            counts = np.add.reduceat(lost.view(np.uint64), offsets, axis=0)
-            counts = counts.view(np.uint8)[:, :b * n_dir].reshape(p1 - p0, b, n_dir)
-            if parts is not None:       # exact int64 sums of each run of a user's pieces
-                part, runs, slots = parts
-                totals[slots] += np.add.reduceat(counts[part].astype(np.int64), runs, axis=0)
-            np.min(counts, axis=-1, out=piece_min[p0:p1])
-        whole = self.piece_slot < 0
-        users = self.piece_user[whole]
-        best[users] = np.minimum(best[users], piece_min[whole])
-        if split:
+            np.less_equal(g.reshape(m, b * n_dir), threshold, out=losses[r0:r1, :b * n_dir])
+        # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
+        counts = (self.owner @ losses.view(np.uint64)).view(np.uint8)
+        counts = counts[:, :b * n_dir].reshape(n_pieces, b, n_dir)
+        users = self.piece_user[self.whole]
+        best[users] = np.minimum(best[users], counts.min(axis=-1)[self.whole])
+        if self.split_users.shape[0]:
+            totals = np.add.reduceat(counts[self.split_pieces].astype(np.int64),
+                                     self.split_runs, axis=0)
             best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 
 
