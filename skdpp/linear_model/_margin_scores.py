@@ -240,8 +240,10 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     grid = _GridCounter(seg, n_dir, key, n_keys)
     row_user = seg.row_user
     dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
-    # the unchunked old product ``y Z @ (all candidates)`` is a multi-row product
-    # unless the block is one row and there is one candidate
+    # numpy sends a single-row product to another BLAS routine: the distinct
+    # rows' products are padded to two rows when the block has more than one
+    # row, and the grid's dot products when there is more than one (row, candidate)
+    pad = n_keys == 1 and n_rows > 1
     multi = n_rows * n_cand > 1
     with np.errstate(**_QUIET):
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
@@ -249,7 +251,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             cand = candidates[lo:lo + width]
             b = cand.shape[0]
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-            left = distinct if n_keys > 1 or not multi else np.repeat(distinct, 2, axis=0)
+            left = np.repeat(distinct, 2, axis=0) if pad else distinct
             yF = (left @ flat)[:n_keys].reshape(n_keys, b, k)   # y U~_c^T z, distinct rows
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction (every row) ...
