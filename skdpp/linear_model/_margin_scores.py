@@ -81,6 +81,8 @@ _GRID_STEP_ELEMENTS = 2**17
 # Bytes of the distinct rows' 0/1 grid losses per candidate chunk (the
 # table the users' sparse count product reads; chunked over candidates).
 _GRID_TABLE_BYTES = 2**22
+# Projections per step of the users' own-direction dots (row, candidate, k).
+_OWN_STEP_ELEMENTS = 2**17
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
@@ -234,9 +236,11 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     first, key = _distinct_rows(yZ)
     distinct = yZ[first]                                     # (n_distinct, k')
     n_keys = first.shape[0]
-    # candidates per chunk: the distinct rows' 0/1 grid losses stay in cache
-    width = int(max(1, min(n_cand, _GRID_TABLE_BYTES // (n_keys * n_dir) or 1,
-                           _CHUNK_BYTES // (n_rows * 8 * (2 * k + 2)) or 1)))
+    # candidates per chunk: the projections and own-direction losses within
+    # the memory budget (outer), the distinct rows' grid losses in cache (inner)
+    per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
+    outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
+    inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
     grid = _GridCounter(seg, n_dir, key, n_keys)
     row_user = seg.row_user
     dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
@@ -247,23 +251,25 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     multi = n_rows * n_cand > 1
     with np.errstate(**_QUIET):
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
-        for lo in range(0, n_cand, width):  # candidate chunks (memory), not users
-            cand = candidates[lo:lo + width]
+        for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
+            cand = candidates[lo:lo + outer]
             b = cand.shape[0]
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
             left = np.repeat(distinct, 2, axis=0) if pad else distinct
             yF = (left @ flat)[:n_keys].reshape(n_keys, b, k)   # y U~_c^T z, distinct rows
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
             # 1[y <U~^T z, u> <= rho / Gamma] for the own direction (every row) ...
-            loss_own = np.empty((n_rows, b), dtype=bool)
-            step = max(1, _GRID_STEP_ELEMENTS // (4 * b * k))
+            loss_own = np.zeros((n_rows, -(-b // 8) * 8), dtype=bool)  # whole words
+            step = max(1, _OWN_STEP_ELEMENTS // (b * k))
             for r0 in range(0, n_rows, step):  # cache-sized steps of rows
                 r1 = min(n_rows, r0 + step)
                 np.less_equal(dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
-                              out=loss_own[r0:r1])
-            best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
+                              out=loss_own[r0:r1, :b])
+            best = grid.user_counts(loss_own)[:, :b]         # (n_users, b) counts, float32
             # ... and for the grid directions (0/1 losses of the distinct rows)
-            grid.min_loss_counts(yF, dirs_t, threshold, best, multi)
+            for j in range(0, b, inner):
+                grid.min_loss_counts(np.ascontiguousarray(yF[:, j:j + inner]), dirs_t,
+                                     threshold, best[:, j:j + inner], multi)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
     return np.clip(out, 0.0, 1.0, out=out)
@@ -395,12 +401,33 @@ class _GridCounter:
             (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
             shape=(self.piece_user.shape[0], n_keys))
         self.owner.sum_duplicates()
+        self.piece_start = piece_start
+        self._buffers = {}
+        self.n_users = seg.n_users
         # users with more than CAP rows: their pieces' counts are added in int64
         self.split_users = np.flatnonzero(n_pieces > 1)
         self.whole = n_pieces[self.piece_user] == 1
         split = ~self.whole
         self.split_pieces = np.flatnonzero(split)
         self.split_runs = np.flatnonzero(np.r_[True, np.diff(self.piece_user[split]) != 0])
+
+    def user_counts(self, lost):
+        """Per-user counts of row-aligned 0/1 values, as float32 (exact).
+
+        ``lost`` (n_rows, p) bool with ``p`` a multiple of 8: the rows of a
+        piece are added as 64-bit words (byte counters, at most :attr:`CAP`
+        rows: no carry), the pieces of longer users in int64.
+        """
+        out = np.zeros((self.n_users, lost.shape[1]), dtype=np.float32)
+        if self.piece_start.shape[0] == 0:
+            return out
+        counts = np.add.reduceat(lost.view(np.uint64), self.piece_start, axis=0)
+        counts = counts.view(np.uint8)
+        out[self.piece_user[self.whole]] = counts[self.whole]
+        if self.split_users.shape[0]:
+            out[self.split_users] = np.add.reduceat(
+                counts[self.split_pieces].astype(np.int64), self.split_runs, axis=0)
+        return out
 
     def min_loss_counts(self, yF, dirs_t, threshold, best, multi=True):
         """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts.
@@ -414,9 +441,11 @@ class _GridCounter:
         if n_pieces == 0:
             return
         width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
-        losses = np.zeros((n_keys, width), dtype=bool)      # padding bytes stay 0
         step = max(1, _GRID_STEP_ELEMENTS // (b * n_dir))
-        dots = np.empty((max(min(step, n_keys) * b, 2), n_dir))
+        if b not in self._buffers:  # allocated once per chunk width (no page faults)
+            self._buffers[b] = (np.zeros((n_keys, width), dtype=bool),  # padding stays 0
+                                np.empty((max(min(step, n_keys) * b, 2), n_dir)))
+        losses, dots = self._buffers[b]
         for r0 in range(0, n_keys, step):  # cache-sized steps of distinct rows
             r1 = min(n_keys, r0 + step)
             m = r1 - r0
