@@ -233,7 +233,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
     if circle:
         return _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom)
-    first, key = _distinct_rows(yZ)
+    first, key, n_pairs = _distinct_rows(yZ)
     distinct = yZ[first]                                     # (n_distinct, k')
     n_keys = first.shape[0]
     # candidates per chunk: the projections and own-direction losses within
@@ -241,7 +241,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
     outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
     inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
-    grid = _GridCounter(seg, n_dir, key, n_keys)
+    grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
     row_user = seg.row_user
     dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
     # numpy sends a single-row product to another BLAS routine: the distinct
@@ -268,7 +268,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             best = grid.user_counts(loss_own)[:, :b]         # (n_users, b) counts, float32
             # ... and for the grid directions (0/1 losses of the distinct rows)
             for j in range(0, b, inner):
-                grid.min_loss_counts(np.ascontiguousarray(yF[:, j:j + inner]), dirs_t,
+                grid.min_loss_counts(yF[:, j:j + inner], dirs_t,
                                      threshold, best[:, j:j + inner], multi)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
@@ -337,28 +337,72 @@ def _dot3_is_einsum():
 _HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
+def _row_hashes(words):
+    """A 64-bit multiplicative hash of every row of a 2-D uint64 array."""
+    h = np.zeros(words.shape[0], dtype=np.uint64)
+    for col in words.T:  # loop over columns (k' of them), not rows
+        h ^= col
+        h *= _HASH_MULTIPLIER
+        h ^= h >> np.uint64(29)
+    return h
+
+
 def _distinct_rows(A):
     """Bitwise-distinct rows of a 2-D float array: ``first`` indices and each row's ``key``.
 
     ``A[first][key]`` equals ``A`` bit for bit. Rows are hashed (64-bit
     multiplicative hash of their words) and sorted by hash; a collision
-    (checked) falls back on ``np.unique`` of the rows' bytes.
+    (checked) falls back on ``np.unique`` of the rows' bytes. The distinct
+    rows are then ordered by :func:`_negation_order`; ``n_pairs`` is its count.
 
     Returns
     -------
     first : ndarray of shape (n_distinct,)
     key : ndarray of shape (n_rows,)
+    n_pairs : int
     """
     words = np.ascontiguousarray(A).view(np.uint64).reshape(A.shape[0], -1)
-    h = np.zeros(A.shape[0], dtype=np.uint64)
-    for col in words.T:  # loop over columns (k' of them), not rows
-        h ^= col
-        h *= _HASH_MULTIPLIER
-        h ^= h >> np.uint64(29)
-    _, first, key = np.unique(h, return_index=True, return_inverse=True)
+    _, first, key = np.unique(_row_hashes(words), return_index=True, return_inverse=True)
     if not np.array_equal(words[first][key], words):
         _, first, key = np.unique(words, axis=0, return_index=True, return_inverse=True)
-    return first, key.reshape(-1)
+    key = key.reshape(-1)
+    order, n_pairs = _negation_order(words[first])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return first[order], rank[key], n_pairs
+
+
+_SIGN_BITS = np.uint64(1 << 63)
+
+
+def _negation_order(words):
+    """Order distinct rows so that the last ``n_pairs`` are the negations of the first.
+
+    ``words`` (n_distinct, p) are the bits of distinct float rows; the order
+    puts the rows whose negation (every sign bit flipped) is also a row
+    first (``n_pairs`` of them), then the rows without one, then the
+    negations in the order of the first: ``rows[order][-n_pairs:] ==
+    -rows[order][:n_pairs]`` bit for bit (on ratings data ``y x`` with
+    ``y = +-1``: an item rated both ways). A hash collision only loses a pair.
+
+    Returns
+    -------
+    order : ndarray of shape (n_distinct,)
+    n_pairs : int
+    """
+    n = words.shape[0]
+    h = _row_hashes(words)
+    by_hash = np.argsort(h, kind="stable")
+    hn = _row_hashes(words ^ _SIGN_BITS)
+    pos = np.minimum(np.searchsorted(h[by_hash], hn), max(n - 1, 0))
+    partner = by_hash[pos] if n else pos
+    ok = (h[partner] == hn) & (words[partner] == (words ^ _SIGN_BITS)).all(axis=1)
+    index = np.arange(n)
+    ok &= ok[partner] & (partner[partner] == index)      # mutual pairs only
+    first = np.flatnonzero(ok & (index < partner))
+    second = partner[first]
+    alone = np.flatnonzero(~ok)
+    return np.concatenate([first, alone, second]), int(first.shape[0])
 
 
 class _GridCounter:
@@ -388,10 +432,11 @@ class _GridCounter:
 
     CAP = 255
 
-    def __init__(self, seg, n_dir, key, n_keys):
+    def __init__(self, seg, n_dir, key, n_keys, n_pairs=0):
         counts = seg.counts
         self.n_dir = n_dir
         self.n_keys = n_keys
+        self.n_pairs = n_pairs
         n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
         self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
         first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
@@ -446,15 +491,22 @@ class _GridCounter:
             self._buffers[b] = (np.zeros((n_keys, width), dtype=bool),  # padding stays 0
                                 np.empty((max(min(step, n_keys) * b, 2), n_dir)))
         losses, dots = self._buffers[b]
-        for r0 in range(0, n_keys, step):  # cache-sized steps of distinct rows
-            r1 = min(n_keys, r0 + step)
+        pairs = self.n_pairs
+        mirror = n_keys - pairs     # distinct row mirror + i is the negation of row i
+        for r0 in range(0, mirror, step):  # cache-sized steps of distinct rows
+            r1 = min(mirror, r0 + step)
             m = r1 - r0
             left = yF[r0:r1].reshape(m * b, k)
             if m * b == 1 and multi:    # keep the multi-row BLAS routine
                 g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
             else:
                 g = np.matmul(left, dirs_t, out=dots[:m * b])
-            np.less_equal(g.reshape(m, b * n_dir), threshold, out=losses[r0:r1, :b * n_dir])
+            g = g.reshape(m, b * n_dir)
+            np.less_equal(g, threshold, out=losses[r0:r1, :b * n_dir])
+            if r0 < pairs:  # the negated rows' products are exactly -g: -g <= t iff g >= -t
+                e = min(r1, pairs)
+                np.greater_equal(g[:e - r0], -threshold,
+                                 out=losses[mirror + r0:mirror + e, :b * n_dir])
         # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
         counts = (self.owner @ losses.view(np.uint64)).view(np.uint8)
         counts = counts[:, :b * n_dir].reshape(n_pieces, b, n_dir)
