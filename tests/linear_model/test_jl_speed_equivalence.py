@@ -87,8 +87,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])  # 0: row by row; 1: distinct rows
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_losses_equal_the_row_by_row_kernel_bit_for_bit(case):
+def test_losses_equal_the_row_by_row_kernel_bit_for_bit(monkeypatch, case, fraction):
+    monkeypatch.setattr(ms, "_DISTINCT_FRACTION", fraction)
     sizes, k, n_dir, n_cand, threshold, integer = CASES[case]
     rng = np.random.default_rng(case)
     codes, yZ = ratings_like(rng, sizes, integer=integer)
@@ -102,8 +104,11 @@ def test_losses_equal_the_row_by_row_kernel_bit_for_bit(case):
         assert np.ptp(got) > 0
 
 
-def test_unique_rows_and_small_chunks_equal_the_reference(monkeypatch):
-    """Every row distinct (no saving), one candidate per chunk, tiny steps."""
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_unique_rows_and_small_chunks_equal_the_reference(monkeypatch, fraction):
+    """Every row distinct (row by row by default, or forced through the distinct
+    rows), one candidate per chunk, tiny steps."""
+    monkeypatch.setattr(ms, "_DISTINCT_FRACTION", fraction)
     rng = np.random.default_rng(7)
     sizes = np.array([3, 20, 1, 40, 6])
     codes = np.repeat(np.arange(sizes.size), sizes)
@@ -174,10 +179,11 @@ def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):
                   [-0.0, -1.0], [3.0, -2.0]])
     for multiplier in (ms._HASH_MULTIPLIER, np.uint64(0)):  # 0: every hash collides
         monkeypatch.setattr(ms, "_HASH_MULTIPLIER", multiplier)
-        first, key, n_pairs = ms._distinct_rows(A)
+        first, key = ms._distinct_rows(A)
         assert first.size == 5      # 0.0 and -0.0 differ bitwise; NaN rows are equal
         assert_array_equal(A[first][key].view(np.uint64), A.view(np.uint64))
-        rows = A[first]
+        order, n_pairs = ms._negation_order(A[first].view(np.uint64))
+        rows = A[first][order]
         mirror = first.size - n_pairs
         assert_array_equal(rows[mirror:].view(np.uint64), (-rows[:n_pairs]).view(np.uint64))
         if multiplier:              # (0, 1) and (-0, -1) are negations of each other
@@ -190,8 +196,8 @@ def test_negated_rows_are_paired_on_ratings_data_and_a_wrong_pairing_is_caught(m
     not negations of each other changes the scores."""
     rng = np.random.default_rng(5)
     codes, yZ = ratings_like(rng, np.array([20, 31, 12]), n_items=6)
-    first, key, n_pairs = ms._distinct_rows(yZ)
-    assert n_pairs >= 3
+    first, key = ms._distinct_rows(yZ)
+    assert ms._negation_order(yZ[first].view(np.uint64))[1] >= 3
     seg = block(codes, 3)
     cands = candidates_for(rng, yZ.shape[1], 3, 5)
     dirs = jlc.direction_grid(3, 16, np.random.default_rng(5))
