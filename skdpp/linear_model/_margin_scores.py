@@ -808,6 +808,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
     total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
+    weighted = _weighted_summer(seg)  # (values, w) -> total(values * w[:, None])
     C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
@@ -817,9 +818,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = total(A * (-y * p)[:, None]) \
-            + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        grad = weighted(A, -y * p) + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = weighted(outer, p * (1.0 - p)).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -876,6 +876,47 @@ def _segment_summer(seg):
     owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
                           shape=(seg.n_users, seg.n_rows))
     return lambda values: np.asarray(owner @ values)
+
+
+def _weighted_summer(seg):
+    """``(values, w) -> _segment_summer(seg)(values * w[:, None])``, bit for bit.
+
+    With :func:`_weighted_sum_is_exact` the weights are the sparse matrix's
+    entries (one product ``w_j * v_j`` per term, as in the elementwise
+    product, and no temporary); otherwise the elementwise product is formed.
+    """
+    total = _segment_summer(seg)
+    if not _weighted_sum_is_exact():
+        return lambda values, w: total(values * w[:, None])
+    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
+                          shape=(seg.n_users, seg.n_rows))
+
+    def weighted(values, w):
+        owner.data[:] = w
+        return np.asarray(owner @ values)
+    return weighted
+
+
+_WEIGHTED_SUM_IS_EXACT = []
+
+
+def _weighted_sum_is_exact():
+    """Whether scipy's sparse product with weights ``w`` equals the sum of ``v * w`` (cached).
+
+    True when the product rounds ``w_j * v_j`` before adding it (no fused
+    multiply-add); checked once on random values of every magnitude.
+    """
+    if not _WEIGHTED_SUM_IS_EXACT:
+        rng = np.random.default_rng(0)
+        n = 4096
+        offsets = np.r_[0, np.sort(rng.integers(0, n, 63)), n]
+        V = rng.standard_normal((n, 16)) * 2.0 ** rng.integers(-30, 30, (n, 1))
+        w = rng.random(n) * 2.0 ** rng.integers(-30, 30, n)
+        ones = sp.csr_matrix((np.ones(n), np.arange(n), offsets), shape=(64, n))
+        weights = sp.csr_matrix((w, np.arange(n), offsets), shape=(64, n))
+        _WEIGHTED_SUM_IS_EXACT.append(bool(np.array_equal(
+            np.asarray(weights @ V), np.asarray(ones @ (V * w[:, None])))))
+    return _WEIGHTED_SUM_IS_EXACT[0]
 
 
 def _user_chunks(seg, n_cols):

@@ -250,3 +250,35 @@ def test_fit_equals_the_fit_with_the_reference_kernel(monkeypatch, params):
         assert new.keys() == old.keys() and "embeddings_" in new
         for name in new:
             assert_array_equal(new[name], old[name], err_msg=name)
+
+
+def _heads_problem(seed=9):
+    rng = np.random.default_rng(seed)
+    sizes = np.array([1, 7, 30, 2, 12, 0, 5])
+    codes = np.repeat(np.arange(sizes.size), sizes)
+    seg = block(codes, sizes.size)
+    F = rng.standard_normal((codes.size, 3)) * 3.0
+    y = np.where(rng.random(codes.size) < 0.6, 1.0, -1.0)
+    return seg, F, y
+
+
+def test_heads_with_weighted_sparse_sums_equal_the_elementwise_products(monkeypatch):
+    """The Newton steps' weighted sums as sparse products with the weights as entries
+    give the heads of the elementwise products (the previous formulation) bit for
+    bit; rounding the weights (a broken variant) changes them."""
+    seg, F, y = _heads_problem()
+    fast = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
+    monkeypatch.setattr(ms, "_WEIGHTED_SUM_IS_EXACT", [False])   # the old formulation
+    slow = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
+    for a, b in zip(fast, slow):
+        assert_array_equal(a, b)
+    assert np.ptp(fast[0]) > 0
+    real = ms._segment_summer
+
+    def rounded(seg_):                  # broken: float32 weights
+        total = real(seg_)
+        return lambda values, w: total(values * w.astype(np.float32)[:, None])
+
+    monkeypatch.setattr(ms, "_weighted_summer", rounded)
+    broken = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
+    assert not np.array_equal(broken[0], fast[0])
