@@ -201,12 +201,16 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     n_directions * k + n_rows * n_candidates * n_directions / 8)`` with
     ``n_distinct`` the number of distinct rows of ``yZ`` (rated items and
     labels on ratings data): the projections and the grid's 0/1 losses are
-    computed once per distinct row (:func:`_distinct_rows`), the users' loss
-    counts by one sparse product with byte counters (:class:`_GridCounter`;
-    ``k = 2`` with the circle grid: :func:`circle_grid_min_loss_counts`).
-    The results are bit-identical to computing every row (every product is
-    the same floating-point operation on the same operands) and do not
-    depend on the chunk and step sizes.
+    computed once per distinct row (:func:`_distinct_rows`; a row and its
+    negation share one product, :func:`_negation_order`), the users' loss
+    counts by one sparse product with byte counters (:class:`_GridCounter`).
+    A block whose distinct rows are more than ``_DISTINCT_FRACTION`` of its
+    rows, and ``k = 2`` with the circle grid
+    (:func:`circle_grid_min_loss_counts`), are scored row by row
+    (:func:`_row_user_losses`). The results are bit-identical to computing
+    every row (every product is the same floating-point operation on the
+    same operands) and do not depend on the chunk and step sizes or on the
+    path.
 
     Parameters
     ----------
