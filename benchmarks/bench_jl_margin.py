@@ -154,16 +154,15 @@ products (k = 3), comparisons and byte counts, plus the projections
 * a block whose distinct rows are more than half its rows (`_DISTINCT_FRACTION`,
   e.g. with a raw timestamp column) is scored row by row as before (last rows
   of the table: no gain, no loss).
+* the personal heads' Newton steps form their weighted sums as sparse
+  products with the weights as the matrix entries (one rounding per product,
+  as before: checked once at run time, otherwise the old products are formed).
 
 The released values are bit-identical (`released values` column: every fitted
 array, compared with `np.array_equal`, the baseline run from its own folder;
 also `tests/linear_model/test_jl_speed_equivalence.py` against the row-by-row
 kernel, with the broken variants it catches). Fit time is not covered by the
 privacy guarantee (as before: it depends on the data's size and repetitions).
-
-* the personal heads' Newton steps form their weighted sums as sparse
-  products with the weights as the matrix entries (one rounding per product,
-  as before: checked once at run time, otherwise the old products are formed).
 
 Profile of one default fit after the change (cProfile, 6.3 s in all before the
 heads change, a lightly loaded machine): the selection's scores 4.1 s (sparse
