@@ -78,6 +78,15 @@ _CHUNK_BYTES = 64 * 2**20
 # (row, candidate, direction) triples per step of the direction-grid counts:
 # the step's dot products (8 bytes each) stay in the L2/L3 cache.
 _GRID_STEP_ELEMENTS = 2**17
+# Bytes of the distinct rows' 0/1 grid losses per candidate chunk (the
+# table the users' sparse count product reads; chunked over candidates).
+_GRID_TABLE_BYTES = 2**22
+# Projections per step of the users' own-direction dots (row, candidate, k).
+_OWN_STEP_ELEMENTS = 2**17
+# A block whose distinct rows are more than this fraction of its rows is
+# scored row by row (:func:`_row_user_losses`): the distinct-row table and the
+# sparse counts pay off only when rows repeat (public constant, measured).
+_DISTINCT_FRACTION = 0.5
 
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
@@ -188,10 +197,20 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
 
-    Cost: ``O(n_rows * n_candidates * (k' k + n_directions k))``; the grid
-    directions' losses are counted by :class:`_GridCounter` (``k = 2`` with
-    the circle grid: :func:`circle_grid_min_loss_counts`). The results do not
-    depend on the chunk and step sizes.
+    Cost: ``O(n_rows * n_candidates * k + n_distinct * n_candidates *
+    n_directions * k + n_rows * n_candidates * n_directions / 8)`` with
+    ``n_distinct`` the number of distinct rows of ``yZ`` (rated items and
+    labels on ratings data): the projections and the grid's 0/1 losses are
+    computed once per distinct row (:func:`_distinct_rows`; a row and its
+    negation share one product, :func:`_negation_order`), the users' loss
+    counts by one sparse product with byte counters (:class:`_GridCounter`).
+    A block whose distinct rows are more than ``_DISTINCT_FRACTION`` of its
+    rows, and ``k = 2`` with the circle grid
+    (:func:`circle_grid_min_loss_counts`), are scored row by row
+    (:func:`_row_user_losses`). The results are bit-identical to computing
+    every row (every product is the same floating-point operation on the
+    same operands) and do not depend on the chunk and step sizes or on the
+    path.
 
     Parameters
     ----------
@@ -209,7 +228,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     -------
     losses : ndarray of shape (n_candidates, n_users)
     """
-    yZ = np.asarray(yZ, dtype=np.float64)
+    yZ = np.ascontiguousarray(yZ, dtype=np.float64)
     n_rows, jl_dim = yZ.shape
     n_cand, _, k = candidates.shape
     n_dir = directions.shape[0]
@@ -220,25 +239,78 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
-    chunk_bytes = _CHUNK_BYTES
-    # memory per candidate: the projections (outer chunks) and, for the
-    # circle grid, the loss counts of the grid directions (inner chunks)
-    outer = int(max(1, chunk_bytes // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
-    inner = int(max(1, chunk_bytes // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
-    grid = None if circle else _GridCounter(seg, n_dir)
+    if circle:
+        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, True)
+    first, key = _distinct_rows(yZ)
+    if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
+        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, False)
+    order, n_pairs = _negation_order(yZ[first].view(np.uint64).reshape(first.shape[0], -1))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    first, key = first[order], rank[key]
+    distinct = yZ[first]                                     # (n_distinct, k')
+    n_keys = first.shape[0]
+    # candidates per chunk: the projections and own-direction losses within
+    # the memory budget (outer), the distinct rows' grid losses in cache (inner)
+    per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
+    outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
+    inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
+    grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
+    row_user = seg.row_user
+    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    # numpy sends a single-row product to another BLAS routine: the distinct
+    # rows' products are padded to two rows when the block has more than one
+    # row, and the grid's dot products when there is more than one (row, candidate)
+    pad = n_keys == 1 and n_rows > 1
+    multi = n_rows * n_cand > 1
     with np.errstate(**_QUIET):
-        row_user = seg.row_user                              # user of every row
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
             cand = candidates[lo:lo + outer]
             b = cand.shape[0]
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-            yF = (yZ @ flat).reshape(n_rows, b, k)             # y U~_c^T z, rows x cands
+            left = np.repeat(distinct, 2, axis=0) if pad else distinct
+            yF = (left @ flat)[:n_keys].reshape(n_keys, b, k)   # y U~_c^T z, distinct rows
             own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
-            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction ...
-            loss_own = np.einsum("nbk,nbk->nb", yF, own[row_user]) <= threshold
-            best = seg.segment_sum_wide(loss_own, dtype=np.float32)  # (n_users, b) counts
-            # ... and for the grid directions
+            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction (every row) ...
+            loss_own = np.zeros((n_rows, -(-b // 8) * 8), dtype=bool)  # whole words
+            step = max(1, _OWN_STEP_ELEMENTS // (b * k))
+            for r0 in range(0, n_rows, step):  # cache-sized steps of rows
+                r1 = min(n_rows, r0 + step)
+                np.less_equal(dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
+                              out=loss_own[r0:r1, :b])
+            best = grid.user_counts(loss_own)[:, :b]         # (n_users, b) counts, float32
+            # ... and for the grid directions (0/1 losses of the distinct rows)
+            for j in range(0, b, inner):
+                grid.min_loss_counts(yF[:, j:j + inner], dirs_t,
+                                     threshold, best[:, j:j + inner], multi)
+            out[lo:lo + b] = (best / denom).T
+    # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, circle):
+    """:func:`candidate_user_losses` row by row (the circle grid, or few equal rows)."""
+    n_rows, jl_dim = yZ.shape
+    n_cand, _, k = candidates.shape
+    n_dir = directions.shape[0]
+    n_users = seg.n_users
+    dirs_t = np.ascontiguousarray(directions.T)
+    outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
+    inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
+    grid = None if circle else _RowGridCounter(seg, n_dir)
+    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    with np.errstate(**_QUIET):
+        row_user = seg.row_user
+        sums = seg.segment_sum_wide(yZ)
+        for lo in range(0, n_cand, outer):
+            cand = candidates[lo:lo + outer]
+            b = cand.shape[0]
+            flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
+            yF = (yZ @ flat).reshape(n_rows, b, k)
+            own = _unit((sums @ flat).reshape(n_users, b, k))
+            loss_own = dot(own[row_user], yF) <= threshold     # (the gathered copy is scratch)
+            best = seg.segment_sum_wide(loss_own, dtype=np.float32)
             if circle:
                 for j in range(0, b, inner):
                     sub = yF[:, j:j + inner]
@@ -248,12 +320,221 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             else:
                 grid.min_loss_counts(yF, dirs_t, threshold, best)
             out[lo:lo + b] = (best / denom).T
-    # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
     return np.clip(out, 0.0, 1.0, out=out)
 
 
+def _dot_einsum(F, U):
+    """``<F, U>`` along the last axis (the reference arithmetic)."""
+    return np.einsum("nbk,nbk->nb", F, U)
+
+
+def _dot3(F, U):
+    """``<F, U>`` for ``k = 3`` in the order ``einsum`` adds (checked at first use)."""
+    F *= U
+    s = F[..., 0] + F[..., 2]
+    s += F[..., 1]
+    return s
+
+
+_DOT3_IS_EINSUM = []
+
+
+def _dot3_is_einsum():
+    """Whether :func:`_dot3` is bit-identical to ``einsum`` on this numpy (cached).
+
+    ``einsum("nbk,nbk->nb")`` with ``k = 3`` adds the products as ``(p0 + p2) +
+    p1`` (numpy 2.x, measured); this checks it on 4096 random triples
+    (values of every magnitude), and otherwise the einsum itself is used.
+    """
+    if not _DOT3_IS_EINSUM:
+        rng = np.random.default_rng(0)
+        F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
+        U = rng.standard_normal((64, 64, 3))
+        _DOT3_IS_EINSUM.append(bool(np.array_equal(_dot3(F.copy(), U.copy()),
+                                                   _dot_einsum(F, U))))
+    return _DOT3_IS_EINSUM[0]
+
+
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _row_hashes(words):
+    """A 64-bit multiplicative hash of every row of a 2-D uint64 array."""
+    h = np.zeros(words.shape[0], dtype=np.uint64)
+    for col in words.T:  # loop over columns (k' of them), not rows
+        h ^= col
+        h *= _HASH_MULTIPLIER
+        h ^= h >> np.uint64(29)
+    return h
+
+
+def _distinct_rows(A):
+    """Bitwise-distinct rows of a 2-D float array: ``first`` indices and each row's ``key``.
+
+    ``A[first][key]`` equals ``A`` bit for bit. Rows are hashed (64-bit
+    multiplicative hash of their words) and sorted by hash; a collision
+    (checked) falls back on ``np.unique`` of the rows' bytes.
+
+    Returns
+    -------
+    first : ndarray of shape (n_distinct,)
+    key : ndarray of shape (n_rows,)
+    """
+    words = np.ascontiguousarray(A).view(np.uint64).reshape(A.shape[0], -1)
+    _, first, key = np.unique(_row_hashes(words), return_index=True, return_inverse=True)
+    if not np.array_equal(words[first][key], words):
+        _, first, key = np.unique(words, axis=0, return_index=True, return_inverse=True)
+    return first, key.reshape(-1)
+
+
+_SIGN_BITS = np.uint64(1 << 63)
+
+
+def _negation_order(words):
+    """Order distinct rows so that the last ``n_pairs`` are the negations of the first.
+
+    ``words`` (n_distinct, p) are the bits of distinct float rows; the order
+    puts the rows whose negation (every sign bit flipped) is also a row
+    first (``n_pairs`` of them), then the rows without one, then the
+    negations in the order of the first: ``rows[order][-n_pairs:] ==
+    -rows[order][:n_pairs]`` bit for bit (on ratings data ``y x`` with
+    ``y = +-1``: an item rated both ways). A hash collision only loses a pair.
+
+    Returns
+    -------
+    order : ndarray of shape (n_distinct,)
+    n_pairs : int
+    """
+    n = words.shape[0]
+    h = _row_hashes(words)
+    by_hash = np.argsort(h, kind="stable")
+    hn = _row_hashes(words ^ _SIGN_BITS)
+    pos = np.minimum(np.searchsorted(h[by_hash], hn), max(n - 1, 0))
+    partner = by_hash[pos] if n else pos
+    ok = (h[partner] == hn) & (words[partner] == (words ^ _SIGN_BITS)).all(axis=1)
+    index = np.arange(n)
+    ok &= ok[partner] & (partner[partner] == index)      # mutual pairs only
+    first = np.flatnonzero(ok & (index < partner))
+    second = partner[first]
+    alone = np.flatnonzero(~ok)
+    return np.concatenate([first, alone, second]), int(first.shape[0])
+
+
 class _GridCounter:
-    """Per-user minimum over the direction grid of the margin-loss counts, in cache-sized steps.
+    """Per-user minimum over the direction grid of the margin-loss counts.
+
+    For every user ``i`` and candidate ``c`` of a chunk it lowers
+    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
+    0/1 losses are computed once per *distinct* row of the block (``key``:
+    each row's distinct row; on ratings data a block's rows are a few
+    thousand items rated by hundreds of users), in cache-sized steps of
+    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, and stored
+    as bytes. The users' counts are one sparse product ``A @ losses`` with
+    ``A[p, key]`` the number of rows of *piece* ``p`` (a run of at most
+    :attr:`CAP` consecutive rows of one user) equal to distinct row ``key``,
+    the losses of a distinct row viewed as 64-bit words: each byte counts
+    one (candidate, direction) and no byte can carry into the next because
+    a piece has at most 255 rows; pieces of a user with more rows are added
+    in ``int64`` afterwards.
+
+    The dot products are the same ``(rows * candidates, k) @ (k, D)``
+    products as one product over every row of the block (rows of the left
+    operand do not interact; a single-row product, which numpy sends to a
+    different BLAS routine, is padded to two rows), and equal rows give
+    equal products, so the counts are exact and equal to the row-by-row
+    computation.
+    """
+
+    CAP = 255
+
+    def __init__(self, seg, n_dir, key, n_keys, n_pairs=0):
+        counts = seg.counts
+        self.n_dir = n_dir
+        self.n_keys = n_keys
+        self.n_pairs = n_pairs
+        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
+        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        piece_start = seg.offsets[:-1][self.piece_user] \
+            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        self.owner = sp.csr_matrix(
+            (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
+            shape=(self.piece_user.shape[0], n_keys))
+        self.owner.sum_duplicates()
+        self.piece_start = piece_start
+        self._buffers = {}
+        self.n_users = seg.n_users
+        # users with more than CAP rows: their pieces' counts are added in int64
+        self.split_users = np.flatnonzero(n_pieces > 1)
+        self.whole = n_pieces[self.piece_user] == 1
+        split = ~self.whole
+        self.split_pieces = np.flatnonzero(split)
+        self.split_runs = np.flatnonzero(np.r_[True, np.diff(self.piece_user[split]) != 0])
+
+    def user_counts(self, lost):
+        """Per-user counts of row-aligned 0/1 values, as float32 (exact).
+
+        ``lost`` (n_rows, p) bool with ``p`` a multiple of 8: the rows of a
+        piece are added as 64-bit words (byte counters, at most :attr:`CAP`
+        rows: no carry), the pieces of longer users in int64.
+        """
+        out = np.zeros((self.n_users, lost.shape[1]), dtype=np.float32)
+        if self.piece_start.shape[0] == 0:
+            return out
+        counts = np.add.reduceat(lost.view(np.uint64), self.piece_start, axis=0)
+        counts = counts.view(np.uint8)
+        out[self.piece_user[self.whole]] = counts[self.whole]
+        if self.split_users.shape[0]:
+            out[self.split_users] = np.add.reduceat(
+                counts[self.split_pieces].astype(np.int64), self.split_runs, axis=0)
+        return out
+
+    def min_loss_counts(self, yF, dirs_t, threshold, best, multi=True):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts.
+
+        ``yF`` holds the distinct rows' projections, shape (n_keys, b, k);
+        ``multi``: pad a single-row product to two rows.
+        """
+        n_keys, b, k = yF.shape
+        n_dir = self.n_dir
+        n_pieces = self.piece_user.shape[0]
+        if n_pieces == 0:
+            return
+        width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
+        step = max(1, _GRID_STEP_ELEMENTS // (b * n_dir))
+        if b not in self._buffers:  # allocated once per chunk width (no page faults)
+            self._buffers[b] = (np.zeros((n_keys, width), dtype=bool),  # padding stays 0
+                                np.empty((max(min(step, n_keys) * b, 2), n_dir)))
+        losses, dots = self._buffers[b]
+        pairs = self.n_pairs
+        mirror = n_keys - pairs     # distinct row mirror + i is the negation of row i
+        for r0 in range(0, mirror, step):  # cache-sized steps of distinct rows
+            r1 = min(mirror, r0 + step)
+            m = r1 - r0
+            left = yF[r0:r1].reshape(m * b, k)
+            if m * b == 1 and multi:    # keep the multi-row BLAS routine
+                g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
+            else:
+                g = np.matmul(left, dirs_t, out=dots[:m * b])
+            g = g.reshape(m, b * n_dir)
+            np.less_equal(g, threshold, out=losses[r0:r1, :b * n_dir])
+            if r0 < pairs:  # the negated rows' products are exactly -g: -g <= t iff g >= -t
+                e = min(r1, pairs)
+                np.greater_equal(g[:e - r0], -threshold,
+                                 out=losses[mirror + r0:mirror + e, :b * n_dir])
+        # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
+        counts = (self.owner @ losses.view(np.uint64)).view(np.uint8)
+        counts = counts[:, :b * n_dir].reshape(n_pieces, b, n_dir)
+        users = self.piece_user[self.whole]
+        best[users] = np.minimum(best[users], counts.min(axis=-1)[self.whole])
+        if self.split_users.shape[0]:
+            totals = np.add.reduceat(counts[self.split_pieces].astype(np.int64),
+                                     self.split_runs, axis=0)
+            best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
+
+
+class _RowGridCounter:
+    """Row-by-row :class:`_GridCounter` (blocks with few equal rows), in cache-sized steps.
 
     For every user ``i`` and candidate ``c`` of a chunk it lowers
     ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
@@ -273,17 +554,17 @@ class _GridCounter:
     to the unchunked computation.
     """
 
-    CAP = 255
+    CAP = 255  # (tests set _GridCounter.CAP: both counters read it)
 
     def __init__(self, seg, n_dir):
         counts = seg.counts
         self.n_dir = n_dir
         self.n_rows = seg.n_rows
-        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
+        n_pieces = -(-counts // _GridCounter.CAP)                     # 0 for users without rows
         self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
         first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
         self.piece_start = seg.offsets[:-1][self.piece_user] \
-            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+            + (np.arange(self.piece_user.shape[0]) - first) * _GridCounter.CAP
         # users with more than CAP rows: their pieces' counts are added in int64
         self.split_users = np.flatnonzero(n_pieces > 1)
         slot = np.full(seg.n_users, -1)
@@ -531,6 +812,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
     total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
+    weighted = _weighted_summer(seg)  # (values, w) -> total(values * w[:, None])
     C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
@@ -540,9 +822,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = total(A * (-y * p)[:, None]) \
-            + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        grad = weighted(A, -y * p) + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = weighted(outer, p * (1.0 - p)).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -599,6 +880,47 @@ def _segment_summer(seg):
     owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
                           shape=(seg.n_users, seg.n_rows))
     return lambda values: np.asarray(owner @ values)
+
+
+def _weighted_summer(seg):
+    """``(values, w) -> _segment_summer(seg)(values * w[:, None])``, bit for bit.
+
+    With :func:`_weighted_sum_is_exact` the weights are the sparse matrix's
+    entries (one product ``w_j * v_j`` per term, as in the elementwise
+    product, and no temporary); otherwise the elementwise product is formed.
+    """
+    total = _segment_summer(seg)
+    if not _weighted_sum_is_exact():
+        return lambda values, w: total(values * w[:, None])
+    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
+                          shape=(seg.n_users, seg.n_rows))
+
+    def weighted(values, w):
+        owner.data[:] = w
+        return np.asarray(owner @ values)
+    return weighted
+
+
+_WEIGHTED_SUM_IS_EXACT = []
+
+
+def _weighted_sum_is_exact():
+    """Whether scipy's sparse product with weights ``w`` equals the sum of ``v * w`` (cached).
+
+    True when the product rounds ``w_j * v_j`` before adding it (no fused
+    multiply-add); checked once on random values of every magnitude.
+    """
+    if not _WEIGHTED_SUM_IS_EXACT:
+        rng = np.random.default_rng(0)
+        n = 4096
+        offsets = np.r_[0, np.sort(rng.integers(0, n, 63)), n]
+        V = rng.standard_normal((n, 16)) * 2.0 ** rng.integers(-30, 30, (n, 1))
+        w = rng.random(n) * 2.0 ** rng.integers(-30, 30, n)
+        ones = sp.csr_matrix((np.ones(n), np.arange(n), offsets), shape=(64, n))
+        weights = sp.csr_matrix((w, np.arange(n), offsets), shape=(64, n))
+        _WEIGHTED_SUM_IS_EXACT.append(bool(np.array_equal(
+            np.asarray(weights @ V), np.asarray(ones @ (V * w[:, None])))))
+    return _WEIGHTED_SUM_IS_EXACT[0]
 
 
 def _user_chunks(seg, n_cols):
