@@ -216,13 +216,15 @@ class FitRandomness:
     """
 
     def __init__(self, random_state):
-        self.seeded = noise_is_seeded(random_state)
+        # noise="secure": the privacy noise and the key of the client sampling
+        # come from OpenDP / OS entropy, never from random_state
+        from ..privacy.mechanisms import _secure_mode, fit_key
+
+        self.seeded = noise_is_seeded(random_state) and not _secure_mode()
         root = seed_sequence(random_state)
         noise, public, key = root.spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))
         self.public = np.random.Generator(np.random.PCG64(public))
-        # noise="secure": the key of the client sampling comes from OS entropy
-        from ..privacy.mechanisms import fit_key
 
         self.key = fit_key(key.generate_state(2, dtype=np.uint64), random_state)
 

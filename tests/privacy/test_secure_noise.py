@@ -314,6 +314,11 @@ def test_secure_fits_not_reproducible_from_seed():
         a = PrivateFedRepRegressor(max_iter=1, random_state=0).fit(X, y, groups=g)
         b = PrivateFedRepRegressor(max_iter=1, random_state=0).fit(X, y, groups=g)
     assert not np.array_equal(a.components_, b.components_)
+    # so the report must not claim the noise is reproducible from the seed
+    assert not a.privacy_report_.noise_seeded
+    assert "reproducible from random_state" not in str(a.privacy_report_)
+    c = PrivateFedRepRegressor(max_iter=1, random_state=0).fit(X, y, groups=g)
+    assert c.privacy_report_.noise_seeded  # numpy mode: it is
 
 
 @requires_opendp
