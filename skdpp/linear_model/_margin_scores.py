@@ -511,11 +511,7 @@ class _GridCounter:
         for r0 in range(0, mirror, step):  # cache-sized steps of distinct rows
             r1 = min(mirror, r0 + step)
             m = r1 - r0
-            left = yF[r0:r1].reshape(m * b, k)
-            if m * b == 1 and multi:    # keep the multi-row BLAS routine
-                g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
-            else:
-                g = np.matmul(left, dirs_t, out=dots[:m * b])
+            g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
             g = g.reshape(m, b * n_dir)
             np.less_equal(g, threshold, out=losses[r0:r1, :b * n_dir])
             if r0 < pairs:  # the negated rows' products are exactly -g: -g <= t iff g >= -t
@@ -625,11 +621,7 @@ class _RowGridCounter:
         multi = n_rows * b > 1           # the unchunked product is a multi-row product
         for r0, r1, p0, p1, offsets, parts in steps:  # cache-sized steps of whole pieces
             m = r1 - r0
-            left = yF[r0:r1].reshape(m * b, k)
-            if m * b == 1 and multi:    # keep the multi-row BLAS routine
-                g = np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
-            else:
-                g = np.matmul(left, dirs_t, out=dots[:m * b])
+            g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
             lost = losses[:m]
             np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
             # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
@@ -880,6 +872,15 @@ def _segment_summer(seg):
     owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
                           shape=(seg.n_users, seg.n_rows))
     return lambda values: np.asarray(owner @ values)
+
+
+def _grid_dots(left, dirs_t, dots, multi):
+    """``left @ dirs_t`` into the buffer ``dots``; a single row of a product that is
+    multi-row when unchunked (``multi``) is computed as two rows, so that BLAS
+    uses the same (multi-row) routine and rounding as the whole product."""
+    if left.shape[0] == 1 and multi:
+        return np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
+    return np.matmul(left, dirs_t, out=dots[:left.shape[0]])
 
 
 def _weighted_summer(seg):
