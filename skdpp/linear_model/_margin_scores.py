@@ -347,7 +347,7 @@ def _dot3_is_einsum():
     (values of every magnitude), and otherwise the einsum itself is used.
     """
     if not _DOT3_IS_EINSUM:
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
         F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
         U = rng.standard_normal((64, 64, 3))
         _DOT3_IS_EINSUM.append(bool(np.array_equal(_dot3(F.copy(), U.copy()),
@@ -912,7 +912,7 @@ def _weighted_sum_is_exact():
     multiply-add); checked once on random values of every magnitude.
     """
     if not _WEIGHTED_SUM_IS_EXACT:
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
         n = 4096
         offsets = np.r_[0, np.sort(rng.integers(0, n, 63)), n]
         V = rng.standard_normal((n, 16)) * 2.0 ** rng.integers(-30, 30, (n, 1))
