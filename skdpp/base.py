@@ -373,6 +373,13 @@ class BasePersonalizedEstimator(BaseEstimator):
     # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
     _personal_attributes: tuple = ()
 
+    #: The module (or object) implementing the paper's algorithm, with
+    #: ``plan(config, meta) -> BudgetPlan`` (every release the run will make)
+    #: and ``run(executor, release, randomness, meta, config) -> FitResult``
+    #: (the driver; every release through ``release``). ``config`` is
+    #: :meth:`_fit_config`'s frozen configuration. See the architecture page.
+    _algorithm = None
+
     def __init_subclass__(cls, **kwargs):
         """Run every public entry point of ``cls`` under :func:`quiet_numerics`.
 
@@ -473,6 +480,7 @@ class BasePersonalizedEstimator(BaseEstimator):
             self._discard_fitted_attributes()
             with quiet_numerics():
                 data = self._validate_fit_data(X, y, groups)
+            self._check_delta(data.meta["n_users"])
             randomness = FitRandomness(self.random_state)
             # BLAS threads by problem size, numpy's floating-point defaults
             # (see ``_fit_environment``), both restored after.
@@ -497,8 +505,16 @@ class BasePersonalizedEstimator(BaseEstimator):
         attributes : dict
             The fitted attributes, ``privacy_report_`` included.
         """
-        release = Releaser(self._budget_plan(meta), randomness.noise, seeded=randomness.seeded)
-        result = self._fit_core(executor, release, randomness, meta)
+        algorithm = self._algorithm
+        if algorithm is None:  # not yet migrated to an algorithm module (issue 21)
+            release = Releaser(self._budget_plan(meta), randomness.noise,
+                               seeded=randomness.seeded)
+            result = self._fit_core(executor, release, randomness, meta)
+        else:
+            config = self._fit_config(meta)
+            release = Releaser(algorithm.plan(config, meta), randomness.noise,
+                               seeded=randomness.seeded)
+            result = algorithm.run(executor, release, randomness, meta, config)
         report = release.report(n_users=meta["n_users"], released=result.released,
                                 local=result.local, notes=result.notes,
                                 not_covered=result.not_covered)
@@ -518,7 +534,6 @@ class BasePersonalizedEstimator(BaseEstimator):
         with np.errstate(over="ignore", invalid="ignore"):
             X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
-        self._check_delta(index.n_users)
         return FitData(
             X=X, y=y, index=index,
             meta={"n_users": int(index.n_users), "n_features": int(X.shape[1])},
@@ -534,9 +549,24 @@ class BasePersonalizedEstimator(BaseEstimator):
         """Blocks of whole users in canonical order (override for other layouts)."""
         return make_blocks(data.X, data.y, data.index)
 
+    def _fit_config(self, meta):
+        """The frozen configuration of the algorithm, from the parameters and ``meta``.
+
+        A pure function of the estimator's parameters and the public metadata
+        (no data), declared by each estimator that has an ``_algorithm``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no algorithm configuration")
+
     def _budget_plan(self, meta):
-        """The fit's :class:`~skdpp.privacy.BudgetPlan` (subclasses implement)."""
-        raise NotImplementedError
+        """The fit's :class:`~skdpp.privacy.BudgetPlan`, from public values only.
+
+        ``algorithm.plan(config, meta)``; :class:`~skdpp.PrivateRandomizedSearchCV`
+        and :func:`skdpp.privacy.privacy_report` use it to plan a fit without
+        running it.
+        """
+        if self._algorithm is None:
+            raise NotImplementedError
+        return self._algorithm.plan(self._fit_config(meta), meta)
 
     def _fit_core(self, executor, release, randomness, meta):
         """Run the algorithm; return a :class:`FitResult` (subclasses implement).
@@ -562,7 +592,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"that publishes one whole user's data at random would meet this "
                 f"guarantee. Use delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
                 PrivacyLeakWarning,
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
 
     def _validate_personal_input(self, X, y):

@@ -79,10 +79,6 @@ class _Prepared:
         self.blocks, self.attributes, self.summary = blocks, attributes, summary
 
 
-def _skip_delta_check(n_users):
-    """Stands in for ``_check_delta`` on the workers (checked on the driver)."""
-
-
 def _per_user_names(estimator):
     """The validation attributes with one entry per user (they stay on the workers).
 
@@ -112,8 +108,6 @@ def _validate_partition(estimator, raw):
     """
     estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
     before = dict(vars(estimator))
-    # delta is checked once, on the driver, against the total number of users.
-    estimator._check_delta = _skip_delta_check
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
@@ -124,7 +118,7 @@ def _validate_partition(estimator, raw):
     id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
         else None
     set_by_validation = {k: v for k, v in vars(estimator).items()
-                         if k != "_check_delta" and (k not in before or before[k] is not v)}
+                         if k not in before or before[k] is not v}
     summary = {"id_range": id_range, "vocabulary": vocabulary,
                "id_kinds": id_kinds(users) if users.size else frozenset(),
                "set_by_validation": set_by_validation,
@@ -372,10 +366,10 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
             f.release()
         meta, attributes = _combine_partitions(
             estimator, [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
-        # As in ``fit``: the delta warning (from the total number of users), then
-        # validation's other warnings, each distinct one once.
-        estimator._check_delta(meta["n_users"])
+        # As in ``fit``: validation's warnings, each distinct one once, then the
+        # delta warning (from the total number of users).
         _reemit([s["warnings"] for s in checked])
+        estimator._check_delta(meta["n_users"])
         per_user_names = _per_user_names(estimator)
         who = client.who_has(prepared)
         workers = [(who.get(f.key) or (None,))[0] for f in prepared]
