@@ -27,7 +27,8 @@ import numbers
 
 from .calibration import Phase, calibrate
 
-__all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "BudgetPlan", "resolve_clip_share"]
+__all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "BudgetPlan", "phase_shares",
+           "resolve_clip_share"]
 
 # Explicit shares summing to within this of 1 leave the rest phases no budget.
 _SHARE_TOL = 1e-9
@@ -268,3 +269,66 @@ def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
         if phase not in plan or plan[phase] <= AUTO_CLIP_NOISE * max(n_users, 1):
             break
     return chosen
+
+
+def phase_shares(budget_shares, defaults, *, owner):
+    """Resolve an estimator's ``budget_shares`` against its default phase shares.
+
+    The one way every estimator (and transformer) exposes the split of its
+    budget: a mapping from the phase names of its plan (the names its
+    ``privacy_report_`` shows) to shares of the zCDP budget. Phases left out
+    keep their documented defaults.
+
+    Parameters
+    ----------
+    budget_shares : dict or None
+        The parameter's value (``None``: all defaults).
+    defaults : dict
+        Phase name -> default share (a float in ``[0, 1)``, or ``"auto"`` where
+        the estimator has a public rule, e.g. the ``"clip"`` phase of
+        automatic bounds, :func:`resolve_clip_share`).
+    owner : str
+        The estimator's class name, for error messages.
+
+    Returns
+    -------
+    shares : dict
+        ``defaults`` updated with ``budget_shares``.
+
+    Raises
+    ------
+    ValueError
+        If a key is not one of the phases in ``defaults``, or a share is not a
+        number in ``[0, 1)`` (``"auto"`` only where the default is ``"auto"``).
+
+    Examples
+    --------
+    >>> from skdpp.privacy._plan import phase_shares
+    >>> phase_shares({"init": 0.2}, {"init": 0.1, "cold_start": 0.02}, owner="Est")
+    {'init': 0.2, 'cold_start': 0.02}
+    """
+    shares = dict(defaults)
+    if budget_shares is None:
+        return shares
+    if not isinstance(budget_shares, dict):
+        raise ValueError(
+            f"{owner}: budget_shares must be a dict mapping phase names to shares, or "
+            f"None, got {budget_shares!r}. Valid phases: {sorted(defaults)}.")
+    for name, share in budget_shares.items():
+        if name not in defaults:
+            raise ValueError(
+                f"{owner}: budget_shares has the key {name!r}, which is not a phase with "
+                f"a share of its own. Valid keys: {sorted(defaults)} (the other phases "
+                f"split the rest).")
+        auto_ok = isinstance(defaults[name], str)
+        if isinstance(share, str) and auto_ok and share == "auto":
+            shares[name] = share
+            continue
+        if isinstance(share, bool) or not isinstance(share, numbers.Real) \
+                or not 0.0 <= float(share) < 1.0:
+            allowed = "a number in [0, 1)" + (' or "auto"' if auto_ok else "")
+            raise ValueError(
+                f"{owner}: budget_shares[{name!r}] must be {allowed}, got {share!r}. A "
+                f"share is a fraction of the fit's zCDP budget; 0 drops the phase.")
+        shares[name] = float(share)
+    return shares
