@@ -99,7 +99,7 @@ import numpy as np
 from scipy import optimize
 
 from ._gdp import gaussian_epsilon, gaussian_mu
-from ._rdp import DEFAULT_RDP_ORDERS, rdp_to_delta
+from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
 from .accounting import PrivacyAccountant
 from .calibration import params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
@@ -119,11 +119,6 @@ __all__ = [
 
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
-# Largest continuous Rényi order searched by the conversions (the bounds hold
-# for every real order > 1; very small budgets have their optimum far out).
-_MAX_ORDER = 1e7
-_MIN_ORDER = 1.0 + 1e-9
-_DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
 
 
 # --------------------------------------------------------------------------
@@ -162,119 +157,6 @@ def _tnb_gamma(mean, eta):
         if lo < -1e4:  # pragma: no cover - means beyond exp(1e4)
             raise ValueError(f"Cannot find gamma for mean={mean!r}, eta={eta!r}.")
     return math.exp(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
-
-
-# --------------------------------------------------------------------------
-# zCDP conversions
-# --------------------------------------------------------------------------
-
-def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
-    """min over orders λ > 1 of ``rdp(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``.
-
-    ``rdp_at`` is an RDP bound valid at every real order > 1 (vectorised). The
-    minimum is taken over ``grid`` and then refined over continuous orders
-    around the best grid point (every value is a valid ε; the refinement only
-    tightens it).
-    """
-    log_delta = math.log(delta)
-
-    def penalty(lam):
-        return np.log1p(-1.0 / lam) - (log_delta + np.log(lam)) / (lam - 1.0)
-
-    def conv(lam):
-        lam = np.asarray(lam, dtype=float)
-        return rdp_at(lam) + penalty(lam)
-
-    grid = np.sort(np.asarray(grid, dtype=float))
-    grid = np.concatenate([grid, np.geomspace(grid[-1] * 2.0, max_order, 14)])
-    # On the grid, a bound at a higher order is also a bound at a lower one.
-    rdp = np.minimum.accumulate(np.asarray(rdp_at(grid), dtype=float)[::-1])[::-1]
-    values = rdp + penalty(grid)
-    i = int(np.nanargmin(values))
-    best = float(values[i])
-    lo = grid[i - 1] if i > 0 else _MIN_ORDER
-    hi = grid[i + 1] if i + 1 < grid.size else max_order
-    res = optimize.minimize_scalar(lambda x: float(conv(x)), bounds=(lo, hi),
-                                   method="bounded", options={"xatol": 1e-10 * hi})
-    if res.success and res.fun < best:
-        best = float(res.fun)
-    return max(0.0, best)
-
-
-def zcdp_epsilon(rho, delta):
-    """ε at δ of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
-
-    Parameters
-    ----------
-    rho : float
-        zCDP parameter ``ρ >= 0`` (RDP ``ρλ`` at every order λ).
-    delta : float
-        Target δ in ``(0, 1)``.
-
-    Returns
-    -------
-    epsilon : float
-
-    Examples
-    --------
-    >>> from skdpp.privacy._tuning import zcdp_epsilon
-    >>> round(zcdp_epsilon(0.01, 1e-6), 4)
-    0.6217
-    """
-    rho, delta = float(rho), float(delta)
-    if rho == 0.0:
-        return 0.0
-    if math.isinf(rho):
-        return math.inf
-    return _cks_epsilon(lambda lam: rho * lam, delta)
-
-
-def zcdp_delta(rho, epsilon):
-    """δ at ε of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
-
-    ``log δ = min_{λ>1} (λ − 1)(ρλ − ε + log1p(−1/λ)) − log λ`` (a convex
-    function of λ), minimised over continuous orders; also bounded by
-    ``sqrt(1 − e^{−ρ})`` (Bretagnolle–Huber, KL <= ρ) and by 1.
-
-    Parameters
-    ----------
-    rho : float
-        zCDP parameter ``ρ >= 0``.
-    epsilon : float
-        ``ε >= 0``.
-
-    Returns
-    -------
-    delta : float
-
-    Examples
-    --------
-    >>> from skdpp.privacy._tuning import zcdp_delta, zcdp_epsilon
-    >>> eps = zcdp_epsilon(0.01, 1e-6)
-    >>> bool(abs(zcdp_delta(0.01, eps) - 1e-6) < 1e-9)
-    True
-    """
-    rho, epsilon = float(rho), float(epsilon)
-    if rho == 0.0:
-        return 0.0
-    if math.isinf(rho):
-        return 1.0
-
-    def log_delta(lam):
-        lam = np.asarray(lam, dtype=float)
-        return (lam - 1.0) * (rho * lam - epsilon + np.log1p(-1.0 / lam)) - np.log(lam)
-
-    # Convex in λ: locate the minimum on a logarithmic grid, then refine it.
-    grid = _DELTA_GRID
-    values = log_delta(grid)
-    i = int(np.argmin(values))
-    lo = grid[i - 1] if i > 0 else _MIN_ORDER
-    hi = grid[i + 1] if i + 1 < grid.size else _MAX_ORDER
-    res = optimize.minimize_scalar(lambda x: float(log_delta(x)), bounds=(lo, hi),
-                                   method="bounded", options={"xatol": 1e-12 * hi})
-    # Also δ <= sqrt(1 − e^{−KL}) with KL <= ρ (Bretagnolle–Huber), as rdp_to_delta.
-    best = min(float(res.fun), float(values[i]), 0.5 * math.log(-math.expm1(-rho)))
-    return float(min(1.0, math.exp(min(best, 0.0))))
 
 
 # --------------------------------------------------------------------------
