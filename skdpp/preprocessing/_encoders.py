@@ -1,0 +1,347 @@
+"""PrivateOneHotEncoder: categories selected under user-level DP."""
+
+import itertools
+import math
+from numbers import Integral
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
+
+from ..linear_model._labels import label_codes, label_counts_block, labels_sensitivity
+from ..privacy import BudgetPlan
+from ..utils._executor import LocalExecutor
+from ..utils._grouped import UserIndex, make_blocks
+from ._base import BasePrivateTransformer
+
+__all__ = ["PrivateOneHotEncoder"]
+
+#: Share of ``delta`` reserved for the threshold of the category selection
+#: (the same fraction as the private item catalogue of ``AdaptiveWeightMF``);
+#: the Gaussian counts are calibrated to the rest.
+THRESHOLD_DELTA_FRACTION = 0.25
+#: The phase of the category selection.
+SELECT_PHASE = "categories"
+#: Name suffix of the output column of the categories outside ``categories_``
+#: (``handle_unknown="infrequent_if_exist"``), as in scikit-learn.
+INFREQUENT = "infrequent_sklearn"
+
+
+class PrivateOneHotEncoder(BasePrivateTransformer):
+    """Encode categorical columns as one-hot columns; categories selected under user-level DP.
+
+    The user-level private counterpart of
+    :class:`sklearn.preprocessing.OneHotEncoder`. A vocabulary fitted on
+    private data publishes every rare category (a category held by one user
+    appears or disappears with that user); here each column's categories are
+    chosen by *private partition selection*: each user counts once for each
+    of at most ``max_categories_per_user`` of its categories, the counts get
+    Gaussian noise and a category is kept iff its noisy count clears a
+    threshold. Categories given in ``categories`` are public: nothing is
+    released for them.
+
+    Parameters
+    ----------
+    categories : "auto" or list of array-like, default="auto"
+        ``"auto"``: selected privately per column. A list (one array of
+        categories per column): public categories (free; no release, the
+        report says so).
+    max_categories_per_user : int, default=4
+        Cap on the categories one user contributes to per column (its most
+        frequent ones, ties broken by category order; a function of that
+        user's rows only). A larger cap lets users with many categories
+        count for all of them but raises the sensitivity (``sqrt(2 cap
+        n_columns)``) and the selection threshold.
+    separator : str, default=None
+        Multi-label string columns: a cell ``"Comedy|Drama"`` holds the
+        categories ``"Comedy"`` and ``"Drama"`` (``separator="|"``) and is
+        encoded multi-hot. Applies to string (object) columns; ``None``: a
+        cell is one category.
+    handle_unknown : {"ignore", "infrequent_if_exist", "error"}, default="ignore"
+        What ``transform`` does with a value outside ``categories_``:
+        ``"ignore"``: all its one-hot columns are 0; ``"infrequent_if_exist"``:
+        every column gets one more output column, ``<feature>_infrequent_sklearn``,
+        which is 1 for such values (here "infrequent" means "not selected");
+        ``"error"``: raise a ``ValueError``. The default differs from
+        scikit-learn's ``"error"`` on purpose: with a private selection the
+        training data itself holds unselected categories, and a
+        ``fit_transform`` that raises because of one user's rare category
+        would reveal it.
+    sparse_output : bool, default=True
+        Return a CSR matrix (scikit-learn's default) or a dense array.
+    dtype : number type, default=np.float64
+        Desired dtype of the output.
+    epsilon : float, default=1.0
+        Privacy budget ε in ``(0, inf]``; ``np.inf`` keeps every present
+        category (no noise, no threshold).
+    delta : float, default=1e-6
+        Privacy parameter δ in ``[0, 1)``; ``0.25 delta`` is the threshold's
+        δ, the Gaussian counts are calibrated to the rest.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the privacy noise (``None``: fresh OS entropy).
+
+    Attributes
+    ----------
+    categories_ : list of ndarray
+        The categories of each column, sorted (published; the output columns
+        in this order).
+    n_users_ : int
+    privacy_report_ : PrivacyReport
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined only when ``X`` has feature names that are all strings.
+
+    See Also
+    --------
+    sklearn.preprocessing.OneHotEncoder : the non-private transformer.
+
+    Notes
+    -----
+    **Guarantee.** ``(epsilon, delta)``-DP under *replace one user's entire
+    data* (the number of users is public); ``transform`` is post-processing.
+
+    **Release and sensitivity.** One partition selection over the candidates
+    of every ``"auto"`` column together (Gopi et al. 2020; Desfontaines et
+    al. 2022; :meth:`skdpp.privacy.Releaser.select_partitions`, the machinery
+    of the private item catalogue and label sets): a candidate is a
+    (column, category) pair with a nonzero capped count, so one user creates
+    at most ``L = max_categories_per_user * n_columns`` candidates and its
+    0/1 contribution vector has at most ``L`` ones; the count vector has L2
+    sensitivity ``sqrt(2 L)`` under replace-one-user. Each count gets
+    Gaussian noise ``sigma = z sqrt(2 L)`` and is kept iff it exceeds
+    ``1 + sigma Phi^-1(1 - delta_t / L)``: a category held by the replaced
+    user only is published with probability at most ``delta_t = 0.25
+    delta``, whatever the number of categories the user invents.
+
+    **Input domain.** A column's kind follows its dtype (a pandas column's
+    own dtype): numeric columns have numeric categories and must be finite;
+    other (object, string) columns are compared as strings (``str(value)``).
+
+    Not supported (scikit-learn parameters): ``drop``, ``min_frequency`` and
+    ``max_categories`` (the selection plays their role).
+
+    References
+    ----------
+    .. [1] Gopi, S., Gulhane, P., Kulkarni, J., Shen, J. H., Shokouhi, M. and
+           Yekhanin, S. (2020). Differentially Private Set Union. ICML.
+    .. [2] Desfontaines, D., Voss, J., Gipson, B. and Mandayam, C. (2022).
+           Differentially private partition selection. PoPETs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdpp.preprocessing import PrivateOneHotEncoder
+    >>> rng = np.random.default_rng(0)
+    >>> groups = np.arange(3000)
+    >>> genres = rng.choice(["Comedy", "Drama", "Comedy|Drama", "Horror"], size=3000)
+    >>> genres[0] = "Secret"            # one user's rare category
+    >>> enc = PrivateOneHotEncoder(separator="|", random_state=0)
+    >>> enc = enc.fit(genres.reshape(-1, 1), groups=groups)
+    >>> enc.categories_
+    [array(['Comedy', 'Drama', 'Horror'], dtype='<U6')]
+    >>> enc.transform([["Drama|Comedy"], ["Secret"]]).toarray()
+    array([[1., 1., 0.],
+           [0., 0., 0.]])
+    """
+
+    _parameter_constraints: dict = {
+        **BasePrivateTransformer._parameter_constraints,
+        "categories": [StrOptions({"auto"}), list],
+        "max_categories_per_user": [Interval(Integral, 1, None, closed="left")],
+        "separator": [str, None],
+        "handle_unknown": [StrOptions({"ignore", "infrequent_if_exist", "error"})],
+        "sparse_output": ["boolean"],
+        "dtype": "no_validation",
+    }
+
+    def __init__(self, *, categories="auto", max_categories_per_user=4, separator=None,
+                 handle_unknown="ignore", sparse_output=True, dtype=np.float64,
+                 epsilon=1.0, delta=1e-6, random_state=None):
+        self.categories = categories
+        self.max_categories_per_user = max_categories_per_user
+        self.separator = separator
+        self.handle_unknown = handle_unknown
+        self.sparse_output = sparse_output
+        self.dtype = dtype
+        self.epsilon = epsilon
+        self.delta = delta
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ columns
+    def _columns(self, X, reset):
+        """The validated columns of ``X`` (a list of 1-D arrays) and their kinds."""
+        frame = hasattr(X, "iloc") and hasattr(X, "dtypes")
+        if frame:
+            kinds = ["number" if dt.kind in "biuf" else "str" for dt in X.dtypes]
+        Xv = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=reset)
+        if not frame:
+            kinds = ["number" if Xv.dtype.kind in "biuf" else "str"] * Xv.shape[1]
+        if reset:
+            self._kinds = kinds
+        elif not frame:  # an ndarray after a fit on a frame: the fitted kinds rule
+            kinds = self._kinds
+        columns = []
+        for j, kind in enumerate(kinds):
+            col = X.iloc[:, j].to_numpy() if frame else Xv[:, j]
+            if kind == "number":
+                col = np.asarray(col)
+                if col.dtype.kind not in "biuf":
+                    col = col.astype(np.float64)
+                if col.dtype.kind == "f" and not np.isfinite(col).all():
+                    raise ValueError(
+                        f"Input X contains NaN or infinity in the numeric column {j}: "
+                        f"numeric categories must be finite (the input domain of "
+                        f"{type(self).__name__}). Impute first, or pass the column as "
+                        f"strings (then 'nan' is a category).")
+            else:
+                col = np.asarray(col).astype(str)
+            columns.append(col)
+        return columns
+
+    def _tokens(self, col):
+        """``(rows, tokens)``: the categories of each cell (several with ``separator``)."""
+        if self.separator is None or col.dtype.kind != "U":
+            return np.arange(col.shape[0]), col
+        parts = np.char.split(col, self.separator)
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=parts.shape[0])
+        tokens = np.array(list(itertools.chain.from_iterable(parts)), dtype=str)
+        return np.repeat(np.arange(col.shape[0]), lengths), tokens
+
+    def _public_categories(self, n_columns):
+        if isinstance(self.categories, str):
+            return None
+        if len(self.categories) != n_columns:
+            raise ValueError(
+                f"`categories` must hold one array of categories per column of X: got "
+                f"{len(self.categories)} arrays for {n_columns} columns. Pass one per "
+                f"column, or categories='auto' (selected privately).")
+        return [np.sort(np.unique(np.asarray(c))) for c in self.categories]
+
+    # ---------------------------------------------------------------- fit
+    def _validate_fit_input(self, X):
+        columns = self._columns(X, reset=True)
+        return {"columns": columns, "n_samples": columns[0].shape[0] if columns else
+                _n_rows(X)}
+
+    def _budget_plan(self, data, n_users):
+        plan = BudgetPlan(self.epsilon, self.delta)
+        if self._public_categories(len(data["columns"])) is None and data["columns"]:
+            t_delta = THRESHOLD_DELTA_FRACTION * self.delta if self.epsilon != np.inf else 0.0
+            plan.add(SELECT_PHASE, share=0.5, threshold_delta=t_delta)
+        return plan
+
+    def _cap(self, n_columns):
+        """``L``: the most candidates one user contributes to (all columns)."""
+        return int(self.max_categories_per_user) * max(n_columns, 1)
+
+    def _fit_core(self, data, index, release, n_users):
+        columns = data["columns"]
+        public = self._public_categories(len(columns))
+        if public is not None:
+            return ({"categories_": public}, (),
+                    ("categories given: public, nothing is released for them.",))
+        labels, counts, sizes = [], [], []
+        for col in columns:
+            found = self._capped_counts(col, index)
+            labels.append(found.labels if found is not None else col[:0])
+            counts.append(found.counts if found is not None else np.empty(0))
+            sizes.append(labels[-1].shape[0])
+        L = self._cap(len(columns))
+        keep, _ = release.select_partitions(
+            SELECT_PHASE, np.concatenate(counts), sensitivity=labels_sensitivity(L),
+            max_contribution=1.0, max_partitions=L, clip_norm=math.sqrt(L))
+        keep = keep & (np.concatenate(counts) > 0)
+        cuts = np.cumsum([0] + sizes)
+        cats = [labels[j][keep[cuts[j]:cuts[j + 1]]] for j in range(len(columns))]
+        notes = (
+            f"Categories selected by private partition selection: each user counts once for "
+            f"each of at most max_categories_per_user={self.max_categories_per_user} of its "
+            f"categories per column (L = {L} candidates per user over all columns; "
+            f"sensitivity sqrt(2 L)); a candidate held by the replaced user only is "
+            f"published with probability at most the threshold delta.",)
+        return {"categories_": cats}, ("categories_",), notes
+
+    def _capped_counts(self, col, index):
+        """:class:`~skdpp.linear_model._labels.LabelCounts` of one column (capped per user)."""
+        rows, tokens = self._tokens(col)
+        if rows.shape[0] == 0:
+            return None
+        pairs = UserIndex.from_groups(index.codes[rows], rows.shape[0])
+        blocks = make_blocks(np.empty((rows.shape[0], 0)), tokens, pairs,
+                             row_keys=np.zeros(rows.shape[0], dtype=np.uint64))
+        return LocalExecutor(blocks).map(label_counts_block, int(self.max_categories_per_user))
+
+    # ---------------------------------------------------------- transform
+    def transform(self, X):
+        """One-hot (multi-hot with ``separator``) encoding with the published categories.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_out : {ndarray, sparse matrix} of shape (n_samples, n_encoded_features)
+        """
+        check_is_fitted(self)
+        columns = self._columns(X, reset=False)
+        n = columns[0].shape[0] if columns else _n_rows(X)
+        extra = self.handle_unknown == "infrequent_if_exist"
+        rows_all, cols_all, offset = [], [], 0
+        for j, col in enumerate(columns):
+            cats = self.categories_[j]
+            rows, tokens = self._tokens(col)
+            codes = label_codes(tokens, cats) if cats.shape[0] else \
+                np.full(tokens.shape[0], -1, dtype=np.int64)
+            unknown = codes < 0
+            if unknown.any() and self.handle_unknown == "error":
+                shown = ", ".join(map(repr, np.unique(tokens[unknown])[:5].tolist()))
+                raise ValueError(
+                    f"Found unknown categories [{shown}] in column {j} during transform "
+                    f"(not in categories_[{j}]). Pass handle_unknown='ignore' (all-zero "
+                    f"columns) or 'infrequent_if_exist' (an extra column for them).")
+            if extra:
+                codes = np.where(unknown, cats.shape[0], codes)
+                unknown = np.zeros_like(unknown)
+            rows_all.append(rows[~unknown])
+            cols_all.append(codes[~unknown] + offset)
+            offset += cats.shape[0] + int(extra)
+        rows = np.concatenate(rows_all) if rows_all else np.empty(0, dtype=np.int64)
+        cols = np.concatenate(cols_all) if cols_all else np.empty(0, dtype=np.int64)
+        out = sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)), shape=(n, offset))
+        out.sum_duplicates()
+        out.data[:] = 1  # a category repeated in one cell is still one hot
+        out = out.astype(self.dtype)
+        return out if self.sparse_output else out.toarray()
+
+    def get_feature_names_out(self, input_features=None):
+        """Output feature names: ``<feature>_<category>`` (and ``<feature>_infrequent_sklearn``).
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+        """
+        check_is_fitted(self)
+        names = _check_feature_names_in(self, input_features)
+        out = []
+        for name, cats in zip(names, self.categories_):
+            out.extend(f"{name}_{c}" for c in cats.tolist())
+            if self.handle_unknown == "infrequent_if_exist":
+                out.append(f"{name}_{INFREQUENT}")
+        return np.asarray(out, dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+
+def _n_rows(X):
+    return np.asarray(X).shape[0] if not hasattr(X, "shape") else X.shape[0]
