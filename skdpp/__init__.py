@@ -4,6 +4,7 @@ Estimators learn a shared part of the model under user-level differential
 privacy and a personal part for every user from that user's rows only.
 """
 
+from ._export import ReleasedModel, export_released
 from ._config import config_context, get_config, set_config
 from .decomposition import AdaptiveWeightMF
 from .exceptions import PrivacyBudgetError, PrivacyLeakWarning
@@ -27,7 +28,9 @@ __all__ = [
     "PrivacyReport",
     "PrivateFedRepRegressor",
     "__version__",
+    "ReleasedModel",
     "config_context",
+    "export_released",
     "get_config",
     "set_config",
 ]

@@ -529,6 +529,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         """
         self._validate_params()
         self._validate_privacy_params()
+        _reject_sparse(self, X)
         # scikit-learn's finiteness check sums X: values near the float maximum
         # would warn about an overflow that depends on one user's data.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -738,6 +739,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"row is a different user, pass groups=np.arange(n_samples) (or your own "
                 f"row ids) to fit."
             )
+        _reject_sparse(self, X)
         X, y = self._validate_personal_input(X, y)
         index = UserIndex.from_groups(groups, X.shape[0])
         mismatch = self._id_type_mismatch(index.users)
@@ -850,6 +852,17 @@ def _r2(y, pred, sample_weight):
             if 0.0 < scale < np.inf:
                 score = float(r2_score(y / scale, pred / scale, sample_weight=sample_weight))
     return score
+
+
+def _reject_sparse(estimator, X):
+    """A sparse ``X`` is refused with the recipe (see docs/user_guide/own_data.rst)."""
+    if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # a scipy.sparse matrix or array
+        raise TypeError(
+            f"{type(estimator).__name__} needs dense X; got a sparse {type(X).__name__} "
+            f"(e.g. from OneHotEncoder or CountVectorizer). Densify it before the "
+            f"estimator: OneHotEncoder(sparse_output=False), or add "
+            f"FunctionTransformer(skdpp.pipeline.to_dense, accept_sparse=True) as the step "
+            f"before it (see the user guide, 'Sparse input').")
 
 
 def _dropped_groups_message(name):

@@ -7,7 +7,9 @@ from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
+import sklearn
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.pipeline import Pipeline
 from sklearn.utils import indexable
 from sklearn.utils._indexing import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -15,8 +17,16 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ..base import BasePersonalizedEstimator, quiet_numerics
+from ..pipeline import transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
+from ..privacy._composed import (
+    _children,
+    _is_stateless,
+    _normalised_shares,
+    _private_leaves,
+    privacy_report,
+)
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
 from ..privacy._tuning import (
     STOPPING_DISTRIBUTIONS,
@@ -83,11 +93,16 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     Parameters
     ----------
-    estimator : skdpp estimator
+    estimator : skdpp estimator or Pipeline
         A user-level DP estimator of skdpp (e.g.
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). Its
-        ``epsilon``, ``delta`` and ``random_state`` are set by the search
-        (the per-trial budget); its other parameters come from the sampled
+        :class:`~skdpp.linear_model.PrivateFedRepRegressor`), or a
+        ``Pipeline`` ending in one whose other fitted steps are all private
+        (private transformers, at any depth of ``ColumnTransformer`` /
+        ``FeatureUnion``; stateless steps such as ``FunctionTransformer`` or
+        ``"passthrough"`` are fine). Its ``epsilon``, ``delta`` and
+        ``random_state`` (every private step's) are set by the search
+        (the per-trial budget, split across the private steps by
+        ``step_shares``); its other parameters come from the sampled
         configuration or keep their values. A ``verbose`` parameter is set
         to 0 in the trials (their output would reveal ``K``).
     param_distributions : dict or list of dicts
@@ -154,6 +169,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         costs no privacy (personal parts are functions of the released
         shared part and the user's own rows) and does not change the shared
         part or ``best_score_``.
+    step_shares : dict of str to float, default=None
+        With a ``Pipeline``: the share of each private step in every trial's
+        zCDP fit budget, keyed by the step's path (its parameter prefix, or
+        its own name when unambiguous), normalised; ``None``: equal shares.
+        Step ``i`` gets ``rho_i = share_i * rho_fit`` (zCDP composes by
+        addition, so the trial spends exactly ``rho_fit``). The final
+        estimator's ``epsilon`` is solved from its plan on the transformed
+        data's public shape; the preprocessing steps' ``epsilon`` is
+        ``eps_GDP(sqrt(2 rho_i), delta)`` (exact for Gaussian plans) and
+        every step's report is checked against its ``rho_i`` after its fit.
+        The search's ``privacy_report_`` covers every step
+        (``chosen_trial`` is :func:`skdpp.privacy.privacy_report` of the
+        selected Pipeline).
     random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the validation split, every trial's
         fit and the score noise. ``None`` draws fresh OS entropy (use it in
@@ -308,7 +336,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "estimator": [BasePersonalizedEstimator],
+        "estimator": [BasePersonalizedEstimator, Pipeline],
         "param_distributions": [dict, list],
         "epsilon": [Interval(Real, 0, np.inf, closed="right")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
@@ -320,6 +348,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         "score_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "score_share": [Interval(Real, 0, 1, closed="neither")],
         "refit_personal": ["boolean"],
+        "step_shares": [dict, None],
         "random_state": ["random_state", np.random.Generator],
     }
 
@@ -331,7 +360,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     def __init__(self, estimator, param_distributions, *, epsilon=1.0, delta=1e-6, n_iter=10,
                  stopping="truncated_negative_binomial", stopping_shape=1.0,
                  validation_size=0.2, loss="auto", score_clip="auto", score_share=0.1,
-                 refit_personal=True, random_state=None):
+                 refit_personal=True, step_shares=None, random_state=None):
         self.estimator = estimator
         self.param_distributions = param_distributions
         self.epsilon = epsilon
@@ -344,6 +373,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.score_clip = score_clip
         self.score_share = score_share
         self.refit_personal = refit_personal
+        self.step_shares = step_shares
         self.random_state = random_state
 
     # ------------------------------------------------------------------ #
@@ -366,7 +396,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     f"param_distributions must be a non-empty dict or a list of non-empty "
                     f"dicts; entry {k} is {dist!r}.")
             for name, values in dist.items():
-                if name in _RESERVED:
+                if name.split("__")[-1] in _RESERVED:
                     raise ValueError(
                         f"param_distributions may not set {name!r}: the search sets each "
                         f"trial's epsilon, delta and random_state (the per-trial budget). "
@@ -377,6 +407,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                         raise ValueError(
                             f"Parameter {name!r} must map to a non-empty list of values or "
                             f"a distribution with an rvs method; got {values!r}.")
+        if isinstance(self.estimator, Pipeline):
+            _check_private_pipeline(self.estimator)
+            _normalised_shares([n for n, _ in _private_leaves(self.estimator)],
+                               self.step_shares)
         valid = set(self.estimator.get_params(deep=True))
         unknown = sorted({n for d in self._distributions() for n in d} - valid)
         if unknown:
@@ -528,8 +562,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         estimators, trial_eps = [], []
         for params, seed in zip(configs, trial_seeds):  # loop over trials
             est = clone(self.estimator).set_params(**params)
-            if "verbose" in est.get_params(deep=False):
-                est.set_params(verbose=0)
+            for leaf in _leaves(est):
+                if "verbose" in leaf.get_params(deep=False):
+                    leaf.set_params(verbose=0)
+            if isinstance(est, Pipeline):  # budgets set step by step in the trial's fit
+                estimators.append(est)
+                trial_eps.append(np.nan)
+                continue
             with warnings.catch_warnings(), quiet_numerics():
                 warnings.simplefilter("ignore")
                 eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr, g_tr)
@@ -551,11 +590,15 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             noise = np.random.Generator(np.random.PCG64(seed.spawn(1)[0]))
             with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                 warnings.simplefilter("always")
-                try:
-                    est.fit(X_tr, y_tr, groups=g_tr)
-                finally:
-                    trial_seed = _take_back_seed(est)
-                self._check_trial_budget(est, rho_fit)
+                if isinstance(est, Pipeline):
+                    trial_seed, trial_eps[k] = self._fit_pipeline_trial(
+                        est, rho_fit, delta, X_tr, y_tr, g_tr, seed)
+                else:
+                    try:
+                        est.fit(X_tr, y_tr, groups=g_tr)
+                    finally:
+                        trial_seed = _take_back_seed(est)
+                    self._check_trial_budget(est, rho_fit)
                 user_loss = np.zeros(n_users)
                 if held_out.size:  # (no held-out row at all: every user scores 0)
                     user_loss = _user_losses(est, loss, X_va, y_va, g_va, codes_va,
@@ -576,13 +619,15 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             # All of each user's rows, in canonical order (permutation invariant).
             # The trial's seed is lent back for this call only (PPSGD draws its
             # local key from it), then taken back for good.
-            best_est.set_params(random_state=best_seed)
+            final = best_est[-1] if isinstance(best_est, Pipeline) else best_est
+            final.set_params(random_state=best_seed)
             try:
                 with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                     warnings.simplefilter("always")
-                    best_est.personalize(*(_safe_indexing(a, order) for a in (X, y, groups)))
+                    _personalize(best_est,
+                                 *(_safe_indexing(a, order) for a in (X, y, groups)))
             finally:
-                _take_back_seed(best_est)
+                _take_back_seed(final)
             _replay(_replayable(caught))
         del best_seed
 
@@ -666,6 +711,61 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "only; its Poisson-subsampled, Laplace or exponential-mechanism releases "
                 "exceed the budget. The search refuses it (this depends on the "
                 "configuration, not on the data).")
+
+    def _fit_pipeline_trial(self, pipe, rho_fit, delta, X, y, groups, seed):
+        """Fit one Pipeline trial with its private steps sharing ``rho_fit`` (zCDP).
+
+        Step by step: the preprocessing steps (``epsilon`` from their zCDP
+        share, exact for Gaussian plans), then the final estimator (its
+        ``epsilon`` solved from its plan on the transformed data's public
+        shape). Every step's report is checked against its share; every
+        seed is taken back. Returns the final step's seed and its epsilon.
+        """
+        leaves = _private_leaves(pipe)
+        names = [n for n, _ in leaves]
+        weights = _normalised_shares(names, self.step_shares)
+        final = pipe[-1]
+        final_name = next(n for n, leaf in leaves if leaf is final)
+        seeds = {}
+        try:
+            for name, leaf in leaves:
+                if leaf is final:
+                    continue
+                rho_i = weights[name] * rho_fit
+                eps_i = math.inf if math.isinf(rho_i) else gaussian_epsilon(
+                    math.sqrt(2.0 * rho_i), delta)
+                seeds[name] = self._trial_random_state(seed)
+                leaf.set_params(epsilon=eps_i, delta=delta, random_state=seeds[name])
+            head = pipe[:-1]
+            Xt = X
+            if len(head):
+                with sklearn.config_context(enable_metadata_routing=True):
+                    Xt = head.fit_transform(X, y, groups=groups)
+            for name, leaf in leaves:
+                if leaf is not final:
+                    _take_back_seed(leaf)
+                    self._check_trial_budget(leaf, weights[name] * rho_fit)
+            rho_last = weights[final_name] * rho_fit
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                eps_k, delta_k = self._trial_budget(final, rho_last, delta, Xt, y, groups)
+            final.set_params(epsilon=eps_k, delta=delta_k,
+                             random_state=self._trial_random_state(seed))
+            try:
+                final.fit(Xt, y, groups=groups)
+            finally:
+                final_seed = _take_back_seed(final)
+            self._check_trial_budget(final, rho_last)
+            spent = sum(report_rho(leaf.privacy_report_) or math.inf for _, leaf in leaves)
+            if not math.isinf(rho_fit) and spent > rho_fit * (1.0 + 1e-9):
+                raise PrivacyBudgetError(
+                    f"A Pipeline trial's steps spent rho={spent:.6g} (zCDP) together, more "
+                    f"than the per-trial budget rho={rho_fit:.6g}.")
+        finally:
+            for leaf in _leaves(pipe):
+                if "random_state" in leaf.get_params(deep=False):
+                    leaf.set_params(random_state=None)
+        return final_seed, eps_k
 
     def _trial_random_state(self, seed):
         """The ``random_state`` a trial is fitted with (taken back after its fit).
@@ -754,14 +854,15 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                         sensitivity=None, noise_multiplier=None, count=1, sampling_rate=1.0,
                         clip_norm=None, epsilon=spent),
         )
-        local = tuple(getattr(best_est.privacy_report_, "local", ()))
+        chosen = _fit_report(best_est)
+        local = tuple(getattr(chosen, "local", ()))
         return SearchPrivacyReport(
             epsilon=float(self.epsilon), delta=delta, epsilon_spent=float(spent),
             delta_spent=delta_spent, accountant=accountant, n_users=n_users, phases=phases,
             released=("best_estimator_ (shared part)", "best_params_", "best_score_",
                       "score_clip_"),
             local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
-            trial_epsilon=float(trial_eps), chosen_trial=best_est.privacy_report_,
+            trial_epsilon=float(trial_eps), chosen_trial=chosen,
             noise_seeded=seeded)
 
     # ------------------------------------------------------------------ #
@@ -771,19 +872,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     def predict(self, X, groups=None):
         """Predict with the best estimator (``groups``: user id of each row)."""
         check_is_fitted(self)
-        return self.best_estimator_.predict(X, groups=groups)
+        return transform_then(self.best_estimator_, 'predict', X, groups=groups)
 
     @available_if(_estimator_has("predict_proba"))
     def predict_proba(self, X, groups=None):
         """Class probabilities of the best estimator."""
         check_is_fitted(self)
-        return self.best_estimator_.predict_proba(X, groups=groups)
+        return transform_then(self.best_estimator_, 'predict_proba', X, groups=groups)
 
     @available_if(_estimator_has("decision_function"))
     def decision_function(self, X, groups=None):
         """Decision function of the best estimator."""
         check_is_fitted(self)
-        return self.best_estimator_.decision_function(X, groups=groups)
+        return transform_then(self.best_estimator_, 'decision_function', X, groups=groups)
 
     def score(self, X, y, groups=None, sample_weight=None):
         """The best estimator's ``score`` (R² or accuracy) on ``X, y``.
@@ -801,12 +902,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         score : float
         """
         check_is_fitted(self)
-        return self.best_estimator_.score(X, y, groups=groups, sample_weight=sample_weight)
+        return transform_then(self.best_estimator_, "score", X, y, groups=groups,
+                              sample_weight=sample_weight)
 
     def personalize(self, X, y, groups):
         """Fit personal parts of the best estimator for the given users (no privacy cost)."""
         check_is_fitted(self)
-        self.best_estimator_.personalize(X, y, groups)
+        _personalize(self.best_estimator_, X, y, groups)
         return self
 
     @property
@@ -852,6 +954,50 @@ def _take_back_seed(est):
     return value
 
 
+def _leaves(est):
+    """The leaf estimators of ``est`` (itself, or a Pipeline's steps at any depth)."""
+    children = _children(est)
+    if children is None:
+        return [] if isinstance(est, str) or est is None else [est]
+    return [leaf for _, child in children for leaf in _leaves(child)]
+
+
+def _fit_report(est):
+    """The report of one trial's fit (a Pipeline's composed report)."""
+    if isinstance(est, Pipeline):
+        return privacy_report(est)
+    return est.privacy_report_
+
+
+def _personalize(est, X, y, groups):
+    from ..pipeline import personalize
+
+    return personalize(est, X, y, groups)
+
+
+def _check_private_pipeline(pipe, path=""):
+    """Every fitted step of ``pipe`` is private or stateless; the final step is skdpp's."""
+    final = pipe.steps[-1][1] if isinstance(pipe, Pipeline) else None
+    if path == "" and not isinstance(final, BasePersonalizedEstimator):
+        raise ValueError(
+            f"PrivateRandomizedSearchCV needs a Pipeline ending in an estimator of skdpp; "
+            f"its final step is {type(final).__name__}.")
+    for name, step in _children(pipe):
+        where = f"{path}__{name}" if path else name
+        if _children(step) is not None:
+            _check_private_pipeline(step, where)
+        elif _is_stateless(step):
+            continue
+        elif not (hasattr(step, "get_params")
+                  and {"epsilon", "delta"} <= set(step.get_params(deep=False))):
+            raise ValueError(
+                f"Step {where!r} ({type(step).__name__}) of the Pipeline is fitted on the "
+                "private data without a privacy guarantee: the search cannot account it. "
+                "Replace it with a private transformer (skdpp.preprocessing, e.g. "
+                "PrivateStandardScaler for StandardScaler), fit it on public data and "
+                "pass it prefitted in a FunctionTransformer, or drop it.")
+
+
 def _replayable(caught):
     """The recorded warnings the search re-raises: :class:`PrivacyLeakWarning` only.
 
@@ -882,6 +1028,9 @@ def _trial_predictions(est, X, groups):
     user's rows). Falls back on ``predict``. Called under
     :func:`~skdpp.base.quiet_numerics`.
     """
+    if isinstance(est, Pipeline):
+        X = est[:-1].transform(X) if len(est) > 1 else X
+        est = est[-1]
     unchecked = getattr(est, "_predict_unchecked", None)
     if unchecked is not None:
         return unchecked(X, groups=groups)

@@ -11,6 +11,7 @@ sensitivity; :class:`~skdpp.privacy.report.PrivacyReport` is built from that
 ledger. All clipping lives in :mod:`skdpp.privacy._clipping`.
 """
 
+from ._composed import PipelinePrivacyReport, StepReport, privacy_report, split_budget
 from ._clipping import (
     MIN_CLIP,
     clip_by_norm,
@@ -94,4 +95,8 @@ __all__ = [
     "noisy_counts",
     "PhaseReport",
     "PrivacyReport",
+    "PipelinePrivacyReport",
+    "StepReport",
+    "privacy_report",
+    "split_budget",
 ]

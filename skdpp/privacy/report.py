@@ -32,7 +32,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..exceptions import PrivacyBudgetError
@@ -198,6 +198,12 @@ class PrivacyReport:
         ``"OpenDP exact discrete Gaussian, OS entropy"`` under
         ``skdpp.set_config(noise="secure")``. Empty: the source configured
         when the report is built (:func:`skdpp.privacy.mechanisms.noise_source`).
+    ledger : tuple of LedgerEntry, default=()
+        The fit's ledger (every release's event, as composed by the
+        accountant; public: it holds only what the phases show). It lets
+        :func:`skdpp.privacy.privacy_report` compose several fits exactly
+        (a fresh accountant over the concatenated events). Not part of
+        ``to_dict``, ``str`` or equality.
     """
 
     epsilon: float
@@ -215,6 +221,7 @@ class PrivacyReport:
     not_covered: tuple = ()
     noise_seeded: bool = False
     noise_source: str = ""
+    ledger: tuple = field(default=(), repr=False, compare=False)
 
     def __post_init__(self):
         if not self.noise_source:  # the fit's configured source (it is built in the fit)
@@ -322,12 +329,14 @@ class PrivacyReport:
                    delta_spent=float(delta_spent), accountant=method,
                    n_users=int(n_users), phases=tuple(phase_reports),
                    released=tuple(released), local=tuple(local), notes=notes,
-                   not_covered=tuple(not_covered), noise_seeded=bool(noise_seeded))
+                   not_covered=tuple(not_covered), noise_seeded=bool(noise_seeded),
+                   ledger=accountant.ledger)
 
     # -------------------------------------------------------------------
     def to_dict(self):
         """The report as plain Python types (phases as a list of dicts)."""
         out = asdict(self)
+        out.pop("ledger", None)  # events, not plain types (see the attribute)
         out["phases"] = [asdict(p) for p in self.phases]
         for key in ("released", "local", "notes", "not_covered"):
             out[key] = list(out[key])

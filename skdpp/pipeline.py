@@ -1,0 +1,84 @@
+"""Pipeline helpers: personalize a fitted Pipeline, densify sparse features.
+
+Examples
+--------
+>>> import numpy as np, sklearn
+>>> from sklearn.pipeline import make_pipeline
+>>> from sklearn.preprocessing import FunctionTransformer
+>>> from skdpp import PPSGDRegressor
+>>> from skdpp.pipeline import personalize
+>>> rng = np.random.default_rng(0)
+>>> X, g = rng.normal(size=(600, 3)), np.repeat(np.arange(100), 6)
+>>> y = X @ [1.0, 2.0, 0.0]
+>>> pipe = make_pipeline(FunctionTransformer(), PPSGDRegressor(n_rounds=5, random_state=0))
+>>> pipe = pipe.fit(X, y, ppsgdregressor__groups=g)
+>>> new = np.repeat([1000, 1001], 4)
+>>> personalize(pipe, X[:8], y[:8], new) is pipe
+True
+>>> bool(np.isin([1000, 1001], pipe[-1].user_ids_).all())
+True
+"""
+
+import numpy as np
+from sklearn.pipeline import Pipeline
+
+__all__ = ["personalize", "to_dense", "transform_then"]
+
+
+def to_dense(X):
+    """``X`` as a dense ndarray (``X.toarray()`` for scipy.sparse input).
+
+    For ``FunctionTransformer(to_dense, accept_sparse=True)`` in front of an
+    estimator of skdpp, which needs dense ``X`` (a named function, unlike a
+    lambda, pickles).
+    """
+    return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+
+
+def _split(pipe):
+    if isinstance(pipe, Pipeline):
+        return pipe[:-1], pipe[-1]
+    return None, pipe
+
+
+def transform_then(pipe, method, X, *args, groups=None, **kwargs):
+    """Run ``pipe``'s transform steps on ``X``, then ``method`` of its final step.
+
+    ``groups`` goes to the final step only (no metadata routing needed).
+    """
+    head, last = _split(pipe)
+    Xt = X if head is None or len(head) == 0 else head.transform(X)
+    return getattr(last, method)(Xt, *args, groups=groups, **kwargs)
+
+
+def personalize(pipe, X, y, groups):
+    """Personalize a fitted Pipeline: transform ``X``, then the final step's ``personalize``.
+
+    The transform steps are used as fitted (their released parameters; no
+    refit); the final estimator fits the personal parts of the users of
+    ``groups`` from their own rows and the released shared part. No
+    privacy cost, the shared part and the reports are unchanged.
+
+    Parameters
+    ----------
+    pipe : fitted Pipeline or skdpp estimator
+        Its final step has ``personalize`` (a skdpp estimator or
+        :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`).
+    X : array-like of shape (n_samples, n_features)
+        The users' raw rows (as given to ``pipe.fit``).
+    y : array-like of shape (n_samples,)
+    groups : array-like of shape (n_samples,)
+        User id of each row.
+
+    Returns
+    -------
+    pipe : the same object, personalized.
+    """
+    head, last = _split(pipe)
+    if not hasattr(last, "personalize"):
+        raise TypeError(
+            f"The final step of the pipeline ({type(last).__name__}) has no personalize "
+            "method; it must be an estimator of skdpp (or PrivateRandomizedSearchCV).")
+    Xt = X if head is None or len(head) == 0 else head.transform(X)
+    last.personalize(Xt, y, groups)
+    return pipe

@@ -1,0 +1,666 @@
+"""One user-level privacy report for a whole fitted Pipeline, and one budget for it.
+
+:func:`privacy_report` walks a fitted ``Pipeline`` / ``ColumnTransformer`` /
+``FeatureUnion`` / search object (or a bare estimator) and composes every
+step's ledger in one fresh :class:`~skdpp.privacy.PrivacyAccountant`
+(sequential composition: the steps see the same users). :func:`split_budget`
+gives a whole Pipeline one ``(epsilon, delta)``: it returns a clone whose
+private steps' budgets compose exactly to the target.
+
+Examples
+--------
+>>> import numpy as np
+>>> from sklearn.pipeline import make_pipeline
+>>> from sklearn.preprocessing import FunctionTransformer
+>>> from skdpp import PPSGDRegressor
+>>> from skdpp.privacy import privacy_report
+>>> rng = np.random.default_rng(0)
+>>> groups = np.repeat(np.arange(200), 5)
+>>> X = rng.normal(size=(1000, 3)); y = X @ [1.0, -1.0, 0.5]
+>>> pipe = make_pipeline(FunctionTransformer(), PPSGDRegressor(n_rounds=5, random_state=0))
+>>> pipe = pipe.fit(X, y, ppsgdregressor__groups=groups)
+>>> report = privacy_report(pipe)
+>>> report.covered, round(report.epsilon_spent, 6)
+(True, 1.0)
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .accounting import PrivacyAccountant
+from .calibration import plan_events
+from .events import GaussianEvent, NonPrivateEvent
+from .report import PrivacyReport, _fmt
+
+__all__ = ["PipelinePrivacyReport", "StepReport", "privacy_report", "split_budget"]
+
+#: The status of a step in :class:`StepReport`.
+COVERED, NOT_COVERED, STATELESS = "covered", "NOT COVERED", "stateless"
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one step of a composed object released, and how it is accounted.
+
+    Attributes
+    ----------
+    name : str
+        The step's path, as in scikit-learn parameter names
+        (``"columntransformer__num__privatestandardscaler"``).
+    estimator : str
+        The step's class name.
+    status : {"covered", "NOT COVERED", "stateless"}
+        ``"covered"``: its releases are composed in the report;
+        ``"NOT COVERED"``: fitted on the data without a privacy report (or
+        not reconstructible), outside the guarantee; ``"stateless"``: learns
+        nothing from the data (``"passthrough"``, ``"drop"``, a
+        ``FunctionTransformer``).
+    epsilon : float or None
+        The step's own ε at its own δ (its report), if covered.
+    delta : float or None
+    n_fits : int
+        Number of fits of this step composed (search objects: candidates x
+        splits, plus the refit).
+    how : str
+        How the step's events were obtained.
+    """
+
+    name: str
+    estimator: str
+    status: str
+    epsilon: float | None = None
+    delta: float | None = None
+    n_fits: int = 1
+    how: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelinePrivacyReport(PrivacyReport):
+    """User-level DP guarantee of a whole fitted object (composition of its steps).
+
+    Adds to :class:`~skdpp.privacy.PrivacyReport`:
+
+    Attributes
+    ----------
+    steps : tuple of StepReport
+        Every step found, covered or not.
+
+    Notes
+    -----
+    ``epsilon`` (the "requested" budget) is the composed ε: a composition has
+    no target of its own (:func:`split_budget` sets one on the steps).
+    """
+
+    steps: tuple = ()
+
+    @property
+    def covered(self):
+        """bool: every step that learnt from the data is inside the guarantee."""
+        return not self.not_covered
+
+    def _headline(self):
+        n = sum(s.status == COVERED for s in self.steps)
+        fits = sum(s.n_fits for s in self.steps if s.status == COVERED)
+        what = f"{n} private step(s), {fits} fit(s) composed"
+        if not math.isfinite(self.epsilon_spent):
+            head = f"NON-PRIVATE ({what}; spent epsilon=inf)"
+        elif self.not_covered:
+            head = (f"NOT COVERED: {', '.join(self.not_covered)} outside the guarantee; "
+                    f"the rest ({what}) is ({_fmt(self.epsilon_spent)}, "
+                    f"{_fmt(self.delta_spent)})-DP")
+        else:
+            head = (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP for "
+                    f"everything released ({what})")
+        return head
+
+    def _step_lines(self):
+        return [f"{s.name} [{s.estimator}]: {s.status}"
+                + (f", epsilon alone={_fmt(s.epsilon)} at delta={_fmt(s.delta)}"
+                   if s.epsilon is not None else "")
+                + (f", {s.n_fits} fits" if s.n_fits != 1 else "")
+                + (f" ({s.how})" if s.how else "") for s in self.steps]
+
+    def __str__(self):
+        lines = super().__str__().splitlines()
+        lines[0] = "PipelinePrivacyReport: " + self._headline()
+        lines.insert(1, f"  covered: {self.covered}")
+        lines.extend("  step: " + line for line in self._step_lines())
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        body = super()._repr_html_().replace("<strong>PrivacyReport</strong>",
+                                             "<strong>PipelinePrivacyReport</strong>", 1)
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self._step_lines())
+        return (body + f"<div>covered: {self.covered}</div>"
+                + f"<div>steps:<ul>{items}</ul></div>")
+
+    def to_dict(self):
+        """The report as plain Python types (steps as a list of dicts, ``covered``)."""
+        out = super().to_dict()
+        out["steps"] = [dict(vars(s)) for s in self.steps]
+        out["covered"] = self.covered
+        return out
+
+
+# ---------------------------------------------------------------------- #
+# Walking a fitted object
+# ---------------------------------------------------------------------- #
+@dataclass
+class _Part:
+    """One step found by the walk: its report/events and how they were obtained."""
+
+    name: str
+    obj: object
+    status: str
+    ledger: tuple = ()       # (event, count, phase, mechanism, sensitivity, clip) rows
+    report: object = None
+    n_fits: int = 1
+    how: str = ""
+    search_report: object = None  # a SearchPrivacyReport (not ledger-based)
+
+
+def _is_stateless(obj):
+    if obj is None or (isinstance(obj, str) and obj in ("passthrough", "drop")):
+        return True
+    try:
+        from sklearn.utils import get_tags
+
+        return not get_tags(obj).requires_fit
+    except Exception:  # pragma: no cover - objects without tags
+        return False
+
+
+def _cls(obj):
+    return obj if isinstance(obj, str) else type(obj).__name__
+
+
+def _children(obj):
+    """The fitted sub-steps of a composite (name, step), or None for a leaf."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.pipeline import FeatureUnion, Pipeline
+
+    if isinstance(obj, Pipeline):
+        return [(n, s) for n, s in obj.steps]
+    if isinstance(obj, ColumnTransformer):
+        if hasattr(obj, "transformers_"):
+            return [(n, t) for n, t, _ in obj.transformers_]
+        return [(n, t) for n, t, _ in obj.transformers]
+    if isinstance(obj, FeatureUnion):
+        return [(n, t) for n, t in obj.transformer_list]
+    return None
+
+
+def _ledger_rows(report, prefix, count=1):
+    return tuple((e.event, e.count * count, f"{prefix}:{e.phase}" if prefix else e.phase,
+                  e.mechanism, e.sensitivity, e.clip_norm) for e in report.ledger)
+
+
+def _walk(obj, name, out):
+    from sklearn.model_selection._search import BaseSearchCV
+
+    from ._tuning import SearchPrivacyReport
+
+    children = _children(obj)
+    if children is not None:
+        for child_name, child in children:
+            _walk(child, f"{name}__{child_name}" if name else child_name, out)
+        return
+    label = name or type(obj).__name__
+    report = getattr(obj, "privacy_report_", None)
+    if isinstance(report, SearchPrivacyReport):
+        out.append(_Part(label, obj, COVERED, report=report, search_report=report,
+                         how="the private search's own report (random stopping, "
+                             "Papernot & Steinke 2022)"))
+    elif isinstance(report, PrivacyReport):
+        if report.ledger:
+            out.append(_Part(label, obj, COVERED, ledger=_ledger_rows(report, label),
+                             report=report, how="its fit's ledger"))
+        else:
+            out.append(_Part(label, obj, NOT_COVERED, report=report,
+                             how="its report holds no ledger (fitted before ledgers were "
+                                 "kept): refit it"))
+    elif isinstance(obj, BaseSearchCV) and hasattr(obj, "cv_results_"):
+        _walk_sklearn_search(obj, label, out)
+    elif _is_stateless(obj):
+        out.append(_Part(label, obj, STATELESS))
+    else:
+        out.append(_Part(label, obj, NOT_COVERED,
+                         how="fitted on the data without a privacy report"))
+
+
+def _private_leaves(obj, name=""):
+    """(path, leaf) of every step with ``epsilon`` and ``delta`` parameters."""
+    children = _children(obj)
+    if children is not None:
+        leaves = []
+        for child_name, child in children:
+            leaves += _private_leaves(child, f"{name}__{child_name}" if name else child_name)
+        return leaves
+    if hasattr(obj, "get_params") and not isinstance(obj, type):
+        params = obj.get_params(deep=False)
+        if "epsilon" in params and "delta" in params:
+            return [(name or type(obj).__name__, obj)]
+    return []
+
+
+def _leaf(obj, path):
+    """The sub-step of ``obj`` at a ``__``-separated path (None if absent)."""
+    if not path or path == type(obj).__name__:
+        return obj
+    for part in path.split("__"):
+        children = _children(obj)
+        if children is None:
+            return None
+        obj = dict(children).get(part)
+        if obj is None:
+            return None
+    return obj
+
+
+def _planned_rows(step, fitted, prefix):
+    """A step's events re-planned from public values: its parameters and the
+    fitted step's public ``n_users_`` / ``n_features_in_`` (None if impossible)."""
+    plan_fn = getattr(step, "_budget_plan", None)
+    if plan_fn is None or fitted is None:
+        return None
+    meta = {"n_users": int(getattr(fitted, "n_users_", 0) or 0),
+            "n_features": int(getattr(fitted, "n_features_in_", 0) or 0)}
+    if not meta["n_users"]:
+        return None
+    try:
+        plan = plan_fn(meta).calibrate()
+        event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+    except Exception:  # the plan needs more than public n_users / n_features
+        return None
+    return ((event, 1, f"{prefix}:plan", "planned", None, None),)
+
+
+def _compose(rows, delta):
+    acc = PrivacyAccountant()
+    for event, count, phase, mechanism, sensitivity, clip in rows:
+        acc.compose(event, count, phase=phase, mechanism=mechanism,
+                    sensitivity=sensitivity, clip_norm=clip)
+    return acc
+
+
+def _walk_sklearn_search(search, label, out):
+    """Every candidate x split fit of a scikit-learn search, plus the refit.
+
+    Each fit's events are re-planned from public values (the candidate's
+    parameters, the refit's public ``n_users_`` and ``n_features_in_``); the
+    re-planned events of the best candidate are checked against the refit's
+    own ledger. When re-planning is impossible (or does not match), every fit
+    of a candidate with the refit's budget parameters is charged the refit's
+    ledger, and candidates with other budgets are NOT COVERED.
+    """
+    from sklearn.base import clone
+
+    params_list = list(search.cv_results_["params"])
+    n_splits = int(getattr(search, "n_splits_", 1))
+    refit = getattr(search, "best_estimator_", None)
+    if refit is None:
+        out.append(_Part(f"{label} (all fits)", search, NOT_COVERED,
+                         how="refit=False: no fitted estimator to read the public n_users "
+                             "and plans from"))
+        return
+    inner = []
+    _walk(refit, f"{label}__refit", inner)
+    for part in inner:
+        part_path = part.name[len(f"{label}__refit"):].lstrip("_")
+        if part.status != COVERED or part.search_report is not None:
+            part.name = f"{label}__{part_path}" if part_path else label
+            out.append(part)
+            continue
+        # Re-plan every candidate's fit of this step; check against the refit.
+        rows, how, n_fits, uncovered = list(part.ledger), None, 1, []
+        refit_eps = _compose(part.ledger, part.report.delta).get_epsilon(part.report.delta)
+        best_params = getattr(search, "best_params_", None)
+        planned = {}
+        for i, params in enumerate(params_list):
+            est = clone(search.estimator).set_params(**params)
+            step = _leaf(est, part_path) if part_path else est
+            planned[i] = None if step is None else _planned_rows(
+                step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
+        ok = all(p is not None for p in planned.values())
+        if ok and best_params is not None:
+            i_best = params_list.index(best_params) if best_params in params_list else None
+            if i_best is not None:
+                check = _compose(planned[i_best], part.report.delta)
+                ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
+                                  rel_tol=1e-6, abs_tol=1e-12)
+        if ok:
+            for i in planned:
+                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in planned[i]]
+            n_fits += len(planned) * n_splits
+            how = (f"{len(params_list)} candidates x {n_splits} splits re-planned from their "
+                   f"parameters on the refit's public n_users={part.obj.n_users_} (checked "
+                   "against the refit's ledger), plus the refit's ledger; folds holding "
+                   "fewer users (GroupKFold) plan on their own n_users")
+        else:
+            own = {k: v for k, v in part.obj.get_params(deep=False).items()
+                   if k in ("epsilon", "delta")}
+            for i, params in enumerate(params_list):
+                est = clone(search.estimator).set_params(**params)
+                step = _leaf(est, part_path) if part_path else est
+                step_budget = None if step is None else {
+                    k: v for k, v in step.get_params(deep=False).items()
+                    if k in ("epsilon", "delta")}
+                if step_budget == own:
+                    rows += [(e, c * n_splits, f"{label}[{i}]:{ph}", m, s, cl)
+                             for e, c, ph, m, s, cl in part.ledger]
+                    n_fits += n_splits
+                else:
+                    uncovered.append(f"{label} candidate {i} ({params})")
+            how = ("no public plan: every fit of a candidate with the refit's epsilon/delta "
+                   "is charged the refit's ledger (assumes the same plan)")
+        out.append(_Part(f"{label}__{part_path}" if part_path else label, part.obj, COVERED,
+                         ledger=tuple(rows), report=part.report, n_fits=n_fits, how=how))
+        out.extend(_Part(u, search, NOT_COVERED, how="budget differs from the refit's, "
+                                                      "no public plan") for u in uncovered)
+    out.append(_Part(f"{label} selection", search, NOT_COVERED,
+                     how="best_params_/best_score_/cv_results_: the argmax over non-private "
+                         "validation scores"))
+
+
+def privacy_report(obj, *, delta=None):
+    """One user-level privacy report for everything a fitted object releases.
+
+    Walks a fitted ``Pipeline``, ``ColumnTransformer``, ``FeatureUnion``,
+    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`,
+    ``GridSearchCV`` / ``RandomizedSearchCV`` or a bare estimator, and
+    composes the releases of every step in one fresh
+    :class:`~skdpp.privacy.PrivacyAccountant` (each step's ledger events
+    re-added as they are, then converted once: the exact composition, not a
+    sum of ε's).
+
+    Parameters
+    ----------
+    obj : fitted estimator or meta-estimator
+        The object to report on.
+    delta : float, default=None
+        δ at which the composed ε is stated; ``None``: the largest ``delta``
+        of the covered steps (each step's noise was calibrated at its own
+        ``delta``; the composition is converted once at this one).
+
+    Returns
+    -------
+    report : PipelinePrivacyReport
+        ``steps`` lists every step (covered, NOT COVERED or stateless);
+        ``covered`` is False, and the headline, ``str``, HTML and ``to_dict``
+        say NOT COVERED, as soon as one step learnt from the data without a
+        privacy report (e.g. scikit-learn's ``StandardScaler``,
+        ``OneHotEncoder``).
+
+    Notes
+    -----
+    **Same users.** The composition is sequential: every step is assumed to
+    see the same users (the rows of one user reach every step), so the
+    guarantee of the whole is for one user of that common set. A step fitted
+    on other data composes as if on the same users (an upper bound); the
+    report's ``n_users`` is the largest of the steps'.
+
+    **Search objects.** ``PrivateRandomizedSearchCV`` reports the whole
+    search (random stopping): its report is used as is; composed with other
+    steps it is added by basic composition (ε and δ summed, an upper bound,
+    said in the notes), because its bound is not a ledger of events. A
+    scikit-learn ``GridSearchCV`` / ``RandomizedSearchCV`` spends one fit's
+    budget per candidate and split, plus the refit: every fit is composed.
+    Their events are re-planned from public values (the candidate's
+    parameters and the refit's public ``n_users_``, ``n_features_in_``) and
+    the re-plan of the best candidate is checked against the refit's ledger;
+    otherwise fits with the refit's ``epsilon``/``delta`` are charged the
+    refit's ledger and others are NOT COVERED. The selection (``best_params_``,
+    ``best_score_``, ``cv_results_``: an argmax over non-private scores) is
+    always NOT COVERED. Each step's ``how`` says how its events were obtained.
+    """
+    parts = []
+    _walk(obj, "", parts)
+    covered = [p for p in parts if p.status == COVERED]
+    ledger_parts = [p for p in covered if p.search_report is None]
+    search_parts = [p for p in covered if p.search_report is not None]
+    reports = [p.report for p in covered]
+    if delta is None:
+        delta = max((float(r.delta) for r in reports), default=0.0)
+    delta = float(delta)
+    rows = [row for p in ledger_parts for row in p.ledger]
+    acc = _compose(rows, delta)
+    notes = []
+    if len(search_parts) == 1 and not ledger_parts:
+        base = search_parts[0].report
+        eps_spent, delta_spent, method = base.epsilon_spent, base.delta_spent, base.accountant
+        phases, released, local = base.phases, base.released, base.local
+        notes += list(base.notes)
+    else:
+        tmp = PrivacyReport.from_accountant(acc, epsilon=math.inf if acc.method == "non-private"
+                                            else 1e300, delta=delta, n_users=1)
+        eps_spent, delta_spent, method = tmp.epsilon_spent, tmp.delta_spent, tmp.accountant
+        phases = tmp.phases
+        released = tuple(f"{p.name}: {r}" for p in covered for r in p.report.released)
+        local = tuple(f"{p.name}: {r}" for p in covered for r in p.report.local)
+        if search_parts:
+            eps_spent += sum(p.report.epsilon_spent for p in search_parts)
+            delta_spent += sum(p.report.delta_spent for p in search_parts)
+            method = f"{method}+basic"
+            notes.append("A private search is composed with the other steps by basic "
+                         "composition (epsilons and deltas summed: an upper bound).")
+            phases += tuple(replace(ph, name=f"{p.name}:{ph.name}")
+                            for p in search_parts for ph in p.report.phases)
+        if math.isinf(eps_spent):
+            notes.append("Non-private: a step was fitted with epsilon=inf (no noise); no "
+                         "privacy guarantee holds.")
+    n_users = max((int(r.n_users) for r in reports), default=0)
+    if len({int(r.n_users) for r in reports}) > 1:
+        notes.append(f"The steps report different n_users "
+                     f"({sorted({int(r.n_users) for r in reports})}); the composition "
+                     "assumes they saw the same users (n_users is the largest).")
+    notes.append("Sequential composition of every step (same users), exact: every step's "
+                 "ledger events re-added to one accountant.")
+    not_covered = tuple(f"{p.name} ({_cls(p.obj)})" for p in parts
+                        if p.status == NOT_COVERED)
+    steps = tuple(StepReport(
+        name=p.name, estimator=_cls(p.obj), status=p.status,
+        epsilon=None if p.report is None or p.status != COVERED
+        else float(p.report.epsilon_spent),
+        delta=None if p.report is None or p.status != COVERED else float(p.report.delta),
+        n_fits=p.n_fits, how=p.how) for p in parts)
+    return PipelinePrivacyReport(
+        epsilon=float(eps_spent),
+        delta=delta, epsilon_spent=float(eps_spent), delta_spent=float(delta_spent),
+        accountant=method, n_users=n_users, phases=tuple(phases), released=released,
+        local=local, notes=tuple(notes), not_covered=not_covered,
+        noise_seeded=any(r.noise_seeded for r in reports),
+        noise_source=reports[0].noise_source if reports else "",
+        ledger=acc.ledger, steps=steps)
+
+
+# ---------------------------------------------------------------------- #
+# One budget for a whole Pipeline
+# ---------------------------------------------------------------------- #
+def _step_rows(step, epsilon, delta, meta, name):
+    """Events of ``step`` fitted at ``(epsilon, delta)``: its plan when it is
+    buildable from ``meta``; else its μ-GDP equivalent (exact for Gaussian plans)."""
+    if math.isinf(epsilon):
+        return [(NonPrivateEvent(), 1, name, None, None, None)]
+    plan_fn = getattr(step, "_budget_plan", None)
+    saved = step.epsilon, step.delta
+    if plan_fn is not None:
+        step.epsilon, step.delta = epsilon, delta
+        try:
+            plan = plan_fn(meta).calibrate()
+            event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+            return [(event, 1, name, None, None, None)]
+        finally:
+            step.epsilon, step.delta = saved
+    from ._gdp import gaussian_mu
+
+    return [(GaussianEvent(1.0 / gaussian_mu(epsilon, delta)), 1, name, None, None, None)]
+
+
+def _gaussian_only(step, delta):
+    """Whether ``step``'s plan is made of (non-sampled) Gaussian releases only."""
+    plan_fn = getattr(step, "_budget_plan", None)
+    if plan_fn is None:
+        return True
+    saved = step.epsilon, step.delta
+    step.epsilon, step.delta = 1.0, delta
+    try:
+        plan = plan_fn({"n_users": 10 ** 6, "n_features": 1})
+        return all(p.mechanism == "gaussian" and p.sampling_rate == 1.0
+                   and p.threshold_delta == 0.0 for p in plan.calibrate().phases)
+    except Exception:
+        return False
+    finally:
+        step.epsilon, step.delta = saved
+
+
+def _normalised_shares(names, shares):
+    if shares is None:
+        return {n: 1.0 / len(names) for n in names}
+    shares = dict(shares)
+    resolved = {}
+    for key, value in shares.items():
+        matches = [n for n in names if n == key or n.split("__")[-1] == key]
+        if len(matches) != 1:
+            raise ValueError(
+                f"shares has key {key!r}, which names {len(matches)} private step(s) of "
+                f"{names}; use the full step path (scikit-learn parameter prefix).")
+        if not (isinstance(value, (int, float, np.floating)) and value > 0
+                and math.isfinite(value)):
+            raise ValueError(f"shares[{key!r}] must be a positive number, got {value!r}.")
+        resolved[matches[0]] = float(value)
+    missing = [n for n in names if n not in resolved]
+    if missing:
+        raise ValueError(f"shares gives no share to the private step(s) {missing}; give "
+                         f"every private step of {names} a positive share.")
+    total = sum(resolved.values())
+    return {n: resolved[n] / total for n in names}
+
+
+def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
+                 n_features=None):
+    """A clone of ``estimator`` whose private steps compose exactly to ``(epsilon, delta)``.
+
+    Every step with ``epsilon`` and ``delta`` parameters (skdpp estimators
+    and private transformers, at any depth of ``Pipeline`` /
+    ``ColumnTransformer`` / ``FeatureUnion``) gets ``epsilon_i = c *
+    share_i * epsilon`` and ``delta``; the common factor ``c`` is solved
+    (``brentq`` on ``log c``, then stepped down) so that the exact
+    composition of the steps' releases spends ``epsilon`` at ``delta``:
+    never more, within 1e-9 relative.
+
+    Parameters
+    ----------
+    estimator : estimator, Pipeline or composite
+        Not modified.
+    epsilon : float
+        Budget of the whole object, in ``(0, inf]`` (``inf``: every step
+        non-private).
+    delta : float, default=1e-6
+        δ of the whole object, in ``(0, 1)``; every step is calibrated at it.
+    shares : dict of str to float, default=None
+        Relative ε of each private step (normalised), keyed by the step's
+        path (its scikit-learn parameter prefix, e.g.
+        ``"columntransformer__num"``) or its own name when unambiguous.
+        ``None``: equal shares.
+    n_users, n_features : int, default=None
+        Public metadata of the data. Needed only when a step's plan is not
+        made of Gaussian releases only (e.g. ``JLMarginClassifier``'s
+        exponential mechanism): its plan is then built and composed as is.
+
+    Returns
+    -------
+    estimator : clone
+        Unfitted, with every private step's ``epsilon`` and ``delta`` set.
+
+    Raises
+    ------
+    ValueError
+        No private step; bad shares; a non-Gaussian plan without
+        ``n_users``.
+
+    Notes
+    -----
+    A step whose plan is made of Gaussian releases (every skdpp estimator's
+    default except ``JLMarginClassifier``) is exactly μ-GDP at the ε its
+    own accountant calibrates it to, whatever the data: it is composed as the
+    Gaussian of that μ (exact). Other steps are composed through their plan
+    built on ``n_users``/``n_features``. Steps fitted on the data without
+    ``epsilon`` (e.g. scikit-learn's ``StandardScaler``) are left as they
+    are; :func:`privacy_report` lists them as NOT COVERED. After fitting,
+    ``privacy_report(fitted)`` states the composed guarantee of the actual
+    releases.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skdpp import PPSGDRegressor
+    >>> from skdpp.privacy import split_budget
+    >>> pipe = split_budget(make_pipeline(PPSGDRegressor()), epsilon=2.0)
+    >>> pipe[-1].epsilon
+    2.0
+    """
+    from sklearn.base import clone
+
+    from ._tuning import largest_root_below
+
+    epsilon, delta = float(epsilon), float(delta)
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be in (0, inf], got {epsilon!r}.")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}; every step is "
+                         "calibrated at it.")
+    out = clone(estimator)
+    leaves = _private_leaves(out)
+    if not leaves:
+        raise ValueError(
+            f"{type(estimator).__name__} has no private step (no step with epsilon and "
+            "delta parameters): nothing to split. Use skdpp's estimators and private "
+            "transformers.")
+    names = [n for n, _ in leaves]
+    weights = _normalised_shares(names, shares)
+    if math.isinf(epsilon):
+        for _, leaf in leaves:
+            leaf.set_params(epsilon=np.inf, delta=delta)
+        return out
+    meta = None
+    for name, leaf in leaves:
+        if not _gaussian_only(leaf, delta):
+            if n_users is None:
+                raise ValueError(
+                    f"Step {name!r} ({type(leaf).__name__}) makes non-Gaussian releases: "
+                    "its plan depends on the public number of users. Pass "
+                    "split_budget(..., n_users=<number of users>, n_features=<columns "
+                    "it sees>).")
+            meta = {"n_users": int(n_users), "n_features": int(n_features or 1)}
+
+    def composed(log_c):
+        c = math.exp(log_c)
+        rows = []
+        for name, leaf in leaves:
+            eps_i = c * weights[name] * epsilon
+            if meta is not None and not _gaussian_only(leaf, delta):
+                rows += _step_rows(leaf, eps_i, delta, meta, name)
+            else:
+                from ._gdp import gaussian_mu
+
+                rows.append((GaussianEvent(1.0 / gaussian_mu(eps_i, delta)), 1, name,
+                             None, None, None))
+        return _compose(rows, delta).get_epsilon(delta) - epsilon
+
+    if len(leaves) == 1:
+        c = 1.0 / weights[names[0]]
+    else:
+        hi = math.log(1.0 / max(weights.values()))  # one step alone spends epsilon
+        lo = hi - 1.0
+        while composed(lo) >= 0.0:
+            lo -= 1.0
+        c = math.exp(largest_root_below(composed, lo, hi)) if composed(hi) > 0 \
+            else math.exp(hi)
+    for name, leaf in leaves:
+        leaf.set_params(epsilon=float(c * weights[name] * epsilon), delta=delta)
+    return out
