@@ -211,7 +211,7 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
     """Base class of the user-level DP transformers of :mod:`skdpp.preprocessing`.
 
     Subclasses implement ``_validate_fit_input(X)`` (returns the validated
-    data), ``_budget_plan(data, n_users)`` (an uncalibrated
+    data), ``_budget_plan(meta)`` (an uncalibrated
     :class:`~skdpp.privacy.BudgetPlan`) and ``_fit_core(data, index, release,
     n_users)`` returning ``(attributes, released, notes)``; and ``transform``.
 
@@ -269,7 +269,8 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         # A warning on public values only (the number of users is public).
         BasePersonalizedEstimator._check_delta(self, n_users)
         randomness = FitRandomness(self.random_state)
-        release = Releaser(self._budget_plan(data, n_users), randomness.noise,
+        meta = {"n_users": n_users, "n_features": self._n_columns(data)}
+        release = Releaser(self._budget_plan(meta), randomness.noise,
                            seeded=randomness.seeded)
         attributes, released, notes = self._fit_core(data, index, release, n_users)
         report = release.report(n_users=n_users, released=released, local=(), notes=notes)
@@ -278,6 +279,11 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         self.n_users_ = n_users
         self.privacy_report_ = report
         return self
+
+    @staticmethod
+    def _n_columns(data):
+        """The public number of columns of validated data (an array or the encoder's dict)."""
+        return data.shape[1] if hasattr(data, "shape") else len(data["columns"])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

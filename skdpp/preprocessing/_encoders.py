@@ -224,9 +224,10 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         return {"columns": columns, "n_samples": columns[0].shape[0] if columns else
                 _n_rows(X)}
 
-    def _budget_plan(self, data, n_users):
+    def _budget_plan(self, meta):
         plan = BudgetPlan(self.epsilon, self.delta)
-        if self._public_categories(len(data["columns"])) is None and data["columns"]:
+        n_columns = meta["n_features"]
+        if self._public_categories(n_columns) is None and n_columns:
             t_delta = THRESHOLD_DELTA_FRACTION * self.delta if self.epsilon != np.inf else 0.0
             plan.add(SELECT_PHASE, share=0.5, threshold_delta=t_delta)
         return plan

@@ -158,10 +158,11 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
             plan.add_rest("mean", count=n_features)
         return plan
 
-    def _budget_plan(self, X, n_users):
-        share = resolve_clip_share(self.clip_share, lambda s: self._plan(X.shape[1], s),
-                                   n_users)
-        return self._plan(X.shape[1], share)
+    def _budget_plan(self, meta):
+        d = meta["n_features"]
+        share = resolve_clip_share(self.clip_share, lambda s: self._plan(d, s),
+                                   meta["n_users"])
+        return self._plan(d, share)
 
     def _fit_core(self, X, index, release, n_users):
         d = X.shape[1]

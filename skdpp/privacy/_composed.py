@@ -496,16 +496,17 @@ def _step_rows(step, epsilon, delta, meta, name):
             return [(event, 1, name, None, None, None)]
         finally:
             step.epsilon, step.delta = saved
-    from ._gdp import gaussian_mu
-
-    return [(GaussianEvent(1.0 / gaussian_mu(epsilon, delta)), 1, name, None, None, None)]
+    raise ValueError(
+        f"Step {name!r} ({type(step).__name__}) has no public budget plan "
+        f"(_budget_plan(meta)), so its releases at epsilon={epsilon!r} cannot be composed "
+        f"exactly. Set its epsilon and delta yourself and check privacy_report(fitted).")
 
 
 def _gaussian_only(step, delta):
     """Whether ``step``'s plan is made of (non-sampled) Gaussian releases only."""
     plan_fn = getattr(step, "_budget_plan", None)
-    if plan_fn is None:
-        return True
+    if plan_fn is None:  # no public plan: nothing shows its releases are Gaussian
+        return False
     saved = step.epsilon, step.delta
     step.epsilon, step.delta = 1.0, delta
     try:
