@@ -9,7 +9,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import BudgetPlan
 from ..privacy._plan import resolve_clip_share
-from ..utils._grouped import segment_sum
 from ._base import (
     CLIP_PHASE,
     SCALE_FREE_STEPS,
@@ -191,9 +190,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         attributes = {"mean_": loc, "var_": None, "scale_": None}
         released = ("mean_",)
         if self.with_std:
-            w = 1.0 / index.counts
-            dev = (X - loc) ** 2 * w[index.codes][:, None]
-            msd = segment_sum(dev, index)
+            msd = user_means((X - loc) ** 2, index)
             var = np.empty(d)
             for j in range(d):
                 var[j], _ = scale_free_location(release, msd[:, j], n_users=n_users,
@@ -205,11 +202,22 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
             "Each user contributes one value per feature: its mean (location) and its mean "
             "squared deviation from the released location (variance); each released as a "
             "Gaussian mean of values clipped to a released radius around a released median, "
-            "after a released magnitude (noisy bisections, phase 'clip', sensitivity 1 per "
-            "count).",
+            "after a released magnitude (a noisy histogram and noisy bisections, phase "
+            "'clip').",
             "Means over users (each user weighs the same), not over rows.",
         )
         return attributes, released, notes
+
+    def _prior_attributes(self, attributes):
+        d = None if attributes.get("mean_") is None else np.shape(attributes["mean_"])[0]
+        prior = {"mean_": None if d is None else np.zeros(d)}
+        if self.with_std:
+            prior.update(var_=None if d is None else np.ones(d),
+                         scale_=None if d is None else np.ones(d))
+        return prior
+
+    def _prior_description(self):
+        return "the identity: mean 0, scale 1"
 
     # ------------------------------------------------------------ transform
     def transform(self, X):

@@ -200,6 +200,15 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
             return user_means(X, index, mask)
         return _user_medians(X, mask, index)
 
+    def _prior_attributes(self, attributes):
+        if self.strategy == "constant":
+            return {}
+        stats = attributes.get("statistics_")
+        return {"statistics_": None if stats is None else np.zeros_like(stats)}
+
+    def _prior_description(self):
+        return "missing values filled with 0"
+
     def transform(self, X):
         """Replace the missing values of ``X`` by ``statistics_`` (post-processing).
 

@@ -270,3 +270,45 @@ def test_secure_noise_mode(make, monkeypatch):
         est = make().fit(data, groups=np.repeat(np.arange(300), data.shape[0] // 300))
     assert calls, "no secure draw"
     assert not est.privacy_report_.noise_seeded
+
+
+
+def _year_like(n_users=600, seed=0):
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(n_users), 5)
+    X = rng.normal(1995.0, 15.0, size=(g.size, 1))
+    X[rng.random(g.size) < 0.05] = np.nan
+    return X, g
+
+
+def test_useless_budget_falls_back_to_the_prior_with_a_public_warning(monkeypatch):
+    """At a budget where the searches' count noise is 0.23 n, the imputer fills 0 and
+    warns, whatever the data (the same text for data shifted by 1e6); with the rule
+    removed (broken variant) its released mean lands far off in some fits."""
+    from skdpp.exceptions import UselessFitWarning
+    from skdpp.preprocessing import _base
+
+    X, g = _year_like()
+    texts = []
+    for shift in (0.0, 1e6):
+        with pytest.warns(UselessFitWarning) as record:
+            imp = PrivateSimpleImputer(epsilon=0.24, random_state=0).fit(X + shift, groups=g)
+        assert_array_equal(imp.statistics_, [0.0])
+        texts.append([str(w.message) for w in record])
+    assert texts[0] == texts[1]
+    assert any("prior" in note for note in imp.privacy_report_.notes)
+    with pytest.warns(UselessFitWarning):
+        sc = PrivateStandardScaler(epsilon=0.24, random_state=0).fit(np.nan_to_num(X), groups=g)
+    assert_array_equal(sc.mean_, [0.0])
+    assert_array_equal(sc.scale_, [1.0])
+    # a budget the rule accepts: no warning, a sensible mean
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UselessFitWarning)
+        imp = PrivateSimpleImputer(epsilon=2.0, random_state=0).fit(X, groups=g)
+    assert abs(imp.statistics_[0] - 1995.0) < 5.0
+    # broken variant: the rule removed
+    monkeypatch.setattr(_base.BasePrivateTransformer, "_useless_message",
+                        lambda self, plan, n_users: None)
+    means = np.array([PrivateSimpleImputer(epsilon=0.24, random_state=s).fit(X, groups=g)
+                      .statistics_[0] for s in range(60)])
+    assert np.any(np.abs(means - 1995.0) > 100.0)
