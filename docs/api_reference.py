@@ -41,6 +41,20 @@ SECTIONS = [
         "released, user embeddings stay with each user.",
     ),
     (
+        "Private preprocessing",
+        "skdpp.preprocessing",
+        ["PrivateStandardScaler", "PrivateSimpleImputer", "PrivateOneHotEncoder"],
+        "User-level private transformers, so that a whole Pipeline is covered by one "
+        "report (see :ref:`preprocessing` and :func:`skdpp.privacy.privacy_report`).",
+    ),
+    (
+        "Pipelines and export",
+        "skdpp.pipeline",
+        ["personalize", "to_dense", "transform_then"],
+        "Helpers for Pipelines ending in a personalized estimator; "
+        ":func:`skdpp.export_released` keeps only what may be published.",
+    ),
+    (
         "Model selection",
         "skdpp.model_selection",
         ["PerUserKFold", "PerUserShuffleSplit", "per_user_train_test_split"],
@@ -65,9 +79,11 @@ SECTIONS = [
     (
         "Privacy: report",
         "skdpp.privacy",
-        ["PrivacyReport", "PhaseReport"],
+        ["PrivacyReport", "PhaseReport", "privacy_report", "split_budget",
+         "PipelinePrivacyReport"],
         "What every fitted estimator exposes as ``privacy_report_`` (see "
-        ":ref:`privacy_report`).",
+        ":ref:`privacy_report`), and the one report (and one budget) of a whole "
+        "Pipeline or search.",
     ),
     (
         "Privacy: accounting and calibration",

@@ -53,7 +53,9 @@ default_role = "literal"
 # autodoc / autosummary (scikit-learn's set-up: numpydoc renders the
 # docstrings, autosummary generates one page per public object).
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": True}
+# set_output: scikit-learn's inherited docstring links to labels of its own docs.
+autodoc_default_options = {"members": True, "inherited-members": True,
+                           "exclude-members": "set_output"}
 autodoc_typehints = "none"
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
