@@ -129,22 +129,8 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Released cold-start intercept (0 with ``fit_intercept=False``).
     clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
         The bounds used (released when ``"auto"``; None when unused).
-    intercept_clip_ : float or None
-        Released radius of the cold-start intercept's clipped mean.
-    feature_scales_ : ndarray of shape (n_features_in_,) or None
-        Released per-feature scales (``inf``: a dropped column); the fitted
-        parts apply to ``X / feature_scales_``. None when not released.
-    label_range_ : tuple of float or None
-        Released range predictions are clamped to (None: not released).
-    local_only_ : bool
-        Whether the plan predicted a useless fit (public rule, see Notes):
-        known users then get their own ridge fit towards zero weights and
-        their own mean (not clamped), cold-start rows the clamped cold-start
-        part.
-    user_ids_ : ndarray of shape (n_users_,)
-        Sorted user ids seen in ``fit`` (and ``personalize``).
-    n_users_ : int
-        Number of users in ``fit``.
+    intercept_clip_, feature_scales_, label_range_, local_only_, user_ids_, n_users_
+        As for :class:`PrivateFedRepRegressor`.
     n_iter_ : int
         Number of rounds run.
     privacy_report_ : PrivacyReport
@@ -215,25 +201,11 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one
     round's ``sqrt(2) η^2`` and ``2 ζ η``. The report's notes say so.
 
-    **Personal parts.** After the releases, each user's head and intercept
-    minimise its squared error on its rows plus ``personal_ridge`` pseudo-rows
-    of the released cold-start part (a public prior); ``personalize`` and the
-    end of ``fit`` use the same block functions. With the default
-    ``personal_rows="all"`` the final heads use all of a user's rows: post-
-    processing (privacy unchanged), but the utility analysis (Theorem 4.2:
-    final heads on ``S^1``, independent of ``U^priv`` given ``S^0``) no longer
-    applies to them (measured effect on real data:
-    ``benchmarks/results/real_data_linear_ablation.md``).
-    ``personal_rows="holdout"``, ``personal_ridge=0``, ``fit_intercept=False``
-    and numeric bounds give the paper's algorithm.
-
-    **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
-    ``S^0``), the halves of ``S^0`` and the round of each user are keyed
-    hashes of the fit's secret 128-bit key, the user id and the position of a
-    row within the user (rows ordered by their content), not draws from a
-    stream in row order: a fit is a function of the *set* of records
-    (permuting the rows gives the same ``components_``, heads and cold-start
-    head), and one user's split and round do not depend on the other users.
+    **Personal parts** and **randomness**: as for
+    :class:`PrivateFedRepRegressor` (here the final heads of Theorem 4.2 use
+    ``S^1``; ``personal_rows="holdout"``, ``personal_ridge=0``,
+    ``fit_intercept=False`` and numeric bounds give the paper's algorithm).
+    The halves of ``S^0`` and each user's round are keyed hashes too.
 
     **Deviations from the paper.**
 

@@ -290,14 +290,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
     finite numbers; ``groups``: user ids (numbers or strings). A non-finite
     value is rejected by ``validate_data`` with a ``ValueError`` before any
-    computation: a documented rule, not a numeric accident. Every finite
-    value is accepted, however large or small, and handled without a warning
-    or an exception that depends on it, whatever the caller's
-    ``np.errstate`` or warnings filters (every entry point runs under
-    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
-    ``X`` give finite values (an intermediate that overflows is re-evaluated
-    on the row divided by its largest entry) or ``predict`` raises a
-    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
+    computation; every finite value is handled without a warning or an
+    exception that depends on it, and predictions are finite or raise (see
+    *Quiet numerics* in :class:`~skdpp.base.BasePersonalizedEstimator`).
 
     **Per-feature scales and label range** (all clip bounds ``"auto"``; see
     :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
@@ -323,11 +318,11 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     ``max(0, 1 - k sigma^2 / ||v||^2)``, ``sigma`` its public noise std per
     coordinate (post-processing): a head dominated by its noise leaves the
     cold start to the released intercept. A
-    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
-    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
-    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
-    zero weights and its own mean (local data, ``local_only_``), rather than
-    towards a noisy shared part.
+    :class:`~skdpp.exceptions.UselessFitWarning`, computed from public values
+    only, says when the plan predicts a useless fit (count noise of phase
+    ``"clip"`` above ``USELESS_CLIP_NOISE * n_users``); such a fit gives every
+    known user its own ridge fit, shrunk towards zero weights and its own mean
+    (local data, ``local_only_``), rather than towards a noisy shared part.
 
     References
     ----------

@@ -1,29 +1,22 @@
-"""What :class:`PrivateFedRepRegressor` and :class:`PrivAltMinRegressor` share.
+"""The kernels and the start and end of a fit shared by FedRep and Priv-AltMin.
 
 The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
 orthonormal columns, released under user-level DP), a personal head ``v_i``
-(``k``) and a personal intercept ``b_i`` per user, computed from the released
-values and that user's rows only (``fit_intercept=False``: ``b_i = 0``, the
-papers' model). Both algorithms work on blocks of whole users
-(:class:`~skdpp.utils._grouped.UserBlock`) and share:
+and intercept ``b_i`` per user, computed from the released values and that
+user's rows only (``fit_intercept=False``: ``b_i = 0``, the papers' model).
+:mod:`.fedrep` and :mod:`.altmin` call, in order:
 
-* :func:`prepare_split` -- the block function that splits each user's rows into
-  ``S^0`` (initialisation and iterations) and ``S^1`` with keyed randomness,
-  centres each user's ``S^0`` rows on the user's own means (the per-user
-  intercept profiled out: a function of that user's rows only) and keeps the
-  block's ``S^0`` arrays in its :class:`BlockState`;
-* :func:`take_rows`, :func:`s0_rows`, :func:`s0_block`, :func:`source_row_sum`
-  -- gathers and per-user sums over a block's rows;
-* :func:`fit_heads` -- exact per-user least-squares heads on a block;
-* :func:`head_statistics`, :func:`personal_parts` -- each user's sufficient
-  statistics and its personal head and intercept, shrunk towards the released
-  cold-start part (the same block functions in ``fit`` and ``personalize``);
-* :func:`final_heads` -- the driver of the end of a fit: the final heads
-  (Snedeker et al. 2025, Alg. 1, line 14), the DP cold-start head and
-  intercept, the personal parts;
-* :func:`subspace_distance` -- the principal-angle distance;
-* :class:`_RepresentationMixin` -- validation, budget plan, the fit's core
-  around the algorithm's iterations, ``personalize`` and ``predict``.
+* :func:`plan` -- their budget plan (phases ``clip``, ``init``,
+  ``iterations``, ``cold_start``), from their release count per fit;
+* :func:`start` -- label range and feature scales, :func:`prepare_split`
+  (each user's keyed ``S^0`` / ``S^1`` split, centred on the user's own
+  means), the initialisation (:mod:`.spectral_init`);
+* their iterations (block functions over :class:`BlockState`, using
+  :func:`take_rows`, :func:`source_row_sum`, :func:`fit_heads`);
+* :func:`finish` -- :func:`final_heads`: the final heads (Snedeker et al.
+  2025, Alg. 1, line 14), the DP cold-start head and intercept, and the
+  personal parts (:func:`head_statistics`, :func:`personal_parts`; the same
+  block functions in ``personalize``, :func:`fit_personal`).
 """
 
 import warnings
@@ -194,31 +187,14 @@ def prepare_split(block, state, config):
 def fit_heads(block, P, y):
     """Exact per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2``.
 
-    Parameters
-    ----------
-    block : UserBlock
-        The rows to fit on, grouped by user.
-    P : ndarray of shape (block.n_rows, k)
-        ``X @ U`` for the block's rows (canonical order).
-    y : ndarray of shape (block.n_rows,)
-        Their targets.
-
-    Returns
-    -------
-    V : ndarray of shape (block.n_users, k)
-        Zero for users without rows, for users whose projections ``P`` are not
-        finite (``X U`` overflows for values near the float maximum) and for
-        users whose head is not finite: a function of that user's rows only.
-
-    Notes
-    -----
-    Each user's system is solved for ``P / max|P|`` and ``y / max|y|`` (no
-    overflow in the ``k × k`` Grams for any finite values; the relative ridge
-    of :func:`~skdpp.linear_model._heads.solve_heads` is scale invariant),
-    then ``v = v' max|y| / max|P|``.
+    ``P`` (``X @ U``) and ``y`` hold the block's rows; returns ``V`` of shape
+    ``(block.n_users, k)``. Each user's system is solved on ``P / max|P|`` and
+    ``y / max|y|`` (no overflow in the ``k × k`` Grams; the relative ridge of
+    :func:`~skdpp.linear_model._heads.solve_heads` is scale invariant), then
+    rescaled; a user without rows, with non-finite projections (``X U``
+    overflowing) or a non-finite head gets zero: a function of its rows only.
     """
-    stats = head_statistics(block, P, y, center=False)
-    return stats.raw_heads
+    return head_statistics(block, P, y, center=False).raw_heads
 
 
 @dataclass
