@@ -28,9 +28,14 @@ CLIP_PHASE = "clip"
 AUTO_STEPS = search_steps(quantile_grid())
 
 
+def user_weights(block):
+    """Each row's weight ``1 / m`` (``m`` its user's number of rows): the weights of a mean."""
+    return block.expand(1.0 / np.maximum(block.counts, 1))
+
+
 def user_means(block, A):
     """Per-user means of the row-aligned ``A`` (``sum_r A_r / m``: no overflow for finite ``A``)."""
-    w = block.expand(1.0 / np.maximum(block.counts, 1))
+    w = user_weights(block)
     with np.errstate(under="ignore"):
         return block.segment_sum(A * (w if A.ndim == 1 else w[:, None]))
 

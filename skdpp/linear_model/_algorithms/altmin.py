@@ -9,8 +9,8 @@ The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`:
 * :func:`altmin_round` (block function, one per round): each active user's
   exact head (Alg. 1, line 5) and its clipped per-user-mean contributions to
   the Gram matrix and the moment vector of Alg. 2, line 1;
-* :func:`private_altmin`: releases the two sums (Alg. 2, line 2), solves
-  (line 3) and orthonormalises (line 4).
+* :func:`run` releases the two sums (Alg. 2, line 2), solves (line 3) and
+  orthonormalises (line 4).
 
 The split, the initialisation (:mod:`.spectral_init`), the final heads, the
 cold start and the personal parts are shared with FedRep (:mod:`.representation`).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
-from .._auto import auto_bound, rms_per_user
+from .._auto import auto_bound, rms_per_user, user_weights
 from .._heads import psd_floor_solve
 from . import representation as rep
 from .representation import fit_heads, take_rows
@@ -45,7 +45,7 @@ class Config(rep.RepresentationConfig):
 
 def _iteration_releases(config):
     """Phase ``iterations``: the Gram and the moments of each round (Alg. 2, line 2 in
-    :func:`private_altmin`); ``schedule="disjoint"``: the first round's only (parallel
+    :func:`run`); ``schedule="disjoint"``: the first round's only (parallel
     composition)."""
     rounds = config.max_iter if config.schedule == "full" else min(config.max_iter, 1)
     return 2 * int(rounds)
@@ -54,31 +54,6 @@ def _iteration_releases(config):
 def plan(config, meta):
     """The fit's :class:`~skdpp.privacy.BudgetPlan` (:func:`.representation.plan`)."""
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
-
-
-def run(executor, release, randomness, meta, config):
-    """The fit: label range, scales, split, ``U_0`` (:func:`.representation.start`),
-    Alg. 1 lines 1-6 with Alg. 2 (:func:`private_altmin`), then the final heads,
-    the cold start and the personal parts (:func:`.representation.finish`)."""
-    begun = rep.start(executor, release, randomness, meta, config,
-                      iteration_releases=_iteration_releases(config))
-    executor.map(prepare_altmin, (randomness.key, config.batch_mode))
-    U, clip_norm, label_clip = private_altmin(
-        executor, release, begun.U0, key=randomness.key, n_rounds=int(config.max_iter),
-        schedule=config.schedule, clip_norm=config.clip_norm,
-        label_clip=begun.bounds.get("label_clip", config.label_clip),  # pairwise init's ζ
-        psd_floor=float(config.psd_floor), n_users=meta["n_users"],
-        clip_quantile=float(config.clip_quantile), verbose=config.verbose)
-    notes = ("Each round releases the per-user-mean Gram (sensitivity "
-             "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
-             "2*label_clip*clip_norm).",)
-    if config.schedule == "disjoint" and config.max_iter > 1:
-        notes += (
-            f"schedule='disjoint': every user takes part in one of {config.max_iter} "
-            "rounds (a keyed hash of its id); by parallel composition only one round's "
-            "two releases are charged.",)
-    return rep.finish(executor, release, meta, config, begun, U,
-                      {"clip_norm": clip_norm, "label_clip": label_clip}, notes)
 
 
 # Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
@@ -129,11 +104,6 @@ def prepare_altmin(block, state, config):
         first = local.split_users_rows(0.5, local.row_uniforms(key, "altmin_halves"))
         state.extra["halves"] = (local.select(first), local.select(~first))
     return None, state
-
-
-def _user_weights(block):
-    """Per-row weight ``1 / m_i``: each user contributes the mean over its rows."""
-    return block.expand(1.0 / np.maximum(block.counts, 1))
 
 
 def _kron_blocks(Xu, Vr, w):
@@ -204,7 +174,7 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
         norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
     mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
     yt = clip_values(take_rows(stats, y0), label_clip)
-    w = _user_weights(stats)
+    w = user_weights(stats)  # each user contributes the mean over its rows
     with np.errstate(over="ignore", invalid="ignore"):
         gram = _kron_blocks(xu, Vr, w * mag**2)
         moments = xu.T @ ((w * mag * yt)[:, None] * Vr)
@@ -249,58 +219,40 @@ def label_statistic(block, state, rnd):
     return rms_per_user(stats, take_rows(stats, state.y0)), state
 
 
-def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
-                   label_clip, psd_floor, n_users=None, clip_quantile=0.5, verbose=0):
-    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``(U^priv, η, ζ)``.
+def run(executor, release, randomness, meta, config):
+    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
+    Alg. 1 lines 1-6 with Alg. 2 as the private ``U`` step, then
+    :func:`.representation.finish` (final heads, cold start, personal parts).
 
-    Parameters
-    ----------
-    executor : LocalExecutor
-        Blocks prepared by :func:`prepare_split` and :func:`prepare_altmin`.
-    release : Releaser
-        Releases the Gram (sensitivity ``sqrt(2) η^2``, symmetric noise) and the
-        moments (``2 ζ η``) of every round in phase ``"iterations"``.
-    U0 : ndarray of shape (d, k)
-    key : ndarray
-        The fit key (keyed rounds of ``schedule="disjoint"``).
-    n_rounds : int
-        ``T``.
-    schedule : {"full", "disjoint"}
-        ``"disjoint"``: every user takes part in one round only (Alg. 1); by
-        parallel composition only the first round's two releases are charged.
-        ``"full"``: all users every round.
-    clip_norm, label_clip : float, "auto" or None
-        ``η`` and ``ζ``. ``"auto"``: the ``clip_quantile`` of a per-user
-        statistic at ``U_0`` (:func:`row_norm_statistic`,
-        :func:`label_statistic`), released in phase ``"clip"``.
-    psd_floor : float
-        Eigenvalues of the noisy Gram are raised to at least
-        ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve.
-    n_users : int
-        The public number of users (for ``"auto"`` bounds).
-    clip_quantile : float, default=0.5
-    verbose : int, default=0
-
-    Returns
-    -------
-    U : ndarray of shape (d, k)
-    clip_norm, label_clip : float or None
-        The bounds used.
+    ``clip_norm="auto"`` (``η``) and ``label_clip="auto"`` (``ζ``): the
+    ``clip_quantile`` of :func:`row_norm_statistic` and :func:`label_statistic`
+    at ``U_0`` (phase ``"clip"``). Eigenvalues of the noisy Gram are raised to
+    at least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
+    solve. With ``max_iter=0`` no bound is resolved (``clip_norm_`` and
+    ``label_clip_`` are None).
     """
-    d, k = U0.shape
-    U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
-    if n_rounds == 0:
-        return U, None, None
-    rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
-    if clip_norm == "auto":
-        clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
-                               quantile=clip_quantile, n_users=n_users)
-    if label_clip == "auto":
-        label_clip = auto_bound(executor, release, label_statistic, rnd0,
-                                quantile=clip_quantile, n_users=n_users)
-    sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
-    sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
-    floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
+    begun = rep.start(executor, release, randomness, meta, config)
+    executor.map(prepare_altmin, (randomness.key, config.batch_mode))
+    key, n_users, n_rounds = randomness.key, meta["n_users"], int(config.max_iter)
+    schedule, quantile = config.schedule, float(config.clip_quantile)
+    d, k = begun.U0.shape
+    U = np.array(begun.U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
+    clip_norm, label_clip = None, None
+    if n_rounds:
+        clip_norm = config.clip_norm
+        label_clip = begun.bounds.get("label_clip", config.label_clip)  # pairwise init's ζ
+        rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+        if clip_norm == "auto":
+            clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
+                                   quantile=quantile, n_users=n_users)
+        if label_clip == "auto":
+            label_clip = auto_bound(executor, release, label_statistic, rnd0,
+                                    quantile=quantile, n_users=n_users)
+        sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
+        sens_b = None if clip_norm is None or label_clip is None \
+            else 2.0 * label_clip * clip_norm
+        floor = float(config.psd_floor) * release.noise_std("iterations", sens_G) \
+            * np.sqrt(d * k)
     # Parallel composition (schedule="disjoint"): every user's data enter one round
     # only (keyed by its id), so the loop costs one round: branch 0 is charged, the
     # later rounds repeat its releases on disjoint users (see the Notes).
@@ -317,11 +269,20 @@ def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
         Z = psd_floor_solve(G, b, floor).reshape(k, d).T  # un-vec
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)
-        if verbose:
+        if config.verbose:
             # Public quantities only: the number of rows, of users with rows and of
             # clipped rows are statistics of the private data and are never printed.
             users = "all users" if schedule == "full" else f"the users of round {t + 1}"
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
                   f"and moment statistics (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")
-    return U, clip_norm, label_clip
+    notes = ("Each round releases the per-user-mean Gram (sensitivity "
+             "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
+             "2*label_clip*clip_norm).",)
+    if schedule == "disjoint" and config.max_iter > 1:
+        notes += (
+            f"schedule='disjoint': every user takes part in one of {config.max_iter} "
+            "rounds (a keyed hash of its id); by parallel composition only one round's "
+            "two releases are charged.",)
+    return rep.finish(executor, release, meta, config, begun, U,
+                      {"clip_norm": clip_norm, "label_clip": label_clip}, notes)

@@ -7,7 +7,7 @@ The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`:
 * :func:`fedrep_round` (block function, one per round): each user's head on
   its batch ``B_{i,t}`` (line 6) and its clipped gradient on ``B'_{i,t}``
   (lines 7-9); the block returns the partial sum ``sum_i clip(∇_{i,t}, ψ)``;
-* :func:`private_fedrep`: releases each round's sum (line 10) and takes the
+* :func:`run` releases each round's sum (line 10) and takes the
   projected gradient step (lines 10-11).
 
 The split, the initialisation (:mod:`.spectral_init`), the final heads, the
@@ -43,31 +43,13 @@ class Config(rep.RepresentationConfig):
 
 
 def _iteration_releases(config):
-    """Phase ``iterations``: one Gaussian release per round (line 10 in :func:`private_fedrep`)."""
+    """Phase ``iterations``: one Gaussian release per round (line 10 in :func:`run`)."""
     return int(config.max_iter)
 
 
 def plan(config, meta):
     """The fit's :class:`~skdpp.privacy.BudgetPlan` (:func:`.representation.plan`)."""
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
-
-
-def run(executor, release, randomness, meta, config):
-    """The fit: label range, scales, split, ``U_0`` (:func:`.representation.start`),
-    Alg. 1 lines 1-12 (:func:`private_fedrep`), then line 14, the cold start and
-    the personal parts (:func:`.representation.finish`)."""
-    begun = rep.start(executor, release, randomness, meta, config,
-                      iteration_releases=_iteration_releases(config))
-    U, clip_norm, label_scale = private_fedrep(
-        executor, release, begun.U0, key=randomness.key, n_iter=int(config.max_iter),
-        learning_rate=float(config.learning_rate), clip_norm=config.clip_norm,
-        label_scale=config.label_scale, batch_mode=config.batch_mode,
-        batch_size=config.batch_size, n_users=meta["n_users"],
-        clip_quantile=float(config.clip_quantile), verbose=config.verbose)
-    notes = (f"batch_mode={config.batch_mode!r}: each round releases one Gaussian sum of "
-             "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)
-    return rep.finish(executor, release, meta, config, begun, U,
-                      {"clip_norm": clip_norm, "label_scale": label_scale}, notes)
 
 
 # --------------------------------------------------------------------------- #
@@ -191,71 +173,42 @@ def label_statistic(block, state, _):
     return rms_per_user(state.local, state.y0), state
 
 
-def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_norm,
-                   batch_mode, batch_size, n_users, label_scale=1.0, clip_quantile=0.5,
-                   verbose=0):
-    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``(U^priv, ψ, s_y)``.
+def run(executor, release, randomness, meta, config):
+    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
+    Alg. 1 lines 1-12 on ``S^0``, then :func:`.representation.finish` (line 14, the
+    cold start, the personal parts).
 
-    Parameters
-    ----------
-    executor : LocalExecutor
-        Blocks whose states hold the ``S^0`` split (:func:`prepare_split`).
-    release : Releaser
-        Releases each round's sum in phase ``"iterations"`` (sensitivity ``2 ψ``).
-    U0 : ndarray of shape (d, k)
-        Orthonormal initial embedding.
-    key : ndarray
-        The fit key (keyed batches).
-    n_iter : int
-        ``T``.
-    learning_rate : float
-        ``η``, relative to the label scale ``s_y``: the step is
-        ``U - (η / s_y^2) (1/n) sum clip(∇)``. The loss's curvature in ``U`` is
-        of the order of the targets' variance, whatever the scale of ``X``
-        (rescaling ``X`` rescales the heads inversely), so the step is
-        scale-free.
-    clip_norm : float, "auto" or None
-        ``ψ``; ``"auto"``: the ``clip_quantile`` of the users' gradient norms at
-        ``U_0`` (round 0's batches), released in phase ``"clip"``.
-    batch_mode, batch_size : see :class:`PrivateFedRepRegressor`.
-    n_users : int
-        The public number of users ``n``.
-    label_scale : float or "auto", default=1.0
-        ``s_y``; ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square (centred) ``S^0`` targets, released in phase ``"clip"``.
-    clip_quantile : float, default=0.5
-    verbose : int, default=0
-
-    Returns
-    -------
-    U : ndarray of shape (d, k)
-    clip_norm : float or None
-        The ``ψ`` used.
-    label_scale : float or None
-        The ``s_y`` used.
+    ``clip_norm="auto"`` (``ψ``): the ``clip_quantile`` of the users' gradient
+    norms at ``U_0`` (round 0's batches); ``label_scale="auto"`` (``s_y``): of
+    their root mean square centred ``S^0`` targets; both in phase ``"clip"``.
+    The step is ``U - (η / s_y^2) (1/n) sum clip(∇)``: the loss's curvature in
+    ``U`` is of the order of the targets' variance whatever the scale of ``X``
+    (rescaling ``X`` rescales the heads inversely), so the step is scale-free.
     """
-    U = np.array(U0, dtype=np.float64, copy=True)  # line 1
-    if n_iter == 0:
-        return U, None if clip_norm == "auto" else clip_norm, \
-            None if label_scale == "auto" else label_scale
+    begun = rep.start(executor, release, randomness, meta, config)
+    key, n_users, n_iter = randomness.key, meta["n_users"], int(config.max_iter)
+    quantile = float(config.clip_quantile)
+    U = np.array(begun.U0, dtype=np.float64, copy=True)  # line 1
+    clip_norm = None if config.clip_norm == "auto" and n_iter == 0 else config.clip_norm
+    label_scale = None if config.label_scale == "auto" and n_iter == 0 else config.label_scale
     if label_scale == "auto":
         label_scale = auto_bound(executor, release, label_statistic, None,
-                                 quantile=clip_quantile, n_users=n_users)
+                                 quantile=quantile, n_users=n_users)
     if clip_norm == "auto":
         clip_norm = auto_bound(executor, release, gradient_norms,
-                               _Round(U, 0, key, batch_mode, batch_size, None),
-                               quantile=clip_quantile, n_users=n_users)
+                               _Round(U, 0, key, config.batch_mode, config.batch_size, None),
+                               quantile=quantile, n_users=n_users)
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
-    step = learning_rate / float(label_scale) ** 2
+    step = float(config.learning_rate) / float(label_scale) ** 2 if n_iter else 0.0
     for t in range(n_iter):  # line 2
-        total = executor.map(fedrep_round, _Round(U, t, key, batch_mode, batch_size,
-                                                   clip_norm))  # lines 3-9
+        total = executor.map(fedrep_round, _Round(U, t, key, config.batch_mode,
+                                                   config.batch_size, clip_norm))  # lines 3-9
         noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
         # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
         # post-processing of the release; line 11: QR.
         U, _ = np.linalg.qr(U - step * (noisy / n_users))
-        if verbose:
+        if config.verbose:
             # Data-independent quantities only: the share of clipped users, the
             # number of rows etc. are statistics of the private data, and the noise
             # std depends on an "auto" clip_norm (released, but printing it in every
@@ -263,4 +216,7 @@ def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_no
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
                   f"gradient sum (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")
-    return U, clip_norm, label_scale
+    notes = (f"batch_mode={config.batch_mode!r}: each round releases one Gaussian sum of "
+             "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)
+    return rep.finish(executor, release, meta, config, begun, U,
+                      {"clip_norm": clip_norm, "label_scale": label_scale}, notes)

@@ -716,7 +716,7 @@ class Start:
     local_only: bool
 
 
-def start(executor, release, randomness, meta, config, *, iteration_releases):
+def start(executor, release, randomness, meta, config):
     """The fit's first releases: label range and feature scales, the split, ``U_0``.
 
     Phase ``clip``: the label range and per-feature scales (all bounds
@@ -726,7 +726,10 @@ def start(executor, release, randomness, meta, config, *, iteration_releases):
     ``"auto"`` bound in phase ``clip``).
     """
     n_users = meta["n_users"]
-    scaled = plan(config, meta, iteration_releases=iteration_releases)[1]
+    # whether plan() kept the per-feature scales, read off the fit's plan (public)
+    counts = {p.name: p.count for p in release.plan.phases}
+    scaled = bool(config.label_range) and counts.get(CLIP_PHASE) == _clip_releases(
+        config, meta["n_features"], True)
     clip_noise = release.noise_multiplier(CLIP_PHASE) if CLIP_PHASE in release.plan \
         else None
     message = useless_fit_message(clip_noise, n_users, config.owner)
