@@ -189,7 +189,8 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     (``2T`` Gaussian releases with ``schedule="full"``; 2 with
     ``"disjoint"``; the rest of the budget) and ``cold_start`` (the head and
     the intercept's mean), with the shares of ``budget_shares``, calibrated
-    jointly on the exact (μ-GDP) composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
+    jointly on the exact (μ-GDP) composition; the paper's
+    ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
     With ``schedule="disjoint"`` only round 1's two releases are charged:
     every user's data enter exactly one round, chosen by a keyed hash of the
     user's own id, so by parallel (adaptive) composition the loop is as

@@ -212,8 +212,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     ``clip`` (6 releases per ``"auto"`` bound plus 29 for the cold-start
     intercept), ``init`` (private initialisations only), ``iterations`` (``T``
     Gaussian releases sharing the rest) and ``cold_start`` (the head, and the
-    intercept's mean), with the shares of ``budget_shares``, calibrated jointly so that the exact composition
-    (μ-GDP) of all releases meets (ε, δ); the ``privacy_report_`` shows each
+    intercept's mean), with the shares of ``budget_shares``, calibrated
+    jointly so that the exact composition (μ-GDP) of all releases meets
+    (ε, δ); the ``privacy_report_`` shows each
     phase's noise multiplier and the resolved bounds in its clip column. The
     paper's closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)`` is not used: it
     is a loose upper bound.
