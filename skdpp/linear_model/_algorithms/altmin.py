@@ -33,9 +33,9 @@ __all__ = ["Config", "plan", "run"]
 class Config(rep.RepresentationConfig):
     """:class:`~skdpp.linear_model.PrivAltMinRegressor`'s parameters (frozen)."""
 
-    schedule: str = "full"
-    label_clip: object = "auto"
-    psd_floor: float = 32.0
+    schedule: str
+    label_clip: object
+    psd_floor: float
 
     owner = "PrivAltMinRegressor"
     clip_names = ("clip_norm", "label_clip", "init_clip_norm", "head_clip_norm")

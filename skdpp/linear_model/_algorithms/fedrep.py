@@ -31,9 +31,9 @@ __all__ = ["Config", "plan", "run"]
 class Config(rep.RepresentationConfig):
     """:class:`~skdpp.linear_model.PrivateFedRepRegressor`'s parameters (frozen)."""
 
-    learning_rate: float = 1.5
-    label_scale: object = "auto"
-    batch_size: object = None
+    learning_rate: float
+    label_scale: object
+    batch_size: object
 
     owner = "PrivateFedRepRegressor"
     clip_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
