@@ -274,7 +274,7 @@ def _broken_no_clipping(monkeypatch):
 
 def _broken_per_row(monkeypatch):
     """Rows clipped but SUMMED per user (no per-user mean): many rows, many times the bound."""
-    monkeypatch.setattr(_altmin, "_user_weights", lambda block: np.ones(block.n_rows))
+    monkeypatch.setattr(_altmin, "user_weights", lambda block: np.ones(block.n_rows))
 
 
 @pytest.mark.parametrize("breaker", [_broken_no_clipping, _broken_per_row])
