@@ -178,15 +178,8 @@ def spectral_statistic(block, clip_norm, *, norms_only=False):
             for lo in range(0, users.size, per_chunk):  # memory chunks
                 u = users[lo:lo + per_chunk]
                 r = src[block.offsets[u][:, None] + np.arange(c)].reshape(-1)  # (n_c c,)
-                if r[-1] - r[0] == r.size - 1 and np.all(np.diff(r) == 1):
-                    # consecutive source rows (the cached S^0 rows of users of one
-                    # size): a view, scaled below into a buffer (no gather)
-                    Xu = X[r[0]:r[0] + r.size]
-                    Ap = np.empty((r.size, d))
-                else:
-                    # the users' rows, gathered: (n_c, c, d)
-                    Xu = np.take(X, r, axis=0, mode="clip")
-                    Ap = Xu if Xu.dtype == np.float64 else np.empty((r.size, d))
+                Xu = np.take(X, r, axis=0, mode="clip")  # the users' rows: (n_c c, d)
+                Ap = Xu if Xu.dtype == np.float64 else np.empty((r.size, d))
                 yu = y[r].reshape(u.size, c)
                 sx, sy = _user_scales(Xu, yu.ravel(), np.arange(u.size) * c)
                 # a_j = (x_j / sx) (y_j / sy), in place (float64)
