@@ -39,7 +39,6 @@ class Config(rep.RepresentationConfig):
     clip_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
     scale_names = ("label_scale",)
     iteration_bounds = ("label_scale", "clip_norm")
-    pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
 
 
 def _iteration_releases(config):

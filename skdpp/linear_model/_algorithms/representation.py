@@ -594,7 +594,7 @@ class RepresentationConfig:
     clip_names = ()
     scale_names = ()
     iteration_bounds = ()
-    pairwise_label_clip = "init_clip_norm"
+    pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3 (FedRep's default)
 
     @classmethod
     def from_params(cls, params, shares):
