@@ -68,7 +68,7 @@ NOTES = """
   ~1e-12 relative there) and the clipped terms are added in one product;
   cancelling users keep the QR route (clip from the computed ``B_i``).
 * Defaults were chosen on this setting (seed 1 data, see ``--tune``):
-  FedRep ``learning_rate=1, clip_norm=1, init_clip_norm=5, init_share=0.1``;
+  FedRep ``learning_rate=1, clip_norm=1, init_clip_norm=5``, ``budget_shares={"init": 0.1}``;
   AltMin ``max_iter=1, clip_norm=5, label_clip=1, psd_floor=32``.
 """
 

@@ -1,303 +1,21 @@
-"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
+"""The estimator :class:`PrivAltMinRegressor` (Jain, Rush, Smith, Song & Thakurta 2021).
 
-The algorithm as block functions over blocks of whole users:
-
-* :func:`~skdpp.linear_model._representation.prepare_split` and
-  :func:`prepare_altmin` (once): each user's ``S^0`` / ``S^1`` split and the
-  rows for the heads and the statistics (keyed randomness);
-* :func:`altmin_round` (one per round): each active user's exact head (Alg. 1,
-  line 5) and its clipped per-user-mean contributions to the Gram matrix and
-  the moment vector of Alg. 2, line 1; the block returns their partial sums;
-* :func:`private_altmin` (the driver): releases the two sums through the fit's
-  :class:`~skdpp.privacy.Releaser` (Alg. 2, line 2), solves (line 3) and
-  orthonormalises (line 4).
-
-:class:`PrivAltMinRegressor` is the estimator.
+Parameters, constraints, documentation and predictions; the algorithm (its
+configuration, budget plan, driver and kernels) is
+:mod:`skdpp.linear_model._algorithms.altmin`.
 """
 
-from dataclasses import dataclass
 from numbers import Real
 
-import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy._clipping import clip_values, clipped_magnitudes, unit_rows
-from ._heads import psd_floor_solve
-from ._auto import auto_bound, rms_per_user
-from ._representation import (
-    _clip_constraint,
-    _common_constraints,
-    _RepresentationMixin,
-    fit_heads,
-    s0_rows,
-    take_rows,
-)
+from ._algorithms import altmin
+from ._representation import _clip_constraint, _RepresentationRegressor
 
 __all__ = ["PrivAltMinRegressor"]
 
-# Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
-_CHUNK_BYTES = 16 * 2**20
 
-
-# --------------------------------------------------------------------------- #
-# Alg. 1-2 as block functions
-# --------------------------------------------------------------------------- #
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: the current ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    n_rounds: int
-    schedule: str
-    clip_norm: object
-    label_clip: object
-
-
-def user_rounds(block, key, n_rounds):
-    """The round of each of the block's users with ``schedule="disjoint"`` (Alg. 1, lines 2, 4).
-
-    ``floor(T u_i)`` with the keyed uniform ``u_i = hash(key, "altmin_round",
-    user id)``: every user takes part in exactly one round, chosen from its
-    own id only (not from a permutation of all users, which would move other
-    users between rounds when one user is replaced).
-    """
-    u = block.user_uniforms(key, "altmin_round")
-    return np.minimum((u * n_rounds).astype(np.int64), n_rounds - 1)
-
-
-def prepare_altmin(block, state, config):
-    """Block function (once): rows for the heads and for the ``U`` statistics.
-
-    ``batch_mode="same"``: both are ``S^0``. ``"disjoint"``: each user's
-    ``S^0`` rows are cut in two keyed random halves, ``ceil(m/2)`` rows for
-    the heads and the rest for the statistics (Jain et al.'s rows
-    ``[1, m/4]`` and ``[m/4 + 1, m/2]``).
-    """
-    key, batch_mode = config
-    local = state.local
-    if batch_mode == "same":
-        state.extra["halves"] = (local, local)
-    else:
-        first = local.split_users_rows(0.5, local.row_uniforms(key, "altmin_halves"))
-        state.extra["halves"] = (local.select(first), local.select(~first))
-    return None, state
-
-
-def _user_weights(block):
-    """Per-row weight ``1 / m_i``: each user contributes the mean over its rows."""
-    return block.expand(1.0 / np.maximum(block.counts, 1))
-
-
-def _kron_blocks(Xu, Vr, w):
-    """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``: shape ``(d, d, k(k+1)/2)``.
-
-    With column-major ``vec``, ``vec(x v^T) = v ⊗ x`` and
-    ``vec(x v^T) vec(x v^T)^T = (v v^T) ⊗ (x x^T)``: block ``(a, b)`` of the
-    ``dk × dk`` Gram is ``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T``; all blocks come
-    from one chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
-    """
-    n, d = Xu.shape
-    k = Vr.shape[1]
-    pairs = [(a, b) for a in range(k) for b in range(a, k)]
-    W = np.stack([w * Vr[:, a] * Vr[:, b] for a, b in pairs], axis=1)
-    q = W.shape[1]
-    out = np.zeros((d, d * q))
-    chunk = max(1, _CHUNK_BYTES // (8 * max(1, d * q)))
-    for lo in range(0, n, chunk):  # memory chunks of rows
-        Xc = Xu[lo:lo + chunk]
-        out += Xc.T @ (Xc[:, :, None] * W[lo:lo + chunk, None, :]).reshape(-1, d * q)
-    return out.reshape(d, d, q)
-
-
-def _assemble_gram(blocks, k):
-    """The ``dk × dk`` Gram from its ``k(k+1)/2`` Kronecker blocks (exactly symmetric)."""
-    d = blocks.shape[0]
-    G = np.empty((d * k, d * k))
-    idx = 0
-    for a in range(k):  # k(k+1)/2 blocks
-        for b in range(a, k):
-            G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
-            G[b * d:(b + 1) * d, a * d:(a + 1) * d] = blocks[:, :, idx].T
-            idx += 1
-    return (G + G.T) / 2.0
-
-
-def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
-    """A block's partial sums of Alg. 2, line 1 (per-user means of clipped rows).
-
-    Each row gives ``W_r = clip(vec(x_r v_i^T); η)`` and ``ỹ_r = clip(y_r; ζ)``,
-    formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from the unit vectors ``x̂``,
-    ``v̂`` so that ``||W_r|| <= η`` holds for any magnitudes. Each user
-    contributes the *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``)
-    and of ``ỹ_r W_r`` (norm ``<= ζ η``), whatever its number of rows.
-
-    Parameters
-    ----------
-    stats : UserBlock
-        The rows of the statistics (a selection of the block's ``S^0`` rows).
-    X0, y0 : ndarray
-        The block's ``S^0`` rows of ``X`` and ``y`` (sources of ``stats``).
-    V : ndarray of shape (n_users, k)
-        The users' heads.
-    clip_norm, label_clip : float or None
-        ``η`` and ``ζ``.
-
-    Returns
-    -------
-    gram_blocks : ndarray of shape (d, d, k(k+1)/2)
-        Kronecker blocks of ``sum_i mean_r W_r W_r^T`` (:func:`_assemble_gram`).
-    moments : ndarray of shape (d, k)
-        ``unvec(sum_i mean_r ỹ_r W_r)``.
-    """
-    xu, xn = unit_rows(take_rows(stats, X0))
-    vu, vn = unit_rows(V)
-    Vr, vnr = stats.expand(vu), stats.expand(vn)
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
-    mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
-    yt = clip_values(take_rows(stats, y0), label_clip)
-    w = _user_weights(stats)
-    with np.errstate(over="ignore", invalid="ignore"):
-        gram = _kron_blocks(xu, Vr, w * mag**2)
-        moments = xu.T @ ((w * mag * yt)[:, None] * Vr)
-    return gram, moments
-
-
-def _round_heads(block, state, rnd, all_users=False):
-    """The round's rows (``S^0``, centred), its statistics rows and heads (Alg. 1, l. 4-5).
-
-    ``all_users`` (the ``"auto"`` ``η`` pass at ``U_0``): the heads of all
-    users are kept in the block state, and round 0 of ``schedule="full"`` (the
-    same users, rows and ``U``) uses them instead of solving them again.
-    """
-    heads, stats = state.extra["halves"]
-    cached = state.extra.pop("altmin_heads", None)
-    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
-        active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
-        heads = heads.select(heads.expand(active))
-        stats = stats.select(stats.expand(active))
-    X0 = s0_rows(block, state)
-    if cached is not None and not all_users and rnd.schedule != "disjoint" \
-            and cached[0].t == rnd.t and np.array_equal(cached[0].U, rnd.U):
-        return X0, stats, cached[1]
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = X0 @ rnd.U
-    V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
-    if all_users:
-        state.extra["altmin_heads"] = (rnd, V)
-    return X0, stats, V
-
-
-def altmin_round(block, state, rnd):
-    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
-    X0, stats, V = _round_heads(block, state, rnd)
-    partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
-    return partial, state
-
-
-def row_norm_statistic(block, state, rnd):
-    """Block function: each user's root mean square of ``||x_r|| ||v_i||`` over its
-    statistics rows at ``U_0`` (the per-user statistic of an ``"auto"`` ``η``)."""
-    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
-    xn = unit_rows(take_rows(stats, X0))[1]
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = xn * stats.expand(unit_rows(V)[1])
-    return rms_per_user(stats, norms), state
-
-
-def label_statistic(block, state, rnd):
-    """Block function: each user's root mean square of its (centred) targets on its
-    statistics rows (the per-user statistic of an ``"auto"`` ``ζ``)."""
-    stats = state.extra["halves"][1]
-    return rms_per_user(stats, take_rows(stats, state.y0)), state
-
-
-def private_altmin(executor, release, U0, *, key, n_rounds, schedule, clip_norm,
-                   label_clip, psd_floor, n_users=None, clip_quantile=0.5, verbose=0):
-    """Alg. 1 (lines 1-6) with Alg. 2 as the private ``U`` step; returns ``(U^priv, η, ζ)``.
-
-    Parameters
-    ----------
-    executor : LocalExecutor
-        Blocks prepared by :func:`prepare_split` and :func:`prepare_altmin`.
-    release : Releaser
-        Releases the Gram (sensitivity ``sqrt(2) η^2``, symmetric noise) and the
-        moments (``2 ζ η``) of every round in phase ``"iterations"``.
-    U0 : ndarray of shape (d, k)
-    key : ndarray
-        The fit key (keyed rounds of ``schedule="disjoint"``).
-    n_rounds : int
-        ``T``.
-    schedule : {"full", "disjoint"}
-        ``"disjoint"``: every user takes part in one round only (Alg. 1); by
-        parallel composition only the first round's two releases are charged.
-        ``"full"``: all users every round.
-    clip_norm, label_clip : float, "auto" or None
-        ``η`` and ``ζ``. ``"auto"``: the ``clip_quantile`` of a per-user
-        statistic at ``U_0`` (:func:`row_norm_statistic`,
-        :func:`label_statistic`), released in phase ``"clip"``.
-    psd_floor : float
-        Eigenvalues of the noisy Gram are raised to at least
-        ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve.
-    n_users : int
-        The public number of users (for ``"auto"`` bounds).
-    clip_quantile : float, default=0.5
-    verbose : int, default=0
-
-    Returns
-    -------
-    U : ndarray of shape (d, k)
-    clip_norm, label_clip : float or None
-        The bounds used.
-    """
-    d, k = U0.shape
-    U = np.array(U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
-    if n_rounds == 0:
-        return U, None, None
-    rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
-    if clip_norm == "auto":
-        clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
-                               quantile=clip_quantile, n_users=n_users)
-    if label_clip == "auto":
-        label_clip = auto_bound(executor, release, label_statistic, rnd0,
-                                quantile=clip_quantile, n_users=n_users)
-    sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
-    sens_b = None if clip_norm is None or label_clip is None else 2.0 * label_clip * clip_norm
-    floor = psd_floor * release.noise_std("iterations", sens_G) * np.sqrt(d * k)
-    # Parallel composition (schedule="disjoint"): every user's data enter one round
-    # only (keyed by its id), so the loop costs one round: branch 0 is charged, the
-    # later rounds repeat its releases on disjoint users (see the Notes).
-    for t in range(n_rounds):  # line 3
-        grams, moments = executor.map(altmin_round, _Round(
-            U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
-        branch = t if schedule == "disjoint" else None
-        # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
-        G = release.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,
-                             clip_norm=clip_norm, symmetric=True, branch=branch)
-        b = release.gaussian("iterations", moments.T.ravel(), sensitivity=sens_b,
-                             clip_norm=clip_norm, branch=branch)  # vec(B): columns consecutive
-        # Alg. 2, line 3: the (regularised) least-squares solve, then line 4: QR.
-        Z = psd_floor_solve(G, b, floor).reshape(k, d).T  # un-vec
-        if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
-            U, _ = np.linalg.qr(Z)
-        if verbose:
-            # Public quantities only: the number of rows, of users with rows and of
-            # clipped rows are statistics of the private data and are never printed.
-            users = "all users" if schedule == "full" else f"the users of round {t + 1}"
-            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
-                  f"and moment statistics (noise multiplier "
-                  f"{release.noise_multiplier('iterations'):.3g})")
-    return U, clip_norm, label_clip
-
-
-# --------------------------------------------------------------------------- #
-# The estimator
-# --------------------------------------------------------------------------- #
-class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
-                          BasePersonalizedEstimator):
+class PrivAltMinRegressor(_RepresentationRegressor):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
     Learns ``y ≈ b_i + <x, U v_i>`` with a shared embedding ``U``
@@ -373,18 +91,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic an ``"auto"`` bound is set to, and
         the radius quantile of the cold-start intercept.
-    clip_share : float in (0, 1) or "auto", default="auto"
-        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
-        private quantiles and the cold-start intercept's searches; unused when
-        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
-        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
-        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
-        0.5 for 300 users), so that a private quantile is not pure noise.
-    init_share : float, default=0.1
-        Fraction of the zCDP budget for the private initialisation.
-    cold_start_share : float, default=0.02
-        Fraction of the budget for the cold-start head and intercept (``0``: no
-        release, unseen users get the zero head and intercept).
+    budget_shares : dict or None, default=None
+        Shares of the zCDP budget by phase: keys ``"clip"`` (default
+        ``"auto"``), ``"init"`` (default 0.1) and ``"cold_start"`` (default
+        0.02), as in :class:`PrivateFedRepRegressor`; ``"iterations"`` takes
+        the rest.
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
         ``"disjoint"``: on two halves of ``S^0`` (as written in Alg. 1; the
@@ -418,22 +129,8 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         Released cold-start intercept (0 with ``fit_intercept=False``).
     clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
         The bounds used (released when ``"auto"``; None when unused).
-    intercept_clip_ : float or None
-        Released radius of the cold-start intercept's clipped mean.
-    feature_scales_ : ndarray of shape (n_features_in_,) or None
-        Released per-feature scales (``inf``: a dropped column); the fitted
-        parts apply to ``X / feature_scales_``. None when not released.
-    label_range_ : tuple of float or None
-        Released range predictions are clamped to (None: not released).
-    local_only_ : bool
-        Whether the plan predicted a useless fit (public rule, see Notes):
-        known users then get their own ridge fit towards zero weights and
-        their own mean (not clamped), cold-start rows the clamped cold-start
-        part.
-    user_ids_ : ndarray of shape (n_users_,)
-        Sorted user ids seen in ``fit`` (and ``personalize``).
-    n_users_ : int
-        Number of users in ``fit``.
+    intercept_clip_, feature_scales_, label_range_, local_only_, user_ids_, n_users_
+        As for :class:`PrivateFedRepRegressor`.
     n_iter_ : int
         Number of rounds run.
     privacy_report_ : PrivacyReport
@@ -487,14 +184,13 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       intercept's median and radius searches (29 counts) are in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``clip`` (share ``clip_share``: 6 releases per ``"auto"`` bound, 29 for
-    the cold-start intercept), ``init`` (share ``init_share``, private
-    initialisations only),
-    ``iterations`` (``2T`` Gaussian releases with ``schedule="full"``; 2 with
-    ``"disjoint"``; the rest of the budget) and ``cold_start`` (share
-    ``cold_start_share``: the head and the intercept's mean), calibrated
-    jointly on the exact (μ-GDP)
-    composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
+    ``clip`` (6 releases per ``"auto"`` bound, 29 for the cold-start
+    intercept), ``init`` (private initialisations only), ``iterations``
+    (``2T`` Gaussian releases with ``schedule="full"``; 2 with
+    ``"disjoint"``; the rest of the budget) and ``cold_start`` (the head and
+    the intercept's mean), with the shares of ``budget_shares``, calibrated
+    jointly on the exact (μ-GDP) composition; the paper's
+    ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
     With ``schedule="disjoint"`` only round 1's two releases are charged:
     every user's data enter exactly one round, chosen by a keyed hash of the
     user's own id, so by parallel (adaptive) composition the loop is as
@@ -506,25 +202,11 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     ``η^2`` and ``ζ η``, whose μ-GDP composition is no larger than one
     round's ``sqrt(2) η^2`` and ``2 ζ η``. The report's notes say so.
 
-    **Personal parts.** After the releases, each user's head and intercept
-    minimise its squared error on its rows plus ``personal_ridge`` pseudo-rows
-    of the released cold-start part (a public prior); ``personalize`` and the
-    end of ``fit`` use the same block functions. With the default
-    ``personal_rows="all"`` the final heads use all of a user's rows: post-
-    processing (privacy unchanged), but the utility analysis (Theorem 4.2:
-    final heads on ``S^1``, independent of ``U^priv`` given ``S^0``) no longer
-    applies to them (measured effect on real data:
-    ``benchmarks/results/real_data_linear_ablation.md``).
-    ``personal_rows="holdout"``, ``personal_ridge=0``, ``fit_intercept=False``
-    and numeric bounds give the paper's algorithm.
-
-    **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
-    ``S^0``), the halves of ``S^0`` and the round of each user are keyed
-    hashes of the fit's secret 128-bit key, the user id and the position of a
-    row within the user (rows ordered by their content), not draws from a
-    stream in row order: a fit is a function of the *set* of records
-    (permuting the rows gives the same ``components_``, heads and cold-start
-    head), and one user's split and round do not depend on the other users.
+    **Personal parts** and **randomness**: as for
+    :class:`PrivateFedRepRegressor` (here the final heads of Theorem 4.2 use
+    ``S^1``; ``personal_rows="holdout"``, ``personal_ridge=0``,
+    ``fit_intercept=False`` and numeric bounds give the paper's algorithm).
+    The halves of ``S^0`` and each user's round are keyed hashes too.
 
     **Deviations from the paper.**
 
@@ -571,47 +253,10 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       depends on that user's rows only, so the bounds above hold, ``fit``
       succeeds and no warning is emitted for any finite input.
 
-    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
-    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
-    value is rejected by ``validate_data`` with a ``ValueError`` before any
-    computation: a documented rule, not a numeric accident. Every finite
-    value is accepted, however large or small, and handled without a warning
-    or an exception that depends on it, whatever the caller's
-    ``np.errstate`` or warnings filters (every entry point runs under
-    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
-    ``X`` give finite values (an intermediate that overflows is re-evaluated
-    on the row divided by its largest entry) or ``predict`` raises a
-    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
-
-    **Per-feature scales and label range** (all clip bounds ``"auto"``; see
-    :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
-    range: low/high quantiles of the users' minimum and maximum labels (two
-    noisy bisections, ``LABEL_RANGE_STEPS`` counts of L2 sensitivity 1 under
-    replace-one-user: one user moves each count by at most 1), widened; every
-    prediction is clamped to ``label_range_`` (post-processing). When the
-    plan's count noise with them stays at most ``SCALE_GATE_NOISE * n_users``
-    (a public rule: ε, δ, the plan's release counts, ``n_users``), it also
-    releases one scale per feature, the ``FEATURE_SCALE_QUANTILE`` of the
-    users' within-user ranges of that column (one noisy bisection per column,
-    ``FEATURE_SCALE_STEPS`` counts of sensitivity 1 each); the algorithm then
-    runs on ``X / feature_scales_`` (fitted parts are in those units;
-    ``predict`` and ``personalize`` divide by the same public constants), and
-    the personal refit's penalty gives every coordinate at least
-    ``VARIANCE_FLOOR`` of variance in those units, so a column nearly constant
-    within a user (a session's timestamp) cannot extrapolate on the user's
-    later rows. A column whose scale falls on the lower edge of the public
-    grid (constant within most users) is dropped (scale ``inf``); an
-    ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report). The released
-    cold-start head is shrunk towards 0 by the positive-part factor
-    ``max(0, 1 - k sigma^2 / ||v||^2)``, ``sigma`` its public noise std per
-    coordinate (post-processing): a head dominated by its noise leaves the
-    cold start to the released intercept. A
-    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
-    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
-    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
-    zero weights and its own mean (local data, ``local_only_``), rather than
-    towards a noisy shared part.
+    **Input domain**, **per-feature scales and label range**, the cold-start
+    shrinkage and the ``UselessFitWarning``: as for
+    :class:`PrivateFedRepRegressor` (the same code,
+    :mod:`skdpp.linear_model._algorithms.representation`).
 
     References
     ----------
@@ -634,20 +279,20 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     [('clip', 129), ('init', 1), ('iterations', 2), ('cold_start', 2)]
     """
 
+    _algorithm = altmin
     _parameter_constraints = {
-        **_common_constraints(),
+        **_RepresentationRegressor._parameter_constraints,
         "schedule": [StrOptions({"full", "disjoint"})],
         "label_clip": _clip_constraint(),
         "psd_floor": [Interval(Real, 0, None, closed="left")],
     }
-    _clip_param_names = ("clip_norm", "label_clip", "init_clip_norm", "head_clip_norm")
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=1,
                  schedule="full", fit_intercept=True, personal_rows="all",
                  personal_ridge=10.0, clip_norm="auto", label_clip="auto", psd_floor=32.0,
                  init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
-                 clip_share="auto", init_share=0.1, cold_start_share=0.02,
-                 batch_mode="same", epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
+                 budget_shares=None, batch_mode="same", epsilon=1.0, delta=1e-6,
+                 random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
@@ -661,44 +306,9 @@ class PrivAltMinRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
         self.clip_quantile = clip_quantile
-        self.clip_share = clip_share
-        self.init_share = init_share
-        self.cold_start_share = cold_start_share
+        self.budget_shares = budget_shares
         self.batch_mode = batch_mode
         self.epsilon = epsilon
         self.delta = delta
         self.random_state = random_state
         self.verbose = verbose
-
-    def _n_iteration_releases(self):
-        rounds = self.max_iter if self.schedule == "full" else min(self.max_iter, 1)
-        return 2 * int(rounds)
-
-    # ------------------------------------------------- hooks of the fit template
-    _pairwise_label_clip = "label_clip"  # ζ of Alg. 3 (init="private_pairwise")
-
-    def _prepare(self, executor, key):
-        executor.map(prepare_altmin, (key, self.batch_mode))  # heads / statistics rows
-
-    def _iteration_auto_params(self):
-        return ("clip_norm", "label_clip") if self.max_iter > 0 else ()
-
-    def _iterate(self, executor, release, U0, key, meta, bounds):
-        label_clip = bounds.get("label_clip", self.label_clip)  # pairwise init's ζ
-        U, clip_norm, label_clip = private_altmin(
-            executor, release, U0, key=key, n_rounds=int(self.max_iter),
-            schedule=self.schedule, clip_norm=self.clip_norm, label_clip=label_clip,
-            psd_floor=float(self.psd_floor), n_users=meta["n_users"],
-            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
-        return U, {"clip_norm": clip_norm, "label_clip": label_clip}
-
-    def _notes(self):
-        notes = ("Each round releases the per-user-mean Gram (sensitivity "
-                 "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
-                 "2*label_clip*clip_norm).",)
-        if self.schedule == "disjoint" and self.max_iter > 1:
-            notes += (
-                f"schedule='disjoint': every user takes part in one of {self.max_iter} "
-                "rounds (a keyed hash of its id); by parallel composition only one round's "
-                "two releases are charged.",)
-        return notes

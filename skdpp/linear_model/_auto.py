@@ -16,7 +16,6 @@ import numpy as np
 
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
-from ..utils._grouped import _UNIFORM_MAX_ROWS, _uniform_segment_sum
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
            "GRADIENT_BOUND_SLACK", "LEVEL_PRIOR_VARIANCE", "auto_bound",
@@ -29,23 +28,16 @@ CLIP_PHASE = "clip"
 AUTO_STEPS = search_steps(quantile_grid())
 
 
+def user_weights(block):
+    """Each row's weight ``1 / m`` (``m`` its user's number of rows): the weights of a mean."""
+    return block.expand(1.0 / np.maximum(block.counts, 1))
+
+
 def user_means(block, A):
     """Per-user means of the row-aligned ``A`` (``sum_r A_r / m``: no overflow for finite ``A``)."""
-    c = block.uniform_count()
-    if 2 <= c <= _UNIFORM_MAX_ROWS and A.ndim == 2 and A.shape[1] >= 8 \
-            and A.dtype == np.float64:
-        # users of equal size: A / m scaled chunk by chunk (no scaled copy of A),
-        # bit-identical to the general path
-        with np.errstate(under="ignore"):
-            return _uniform_segment_sum(A, c, scale=1.0 / c)
-    if c:  # every row's weight is 1 / c: a scalar (the same products), no expand
-        with np.errstate(under="ignore"):
-            return block.segment_sum(A * (1.0 / c))
-    w = block.expand(1.0 / np.maximum(block.counts, 1))
+    w = user_weights(block)
     with np.errstate(under="ignore"):
-        if A.ndim == 1:
-            return block.segment_sum(A * w)
-        return block.segment_sum(A * w[:, None])
+        return block.segment_sum(A * (w if A.ndim == 1 else w[:, None]))
 
 
 def rms_per_user(block, values):

@@ -1,263 +1,21 @@
-"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
+"""The estimator :class:`PrivateFedRepRegressor` (Snedeker, Zhou & Bassily 2025, Alg. 1-2).
 
-The algorithm as block functions over blocks of whole users:
-
-* :func:`~skdpp.linear_model._representation.prepare_split` (once): each
-  user's ``S^0`` / ``S^1`` split (keyed randomness), kept in the block state;
-* :func:`fedrep_round` (one per round): each user's head on its batch
-  ``B_{i,t}`` (line 6) and its clipped gradient on ``B'_{i,t}`` (lines 7-9);
-  the block returns the partial sum ``sum_i clip(∇_{i,t}, ψ)``;
-* :func:`private_fedrep` (the driver): releases each round's sum through the
-  fit's :class:`~skdpp.privacy.Releaser` (line 10) and takes the projected
-  gradient step (lines 10-11).
-
-:class:`PrivateFedRepRegressor` is the estimator.
+Parameters, constraints, documentation and predictions; the algorithm (its
+configuration, budget plan, driver and kernels) is
+:mod:`skdpp.linear_model._algorithms.fedrep`.
 """
 
-from dataclasses import dataclass
 from numbers import Integral, Real
 
-import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin
-from ..privacy._clipping import clipped_outer_sum, unit_rows
-from ._auto import auto_bound, rms_per_user
-from ._representation import (
-    _common_constraints,
-    _RepresentationMixin,
-    fit_heads,
-    s0_rows,
-    source_row_sum,
-    take_rows,
-)
+from ._algorithms import fedrep
+from ._representation import _RepresentationRegressor
 
 __all__ = ["PrivateFedRepRegressor"]
 
 
-# --------------------------------------------------------------------------- #
-# Alg. 1 as block functions
-# --------------------------------------------------------------------------- #
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: the current ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    batch_mode: str
-    batch_size: object
-    clip_norm: object
-
-
-def fedrep_batches(local, key, t, batch_mode, batch_size):
-    """The two batches of round ``t`` (Alg. 1, line 5): ``(head_block, grad_block)``.
-
-    Parameters
-    ----------
-    local : UserBlock
-        The block's ``S^0`` rows (:attr:`BlockState.local`).
-    key : ndarray
-        The fit key; each row's position in round ``t`` is ranked by the keyed
-        uniform ``hash(key, "fedrep_batch", user id, rank of the row in S^0, t)``.
-    batch_mode : {"same", "disjoint"}
-    batch_size : int or None
-
-    Returns
-    -------
-    head_block, grad_block : UserBlock
-        Selections of ``local``. ``"same"``: both are ``S^0`` (``batch_size=None``)
-        or one batch of ``min(batch_size, |S^0_i|)`` rows per user.
-        ``"disjoint"``: each user's ``S^0`` rows in keyed random order; ``B`` =
-        the first ``b_i`` and ``B'`` the next ``b_i``, with ``b_i = floor(|S^0_i|
-        / 2)`` (``batch_size=None``) or ``min(batch_size, floor(|S^0_i| / 2))``.
-    """
-    if batch_mode == "same" and batch_size is None:
-        return local, local
-    rank = local.ranks_by(local.row_uniforms(key, "fedrep_batch", t))
-    if batch_mode == "same":
-        batch = local.select(rank < batch_size)
-        return batch, batch
-    half = local.counts // 2
-    b = local.expand(half if batch_size is None else np.minimum(batch_size, half))
-    return local.select(rank < b), local.select((rank >= b) & (rank < 2 * b))
-
-
-def _user_gradients(grad, X0, P, y0, V):
-    """Each user's ``g_i`` with ``∇_{i,t} = g_i v_i^T`` (Alg. 1, lines 7-8), zero if not a number.
-
-    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
-                                                grad.expand(V))
-        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
-    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
-    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
-    # float maximum) contributes zero: a function of that user's rows and the public U.
-    with np.errstate(invalid="ignore", over="ignore"):
-        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
-    if suspect.any():
-        rows = np.flatnonzero(suspect)
-        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
-    return g
-
-
-def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
-    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
-
-    The gradient ``g_i v_i^T`` is rank one;
-    :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it with one scalar
-    factor per user (unit vectors for extreme norms).
-
-    Parameters
-    ----------
-    grad : UserBlock
-        The gradient batch ``B'`` (a selection of the block's ``S^0`` rows).
-    X0, P, y0 : ndarray
-        The block's ``S^0`` rows of ``X``, ``X U`` and ``y`` (sources of ``grad``).
-    V : ndarray of shape (n_users, k)
-        The users' heads.
-    clip_norm : float or None
-        ``ψ``.
-
-    Returns
-    -------
-    total : ndarray of shape (d, k)
-    """
-    return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
-
-
-def _round_inputs(block, state, rnd):
-    X0 = s0_rows(block, state)
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = X0 @ rnd.U
-    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
-    V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
-    return X0, P, grad, V
-
-
-def _same_round(cached, rnd):
-    """Whether the cached ``(broadcast, g, V)`` of :func:`gradient_norms` is round ``rnd``'s."""
-    if cached is None:
-        return False
-    old = cached[0]
-    return (old.t == rnd.t and old.batch_mode == rnd.batch_mode
-            and old.batch_size == rnd.batch_size and np.array_equal(old.key, rnd.key)
-            and np.array_equal(old.U, rnd.U))
-
-
-def fedrep_round(block, state, rnd):
-    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9).
-
-    Round 0 reuses the users' ``g_i`` and ``v_i`` that :func:`gradient_norms`
-    computed for the ``"auto"`` ``ψ`` at the same ``U_0`` and batches (kept
-    in the block state when the block caches its ``S^0`` rows): the same
-    values, one pass over the rows fewer.
-    """
-    cached = state.extra.pop("fedrep_gradients", None)
-    if _same_round(cached, rnd):
-        _, g, V = cached
-        return clipped_outer_sum(g, V, rnd.clip_norm), state
-    X0, P, grad, V = _round_inputs(block, state, rnd)
-    return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
-
-
-def gradient_norms(block, state, rnd):
-    """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
-    X0, P, grad, V = _round_inputs(block, state, rnd)
-    g = _user_gradients(grad, X0, P, state.y0, V)
-    if state.X0 is not None:  # small data: keep g and V for the same round (fedrep_round)
-        state.extra["fedrep_gradients"] = (rnd, g, V)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return unit_rows(g)[1] * unit_rows(V)[1], state
-
-
-def label_statistic(block, state, _):
-    """Block function: each user's root mean square of its (centred) ``S^0`` targets."""
-    return rms_per_user(state.local, state.y0), state
-
-
-def private_fedrep(executor, release, U0, *, key, n_iter, learning_rate, clip_norm,
-                   batch_mode, batch_size, n_users, label_scale=1.0, clip_quantile=0.5,
-                   verbose=0):
-    """Alg. 1, lines 1-12: the private iterations on ``S^0``; returns ``(U^priv, ψ, s_y)``.
-
-    Parameters
-    ----------
-    executor : LocalExecutor
-        Blocks whose states hold the ``S^0`` split (:func:`prepare_split`).
-    release : Releaser
-        Releases each round's sum in phase ``"iterations"`` (sensitivity ``2 ψ``).
-    U0 : ndarray of shape (d, k)
-        Orthonormal initial embedding.
-    key : ndarray
-        The fit key (keyed batches).
-    n_iter : int
-        ``T``.
-    learning_rate : float
-        ``η``, relative to the label scale ``s_y``: the step is
-        ``U - (η / s_y^2) (1/n) sum clip(∇)``. The loss's curvature in ``U`` is
-        of the order of the targets' variance, whatever the scale of ``X``
-        (rescaling ``X`` rescales the heads inversely), so the step is
-        scale-free.
-    clip_norm : float, "auto" or None
-        ``ψ``; ``"auto"``: the ``clip_quantile`` of the users' gradient norms at
-        ``U_0`` (round 0's batches), released in phase ``"clip"``.
-    batch_mode, batch_size : see :class:`PrivateFedRepRegressor`.
-    n_users : int
-        The public number of users ``n``.
-    label_scale : float or "auto", default=1.0
-        ``s_y``; ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square (centred) ``S^0`` targets, released in phase ``"clip"``.
-    clip_quantile : float, default=0.5
-    verbose : int, default=0
-
-    Returns
-    -------
-    U : ndarray of shape (d, k)
-    clip_norm : float or None
-        The ``ψ`` used.
-    label_scale : float or None
-        The ``s_y`` used.
-    """
-    U = np.array(U0, dtype=np.float64, copy=True)  # line 1
-    if n_iter == 0:
-        return U, None if clip_norm == "auto" else clip_norm, \
-            None if label_scale == "auto" else label_scale
-    if label_scale == "auto":
-        label_scale = auto_bound(executor, release, label_statistic, None,
-                                 quantile=clip_quantile, n_users=n_users)
-    if clip_norm == "auto":
-        clip_norm = auto_bound(executor, release, gradient_norms,
-                               _Round(U, 0, key, batch_mode, batch_size, None),
-                               quantile=clip_quantile, n_users=n_users)
-    sensitivity = None if clip_norm is None else 2.0 * clip_norm
-    step = learning_rate / float(label_scale) ** 2
-    for t in range(n_iter):  # line 2
-        total = executor.map(fedrep_round, _Round(U, t, key, batch_mode, batch_size,
-                                                   clip_norm))  # lines 3-9
-        noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
-                                 clip_norm=clip_norm)  # line 10: the sum plus noise
-        # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
-        # post-processing of the release; line 11: QR.
-        U, _ = np.linalg.qr(U - step * (noisy / n_users))
-        if verbose:
-            # Data-independent quantities only: the share of clipped users, the
-            # number of rows etc. are statistics of the private data, and the noise
-            # std depends on an "auto" clip_norm (released, but printing it in every
-            # line adds nothing to clip_norm_): never printed.
-            print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
-                  f"gradient sum (noise multiplier "
-                  f"{release.noise_multiplier('iterations'):.3g})")
-    return U, clip_norm, label_scale
-
-
-# --------------------------------------------------------------------------- #
-# The estimator
-# --------------------------------------------------------------------------- #
-class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
-                             BasePersonalizedEstimator):
+class PrivateFedRepRegressor(_RepresentationRegressor):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
     Learns ``y ≈ b_i + <x, U v_i>`` where the embedding ``U`` (``n_features ×
@@ -326,20 +84,18 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic an ``"auto"`` bound is set to, and
         the radius quantile of the cold-start intercept.
-    clip_share : float in (0, 1) or "auto", default="auto"
-        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
-        private quantiles and the cold-start intercept's searches; unused when
-        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
-        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
-        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
-        0.5 for 300 users), so that a private quantile is not pure noise.
-    init_share : float, default=0.1
-        Fraction of the zCDP budget spent on the private initialisation (unused
-        when the initialisation is not private).
-    cold_start_share : float, default=0.02
-        Fraction of the budget spent on the cold-start head (and intercept).
+    budget_shares : dict or None, default=None
+        Shares of the zCDP budget by phase of the ``privacy_report_``'s plan;
+        phases left out keep their defaults, ``"iterations"`` takes the rest.
+        Keys: ``"clip"`` (default ``"auto"``; the ``"auto"`` bounds' private
+        quantiles and the cold-start intercept's searches, unused when there
+        are none; ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 whose
+        count noise std is at most ``n_users / 8``, a public rule of ε, δ, the
+        plan and the number of users, so that a private quantile is not pure
+        noise), ``"init"`` (default 0.1; private initialisations only) and
+        ``"cold_start"`` (default 0.02; the cold-start head and intercept;
         ``0`` disables the release: unseen users then get the zero head and
-        intercept (prediction ``0``).
+        intercept). E.g. ``budget_shares={"init": 0.2}``.
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: each round fits the local head and the gradient on the same
         ``S^0`` rows (the authors' code). ``"disjoint"``: two disjoint batches
@@ -453,13 +209,12 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
       sensitivity 1) are also in this phase.
 
     **Budget plan.** A :class:`~skdpp.privacy.BudgetPlan` with the phases
-    ``clip`` (share ``clip_share``, by default a public rule of ε, δ and
-    ``n_users``; ``6`` releases per ``"auto"`` bound plus
-    29 for the cold-start intercept), ``init`` (share ``init_share``, private
-    initialisations only), ``iterations`` (``T`` Gaussian releases sharing
-    the rest) and ``cold_start`` (share ``cold_start_share``: the head, and
-    the intercept's mean), calibrated jointly so that the exact composition
-    (μ-GDP) of all releases meets (ε, δ); the ``privacy_report_`` shows each
+    ``clip`` (6 releases per ``"auto"`` bound plus 29 for the cold-start
+    intercept), ``init`` (private initialisations only), ``iterations`` (``T``
+    Gaussian releases sharing the rest) and ``cold_start`` (the head, and the
+    intercept's mean), with the shares of ``budget_shares``, calibrated
+    jointly so that the exact composition (μ-GDP) of all releases meets
+    (ε, δ); the ``privacy_report_`` shows each
     phase's noise multiplier and the resolved bounds in its clip column. The
     paper's closed-form ``σ̂ = C ψ sqrt(T log(1/δ)) / (n ε)`` is not used: it
     is a loose upper bound.
@@ -536,14 +291,9 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
     finite numbers; ``groups``: user ids (numbers or strings). A non-finite
     value is rejected by ``validate_data`` with a ``ValueError`` before any
-    computation: a documented rule, not a numeric accident. Every finite
-    value is accepted, however large or small, and handled without a warning
-    or an exception that depends on it, whatever the caller's
-    ``np.errstate`` or warnings filters (every entry point runs under
-    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
-    ``X`` give finite values (an intermediate that overflows is re-evaluated
-    on the row divided by its largest entry) or ``predict`` raises a
-    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
+    computation; every finite value is handled without a warning or an
+    exception that depends on it, and predictions are finite or raise (see
+    *Quiet numerics* in :class:`~skdpp.base.BasePersonalizedEstimator`).
 
     **Per-feature scales and label range** (all clip bounds ``"auto"``; see
     :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
@@ -569,11 +319,11 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     ``max(0, 1 - k sigma^2 / ||v||^2)``, ``sigma`` its public noise std per
     coordinate (post-processing): a head dominated by its noise leaves the
     cold start to the released intercept. A
-    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
-    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
-    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
-    zero weights and its own mean (local data, ``local_only_``), rather than
-    towards a noisy shared part.
+    :class:`~skdpp.exceptions.UselessFitWarning`, computed from public values
+    only, says when the plan predicts a useless fit (count noise of phase
+    ``"clip"`` above ``USELESS_CLIP_NOISE * n_users``); such a fit gives every
+    known user its own ridge fit, shrunk towards zero weights and its own mean
+    (local data, ``local_only_``), rather than towards a noisy shared part.
 
     References
     ----------
@@ -599,21 +349,19 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
     ((2000,), True)
     """
 
+    _algorithm = fedrep
     _parameter_constraints = {
-        **_common_constraints(),
+        **_RepresentationRegressor._parameter_constraints,
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "label_scale": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
     }
-    _clip_param_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
-    _scale_param_names = ("label_scale",)
 
     def __init__(self, *, n_components=2, init="private_spectral", max_iter=5,
                  learning_rate=1.5, label_scale="auto", fit_intercept=True,
-                 personal_rows="all",
-                 personal_ridge=10.0, clip_norm="auto", init_clip_norm="auto",
-                 head_clip_norm="auto", clip_quantile=0.5, clip_share="auto", init_share=0.1,
-                 cold_start_share=0.02, batch_mode="same", batch_size=None,
+                 personal_rows="all", personal_ridge=10.0, clip_norm="auto",
+                 init_clip_norm="auto", head_clip_norm="auto", clip_quantile=0.5,
+                 budget_shares=None, batch_mode="same", batch_size=None,
                  epsilon=1.0, delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.init = init
@@ -627,34 +375,10 @@ class PrivateFedRepRegressor(_RepresentationMixin, PersonalizedRegressorMixin,
         self.init_clip_norm = init_clip_norm
         self.head_clip_norm = head_clip_norm
         self.clip_quantile = clip_quantile
-        self.clip_share = clip_share
-        self.init_share = init_share
-        self.cold_start_share = cold_start_share
+        self.budget_shares = budget_shares
         self.batch_mode = batch_mode
         self.batch_size = batch_size
         self.epsilon = epsilon
         self.delta = delta
         self.random_state = random_state
         self.verbose = verbose
-
-    def _n_iteration_releases(self):
-        return int(self.max_iter)
-
-    # ------------------------------------------------- hooks of the fit template
-    _pairwise_label_clip = "init_clip_norm"  # ζ of Jain et al.'s Alg. 3
-
-    def _iteration_auto_params(self):
-        return ("label_scale", "clip_norm") if self.max_iter > 0 else ()
-
-    def _iterate(self, executor, release, U0, key, meta, bounds):
-        U, clip_norm, label_scale = private_fedrep(
-            executor, release, U0, key=key, n_iter=int(self.max_iter),
-            learning_rate=float(self.learning_rate), clip_norm=self.clip_norm,
-            label_scale=self.label_scale, batch_mode=self.batch_mode,
-            batch_size=self.batch_size, n_users=meta["n_users"],
-            clip_quantile=float(self.clip_quantile), verbose=self.verbose)
-        return U, {"clip_norm": clip_norm, "label_scale": label_scale}
-
-    def _notes(self):
-        return (f"batch_mode={self.batch_mode!r}: each round releases one Gaussian sum of "
-                "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)

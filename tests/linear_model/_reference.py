@@ -8,9 +8,9 @@ plain loops over users and rows.
 
 import numpy as np
 
-from skdpp.linear_model._altmin import prepare_altmin, user_rounds
-from skdpp.linear_model._fedrep import fedrep_batches
-from skdpp.linear_model._representation import prepare_split
+from skdpp.linear_model._algorithms.altmin import prepare_altmin, user_rounds
+from skdpp.linear_model._algorithms.fedrep import fedrep_batches
+from skdpp.linear_model._algorithms.representation import prepare_split
 from skdpp.utils._executor import LocalExecutor
 from skdpp.utils._grouped import UserIndex, make_blocks
 from skdpp.utils._random import FitRandomness
@@ -33,7 +33,7 @@ def fit_executor(X, y, groups, random_state, **block_kwargs):
     index = UserIndex.from_groups(groups, len(y))
     executor = LocalExecutor(make_blocks(X, y, index, **block_kwargs))
     key = FitRandomness(random_state).key
-    executor.map(prepare_split, key)
+    executor.map(prepare_split, (key, False))
     return executor, key
 
 

@@ -7,11 +7,12 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp.datasets import make_shared_representation_regression
-from skdpp.linear_model import _altmin
+from skdpp.linear_model._algorithms import altmin as _altmin
 from skdpp.linear_model._altmin import PrivAltMinRegressor
 from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
 from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
-from skdpp.linear_model._representation import fit_heads, subspace_distance
+from skdpp.linear_model._algorithms.representation import fit_heads
+from skdpp.linear_model._representation import subspace_distance
 from skdpp.utils._grouped import UserBlock
 from tests.linear_model._reference import (
     _canary_last,
@@ -273,7 +274,7 @@ def _broken_no_clipping(monkeypatch):
 
 def _broken_per_row(monkeypatch):
     """Rows clipped but SUMMED per user (no per-user mean): many rows, many times the bound."""
-    monkeypatch.setattr(_altmin, "_user_weights", lambda block: np.ones(block.n_rows))
+    monkeypatch.setattr(_altmin, "user_weights", lambda block: np.ones(block.n_rows))
 
 
 @pytest.mark.parametrize("breaker", [_broken_no_clipping, _broken_per_row])
@@ -282,7 +283,8 @@ def test_sensitivity_test_catches_broken_variants(monkeypatch, breaker):
 
     def fit_on(X, y, g):
         return PrivAltMinRegressor(epsilon=1.0, max_iter=1, init=np.eye(4)[:, :2],
-                                   cold_start_share=0.0, random_state=0).fit(X, y, groups=g)
+                                   budget_shares={"cold_start": 0.0},
+                                   random_state=0).fit(X, y, groups=g)
 
     neighbours = {name: (X2, y2, g2) for name, X2, y2, g2 in
                   adversarial_neighbours(X, y, groups, user)}
@@ -315,7 +317,8 @@ def _audit_run(data, neighbour_data, epsilon):
 
     def run(seed, neighbour):
         X, y, g = neighbour_data if neighbour else data
-        est = PrivAltMinRegressor(epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0,
+        est = PrivAltMinRegressor(epsilon=epsilon, init=U0, max_iter=1,
+                                  budget_shares={"cold_start": 0.0},
                                   clip_norm=5.0, label_clip=5.0,
                                   random_state=seed).fit(X, y, groups=g)
         return float(np.linalg.norm(est.components_[2]))  # weight on the canary's e3
@@ -392,7 +395,8 @@ def test_sensitivity_tiny_rows(scale, init):
 
     def fit_on(X, y, g):
         return PrivAltMinRegressor(epsilon=1.0, max_iter=2, init=init, label_clip=1e3,
-                                   cold_start_share=0.0, random_state=0).fit(X, y, groups=g)
+                                   budget_shares={"cold_start": 0.0},
+                                   random_state=0).fit(X, y, groups=g)
 
     assert_sensitivity(fit_on, (X, y, groups), neighbour)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from skdpp import PrivAltMinRegressor, PrivateFedRepRegressor
-from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._algorithms import representation as rep
 from skdpp.utils import UserIndex
 from skdpp.utils._executor import LocalExecutor
 from skdpp.utils._grouped import make_blocks

@@ -15,7 +15,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp import PPSGDRegressor, PrivAltMinRegressor, PrivateFedRepRegressor
 from skdpp.linear_model import _auto
-from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._algorithms import representation as rep
 from skdpp.privacy import _quantile
 from skdpp.privacy._quantile import cumulative_counts
 from tests.linear_model._reference import _canary_last
@@ -209,5 +209,7 @@ def test_auto_clip_share_is_a_public_rule(cls):
     assert z <= AUTO_CLIP_NOISE * 300 or share == AUTO_CLIP_SHARES[-1]
     # a given share is used as is, and the fit's report shows the share used
     assert clip_phase(300, 1.0)[0] > 0.05
-    assert cls(epsilon=1.0, clip_share=0.05)._budget_plan(
+    given = {"clip_share": 0.05} if cls is PPSGDRegressor \
+        else {"budget_shares": {"clip": 0.05}}
+    assert cls(epsilon=1.0, **given)._budget_plan(
         {"n_users": 300, "n_features": 4}).calibrate().phases[0].share == 0.05

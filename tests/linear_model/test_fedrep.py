@@ -7,8 +7,8 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp.datasets import make_shared_representation_regression
-from skdpp.linear_model import _fedrep
-from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._algorithms import fedrep as _fedrep
+from skdpp.linear_model._algorithms import representation as rep
 from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
@@ -128,12 +128,9 @@ class _SmallBlocks(PrivateFedRepRegressor):
 @pytest.mark.parametrize("block_rows, dtype", [(1, np.float64), (7, np.float64),
                                                (50, np.float64), (7, np.float32)])
 @pytest.mark.parametrize("batch_mode, batch_size", _MODES[:3])
-def test_blocks_and_gathered_rows_match_loop_reference(monkeypatch, block_rows, dtype,
-                                                       batch_mode, batch_size):
-    """Rounds over many blocks, with the S^0 rows gathered into a scratch buffer every
-    round (the path taken for large data), give the loop reference's result: the
-    split and batches do not depend on the partition into blocks."""
-    monkeypatch.setattr(rep, "_CACHE_SOURCE_BYTES", 0)
+def test_blocks_match_loop_reference(monkeypatch, block_rows, dtype, batch_mode, batch_size):
+    """Rounds over many blocks give the loop reference's result: the split and batches
+    do not depend on the partition into blocks."""
     monkeypatch.setattr(_SmallBlocks, "block_rows", block_rows)
     X, y, groups, info = _small_data()
     X = X.astype(dtype)
@@ -282,10 +279,12 @@ def test_budget_plan_in_report():
 
 def test_budget_plan_without_private_init_or_cold_start():
     X, y, groups, _ = _small_data()
-    est = PrivateFedRepRegressor(epsilon=1.0, init="random", cold_start_share=0.0,
+    est = PrivateFedRepRegressor(epsilon=1.0, init="random",
+                                 budget_shares={"cold_start": 0.0},
                                  random_state=0).fit(X, y, groups=groups)
     assert [p.name for p in est.privacy_report_.phases] == ["clip", "iterations"]
-    est = PrivateFedRepRegressor(epsilon=1.0, init="random", cold_start_share=0.0,
+    est = PrivateFedRepRegressor(epsilon=1.0, init="random",
+                                 budget_shares={"cold_start": 0.0},
                                  clip_norm=1.0, label_scale=1.0,
                                  random_state=0).fit(X, y, groups=groups)
     assert [p.name for p in est.privacy_report_.phases] == ["iterations"]
@@ -311,11 +310,17 @@ def test_bad_input():
         PrivateFedRepRegressor(head_clip_norm=None, epsilon=1.0).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="init as an array"):
         PrivateFedRepRegressor(init=np.ones((3, 2))).fit(X, y, groups=groups)
-    with pytest.raises(ValueError, match="init_share"):
-        PrivateFedRepRegressor(init_share=0.6, cold_start_share=0.5).fit(X, y, groups=groups)
-    with pytest.raises(ValueError, match="positive init_share"):
-        PrivateFedRepRegressor(init_share=0.0).fit(X, y, groups=groups)
-    est = PrivateFedRepRegressor(init_share=0.0)
+    with pytest.raises(ValueError,
+                       match=r"budget_shares\['init'\].*budget_shares\['cold_start'\]"):
+        PrivateFedRepRegressor(budget_shares={"init": 0.6, "cold_start": 0.5}).fit(
+            X, y, groups=groups)
+    with pytest.raises(ValueError, match=r"positive budget_shares\['init'\]"):
+        PrivateFedRepRegressor(budget_shares={"init": 0.0}).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match=r"budget_shares\['clip'\]=0"):
+        PrivateFedRepRegressor(budget_shares={"clip": 0.0}).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="Valid keys"):  # a phase without a share of its own
+        PrivateFedRepRegressor(budget_shares={"iterations": 0.5}).fit(X, y, groups=groups)
+    est = PrivateFedRepRegressor(budget_shares={"init": 0.0})
     with pytest.raises(ValueError):
         est.fit(X, y, groups=groups)
     assert not hasattr(est, "components_")  # a failed fit leaves no model
@@ -397,7 +402,8 @@ def _broken_per_row_clipping(monkeypatch):
 @pytest.mark.parametrize("breaker", [_broken_no_clipping, _broken_per_row_clipping])
 def test_sensitivity_test_catches_broken_variants(monkeypatch, breaker):
     X, y, groups, user = _canary_last(*_small_data(n_users=15, d=4, m=6)[:3])
-    fit_on = _fit_on(epsilon=1.0, max_iter=2, init=np.eye(4)[:, :2], cold_start_share=0.0)
+    fit_on = _fit_on(epsilon=1.0, max_iter=2, init=np.eye(4)[:, :2],
+                     budget_shares={"cold_start": 0.0})
     neighbours = {name: (X2, y2, g2) for name, X2, y2, g2 in
                   adversarial_neighbours(X, y, groups, user)}
     assert_sensitivity(fit_on, (X, y, groups), neighbours["many_rows"])  # correct: passes
@@ -432,7 +438,8 @@ def _audit_run(data, neighbour_data, epsilon):
     def run(seed, neighbour):
         X, y, g = neighbour_data if neighbour else data
         est = PrivateFedRepRegressor(
-            epsilon=epsilon, init=U0, max_iter=1, cold_start_share=0.0, learning_rate=1.0,
+            epsilon=epsilon, init=U0, max_iter=1, budget_shares={"cold_start": 0.0},
+            learning_rate=1.0,
             clip_norm=1.0, random_state=seed, **PAPER).fit(X, y, groups=g)  # one release
         return float(np.linalg.norm(est.components_[2]))  # weight on the canary's direction
 

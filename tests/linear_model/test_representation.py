@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from skdpp.linear_model import _representation as rep
+from skdpp.linear_model._algorithms import representation as rep
+from skdpp.linear_model._representation import subspace_distance
 from skdpp.linear_model import _scratch
-from skdpp.linear_model import _spectral_init as si
-from skdpp.linear_model._altmin import _assemble_gram, _kron_blocks
+from skdpp.linear_model._algorithms import spectral_init as si
+from skdpp.linear_model._algorithms.altmin import _assemble_gram, _kron_blocks
 from skdpp.privacy._clipping import (
     clip_by_norm,
     clipped_outer_sum,
@@ -171,13 +172,13 @@ def test_subspace_distance_properties():
     rng = np.random.default_rng(0)
     U, _ = np.linalg.qr(rng.standard_normal((6, 2)))
     R = rng.standard_normal((2, 2))
-    assert rep.subspace_distance(U, U @ R) < 1e-12  # same column space
+    assert subspace_distance(U, U @ R) < 1e-12  # same column space
     W = np.linalg.qr(np.c_[U, rng.standard_normal((6, 2))])[0][:, 2:]
-    assert_allclose(rep.subspace_distance(U, W), 1.0, rtol=1e-12)  # orthogonal spaces
+    assert_allclose(subspace_distance(U, W), 1.0, rtol=1e-12)  # orthogonal spaces
     angle = 0.3
     a = np.array([[1.0], [0.0]])
     b = np.array([[np.cos(angle)], [np.sin(angle)]])
-    assert_allclose(rep.subspace_distance(a, b), np.sin(angle), rtol=1e-12)
+    assert_allclose(subspace_distance(a, b), np.sin(angle), rtol=1e-12)
 
 
 def test_random_init_is_orthonormal():
@@ -442,7 +443,7 @@ def _split_by_user(X, y, groups, seed=0, max_rows=None):
     """{user: sorted contents of its S^0 rows} from the fit's block function."""
     index = UserIndex.from_groups(groups, len(y))
     executor = LocalExecutor(make_blocks(X, y, index, max_rows=max_rows))
-    executor.map(rep.prepare_split, FitRandomness(seed).key)
+    executor.map(rep.prepare_split, (FitRandomness(seed).key, False))
     out = {}
     for state in executor.states:
         s0 = state.s0
@@ -457,7 +458,7 @@ def test_split_sizes_and_final_rows():
     X, y, groups = _toy(n_users=30, max_rows=9, seed=4)
     index = UserIndex.from_groups(groups, len(y))
     executor = LocalExecutor(make_blocks(X, y, index, max_rows=16))
-    executor.map(rep.prepare_split, FitRandomness(0).key)
+    executor.map(rep.prepare_split, (FitRandomness(0).key, False))
     for block, state in zip(executor.blocks, executor.states):
         m = block.counts
         expected = np.where(m >= 2, np.clip(np.ceil(m / 2), 1, m - 1), m)
@@ -613,4 +614,3 @@ def test_cold_start_contribution_fuzz_bounded_and_finite():
                 assert np.isfinite(total).all() and total[0] <= 0.5 * block.n_users
                 personal_heads, intercepts = rep._personal_block(block, fin, prior)
                 assert np.isfinite(personal_heads).all() and np.isfinite(intercepts).all()
-    _scratch.release_scratch()

@@ -93,7 +93,7 @@ ESTIMATORS = {
                              "fit_intercept": False, "n_components": 3},
         "pairwise_fixed_clips": {"init": "private_pairwise", "clip_norm": 1.0,
                                  "head_clip_norm": 1.0, "init_clip_norm": 5.0,
-                                 "clip_share": 0.1},
+                                 "budget_shares": {"clip": 0.1}},
     }),
     "altmin": (PrivAltMinRegressor, "regression", {
         "default": {},

@@ -7,8 +7,10 @@ import skdpp
 from skdpp.privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
 
 ESTIMATORS = {
-    "fedrep": lambda **kw: skdpp.PrivateFedRepRegressor(n_components=2, **kw),
-    "altmin": lambda **kw: skdpp.PrivAltMinRegressor(n_components=2, **kw),
+    "fedrep": lambda clip_share="auto", **kw: skdpp.PrivateFedRepRegressor(
+        n_components=2, budget_shares={"clip": clip_share}, **kw),
+    "altmin": lambda clip_share="auto", **kw: skdpp.PrivAltMinRegressor(
+        n_components=2, budget_shares={"clip": clip_share}, **kw),
     "ppsgd": lambda **kw: skdpp.PPSGDRegressor(**kw),
     "mf": lambda **kw: skdpp.AdaptiveWeightMF(**kw),
     "jl": lambda **kw: skdpp.JLMarginClassifier(**kw),

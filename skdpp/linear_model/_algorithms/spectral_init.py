@@ -16,9 +16,8 @@ the driver (one release through the fit's :class:`~skdpp.privacy.Releaser`).
 
 import numpy as np
 
-from ..privacy._clipping import clip_values, scaled_clip_factors, stack_norms, unit_rows
-from ..utils._grouped import UserIndex, segment_outer_sum
-from ._scratch import scratch
+from ...privacy._clipping import clip_values, scaled_clip_factors, stack_norms, unit_rows
+from ...utils._grouped import UserIndex, segment_outer_sum
 
 __all__ = ["initial_components", "pairwise_statistic", "random_init", "spectral_statistic"]
 
@@ -38,7 +37,7 @@ _GRAM_MIN = 1e-100
 # --------------------------------------------------------------------------- #
 # Snedeker et al. (2025), Alg. 2: clipped per-user U-statistics
 # --------------------------------------------------------------------------- #
-def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False, route=None):
+def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
     """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
 
     ``Ap`` (``n × c × d``) holds each user's scaled rows ``a_j = y_j x_j / (sx sy)``;
@@ -63,10 +62,7 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False, route=None):
       ``B``.
 
     ``norms_only``: only the norms are needed (the sum is not formed when every
-    user takes the Gram route). ``route``: a dict; an empty one receives
-    ``"nu"`` (``||Z'_u|| c (c - 1)``) and ``"fast"`` (the Gram route) of these
-    users; a filled one (an earlier call on the same rows) is used instead of
-    forming the Grams again (the same values: bit-identical results).
+    user takes the Gram route).
 
     Returns
     -------
@@ -78,19 +74,14 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False, route=None):
     cc = c * (c - 1.0)
     with np.errstate(over="ignore", under="ignore"):
         mu2 = (sx * sy) ** 2
-    if not route:
-        G = Ap @ Ap.transpose(0, 2, 1)  # (n, c, c)
-        a2 = np.trace(G, axis1=1, axis2=2)  # ||A'||_F^2
-        g1 = G.sum(axis=2)  # G 1
-        with np.errstate(under="ignore"):
-            nu2 = g1.sum(axis=1) ** 2 - 2.0 * np.einsum("ui,ui->u", g1, g1) \
-                + np.einsum("uij,uij->u", G, G)
-        nu = np.sqrt(np.maximum(nu2, 0.0))  # ||Z'|| c (c - 1)
-        fast = (a2 >= _GRAM_MIN) & (nu >= _RHO_MIN * a2)
-        if route is not None:
-            route["nu"], route["fast"] = nu, fast
-    else:
-        nu, fast = route["nu"], route["fast"]
+    G = Ap @ Ap.transpose(0, 2, 1)  # (n, c, c)
+    a2 = np.trace(G, axis1=1, axis2=2)  # ||A'||_F^2
+    g1 = G.sum(axis=2)  # G 1
+    with np.errstate(under="ignore"):
+        nu2 = g1.sum(axis=1) ** 2 - 2.0 * np.einsum("ui,ui->u", g1, g1) \
+            + np.einsum("uij,uij->u", G, G)
+    nu = np.sqrt(np.maximum(nu2, 0.0))  # ||Z'|| c (c - 1)
+    fast = (a2 >= _GRAM_MIN) & (nu >= _RHO_MIN * a2)
     total = np.zeros((d, d))
     norms = np.zeros(n)
     if norms_only and fast.all():
@@ -98,8 +89,8 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False, route=None):
     if fast.any():
         A = Ap if fast.all() else Ap[fast]
         f, norms[fast] = scaled_clip_factors(nu[fast] / cc, mu2[fast], clip_norm)
-        # W = f (s - a_j) / cc, in a reused buffer
-        W = scratch("spectral_W", A.shape[0] * c, d, A.dtype).reshape(A.shape)
+        # W = f (s - a_j) / cc
+        W = np.empty_like(A)
         np.subtract(A.sum(axis=1)[:, None, :], A, out=W)
         W *= (f / cc)[:, None, None]
         total += A.reshape(-1, d).T @ W.reshape(-1, d)
@@ -133,7 +124,7 @@ def _user_scales(X_rows, y_rows, starts):
     return np.where(mx > 0, mx, 1.0), np.where(my > 0, my, 1.0)
 
 
-def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
+def spectral_statistic(block, clip_norm, *, norms_only=False):
     """``sum_i clip(Z_i, ψ)`` over the block's users (Alg. 2, lines 4-6).
 
     ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
@@ -148,12 +139,6 @@ def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
     norms_only : bool, default=False
         Only the norms are needed (the per-user statistic of an ``"auto"``
         ``ψ_init``): the sum is skipped where it is not needed for them.
-    routes : dict or None, default=None
-        A cache shared by the calls on the same block: a call fills it with
-        each chunk's Gram-derived values (:func:`_spectral_few_rows`),
-        a later call on the same rows reuses them instead of forming the
-        Grams again (identical results: the ``"auto"`` ``ψ_init`` pass and the
-        release pass of a fit).
 
     Returns
     -------
@@ -193,17 +178,8 @@ def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
             for lo in range(0, users.size, per_chunk):  # memory chunks
                 u = users[lo:lo + per_chunk]
                 r = src[block.offsets[u][:, None] + np.arange(c)].reshape(-1)  # (n_c c,)
-                if r[-1] - r[0] == r.size - 1 and np.all(np.diff(r) == 1):
-                    # consecutive source rows (the cached S^0 rows of users of one
-                    # size): a view, scaled below into a buffer (no gather)
-                    Xu = X[r[0]:r[0] + r.size]
-                    Ap = scratch("spectral_A", r.size, d, np.float64)
-                else:
-                    # the users' rows, gathered into a reused buffer: (n_c, c, d)
-                    Xu = np.take(X, r, axis=0, mode="clip",
-                                 out=scratch("spectral_X", r.size, d, X.dtype))
-                    Ap = Xu if Xu.dtype == np.float64 else \
-                        scratch("spectral_A", r.size, d, np.float64)
+                Xu = np.take(X, r, axis=0, mode="clip")  # the users' rows: (n_c c, d)
+                Ap = Xu if Xu.dtype == np.float64 else np.empty((r.size, d))
                 yu = y[r].reshape(u.size, c)
                 sx, sy = _user_scales(Xu, yu.ravel(), np.arange(u.size) * c)
                 # a_j = (x_j / sx) (y_j / sy), in place (float64)
@@ -211,8 +187,7 @@ def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
                           out=Ap.reshape(u.size, c, d))
                 Ap = Ap.reshape(u.size, c, d)
                 Ap *= (yu / sy[:, None])[..., None]
-                route = None if routes is None else routes.setdefault((int(c), lo), {})
-                part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only, route)
+                part, norms[u] = _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only)
                 total += part
         # Users with more than d rows: explicit d x d matrices, chunked over users.
         heavy = np.flatnonzero(counts > max(d, 1))
@@ -239,8 +214,7 @@ def spectral_statistic(block, clip_norm, *, norms_only=False, routes=None):
 
 
 def _spectral_block(block, state, clip_norm):
-    routes = state.extra.pop("spectral_routes", None)  # from an "auto" ψ_init pass
-    return spectral_statistic(state.s0_block(block), clip_norm, routes=routes)[0], state
+    return spectral_statistic(state.local, clip_norm)[0], state
 
 
 # --------------------------------------------------------------------------- #
@@ -283,7 +257,7 @@ def pairwise_statistic(block, label_clip):
 
 
 def _pairwise_block(block, state, label_clip):
-    return pairwise_statistic(state.s0_block(block), label_clip), state
+    return pairwise_statistic(state.local, label_clip), state
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,288 @@
+"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
+
+The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`:
+
+* :class:`Config`, :func:`plan` (phases ``clip``, ``init``, ``iterations``: two
+  releases per round, ``cold_start``) and :func:`run` (the driver);
+* :func:`prepare_altmin` (block function, once): the rows for the heads and
+  for the statistics (keyed randomness);
+* :func:`altmin_round` (block function, one per round): each active user's
+  exact head (Alg. 1, line 5) and its clipped per-user-mean contributions to
+  the Gram matrix and the moment vector of Alg. 2, line 1;
+* :func:`run` releases the two sums (Alg. 2, line 2), solves (line 3) and
+  orthonormalises (line 4).
+
+The split, the initialisation (:mod:`.spectral_init`), the final heads, the
+cold start and the personal parts are shared with FedRep (:mod:`.representation`).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
+from .._auto import auto_bound, rms_per_user, user_weights
+from .._heads import psd_floor_solve
+from . import representation as rep
+from .representation import fit_heads, take_rows
+
+__all__ = ["Config", "plan", "run"]
+
+
+@dataclass(frozen=True, eq=False)
+class Config(rep.RepresentationConfig):
+    """:class:`~skdpp.linear_model.PrivAltMinRegressor`'s parameters (frozen)."""
+
+    schedule: str
+    label_clip: object
+    psd_floor: float
+
+    owner = "PrivAltMinRegressor"
+    clip_names = ("clip_norm", "label_clip", "init_clip_norm", "head_clip_norm")
+    iteration_bounds = ("clip_norm", "label_clip")
+    pairwise_label_clip = "label_clip"  # ζ of Alg. 3 (init="private_pairwise")
+
+
+def _iteration_releases(config):
+    """Phase ``iterations``: the Gram and the moments of each round (Alg. 2, line 2 in
+    :func:`run`); ``schedule="disjoint"``: the first round's only (parallel
+    composition)."""
+    rounds = config.max_iter if config.schedule == "full" else min(config.max_iter, 1)
+    return 2 * int(rounds)
+
+
+def plan(config, meta):
+    """The fit's :class:`~skdpp.privacy.BudgetPlan` (:func:`.representation.plan`)."""
+    return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
+
+
+# Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
+_CHUNK_BYTES = 16 * 2**20
+
+
+# --------------------------------------------------------------------------- #
+# Alg. 1-2 as block functions
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, eq=False)
+class _Round:
+    """The broadcast of one round: the current ``U`` and the public configuration."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    n_rounds: int
+    schedule: str
+    clip_norm: object
+    label_clip: object
+
+
+def user_rounds(block, key, n_rounds):
+    """The round of each of the block's users with ``schedule="disjoint"`` (Alg. 1, lines 2, 4).
+
+    ``floor(T u_i)`` with the keyed uniform ``u_i = hash(key, "altmin_round",
+    user id)``: every user takes part in exactly one round, chosen from its
+    own id only (not from a permutation of all users, which would move other
+    users between rounds when one user is replaced).
+    """
+    u = block.user_uniforms(key, "altmin_round")
+    return np.minimum((u * n_rounds).astype(np.int64), n_rounds - 1)
+
+
+def prepare_altmin(block, state, config):
+    """Block function (once): rows for the heads and for the ``U`` statistics.
+
+    ``batch_mode="same"``: both are ``S^0``. ``"disjoint"``: each user's
+    ``S^0`` rows are cut in two keyed random halves, ``ceil(m/2)`` rows for
+    the heads and the rest for the statistics (Jain et al.'s rows
+    ``[1, m/4]`` and ``[m/4 + 1, m/2]``).
+    """
+    key, batch_mode = config
+    local = state.local
+    if batch_mode == "same":
+        state.extra["halves"] = (local, local)
+    else:
+        first = local.split_users_rows(0.5, local.row_uniforms(key, "altmin_halves"))
+        state.extra["halves"] = (local.select(first), local.select(~first))
+    return None, state
+
+
+def _kron_blocks(Xu, Vr, w):
+    """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``: shape ``(d, d, k(k+1)/2)``.
+
+    With column-major ``vec``, ``vec(x v^T) = v ⊗ x`` and
+    ``vec(x v^T) vec(x v^T)^T = (v v^T) ⊗ (x x^T)``: block ``(a, b)`` of the
+    ``dk × dk`` Gram is ``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T``; all blocks come
+    from one chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
+    """
+    n, d = Xu.shape
+    k = Vr.shape[1]
+    pairs = [(a, b) for a in range(k) for b in range(a, k)]
+    W = np.stack([w * Vr[:, a] * Vr[:, b] for a, b in pairs], axis=1)
+    q = W.shape[1]
+    out = np.zeros((d, d * q))
+    chunk = max(1, _CHUNK_BYTES // (8 * max(1, d * q)))
+    for lo in range(0, n, chunk):  # memory chunks of rows
+        Xc = Xu[lo:lo + chunk]
+        out += Xc.T @ (Xc[:, :, None] * W[lo:lo + chunk, None, :]).reshape(-1, d * q)
+    return out.reshape(d, d, q)
+
+
+def _assemble_gram(blocks, k):
+    """The ``dk × dk`` Gram from its ``k(k+1)/2`` Kronecker blocks (exactly symmetric)."""
+    d = blocks.shape[0]
+    G = np.empty((d * k, d * k))
+    idx = 0
+    for a in range(k):  # k(k+1)/2 blocks
+        for b in range(a, k):
+            G[a * d:(a + 1) * d, b * d:(b + 1) * d] = blocks[:, :, idx]
+            G[b * d:(b + 1) * d, a * d:(a + 1) * d] = blocks[:, :, idx].T
+            idx += 1
+    return (G + G.T) / 2.0
+
+
+def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
+    """A block's partial sums of Alg. 2, line 1 (per-user means of clipped rows).
+
+    Each row gives ``W_r = clip(vec(x_r v_i^T); η)`` and ``ỹ_r = clip(y_r; ζ)``,
+    formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from the unit vectors ``x̂``,
+    ``v̂`` so that ``||W_r|| <= η`` holds for any magnitudes. Each user
+    contributes the *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``)
+    and of ``ỹ_r W_r`` (norm ``<= ζ η``), whatever its number of rows.
+
+    Parameters
+    ----------
+    stats : UserBlock
+        The rows of the statistics (a selection of the block's ``S^0`` rows).
+    X0, y0 : ndarray
+        The block's ``S^0`` rows of ``X`` and ``y`` (sources of ``stats``).
+    V : ndarray of shape (n_users, k)
+        The users' heads.
+    clip_norm, label_clip : float or None
+        ``η`` and ``ζ``.
+
+    Returns
+    -------
+    gram_blocks : ndarray of shape (d, d, k(k+1)/2)
+        Kronecker blocks of ``sum_i mean_r W_r W_r^T`` (:func:`_assemble_gram`).
+    moments : ndarray of shape (d, k)
+        ``unvec(sum_i mean_r ỹ_r W_r)``.
+    """
+    xu, xn = unit_rows(take_rows(stats, X0))
+    vu, vn = unit_rows(V)
+    Vr, vnr = stats.expand(vu), stats.expand(vn)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
+    mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
+    yt = clip_values(take_rows(stats, y0), label_clip)
+    w = user_weights(stats)  # each user contributes the mean over its rows
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = _kron_blocks(xu, Vr, w * mag**2)
+        moments = xu.T @ ((w * mag * yt)[:, None] * Vr)
+    return gram, moments
+
+
+def _round_heads(block, state, rnd, all_users=False):
+    """The round's statistics rows and heads (Alg. 1, lines 4-5); ``all_users``: every
+    user's (the ``"auto"`` ``η`` pass at ``U_0``)."""
+    heads, stats = state.extra["halves"]
+    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
+        active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
+        heads = heads.select(heads.expand(active))
+        stats = stats.select(stats.expand(active))
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = state.X0 @ rnd.U
+    V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    return state.X0, stats, V
+
+
+def altmin_round(block, state, rnd):
+    """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
+    X0, stats, V = _round_heads(block, state, rnd)
+    partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
+    return partial, state
+
+
+def row_norm_statistic(block, state, rnd):
+    """Block function: each user's root mean square of ``||x_r|| ||v_i||`` over its
+    statistics rows at ``U_0`` (the per-user statistic of an ``"auto"`` ``η``)."""
+    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
+    xn = unit_rows(take_rows(stats, X0))[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = xn * stats.expand(unit_rows(V)[1])
+    return rms_per_user(stats, norms), state
+
+
+def label_statistic(block, state, rnd):
+    """Block function: each user's root mean square of its (centred) targets on its
+    statistics rows (the per-user statistic of an ``"auto"`` ``ζ``)."""
+    stats = state.extra["halves"][1]
+    return rms_per_user(stats, take_rows(stats, state.y0)), state
+
+
+def run(executor, release, randomness, meta, config):
+    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
+    Alg. 1 lines 1-6 with Alg. 2 as the private ``U`` step, then
+    :func:`.representation.finish` (final heads, cold start, personal parts).
+
+    ``clip_norm="auto"`` (``η``) and ``label_clip="auto"`` (``ζ``): the
+    ``clip_quantile`` of :func:`row_norm_statistic` and :func:`label_statistic`
+    at ``U_0`` (phase ``"clip"``). Eigenvalues of the noisy Gram are raised to
+    at least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
+    solve. With ``max_iter=0`` no bound is resolved (``clip_norm_`` and
+    ``label_clip_`` are None).
+    """
+    begun = rep.start(executor, release, randomness, meta, config)
+    executor.map(prepare_altmin, (randomness.key, config.batch_mode))
+    key, n_users, n_rounds = randomness.key, meta["n_users"], int(config.max_iter)
+    schedule, quantile = config.schedule, float(config.clip_quantile)
+    d, k = begun.U0.shape
+    U = np.array(begun.U0, dtype=np.float64, copy=True)  # Alg. 1, line 1
+    clip_norm, label_clip = None, None
+    if n_rounds:
+        clip_norm = config.clip_norm
+        label_clip = begun.bounds.get("label_clip", config.label_clip)  # pairwise init's ζ
+        rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+        if clip_norm == "auto":
+            clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
+                                   quantile=quantile, n_users=n_users)
+        if label_clip == "auto":
+            label_clip = auto_bound(executor, release, label_statistic, rnd0,
+                                    quantile=quantile, n_users=n_users)
+        sens_G = None if clip_norm is None else np.sqrt(2.0) * clip_norm**2
+        sens_b = None if clip_norm is None or label_clip is None \
+            else 2.0 * label_clip * clip_norm
+        floor = float(config.psd_floor) * release.noise_std("iterations", sens_G) \
+            * np.sqrt(d * k)
+    # Parallel composition (schedule="disjoint"): every user's data enter one round
+    # only (keyed by its id), so the loop costs one round: branch 0 is charged, the
+    # later rounds repeat its releases on disjoint users (see the Notes).
+    for t in range(n_rounds):  # line 3
+        grams, moments = executor.map(altmin_round, _Round(
+            U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
+        branch = t if schedule == "disjoint" else None
+        # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
+        G = release.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,
+                             clip_norm=clip_norm, symmetric=True, branch=branch)
+        b = release.gaussian("iterations", moments.T.ravel(), sensitivity=sens_b,
+                             clip_norm=clip_norm, branch=branch)  # vec(B): columns consecutive
+        # Alg. 2, line 3: the (regularised) least-squares solve, then line 4: QR.
+        Z = psd_floor_solve(G, b, floor).reshape(k, d).T  # un-vec
+        if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
+            U, _ = np.linalg.qr(Z)
+        if config.verbose:
+            # Public quantities only: the number of rows, of users with rows and of
+            # clipped rows are statistics of the private data and are never printed.
+            users = "all users" if schedule == "full" else f"the users of round {t + 1}"
+            print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
+                  f"and moment statistics (noise multiplier "
+                  f"{release.noise_multiplier('iterations'):.3g})")
+    notes = ("Each round releases the per-user-mean Gram (sensitivity "
+             "sqrt(2)*clip_norm**2, symmetric noise) and moment vector (sensitivity "
+             "2*label_clip*clip_norm).",)
+    if schedule == "disjoint" and config.max_iter > 1:
+        notes += (
+            f"schedule='disjoint': every user takes part in one of {config.max_iter} "
+            "rounds (a keyed hash of its id); by parallel composition only one round's "
+            "two releases are charged.",)
+    return rep.finish(executor, release, meta, config, begun, U,
+                      {"clip_norm": clip_norm, "label_clip": label_clip}, notes)

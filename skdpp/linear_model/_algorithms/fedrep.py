@@ -1,0 +1,221 @@
+"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
+
+The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`:
+
+* :class:`Config`, :func:`plan` (phases ``clip``, ``init``, ``iterations``: one
+  release per round, ``cold_start``) and :func:`run` (the driver);
+* :func:`fedrep_round` (block function, one per round): each user's head on
+  its batch ``B_{i,t}`` (line 6) and its clipped gradient on ``B'_{i,t}``
+  (lines 7-9); the block returns the partial sum ``sum_i clip(∇_{i,t}, ψ)``;
+* :func:`run` releases each round's sum (line 10) and takes the
+  projected gradient step (lines 10-11).
+
+The split, the initialisation (:mod:`.spectral_init`), the final heads, the
+cold start and the personal parts are shared with Priv-AltMin
+(:mod:`.representation`).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...privacy._clipping import clipped_outer_sum, unit_rows
+from .._auto import auto_bound, rms_per_user
+from . import representation as rep
+from .representation import fit_heads, source_row_sum, take_rows
+
+__all__ = ["Config", "plan", "run"]
+
+
+@dataclass(frozen=True, eq=False)
+class Config(rep.RepresentationConfig):
+    """:class:`~skdpp.linear_model.PrivateFedRepRegressor`'s parameters (frozen)."""
+
+    learning_rate: float
+    label_scale: object
+    batch_size: object
+
+    owner = "PrivateFedRepRegressor"
+    clip_names = ("clip_norm", "init_clip_norm", "head_clip_norm")
+    scale_names = ("label_scale",)
+    iteration_bounds = ("label_scale", "clip_norm")
+
+
+def _iteration_releases(config):
+    """Phase ``iterations``: one Gaussian release per round (line 10 in :func:`run`)."""
+    return int(config.max_iter)
+
+
+def plan(config, meta):
+    """The fit's :class:`~skdpp.privacy.BudgetPlan` (:func:`.representation.plan`)."""
+    return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
+
+
+# --------------------------------------------------------------------------- #
+# Alg. 1 as block functions
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, eq=False)
+class _Round:
+    """The broadcast of one round: the current ``U`` and the public configuration."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    batch_mode: str
+    batch_size: object
+    clip_norm: object
+
+
+def fedrep_batches(local, key, t, batch_mode, batch_size):
+    """The two batches of round ``t`` (Alg. 1, line 5): ``(head_block, grad_block)``.
+
+    Parameters
+    ----------
+    local : UserBlock
+        The block's ``S^0`` rows (:attr:`BlockState.local`).
+    key : ndarray
+        The fit key; each row's position in round ``t`` is ranked by the keyed
+        uniform ``hash(key, "fedrep_batch", user id, rank of the row in S^0, t)``.
+    batch_mode : {"same", "disjoint"}
+    batch_size : int or None
+
+    Returns
+    -------
+    head_block, grad_block : UserBlock
+        Selections of ``local``. ``"same"``: both are ``S^0`` (``batch_size=None``)
+        or one batch of ``min(batch_size, |S^0_i|)`` rows per user.
+        ``"disjoint"``: each user's ``S^0`` rows in keyed random order; ``B`` =
+        the first ``b_i`` and ``B'`` the next ``b_i``, with ``b_i = floor(|S^0_i|
+        / 2)`` (``batch_size=None``) or ``min(batch_size, floor(|S^0_i| / 2))``.
+    """
+    if batch_mode == "same" and batch_size is None:
+        return local, local
+    rank = local.ranks_by(local.row_uniforms(key, "fedrep_batch", t))
+    if batch_mode == "same":
+        batch = local.select(rank < batch_size)
+        return batch, batch
+    half = local.counts // 2
+    b = local.expand(half if batch_size is None else np.minimum(batch_size, half))
+    return local.select(rank < b), local.select((rank >= b) & (rank < 2 * b))
+
+
+def _user_gradients(grad, X0, P, y0, V):
+    """Each user's ``g_i`` with ``∇_{i,t} = g_i v_i^T`` (Alg. 1, lines 7-8), zero if not a number.
+
+    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+                                                grad.expand(V))
+        w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
+    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
+    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
+    # float maximum) contributes zero: a function of that user's rows and the public U.
+    with np.errstate(invalid="ignore", over="ignore"):
+        suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
+    if suspect.any():
+        rows = np.flatnonzero(suspect)
+        g[rows[np.isnan(g[rows]).any(axis=1)]] = 0.0
+    return g
+
+
+def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
+    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
+
+    The gradient ``g_i v_i^T`` is rank one;
+    :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it with one scalar
+    factor per user (unit vectors for extreme norms).
+
+    Parameters
+    ----------
+    grad : UserBlock
+        The gradient batch ``B'`` (a selection of the block's ``S^0`` rows).
+    X0, P, y0 : ndarray
+        The block's ``S^0`` rows of ``X``, ``X U`` and ``y`` (sources of ``grad``).
+    V : ndarray of shape (n_users, k)
+        The users' heads.
+    clip_norm : float or None
+        ``ψ``.
+
+    Returns
+    -------
+    total : ndarray of shape (d, k)
+    """
+    return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
+
+
+def _round_inputs(block, state, rnd):
+    X0 = state.X0
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = X0 @ rnd.U
+    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
+    V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
+    return X0, P, grad, V
+
+
+def fedrep_round(block, state, rnd):
+    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
+    return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
+
+
+def gradient_norms(block, state, rnd):
+    """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
+    X0, P, grad, V = _round_inputs(block, state, rnd)
+    g = _user_gradients(grad, X0, P, state.y0, V)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return unit_rows(g)[1] * unit_rows(V)[1], state
+
+
+def label_statistic(block, state, _):
+    """Block function: each user's root mean square of its (centred) ``S^0`` targets."""
+    return rms_per_user(state.local, state.y0), state
+
+
+def run(executor, release, randomness, meta, config):
+    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
+    Alg. 1 lines 1-12 on ``S^0``, then :func:`.representation.finish` (line 14, the
+    cold start, the personal parts).
+
+    ``clip_norm="auto"`` (``ψ``): the ``clip_quantile`` of the users' gradient
+    norms at ``U_0`` (round 0's batches); ``label_scale="auto"`` (``s_y``): of
+    their root mean square centred ``S^0`` targets; both in phase ``"clip"``.
+    The step is ``U - (η / s_y^2) (1/n) sum clip(∇)``: the loss's curvature in
+    ``U`` is of the order of the targets' variance whatever the scale of ``X``
+    (rescaling ``X`` rescales the heads inversely), so the step is scale-free.
+    """
+    begun = rep.start(executor, release, randomness, meta, config)
+    key, n_users, n_iter = randomness.key, meta["n_users"], int(config.max_iter)
+    quantile = float(config.clip_quantile)
+    U = np.array(begun.U0, dtype=np.float64, copy=True)  # line 1
+    clip_norm = None if config.clip_norm == "auto" and n_iter == 0 else config.clip_norm
+    label_scale = None if config.label_scale == "auto" and n_iter == 0 else config.label_scale
+    if label_scale == "auto":
+        label_scale = auto_bound(executor, release, label_statistic, None,
+                                 quantile=quantile, n_users=n_users)
+    if clip_norm == "auto":
+        clip_norm = auto_bound(executor, release, gradient_norms,
+                               _Round(U, 0, key, config.batch_mode, config.batch_size, None),
+                               quantile=quantile, n_users=n_users)
+    sensitivity = None if clip_norm is None else 2.0 * clip_norm
+    step = float(config.learning_rate) / float(label_scale) ** 2 if n_iter else 0.0
+    for t in range(n_iter):  # line 2
+        total = executor.map(fedrep_round, _Round(U, t, key, config.batch_mode,
+                                                   config.batch_size, clip_norm))  # lines 3-9
+        noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
+                                 clip_norm=clip_norm)  # line 10: the sum plus noise
+        # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
+        # post-processing of the release; line 11: QR.
+        U, _ = np.linalg.qr(U - step * (noisy / n_users))
+        if config.verbose:
+            # Data-independent quantities only: the share of clipped users, the
+            # number of rows etc. are statistics of the private data, and the noise
+            # std depends on an "auto" clip_norm (released, but printing it in every
+            # line adds nothing to clip_norm_): never printed.
+            print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
+                  f"gradient sum (noise multiplier "
+                  f"{release.noise_multiplier('iterations'):.3g})")
+    notes = (f"batch_mode={config.batch_mode!r}: each round releases one Gaussian sum of "
+             "per-user gradients clipped to clip_norm (sensitivity 2*clip_norm).",)
+    return rep.finish(executor, release, meta, config, begun, U,
+                      {"clip_norm": clip_norm, "label_scale": label_scale}, notes)
