@@ -31,7 +31,7 @@ noise gets a bias near 0.
 
 import numpy as np
 
-from ..privacy._clipping import clip_values
+from ...privacy._clipping import clip_values
 
 __all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
 
