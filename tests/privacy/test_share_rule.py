@@ -10,7 +10,8 @@ ESTIMATORS = {
     "fedrep": lambda **kw: skdpp.PrivateFedRepRegressor(n_components=2, **kw),
     "altmin": lambda **kw: skdpp.PrivAltMinRegressor(n_components=2, **kw),
     "ppsgd": lambda **kw: skdpp.PPSGDRegressor(**kw),
-    "mf": lambda **kw: skdpp.AdaptiveWeightMF(**kw),
+    "mf": lambda clip_share="auto", **kw: skdpp.AdaptiveWeightMF(
+        budget_shares={"clip": clip_share}, **kw),
     "jl": lambda **kw: skdpp.JLMarginClassifier(**kw),
 }
 
