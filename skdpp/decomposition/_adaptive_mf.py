@@ -752,47 +752,34 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_items : int, default=10
             Number of items per user (at most the catalogue size).
         exclude_seen : bool, default=True
-            Skip the items each user rated in ``fit`` / ``personalize`` (the
-            estimator keeps each user's rated items with their personal part;
-            like ``user_embeddings_`` they are personal data, not a release).
+            Skip the items each user rated in ``fit`` / ``personalize`` (kept
+            with the personal parts: personal data, not a release).
         ranking : {"blend", "rating", "popularity"}, default="blend"
             Score of item ``i`` for user ``j``, with ``s_ij = b_i + <u_j, v_i>``
             (the predicted rating minus the user's constant part):
 
             - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight *
-              log(max(n_i, 1))``: the user's affinity to the item (the factor
-              part of the predicted rating) plus the log of ``n_i``, the
-              released popularity. The item bias (the item's average rating)
-              is left out: it favours highly rated niche items, which users
-              rate less often (on MovieLens small, even user ids, it cost up
-              to 0.02 recall@10). ``n_i`` is the
-              inverse-variance combination of the noisy counts
-              ``item_counts_`` and the weighted counts
-              ``item_weighted_counts_`` (two releases of the fit, combined by
-              post-processing; on MovieLens small at epsilon = 4 this doubles
-              the recall of a popularity ranking over ``item_counts_``
-              alone). Which items a user rates next depends on how
-              popular they are as much as on how much the user would like
-              them; on MovieLens the rating alone recommends obscure items
-              (recall@10 below the popularity baseline, and falling as epsilon
-              grows and the catalogue gains rare items).
-            - ``"rating"``: ``s_ij``, the predicted rating (the model's own
-              order).
+              log(max(n_i, 1))``: the user's affinity (the factor part of the
+              predicted rating) plus the log of ``n_i``, the released
+              popularity: the inverse-variance combination of
+              ``item_counts_`` and ``item_weighted_counts_`` (post-processing;
+              on MovieLens small at epsilon = 4 it doubles the recall of
+              ``item_counts_`` alone). The item bias is left out (it favours
+              niche items users rate less often: up to 0.02 recall@10 on
+              MovieLens); the rating alone recommends obscure items.
+            - ``"rating"``: ``s_ij``, the predicted rating.
             - ``"popularity"``: ``n_i``, the most popular unseen items.
 
-            Unseen users (no embedding) get ``n_i`` with ``"blend"`` and
-            ``"popularity"``, and ``item_counts_`` with ``"rating"``
-            (catalogue order if no counts were released). Without released counts
-            (``item_counts_ is None``: a public catalogue, ``"uniform"``
+            Unseen users get ``n_i`` (``"blend"``, ``"popularity"``) or
+            ``item_counts_`` (``"rating"``; catalogue order without counts).
+            Without released counts (a public catalogue, ``"uniform"``
             weights and ALS) ``"blend"`` is ``"rating"`` and ``"popularity"``
             raises.
         popularity_weight : float, default=1.0
             Weight of the log popularity in ``"blend"``, per unit of
-            ``<u_j, v_i> / rating_clip_`` (scale-free: ``rating_clip_`` is the
-            released clip of the factor part, about 2 for 5-star ratings; 1.0
-            if ``rating_clip_`` is None). ``0`` ranks by the affinity alone;
-            large values approach ``"popularity"``. The default was chosen on MovieLens
-            small (even user ids; ``benchmarks/bench_mf_recommend.py``).
+            ``<u_j, v_i> / rating_clip_`` (scale-free; 1.0 if ``rating_clip_``
+            is None). ``0``: the affinity alone. Chosen on MovieLens small
+            (even user ids; ``benchmarks/bench_mf_recommend.py``).
 
         Returns
         -------
@@ -801,11 +788,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         Notes
         -----
-        Post-processing: a user's list is a function of the released values
-        (``item_embeddings_``, ``item_biases_``, ``item_counts_``,
-        ``item_weighted_counts_``, ``rating_clip_`` and the plan's noise
-        levels) and that user's own personal part and rated items,
-        so recommendations are jointly DP (billboard model).
+        Post-processing: a user's list depends on the released values (and the
+        plan's noise levels) and that user's own personal part and rated
+        items only: jointly DP (billboard model).
         """
         check_is_fitted(self)
         groups = np.asarray(groups)

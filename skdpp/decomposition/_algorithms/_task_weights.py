@@ -1,37 +1,19 @@
 """Task-user weights of Krichene et al. (2023): eq. (11)-(12) and the sampling baselines.
 
-Every user ``j`` has a budget ``beta``: the weights ``w_ij`` of the items
-(tasks) ``i`` the user rated satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3),
-which is what bounds the sensitivity of the weighted item statistics of
-Alg. 1 and Alg. 2. Three allocations:
-
-* ``"adaptive"`` -- public per-item weights ``omega_i ~ n_hat_i^-mu`` from the
-  DP item counts (eq. (11) with the exponent ``mu`` of Sec. 5), rescaled per
-  user to the budget: ``w_ij = omega_i min(1, sqrt(beta / B_j))`` (eq. (12),
-  ``normalization="clip"``) or ``omega_i sqrt(beta / B_j)``
-  (``normalization="budget"``, App. C), ``B_j = sum_{i in user j} omega_i^2``;
-* ``"uniform"`` -- weight 1 on ``floor(beta)`` of the user's items chosen
-  uniformly at random (DPALS, Chien et al. 2021);
-* ``"tail"`` -- weight 1 on the user's ``floor(beta)`` items with the smallest
-  DP counts, ties at random (Chien et al. 2021).
-
-The functions work on one :class:`~skdpp.utils._grouped.UserBlock` of whole
-users (rows = the user's distinct items, canonical order). A user's weights
-are a function of that user's own items, the public counts and the fit key
-only, so replacing one user changes no other user's weights. The random
-choices are keyed per-row uniforms (``block.row_uniforms``), never draws from
-a stream in row order.
+Every user ``j`` spends a budget ``beta``: the weights of the items (tasks) the
+user rated satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3), which bounds the
+sensitivity of the weighted item statistics of Alg. 1 and 2. ``"adaptive"``:
+public ``omega_i ~ n_hat_i^-mu`` (eq. (11)) rescaled per user (eq. (12) or the
+budget normalisation of App. C); ``"uniform"`` / ``"tail"``: weight 1 on
+``floor(beta)`` of the user's items, at random or with the smallest DP counts
+(Chien et al. 2021). On one block of whole users; a user's weights depend on
+that user's items, the public counts and the fit key only (keyed per-row
+uniforms, never draws from a stream in row order).
 """
 
 import numpy as np
 
-__all__ = [
-    "adaptive_item_weights",
-    "adaptive_weights",
-    "log_adaptive_item_weights",
-    "sampling_weights",
-    "task_weights",
-]
+__all__ = ["adaptive_weights", "log_adaptive_item_weights", "task_weights"]
 
 # Weights are shrunk by this factor so that sum_j w_ij^2 <= beta holds exactly in
 # floating point (the rounding of the per-user rescaling is ~1e-16 relative).
@@ -64,12 +46,6 @@ def log_adaptive_item_weights(counts, *, mu, budget, n_users):
     log_n = np.log(n_hat)
     log_sum = np.logaddexp.reduce((1.0 - 2.0 * mu) * log_n)
     return -mu * log_n + 0.5 * (np.log(n_users * budget) - log_sum)
-
-
-def adaptive_item_weights(counts, *, mu, budget, n_users):
-    """The public per-item weights ``omega_i`` of eq. (11) (see the log version)."""
-    return np.exp(log_adaptive_item_weights(counts, mu=mu, budget=budget,
-                                            n_users=n_users))
 
 
 def adaptive_weights(block, item, log_omega, *, budget, normalization):
@@ -108,11 +84,6 @@ def adaptive_weights(block, item, log_omega, *, budget, normalization):
     else:
         factor = scale  # omega_i sqrt(beta / B_j): every user spends exactly beta
     return rel * block.expand(factor) * _SAFETY
-
-
-def sampling_weights(ranks, budget):
-    """Weight 1 on the rows ranked below ``floor(budget)`` within their user, else 0."""
-    return (ranks < int(np.floor(budget))).astype(np.float64)
 
 
 def _tail_ranks(block, item_counts, tie_break):
@@ -156,4 +127,4 @@ def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=
         ranks = block.ranks_by(tie_break)
     else:  # "tail": least frequent items first (by DP count), ties at random
         ranks = _tail_ranks(block, np.asarray(counts, dtype=np.float64)[item], tie_break)
-    return sampling_weights(ranks, budget)
+    return (ranks < int(np.floor(budget))).astype(np.float64)

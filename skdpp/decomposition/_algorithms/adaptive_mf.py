@@ -22,7 +22,9 @@ sensitivities), each charged to the phase of the same name:
    user, ``sqrt(2 count_cap)``; with a private catalogue the same release
    selects it (the candidates are the items some user counted, so one user
    creates at most ``count_cap`` of them; a candidate is published iff its
-   noisy count clears a threshold of ``delta / 4``);
+   noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t =
+   delta / 4``: an item only the replaced user rated has count at most 1, so
+   its candidates pass, all together, with probability at most ``delta_t``);
 3. ``"item_bias"``: weighted counts and, per pass, weighted sums of
    user-centred ratings (Alg. 1 with ``d = 1``): ``sqrt(2 count_cap)`` and
    ``2 sqrt(count_cap) C_r``;
