@@ -460,6 +460,20 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
     energy_item = np.zeros(m + 2)
     row_of = np.arange(block.n_users) if users is None else np.cumsum(users) - 1
     U = np.zeros((len(rhos), row_of[-1] + 1 if row_of.size else 0, k))
+    pending = []  # (G, rhs, e, rows) of systems not yet solved: one stack per call
+
+    def solve():  # gram_ridge_solve has a fixed cost per call: stacks, not batches
+        G, rhs, e, rows = (np.concatenate(part) for part in zip(*pending))
+        pending.clear()
+        for g, rho in enumerate(rhos):  # a few public ridges
+            ridge = np.empty((G.shape[0], k))  # the embedding ridge rho e_j, the bias's
+            ridge[:, :k0] = np.maximum(rho * e, _TINY_RIDGE)[:, None]
+            ridge[~np.isfinite(ridge)] = np.finfo(np.float64).max
+            if cfg.user_bias:
+                ridge[:, k0] = cfg.personal_ridge
+            last = g == len(rhos) - 1  # G is not needed again: solve in place
+            U[g, rows] = gram_ridge_solve(G, rhs, ridge, overwrite_g=last)
+
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         energy_item[:m] = np.einsum("ik,ik->i", V, V) / max(k0, 1)
         for seg, items, r in _user_batches(block, state, rows):
@@ -468,18 +482,14 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
                 seg, items, r = seg[keep], items[keep], r[keep]
             for c in _chunks(seg.shape[0], items.shape[1], k, max_n=_USER_CHUNK):
                 n = c.stop - c.start
+                if sum(p[0].shape[0] for p in pending) + n > _USER_CHUNK:
+                    solve()
                 G, rhs = np.empty((n, k, k)), np.empty((n, k))
                 _batched_gram(Vx, items[c], None, r[c], G, rhs)
                 e = energy_item[items[c]].sum(axis=1) / np.maximum(n_pub[seg[c]], 1)
-                for g, rho in enumerate(rhos):  # a few public ridges
-                    # the embedding ridge rho e_j, the bias ridge personal_ridge
-                    ridge = np.empty((n, k))
-                    ridge[:, :k0] = np.maximum(rho * e, _TINY_RIDGE)[:, None]
-                    ridge[~np.isfinite(ridge)] = np.finfo(np.float64).max
-                    if cfg.user_bias:
-                        ridge[:, k0] = cfg.personal_ridge
-                    last = g == len(rhos) - 1  # G is not needed again: solve in place
-                    U[g, row_of[seg[c]]] = gram_ridge_solve(G, rhs, ridge, overwrite_g=last)
+                pending.append((G, rhs, e, row_of[seg[c]]))
+        if pending:
+            solve()
     out = []
     for Ug in U:
         Ug[~np.isfinite(Ug).all(axis=1)] = 0.0
