@@ -471,9 +471,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return {"dtype": None, "y_numeric": True}
 
     def _public_catalogue_keys(self, X):
-        """Sorted unique keys and ids of the public ``items`` (``None`` if not public)."""
-        if self.items is None or (isinstance(self.items, str) and self.items == "observed"):
-            return None, None
+        """Sorted unique keys of the public ``items`` (``None`` if not public)."""
+        if self._catalogue_kind() != "public":
+            return None
         catalogue = np.asarray(self.items)
         if catalogue.ndim == 1:
             catalogue = catalogue[:, None]
@@ -483,9 +483,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"`items` must hold at least one id, each with {X.shape[1]} "
                 f"column(s) like X; got shape {np.asarray(self.items).shape}."
             )
-        keys = _item_keys(catalogue)
-        keys = np.asarray(UserIndex.from_groups(keys, keys.shape[0]).users).copy()
-        return keys, self._ids(keys, X, np.asarray(self.items).dtype)
+        return _factorise_keys(_item_keys(catalogue))[0].copy()
 
     @staticmethod
     def _ids(keys, X, id_dtype):
@@ -502,20 +500,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
         X, index = data.X, data.index
-        if groups is not None and X.shape[1] > 1:
-            # Depends only on public shapes (issue 13, item 4).
+        if groups is not None and X.shape[1] > 1:  # public shapes only (issue 13, item 4)
             warnings.warn(
                 f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one "
                 "column of item ids, with the user ids in groups= (e.g. "
                 "fit(df[['item']], df['rating'], groups=df['user'])). With several "
                 "columns every distinct row of X is treated as one item.",
-                UserWarning,
-                stacklevel=3,
-            )
+                UserWarning, stacklevel=3)
         # Internal item codes: the public catalogue first (0 .. m - 1), then
         # every other item present. Internal only: what is released is the
         # published catalogue (public, or selected under DP in the fit).
-        public_keys, public_ids = self._public_catalogue_keys(X)
+        public_keys = self._public_catalogue_keys(X)
         codes, other_keys = _encode_items(
             public_keys if public_keys is not None else _item_keys(X)[:0], X)
         code_keys = other_keys if public_keys is None else np.concatenate(
@@ -795,21 +790,16 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         check_is_fitted(self)
         groups = np.asarray(groups)
         if groups.ndim != 1:
-            raise ValueError(
-                f"groups must be a 1-D array of user ids; got shape {groups.shape}."
-            )
+            raise ValueError(f"groups must be a 1-D array of user ids; got shape {groups.shape}.")
         if not isinstance(n_items, Integral) or isinstance(n_items, bool) or n_items < 1:
             raise ValueError(f"n_items must be a positive integer; got {n_items!r}.")
         if ranking not in ("blend", "rating", "popularity"):
-            raise ValueError(
-                "ranking must be one of 'blend', 'rating', 'popularity'; "
-                f"got {ranking!r}."
-            )
+            raise ValueError(f"ranking must be one of 'blend', 'rating', 'popularity'; got "
+                             f"{ranking!r}.")
         if isinstance(popularity_weight, bool) or not isinstance(popularity_weight, Real) \
                 or not 0 <= popularity_weight < np.inf:
-            raise ValueError(
-                f"popularity_weight must be a finite number >= 0; got {popularity_weight!r}."
-            )
+            raise ValueError(f"popularity_weight must be a finite number >= 0; got "
+                             f"{popularity_weight!r}.")
         if ranking == "popularity" and self.item_counts_ is None:
             raise ValueError(
                 "ranking='popularity' needs the released item counts, and this fit "

@@ -135,29 +135,13 @@ def _state(block, state):
     return state
 
 
-def _user_csr(block, data, item, n_items, indptr=None):
-    """(block users x n_items) CSR of per-entry ``data`` (rows in canonical order)."""
-    indptr = block.offsets if indptr is None else indptr
-    return sp.csr_matrix((data, item, indptr), shape=(block.n_users, n_items))
-
-
 def _batches(counts, rows):
-    """Segments grouped by batch size, with their rows padded to that size.
+    """Segments (``counts[s]`` consecutive ``rows`` each) grouped by padded size.
 
-    Parameters
-    ----------
-    counts : ndarray of shape (n_segments,)
-        Rows of each segment; the segments' rows are consecutive in ``rows``.
-    rows : ndarray of shape (counts.sum(),), int
-        Row positions (e.g. into a block's arrays), segment by segment.
-
-    Returns
-    -------
-    batches : list of (segments, positions)
-        For each batch size ``s`` (increasing): the segments of that size
-        (increasing) and their rows as an ``(n, s)`` int array padded with
-        ``-1`` (a sentinel: gather from arrays extended by one padding
-        element).
+    Returns, for each size ``s`` of :func:`~skdpp.utils._grouped.padded_sizes`
+    (increasing), the segments of that size and their rows as an ``(n, s)``
+    int array padded with ``-1`` (gather from arrays extended by one padding
+    element).
     """
     counts = np.asarray(counts, dtype=np.int64)
     starts = np.zeros(counts.shape[0], dtype=np.int64)
@@ -210,11 +194,6 @@ def _batched_gram(E, index, weights, targets, out_G, out_b):
             out_b += np.matmul(Xt, targets[:, w, None])[..., 0]
 
 
-def _index_dtype(n):
-    """int32 for indices below 2^31 (half the memory of int64), else int64."""
-    return np.int32 if n < 2**31 else np.int64
-
-
 def _eligible(block, rows):
     """The sub-block of the given canonical rows (ranks among them, same users)."""
     mask = np.zeros(block.n_rows, dtype=bool)
@@ -234,22 +213,18 @@ def _user_means(block, state):
 
 
 def user_mean_statistic(block, state, fn):
-    """``fn`` of the block's users' mean ratings (a partial sum over users).
+    """``fn`` (a partial count or clipped sum) of the block's users' mean ratings.
 
-    The ``reduce`` of :func:`~skdpp.privacy._quantile.private_location`
-    (``mean_clip="auto"``): ``fn`` maps one value per user to a partial count
-    vector or clipped sum, which adds up over blocks.
+    The ``reduce`` of :func:`~skdpp.privacy._quantile.private_location`.
     """
     state = _state(block, state)
     return fn(_user_means(block, state)), state
 
 
 def deviation_counts(block, state, broadcast):
-    """Partial cumulative counts of twice each user's RMS deviation from the DP mean.
+    """Cumulative counts over ``grid`` of ``2 sqrt(mean_i (y_ij - mean)^2)``, one per user.
 
-    ``broadcast = (mean, grid)``; the statistic is ``2 sqrt(mean_i (y_ij -
-    mean)^2)``, one value per user (overflow: ``inf``, above every
-    candidate). For ``rating_clip="auto"``.
+    ``broadcast = (mean, grid)`` (``rating_clip="auto"``; overflow: ``inf``).
     """
     mean, grid = broadcast
     state = _state(block, state)
@@ -261,11 +236,7 @@ def deviation_counts(block, state, broadcast):
 
 
 def mean_partial(block, state, radius):
-    """Sum over the block's users of their mean of ratings clipped to ``[-b, b]``.
-
-    For a numeric ``mean_clip = b = radius``: each user contributes a value in
-    ``[-b, b]`` (users' means of clipped ratings).
-    """
+    """Sum over the block's users of their mean of ratings clipped to ``[-radius, radius]``."""
     state = _state(block, state)
     sums = block.segment_sum(clip_values(state["rating"], radius))
     per_user = np.divide(sums, block.counts, out=np.zeros(block.n_users),
@@ -276,15 +247,12 @@ def mean_partial(block, state, radius):
 def count_partial(block, state, broadcast):
     """Item counts from at most ``count_cap`` items per user (App. B, D.1).
 
-    ``broadcast = (key, cap, n_count)``: only items with code ``< n_count``
-    are counted (the public catalogue, or every item when the catalogue is
-    selected privately). A user with more than ``cap`` such items keeps
-    ``cap`` of them chosen uniformly at random: the smallest keyed per-row
-    uniforms (stream ``"mf-count-sample"``; ``cap=None``: all), keyed by
-    the item's rank among the user's items in item order, so the selection
-    is a function of the user's set of items. Each user adds a 0/1
-    indicator with at most ``cap`` ones; the items with a nonzero total are
-    the candidates of the private catalogue (:func:`catalogue_candidates`).
+    ``broadcast = (key, cap, n_count)``: items with code ``< n_count`` (the
+    public catalogue, or every item). A user with more than ``cap`` of them
+    keeps the ``cap`` with the smallest keyed per-row uniforms (stream
+    ``"mf-count-sample"``, keyed by the item's rank among the user's items: a
+    function of the user's set of items; ``cap=None``: all) and adds their 0/1
+    indicator.
     """
     key, cap, n_count = broadcast
     state = _state(block, state)
@@ -297,19 +265,15 @@ def count_partial(block, state, broadcast):
 
 
 def select_items(block, state, broadcast):
-    """Published code of every entry (``remap[item]``; ``m`` = not published).
+    """Store ``pub = remap[item]`` per entry (``m``: an unpublished item) and ``sel``.
 
-    ``broadcast = (remap, m)``: ``remap`` maps internal item codes to
-    ``0 .. m - 1`` for the published catalogue and to ``m`` (a dummy item with
-    no embedding and no bias) for every other item. Stores ``pub`` (per
-    entry, replacing the internal codes ``item``), ``sel`` (the rows of
-    published items) and ``m``; returns no partial.
+    ``broadcast = (remap, m)``; ``sel`` are the rows of published items.
     """
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
     # Compact per-entry indices (the state lives as long as the fit).
-    index = _index_dtype(max(m + 1, block.n_rows))
+    index = np.int32 if max(m + 1, block.n_rows) < 2**31 else np.int64
     # The internal codes are not needed after this step (counts come before).
     state["pub"] = remap[state.pop("item")].astype(index)
     state["sel"] = np.flatnonzero(state["pub"] < m).astype(index)
@@ -317,14 +281,10 @@ def select_items(block, state, broadcast):
 
 
 def prepare_residuals(block, state, broadcast):
-    """User-side targets ``r_ij = y_ij - mean - b_i`` and the block's rating matrices.
+    """Store the user-side targets ``r_ij = y_ij - mean - b_i`` (not clipped: personal).
 
-    ``broadcast = (mean, item_biases)`` with ``item_biases`` of shape
-    ``(m + 1,)`` (last: the dummy item, 0). ``r`` is not clipped: it only
-    enters the user's own (personal) solve; the item step clips its targets.
-    Stores ``r`` and each user's number of published entries; the batches
-    of the user step are built on first use (:func:`_user_batches`);
-    returns no partial.
+    ``broadcast = (mean, item_biases)``, ``item_biases`` of shape ``(m + 1,)``
+    (last: the unpublished item, 0); also each user's number of published entries.
     """
     mean, item_biases = broadcast
     with np.errstate(over="ignore", invalid="ignore"):  # huge ratings: inf, solved as 0
@@ -342,12 +302,8 @@ def prepare_weights(block, state, broadcast):
     ``broadcast = (config, key, log_omega, counts)``. With
     ``embedding_ridge="auto"`` a keyed ``VALIDATION_FRACTION`` of each user's
     published entries (stream ``"mf-validation"``) is held out of the item
-    step, to score the ridges honestly (:func:`ridge_scores`). Weights are
-    computed over each user's other published items only (ranks and budgets
-    among them); entries with weight 0 are dropped from the item step; the
-    others are stored, with their batches by item for :func:`als_statistics`
-    (each item's entries in user order, items batched by their number of
-    entries).
+    step (:func:`ridge_scores`) and the weights are computed over the others.
+    Entries of nonzero weight are stored, with their batches by item.
     """
     cfg, key, log_omega, counts = broadcast
     sel, m = state["sel"], state["m"]
@@ -418,16 +374,8 @@ def _solve_users(block, state, V, cfg, rho, rows=None):
     ``user_bias`` every item embedding is extended by a constant 1. A user
     whose solve is not finite (huge ratings or item embeddings) gets 0.
 
-    Parameters
-    ----------
-    rows : {None, "fit"}, default=None
-        ``"fit"``: only the ratings outside the held-out set
-        (``embedding_ridge="auto"``); ``None``: all the user's ratings.
-
-    Returns
-    -------
-    U : ndarray of shape (block.n_users, k)
-    bias : ndarray of shape (block.n_users,)
+    ``rows="fit"``: only the ratings outside the held-out set; ``None``: all.
+    Returns ``U`` of shape ``(block.n_users, k)`` and ``bias`` ``(block.n_users,)``.
     """
     (U, bias), = _solve_users_grid(block, state, V, cfg, [rho], rows=rows)
     return U, bias
@@ -591,6 +539,17 @@ def personal_parts(block, state, broadcast):
 # --------------------------------------------------------------------------- #
 # Private item step (Alg. 3, line 5)
 # --------------------------------------------------------------------------- #
+def _clipped_users(block, state, broadcast):
+    """The user step (Alg. 3, line 4), embeddings clipped to ``C_u`` (Alg. 1, line 2), targets.
+
+    ``broadcast = (V, config, rho, rating_clip)``; the held-out ratings (if
+    any) are left out of the solves.
+    """
+    V, cfg, rho, rating_clip = broadcast
+    U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
+    return clip_by_norm(U, cfg.clip_norm), _item_targets(state, bias, rating_clip)
+
+
 def als_statistics(block, state, broadcast):
     """User step, then the block's weighted item statistics (Alg. 1, lines 2, 5-6).
 
@@ -608,11 +567,8 @@ def als_statistics(block, state, broadcast):
         uses its upper triangle), ``b`` of shape ``(m, k)``.
     state
     """
-    V, cfg, rho, rating_clip = broadcast
-    U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
-    U = clip_by_norm(U, cfg.clip_norm)
-    target = _item_targets(state, bias, rating_clip)
-    k, m = U.shape[1], V.shape[0]
+    U, target = _clipped_users(block, state, broadcast)
+    k, m = U.shape[1], broadcast[0].shape[0]
     Uz = np.vstack([U, np.zeros((1, k))])  # row -1: padding
     wt = np.append(state["w"] * target, 0.0)
     A = np.zeros((m, k, k))
@@ -632,12 +588,8 @@ def user_step(block, state, broadcast):
 
     ``broadcast = (V, config, rho, rating_clip)``; returns no partial.
     """
-    V, cfg, rho, rating_clip = broadcast
-    U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
-    U = clip_by_norm(U, cfg.clip_norm)
-    state["U"] = U
-    state["unit"], state["norm"] = unit_rows(U)
-    state["target"] = _item_targets(state, bias, rating_clip)
+    state["U"], state["target"] = _clipped_users(block, state, broadcast)
+    state["unit"], state["norm"] = unit_rows(state["U"])
     return None, state
 
 
@@ -665,7 +617,7 @@ def item_gradient(block, state, broadcast):
         magnitude, _ = clipped_magnitudes(np.abs(resid) * state["norm"][user], grad_clip)
         coef = state["w"] * np.sign(resid) * magnitude
     coef[~np.isfinite(coef)] = 0.0
-    C = _user_csr(block, coef, item, V.shape[0], state["indptr"])
+    C = sp.csr_matrix((coef, item, state["indptr"]), shape=(block.n_users, V.shape[0]))
     return np.asarray(C.T @ state["unit"]), state
 
 
