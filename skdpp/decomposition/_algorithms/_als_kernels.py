@@ -62,25 +62,11 @@ VALIDATION_FRACTION = 0.1
 def aggregate_entries(user, item, y, n_items):
     """Merge duplicate (user, item) rows into one entry with their mean rating.
 
-    A user then contributes at most once to each item's statistics, which the
-    sensitivity analysis requires (one rating per (user, item), as in the
-    paper). The mean is a sum of ``y / count`` (no overflow for finite
-    ratings) taken in increasing rating order within each pair, so it does
-    not depend on the order of the rows.
-
-    Parameters
-    ----------
-    user, item : ndarray of shape (n,), int
-        User and item codes of the rows.
-    y : ndarray of shape (n,)
-        Ratings.
-    n_items : int
-        Number of item codes.
-
-    Returns
-    -------
-    user, item, rating : ndarray of shape (n_entries,)
-        Entries sorted by user, then item.
+    A user then contributes at most once to each item's statistics, as the
+    sensitivity analysis requires. The mean is a sum of ``y / count`` (no
+    overflow for finite ratings) in increasing rating order within each pair,
+    so it does not depend on the order of the rows. Returns the ``user``,
+    ``item`` and ``rating`` of the entries, sorted by user, then item.
     """
     y = np.asarray(y, dtype=np.float64)
     pair = np.asarray(user, dtype=np.int64) * np.int64(n_items) + np.asarray(item, np.int64)
@@ -102,20 +88,9 @@ def aggregate_entries(user, item, y, n_items):
 def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
     """Blocks of whole users over the entries, each user's rows sorted by item.
 
-    Parameters
-    ----------
-    user, item, rating : ndarray of shape (n_entries,)
-        Entries from :func:`aggregate_entries` (sorted by user, then item).
-    users : ndarray of shape (n_users,)
-        The sorted user ids (users without entries are kept: they are users).
-    n_items : int
-        Number of item codes.
-    max_rows : int, default=BLOCK_ROWS
-
-    Returns
-    -------
-    blocks : list of UserBlock
-        Sources: ``X`` = item codes (n_entries, 1), ``y`` = ratings.
+    ``user, item, rating``: entries from :func:`aggregate_entries`; ``users``:
+    the sorted user ids (users without entries are kept). The blocks' ``X``
+    holds the item codes ``(n_entries, 1)``, ``y`` the ratings.
     """
     item = np.asarray(item, dtype=np.int64)
     index = UserIndex(users, user)

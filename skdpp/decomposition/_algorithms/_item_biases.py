@@ -14,15 +14,13 @@ post-processing (:func:`shrunk_item_biases`).
 import numpy as np
 
 from ...privacy._clipping import clip_values
+from ._task_weights import _SAFETY  # sum_i w_ij^2 <= cap exactly in floating point
 
 __all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
 
 # The residual scale of one rating, in units of C_r: the "auto" rating_clip is
 # twice a typical user's deviation.
 _RESIDUAL_SCALES = 2.0
-# Weights are shrunk by this factor so that sum_i w_ij^2 <= cap holds exactly in
-# floating point (the rounding of sqrt(cap / n_j)^2 n_j is ~1e-16 relative).
-_SAFETY = 1.0 - 1e-12
 
 
 def item_bias_sensitivities(cap, rating_clip):
@@ -84,29 +82,13 @@ def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
     """Item biases from the released ``S`` and ``W`` (post-processing).
 
     ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with
-    ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``. It is the posterior mean
-    of ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each rating's residual
-    has variance ``s^2`` with ``s = C_r / 2`` (the ``"auto"`` bound is twice a
-    typical deviation) and ``S_i`` carries Gaussian noise of std ``sigma_S``:
-    ``ridge`` pseudo-ratings of shrinkage toward 0, plus a shrinkage that grows
-    as the noise dominates the item's statistics (an item whose sum is mostly
-    noise gets a bias near 0). Scale-free: ``S``, ``sigma_S`` and ``C_r``
-    share the ratings' units.
-
-    Parameters
-    ----------
-    sums, weights : ndarray of shape (m,)
-        Released ``S`` and ``W``.
-    ridge : float >= 0
-        Pseudo-ratings of shrinkage.
-    rating_clip : float or None
-        ``C_r`` (``None``: no clipping, no noise).
-    noise_std : float
-        Standard deviation of the noise of ``S`` (0 at ``epsilon=inf``).
-
-    Returns
-    -------
-    biases : ndarray of shape (m,)
+    ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``: the posterior mean of
+    ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each residual has variance
+    ``s^2``, ``s = C_r / 2`` (the ``"auto"`` bound is twice a typical
+    deviation), and ``S_i`` carries Gaussian noise of std ``sigma_S =
+    noise_std`` (0 at ``epsilon=inf``): an item whose sum is mostly noise gets
+    a bias near 0. Scale-free (``S``, ``sigma_S`` and ``C_r`` share the ratings'
+    units); ``rating_clip=None``: no clipping, no noise.
     """
     w = np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     denom = w + ridge

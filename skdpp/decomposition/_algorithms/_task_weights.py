@@ -24,23 +24,10 @@ def log_adaptive_item_weights(counts, *, mu, budget, n_users):
     """``log(omega_i)`` of eq. (11) with exponent ``mu`` (finite, never underflows).
 
     ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the
-    noisy counts floored at 1 (post-processing), so that a user whose items
-    are drawn in proportion to the counts spends ``beta`` in expectation
-    (``c(n) = 1``). The sum is taken in log space.
-
-    Parameters
-    ----------
-    counts : array-like of shape (n_items,)
-        DP item counts (may be negative).
-    mu : float >= 0
-    budget : float > 0
-        ``beta``.
-    n_users : int
-        The public number of users ``n``.
-
-    Returns
-    -------
-    log_omega : ndarray of shape (n_items,)
+    noisy ``counts`` floored at 1 (post-processing), so that a user whose items
+    are drawn in proportion to the counts spends ``beta = budget`` in
+    expectation (``c(n) = 1``); ``n = n_users`` is public. The sum is taken in
+    log space.
     """
     n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
     log_n = np.log(n_hat)
@@ -51,22 +38,9 @@ def log_adaptive_item_weights(counts, *, mu, budget, n_users):
 def adaptive_weights(block, item, log_omega, *, budget, normalization):
     """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation.
 
-    Parameters
-    ----------
-    block : UserBlock
-        Rows are (user, item) entries.
-    item : ndarray of shape (block.n_rows,), int
-        Item code of each row.
-    log_omega : ndarray of shape (n_items,)
-        :func:`log_adaptive_item_weights` (public).
-    budget : float
-        ``beta``.
-    normalization : {"clip", "budget"}
-
-    Returns
-    -------
-    w : ndarray of shape (block.n_rows,)
-        ``sum_{rows of user j} w^2 <= beta`` for every user, in floating point.
+    ``item``: the item code of each row of ``block``; ``log_omega``: the
+    public :func:`log_adaptive_item_weights`. Every user's ``sum w^2 <=
+    budget`` holds in floating point.
     """
     # Work relative to each user's largest omega_i: rel = omega_i / top_j lies in
     # (0, 1] and B_j / top_j^2 = sum_i rel^2 in [1, n^j], so neither underflows
@@ -98,26 +72,10 @@ def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=
                  normalization="budget"):
     """Per-entry task weights ``w_ij`` of one block (zero weight: row not used).
 
-    Parameters
-    ----------
-    block : UserBlock
-    item : ndarray of shape (block.n_rows,), int
-        Item code of each row.
-    weighting : {"adaptive", "uniform", "tail"}
-    budget : float
-        ``beta`` (``floor(beta)`` items per user for the sampling baselines).
-    key : ndarray of shape (2,), uint64
-        The fit key (tie-breaks and uniform sampling are keyed per row).
-    log_omega : ndarray of shape (n_items,), default=None
-        Needed for ``"adaptive"``.
-    counts : ndarray of shape (n_items,), default=None
-        DP item counts, needed for ``"tail"``.
-    normalization : {"clip", "budget"}, default="budget"
-        For ``"adaptive"``.
-
-    Returns
-    -------
-    w : ndarray of shape (block.n_rows,)
+    ``item``: the item code of each row; ``key``: the fit key (tie-breaks and
+    uniform sampling are keyed per row); ``log_omega`` for ``"adaptive"``,
+    the DP ``counts`` for ``"tail"``; ``floor(budget)`` items per user for the
+    sampling baselines.
     """
     if weighting == "adaptive":
         return adaptive_weights(block, item, log_omega, budget=budget,
