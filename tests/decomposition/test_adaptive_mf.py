@@ -323,9 +323,10 @@ def _block_with_state(X, y, groups, k, seed=0, **params):
 
 
 @pytest.mark.parametrize("user_bias", [True, False])
-def test_user_solves_agree_with_dense_reference(user_bias):
-    # Users with 1 to 60 ratings (batched by their number of entries): every
-    # solution equals the dense ridge solution of the user (test-only loop).
+def test_user_solves_dual_and_primal_agree_with_dense_reference(user_bias, monkeypatch):
+    # Users with 1 to 60 ratings: small ones go through the dual (n x n)
+    # systems, large ones through the k x k stack; both equal the dense
+    # ridge solution of every user (test-only loop).
     rng = np.random.default_rng(3)
     counts = np.r_[1, 2, 3, 7, 24, 25, 40, 60]
     groups = np.repeat(np.arange(counts.size), counts)
@@ -336,6 +337,10 @@ def test_user_solves_agree_with_dense_reference(user_bias):
                                              user_bias=user_bias, embedding_ridge=0.3)
     V = rng.standard_normal((m, k))
     U, bias = _private_als._solve_users(block, state, V, cfg, 0.3)
+    monkeypatch.setattr(_private_als, "_DUAL_MAX_ROWS", 0)
+    U0, bias0 = _private_als._solve_users(block, state, V, cfg, 0.3)
+    assert_allclose(U, U0, rtol=1e-9, atol=1e-12)
+    assert_allclose(bias, bias0, rtol=1e-9, atol=1e-12)
     for j in range(block.n_users):
         rows = slice(block.offsets[j], block.offsets[j + 1])
         X = V[state["pub"][rows]]
@@ -367,21 +372,23 @@ def test_item_statistics_equal_weighted_sums():
     assert_allclose(b, b_ref, rtol=1e-12, atol=1e-15)
 
 
-def test_user_solve_of_huge_values_is_quiet_and_finite():
-    # A user with huge finite ratings: no warning, finite parts (0 when the
-    # solve is not finite).
+def test_dual_solve_falls_back_for_huge_values():
+    # A user with huge finite ratings: no overflow in the dual; the same
+    # result as the k x k path (0 when not finite), no warning.
     X, y, groups = _small_ratings(n_users=10, n_items=8, per_user=3, seed=4)
+    y = y.copy()
+    y[groups == 0] = 1e300
     fits = []
-    for scale in (1.0, 1e300):
-        y2 = y.copy()
-        y2[groups == 0] *= scale
-        with warnings.catch_warnings():
+    for dual in (24, 0):
+        with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
             warnings.simplefilter("error")
+            mp.setattr(_private_als, "_DUAL_MAX_ROWS", dual)
             fits.append(AdaptiveWeightMF(n_components=2, epsilon=np.inf, random_state=0,
                                          rating_clip=1.0, mean_clip=1.0,
-                                         n_iter=2).fit(X, y2, groups))
-    assert np.isfinite(fits[1].user_embeddings_).all()
-    assert np.isfinite(fits[1].user_biases_).all()
+                                         n_iter=2).fit(X, y, groups))
+    assert_allclose(fits[0].user_embeddings_, fits[1].user_embeddings_, rtol=1e-9,
+                    atol=1e-12)
+    assert_allclose(fits[0].user_biases_, fits[1].user_biases_, rtol=1e-9)
 
 
 # --------------------------------------------------------------------------- #
