@@ -333,9 +333,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     on it; ``predict`` raises a ``ValueError`` naming the rows if a
     prediction is not finite.
 
-    **Scale.** Blocks of whole users of up to 2^20 entries; per-user and
-    per-item statistics are batched BLAS products (``benchmarks/bench_adaptive_mf.py``).
-
     References
     ----------
     .. [1] W. Krichene, P. Jain, S. Song, M. Sundararajan, A. Thakurta,
@@ -438,11 +435,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         super()._validate_privacy_params()
         if self.epsilon != np.inf and self.rating_clip is None:
             raise ValueError(
-                f"rating_clip=None (no clipping of ratings) gives unbounded sensitivity "
-                f"and is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. "
-                "Pass a positive rating_clip (the largest |rating - mean| to keep) or "
-                "'auto'."
-            )
+                f"rating_clip=None (no clipping of ratings) gives unbounded sensitivity and "
+                f"is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
+                "positive rating_clip (the largest |rating - mean| to keep) or 'auto'.")
         if not MIN_CLIP <= self.user_budget < np.inf:
             # Like the clip bounds: with a subnormal budget the rounding of the
             # per-user rescaling let one user's sum of w^2 reach 1.4 x the budget
@@ -451,21 +446,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, "
                 f"got {self.user_budget!r}: at smaller scales floating-point rounding "
                 "can exceed the stated sensitivity. Only its ratio to `reg` matters "
-                "for adaptive weights: rescale both instead."
-            )
+                "for adaptive weights: rescale both instead.")
         if self.weighting in ("uniform", "tail") and self.user_budget < 1:
             raise ValueError(
                 f"weighting={self.weighting!r} keeps floor(user_budget) items per user "
                 f"with weight 1, so user_budget must be >= 1; got {self.user_budget!r}. "
-                "Pass user_budget=k to sample k items per user."
-            )
+                "Pass user_budget=k to sample k items per user.")
         if self.items is None and self.epsilon != np.inf and self.delta <= 0:
             raise ValueError(
                 f"items=None selects the item catalogue privately, which needs delta > "
                 f"0 (an item rated by one user is published with probability at most "
                 f"delta / 4); got delta={self.delta!r}. Pass delta > 0, or a public "
-                f"catalogue items=[...]."
-            )
+                f"catalogue items=[...].")
 
     def _validate_data_kwargs(self):
         return {"dtype": None, "y_numeric": True}
@@ -656,10 +648,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     # ------------------------------------------------------------------ #
     # Prediction
     # ------------------------------------------------------------------ #
-    def _item_codes(self, X):
-        """Item code (0..n_items-1) of each row of validated X, -1 if unpublished."""
-        return _lookup_items(self._catalogue_keys, X)
-
     def predict(self, X, groups=None):
         """Predict ratings: ``mean_ + b_item + b_user + <u_user, v_item>``.
 
@@ -688,7 +676,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])
-        items = self._item_codes(X)
+        items = _lookup_items(self._catalogue_keys, X)  # -1: not published
         if getattr(self, "local_only_", False):  # useless: own means, 0 for new users
             pred = np.zeros(X.shape[0])
             known = users >= 0
@@ -716,12 +704,10 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     def _item_popularity(self):
         """Popularity of the published items from released values only, or None.
 
-        The inverse-variance combination of two noisy estimates of how many
-        users rated each item: ``item_counts_`` (noise std ``s_c``) and
-        ``item_weighted_counts_ / r`` (noise std ``s_W / r``), with ``r =
-        sum W / sum n`` the ratio of their totals (heavy users weigh more in
-        ``W``). The noise levels are public (the plan); ``r`` is a function of
-        the releases: post-processing.
+        The inverse-variance combination of ``item_counts_`` (noise std ``s_c``)
+        and ``item_weighted_counts_ / r`` (``s_W / r``), ``r = sum W / sum n``
+        (heavy users weigh more in ``W``): post-processing of public noise
+        levels and releases.
         """
         counts, weighted = self.item_counts_, self.item_weighted_counts_
         if counts is None:

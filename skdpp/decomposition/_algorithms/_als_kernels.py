@@ -364,42 +364,26 @@ def _solve_users(block, state, V, cfg, rho, rows=None):
 
 
 def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
-    """:func:`_solve_users` for several embedding ridges ``rhos`` (one Gram per user).
+    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``, one per ridge.
 
-    Each user's Gram matrix ``X_j^T X_j`` and right-hand side ``X_j^T r_j``
-    (``X_j``: the embeddings of the user's items, gathered) come from one
-    BLAS product per user, batched over users with the same number of
-    entries (:func:`_user_batches`); the ``k x k`` systems are solved in
-    stacks of up to ``_USER_CHUNK`` (:func:`gram_ridge_solve`), once per
-    ridge. ``users`` (a boolean mask over the block's users) restricts the
-    solves to those users, and the solutions to their rows (in block order).
-
-    Returns
-    -------
-    solutions : list of (U, bias), one per ridge
-        ``U`` of shape (n, k), ``bias`` of shape (n,): ``n`` the block's
-        users, or the selected ones.
+    Each user's ``X_j^T X_j`` and ``X_j^T r_j`` come from one BLAS product on
+    the gathered embeddings of the user's items, batched over users with the
+    same number of entries; the ``k x k`` systems are solved in stacks of up
+    to ``_USER_CHUNK`` (:func:`gram_ridge_solve`), users with few entries in
+    the dual. ``users`` (a mask over the block's users) restricts the solves,
+    and the rows of the solutions, to those users.
     """
     k0, m = V.shape[1], V.shape[0]
-    suffix = "" if rows is None else "_" + rows
-    n_pub = state["n_pub" + suffix]
+    n_pub = state["n_pub" + ("" if rows is None else "_" + rows)]
     k = k0 + int(bool(cfg.user_bias))
     Vx = np.zeros((m + 2, k))  # row m: unpublished items; row m + 1: padding
     Vx[:m, :k0] = V
     if cfg.user_bias:
         Vx[:m + 1, k0] = 1.0
     energy_item = np.zeros(m + 2)
-    if users is None:
-        row_of = np.arange(block.n_users)
-    else:  # solutions of the selected users only: row_of[user] is their row
-        row_of = np.cumsum(users) - 1
+    row_of = np.arange(block.n_users) if users is None else np.cumsum(users) - 1
     U = np.zeros((len(rhos), row_of[-1] + 1 if row_of.size else 0, k))
-    G = np.empty((_USER_CHUNK, k, k))
-    scratch = np.empty((_USER_CHUNK, k, k)) if len(rhos) > 1 else None
-    rhs = np.empty((_USER_CHUNK, k))
-    energy = np.empty(_USER_CHUNK)
-    owner = np.empty(_USER_CHUNK, dtype=np.int64)
-    fill = 0
+    pending = []  # (G, rhs, e, users) of k x k systems not yet solved
 
     def ridges(e, rho):  # (n, k): the embedding ridge rho e_j, the bias ridge
         ridge = np.empty((e.shape[0], k))
@@ -409,29 +393,22 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
             ridge[:, k0] = cfg.personal_ridge
         return ridge
 
-    def solve(n):  # the pending stack of n systems, once per ridge
-        who = owner[:n]
-        e = energy[:n] / np.maximum(n_pub[who], 1)
-        for g, rho in enumerate(rhos):  # a few public ridges
-            M = G[:n]
-            if g < len(rhos) - 1:  # G is needed again: solve on a reused copy
-                M = scratch[:n]
-                np.copyto(M, G[:n])
-            U[g, row_of[who]] = gram_ridge_solve(M, rhs[:n], ridges(e, rho),
-                                                 overwrite_g=True)
+    def solve():  # one stack per call: gram_ridge_solve has a fixed cost per call
+        G, rhs, e, who = (np.concatenate(part) for part in zip(*pending))
+        pending.clear()
+        for g, rho in enumerate(rhos):  # a few public ridges; the last may overwrite G
+            U[g, row_of[who]] = gram_ridge_solve(G, rhs, ridges(e, rho),
+                                                 overwrite_g=g == len(rhos) - 1)
 
     def primal(seg, items, r):  # queue k x k systems, solved in stacks
-        nonlocal fill
         for c in _chunks(seg.shape[0], items.shape[1], k, max_n=_USER_CHUNK):
             n = c.stop - c.start
-            if fill + n > _USER_CHUNK:
-                solve(fill)
-                fill = 0
-            part = slice(fill, fill + n)
-            _batched_gram(Vx, items[c], None, r[c], G[part], rhs[part])
-            energy[part] = energy_item[items[c]].sum(axis=1)
-            owner[part] = seg[c]
-            fill += n
+            if sum(p[0].shape[0] for p in pending) + n > _USER_CHUNK:
+                solve()
+            G, rhs = np.empty((n, k, k)), np.empty((n, k))
+            _batched_gram(Vx, items[c], None, r[c], G, rhs)
+            e = energy_item[items[c]].sum(axis=1) / np.maximum(n_pub[seg[c]], 1)
+            pending.append((G, rhs, e, seg[c]))
 
     def dual(seg, items, r):
         # Few entries: z = D^-1 X^T a with (X D^-1 X^T + I) a = r. D is lam_j
@@ -486,33 +463,21 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
                 dual(seg, items, r)
             else:
                 primal(seg, items, r)
-        if fill:
-            solve(fill)
-    out = []
-    for g in range(len(rhos)):
-        Ug = U[g]
-        Ug[~np.isfinite(Ug).all(axis=1)] = 0.0
-        if cfg.user_bias:
-            out.append((Ug[:, :-1], Ug[:, -1].copy()))
-        else:
-            out.append((Ug, np.zeros(Ug.shape[0])))
-    return out
+        if pending:
+            solve()
+    U[~np.isfinite(U).all(axis=2)] = 0.0
+    return [(Ug[:, :k0], Ug[:, k0].copy() if cfg.user_bias else np.zeros(Ug.shape[0]))
+            for Ug in U]
 
 
 def ridge_scores(block, state, broadcast):
     """Held-out error of every ridge of ``RIDGE_GRID`` (``embedding_ridge="auto"``).
 
-    ``broadcast = (V, config, rating_clip)``. Each user fits their bias and
-    embedding on their ratings outside the held-out set with every grid
-    ridge and predicts their held-out ratings (which the item step never
-    saw); their contribution is the vector of mean squared held-out errors,
-    each residual clipped to ``[-C_r, C_r]``: entries in ``[0, C_r^2]``, so
-    replacing the user moves the sum by at most ``sqrt(len(grid)) C_r^2``.
-    Users without held-out ratings contribute 0 (and are not solved).
-
-    Returns
-    -------
-    partial : ndarray of shape (len(RIDGE_GRID),)
+    ``broadcast = (V, config, rating_clip)``. Each user, fitted on the ratings
+    outside the held-out set (never seen by the item step) with every ridge,
+    contributes its mean squared held-out errors, residuals clipped to ``C_r``:
+    entries in ``[0, C_r^2]``, sensitivity ``sqrt(len(grid)) C_r^2``. Users
+    without held-out ratings contribute 0.
     """
     V, cfg, rating_clip = broadcast
     val = state["val"]
@@ -649,13 +614,9 @@ def user_step(block, state, broadcast):
 def item_gradient(block, state, broadcast):
     """Weighted sum of per-entry clipped gradients of the item loss (Alg. 2, line 5).
 
-    ``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)``. The clip of
-    ``e u`` only rescales the scalar: the clipped gradient is
-    ``sign(e) min(|e| ||u||, Gamma) u / ||u||`` (magnitudes and unit vectors
-    from :mod:`skdpp.privacy._clipping`, so a huge or non-finite ``e`` still
-    gives a gradient of norm at most ``Gamma``; a NaN residual gives 0).
-
-    ``broadcast = (V, grad_clip)``; returns the ``(m, k)`` partial.
+    ``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)``, i.e. ``sign(e)
+    min(|e| ||u||, Gamma) u / ||u||`` (a huge ``e`` still gives norm at most
+    ``Gamma``, NaN gives 0). ``broadcast = (V, grad_clip)``; an ``(m, k)`` partial.
     """
     V, grad_clip = broadcast
     user, item = state["keep_user"], state["keep_item"]

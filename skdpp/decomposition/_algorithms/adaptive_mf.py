@@ -226,14 +226,13 @@ def _rating_clip(executor, release, mean, quantile, n_users):
     follows a rescaling of the ratings to within ``1.79^(1 / _FINE_SIZE)``.
     ``CLIP_SEARCH_STEPS`` releases of sensitivity 1.
     """
-    grid = _GRID
-    for _ in range(2):  # the log grid, then the selected cell
+    def search(grid):
         counts = executor.map(K.deviation_counts, (mean, grid))
-        value = private_quantile(release, "clip", counts, grid, quantile=quantile,
-                                 n_users=n_users)
-        j = int(np.searchsorted(_GRID, value))
-        grid = np.linspace(_GRID[j - 1] if j > 0 else 0.0, _GRID[j], _FINE_SIZE + 1)[1:]
-    return max(float(value), MIN_CLIP)
+        return private_quantile(release, "clip", counts, grid, quantile=quantile,
+                                n_users=n_users)
+    j = int(np.searchsorted(_GRID, search(_GRID)))  # the log grid, then the selected cell
+    fine = np.linspace(_GRID[j - 1] if j > 0 else 0.0, _GRID[j], _FINE_SIZE + 1)[1:]
+    return max(float(search(fine)), MIN_CLIP)
 
 
 def catalogue_candidates(counts):
@@ -447,25 +446,21 @@ def run(executor, release, randomness, meta, config):
 
 def _notes(cfg, n_published, local_only):
     """The report's notes (public values and the released catalogue size only)."""
-    if cfg.catalogue == "private":
-        catalogue = (
-            "The item catalogue item_ids_ was selected under DP: an item is published iff "
-            "its noisy count (phase 'counts') clears a threshold; an item rated by one user "
-            f"only is published with probability at most delta/4. {n_published} item(s) "
-            "published.")
-        if n_published < TINY_CATALOGUE and cfg.epsilon != np.inf:
-            catalogue += (
-                f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer than "
-                f"{TINY_CATALOGUE} items): most predictions are the DP mean plus each user's "
-                "bias, and recommend() cannot fill a top-10 list.")
-    elif cfg.catalogue == "public":
-        catalogue = "The item catalogue item_ids_ is public (given by `items`)."
-    else:
-        catalogue = (
-            "NOT COVERED: items='observed' releases the item catalogue item_ids_ (every "
-            "item present in X) as is: an item rated by a single user appears or "
-            "disappears with that user. Use items=None (selected under DP) or a public "
-            "catalogue items=[...].")
+    tiny = n_published < TINY_CATALOGUE and cfg.epsilon != np.inf
+    catalogue = {
+        "private": "The item catalogue item_ids_ was selected under DP: an item is published "
+                   "iff its noisy count (phase 'counts') clears a threshold; an item rated by "
+                   "one user only is published with probability at most delta/4. "
+                   f"{n_published} item(s) published." + (
+                       f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer "
+                       f"than {TINY_CATALOGUE} items): most predictions are the DP mean plus "
+                       "each user's bias, and recommend() cannot fill a top-10 list."
+                       if tiny else ""),
+        "public": "The item catalogue item_ids_ is public (given by `items`).",
+        "observed": "NOT COVERED: items='observed' releases the item catalogue item_ids_ "
+                    "(every item present in X) as is: an item rated by a single user appears "
+                    "or disappears with that user. Use items=None (selected under DP) or a "
+                    "public catalogue items=[...]."}[cfg.catalogue]
     notes = [catalogue,
              "The number of users is public. Ratings of items outside the published "
              "catalogue only inform their user's personal bias.",
