@@ -272,10 +272,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         :meth:`recommend`.
     mean_ : float
         DP global mean (0.0 if ``center=False``).
-    mean_clip_, rating_clip_, embedding_ridge_ : float or None
-        The resolved ``"auto"`` values.
-    count_cap_ : int or None
-        The resolved ``count_cap`` (``None``: no cap).
+    mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
+        The resolved values (``count_cap_=None``: no cap).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
         The published item catalogue, sorted.
     user_embeddings_ : ndarray of shape (n_users, n_components)
@@ -289,12 +287,10 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         predict their own mean rating, new users 0.
     user_ids_ : ndarray of shape (n_users,)
         Sorted user ids seen in ``fit`` / ``personalize``.
-    n_users_, n_items_, n_iter_ : int
-        Users in ``fit``, published items, alternations run.
+    n_users_, n_items_, n_iter_, n_features_in_ : int
+        Users in ``fit``, published items, alternations run, columns of ``X``.
     privacy_report_ : PrivacyReport
         Budget plan, noise multipliers, sensitivities and the spent epsilon.
-    n_features_in_ : int
-        Number of columns of ``X``.
 
     See Also
     --------

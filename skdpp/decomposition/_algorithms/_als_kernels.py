@@ -546,8 +546,8 @@ def own_mean_parts(block, state, k):
 def personal_parts(block, state, broadcast):
     """Each user's embedding and bias from the released items (App. D, Remark D.1).
 
-    ``broadcast = (V, config, rho)`` (``rho`` the embedding ridge); for :meth:`LocalExecutor.collect`.
-    The embeddings are not clipped (they are personal, never released).
+    ``broadcast = (V, config, rho)`` (``rho``: the embedding ridge). Not clipped:
+    personal, never released.
     """
     V, cfg, rho = broadcast
     state.pop("batches_fit", None)  # the iterations are over: free their batches

@@ -203,9 +203,7 @@ def _dp_mean(executor, release, n_users, mean_clip):
     the users' means, not their magnitude). A number ``b``: the noisy mean of
     each user's mean of ratings clipped to ``[-b, b]``, kept in ``[-b, b]``.
 
-    Returns
-    -------
-    mean, mean_clip : float
+    Returns ``(mean, mean_clip)``.
     """
     if mean_clip == "auto":
         mean, radius = private_location(
@@ -251,15 +249,8 @@ def catalogue_candidates(counts):
 
 
 def _catalogue(executor, release, meta, cfg, key):
-    """The ``"counts"`` phase: noisy counts and the published catalogue.
-
-    Returns
-    -------
-    published : ndarray of int
-        Internal codes of the published items, increasing.
-    counts : ndarray of shape (n_published,) or None
-        Their noisy counts (``None`` if no counts are released).
-    """
+    """The ``"counts"`` phase: the published items' internal codes (increasing) and
+    their noisy counts (``None`` if no counts are released)."""
     n_codes = int(meta["n_item_codes"])
     n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
     if not cfg.needs_counts:
@@ -485,11 +476,7 @@ def _notes(cfg, n_published, local_only):
 
 
 def _warn_tiny_catalogue(n_published, n_users, epsilon):
-    """Warn when the private catalogue published fewer than ``TINY_CATALOGUE`` items.
-
-    A function of the released number of published items (and the public
-    ``n_users`` and ``epsilon``) only: post-processing of the ``"counts"`` release.
-    """
+    """Warn below ``TINY_CATALOGUE`` published items (post-processing of ``"counts"``)."""
     if n_published >= TINY_CATALOGUE:
         return
     what = "no item" if n_published == 0 else f"only {n_published} item(s)"
@@ -506,17 +493,11 @@ def _warn_tiny_catalogue(n_published, n_users, epsilon):
 # The personal-part fit (App. D, Remark D.1)
 # --------------------------------------------------------------------------- #
 def fit_personal(blocks, n_codes, fitted, config):
-    """Every user's embedding and bias from the released values and the user's ratings.
+    """Every user's embedding and bias ``(U, bias)`` from the releases and the user's ratings.
 
-    ``blocks`` hold the users' entries with internal codes ``0 .. m - 1`` for
-    the published items and ``m .. n_codes - 1`` for the others (which inform the bias
-    only); ``fitted`` is the fitted estimator (its released values). The same
-    kernels as the last user step of :func:`run`.
-
-    Returns
-    -------
-    U : ndarray of shape (n_users, n_components)
-    bias : ndarray of shape (n_users,)
+    ``blocks`` hold the users' entries, internal codes ``0 .. m - 1`` for the
+    published items and ``m .. n_codes - 1`` for the others (which inform the
+    bias only); ``fitted``: the fitted estimator. The kernels of :func:`run`.
     """
     executor, m = LocalExecutor(blocks), fitted.n_items_
     executor.map(K.select_items, (np.minimum(np.arange(n_codes), m), m))
