@@ -38,12 +38,13 @@ ESTIMATORS = {
     "ppsgd": lambda: PPSGDRegressor(n_rounds=10, batch_size=4, random_state=0),
     "jl": lambda: JLMarginClassifier(classes=[0, 1], n_components=1, jl_dim=4,
                                      n_candidates=16, n_directions=8, random_state=0),
-    # clip_share pinned: with the shared "auto" rule (0.5 for 40 users) this
+    # the clip share pinned: with the shared "auto" rule (0.5 for 40 users) this
     # seed's unguarded fit happens not to overflow, and the broken variant
     # below (no guard) must see a warning; epsilon=20: with 40 users the default
     # epsilon is predicted useless and the fit would be local-only (own means)
     "mf": lambda: AdaptiveWeightMF(n_components=2, n_iter=2, items=np.arange(N_ITEMS),
-                                   clip_share=0.3, epsilon=20.0, random_state=0),
+                                   budget_shares={"clip": 0.3}, epsilon=20.0,
+                                   random_state=0),
 }
 REPLACEMENTS = ("near_max", "tiny", "subnormal", "huge_targets")
 # Cases whose observables differ between neighbours when the guard is removed.

@@ -1,6 +1,7 @@
 """Tests for AdaptiveWeightMF (Krichene et al. 2023, Alg. 1-3)."""
 
 import contextlib
+import dataclasses
 import pickle
 import warnings
 
@@ -9,12 +10,13 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from skdpp.datasets import make_skewed_ratings
-from skdpp.decomposition import _item_biases, _private_als
 from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
-from skdpp.decomposition._private_als import aggregate_entries, entry_blocks
+from skdpp.decomposition._algorithms import _als_kernels as _private_als
+from skdpp.decomposition._algorithms import _item_biases
+from skdpp.decomposition._algorithms import adaptive_mf as _algorithm
+from skdpp.decomposition._algorithms._als_kernels import aggregate_entries, entry_blocks
 from skdpp.utils._grouped import EXACT_SIZES, padded_sizes
-from skdpp.decomposition._task_weights import (
-    adaptive_item_weights,
+from skdpp.decomposition._algorithms._task_weights import (
     log_adaptive_item_weights,
     task_weights,
 )
@@ -127,10 +129,31 @@ def _reference_item_biases(X, y, groups, *, mean, ridge, bias_ridge, n_pass):
     return np.array([b[it] for it in items])
 
 
+# Documented constants of the algorithm's configuration (MFConfig), not
+# parameters, that some tests change (e.g. fewer gradient steps for speed).
+_CONFIG_ONLY = {"gd_steps", "grad_clip", "noise_ridge", "bias_iter", "bias_ridge"}
+
+
+def _mf(**params):
+    """AdaptiveWeightMF(**params) with the config constants among ``params`` overridden."""
+    est = AdaptiveWeightMF(**{k: v for k, v in params.items() if k not in _CONFIG_ONLY})
+    est._test_config = {k: v for k, v in params.items() if k in _CONFIG_ONLY}
+    return est
+
+
+@pytest.fixture(autouse=True)
+def _config_overrides(monkeypatch):
+    real = AdaptiveWeightMF._fit_config
+
+    def fit_config(self, meta):
+        return dataclasses.replace(real(self, meta), **getattr(self, "_test_config", {}))
+    monkeypatch.setattr(AdaptiveWeightMF, "_fit_config", fit_config)
+
+
 def _fast(**params):
     base = dict(n_components=2, n_iter=2, random_state=0, delta=1e-5)
     base.update(params)
-    return AdaptiveWeightMF(**base)
+    return _mf(**base)
 
 
 def _block(user, item, n_users, n_items):
@@ -179,10 +202,9 @@ def test_epsilon_inf_item_biases_equal_loop_reference():
     _, first = np.unique(groups * 100 + X[:, 0], return_index=True)  # no duplicates
     X, y, groups = X[first], y[first], groups[first]
     y = y + 3.0 + 0.5 * (X[:, 0] % 3)  # an offset and item effects
-    est = AdaptiveWeightMF(n_components=2, n_iter=1, epsilon=np.inf, mean_clip=100.0,
-                           rating_clip=None, bias_iter=3, bias_ridge=2.0,
-                           personal_ridge=4.0, embedding_ridge=1.0,
-                           random_state=0).fit(X, y, groups)
+    est = _mf(n_components=2, n_iter=1, epsilon=np.inf, mean_clip=100.0,
+              rating_clip=None, bias_iter=3, bias_ridge=2.0, personal_ridge=4.0,
+              embedding_ridge=1.0, random_state=0).fit(X, y, groups)
     user_means = [y[groups == u].mean() for u in np.unique(groups)]
     assert_allclose(est.mean_, np.mean(user_means), rtol=1e-12)
     ref = _reference_item_biases(X, y, groups, mean=est.mean_, ridge=4.0, bias_ridge=2.0,
@@ -294,7 +316,7 @@ def _block_with_state(X, y, groups, k, seed=0, **params):
     block, state = blocks[0], None
     _, state = _private_als.select_items(block, state, (np.arange(m), m))
     _, state = _private_als.prepare_residuals(block, state, (0.0, np.zeros(m + 1)))
-    cfg = est._config()
+    cfg = est._fit_config(None)
     _, state = _private_als.prepare_weights(block, state, (cfg, FitRandomness(seed).key,
                                                            None, None))
     return block, state, cfg, m
@@ -426,7 +448,7 @@ def test_user_weight_budget_survives_underflow_of_omega_squared(normalization):
 
 def test_adaptive_weights_follow_power_law():
     counts = np.array([1.0, 4.0, 16.0, -3.0])  # negative noisy count floored at 1
-    omega = adaptive_item_weights(counts, mu=0.5, budget=1.0, n_users=10)
+    omega = np.exp(log_adaptive_item_weights(counts, mu=0.5, budget=1.0, n_users=10))
     assert_allclose(omega[1] / omega[0], 0.5, rtol=1e-12)
     assert_allclose(omega[2] / omega[0], 0.25, rtol=1e-12)
     assert_allclose(omega[3], omega[0], rtol=1e-12)
@@ -464,7 +486,8 @@ def test_clip_normalization_is_eq_12():
     n_users = 10  # users 2..9 rated nothing
     w = _weights(user, item, n_users, 3, weighting="adaptive", counts=counts, mu=0.5,
                  budget=beta, normalization="clip")
-    omega = adaptive_item_weights(counts, mu=0.5, budget=beta, n_users=n_users)
+    omega = np.exp(log_adaptive_item_weights(counts, mu=0.5, budget=beta,
+                                            n_users=n_users))
     # eq. (11) with c(n)=1: omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1-2mu) / (n beta))
     expected_omega = counts**-0.5 / np.sqrt(3 / (n_users * beta))
     assert_allclose(omega, expected_omega, rtol=1e-12)
@@ -576,7 +599,7 @@ def _broken(monkeypatch, what):
 
         def bias_weights(block, state, broadcast):
             return real(block, state, (None, broadcast[1]))
-        monkeypatch.setattr(_private_als, "bias_weights", bias_weights)
+        monkeypatch.setattr(_algorithm, "bias_weights", bias_weights)
     elif what == "no_bias_target_clipping":
         # Item-bias targets enter the sums unclipped.
         monkeypatch.setattr(_item_biases, "clip_values", lambda values, clip: values)
@@ -643,9 +666,8 @@ def _fit_on(**params):
     def fit(X, y, groups):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
-            AdaptiveWeightMF(**{**dict(n_components=2, n_iter=2, epsilon=1.0, delta=1e-5,
-                                       items=_CATALOGUE, random_state=0), **params}
-                             ).fit(X, y, groups)
+            _mf(**{**dict(n_components=2, n_iter=2, epsilon=1.0, delta=1e-5,
+                          items=_CATALOGUE, random_state=0), **params}).fit(X, y, groups)
     return fit
 
 
@@ -740,7 +762,7 @@ def test_nothing_observable_depends_on_one_user(params):
     X, y, groups = _small_ratings(n_users=30, n_items=12, per_user=6, seed=3)
 
     def fit(X, y, groups):
-        AdaptiveWeightMF(**{**dict(n_components=2, n_iter=2, epsilon=1.0, delta=1e-5,
+        _mf(**{**dict(n_components=2, n_iter=2, epsilon=1.0, delta=1e-5,
                                    items=_CATALOGUE, random_state=0, verbose=1),
                             **params}).fit(X, y, groups)
 
@@ -802,7 +824,7 @@ def test_sensitivity_catches_unclipped_gradients(monkeypatch):
 # search: LOCATION_SEARCH_STEPS), mean, clip (rating_clip search: 6), counts,
 # item_bias (W, S, S), items (A, b, A, b), ridge.
 _N_LOC = LOCATION_SEARCH_STEPS
-_N_CLIP = _N_LOC + 1 + _private_als.CLIP_SEARCH_STEPS
+_N_CLIP = _N_LOC + 1 + _algorithm.CLIP_SEARCH_STEPS
 _RELEASE = {"location_search": range(_N_LOC), "mean": [_N_LOC],
             "rating_search": range(_N_LOC + 1, _N_CLIP), "bias_weights": [_N_CLIP + 1],
             "bias_sums": [_N_CLIP + 2], "ridge": [-1], "numeric_mean": [0]}
@@ -899,7 +921,7 @@ def _audit_run(epsilon):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
             est = AdaptiveWeightMF(n_components=1, n_iter=1, epsilon=epsilon, delta=1e-5,
-                                   count_share=0.9, items=_CATALOGUE,
+                                   budget_shares={"counts": 0.9}, items=_CATALOGUE,
                                    random_state=seed, **_AUDIT_OFF)
             est.fit(X_n if neighbour else X_d, y2, g2)
         return float(est.item_counts_[0] - est.item_counts_[1])
@@ -938,7 +960,7 @@ def _audit_item_path(epsilon):
         y[-1] = 1.0 if neighbour else 0.0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyLeakWarning)
-            est = AdaptiveWeightMF(
+            est = _mf(
                 n_components=1, n_iter=1, epsilon=epsilon, delta=1e-5, user_bias=False,
                 weighting="uniform", user_budget=1, clip_norm=1e-3, noise_ridge=0.0,
                 reg=1e-6, items=_CATALOGUE, random_state=seed, **_AUDIT_OFF,
@@ -1043,7 +1065,7 @@ def test_privacy_report_phases():
     assert [p.name for p in est_u.privacy_report_.phases] == ["items"]
     assert est_u.item_counts_ is None
     # A public catalogue: counts only for the adaptive weights (10 %), one bound
-    # (10 releases): the shared clip_share rule (public values only, see
+    # (10 releases): the shared clip-share rule (public values only, see
     # tests/privacy/test_share_rule.py) gives its largest share, 0.5, for 100
     # users at epsilon=1 (the counts' noise cannot reach n_users / 8).
     est_p = _fast(epsilon=1.0, items=_CATALOGUE, center=False).fit(X, y, groups)
@@ -1093,7 +1115,7 @@ def test_sgd_solver_learns_at_high_epsilon():
     # Measured: 0.223, 0.116, 0.114 against a baseline of 0.439.
     assert np.median(errors) < 0.5 * baseline, errors
     phases = {p.name: p for p in est.privacy_report_.phases}
-    assert phases["items"].count == est.n_iter * est.gd_steps
+    assert phases["items"].count == est.n_iter * est._fit_config(None).gd_steps
 
 
 # --------------------------------------------------------------------------- #
@@ -1229,7 +1251,9 @@ def test_inputs_not_modified():
     (dict(weighting="uniform", user_budget=0.5), "user_budget"),
     (dict(rating_clip=None), "rating_clip"),
     (dict(clip_norm=None), "clip_norm"),
-    (dict(mean_share=0.6, count_share=0.5), "mean_share"),
+    (dict(budget_shares={"mean": 0.6, "counts": 0.5}), "budget_shares"),
+    (dict(budget_shares={"bogus": 0.1}), "budget_shares"),
+    (dict(budget_shares={"items": 0.1}), "budget_shares"),
     (dict(n_components=0), "n_components"),
     (dict(mu=-0.1), "mu"),
     (dict(items=np.array([], dtype=int)), "items"),
@@ -1237,7 +1261,7 @@ def test_inputs_not_modified():
     (dict(delta=0.0), "delta"),
     (dict(rating_clip="max"), "rating_clip"),
     (dict(embedding_ridge=0.0), "embedding_ridge"),
-    (dict(clip_share=0.7, bias_share=0.4), "clip_share"),
+    (dict(budget_shares={"clip": 0.7, "item_bias": 0.4}), "budget_shares"),
 ])
 def test_bad_parameters(params, match):
     X, y, groups = _small_ratings(n_users=20, seed=15)

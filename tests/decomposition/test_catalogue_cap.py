@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from skdpp.decomposition import _private_als
+from skdpp.decomposition._algorithms import _als_kernels as _private_als
+from skdpp.decomposition._algorithms import adaptive_mf as _algorithm
 from skdpp.decomposition._adaptive_mf import AdaptiveWeightMF
 from skdpp.exceptions import PrivacyLeakWarning
 from skdpp.privacy import Releaser, mechanisms
@@ -171,7 +172,7 @@ def test_broken_every_rated_item_a_candidate_is_caught(monkeypatch, n_unique):
     # each published with probability ~ delta_t / cap, so the risk grows
     # with R and the exact check above fails (issue 19: 93x delta_t at R =
     # 5000, 1854x at R = 10^5).
-    monkeypatch.setattr(_private_als, "catalogue_candidates", _old_candidates)
+    monkeypatch.setattr(_algorithm, "catalogue_candidates", _old_candidates)
     with pytest.raises(AssertionError):
         test_unique_items_published_with_probability_at_most_charged_delta(monkeypatch,
                                                                            n_unique)
@@ -186,11 +187,8 @@ def test_broken_every_rated_item_a_candidate_is_caught(monkeypatch, n_unique):
 def test_million_items_on_the_candidate_function():
     # R = 10^6 directly on count_partial + catalogue_candidates (fast): the
     # user's candidates are exactly its count_cap counted items.
-    from skdpp.decomposition._private_als import (
-        catalogue_candidates,
-        count_partial,
-        entry_blocks,
-    )
+    from skdpp.decomposition._algorithms._als_kernels import count_partial, entry_blocks
+    from skdpp.decomposition._algorithms.adaptive_mf import catalogue_candidates
     from skdpp.utils._random import FitRandomness
 
     r, cap = 1_000_000, 50

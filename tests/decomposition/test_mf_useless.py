@@ -74,7 +74,7 @@ def test_useless_budget_never_predicts_garbage(seed):
 
 def test_broken_rule_gives_garbage(monkeypatch):
     """Broken variant: without the rule the same fits predict far outside [0.5, 5]."""
-    import skdpp.decomposition._adaptive_mf as mod
+    import skdpp.decomposition._algorithms.adaptive_mf as mod
 
     monkeypatch.setattr(mod, "useless_fit_message", lambda *a, **k: None)
     worst = 0.0

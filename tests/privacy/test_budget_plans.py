@@ -158,7 +158,7 @@ SHARE_PARAMS = {  # a share parameter of each estimator, and a second value
     "fedrep": ("budget_shares", 0.1, 0.2, "init"),
     "altmin": ("budget_shares", 0.02, 0.05, "cold_start"),
     "ppsgd": ("cold_start_share", 0.02, 0.05, "cold_start"),
-    "mf": ("mean_share", 0.05, 0.02, "mean"),
+    "mf": ("budget_shares", 0.05, 0.02, "mean"),
     "jl": ("subspace_share", 0.7, 0.5, "subspace"),
 }
 

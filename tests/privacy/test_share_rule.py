@@ -12,7 +12,8 @@ ESTIMATORS = {
     "altmin": lambda clip_share="auto", **kw: skdpp.PrivAltMinRegressor(
         n_components=2, budget_shares={"clip": clip_share}, **kw),
     "ppsgd": lambda **kw: skdpp.PPSGDRegressor(**kw),
-    "mf": lambda **kw: skdpp.AdaptiveWeightMF(**kw),
+    "mf": lambda clip_share="auto", **kw: skdpp.AdaptiveWeightMF(
+        budget_shares={"clip": clip_share}, **kw),
     "jl": lambda **kw: skdpp.JLMarginClassifier(**kw),
 }
 

@@ -1,46 +1,26 @@
 """DP item biases of :class:`~skdpp.decomposition.AdaptiveWeightMF` (phase ``"item_bias"``).
 
-Each published item ``i`` gets a bias ``b_i``: the task-weighted sufficient
-statistics perturbation of Krichene et al. (2023, Alg. 1) with ``d = 1``
-(feature 1, label the user-centred rating), released in its own phase:
-
-* the weighted counts ``W_i = sum_j w_ij`` (once);
-* per pass, the weighted sums ``S_i = sum_j w_ij t_ij`` of the targets
-  ``t_ij = clip(y_ij - mean - c_j, C_r)``, where ``c_j`` is user ``j``'s own
-  centring: the ridge-shrunk mean of ``y_ij - mean - b_i`` over all the
-  user's ratings with the previous pass's released biases (0 on the first
-  pass). ``c_j`` depends only on user ``j``'s ratings and released values.
-
-Weights: ``w_ij = min(1, sqrt(cap / n_j))`` on the user's ``n_j`` published
-items (the per-user clip of eq. (12) with uniform ``omega``): a user with at
-most ``cap`` published items counts each rating once, a heavier user spreads
-a budget ``sum_i w_ij^2 <= cap`` over them (``cap=None``, only at
-``epsilon=inf``: every weight is 1).
-
-Sensitivities (replace one user): user ``j``'s vector ``(w_ij)_i`` has norm at
-most ``sqrt(cap)`` and non-negative entries, so replacing it by another such
-vector moves ``W`` by at most ``sqrt(2 cap)`` (``||a - a'||^2 = ||a||^2 +
-||a'||^2 - 2 a.a' <= 2 cap`` since ``a.a' >= 0``); ``(w_ij t_ij)_i`` has norm
-at most ``sqrt(cap) C_r`` with either sign: ``2 sqrt(cap) C_r``.
-
-The released statistics are turned into biases by post-processing
-(:func:`shrunk_item_biases`): a ridge in pseudo-ratings plus a noise-aware
-shrinkage toward 0 (the cold start), so an item whose statistics are mostly
-noise gets a bias near 0.
+Alg. 1 of Krichene et al. (2023) with ``d = 1`` (feature 1, label the
+user-centred rating): the weighted counts ``W_i = sum_j w_ij`` (once), then per
+pass the weighted sums ``S_i = sum_j w_ij t_ij``, ``t_ij = clip(y_ij - mean -
+c_j, C_r)`` with ``c_j`` user ``j``'s ridge-shrunk mean of ``y_ij - mean - b_i``
+under the previous pass's released biases. ``w_ij = min(1, sqrt(cap / n_j))``
+on the user's ``n_j`` published items (``cap=None``: 1): user ``j``'s vector of
+weights is non-negative with norm at most ``sqrt(cap)``, so ``W`` moves by at
+most ``sqrt(2 cap)`` and ``S`` by ``2 sqrt(cap) C_r``. The biases are
+post-processing (:func:`shrunk_item_biases`).
 """
 
 import numpy as np
 
-from ..privacy._clipping import clip_values
+from ...privacy._clipping import clip_values
+from ._task_weights import _SAFETY  # sum_i w_ij^2 <= cap exactly in floating point
 
 __all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
 
 # The residual scale of one rating, in units of C_r: the "auto" rating_clip is
 # twice a typical user's deviation.
 _RESIDUAL_SCALES = 2.0
-# Weights are shrunk by this factor so that sum_i w_ij^2 <= cap holds exactly in
-# floating point (the rounding of sqrt(cap / n_j)^2 n_j is ~1e-16 relative).
-_SAFETY = 1.0 - 1e-12
 
 
 def item_bias_sensitivities(cap, rating_clip):
@@ -102,29 +82,13 @@ def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
     """Item biases from the released ``S`` and ``W`` (post-processing).
 
     ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with
-    ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``. It is the posterior mean
-    of ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each rating's residual
-    has variance ``s^2`` with ``s = C_r / 2`` (the ``"auto"`` bound is twice a
-    typical deviation) and ``S_i`` carries Gaussian noise of std ``sigma_S``:
-    ``ridge`` pseudo-ratings of shrinkage toward 0, plus a shrinkage that grows
-    as the noise dominates the item's statistics (an item whose sum is mostly
-    noise gets a bias near 0). Scale-free: ``S``, ``sigma_S`` and ``C_r``
-    share the ratings' units.
-
-    Parameters
-    ----------
-    sums, weights : ndarray of shape (m,)
-        Released ``S`` and ``W``.
-    ridge : float >= 0
-        Pseudo-ratings of shrinkage.
-    rating_clip : float or None
-        ``C_r`` (``None``: no clipping, no noise).
-    noise_std : float
-        Standard deviation of the noise of ``S`` (0 at ``epsilon=inf``).
-
-    Returns
-    -------
-    biases : ndarray of shape (m,)
+    ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``: the posterior mean of
+    ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each residual has variance
+    ``s^2``, ``s = C_r / 2`` (the ``"auto"`` bound is twice a typical
+    deviation), and ``S_i`` carries Gaussian noise of std ``sigma_S =
+    noise_std`` (0 at ``epsilon=inf``): an item whose sum is mostly noise gets
+    a bias near 0. Scale-free (``S``, ``sigma_S`` and ``C_r`` share the ratings'
+    units); ``rating_clip=None``: no clipping, no noise.
     """
     w = np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     denom = w + ridge

@@ -1,0 +1,508 @@
+"""Private alternating minimisation for matrix completion (Krichene et al. 2023, Alg. 1-3).
+
+The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: its frozen
+configuration (:class:`MFConfig`), budget plan (:func:`plan`), driver
+(:func:`run`) and personal-part fit (:func:`fit_personal`); block kernels in
+:mod:`._als_kernels`, item biases in :mod:`._item_biases`, task weights (eq.
+(11)-(12), sampling baselines) in :mod:`._task_weights`. Releases, in order,
+each charged to its phase (replace-one-user L2 sensitivities; ``C_u`` =
+``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` = ``user_budget``):
+
+0. ``"clip"``: noisy binary searches over public grids, each step a count of
+   users (1): median and radius of the users' mean ratings
+   (``mean_clip="auto"``), median of twice their RMS deviation from the DP
+   mean (``rating_clip="auto"``: a log grid, then 16 steps in its cell);
+1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private
+   median (``2 R``), or their means of ratings clipped to ``[-b, b]`` over the
+   public ``n_users`` (``2 b / n_users``);
+2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user
+   (``sqrt(2 count_cap)``); with a private catalogue they select it: the
+   candidates are the items some user counted (at most ``count_cap`` per
+   user) and a candidate is published iff its noisy count exceeds ``1 + sigma
+   Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``, so an item only
+   the replaced user rated (count <= 1) passes with probability <= ``delta_t``;
+3. ``"item_bias"``: weighted counts, then per pass weighted sums of
+   user-centred ratings (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2
+   sqrt(count_cap) C_r``;
+4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j
+   u_j^T`` (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij
+   t_ij u_j`` (``2 sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step,
+   the weighted per-entry clipped gradients (Alg. 2, line 5: ``2 sqrt(beta)
+   Gamma``);
+5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared
+   errors for the 6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
+"""
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...base import FitResult, _caller_stacklevel
+from ...exceptions import UselessFitWarning
+from ...linear_model._auto import useless_fit_message
+from ...linear_model._heads import psd_ridge_solve
+from ...privacy import MIN_CLIP, BudgetPlan
+from ...privacy._plan import resolve_clip_share
+from ...privacy._quantile import (
+    LOCATION_SEARCH_STEPS,
+    private_location,
+    private_quantile,
+    quantile_grid,
+    search_steps,
+)
+from ...utils._executor import LocalExecutor
+from . import _als_kernels as K
+from ._item_biases import bias_sums, bias_weights, item_bias_sensitivities, shrunk_item_biases
+from ._task_weights import log_adaptive_item_weights
+
+# mean_clip="auto": the clip radius of the DP mean is this quantile of the
+# users' |mean - median|. The median (not 0.9): its search compares counts with
+# n / 2, so far candidates (count 0 or n) stay n / 2 away from the target even
+# when the count noise is a sizeable fraction of n (305 users at epsilon = 1:
+# std 50 users); the mean only offsets the personal user biases, so clipping
+# half the users' means costs nothing measurable (MovieLens, even ids).
+_RADIUS_QUANTILE = 0.5
+# Public candidate grid of rating_clip="auto" (64 log-spaced values, 1e-8 ..
+# 1e8), refined by a search over _FINE_SIZE equal steps of the selected cell.
+_GRID = quantile_grid()
+_FINE_SIZE = 16
+#: Releases of the "clip" phase for rating_clip="auto".
+CLIP_SEARCH_STEPS = search_steps(_GRID) + search_steps(_FINE_SIZE)
+# Default count_cap (items counted per user, and the item-bias weight budget)
+# when the plan adds noise; measured on MovieLens (even user ids) and App. C.
+DEFAULT_COUNT_CAP = 50
+#: Default shares of the zCDP budget (``budget_shares``); "items" takes the rest.
+#: "clip": the public rule of every estimator (resolve_clip_share); "counts":
+#: 0.3 when the counts select the catalogue, else 0.1 (the paper spends 12-20 %).
+DEFAULT_SHARES = {"clip": "auto", "mean": 0.05, "counts": 0.1, "item_bias": 0.25,
+                  "ridge": 0.05}
+PRIVATE_CATALOGUE_COUNT_SHARE = 0.3
+# Share of delta reserved for the threshold of the private catalogue selection.
+_THRESHOLD_DELTA_FRACTION = 0.25
+# A private catalogue with fewer published items than this is "tiny": it cannot
+# fill one top-10 list. Compared with the released number of published items only.
+TINY_CATALOGUE = 10
+
+
+@dataclass(frozen=True)
+class MFConfig:
+    """Public configuration of one fit (the estimator's resolved parameters).
+
+    ``mean_clip`` and ``rating_clip`` may be ``"auto"`` (resolved by the
+    ``"clip"`` phase); ``count_cap=None`` means no cap (only at
+    ``epsilon=inf``). ``catalogue`` is ``"public"`` (given ``items``),
+    ``"private"`` (selected under DP) or ``"observed"`` (every item present,
+    not covered by the guarantee). ``shares`` maps phase names to shares (the
+    resolved ``budget_shares``). The fields with defaults are documented
+    constants, not parameters: ``noise_ridge`` (extra item ridge in units of
+    the Gram noise's spectral scale ``sigma_A sqrt(k)``), ``bias_ridge``
+    (pseudo-ratings of item-bias shrinkage), ``bias_iter`` (item-bias passes),
+    ``clip_quantile`` (of ``rating_clip="auto"``), ``gd_steps``,
+    ``learning_rate`` (per-item steps ``learning_rate / (C_u^2 omega_i n_i +
+    ridge)``) and ``grad_clip`` (``None``: ``C_u C_r``) of ``solver="sgd"``.
+    """
+
+    epsilon: float
+    delta: float
+    n_components: int
+    reg: float
+    user_bias: bool
+    item_bias: bool
+    clip_norm: object  # float or None (epsilon=inf only)
+    rating_clip: object  # float, "auto" or None (epsilon=inf only)
+    center: bool
+    mean_clip: object  # float or "auto"
+    count_cap: object  # int or None (no cap, epsilon=inf only)
+    weighting: str
+    mu: float
+    user_budget: float
+    weight_normalization: str
+    solver: str
+    n_iter: int
+    personal_ridge: float
+    embedding_ridge: object  # float or "auto"
+    catalogue: str
+    shares: dict = field(default_factory=lambda: dict(DEFAULT_SHARES))
+    verbose: int = 0
+    noise_ridge: float = 1.0
+    bias_ridge: float = 3.0
+    bias_iter: int = 2
+    clip_quantile: float = 0.5
+    gd_steps: int = 5
+    learning_rate: float = 1.0
+    grad_clip: object = None  # float or None
+
+    @property
+    def needs_counts(self):
+        """DP item counts: adaptive/tail weights, the GD steps, or selecting the catalogue."""
+        return (self.weighting in ("adaptive", "tail") or self.solver == "sgd"
+                or self.catalogue == "private")
+
+    @property
+    def auto_bounds(self):
+        """Names of the bounds the ``"clip"`` phase chooses, in release order."""
+        return tuple(name for name, auto in [
+            ("mean_clip", self.center and self.mean_clip == "auto"),
+            ("rating_clip", self.rating_clip == "auto")] if auto)
+
+    @property
+    def n_item_releases(self):
+        """Releases of phase ``"items"``: ALS, ``A`` and ``b`` per iteration; SGD, one per step."""
+        return self.n_iter * (2 if self.solver == "als" else self.gd_steps)
+
+
+# --------------------------------------------------------------------------- #
+# The budget plan
+# --------------------------------------------------------------------------- #
+def plan(config, meta):
+    """The fit's :class:`~skdpp.privacy.BudgetPlan`, from ``config`` and public ``meta``.
+
+    Phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"ridge"``
+    (each if needed) at their shares; ``"items"`` takes the rest. The
+    ``"clip"`` share ``"auto"`` is the public rule of every estimator
+    (:func:`~skdpp.privacy._plan.resolve_clip_share`).
+    """
+    cfg, shares = config, config.shares
+    clip_count = (LOCATION_SEARCH_STEPS * int(cfg.center and cfg.mean_clip == "auto")
+                  + CLIP_SEARCH_STEPS * int(cfg.rating_clip == "auto"))
+
+    def build(clip_share):
+        budget = BudgetPlan(cfg.epsilon, cfg.delta)
+        if clip_count:
+            budget.add("clip", share=clip_share, count=clip_count,
+                       param="budget_shares['clip']")
+        if cfg.center:  # _dp_mean
+            budget.add("mean", share=shares["mean"], param="budget_shares['mean']")
+        if cfg.needs_counts:  # _catalogue
+            private = cfg.catalogue == "private" and cfg.epsilon != np.inf
+            budget.add("counts", share=shares["counts"], param="budget_shares['counts']",
+                       threshold_delta=_THRESHOLD_DELTA_FRACTION * cfg.delta * private)
+        if cfg.item_bias:  # the weighted counts, then one release per pass
+            budget.add("item_bias", share=shares["item_bias"], count=1 + cfg.bias_iter,
+                       param="budget_shares['item_bias']")
+        if cfg.embedding_ridge == "auto":
+            budget.add("ridge", share=shares["ridge"], param="budget_shares['ridge']")
+        budget.add_rest("items", count=cfg.n_item_releases)
+        return budget
+
+    if not clip_count:
+        return build(None)
+    return build(resolve_clip_share(shares["clip"], build, meta["n_users"]))
+
+
+# --------------------------------------------------------------------------- #
+# Pre-processing releases (Alg. 3, line 2)
+# --------------------------------------------------------------------------- #
+def _dp_mean(executor, release, n_users, mean_clip):
+    """The ``"mean"`` release (and, for ``mean_clip="auto"``, its ``"clip"`` searches).
+
+    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the users'
+    mean ratings: a private median ``c`` and radius ``R``, then ``c`` plus the
+    noisy mean of ``m_j - c`` clipped to ``R`` (its noise follows the spread of
+    the users' means, not their magnitude). A number ``b``: the noisy mean of
+    each user's mean of ratings clipped to ``[-b, b]``, kept in ``[-b, b]``.
+
+    Returns ``(mean, mean_clip)``.
+    """
+    if mean_clip == "auto":
+        mean, radius = private_location(
+            release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users=n_users,
+            search_phase="clip", mean_phase="mean", radius_quantile=_RADIUS_QUANTILE)
+        return float(mean), float(radius)
+    total = executor.map(K.mean_partial, float(mean_clip))
+    noisy = release.gaussian("mean", total / n_users, sensitivity=2.0 * mean_clip / n_users,
+                             clip_norm=mean_clip)
+    return float(np.clip(noisy[0], -mean_clip, mean_clip)), float(mean_clip)
+
+
+def _rating_clip(executor, release, mean, quantile, n_users):
+    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation.
+
+    A noisy binary search on the public log grid (cells a factor 1.79 wide),
+    then on ``_FINE_SIZE`` equal steps inside the selected cell: the bound
+    follows a rescaling of the ratings to within ``1.79^(1 / _FINE_SIZE)``.
+    ``CLIP_SEARCH_STEPS`` releases of sensitivity 1.
+    """
+    def search(grid):
+        counts = executor.map(K.deviation_counts, (mean, grid))
+        return private_quantile(release, "clip", counts, grid, quantile=quantile,
+                                n_users=n_users)
+    j = int(np.searchsorted(_GRID, search(_GRID)))  # the log grid, then the selected cell
+    fine = np.linspace(_GRID[j - 1] if j > 0 else 0.0, _GRID[j], _FINE_SIZE + 1)[1:]
+    return max(float(search(fine)), MIN_CLIP)
+
+
+def catalogue_candidates(counts):
+    """Candidates of the private catalogue: the items some user counted.
+
+    ``counts`` is the exact total of :func:`~._als_kernels.count_partial`: an
+    item is a candidate iff some user's capped selection holds it, so one user
+    creates at most ``count_cap`` candidates, each of count at most 1 without
+    that user -- what the selection threshold assumes
+    (:meth:`~skdpp.privacy.Releaser.select_partitions` with ``max_partitions =
+    count_cap``). Were every rated item a candidate, a user rating ``R`` items
+    nobody else rated would create ``R`` candidates: a selection delta growing
+    with ``R``.
+    """
+    return np.asarray(counts) > 0
+
+
+def _catalogue(executor, release, meta, cfg, key):
+    """The ``"counts"`` phase: the published items' internal codes (increasing) and
+    their noisy counts (``None`` if no counts are released)."""
+    n_codes = int(meta["n_item_codes"])
+    n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
+    if not cfg.needs_counts:
+        return np.arange(n_count), None
+    total = executor.map(K.count_partial, (key, cfg.count_cap, n_count))
+    sens = None if cfg.count_cap is None else float(np.sqrt(2.0 * cfg.count_cap))
+    clip = None if cfg.count_cap is None else float(np.sqrt(cfg.count_cap))
+    if cfg.catalogue == "private":
+        # Private partition selection (Gopi et al. 2020): the noise is drawn for
+        # every item code; the draws of non-candidates are discarded unseen.
+        keep, noisy = release.select_partitions(
+            "counts", total, sensitivity=sens, max_contribution=1.0,
+            max_partitions=cfg.count_cap or 1, clip_norm=clip)
+        published = np.flatnonzero(keep & catalogue_candidates(total))
+        return published, noisy[published]
+    counts = release.gaussian("counts", total, sensitivity=sens, clip_norm=clip)
+    return np.arange(n_count), counts
+
+
+def _item_sensitivities(cfg, rating_clip):
+    """Sensitivities of the ``"items"`` releases (``None``: no clipping, epsilon=inf).
+
+    Overflow gives ``inf``; the release then raises if it adds noise.
+    """
+    sqrt_beta = np.sqrt(np.float64(cfg.user_budget))
+    cu, cr, grad_clip = cfg.clip_norm, rating_clip, cfg.grad_clip
+    with np.errstate(over="ignore"):
+        if grad_clip is None and cu is not None and cr is not None:
+            # Default Gamma = C_u C_r: the bound of |t_ij| ||u_j||, the
+            # per-entry gradient at v_i = 0.
+            grad_clip = float(np.float64(cu) * cr)
+        sens_A = None if cu is None else float(2.0 * sqrt_beta * np.float64(cu) ** 2)
+        sens_b = None if cu is None or cr is None else float(2.0 * sqrt_beta * cu * cr)
+        sens_g = None if grad_clip is None else float(2.0 * sqrt_beta * grad_clip)
+    if grad_clip is not None and not np.isfinite(grad_clip):
+        grad_clip = None  # C_u C_r overflows: no finite clip (the release raises)
+    return sens_A, sens_b, sens_g, grad_clip
+
+
+# --------------------------------------------------------------------------- #
+# The driver (Alg. 3)
+# --------------------------------------------------------------------------- #
+def run(executor, release, randomness, meta, config):
+    """Alternating minimisation with a private item step (Alg. 3), over user blocks.
+
+    ``executor`` holds blocks of entries (:func:`~._als_kernels.entry_blocks`);
+    ``meta`` the public ``n_users``, ``n_items`` (size of the public catalogue,
+    ``None`` when chosen from the data) and ``n_item_codes`` (internal codes,
+    never released). Returns the :class:`~skdpp.base.FitResult` (with
+    ``_published``, the internal codes of the published items).
+    """
+    cfg, n_users, k, key = config, int(meta["n_users"]), config.n_components, randomness.key
+    log = print if cfg.verbose else (lambda message: None)
+    # Public sizes only (the number of ratings and of items present are private).
+    log(f"[AdaptiveWeightMF] {n_users} users; {cfg.solver} solver, {cfg.weighting} "
+        f"weights, {cfg.catalogue} catalogue")
+    # The public useless-fit rule of every estimator (count noise of the bounds'
+    # searches against n_users): the bisections would turn at random.
+    message = useless_fit_message(
+        release.noise_multiplier("clip") if "clip" in release.plan else None, n_users,
+        "AdaptiveWeightMF", fallback="each known user predicts its own mean rating "
+        "(local data) and a new user the prior 0")
+    if message is not None:
+        warnings.warn(message, UselessFitWarning, stacklevel=_caller_stacklevel())
+
+    # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts
+    # (which select the catalogue when it is not public).
+    mean, mean_clip = 0.0, cfg.mean_clip
+    if cfg.center:
+        mean, mean_clip = _dp_mean(executor, release, n_users, mean_clip)
+    rating_clip = cfg.rating_clip
+    if rating_clip == "auto":
+        rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile, n_users)
+    published, counts = _catalogue(executor, release, meta, cfg, key)
+    count_std = weight_std = 0.0  # noise of the two popularity releases (public)
+    if cfg.needs_counts and cfg.count_cap is not None:
+        count_std = release.noise_std("counts", float(np.sqrt(2.0 * cfg.count_cap)))
+    m = int(published.shape[0])
+    remap = np.full(int(meta["n_item_codes"]), m, dtype=np.int64)
+    remap[published] = np.arange(m)
+    executor.map(K.select_items, (remap, m))
+    log(f"[AdaptiveWeightMF] {m} items published")
+
+    # Alg. 3, line 1: data-independent initialisation v_i ~ N(0, I / k) of the
+    # published items, from the public stream (its only draw; m is released).
+    V = randomness.public.standard_normal((m, k)) / np.sqrt(k)
+
+    # Item biases (Alg. 1 with d = 1, own phase), then the factor model's residuals.
+    biases, weights = np.zeros(m + 1), None
+    if cfg.item_bias:
+        sens_w, sens_s = item_bias_sensitivities(cfg.count_cap, rating_clip)
+        weights = release.gaussian("item_bias",
+                                   executor.map(bias_weights, (cfg.count_cap, m)),
+                                   sensitivity=sens_w, clip_norm=rating_clip)
+        weight_std = release.noise_std("item_bias", sens_w)
+        for _ in range(cfg.bias_iter):
+            sums = release.gaussian(
+                "item_bias",
+                executor.map(bias_sums, (mean, biases, rating_clip, cfg.personal_ridge)),
+                sensitivity=sens_s, clip_norm=rating_clip)
+            biases[:m] = shrunk_item_biases(
+                sums, weights, ridge=cfg.bias_ridge, rating_clip=rating_clip,
+                noise_std=release.noise_std("item_bias", sens_s))
+    executor.map(K.prepare_residuals, (mean, biases))
+
+    # Task weights (eq. (11)-(12)): public omega from the DP counts, then per user.
+    log_omega = None
+    if cfg.weighting == "adaptive":
+        log_omega = log_adaptive_item_weights(counts, mu=cfg.mu, budget=cfg.user_budget,
+                                              n_users=n_users)
+    executor.map(K.prepare_weights, (cfg, key, log_omega, counts))
+
+    sens_A, sens_b, sens_g, grad_clip = _item_sensitivities(cfg, rating_clip)
+    # Item-side ridge: reg plus noise_ridge times sigma_A sqrt(k), the spectral
+    # scale of the symmetric Gram noise of this phase (public: post-processing).
+    z = release.noise_multiplier("items")
+    item_ridge = float(cfg.reg)
+    if z > 0 and sens_A is not None:
+        item_ridge += cfg.noise_ridge * z * sens_A * np.sqrt(k)
+    if cfg.solver == "sgd":
+        # Per-item steps from public quantities: a curvature estimate
+        # sum_j w_ij ||u_j||^2 <= C_u^2 omega_i n_i.
+        scale = np.ones(m) if log_omega is None else np.exp(log_omega)
+        c2 = 1.0 if cfg.clip_norm is None else np.float64(cfg.clip_norm) ** 2
+        with np.errstate(over="ignore"):  # absurd clip norms: step -> 0
+            step = cfg.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
+
+    auto_ridge = cfg.embedding_ridge == "auto"
+    rho = float(K.RIDGE_GRID[0]) if auto_ridge else float(cfg.embedding_ridge)
+    for t in range(cfg.n_iter):
+        if cfg.solver == "als":
+            # Alg. 1, lines 2, 5-6: clipped users, weighted statistics, Gaussian noise.
+            A, b = executor.map(K.als_statistics, (V, cfg, rho, rating_clip))
+            A_hat = release.gaussian("items", A, sensitivity=sens_A,
+                                     clip_norm=cfg.clip_norm, symmetric=True)
+            b_hat = release.gaussian("items", b, sensitivity=sens_b, clip_norm=cfg.clip_norm)
+            # Alg. 1, line 7: PSD projection, then a data-independent ridge.
+            V = psd_ridge_solve(A_hat, b_hat, item_ridge)
+        else:
+            executor.map(K.user_step, (V, cfg, rho, rating_clip))
+            for _ in range(cfg.gd_steps):
+                # Alg. 2, line 5: weighted sum of per-entry clipped gradients.
+                g_hat = release.gaussian("items", executor.map(K.item_gradient, (V, grad_clip)),
+                                         sensitivity=sens_g, clip_norm=grad_clip)
+                # Alg. 2, line 6 (the ridge gradient is data-independent).
+                V = V - step[:, None] * (g_hat + item_ridge * V)
+        log(f"[AdaptiveWeightMF] iteration {t + 1}/{cfg.n_iter} done")
+
+    # The personal parts' embedding ridge, chosen on held-out ratings (charged).
+    if auto_ridge:
+        sens = None
+        if rating_clip is not None:
+            with np.errstate(over="ignore"):  # inf: the release raises if it adds noise
+                sens = float(np.sqrt(K.RIDGE_GRID.shape[0]) * np.float64(rating_clip) ** 2)
+        scores = release.gaussian("ridge", executor.map(K.ridge_scores, (V, cfg, rating_clip)),
+                                  sensitivity=sens, clip_norm=rating_clip)
+        rho = K.choose_ridge(scores, release.noise_std("ridge", sens))
+
+    # Personal parts (billboard model): exact least squares from the released items.
+    local_only = message is not None
+    if local_only:
+        U, bias = executor.collect(K.own_mean_parts, k)
+    else:
+        U, bias = executor.collect(K.personal_parts, (V, cfg, rho))
+    if cfg.catalogue == "private" and cfg.epsilon != np.inf:  # no noise: the data's size
+        _warn_tiny_catalogue(m, n_users, cfg.epsilon)
+    attributes = {
+        "item_embeddings_": V, "item_biases_": biases[:m], "item_counts_": counts,
+        "item_weighted_counts_": weights, "_popularity_noise": (count_std, weight_std),
+        "mean_": mean, "mean_clip_": float(mean_clip) if cfg.center else None,
+        "rating_clip_": rating_clip, "count_cap_": cfg.count_cap,
+        "embedding_ridge_": float(rho), "user_embeddings_": U, "user_biases_": bias,
+        "n_iter_": cfg.n_iter, "local_only_": local_only, "_published": published}
+    released = [name for name, out in [
+        ("item_embeddings_", True), ("item_biases_", cfg.item_bias), ("mean_", cfg.center),
+        ("item_counts_", counts is not None), ("item_weighted_counts_", weights is not None),
+        *[(f"{name}_", True) for name in cfg.auto_bounds],
+        ("embedding_ridge_", auto_ridge), ("item_ids_", cfg.catalogue == "private")] if out]
+    return FitResult(attributes=attributes, released=tuple(released),
+                     local=("user_embeddings_", "user_biases_"),
+                     notes=_notes(cfg, m, local_only),
+                     not_covered=("item_ids_",) if cfg.catalogue == "observed" else ())
+
+
+def _notes(cfg, n_published, local_only):
+    """The report's notes (public values and the released catalogue size only)."""
+    tiny = n_published < TINY_CATALOGUE and cfg.epsilon != np.inf
+    catalogue = {
+        "private": "The item catalogue item_ids_ was selected under DP: an item is published "
+                   "iff its noisy count (phase 'counts') clears a threshold; an item rated by "
+                   "one user only is published with probability at most delta/4. "
+                   f"{n_published} item(s) published." + (
+                       f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer "
+                       f"than {TINY_CATALOGUE} items): most predictions are the DP mean plus "
+                       "each user's bias, and recommend() cannot fill a top-10 list."
+                       if tiny else ""),
+        "public": "The item catalogue item_ids_ is public (given by `items`).",
+        "observed": "NOT COVERED: items='observed' releases the item catalogue item_ids_ "
+                    "(every item present in X) as is: an item rated by a single user appears "
+                    "or disappears with that user. Use items=None (selected under DP) or a "
+                    "public catalogue items=[...]."}[cfg.catalogue]
+    notes = [catalogue,
+             "The number of users is public. Ratings of items outside the published "
+             "catalogue only inform their user's personal bias.",
+             f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
+             f"{cfg.user_budget:g} ({cfg.weighting} weights)."]
+    if cfg.solver == "als":
+        notes.append("Phase 'items' alternates two releases per iteration: the per-item "
+                     "Gram matrices (sensitivity 2 sqrt(beta) C_u^2) and right-hand sides "
+                     "(2 sqrt(beta) C_u C_r).")
+    if cfg.item_bias:
+        notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
+                     "sqrt(2 count_cap)) and, per pass, the weighted sums of user-centred "
+                     "ratings (2 sqrt(count_cap) C_r).")
+    if local_only:
+        notes.append(
+            "Predicted useless (public rule: count noise of phase 'clip' above 0.5 * "
+            "n_users): the released mean_, bounds and item parts are mostly noise and are "
+            "not used to predict: every known user predicts its own mean rating "
+            "(user_biases_, local data only) and a new user the prior 0 (local_only_ = "
+            "True). Use more users or a larger epsilon.")
+    return tuple(notes)
+
+
+def _warn_tiny_catalogue(n_published, n_users, epsilon):
+    """Warn below ``TINY_CATALOGUE`` published items (post-processing of ``"counts"``)."""
+    if n_published >= TINY_CATALOGUE:
+        return
+    what = "no item" if n_published == 0 else f"only {n_published} item(s)"
+    warnings.warn(
+        f"The private item catalogue published {what} ({n_users} users at "
+        f"epsilon={epsilon:g}): an item is published only if enough users rated it "
+        "to clear the noise. Predictions are then mostly the DP mean plus each user's "
+        "bias, and recommend() has little or nothing to offer. Pass a public catalogue "
+        "items=[...] (e.g. the ids of a public movie list), raise epsilon, or fit on "
+        "more users.", UserWarning, stacklevel=_caller_stacklevel())
+
+
+# --------------------------------------------------------------------------- #
+# The personal-part fit (App. D, Remark D.1)
+# --------------------------------------------------------------------------- #
+def fit_personal(blocks, n_codes, fitted, config):
+    """Every user's embedding and bias ``(U, bias)`` from the releases and the user's ratings.
+
+    ``blocks`` hold the users' entries, internal codes ``0 .. m - 1`` for the
+    published items and ``m .. n_codes - 1`` for the others (which inform the
+    bias only); ``fitted``: the fitted estimator. The kernels of :func:`run`.
+    """
+    executor, m = LocalExecutor(blocks), fitted.n_items_
+    executor.map(K.select_items, (np.minimum(np.arange(n_codes), m), m))
+    executor.map(K.prepare_residuals, (fitted.mean_, np.append(fitted.item_biases_, 0.0)))
+    if getattr(fitted, "local_only_", False):
+        return executor.collect(K.own_mean_parts, fitted.item_embeddings_.shape[1])
+    return executor.collect(K.personal_parts, (fitted.item_embeddings_, config,
+                                               fitted.embedding_ridge_))
