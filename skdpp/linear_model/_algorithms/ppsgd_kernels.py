@@ -1,73 +1,33 @@
-"""PPSGD (Bietti, Wei, Dudík, Langford & Wu 2022) as block functions and a driver.
+"""Block functions of PPSGD (Bietti et al. 2022, Alg. 1-3), driven by :mod:`.ppsgd`.
 
-The algorithm of :class:`~skdpp.linear_model.PPSGDRegressor`, written over
-blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`) so that the
-same functions run in-process (:class:`~skdpp.utils._executor.LocalExecutor`)
-and on a cluster:
-
-* :func:`sgd_round` -- the map of one round on one block: decide the block's
-  participants (Alg. 2/3, line 4: :func:`skdpp.privacy.mechanisms.poisson_sample`),
-  draw each participant's minibatch (line 6, :class:`MinibatchStream`),
-  compute its gradient at ``(w, theta_i)`` (line 7), step ``theta_i`` locally
-  (line 8) and return the block's sum of per-user gradients clipped to ``C``
-  (line 9; one clip per user and round). The personal parameters ``theta_i``
-  and their running averages live in the block state (:class:`BlockState`).
-* :func:`run_ppsgd` -- the driver: per round, the tree sum of the blocks'
-  partial sums is released once through the fit's
-  :class:`~skdpp.privacy.Releaser` (L2 sensitivity ``2C``, Poisson sampling
-  rate ``q``) and ``w`` steps by the noisy sum divided by the *public*
-  ``q N`` (line 13). With a global step of 0 nothing is released: ``alpha=0``
-  and :meth:`~skdpp.linear_model.PPSGDRegressor.personalize` run the same
-  functions.
-* :func:`final_offsets` -- each user's last (or averaged) ``theta_i``.
-
-Randomness: participation and minibatches are keyed hashes of the fit key and
-of the user's own id (and, for minibatches, the pass number and the canonical
-rank of the row within the user), so a user's random choices never depend on
-another user's data nor on the order of the rows. The model is additive,
-``y ≈ <x, w_d + theta_d> + w_b + theta_b`` with the intercept (when fitted)
-as the last parameter: the gradient in the intercept is the residual sum, no
-column of ones is appended to ``X``.
-
-Memory: ``X`` is never copied as a whole. Each round gathers the
-participants' minibatch rows of a block into per-thread scratch buffers
-(:func:`gather_rows`; reused by every block and round of the thread, freed by
-:func:`~skdpp.linear_model._scratch.release_scratch` at the end of a fit) and centres them in place
-(:func:`center_rows`); the block state holds O(users) arrays only
-(``theta_i``, the users' means, the minibatch streams). A block-contiguous
-centred copy of ``X`` would save the gather and the centring of every round
-but cost ``1x X`` of extra memory for the whole fit.
+Over blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`), so the
+same functions run in-process and on a cluster. :func:`sgd_round` is the map
+of one round: the block's participants (Alg. 2/3, line 4,
+:func:`skdpp.privacy.mechanisms.poisson_sample`), their minibatches (line 6,
+:class:`MinibatchStream`), gradients at ``(w, theta_i)`` (line 7), local steps
+on ``theta_i`` (line 8) and the sum of the gradients clipped to ``C`` (line 9,
+one clip per user and round). ``theta_i`` lives in the block state
+(:class:`BlockState`). Randomness is keyed by the fit key and the user's own
+id (and, for minibatches, the pass and the canonical rank of the row), so a
+user's choices depend neither on other users nor on the row order. The
+intercept, when fitted, is the last parameter (no column of ones). ``X`` is
+never copied whole: each round gathers the minibatch rows into per-thread
+scratch buffers (:func:`gather_rows`) and centres them in place.
 """
 
 # Authors: skdpp developers
 # License: BSD 3 clause
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm, unit_row_norms
-from ..privacy import mechanisms
-from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
-from ._scratch import scratch
-from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
-from ..utils._random import keyed_bits
-
-__all__ = [
-    "BlockState",
-    "MinibatchStream",
-    "SGDConfig",
-    "center_rows",
-    "final_offsets",
-    "gather_rows",
-    "make_sgd_blocks",
-    "run_ppsgd",
-    "sgd_round",
-]
-
-#: The plan's phase of the per-round releases.
-PHASE = "iterations"
+from ...privacy._clipping import clip_by_norm, unit_row_norms
+from ...privacy import mechanisms
+from .._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
+from .._scratch import scratch
+from ...utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
+from ...utils._random import keyed_bits
 
 
 @dataclass(frozen=True)
@@ -597,82 +557,6 @@ def final_offsets(block, state, n_rounds, *, config):
 
 
 # --------------------------------------------------------------------------- #
-# Driver
-# --------------------------------------------------------------------------- #
-def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
-              round_fn=sgd_round, callback=None, verbose=0, offsets=True):
-    """Run PPSGD for ``config.n_rounds`` rounds (Alg. 1; Alg. 2/3 with sampling).
-
-    Parameters
-    ----------
-    executor : LocalExecutor or compatible
-        Runs the block functions over blocks of whole users.
-    release : Releaser or None
-        The fit's release helper (``None`` only when ``config.release`` is
-        false: nothing is released).
-    config : SGDConfig
-    n_users : int
-        Number of users ``N`` (public).
-    lr_global : float
-        Step size of ``w`` on the noisy sum divided by ``q N``.
-    w_init : ndarray of shape (n_params,), default=None
-        Initial (and, with ``lr_global=0``, fixed) global weights; zeros by
-        default (Alg. 1, line 2).
-    round_fn : callable, default=sgd_round
-        The map of one round, ``round_fn(block, state, (t, w), config=...)``.
-    callback : callable, default=None
-        ``callback(t, w, executor)`` after each round.
-    verbose : int, default=0
-        Print the round every tenth of the rounds (public values only).
-    offsets : bool, default=True
-        Collect the users' offsets (``False``: ``theta`` is None; they stay in
-        the block states).
-
-    Returns
-    -------
-    w : ndarray of shape (n_params,)
-        The last (or averaged) global iterate.
-    theta : ndarray of shape (n_users, n_params) or None
-        The users' last (or averaged) offsets, in user order.
-    """
-    n_rounds = int(config.n_rounds)
-    q = float(config.sample_rate)
-    w = np.zeros(config.n_params) if w_init is None else np.array(w_init, dtype=float)
-    w_sum = np.zeros(config.n_params) if config.average else None
-    clip_norm = config.clip_norm
-    sensitivity = None if clip_norm is None else 2.0 * float(clip_norm)
-    # Alg. 2/3, line 13: the sum is divided by the public expected number of
-    # participants q N (never the realised number of participants or rows,
-    # which depend on the secret sampling and on the data).
-    normaliser = q * n_users
-    if not config.release and release is not None:
-        release.nothing(PHASE, clip_norm=clip_norm)  # alpha = 0: w is never updated
-    step = functools.partial(round_fn, config=config)
-    report_every = max(1, n_rounds // 10)
-    for t in range(1, n_rounds + 1):  # Alg. 1, line 3
-        total = executor.map(step, (t, w))
-        if config.release:
-            # Alg. 1, lines 10-12: one Gaussian release of the sum of clipped
-            # contributions (sensitivity 2C), the global step on it.
-            noisy = release.gaussian(PHASE, total, sensitivity=sensitivity,
-                                     clip_norm=clip_norm, sampling_rate=q)
-            with np.errstate(over="ignore", invalid="ignore"):
-                w = w - lr_global * np.asarray(noisy, dtype=float) / normaliser
-        if w_sum is not None:
-            w_sum += w
-        if callback is not None:
-            callback(t, w, executor)
-        if verbose and (t % report_every == 0 or t == n_rounds):
-            print(f"[PPSGD] round {t}/{n_rounds}")
-    theta = None
-    if offsets:
-        theta = executor.collect(functools.partial(final_offsets, config=config), n_rounds)
-    if w_sum is not None:
-        w = w_sum / n_rounds
-    return w, theta
-
-
-# --------------------------------------------------------------------------- #
 # Per-user statistics: "auto" bounds, cold-start offsets, personal parts
 # --------------------------------------------------------------------------- #
 def _with_state(block, state, config):
@@ -701,7 +585,7 @@ def _user_grams(sub, X):
     to ``(users, rows, d)``, the product :func:`~skdpp.utils._grouped.segment_outer_sum`
     computes on its gathered copy (the same values); ragged users: that function.
     """
-    from ..utils._grouped import UserIndex, segment_outer_sum
+    from ...utils._grouped import UserIndex, segment_outer_sum
 
     m = sub.counts
     if sub.n_users and m[0] > 0 and (m == m[0]).all():
@@ -821,7 +705,7 @@ def personal_refit(block, state, prior):
         The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
         b_i``; 0 without centring).
     """
-    from ._heads import _solve_stack, shrunk_heads
+    from .._heads import _solve_stack, shrunk_heads
 
     config = prior.config
     state = _with_state(block, state, config)

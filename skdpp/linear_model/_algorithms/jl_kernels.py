@@ -43,34 +43,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 
-from ..privacy import clip_by_norm, row_norms, unit_rows
-from ..privacy._quantile import cumulative_counts
-from ._heads import batched_solve
-from ._jl_candidates import circle_grid
-from ._labels import binary_problems, label_codes
-
-__all__ = [
-    "BlockState",
-    "Heads",
-    "Prepare",
-    "Project",
-    "Scores",
-    "candidate_scores_block",
-    "candidate_user_losses",
-    "centered_rows",
-    "circle_grid_min_loss_counts",
-    "clip_statistic_block",
-    "direction_user_losses",
-    "heads_block",
-    "label_fractions_block",
-    "logistic_heads",
-    "population_scores_block",
-    "prepare_block",
-    "project_block",
-    "subspace_block",
-    "subspace_contributions",
-    "user_rms_norms",
-]
+from ...privacy import clip_by_norm, row_norms, unit_rows
+from ...privacy._quantile import cumulative_counts
+from ...utils._random import hash_ids, row_hashes
+from .._heads import batched_solve
+from .._labels import binary_problems, label_codes
 
 # Memory budget (bytes) of the temporary (candidates x rows x directions)
 # margin tensors; the candidate axis (and for the cold start the users) is chunked.
@@ -105,6 +82,22 @@ _NUMERICAL_RIDGE = 1e-6
 # through the origin (public constant, measured on even-id MovieLens users and
 # the paper's bias-free synthetic setting, see :func:`intercept_heads`).
 _INTERCEPT_GAIN = 2.0
+
+
+def circle_grid(n_directions):
+    """The ``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
+    angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
+    return np.column_stack([np.cos(angles), np.sin(angles)])
+
+
+
+def row_keys(X, y):
+    """Keys of the canonical order of a user's rows: a hash of features and label."""
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        labels, inverse = np.unique(y, return_inverse=True)
+        y = hash_ids(labels)[inverse.reshape(-1)]
+    return row_hashes(X, y)
 
 
 # --------------------------------------------------------------------------- #
@@ -257,7 +250,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
     grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
     row_user = seg.row_user
-    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    dot = _dot(k)
     # numpy sends a single-row product to another BLAS routine: the distinct
     # rows' products are padded to two rows when the block has more than one
     # row, and the grid's dot products when there is more than one (row, candidate)
@@ -299,7 +292,7 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
     outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
     inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
     grid = None if circle else _RowGridCounter(seg, n_dir)
-    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    dot = _dot(k)
     with np.errstate(**_QUIET):
         row_user = seg.row_user
         sums = seg.segment_sum_wide(yZ)
@@ -329,30 +322,20 @@ def _dot_einsum(F, U):
 
 
 def _dot3(F, U):
-    """``<F, U>`` for ``k = 3`` in the order ``einsum`` adds (checked at first use)."""
+    """``<F, U>`` for ``k = 3`` (in place in ``F``), added as ``(p0 + p2) + p1``.
+
+    The order ``einsum`` uses on numpy 2.x, so the default fit's own-direction
+    dots equal the other ``k``'s einsum arithmetic; 1.33x faster whole
+    MovieLens fit than the einsum (``benchmarks/results/jl_speed.md``).
+    """
     F *= U
     s = F[..., 0] + F[..., 2]
     s += F[..., 1]
     return s
 
 
-_DOT3_IS_EINSUM = []
-
-
-def _dot3_is_einsum():
-    """Whether :func:`_dot3` is bit-identical to ``einsum`` on this numpy (cached).
-
-    ``einsum("nbk,nbk->nb")`` with ``k = 3`` adds the products as ``(p0 + p2) +
-    p1`` (numpy 2.x, measured); this checks it on 4096 random triples
-    (values of every magnitude), and otherwise the einsum itself is used.
-    """
-    if not _DOT3_IS_EINSUM:
-        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
-        F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
-        U = rng.standard_normal((64, 64, 3))
-        _DOT3_IS_EINSUM.append(bool(np.array_equal(_dot3(F.copy(), U.copy()),
-                                                   _dot_einsum(F, U))))
-    return _DOT3_IS_EINSUM[0]
+def _dot(k):
+    return _dot3 if k == 3 else _dot_einsum
 
 
 _HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -804,7 +787,6 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
     total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
-    weighted = _weighted_summer(seg)  # (values, w) -> total(values * w[:, None])
     C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
@@ -814,8 +796,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = weighted(A, -y * p) + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = weighted(outer, p * (1.0 - p)).reshape(n_users, q, q)
+        grad = total(A * (-y * p)[:, None]) + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -881,47 +863,6 @@ def _grid_dots(left, dirs_t, dots, multi):
     if left.shape[0] == 1 and multi:
         return np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
     return np.matmul(left, dirs_t, out=dots[:left.shape[0]])
-
-
-def _weighted_summer(seg):
-    """``(values, w) -> _segment_summer(seg)(values * w[:, None])``, bit for bit.
-
-    With :func:`_weighted_sum_is_exact` the weights are the sparse matrix's
-    entries (one product ``w_j * v_j`` per term, as in the elementwise
-    product, and no temporary); otherwise the elementwise product is formed.
-    """
-    total = _segment_summer(seg)
-    if not _weighted_sum_is_exact():
-        return lambda values, w: total(values * w[:, None])
-    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
-                          shape=(seg.n_users, seg.n_rows))
-
-    def weighted(values, w):
-        owner.data[:] = w
-        return np.asarray(owner @ values)
-    return weighted
-
-
-_WEIGHTED_SUM_IS_EXACT = []
-
-
-def _weighted_sum_is_exact():
-    """Whether scipy's sparse product with weights ``w`` equals the sum of ``v * w`` (cached).
-
-    True when the product rounds ``w_j * v_j`` before adding it (no fused
-    multiply-add); checked once on random values of every magnitude.
-    """
-    if not _WEIGHTED_SUM_IS_EXACT:
-        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
-        n = 4096
-        offsets = np.r_[0, np.sort(rng.integers(0, n, 63)), n]
-        V = rng.standard_normal((n, 16)) * 2.0 ** rng.integers(-30, 30, (n, 1))
-        w = rng.random(n) * 2.0 ** rng.integers(-30, 30, n)
-        ones = sp.csr_matrix((np.ones(n), np.arange(n), offsets), shape=(64, n))
-        weights = sp.csr_matrix((w, np.arange(n), offsets), shape=(64, n))
-        _WEIGHTED_SUM_IS_EXACT.append(bool(np.array_equal(
-            np.asarray(weights @ V), np.asarray(ones @ (V * w[:, None])))))
-    return _WEIGHTED_SUM_IS_EXACT[0]
 
 
 def _user_chunks(seg, n_cols):
