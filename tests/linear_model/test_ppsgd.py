@@ -10,8 +10,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from tests.linear_model._reference import clamped, scaled_rows
 
 from skdpp.datasets import make_additive_personalized_regression
-from skdpp.linear_model import _personalized_sgd as sgd
-from skdpp.linear_model._personalized_sgd import MinibatchStream
+from skdpp.linear_model._algorithms import ppsgd, ppsgd_kernels as sgd
+from skdpp.linear_model._algorithms.ppsgd_kernels import MinibatchStream
 from skdpp.linear_model._ppsgd import PPSGDRegressor
 from skdpp.privacy import Phase, calibrate, clip_by_norm, mechanisms
 from skdpp.utils._grouped import UserIndex, make_blocks
@@ -231,7 +231,7 @@ def test_matches_reference_with_the_fits_minibatches(sample_rate, weighting, ave
                          n_rounds=20, batch_size=2, sample_rate=sample_rate,
                          weighting=weighting, average=average, fit_intercept=fit_intercept,
                          random_state=0, **PAPER).fit(X, y, groups)
-    lr_global, lr_local = est._step_sizes()
+    lr_global, lr_local = ppsgd.step_sizes(est.alpha, est.learning_rate)
     w_ref, theta_ref = _reference_recorded(
         X, y, groups, record, lr_global=lr_global, lr_local=lr_local, clip_norm=0.5,
         sample_rate=sample_rate, weighting=weighting, batch_size=2, n_rounds=20,

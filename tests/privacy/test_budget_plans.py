@@ -157,9 +157,9 @@ def test_broken_dropped_phase_is_caught():
 SHARE_PARAMS = {  # a share parameter of each estimator, and a second value
     "fedrep": ("init_share", 0.1, 0.2, "init"),
     "altmin": ("cold_start_share", 0.02, 0.05, "cold_start"),
-    "ppsgd": ("cold_start_share", 0.02, 0.05, "cold_start"),
+    "ppsgd": ("budget_shares", 0.02, 0.05, "cold_start"),
     "mf": ("mean_share", 0.05, 0.02, "mean"),
-    "jl": ("subspace_share", 0.7, 0.5, "subspace"),
+    "jl": ("budget_shares", 0.7, 0.5, "subspace"),
 }
 
 
@@ -200,7 +200,11 @@ def test_estimator_plan_spends_the_target_split_by_its_shares(name):
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_estimator_share_parameter_moves_the_noise_the_documented_way(name):
     param, old, new, phase = SHARE_PARAMS[name]
-    a, b = _report(name, **{param: old}), _report(name, **{param: new})
+
+    def share(value):  # budget_shares: keyed by the phase name
+        return {param: {phase: value} if param == "budget_shares" else value}
+
+    a, b = _report(name, **share(old)), _report(name, **share(new))
     pa = {p.name: p for p in a.phases}
     pb = {p.name: p for p in b.phases}
     assert pa[phase].share == pytest.approx(old) and pb[phase].share == pytest.approx(new)

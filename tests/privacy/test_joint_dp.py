@@ -30,7 +30,8 @@ from skdpp.linear_model import (
     PrivAltMinRegressor,
     PrivateFedRepRegressor,
 )
-from skdpp.linear_model import _heads, _personalized_sgd
+from skdpp.linear_model import _heads
+from skdpp.linear_model._algorithms import ppsgd_kernels as _personalized_sgd
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.privacy.harness import record_releases
 from tests.linear_model.test_heads import _old_solve_stack  # the former whole-stack fallback
@@ -160,7 +161,7 @@ REGRESSORS = {
                                                 random_state=0),
 }
 
-_JL_LABELS = dict(epsilon=20.0, label_share=0.3, subspace_share=0.4)
+_JL_LABELS = dict(epsilon=20.0, budget_shares={"labels": 0.3, "subspace": 0.4})
 
 CLASSIFIERS = {
     # the defaults (private label set, auto clip, intercepts), small; a large

@@ -9,9 +9,11 @@ from skdpp.privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_
 ESTIMATORS = {
     "fedrep": lambda **kw: skdpp.PrivateFedRepRegressor(n_components=2, **kw),
     "altmin": lambda **kw: skdpp.PrivAltMinRegressor(n_components=2, **kw),
-    "ppsgd": lambda **kw: skdpp.PPSGDRegressor(**kw),
+    "ppsgd": lambda clip_share="auto", **kw: skdpp.PPSGDRegressor(
+        budget_shares={"clip": clip_share}, **kw),
     "mf": lambda **kw: skdpp.AdaptiveWeightMF(**kw),
-    "jl": lambda **kw: skdpp.JLMarginClassifier(**kw),
+    "jl": lambda clip_share="auto", **kw: skdpp.JLMarginClassifier(
+        budget_shares={"clip": clip_share}, **kw),
 }
 
 
