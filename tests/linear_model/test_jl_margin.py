@@ -12,7 +12,6 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from skdpp.linear_model._algorithms import jl_margin as jla
 from skdpp.linear_model._algorithms import jl_margin as jlc
-from skdpp.linear_model import _jl_margin as jlm
 from skdpp.linear_model import _labels as labels_mod
 from skdpp.linear_model._algorithms import jl_kernels as ms
 from skdpp.linear_model._jl_margin import JLMarginClassifier

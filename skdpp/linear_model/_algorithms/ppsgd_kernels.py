@@ -11,8 +11,8 @@ one clip per user and round). ``theta_i`` lives in the block state
 id (and, for minibatches, the pass and the canonical rank of the row), so a
 user's choices depend neither on other users nor on the row order. The
 intercept, when fitted, is the last parameter (no column of ones). ``X`` is
-never copied whole: each round gathers the minibatch rows into per-thread
-scratch buffers (:func:`gather_rows`) and centres them in place.
+never copied whole: each round gathers the minibatch rows (:func:`gather_rows`)
+and centres them in place.
 """
 
 # Authors: skdpp developers
@@ -25,8 +25,8 @@ import numpy as np
 from ...privacy._clipping import clip_by_norm, unit_row_norms
 from ...privacy import mechanisms
 from .._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
-from .._scratch import scratch
-from ...utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
+from ...utils._grouped import (DEFAULT_BLOCK_ROWS, UserIndex, canonical_order, make_blocks,
+                               segment_outer_sum)
 from ...utils._random import keyed_bits
 
 
@@ -139,7 +139,6 @@ class MinibatchStream:
         self.batch = self.counts.copy() if batch_size is None \
             else np.minimum(self.counts, int(batch_size))
         full = self.batch == self.counts
-        self.all_full = bool(full.all())
         self.stream = np.arange(block.n_rows, dtype=np.int64)  # canonical order
         self.cursor = np.zeros(block.n_users, dtype=np.int64)
         self.n_pass = np.zeros(block.n_users, dtype=np.int64)
@@ -155,12 +154,6 @@ class MinibatchStream:
         rank = pos - np.repeat(starts, counts)
         bits = keyed_bits(self.key, "batch", np.repeat(self.user_hash[users], counts),
                           np.repeat(self.n_pass[users], counts), rank)
-        if (counts == counts[0]).all():  # equal users: one sort per row of a matrix
-            # (the order of canonical_order: by bits within each user, stable)
-            shape = (users.size, int(counts[0]))
-            order = np.argsort(bits.reshape(shape), axis=1, kind="stable")
-            self.stream[pos] = np.take_along_axis(pos.reshape(shape), order, axis=1).ravel()
-            return
         seg = np.repeat(np.arange(users.size, dtype=np.int64), counts)
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
@@ -174,43 +167,27 @@ class MinibatchStream:
 
         Returns
         -------
-        positions : ndarray of int or None
+        positions : ndarray of int
             Rows of the block (canonical positions), grouped by user in the
-            order of ``users``; ``None`` when the minibatches are all the
-            rows of every user (the block's rows in canonical order).
+            order of ``users``.
         m : ndarray of shape (n_participants,)
             Minibatch size of each participant.
         """
         if users is None:
-            if self.all_full:
-                return None, self.batch
             users = np.arange(self.counts.shape[0], dtype=np.int64)
-        elif self.all_full:  # every row of each participant, canonical order
-            m = self.counts[users]
-            return _ranges(self.starts[users], m), m
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
         ends = c + m >= n
-        if not ends.any():  # no minibatch reaches the end of its pass
-            base = self.starts[users] + c
-            if m.size and (m == m[0]).all():
-                positions = self.stream[(base[:, None] + np.arange(int(m[0]))).ravel()]
-            else:
-                positions = self.stream[_ranges(base, m)]
-            self.cursor[users] = c + m
-            return positions, m
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
         vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
                                   - np.repeat(np.cumsum(m) - m, m))
         wrapped = vpos >= n_rep
         positions = self.stream[start + np.where(wrapped, 0, vpos)]
-        if ends.any():
-            done = users[ends & (m < n)]
-            self.n_pass[done] += 1
-            self._shuffle(done)
-            if wrapped.any():
-                positions[wrapped] = self.stream[start[wrapped] + vpos[wrapped]
-                                                 - n_rep[wrapped]]
+        done = users[ends & (m < n)]
+        self.n_pass[done] += 1
+        self._shuffle(done)
+        if wrapped.any():
+            positions[wrapped] = self.stream[start[wrapped] + vpos[wrapped] - n_rep[wrapped]]
         self.cursor[users] = np.where(ends, c + m - n, c + m)
         return positions, m
 
@@ -260,7 +237,7 @@ class BlockState:
         ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
     """
 
-    def __init__(self, block, config, on_rows=None):
+    def __init__(self, block, config):
         shape = (block.n_users, config.n_params)
         self.theta = np.zeros(shape)
         self.theta_avg = np.zeros(shape) if config.average else None
@@ -268,8 +245,7 @@ class BlockState:
         self.stream = None
         self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
-            self.x_means, self.y_means, sq = user_moments(block, config.center,
-                                                          on_rows=on_rows)
+            self.x_means, self.y_means, sq = user_moments(block, config.center)
             self.mean_sq = sq
             if config.center:
                 self.x_means = np.nan_to_num(self.x_means, nan=0.0)
@@ -281,15 +257,12 @@ class BlockState:
                 self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
 
 
-def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
+def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
     """Each user's mean row, mean target and mean squared (centred) row norm.
 
     Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
     rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
-    centred norms overflow gets ``inf``. ``on_rows(sub, X, y)``, if given, is
-    called on every sub-block's rows and targets, centred when ``center`` on
-    the means the :class:`BlockState` keeps (NaN mean entries as 0), so that
-    another per-user statistic shares the pass (``X``, ``y``: scratch buffers).
+    centred norms overflow gets ``inf``.
 
     Returns
     -------
@@ -312,13 +285,6 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
                 center_rows(X, None, x_means[u], sub.counts)
             # the norms of unit_rows (overflow-free), bit for bit
             sq[u] = rms_per_user(sub, unit_row_norms(X)) ** 2
-            if on_rows is not None:
-                if center:
-                    if np.isnan(x_means[u]).any():  # centre on the state's means
-                        X, y = gather_rows(sub, None)
-                        center_rows(X, None, np.nan_to_num(x_means[u], nan=0.0), sub.counts)
-                    center_rows(y, None, y_means[u], sub.counts)
-                on_rows(sub, X, y)
     return x_means, y_means, sq
 
 
@@ -348,8 +314,8 @@ def draw_minibatches(block, state, round_index, config):
 def gather_rows(block, positions):
     """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
 
-    Copies (float64) in this thread's scratch buffers, valid until the next
-    call: the caller may modify them in place (e.g. :func:`center_rows`).
+    Fresh float64 copies: the caller may modify them in place (e.g.
+    :func:`center_rows`).
     """
     rows = block.rows
     if positions is not None:
@@ -360,10 +326,8 @@ def gather_rows(block, positions):
         else:
             rows = rows[positions]
     n = block.n_rows if positions is None else positions.shape[0]
-    # This thread's buffers, reused by every block and round (see _scratch.py).
-    Xb = scratch("ppsgd_X", n, block.X.shape[1], np.float64)
-    y_width = int(np.prod(block.y.shape[1:], dtype=np.int64))
-    yb = scratch("ppsgd_y", n, y_width, np.float64).reshape((n,) + block.y.shape[1:])
+    Xb = np.empty((n, block.X.shape[1]))
+    yb = np.empty((n,) + block.y.shape[1:])
     for source, out in ((block.X, Xb), (block.y, yb)):
         if rows is None or isinstance(rows, slice):
             np.copyto(out, source if rows is None else source[rows], casting="unsafe")
@@ -382,15 +346,7 @@ def center_rows(A, users, means, m):
     ``users``: the local codes of the users of the rows (``None``: all users
     of ``means``). The same values as ``A - means[owner of each row]``.
     """
-    means = means if users is None else means[users]
-    n = m.shape[0]
-    if n == 0:
-        return A
-    if A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # equal groups: broadcast
-        A3 = A.reshape((n, int(m[0])) + A.shape[1:])
-        A3 -= means[:, None]
-    else:
-        A -= np.repeat(means, m, axis=0)
+    A -= np.repeat(means if users is None else means[users], m, axis=0)
     return A
 
 
@@ -431,8 +387,6 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
     n, d = m.shape[0], Xb.shape[1]
     if n == 0:
         return np.empty((0, d + int(fit_intercept)))
-    if m.min() == m.max():  # equal minibatches: one batched product
-        return _equal_gradients(Xb, yb, n, int(m[0]), coef, fit_intercept)
     grad = np.empty((n, d + int(fit_intercept)))
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
@@ -538,7 +492,7 @@ def sgd_round(block, state, broadcast, *, config):
         if state is None:
             state = BlockState(block, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
-        Xb, yb = gather_rows(block, positions)  # scratch copies, reused every round
+        Xb, yb = gather_rows(block, positions)
         if state.x_means is not None:  # per-user centring (the profiled intercept)
             center_rows(Xb, users, state.x_means, m)
             center_rows(yb, users, state.y_means, m)
@@ -566,8 +520,6 @@ def _with_state(block, state, config):
 def _centred_rows(sub, state, offset, config):
     """A sub-block's rows and targets (float64), centred on the users' means when ``center``.
 
-    In this thread's scratch buffers (:func:`gather_rows`), valid until the
-    next gather.
     """
     X, y = gather_rows(sub, None)
     if config.center:
@@ -579,18 +531,7 @@ def _centred_rows(sub, state, offset, config):
 
 
 def _user_grams(sub, X):
-    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user).
-
-    Users with equal row counts: one batched product on the rows reshaped
-    to ``(users, rows, d)``, the product :func:`~skdpp.utils._grouped.segment_outer_sum`
-    computes on its gathered copy (the same values); ragged users: that function.
-    """
-    from ...utils._grouped import UserIndex, segment_outer_sum
-
-    m = sub.counts
-    if sub.n_users and m[0] > 0 and (m == m[0]).all():
-        X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
-        return np.matmul(X3.transpose(0, 2, 1), X3)
+    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user)."""
     return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
 
 
@@ -612,15 +553,11 @@ def gradient_norm_statistic(block, state, config):
             grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
         norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
 
+    state = _with_state(block, state, config)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if state is None and (config.center or config.local_scale):
-            # one pass over the rows: the state's moments and the statistic
-            state = BlockState(block, config, on_rows=statistic)
-        else:
-            state = _with_state(block, state, config)
-            for sub in block.split():
-                statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
-                                              config))
+        for sub in block.split():
+            statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
+                                          config))
     return norms, state
 
 
