@@ -221,40 +221,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     **The margin** (``margin="auto"``, the default). The score's threshold
     is ``rho = 0`` (``rho -> 0+`` of Alg. 3): the per-user term is the
     fraction of the user's rows that the best of its directions misclassifies
-    in the candidate's projection, invariant to the rows' scale and to the
-    share of each row's norm in the shared subspace. Why not a fixed margin
-    relative to the clip radius (the former default 0.1): unit-norm rows in
-    ``d = 200`` whose labels depend on a rank-2 subspace have margins of
-    ~0.07 of their norm (less after the noisy subspace), so 0.1 put every row
-    in the loss and the selection at chance (accuracy 0.50-0.59 at
-    ``epsilon = 8``, against 0.64-0.80 with ``"auto"``). Why not a grid of
-    margins selected jointly with the candidates by the same exponential
-    mechanism: each user's term is non-decreasing in ``rho`` (a larger
-    threshold only adds losses, and the minimum over directions keeps the
-    order), so the joint selection concentrates on the grid's smallest
-    margin: it is ``"auto"`` at the cost of the grid's log size. Why not a
-    private quantile of per-user margins: it costs budget and a pass, and
-    every measured setting preferred the smallest margin (below).
-
-    **Measured** (``margin="auto"`` against the former 0.1, ``epsilon = 8``,
-    2 000 users x 20 rows, ``n_components=2``; chosen on ``d = 200`` and the
-    paper's ``d = 50``, reported on held-out settings). Unit-sphere rows,
-    rank-2 labels: ``d = 20`` 0.883 (0.1: 0.872; per-user logistic 0.651),
-    ``d = 100`` 0.882 (0.691; 0.539), ``d = 500`` 0.589 (0.543; 0.508).
-    Gaussian rows with a log-normal scale per user (not normalised): ``d =
-    20`` 0.883 (0.871; 0.710), ``d = 100`` 0.877 (0.682; 0.588), ``d = 500``
-    0.593 (0.544; 0.528); ``d = 100`` times 1e-3 or 1e3: 0.882 / 0.882
-    (unit rows), 0.878 / 0.877 (Gaussian). Paper's setting (10 000
-    users, ``d = 50``, data margin 0.05, 128 candidates, 2 seeds): 0.749 /
-    0.875 / 0.932 / 0.944 / 0.947 / 0.951 at ``epsilon`` = 0.1 / 0.2 / 0.5 /
-    1 / 2 / inf (0.1: 0.597 / 0.645 / 0.826 / 0.884 / 0.925 / 0.943); one
-    seed, ``epsilon = 1``: with 15% flipped labels 0.74 (0.696),
-    ``candidates="random"`` 0.601 (0.543). MovieLens (genres + year,
-    "rating >= 4", 2 seeds), at ``epsilon`` = 1 / 4 / 8 / inf: all users
-    0.675 / 0.674 / 0.674 / 0.674 (0.1: the same, 0.675 at inf); odd-id users
-    0.682 / 0.682 / 0.683 / 0.689 (the same).
-    Scaling the features by 1e-3 or 1e3 changes the accuracy by at most 0.02
-    (the released clip radius lies on a power-of-two grid).
+    in the candidate's projection, invariant to the rows' scale. Why not a
+    fixed margin, a grid of margins or a private quantile, and the
+    measurements: :ref:`jl_margin` ("The margin").
 
     **Budget plan** (:class:`~skdpp.privacy.BudgetPlan`, shares in
     ``budget_shares``): ``labels``, ``clip`` (6 releases), ``subspace``,
@@ -301,18 +270,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     * The label set, the cold start and multiclass one-vs-rest are not in the
       paper.
 
-    **Measured** (defaults chosen on MovieLens users with an even id only;
-    ``benchmarks/bench_real_data.py --estimators jl``, 2 seeds). "rating >= 4"
-    from genres + year, accuracy at ``epsilon`` = 1 / 4 / inf: all users
-    0.675 / 0.674 / 0.675 (per-user majority 0.662, per-user logistic 0.679);
-    odd users 0.682 / 0.682 / 0.689 (majority 0.680). Features times 1000 or
-    the year shifted by 10^4 move the accuracy by at most 0.004 (all users,
-    ``epsilon`` = 1 and inf). On the paper's synthetic setting (10 000 users,
-    ``d = 50``, ``k = 2``, margin 0.05, 128 candidates, 2 seeds), whose
-    labels have no bias, the default gives 0.60 / 0.75 / 0.91 / 0.95 / 0.95 /
-    0.96 at ``epsilon`` = 0.1 / 0.2 / 0.5 / 1 / 2 / inf, as
-    ``fit_intercept=False`` (a free per-user bias and centred releases gave
-    0.54 / 0.61 / 0.86 / 0.92 / 0.93 / 0.93).
+    **Measured**: :ref:`jl_margin` (MovieLens and the paper's setting).
 
     **Input domain** (README, "Privacy model"). ``X``: finite floats (a
     non-finite value is rejected by ``validate_data`` with a ``ValueError``

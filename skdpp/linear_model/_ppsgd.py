@@ -177,25 +177,22 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Algorithm.** Each round ``t = 1..T`` (Alg. 1/2/3): every user joins with
-    probability ``q``; a participant ``i`` draws a minibatch of ``m_i`` rows,
-    computes its squared-loss gradient ``g_i`` at ``(w, theta_i)`` (minibatch
-    mean for ``weighting="user"``; minibatch sum divided by ``batch_size`` for
-    ``"sample"``), steps ``theta_i -= η_loc g_i``, and sends ``g_i`` clipped
-    to norm ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0, σ² I)``
-    and steps ``w -= η_glob s_t / (q N)``. With ``η_glob = η min(1, alpha)``
-    and ``η_loc = η min(1, 1/alpha)``. Users' minibatches come from an
-    endless stream of random permutations of their rows (a fresh permutation
-    per pass), so ``T m_i > n_i`` makes several passes over the user's rows.
-
-    **Step sizes.** Alg. 1 steps ``theta_i`` by ``η/N`` times the user's
-    gradient and ``w`` by ``αη`` times the average gradient; the ratio of the
-    effective step sizes is ``αN`` (``αqN = αQ`` with client sampling), the
-    quantity ``αQ`` the paper's experiments vary. ``alpha`` here is that
-    ratio, and ``learning_rate`` the larger of the two effective steps (the
-    convention of the authors' code), so both limits are exact and finite:
-    ``alpha=0`` never touches ``w``; ``alpha=np.inf`` never touches
-    ``theta_i`` and steps ``w`` by ``learning_rate``.
+    **Algorithm** (Alg. 1/2/3, in :mod:`skdpp.linear_model._algorithms.ppsgd`).
+    Each round ``t = 1..T`` every user joins with probability ``q``; a
+    participant ``i`` draws a minibatch of ``m_i`` rows (from an endless
+    stream of fresh permutations of its rows, so ``T m_i > n_i`` makes several
+    passes), computes its squared-loss gradient ``g_i`` at ``(w, theta_i)``
+    (minibatch mean for ``weighting="user"``, minibatch sum over
+    ``batch_size`` for ``"sample"``), steps ``theta_i -= η_loc g_i`` and sends
+    ``g_i`` clipped to ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0,
+    σ² I)`` and steps ``w -= η_glob s_t / (q N)``, with ``η_glob = η min(1,
+    alpha)``, ``η_loc = η min(1, 1/alpha)``. Alg. 1's steps (``η/N`` for
+    ``theta_i``, ``αη`` for ``w``) have the ratio ``αN`` (``αQ`` with client
+    sampling, what the paper's experiments vary): ``alpha`` is that ratio and
+    ``learning_rate`` the larger step (the authors' code), so ``alpha=0``
+    never touches ``w`` (nothing released, ε spent = 0) and ``alpha=np.inf``
+    never touches ``theta_i``. ``epsilon=np.inf``: noise multiplier 0, and the
+    report says the releases are non-private.
 
     **Privacy guarantee.** (ε, δ) user-level joint DP (billboard model):
     the sequence of global iterates is (ε, δ)-DP and each ``theta_i`` is a
@@ -203,143 +200,98 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     replace one user's rows; the number of users is public. Each round
     releases one Gaussian sum of per-user contributions clipped to ``C``:
     L2 sensitivity ``2C``, noise std ``σ = z · 2C`` (z =
-    ``noise_multiplier_``). Every other input of the global step is public:
-    ``N``, ``q``, ``batch_size`` and the step sizes; the normaliser ``q N``
-    (not the realised number of participants or of rows) keeps the release
-    a post-processing of the noisy sum. Data-dependent quantities (``m_i``,
-    ``n_i``, a diverged local model, whose contribution is set to 0) only
-    change the user's own contribution, which is clipped.
+    ``noise_multiplier_``). Every other input of the global step is public
+    (``N``, ``q``, ``batch_size``, the step sizes; the normaliser ``q N``, not
+    the realised number of participants or rows). Data-dependent quantities
+    (``m_i``, ``n_i``, a diverged local model, whose contribution is then 0)
+    only change the user's own clipped contribution.
 
-    **Accounting and budget plan.** Phase ``"clip"`` (``budget_shares``):
-    6 Gaussian counts of users (sensitivity 1 each; a noisy binary search,
-    :func:`~skdpp.privacy._quantile.private_quantile`) per ``"auto"`` bound,
-    and with ``fit_intercept`` the 29 counts of the cold-start intercept's
-    median and radius searches; phase ``"iterations"``: ``T`` Gaussian
-    releases, all with the same noise multiplier; phase ``"cold_start"``
-    (with ``fit_intercept``): the clipped mean of
-    the users' offsets around the private median, sensitivity ``2 R``
+    **Accounting and budget plan.** Phase ``"clip"``: 6 Gaussian counts of
+    users (sensitivity 1, :func:`~skdpp.privacy._quantile.private_quantile`)
+    per ``"auto"`` bound and, with ``fit_intercept``, the 29 counts of the
+    cold-start intercept's median and radius searches; ``"iterations"``: ``T``
+    Gaussian releases with one noise multiplier; ``"cold_start"`` (with
+    ``fit_intercept``): the clipped mean of the users' offsets around the
+    private median, sensitivity ``2 R``
     (:func:`~skdpp.privacy._quantile.private_location`). The phases are
-    calibrated together so that their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
-    composition is exactly μ-GDP with ``μ = sqrt(T) / z`` (analytic Gaussian
-    conversion, accountant method ``"exact-gdp"``). With ``sample_rate < 1``
-    each round is the event ``PoissonSampledEvent(q, GaussianEvent(z))``. The
-    sampled-Gaussian RDP bound of Mironov, Talwar & Zhang (2019) is an
-    add/remove analysis, and it does not cover replace-one by itself; the
-    accountant (method ``"rdp-zero-out"``) therefore charges it through a
-    *zero-out* neighbour: ``D`` and ``D'`` (user ``i`` replaced) are both
-    neighbours of ``D0``, in which user ``i`` contributes zero to every
-    sampled sum. Against ``D0`` the sum has sensitivity ``C``, so each round
-    is the add/remove sampled Gaussian with noise multiplier ``2z``; the ``T``
-    rounds compose in RDP to ``(ε0, δ0)`` against ``D0``, hence ``(2 ε0,
-    (1 + e^ε0) δ0)`` under replace-one (group privacy of size 2). This is the
-    conservative route: it is sound whatever the data of user ``i`` and of
-    its replacement, and it never credits more amplification than the
-    add/remove analysis. Users are sampled independently of the data, with
-    the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
-    multiplier instead of calibrating it (every phase, also ``"clip"`` and
-    ``"cold_start"``); the report then states the ε spent at ``delta``.
+    calibrated together to meet (ε, δ) exactly. With ``sample_rate=1`` the
+    composition is μ-GDP with ``μ = sqrt(T) / z`` (method ``"exact-gdp"``).
+    With ``sample_rate < 1`` each round is ``PoissonSampledEvent(q,
+    GaussianEvent(z))``, charged (method ``"rdp-zero-out"``) through a
+    zero-out neighbour ``D0`` in which user ``i`` contributes zero: against
+    ``D0`` each round is the add/remove sampled Gaussian (Mironov, Talwar &
+    Zhang 2019) with sensitivity ``C`` and multiplier ``2z``; the ``T`` rounds
+    compose in RDP to ``(ε0, δ0)``, hence ``(2 ε0, (1 + e^ε0) δ0)`` under
+    replace-one (group privacy of size 2): sound whatever the two users'
+    data. A given ``noise_multiplier`` fixes every phase's multiplier; the
+    report then states the ε spent at ``delta``.
 
-    **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
-    hash of ``(fit key, i, t)``
-    (:func:`skdpp.privacy.mechanisms.poisson_sample`); the permutation of the
-    ``p``-th pass over user ``i``'s rows sorts them by a keyed hash of ``(fit
-    key, i, p, canonical rank of the row)``, where the canonical order of a
-    user's rows is by content. A user's participation and minibatches are
-    therefore functions of the secret key and of its own rows only:
-    replacing another user, or permuting the rows, changes neither, and a fit
-    is a function of the *set* of records (bit for bit). The sampling is
-    secret: it is never printed or stored.
+    **Randomness.** Participation in round ``t`` is a keyed hash of ``(fit
+    key, i, t)`` (:func:`skdpp.privacy.mechanisms.poisson_sample`); pass
+    ``p`` over user ``i``'s rows sorts them by a keyed hash of ``(fit key, i,
+    p, canonical rank of the row)`` (rows in canonical order, by content). So
+    a fit is a function of the secret key and of the *set* of records (bit
+    for bit); the sample is never printed or stored.
 
-    ``alpha=0``: ``w`` is never updated; nothing is released and no privacy is
-    spent (``privacy_report_`` says so, ε spent = 0). ``epsilon=np.inf``:
-    noise multiplier 0 and the report says the releases are non-private.
-
-    **Deviations from the paper.** (i) ``alpha`` is the paper's ``αQ`` and
-    the step sizes follow the authors' code (see *Step sizes*), which makes
-    ``alpha=np.inf`` well defined. (ii) ``weighting="sample"`` clips the
-    minibatch sum divided by the public ``batch_size`` (Alg. 2 with clipping
-    parameter ``batch_size * C``), and normalises by ``q N batch_size``
-    instead of ``q M`` with ``M = Σ m_i``, because ``M`` depends on the
-    users' row counts and is not public; the two coincide when every user has
-    at least ``batch_size`` rows. (iii) Users are Poisson-sampled (Alg. 2),
-    not a fixed number ``Q`` without replacement as in §6. (iv) The averaged
-    iterate is the mean of rounds ``1..T`` (the paper averages ``0..T-1``).
-    (v) The noise is calibrated with a tight accountant instead of
-    Theorem 4.1/5.1's constants. (vi) The client sampling and the minibatches
-    are keyed hashes (see *Randomness*), not draws from a shared stream. (vii)
-    A user whose gradient is not finite (its local model diverged, or its
-    values overflow) contributes 0 that round, a point of the clipping ball,
-    and keeps its ``theta_i``; so does a user whose local step would
-    overflow. Neither the fit nor the shape of a release depends on it.
-    (viii) Not in the paper: the per-user intercepts (gradients on rows
-    centred on each user's means: a per-user function of its own rows, so the
-    sensitivity is unchanged), the cold-start intercept, the ``"auto"`` bounds
-    and steps relative to the released feature scale, and the shrunk refit of
-    the personal parts on all rows (``personal_ridge``). The refit is
-    post-processing of the released ``w`` and the user's rows; the paper's
-    utility analysis covers the SGD offsets (``personal_ridge=None``), not
-    the refit (measured effect on real data:
-    ``benchmarks/results/real_data_linear_ablation.md``). There is no
-    held-out split, so ``personal_rows`` does not apply. ``clip_norm=1.0,
+    **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
+    follow the authors' code (above). (ii) ``weighting="sample"`` clips the
+    minibatch sum over the public ``batch_size`` (Alg. 2 with clipping
+    parameter ``batch_size * C``) and normalises by ``q N batch_size``, not
+    ``q M`` (``M = Σ m_i`` is not public; equal when every user has at least
+    ``batch_size`` rows). (iii) Poisson client sampling, not ``Q`` users
+    without replacement (§6). (iv) The averaged iterate averages rounds
+    ``1..T`` (the paper ``0..T-1``). (v) The noise is calibrated with a tight
+    accountant, not Theorem 4.1/5.1's constants. (vi) Sampling and
+    minibatches are keyed hashes. (vii) A user whose gradient or local step
+    is not finite contributes 0 that round and keeps its ``theta_i``; neither
+    the fit nor a release's shape depends on it. (viii) Not in the paper: the
+    per-user intercepts (gradients on rows centred on the user's own means:
+    the sensitivity is unchanged), the cold-start intercept, the ``"auto"``
+    bounds, steps relative to the released feature scale, and the shrunk
+    refit on all rows (``personal_ridge``: post-processing of ``w`` and the
+    user's rows; the paper's utility analysis covers the SGD offsets,
+    ``personal_ridge=None``; measured in
+    ``benchmarks/results/real_data_linear_ablation.md``). ``clip_norm=1.0,
     feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
-    paper's algorithm.
+    paper's algorithm (no held-out split: ``personal_rows`` does not apply).
 
-    **Cold start and personalize.** A user unseen in ``fit`` is predicted
-    with ``<x, w> + b``. :meth:`personalize` fits ``theta_i`` (and ``b_i``)
-    for the given users with the same block functions as the end of ``fit``:
-    the shrunk refit (``personal_ridge``), or, with ``personal_ridge=None``,
-    the same local SGD as in ``fit`` with ``w`` fixed:
-    ``max(1, round(q T))`` local steps (a user's expected number of
-    participations) from ``theta_i = 0`` with step ``η_loc``, the same
-    minibatch sampling (keyed by ``random_state``), ``weighting`` and
-    averaging: the same block functions as ``fit`` with a global step of 0.
-    It uses only the released ``w`` and the users' own rows, so
-    ``privacy_report_`` is unchanged. With ``alpha=np.inf`` the offsets stay
-    0.
+    **Cold start and personalize.** An unseen user is predicted with ``<x,
+    w> + b``. :meth:`personalize` runs the block functions of the end of
+    ``fit`` with ``w`` fixed: the shrunk refit, or (``personal_ridge=None``)
+    ``max(1, round(q T))`` local SGD steps from ``theta_i = 0`` with the same
+    step, minibatches (keyed by ``random_state``), ``weighting`` and
+    averaging. It uses only the released ``w`` and the users' rows
+    (``privacy_report_`` is unchanged); with ``alpha=np.inf`` the offsets
+    stay 0. Floating-point noise is not hardened against side channels.
 
-    Floating-point noise is not hardened against floating-point side channels.
+    **Input domain** (README, "Privacy model"). ``X`` finite floats, ``y``
+    finite numbers, ``groups`` numbers or strings; a non-finite value is
+    rejected by ``validate_data`` before any computation. Every finite value
+    is handled without a warning or exception that depends on it (see
+    :class:`~skdpp.base.BasePersonalizedEstimator`); ``predict`` on finite
+    ``X`` is finite or raises a ``ValueError`` naming the rows.
 
-    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
-    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
-    value is rejected by ``validate_data`` with a ``ValueError`` before any
-    computation: a documented rule, not a numeric accident. Every finite
-    value is accepted, however large or small, and handled without a warning
-    or an exception that depends on it, whatever the caller's
-    ``np.errstate`` or warnings filters (every entry point runs under
-    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
-    ``X`` give finite values (an intermediate that overflows is re-evaluated
-    on the row divided by its largest entry) or ``predict`` raises a
-    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
-
-    **Per-feature scales and label range** (all clip bounds ``"auto"``; see
+    **Per-feature scales and label range** (all clip bounds ``"auto"``,
     :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
-    range: low/high quantiles of the users' minimum and maximum labels (two
-    noisy bisections, ``LABEL_RANGE_STEPS`` counts of L2 sensitivity 1 under
-    replace-one-user: one user moves each count by at most 1), widened; every
-    prediction is clamped to ``label_range_`` (post-processing). When the
-    plan's count noise with them stays at most ``SCALE_GATE_NOISE * n_users``
-    (a public rule: ε, δ, the plan's release counts, ``n_users``), it also
-    releases one scale per feature, the ``FEATURE_SCALE_QUANTILE`` of the
-    users' within-user ranges of that column (one noisy bisection per column,
-    ``FEATURE_SCALE_STEPS`` counts of sensitivity 1 each); the algorithm then
-    runs on ``X / feature_scales_`` (fitted parts are in those units;
-    ``predict`` and ``personalize`` divide by the same public constants), and
-    the personal refit's penalty gives every coordinate at least
-    ``VARIANCE_FLOOR`` of variance in those units, so a column nearly constant
-    within a user (a session's timestamp) cannot extrapolate on the user's
-    later rows. A column whose scale falls on the lower edge of the public
-    grid (constant within most users) is dropped (scale ``inf``); an
-    ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report), and so is a released
-    ``clip_norm`` larger than any user's gradient at ``w = 0`` can be
-    (``GRADIENT_BOUND_SLACK`` times ``feature_scale_`` times the width of
-    ``label_range_``: the noisy search went astray): ``coef_`` is then 0 and
-    the cold start is the released intercept. A
-    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
-    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
-    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
-    zero weights and its own mean (local data, ``local_only_``), rather than
-    towards a noisy shared part.
+    range (two noisy bisections of the users' minimum and maximum labels,
+    ``LABEL_RANGE_STEPS`` counts of sensitivity 1, widened) that every
+    prediction is clamped to; and, when the plan's count noise stays at most
+    ``SCALE_GATE_NOISE * n_users`` (a public rule), one scale per feature
+    (the ``FEATURE_SCALE_QUANTILE`` of the users' within-user ranges,
+    ``FEATURE_SCALE_STEPS`` counts each): the algorithm then runs on ``X /
+    feature_scales_``, and the personal refit's penalty gives every
+    coordinate at least ``VARIANCE_FLOOR`` of variance, so a column nearly
+    constant within a user (a session's timestamp) cannot extrapolate. A
+    column whose scale is on the lower edge of its grid is dropped (scale
+    ``inf``). An ``"auto"`` bound on the lower edge of its grid, or a
+    ``clip_norm`` above ``GRADIENT_BOUND_SLACK * feature_scale_ *`` the width
+    of ``label_range_`` (the search went astray), is no information: ``coef_``
+    is 0 and the cold start is the released intercept (post-processing, said
+    in the report). A :class:`~skdpp.exceptions.UselessFitWarning` (public
+    values only) says when the plan predicts a useless fit (count noise of
+    ``"clip"`` above ``USELESS_CLIP_NOISE * n_users``); every known user then
+    gets its own ridge fit towards zero weights and its own mean
+    (``local_only_``).
 
     References
     ----------
