@@ -352,7 +352,6 @@ def run(executor, release, randomness, meta, config):
     executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
     threshold = margin_threshold(config.margin, radius)
 
-    sens = score_sensitivity(n_users)
     all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
     if config.candidates == "subspace":
         # Practical stage (not in the paper): a DP estimate of the relevant
@@ -375,13 +374,17 @@ def run(executor, release, randomness, meta, config):
         for p in range(n_problems):
             all_candidates[p] = random_candidates(perturbations[p])
 
+    def select(phase, block_fn, frames):
+        """One choice per problem by the exponential mechanism over the product of
+        the problems, with the summed scores ``-(1/n) sum_i t_i`` (sensitivity 1/n each)."""
+        scores = np.stack([-executor.map(block_fn, Scores(p, frames[p], directions,
+                                                          threshold)) / n_users
+                           for p in range(n_problems)])
+        return product_exponential(release, phase, scores,
+                                   sensitivity=score_sensitivity(n_users), clip_norm=radius)
+
     # Alg. 3, line 4: the exponential mechanism (over the product of problems).
-    scores = np.stack([
-        -executor.map(candidate_scores_block,
-                      Scores(p, all_candidates[p], directions, threshold)) / n_users
-        for p in range(n_problems)])
-    selected = product_exponential(release, "selection", scores, sensitivity=sens,
-                                   clip_norm=radius)
+    selected = select("selection", candidate_scores_block, all_candidates)
     utilde = all_candidates[np.arange(n_problems), selected]
     embeddings = np.einsum("jd,pjk->pdk", M, utilde)              # Alg. 3, line 5
     _log(config, f"selection: {config.n_candidates} candidates scored per problem "
@@ -402,13 +405,7 @@ def run(executor, release, randomness, meta, config):
         cold_intercepts = np.log(rate) - np.log1p(-rate)
         prior = cold_intercepts
     else:
-        pop = np.stack([
-            -executor.map(population_scores_block,
-                          Scores(p, utilde[p], directions, threshold)) / n_users
-            for p in range(n_problems)])
-        picks = product_exponential(release, "cold_start", pop, sensitivity=sens,
-                                    clip_norm=radius)
-        cold_heads = directions[picks]
+        cold_heads = directions[select("cold_start", population_scores_block, utilde)]
         prior = np.zeros(n_problems)
     _log(config, "cold_start: released")
 
