@@ -87,8 +87,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])  # 0: row by row; 1: distinct rows
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_losses_equal_the_row_by_row_kernel_bit_for_bit(case):
+def test_losses_equal_the_row_by_row_kernel_bit_for_bit(monkeypatch, case, fraction):
+    monkeypatch.setattr(ms, "_DISTINCT_FRACTION", fraction)
     sizes, k, n_dir, n_cand, threshold, integer = CASES[case]
     rng = np.random.default_rng(case)
     codes, yZ = ratings_like(rng, sizes, integer=integer)
@@ -102,9 +104,11 @@ def test_losses_equal_the_row_by_row_kernel_bit_for_bit(case):
         assert np.ptp(got) > 0
 
 
-def test_unique_rows_and_small_chunks_equal_the_reference(monkeypatch):
-    """Every row distinct (the distinct-row kernel then holds every row), one
-    candidate per chunk, tiny steps."""
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_unique_rows_and_small_chunks_equal_the_reference(monkeypatch, fraction):
+    """Every row distinct (row by row by default, or forced through the distinct
+    rows), one candidate per chunk, tiny steps."""
+    monkeypatch.setattr(ms, "_DISTINCT_FRACTION", fraction)
     rng = np.random.default_rng(7)
     sizes = np.array([3, 20, 1, 40, 6])
     codes = np.repeat(np.arange(sizes.size), sizes)

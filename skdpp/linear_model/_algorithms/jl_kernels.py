@@ -60,6 +60,11 @@ _GRID_STEP_ELEMENTS = 2**17
 _GRID_TABLE_BYTES = 2**22
 # Projections per step of the users' own-direction dots (row, candidate, k).
 _OWN_STEP_ELEMENTS = 2**17
+# A block whose distinct rows are more than this fraction of its rows is
+# scored row by row (:func:`_row_user_losses`): the distinct-row table and the
+# sparse counts pay off only when rows repeat (public constant, measured).
+_DISTINCT_FRACTION = 0.5
+
 # Silence data-dependent floating-point warnings (a warning that appears for
 # one user's values but not for another's would leak; DESIGN section 7).
 _QUIET = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
@@ -192,8 +197,10 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     computed once per distinct row (:func:`_distinct_rows`; a row and its
     negation share one product, :func:`_negation_order`), the users' loss
     counts by one sparse product with byte counters (:class:`_GridCounter`).
-    ``k = 2`` with the circle grid is scored row by row
-    (:func:`_circle_user_losses`). The results are bit-identical to computing
+    A block whose distinct rows are more than ``_DISTINCT_FRACTION`` of its
+    rows, and ``k = 2`` with the circle grid
+    (:func:`circle_grid_min_loss_counts`), are scored row by row
+    (:func:`_row_user_losses`). The results are bit-identical to computing
     every row (every product is the same floating-point operation on the
     same operands) and do not depend on the chunk and step sizes or on the
     path.
@@ -226,8 +233,10 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     dirs_t = np.ascontiguousarray(directions.T)
     circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
     if circle:
-        return _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom)
+        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, True)
     first, key = _distinct_rows(yZ)
+    if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
+        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, False)
     order, n_pairs = _negation_order(yZ[first].view(np.uint64).reshape(first.shape[0], -1))
     rank = np.empty_like(order)
     rank[order] = np.arange(order.shape[0])
@@ -273,15 +282,19 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     return np.clip(out, 0.0, 1.0, out=out)
 
 
-def _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom):
-    """:func:`candidate_user_losses` for ``k = 2`` and the circle grid, row by row
-    (:func:`circle_grid_min_loss_counts`: ``O(rows + users * D)`` per candidate)."""
+def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, circle):
+    """:func:`candidate_user_losses` row by row (the circle grid, or few equal rows)."""
     n_rows, jl_dim = yZ.shape
     n_cand, _, k = candidates.shape
+    n_dir = directions.shape[0]
     n_users = seg.n_users
+    dirs_t = np.ascontiguousarray(directions.T)
     outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
     inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
+    grid = None if circle else _RowGridCounter(seg, n_dir)
+    dot = _dot(k)
     with np.errstate(**_QUIET):
+        row_user = seg.row_user
         sums = seg.segment_sum_wide(yZ)
         for lo in range(0, n_cand, outer):
             cand = candidates[lo:lo + outer]
@@ -289,13 +302,16 @@ def _circle_user_losses(seg, yZ, candidates, n_dir, threshold, out, denom):
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
             yF = (yZ @ flat).reshape(n_rows, b, k)
             own = _unit((sums @ flat).reshape(n_users, b, k))
-            loss_own = _dot_einsum(own[seg.row_user], yF) <= threshold
+            loss_own = dot(own[row_user], yF) <= threshold     # (the gathered copy is scratch)
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)
-            for j in range(0, b, inner):
-                sub = yF[:, j:j + inner]
-                bs = sub.shape[1]
-                grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
-                np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+            if circle:
+                for j in range(0, b, inner):
+                    sub = yF[:, j:j + inner]
+                    bs = sub.shape[1]
+                    grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
+                    np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
+            else:
+                grid.min_loss_counts(yF, dirs_t, threshold, best)
             out[lo:lo + b] = (best / denom).T
     return np.clip(out, 0.0, 1.0, out=out)
 
@@ -493,6 +509,115 @@ class _GridCounter:
         if self.split_users.shape[0]:
             totals = np.add.reduceat(counts[self.split_pieces].astype(np.int64),
                                      self.split_runs, axis=0)
+            best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
+
+
+class _RowGridCounter:
+    """Row-by-row :class:`_GridCounter` (blocks with few equal rows), in cache-sized steps.
+
+    For every user ``i`` and candidate ``c`` of a chunk it lowers
+    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
+    rows are processed in steps of whole *pieces* (runs of at most
+    :attr:`CAP` consecutive rows of one user) holding about
+    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
+    allocated once per call and reused (the dot products stay in cache). The
+    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
+    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
+    and no byte can carry into the next because a piece has at most 255
+    rows; pieces of a user with more rows are added in ``int64`` afterwards.
+
+    The dot products are the same ``(rows * candidates, k) @ (k, D)``
+    products as one product over the whole block (rows of the left operand
+    do not interact; a single-row product, which numpy sends to a different
+    BLAS routine, is padded to two rows), so the counts are exact and equal
+    to the unchunked computation.
+    """
+
+    CAP = 255  # (tests set _GridCounter.CAP: both counters read it)
+
+    def __init__(self, seg, n_dir):
+        counts = seg.counts
+        self.n_dir = n_dir
+        self.n_rows = seg.n_rows
+        n_pieces = -(-counts // _GridCounter.CAP)                     # 0 for users without rows
+        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        self.piece_start = seg.offsets[:-1][self.piece_user] \
+            + (np.arange(self.piece_user.shape[0]) - first) * _GridCounter.CAP
+        # users with more than CAP rows: their pieces' counts are added in int64
+        self.split_users = np.flatnonzero(n_pieces > 1)
+        slot = np.full(seg.n_users, -1)
+        slot[self.split_users] = np.arange(self.split_users.shape[0])
+        self.piece_slot = slot[self.piece_user]
+        self._steps = {}
+
+    def steps(self, b):
+        """The steps for chunks of ``b`` candidates (cached per ``b``).
+
+        Each step is ``(row0, row1, piece0, piece1, offsets, split)``:
+        ``offsets`` the pieces' first rows relative to ``row0`` and ``split``
+        either None (no piece of a user with more than :attr:`CAP` rows) or
+        ``(part, runs, slots)``: the mask of such pieces within the step, the
+        starts of their runs of equal slots, and each run's slot (the pieces
+        of one user are consecutive, so a slot has one run per step).
+        """
+        if b not in self._steps:
+            rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
+            step = self.piece_start // rows
+            cuts = np.r_[0, np.flatnonzero(np.diff(step)) + 1, self.piece_start.shape[0]]
+            bounds = np.r_[self.piece_start, self.n_rows]
+            out = []
+            for p0, p1 in zip(cuts[:-1], cuts[1:]):
+                if p1 <= p0:
+                    continue
+                r0 = int(bounds[p0])
+                slots = self.piece_slot[p0:p1]
+                part = slots >= 0
+                split = None
+                if part.any():
+                    sl = slots[part]
+                    runs = np.r_[0, np.flatnonzero(sl[1:] != sl[:-1]) + 1]
+                    split = (part, runs, sl[runs])
+                out.append((r0, int(bounds[p1]), int(p0), int(p1),
+                            self.piece_start[p0:p1] - r0, split))
+            self._steps[b] = out
+        return self._steps[b]
+
+    def min_loss_counts(self, yF, dirs_t, threshold, best):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts."""
+        n_rows, b, k = yF.shape
+        n_dir = self.n_dir
+        steps = self.steps(b)
+        if not steps:
+            return
+        most = max(r1 - r0 for r0, r1, _, _, _, _ in steps)
+        width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
+        dots = np.empty((max(most * b, 2), n_dir))
+        losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
+        # per piece, the minimum over the directions of its loss counts (the
+        # user's when the piece is the whole user; pieces of longer users are
+        # summed into ``totals`` first)
+        piece_min = np.empty((self.piece_user.shape[0], b), dtype=np.uint8)
+        split = self.split_users.shape[0] > 0
+        if split:
+            totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
+        multi = n_rows * b > 1           # the unchunked product is a multi-row product
+        for r0, r1, p0, p1, offsets, parts in steps:  # cache-sized steps of whole pieces
+            m = r1 - r0
+            g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
+            lost = losses[:m]
+            np.less_equal(g.reshape(m, b * n_dir), threshold, out=lost[:, :b * n_dir])
+            # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
+            counts = np.add.reduceat(lost.view(np.uint64), offsets, axis=0)
+            counts = counts.view(np.uint8)[:, :b * n_dir].reshape(p1 - p0, b, n_dir)
+            if parts is not None:       # exact int64 sums of each run of a user's pieces
+                part, runs, slots = parts
+                totals[slots] += np.add.reduceat(counts[part].astype(np.int64), runs, axis=0)
+            np.min(counts, axis=-1, out=piece_min[p0:p1])
+        whole = self.piece_slot < 0
+        users = self.piece_user[whole]
+        best[users] = np.minimum(best[users], piece_min[whole])
+        if split:
             best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 
 
