@@ -247,7 +247,7 @@ def test_user_terms_in_unit_interval_and_silent_for_any_finite_values(k, n_dir):
             losses = ms.candidate_user_losses(seg, ys[:, None] * Zs, cands, dirs, 0.1)
             pop = ms.direction_user_losses(seg, yF, dirs, 0.1)
             units = ms.subspace_contributions(seg, ys[:, None] * Zs)
-            Xc = ms.centered_rows(seg, Zs)
+            Xc = ms.finite_rows(Zs)
             rms = ms.user_rms_norms(seg, Xc)
             heads, b, ok = ms.logistic_heads(seg, F, ys, prior_bias=0.3,
                                              ridge=1.0, fit_intercept=True)
@@ -427,7 +427,7 @@ def test_block_state_holds_no_copy_of_the_rows():
     for block, state in zip(executor.blocks, executor.states):
         arrays = [v for v in vars(state).values() if isinstance(v, np.ndarray)]
         assert all(a.ndim < 2 or a.shape[1] < X.shape[1] for a in arrays)
-        Xc = ms.centered_rows(state.score, state.score.take(X), center=False)
+        Xc = ms.finite_rows(state.score.take(X))
         assert_array_equal(state.Xc, Xc)
         assert_array_equal(state.Z, clip_by_norm(Xc, 1.0) @ M.T)
 

@@ -1,40 +1,16 @@
-"""Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025), as block functions.
+"""Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025) as block functions.
 
-Every quantity here is computed from one block of whole users
-(:class:`~skdpp.utils._grouped.UserBlock`, rows in canonical order) and
-public broadcasts; the driver (:mod:`skdpp.linear_model._jl_algorithm`) sums
-the blocks' partials and releases them. Two kinds of functions:
-
-* **array functions** on the rows of a block (``seg``) and row-aligned
-  arrays: :func:`centered_rows` and :func:`user_rms_norms` (the rows the
-  releases see and the statistic of ``clip_norm="auto"``),
-  :func:`candidate_user_losses` (the inner minimum of the score ``f``, one
-  term per user and candidate), :func:`circle_grid_min_loss_counts` (its fast
-  path for ``k = 2``), :func:`direction_user_losses` (cold start),
-  :func:`subspace_contributions` (unit directions) and
-  :func:`logistic_heads` (the personal heads, Alg. 3, line 6, see its Notes)
-  and :func:`intercept_heads` (with or without a per-user intercept);
-* **block functions** ``fn(block, state, broadcast)`` run by the executor:
-  :func:`prepare_block` (labels and the ``S^0 / S^1`` split, kept in the
-  block state), :func:`clip_statistic_block`,
-  :func:`project_block` (the projection ``M x``), :func:`subspace_block`,
-  :func:`candidate_scores_block`, :func:`population_scores_block`,
-  :func:`label_fractions_block` (partial sums) and :func:`heads_block`
-  (per-user heads and intercepts, collected).
-
-Every per-user term of a score lies in ``[0, 1]`` and depends only on that
-user's rows, whatever the (finite) values: this is what bounds the score
-sensitivity by ``1 / n``. Data-dependent over/underflow never warns
-(``np.errstate``) and never raises: non-finite intermediates only decide
-which 0/1 losses a user's own rows get (or, for a head, that the user gets
-the cold-start head).
-
-Memory: the block state holds labels and row indices only; the rows the
-releases see and their projections are recomputed per block at each use
-(:class:`BlockState`), so every temporary is block-sized. The candidate
-projections are chunked to ``_CHUNK_BYTES`` (candidates and, for the cold
-start, users), read at call time; the direction-grid loss counts run in
-cache-sized steps of ``_GRID_STEP_ELEMENTS`` (:class:`_GridCounter`).
+Array functions act on the rows of one block of whole users (``seg``, rows in
+canonical order); block functions ``fn(block, state, broadcast)`` (named
+``*_block``) are run by the executor for the driver
+:mod:`skdpp.linear_model._algorithms.jl_margin`, which sums their partials and
+releases them. Every per-user term of a score lies in ``[0, 1]`` and depends
+only on that user's rows, whatever the (finite) values: this bounds the score
+sensitivity by ``1 / n``. Data-dependent over/underflow never warns and never
+raises: non-finite intermediates only decide which 0/1 losses a user's own
+rows get (or that the user gets the cold-start head). Every temporary is
+block-sized (the rows the releases see are recomputed per use,
+:class:`BlockState`) and chunked to ``_CHUNK_BYTES``.
 """
 
 from dataclasses import dataclass
@@ -46,6 +22,7 @@ from scipy.special import expit
 from ...privacy import clip_by_norm, row_norms, unit_rows
 from ...privacy._quantile import cumulative_counts
 from ...utils._random import hash_ids, row_hashes
+from .._auto import user_means
 from .._heads import batched_solve
 from .._labels import binary_problems, label_codes
 
@@ -103,35 +80,11 @@ def row_keys(X, y):
 # --------------------------------------------------------------------------- #
 # Array functions (rows of one block, sorted by user)
 # --------------------------------------------------------------------------- #
-def _user_means(seg, values):
-    """Per-user means of row-aligned ``values`` (sums of ``v / m``: no overflow)."""
-    inv = 1.0 / np.maximum(seg.counts, 1)
-    with np.errstate(**_QUIET):
-        return seg.segment_sum(values * seg.expand(inv)[:, None])
-
-
-def centered_rows(seg, X, center=True):
-    """The rows the releases see: each row minus its user's mean row, as float64.
-
-    ``center=False`` returns a float64 copy. A row with a non-finite entry
-    (after centring) becomes 0: it then has a margin loss at every direction
-    and no direction, a function of its user's rows only.
-
-    Parameters
-    ----------
-    seg : UserBlock
-    X : ndarray of shape (seg.n_rows, n_features)
-        The rows of ``seg`` (canonical order).
-    center : bool, default=True
-
-    Returns
-    -------
-    Xc : ndarray of shape (seg.n_rows, n_features)
-    """
+def finite_rows(X):
+    """The rows the releases see: a float64 copy of ``X`` in which a row with a
+    non-finite entry becomes 0 (it then has a margin loss at every direction and
+    no direction, a function of its user's rows only)."""
     X = np.array(X, dtype=np.float64)
-    if center and X.shape[0]:
-        with np.errstate(**_QUIET):
-            X -= seg.expand(_user_means(seg, X))
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
         X[bad] = 0.0
@@ -773,7 +726,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     with np.errstate(**_QUIET):
         F = np.asarray(F, dtype=np.float64)
         if fit_intercept:
-            mean = _user_means(seg, F)
+            mean = user_means(seg, F)
             Ft = F - seg.expand(mean)
         else:
             mean, Ft = np.zeros((n_users, k)), F
@@ -786,7 +739,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A = np.ones((seg.n_rows, q))
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
-    total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
+    total = seg.segment_sum_wide
     C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
@@ -843,17 +796,6 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
     heads = np.where(keep[:, None], v1, v0)
     intercepts = np.where(keep, b1, b0)
     return heads, intercepts, np.where(keep, ok1, ok0)
-
-
-def _segment_summer(seg):
-    """``values -> seg.segment_sum_wide(values)`` (float64) with its sparse matrix built once.
-
-    The same product as :meth:`~skdpp.utils._grouped.UserBlock.segment_sum_wide`
-    (bit-identical sums), for the ``2 * _NEWTON_STEPS + 1`` sums of a head fit.
-    """
-    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
-                          shape=(seg.n_users, seg.n_rows))
-    return lambda values: np.asarray(owner @ values)
 
 
 def _grid_dots(left, dirs_t, dots, multi):
@@ -919,11 +861,11 @@ class BlockState:
     def Xc(self):
         """The score rows as the releases see them, recomputed.
 
-        Uncentred (float64, non-finite rows as in :func:`centered_rows`):
+        Uncentred (float64, non-finite rows as in :func:`finite_rows`):
         centring each user's ~10 rows at their mean shrinks the margins the
         selection scores (measured: 0.01-0.12 accuracy on the paper's setting).
         """
-        return centered_rows(self.score, self.score.take(self.score.X), center=False)
+        return finite_rows(self.score.take(self.score.X))
 
     @property
     def Z(self):
