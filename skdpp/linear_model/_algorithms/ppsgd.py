@@ -24,6 +24,7 @@ from .._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_ST
                      VARIANCE_FLOOR, at_grid_edge, auto_bound, feature_scales,
                      gradient_bound_inconsistent, inverse_scales, label_range, scaling_notes,
                      standardize, standardize_block, useless_fit_message)
+from .._scratch import release_scratch
 from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
                             gradient_norm_statistic, make_sgd_blocks, offset_values,
                             personal_refit, personal_sgd, sgd_round)
@@ -202,6 +203,13 @@ def _sgd_config(config, key, n_features, *, sample_rate, n_rounds, lr_local, cli
 
 def run(executor, release, randomness, meta, config):
     """Fit PPSGD: the ``"clip"`` phase's bounds, the rounds, the cold start, the personal parts."""
+    try:
+        return _run(executor, release, randomness, meta, config)
+    finally:
+        release_scratch()  # this thread's per-round buffers (see _scratch.py)
+
+
+def _run(executor, release, randomness, meta, config):
     lr_global, lr_local = step_sizes(config.alpha, config.learning_rate)
     n_users, d = meta["n_users"], meta["n_features"]
     releases = config.releases
@@ -316,9 +324,13 @@ def fit_personal(X, y, index, config, estimator):
     prior = PersonalPrior(w, intercept, estimator.intercept_clip_,
                           float(config.personal_ridge or 0.0), sgd,
                           VARIANCE_FLOOR if scaled else 0.0, bool(estimator.local_only_))
-    if float(config.alpha) != np.inf and (config.personal_ridge is None or not config.releases):
-        run_rounds(executor, None, sgd, n_users=index.n_users, lr_global=0.0, w_init=w)
-    theta, b = _personal(executor, config, prior, n_steps)
+    try:
+        if float(config.alpha) != np.inf and (config.personal_ridge is None
+                                              or not config.releases):
+            run_rounds(executor, None, sgd, n_users=index.n_users, lr_global=0.0, w_init=w)
+        theta, b = _personal(executor, config, prior, n_steps)
+    finally:
+        release_scratch()
     return {"offsets_": theta, "intercept_offsets_": b - intercept}
 
 
