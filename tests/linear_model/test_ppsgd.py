@@ -985,3 +985,25 @@ def test_gather_rows_and_center_rows_match_fancy_indexing():
     Xb, _ = sgd.gather_rows(block, np.r_[4:12])
     assert_array_equal(sgd.center_rows(Xb, users, means, m),
                        X[rows[4:12]] - np.repeat(means[users], 4, axis=0))
+
+
+def test_budget_shares_are_keyed_by_the_plans_phase_names():
+    """budget_shares moves the named phase's share (the others keep their
+    defaults, "iterations" takes the rest); a key that is not a phase with a
+    share of its own, or a zero "clip" share, is refused before any release."""
+    meta = {"n_users": 500, "n_features": 3}
+    default = PPSGDRegressor()._budget_plan(meta).calibrate().shares
+    moved = PPSGDRegressor(budget_shares={"cold_start": 0.1})._budget_plan(meta)
+    moved = moved.calibrate().shares
+    assert default["cold_start"] == pytest.approx(0.02)
+    assert moved["cold_start"] == pytest.approx(0.1)
+    assert moved["clip"] == pytest.approx(default["clip"])       # still the "auto" rule
+    assert "cold_start" not in PPSGDRegressor(
+        budget_shares={"cold_start": 0.0})._budget_plan(meta).calibrate().shares
+    X, y, groups = _uneven_data()
+    for shares, match in (({"iterations": 0.5}, "not a phase"),
+                          ({"clip": 0}, r"budget_shares\['clip'\]")):
+        est = PPSGDRegressor(budget_shares=shares, n_rounds=2)
+        with pytest.raises(ValueError, match=match):
+            est.fit(X, y, groups)
+        assert not hasattr(est, "coef_")
