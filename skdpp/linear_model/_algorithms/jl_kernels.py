@@ -466,24 +466,12 @@ class _GridCounter:
 
 
 class _RowGridCounter:
-    """Row-by-row :class:`_GridCounter` (blocks with few equal rows), in cache-sized steps.
+    """Row-by-row :class:`_GridCounter` (blocks with few equal rows).
 
-    For every user ``i`` and candidate ``c`` of a chunk it lowers
-    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
-    rows are processed in steps of whole *pieces* (runs of at most
-    :attr:`CAP` consecutive rows of one user) holding about
-    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
-    allocated once per call and reused (the dot products stay in cache). The
-    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
-    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
-    and no byte can carry into the next because a piece has at most 255
-    rows; pieces of a user with more rows are added in ``int64`` afterwards.
-
-    The dot products are the same ``(rows * candidates, k) @ (k, D)``
-    products as one product over the whole block (rows of the left operand
-    do not interact; a single-row product, which numpy sends to a different
-    BLAS routine, is padded to two rows), so the counts are exact and equal
-    to the unchunked computation.
+    The same counts (the same products, bytes as counters of pieces of at most
+    ``CAP`` rows, longer users' pieces added in ``int64``), computed for every
+    row in cache-sized steps of whole pieces (about ``_GRID_STEP_ELEMENTS``
+    triples) with buffers allocated once per call.
     """
 
     CAP = 255  # (tests set _GridCounter.CAP: both counters read it)

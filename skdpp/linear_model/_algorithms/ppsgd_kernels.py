@@ -33,55 +33,21 @@ from ...utils._random import keyed_bits
 
 @dataclass(frozen=True)
 class SGDConfig:
-    """Public configuration of the block functions (and the secret fit key).
+    """Public configuration of the block functions (and the secret fit key)."""
 
-    Attributes
-    ----------
-    key : ndarray of shape (2,), uint64
-        The fit key (:attr:`skdpp.utils._random.FitRandomness.key`).
-    n_features : int
-        Columns of ``X`` (``d``).
-    fit_intercept : bool
-        A global and personal intercept, the last parameter of ``w``/``theta``.
-    batch_size : int or None
-        Per-user minibatch cap (``None``: all of the user's rows).
-    sample_rate : float
-        Poisson rate ``q`` of participation per round.
-    weighting : {"user", "sample"}
-        Gradient normalisation: minibatch mean (Alg. 3) or minibatch sum over
-        the public ``batch_size`` (Alg. 2).
-    lr_local : float
-        Step size of ``theta_i`` (0: the offsets stay 0).
-    clip_norm : float or None
-        Per-user clip of the released contribution.
-    release : bool
-        Return the clipped partial sums (``False`` when the global step is 0).
-    average : bool
-        Keep the running average of every ``theta_i``.
-    n_rounds : int
-        Number of rounds ``T`` (for the average).
-    center : bool, default=False
-        Centre each user's rows and targets on the user's own means (all its
-        rows): the per-user intercept profiled out (``fit_intercept=True`` of
-        the estimator).
-    local_scale : bool, default=False
-        Divide each user's local step by the user's own mean squared (centred)
-        row norm: a scale-free local step from the user's rows only.
-    """
-
-    key: object
-    n_features: int
-    fit_intercept: bool
-    batch_size: object
-    sample_rate: float
-    weighting: str
-    lr_local: float
-    clip_norm: object
-    release: bool
-    average: bool
-    n_rounds: int
-    center: bool = False
-    local_scale: bool = False
+    key: object               # the fit key (FitRandomness.key), uint64 (2,)
+    n_features: int           # d
+    fit_intercept: bool       # an intercept as the last parameter of w and theta
+    batch_size: object        # per-user minibatch cap (None: all of the user's rows)
+    sample_rate: float        # Poisson rate q of participation per round
+    weighting: str            # "user": minibatch mean (Alg. 3); "sample": sum / batch_size
+    lr_local: float           # step size of theta_i (0: the offsets stay 0)
+    clip_norm: object         # per-user clip of the released contribution
+    release: bool             # return the clipped partial sums (False: global step 0)
+    average: bool             # keep the running average of every theta_i
+    n_rounds: int             # T (for the average)
+    center: bool = False      # rows and targets centred on the user's own means
+    local_scale: bool = False  # local step over the user's own mean squared row norm
 
     @property
     def n_params(self):
@@ -595,32 +561,15 @@ def offset_values(block, state, config):
 
 @dataclass(frozen=True, eq=False)
 class PersonalPrior:
-    """Public inputs of the personal parts (released values and ``personal_ridge``).
+    """Public inputs of the personal parts (released values and ``personal_ridge``)."""
 
-    Attributes
-    ----------
-    w : ndarray of shape (n_params,)
-        The released global weights (the prior mean of every ``w + theta_i``).
-    intercept : float
-        The released cold-start intercept.
-    intercept_scale : float or None
-        ``R_b``: the prior std of a user's mean level around the cold-start
-        prediction is ``R_b / sqrt(κ)`` (``None``: no shrinkage).
-    ridge : float
-        ``κ`` (``personal_ridge``).
-    config : SGDConfig
-    variance_floor : float, default=0.0
-        Lower bound of the users' feature variances in the penalty (the
-        standardised units of a fit with per-feature scales).
-    """
-
-    w: np.ndarray
-    intercept: float
-    intercept_scale: object
-    ridge: float
+    w: np.ndarray             # released global weights (prior mean of every w + theta_i)
+    intercept: float          # released cold-start intercept
+    intercept_scale: object   # R_b: prior std of a user's level is R_b / sqrt(kappa)
+    ridge: float              # kappa (personal_ridge)
     config: SGDConfig
-    variance_floor: float = 0.0
-    local_only: bool = False
+    variance_floor: float = 0.0  # floor of the penalty's feature variances (scaled fits)
+    local_only: bool = False  # the released part is noise: shrink towards 0 and own mean
 
 
 # Bytes of the per-chunk d x d statistics of the personal refit.
