@@ -152,7 +152,7 @@ def run_one(info, pool, alpha, step, sigma, seed=0):
     blocks = make_blocks(np.zeros((N_USERS, 1)), np.zeros(N_USERS),
                          UserIndex.from_groups(None, N_USERS), max_rows=None)
     executor = LocalExecutor(blocks)
-    config = SGDConfig(key=None, n_features=N_FEATURES, fit_intercept=False,
+    config = SGDConfig(key=None, n_features=N_FEATURES,
                        batch_size=BATCH, sample_rate=1.0, weighting="user",
                        lr_local=lr_local, clip_norm=CLIP, release=lr_global > 0,
                        average=False, n_rounds=N_ROUNDS)

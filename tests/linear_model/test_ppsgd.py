@@ -625,19 +625,14 @@ def _patch_broken(monkeypatch, broken):
         calls.append(grad.shape)
         return grad.sum(axis=0)
 
-    def per_row_clipping(Xb, yb, m, coef, fit_intercept):
+    def per_row_clipping(Xb, yb, m, coef):
         # Row-level DP-SGD mistaken for user-level: every row's gradient is
         # clipped to 1 and the rows summed, with no per-user clip.
         calls.append(Xb.shape)
-        d = Xb.shape[1]
         coef_rows = np.broadcast_to(coef, (len(m), coef.shape[-1]))
         coef_rows = np.repeat(coef_rows, m, axis=0)
-        residual = np.einsum("ij,ij->i", Xb, coef_rows[:, :d]) - yb
-        if fit_intercept:
-            residual += coef_rows[:, d]
+        residual = np.einsum("ij,ij->i", Xb, coef_rows) - yb
         rows = Xb * residual[:, None]
-        if fit_intercept:
-            rows = np.hstack([rows, residual[:, None]])
         starts = np.concatenate([[0], np.cumsum(m)[:-1]])
         return np.add.reduceat(clip_by_norm(rows, 1.0), starts, axis=0) * m[:, None]
 

@@ -281,24 +281,19 @@ def test_whole_stack_fallback_is_caught(monkeypatch, name):
                                  _personal_parts(est, *neighbour))
 
 
-def _old_user_gradients(Xb, yb, m, coef, fit_intercept):
+def _old_user_gradients(Xb, yb, m, coef):
     """The former stack-wide switch: batched products when every minibatch has the
     same size, segment sums (another rounding) for every user otherwise."""
     if m.min() == m.max():
-        return _personalized_sgd._equal_gradients(Xb, yb, m.shape[0], int(m[0]), coef,
-                                                   fit_intercept)
+        return _personalized_sgd._equal_gradients(Xb, yb, m.shape[0], int(m[0]), coef)
     n, d = m.shape[0], Xb.shape[1]
-    grad = np.empty((n, d + int(fit_intercept)))
+    grad = np.empty((n, d))
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
     c = coef if coef.ndim == 1 else np.repeat(coef, m, axis=0)
-    residual = Xb @ c[:d] if coef.ndim == 1 else np.einsum("ij,ij->i", Xb, c[:, :d])
-    if fit_intercept:
-        residual += c[d] if coef.ndim == 1 else c[:, d]
+    residual = Xb @ c if coef.ndim == 1 else np.einsum("ij,ij->i", Xb, c)
     residual -= yb
-    grad[:, :d] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
-    if fit_intercept:
-        grad[:, d] = np.add.reduceat(residual, starts)
+    grad[:] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
     return grad
 
 

@@ -163,8 +163,8 @@ def run_rounds(executor, release, config, *, n_users, lr_global, w_init=None,
     the users' offsets stay in the block states (:func:`~.ppsgd_kernels.final_offsets`).
     """
     n_rounds, q = int(config.n_rounds), float(config.sample_rate)
-    w = np.zeros(config.n_params) if w_init is None else np.array(w_init, dtype=float)
-    w_sum = np.zeros(config.n_params) if config.average else None
+    w = np.zeros(config.n_features) if w_init is None else np.array(w_init, dtype=float)
+    w_sum = np.zeros(config.n_features) if config.average else None
     clip_norm = config.clip_norm
     sensitivity = None if clip_norm is None else 2.0 * float(clip_norm)
     # Alg. 2/3, line 13: the sum is divided by the public expected number of
@@ -194,7 +194,7 @@ def run_rounds(executor, release, config, *, n_users, lr_global, w_init=None,
 
 def _sgd_config(config, key, n_features, *, sample_rate, n_rounds, lr_local, clip_norm):
     return SGDConfig(
-        key=key, n_features=int(n_features), fit_intercept=False,
+        key=key, n_features=int(n_features),
         batch_size=config.batch_size, sample_rate=float(sample_rate),
         weighting=config.weighting, lr_local=lr_local, clip_norm=clip_norm,
         release=config.releases, average=bool(config.average), n_rounds=int(n_rounds),
@@ -261,7 +261,7 @@ def _run(executor, release, randomness, meta, config):
                           VARIANCE_FLOOR if scaled else 0.0, local_only)
     theta, b = _personal(executor, config, prior, int(config.n_rounds))
     z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
-    attributes = {"coef_": w[:d].copy(), "intercept_": float(intercept),
+    attributes = {"coef_": w.copy(), "intercept_": float(intercept),
                   "offsets_": theta, "intercept_offsets_": b - float(intercept),
                   "n_iter_": int(config.n_rounds), "noise_multiplier_": z,
                   "clip_norm_": None if clip_norm is None else float(clip_norm),

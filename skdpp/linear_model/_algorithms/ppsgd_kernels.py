@@ -10,7 +10,7 @@ one clip per user and round). ``theta_i`` lives in the block state
 (:class:`BlockState`). Randomness is keyed by the fit key and the user's own
 id (and, for minibatches, the pass and the canonical rank of the row), so a
 user's choices depend neither on other users nor on the row order. The
-intercept, when fitted, is the last parameter (no column of ones). ``X`` is
+intercept, when fitted, is profiled out (rows centred per user). ``X`` is
 never copied whole: each round gathers the minibatch rows into per-thread
 scratch buffers (:func:`gather_rows`) and centres them in place.
 """
@@ -37,7 +37,6 @@ class SGDConfig:
 
     key: object               # the fit key (FitRandomness.key), uint64 (2,)
     n_features: int           # d
-    fit_intercept: bool       # an intercept as the last parameter of w and theta
     batch_size: object        # per-user minibatch cap (None: all of the user's rows)
     sample_rate: float        # Poisson rate q of participation per round
     weighting: str            # "user": minibatch mean (Alg. 3); "sample": sum / batch_size
@@ -48,11 +47,6 @@ class SGDConfig:
     n_rounds: int             # T (for the average)
     center: bool = False      # rows and targets centred on the user's own means
     local_scale: bool = False  # local step over the user's own mean squared row norm
-
-    @property
-    def n_params(self):
-        """Length of ``w`` and of each ``theta_i`` (``d``, plus 1 with an intercept)."""
-        return self.n_features + int(self.fit_intercept)
 
 
 # --------------------------------------------------------------------------- #
@@ -187,9 +181,9 @@ class BlockState:
 
     Attributes
     ----------
-    theta : ndarray of shape (n_users, n_params)
+    theta : ndarray of shape (n_users, d)
         The users' current offsets ``theta_i`` (Alg. 1, line 2: zeros).
-    theta_avg : ndarray of shape (n_users, n_params) or None
+    theta_avg : ndarray of shape (n_users, d) or None
         ``sum_{s <= last} theta_{i,s} / T`` (running average of the iterates).
     last : ndarray of shape (n_users,) or None
         Last round accounted in ``theta_avg``.
@@ -205,7 +199,7 @@ class BlockState:
     """
 
     def __init__(self, block, config):
-        shape = (block.n_users, config.n_params)
+        shape = (block.n_users, config.n_features)
         self.theta = np.zeros(shape)
         self.theta_avg = np.zeros(shape) if config.average else None
         self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
@@ -329,25 +323,12 @@ def center_rows(A, users, means, m):
 _EINSUM_MAX_FEATURES = 16
 
 
-def _user_gradients(Xb, yb, m, coef, fit_intercept):
-    """Per-user sums of the squared-loss row gradients at ``coef``.
+def _user_gradients(Xb, yb, m, coef):
+    """Per-user sums ``sum_rows x (<x, c> - y)`` of the squared-loss row gradients.
 
-    Parameters
-    ----------
-    Xb : ndarray of shape (sum(m), d)
-        Minibatch rows grouped by user (``m[j]`` rows for the ``j``-th user).
-    yb : ndarray of shape (sum(m),)
-    m : ndarray of shape (n,)
-    coef : ndarray of shape (n, p) or (p,)
-        Each user's parameters ``w + theta_i`` (or the shared ``w``); the last
-        entry is the intercept when ``fit_intercept``.
-    fit_intercept : bool
-
-    Returns
-    -------
-    grad : ndarray of shape (n, p)
-        ``sum_rows x (<x, c_d> + c_b - y)`` and, with an intercept, the
-        residual sum in the last column.
+    ``Xb`` (``sum(m)`` rows grouped by user, ``m[j]`` for the ``j``-th user),
+    ``yb``, and ``coef`` of shape (n, d) (each user's ``w + theta_i``) or (d,)
+    (the shared ``w``); returns shape (n, d).
 
     Notes
     -----
@@ -361,10 +342,10 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
     """
     n, d = m.shape[0], Xb.shape[1]
     if n == 0:
-        return np.empty((0, d + int(fit_intercept)))
+        return np.empty((0, d))
     if m.min() == m.max():  # one size (no gathered copy; the same products)
-        return _equal_gradients(Xb, yb, n, int(m[0]), coef, fit_intercept)
-    grad = np.empty((n, d + int(fit_intercept)))
+        return _equal_gradients(Xb, yb, n, int(m[0]), coef)
+    grad = np.empty((n, d))
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
     shared = coef.ndim == 1
@@ -372,33 +353,25 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
         users = np.flatnonzero(m == size)
         rows = _ranges(starts[users], m[users])
         grad[users] = _equal_gradients(Xb[rows], yb[rows], users.size, int(size),
-                                       coef if shared else coef[users], fit_intercept)
+                                       coef if shared else coef[users])
     return grad
 
 
-def _equal_gradients(Xb, yb, n, k, coef, fit_intercept):
+def _equal_gradients(Xb, yb, n, k, coef):
     """:func:`_user_gradients` of ``n`` users with ``k`` minibatch rows each."""
     d = Xb.shape[1]
-    grad = np.empty((n, d + int(fit_intercept)))
-    shared = coef.ndim == 1
     X3 = Xb.reshape(n, k, d)
     small = d <= _EINSUM_MAX_FEATURES
-    if shared:
-        residual = (Xb @ coef[:d]).reshape(n, k)
+    if coef.ndim == 1:
+        residual = (Xb @ coef).reshape(n, k)
     elif small:
-        residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
+        residual = np.einsum("ukd,ud->uk", X3, coef)
     else:
-        residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
-    if fit_intercept:
-        residual += coef[d] if shared else coef[:, d:]
+        residual = np.matmul(X3, coef[:, :, None])[:, :, 0]
     residual -= yb.reshape(n, k)
     if small:
-        grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
-    else:
-        grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
-    if fit_intercept:
-        grad[:, d] = residual.sum(axis=1)
-    return grad
+        return np.einsum("uk,ukd->ud", residual, X3)
+    return np.matmul(residual[:, None, :], X3)[:, 0, :]
 
 
 def _clipped_sum(grad, clip_norm):
@@ -420,7 +393,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
 
     Returns
     -------
-    partial : ndarray of shape (n_params,) or None
+    partial : ndarray of shape (d,) or None
         Sum of the participants' gradients clipped to ``clip_norm`` (``None``
         when ``config.release`` is false).
     """
@@ -429,8 +402,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
     theta = state.theta[idx] if personal else None
     # Alg. 1, line 6: for the additive model the gradients in w and in theta_i
     # are equal.
-    grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w,
-                           config.fit_intercept)
+    grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w)
     if config.weighting == "user":  # Alg. 3, line 7: minibatch means
         grad /= m[:, None]
     else:  # Alg. 2, line 7: minibatch sums, in units of the public batch_size
@@ -480,7 +452,7 @@ def sgd_round(block, state, broadcast, *, config):
 def final_offsets(block, state, n_rounds, *, config):
     """The users' last ``theta_i``, or their average over rounds ``1..T``."""
     if state is None:
-        return np.zeros((block.n_users, config.n_params))
+        return np.zeros((block.n_users, config.n_features))
     if not config.average:
         return state.theta
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -520,12 +492,12 @@ def gradient_norm_statistic(block, state, config):
     (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
     """
     norms = np.zeros(block.n_users)
-    coef = np.zeros(config.n_params)
+    coef = np.zeros(config.n_features)
 
     def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
         offset = sub.first_user - block.first_user
         m = sub.counts.astype(np.float64)
-        grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
+        grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
         if config.weighting == "sample":
             grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
         norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
@@ -555,7 +527,7 @@ def offset_values(block, state, config):
     """Block function: ``fn`` of the users' offsets ``ȳ_i - <x̄_i, w>`` (centring only)."""
     w, fn = config
     with np.errstate(over="ignore", invalid="ignore"):
-        values = state.y_means - state.x_means @ w[:state.x_means.shape[1]]
+        values = state.y_means - state.x_means @ w
     return fn(values), state
 
 
@@ -607,7 +579,7 @@ def personal_refit(block, state, prior):
     config = prior.config
     state = _with_state(block, state, config)
     d = config.n_features
-    w_released = np.asarray(prior.w, dtype=np.float64)[:d]
+    w_released = np.asarray(prior.w, dtype=np.float64)
     # local_only: the released part is noise -- each user's own ridge fit, shrunk
     # towards zero weights and its own mean level (local data only)
     w = np.zeros(d) if prior.local_only else w_released
@@ -677,5 +649,5 @@ def personal_sgd(block, state, config):
     if state is None or state.x_means is None:
         return theta, np.zeros(block.n_users)
     with np.errstate(all="ignore"):
-        b = state.y_means - np.einsum("ij,ij->i", state.x_means, w[None, :d] + theta[:, :d])
+        b = state.y_means - np.einsum("ij,ij->i", state.x_means, w[None, :] + theta)
     return theta, np.where(np.isfinite(b), b, 0.0)
