@@ -373,7 +373,7 @@ def test_stream_never_reshuffles_a_user_whose_batch_is_all_its_rows():
         positions, m = stream.draw(np.array([0, 2]))
         assert_array_equal(positions, [0, 1, 2, 8, 9])  # canonical order, every time
     block, stream = _stream(np.array([3, 5]), None)
-    assert stream.draw(None)[0] is None  # every row of the block, canonical order
+    assert_array_equal(stream.draw(None)[0], np.arange(8))  # every row, canonical order
 
 
 def test_stream_of_a_user_is_keyed_by_its_id_pass_and_rows_only():
