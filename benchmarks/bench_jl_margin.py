@@ -133,7 +133,7 @@ Before, the selection's scores took ~80% of a default fit on this data:
 `n_rows x n_candidates x n_directions` = 10^6 x 256 x 64 = 1.6 * 10^10 dot
 products (k = 3), comparisons and byte counts, plus the projections
 `y U~^T M x` of every row (`benchmarks/results/jl_speed_before.md`). Now
-(`_margin_scores.candidate_user_losses`, `_GridCounter`):
+(`_algorithms/jl_kernels.candidate_user_losses`, `_GridCounter`):
 
 * the rows of a block are deduplicated bit for bit (a hash of their 64-bit
   words, collisions checked): on ratings data a row is an item's features

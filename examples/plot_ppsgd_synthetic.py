@@ -25,8 +25,8 @@ epsilon = 0), global-only (``alpha = inf``) and the best personalized
 ``alpha``, each with its best step size, over the noise grid.
 
 This runs the algorithm of :class:`~skdpp.linear_model.PPSGDRegressor` (the
-driver :func:`skdpp.linear_model._personalized_sgd.run_ppsgd` and the local
-steps :func:`~skdpp.linear_model._personalized_sgd.local_steps` that ``fit``
+driver :func:`skdpp.linear_model._algorithms.ppsgd.run_rounds` and the local
+steps :func:`~skdpp.linear_model._algorithms.ppsgd_kernels.local_steps` that ``fit``
 runs, noise through :class:`skdpp.privacy.Releaser` with a fixed noise
 multiplier) with a source of fresh rows instead of a stored data set: one
 pass of 1000 rounds would need 10 000 stored rows per user (10^7 rows x 100
@@ -74,14 +74,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from skdpp import PPSGDRegressor  # noqa: E402
 from skdpp.datasets import make_additive_personalized_regression  # noqa: E402
-from skdpp.linear_model._personalized_sgd import (  # noqa: E402
+from skdpp.linear_model._algorithms.ppsgd import run_rounds, step_sizes  # noqa: E402
+from skdpp.linear_model._algorithms.ppsgd_kernels import (  # noqa: E402
     BlockState,
     SGDConfig,
     final_offsets,
     local_steps,
-    run_ppsgd,
 )
 from skdpp.privacy import BudgetPlan, Releaser, gaussian_epsilon  # noqa: E402
 from skdpp.utils._executor import LocalExecutor  # noqa: E402
@@ -128,7 +127,7 @@ POOL = 200_000
 def fresh_round(block, state, broadcast, *, config, source):
     """One round of PPSGD on fresh rows: every user, a fresh minibatch each.
 
-    The map of :func:`~skdpp.linear_model._personalized_sgd.run_ppsgd` with
+    The map of :func:`~skdpp.linear_model._algorithms.ppsgd.run_rounds` with
     the minibatches read from ``source`` instead of the stored rows.
     """
     round_index, w = broadcast
@@ -147,13 +146,13 @@ def make_pool(variances, seed=0):
 
 def run_one(info, pool, alpha, step, sigma, seed=0):
     """Excess risk every EVERY rounds of one PPSGD run (fresh data, same stream)."""
-    lr_global, lr_local = PPSGDRegressor(alpha=alpha, learning_rate=step)._step_sizes()
+    lr_global, lr_local = step_sizes(alpha, step)
     var, target = info.feature_variances, info.coef
     # One block of N users (their stored rows are unused: the rows are fresh).
     blocks = make_blocks(np.zeros((N_USERS, 1)), np.zeros(N_USERS),
                          UserIndex.from_groups(None, N_USERS), max_rows=None)
     executor = LocalExecutor(blocks)
-    config = SGDConfig(key=None, n_features=N_FEATURES, fit_intercept=False,
+    config = SGDConfig(key=None, n_features=N_FEATURES,
                        batch_size=BATCH, sample_rate=1.0, weighting="user",
                        lr_local=lr_local, clip_norm=CLIP, release=lr_global > 0,
                        average=False, n_rounds=N_ROUNDS)
@@ -171,10 +170,10 @@ def run_one(info, pool, alpha, step, sigma, seed=0):
             with np.errstate(over="ignore", invalid="ignore"):
                 risks.append(float(np.mean(((w + theta - target) ** 2) @ var)))
 
-    run_ppsgd(executor, release, config, n_users=N_USERS, lr_global=lr_global,
-              round_fn=functools.partial(fresh_round,
-                                         source=FreshRows(pool, target, 0.01, BATCH, seed)),
-              callback=callback)
+    run_rounds(executor, release, config, n_users=N_USERS, lr_global=lr_global,
+               round_fn=functools.partial(fresh_round,
+                                          source=FreshRows(pool, target, 0.01, BATCH, seed)),
+               callback=callback)
     risks = np.array(risks)
     risks[~np.isfinite(risks)] = np.inf
     return risks

@@ -1,16 +1,6 @@
 """Margin-based personalized classification with a JL projection and the
-exponential mechanism (Snedeker, Zhou & Bassily 2025, Section 4, Algorithm 3).
-
-The shared embedding ``U_priv = M^T U~`` (``n_features x n_components``) is
-released under user-level differential privacy; every user's head ``v_i``
-and intercept ``b_i`` are fitted locally from the releases and that user's
-own rows (billboard model).
-
-This module holds the estimator; the algorithm lives in
-:mod:`~skdpp.linear_model._jl_algorithm` (the driver),
-:mod:`~skdpp.linear_model._margin_scores` (block functions),
-:mod:`~skdpp.linear_model._jl_candidates` (public randomness, candidates) and
-:mod:`~skdpp.linear_model._labels` (the label set).
+exponential mechanism: the estimator of Snedeker, Zhou & Bassily (2025),
+Algorithm 3, which lives in :mod:`skdpp.linear_model._algorithms.jl_margin`.
 """
 
 from numbers import Integral, Real
@@ -19,34 +9,13 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedClassifierMixin,
+from ..base import (BasePersonalizedEstimator, PersonalizedClassifierMixin,
                     _check_finite_output, linear_predictions, scaled_linear_scores)
-from ..privacy import BudgetPlan
-from ..privacy._plan import resolve_clip_share
-from ..privacy._quantile import quantile_grid, search_steps
-from ..utils._executor import LocalExecutor
-from ..utils._grouped import make_blocks
-from ..utils._random import hash_ids, row_hashes
-from ._jl_algorithm import Alg3Config, fit_alg3
+from ..privacy._plan import phase_shares
+from ._algorithms import jl_margin
 from ._labels import check_label_domain
-from ._margin_scores import Heads, heads_block
 
 __all__ = ["JLMarginClassifier"]
-
-# Rows per block of a fit (whole users; tests lower it to get many blocks).
-_BLOCK_ROWS = 32768
-
-# Share of ``delta`` reserved for the threshold of the private label selection.
-_THRESHOLD_DELTA_FRACTION = 0.25
-
-
-def _row_keys(X, y):
-    """Keys of the canonical order of a user's rows: a hash of features and label."""
-    y = np.asarray(y)
-    if y.dtype.kind not in "biuf":
-        labels, inverse = np.unique(y, return_inverse=True)
-        y = hash_ids(labels)[inverse.reshape(-1)]
-    return row_hashes(X, y)
 
 
 class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator):
@@ -95,13 +64,6 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         not depend on ``r``; it fixes the scale the margin refers to.
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic that ``clip_norm="auto"`` releases.
-    clip_share : float in (0, 1) or "auto", default="auto"
-        Share of the budget of the ``"clip"`` phase (if ``clip_norm="auto"``).
-        ``"auto"``: the public rule of every skdpp estimator
-        (:func:`~skdpp.privacy._plan.resolve_clip_share`): the smallest of
-        0.05, 0.1, 0.2, 0.3, 0.5 at which the noise std of the quantile's
-        counts is at most ``n_users / 8`` (a function of ``epsilon``,
-        ``delta``, the plan and the number of users only).
     n_candidates : int, default=256
         Number of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
@@ -110,10 +72,6 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         ``"subspace"``: first a Gaussian release of a noisy ``k' x k'``
         second-moment matrix of the users' label-weighted mean directions,
         whose top eigenvectors seed the candidates (see Notes).
-    subspace_share : float in (0, 1), default=0.7
-        Share of the budget of the ``"subspace"`` release.
-    cold_start_share : float in (0, 1), default=0.05
-        Share of the budget of the ``"cold_start"`` release.
     n_directions : int, default=64
         Number of public unit directions of the inner minimum over heads
         (``n_components=1``: always 2).
@@ -154,8 +112,19 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     max_classes_per_user : int, default=2
         Labels a user contributes to in the label selection (its most frequent
         ones).
-    label_share : float in (0, 1), default=0.05
-        Share of the budget of the ``"labels"`` phase (``classes=None``).
+    budget_shares : dict or None, default=None
+        Shares of the budget of the phases of the plan (the names
+        ``privacy_report_`` shows), each in (0, 1); phases left out keep their
+        defaults, and ``"selection"`` takes the rest (0.15 by default):
+
+        * ``"labels"`` (``classes=None``): 0.05;
+        * ``"clip"`` (``clip_norm="auto"``): ``"auto"``, the public rule of
+          every skdpp estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`):
+          the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 at which the noise std of
+          the quantile's counts is at most ``n_users / 8`` (a function of
+          ``epsilon``, ``delta``, the plan and the number of users only);
+        * ``"subspace"`` (``candidates="subspace"``): 0.7;
+        * ``"cold_start"``: 0.05.
     epsilon : float, default=1.0
         Privacy budget in ``(0, inf]``; ``np.inf`` runs the same algorithm
         without noise (the exponential mechanism becomes the argmax).
@@ -252,45 +221,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     **The margin** (``margin="auto"``, the default). The score's threshold
     is ``rho = 0`` (``rho -> 0+`` of Alg. 3): the per-user term is the
     fraction of the user's rows that the best of its directions misclassifies
-    in the candidate's projection, invariant to the rows' scale and to the
-    share of each row's norm in the shared subspace. Why not a fixed margin
-    relative to the clip radius (the former default 0.1): unit-norm rows in
-    ``d = 200`` whose labels depend on a rank-2 subspace have margins of
-    ~0.07 of their norm (less after the noisy subspace), so 0.1 put every row
-    in the loss and the selection at chance (accuracy 0.50-0.59 at
-    ``epsilon = 8``, against 0.64-0.80 with ``"auto"``). Why not a grid of
-    margins selected jointly with the candidates by the same exponential
-    mechanism: each user's term is non-decreasing in ``rho`` (a larger
-    threshold only adds losses, and the minimum over directions keeps the
-    order), so the joint selection concentrates on the grid's smallest
-    margin: it is ``"auto"`` at the cost of the grid's log size. Why not a
-    private quantile of per-user margins: it costs budget and a pass, and
-    every measured setting preferred the smallest margin (below).
+    in the candidate's projection, invariant to the rows' scale. Why not a
+    fixed margin, a grid of margins or a private quantile, and the
+    measurements: :ref:`jl_margin` ("The margin").
 
-    **Measured** (``margin="auto"`` against the former 0.1, ``epsilon = 8``,
-    2 000 users x 20 rows, ``n_components=2``; chosen on ``d = 200`` and the
-    paper's ``d = 50``, reported on held-out settings). Unit-sphere rows,
-    rank-2 labels: ``d = 20`` 0.883 (0.1: 0.872; per-user logistic 0.651),
-    ``d = 100`` 0.882 (0.691; 0.539), ``d = 500`` 0.589 (0.543; 0.508).
-    Gaussian rows with a log-normal scale per user (not normalised): ``d =
-    20`` 0.883 (0.871; 0.710), ``d = 100`` 0.877 (0.682; 0.588), ``d = 500``
-    0.593 (0.544; 0.528); ``d = 100`` times 1e-3 or 1e3: 0.882 / 0.882
-    (unit rows), 0.878 / 0.877 (Gaussian). Paper's setting (10 000
-    users, ``d = 50``, data margin 0.05, 128 candidates, 2 seeds): 0.749 /
-    0.875 / 0.932 / 0.944 / 0.947 / 0.951 at ``epsilon`` = 0.1 / 0.2 / 0.5 /
-    1 / 2 / inf (0.1: 0.597 / 0.645 / 0.826 / 0.884 / 0.925 / 0.943); one
-    seed, ``epsilon = 1``: with 15% flipped labels 0.74 (0.696),
-    ``candidates="random"`` 0.601 (0.543). MovieLens (genres + year,
-    "rating >= 4", 2 seeds), at ``epsilon`` = 1 / 4 / 8 / inf: all users
-    0.675 / 0.674 / 0.674 / 0.674 (0.1: the same, 0.675 at inf); odd-id users
-    0.682 / 0.682 / 0.683 / 0.689 (the same).
-    Scaling the features by 1e-3 or 1e3 changes the accuracy by at most 0.02
-    (the released clip radius lies on a power-of-two grid).
-
-    **Budget plan** (:class:`~skdpp.privacy.BudgetPlan`): ``labels``
-    (``label_share``), ``clip`` (``clip_share``, 6 releases), ``subspace``
-    (``subspace_share``), ``cold_start`` (``cold_start_share``) and
-    ``selection`` (the rest: 0.15 of the budget by default). The plan is
+    **Budget plan** (:class:`~skdpp.privacy.BudgetPlan`, shares in
+    ``budget_shares``): ``labels``, ``clip`` (6 releases), ``subspace``,
+    ``cold_start`` and ``selection`` (the rest: 0.15 of the budget by default). The plan is
     calibrated once so that the composition of all releases meets
     ``(epsilon, delta)``; ``privacy_report_`` lists the phases. The margin
     (``"auto"`` or a float) adds no release and no phase.
@@ -333,18 +270,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     * The label set, the cold start and multiclass one-vs-rest are not in the
       paper.
 
-    **Measured** (defaults chosen on MovieLens users with an even id only;
-    ``benchmarks/bench_real_data.py --estimators jl``, 2 seeds). "rating >= 4"
-    from genres + year, accuracy at ``epsilon`` = 1 / 4 / inf: all users
-    0.675 / 0.674 / 0.675 (per-user majority 0.662, per-user logistic 0.679);
-    odd users 0.682 / 0.682 / 0.689 (majority 0.680). Features times 1000 or
-    the year shifted by 10^4 move the accuracy by at most 0.004 (all users,
-    ``epsilon`` = 1 and inf). On the paper's synthetic setting (10 000 users,
-    ``d = 50``, ``k = 2``, margin 0.05, 128 candidates, 2 seeds), whose
-    labels have no bias, the default gives 0.60 / 0.75 / 0.91 / 0.95 / 0.95 /
-    0.96 at ``epsilon`` = 0.1 / 0.2 / 0.5 / 1 / 2 / inf, as
-    ``fit_intercept=False`` (a free per-user bias and centred releases gave
-    0.54 / 0.61 / 0.86 / 0.92 / 0.93 / 0.93).
+    **Measured**: :ref:`jl_margin` (MovieLens and the paper's setting).
 
     **Input domain** (README, "Privacy model"). ``X``: finite floats (a
     non-finite value is rejected by ``validate_data`` with a ``ValueError``
@@ -407,11 +333,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         "margin": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "clip_norm": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
         "clip_quantile": [Interval(Real, 0, 1, closed="right")],
-        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "n_candidates": [Interval(Integral, 1, None, closed="left")],
         "candidates": [StrOptions({"subspace", "random"})],
-        "subspace_share": [Interval(Real, 0, 1, closed="neither")],
-        "cold_start_share": [Interval(Real, 0, 1, closed="neither")],
         "n_directions": [Interval(Integral, 2, None, closed="left")],
         "fit_intercept": ["boolean"],
         "personal_rows": [StrOptions({"all", "holdout"})],
@@ -419,11 +342,12 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         "multiclass": [StrOptions({"ovr", "raise"})],
         "classes": ["array-like", StrOptions({"observed"}), None],
         "max_classes_per_user": [Interval(Integral, 1, None, closed="left")],
-        "label_share": [Interval(Real, 0, 1, closed="neither")],
+        "budget_shares": [dict, None],
         "verbose": ["verbose"],
     }
 
     _personal_attributes = ("heads_", "intercepts_")
+    _algorithm = jl_margin
 
     def __init__(
         self,
@@ -433,11 +357,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         margin="auto",
         clip_norm="auto",
         clip_quantile=0.5,
-        clip_share="auto",
         n_candidates=256,
         candidates="subspace",
-        subspace_share=0.7,
-        cold_start_share=0.05,
         n_directions=64,
         fit_intercept=True,
         personal_rows="all",
@@ -445,7 +366,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         multiclass="ovr",
         classes=None,
         max_classes_per_user=2,
-        label_share=0.05,
+        budget_shares=None,
         epsilon=1.0,
         delta=1e-6,
         random_state=None,
@@ -456,11 +377,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         self.margin = margin
         self.clip_norm = clip_norm
         self.clip_quantile = clip_quantile
-        self.clip_share = clip_share
         self.n_candidates = n_candidates
         self.candidates = candidates
-        self.subspace_share = subspace_share
-        self.cold_start_share = cold_start_share
         self.n_directions = n_directions
         self.fit_intercept = fit_intercept
         self.personal_rows = personal_rows
@@ -468,13 +386,12 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         self.multiclass = multiclass
         self.classes = classes
         self.max_classes_per_user = max_classes_per_user
-        self.label_share = label_share
+        self.budget_shares = budget_shares
         self.epsilon = epsilon
         self.delta = delta
         self.random_state = random_state
         self.verbose = verbose
 
-    # ------------------------------------------------------------ validation
     def _validate_data_kwargs(self):
         return {}
 
@@ -491,8 +408,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         # user's data (DESIGN section 7).
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
-        for name in ("margin", "clip_quantile", "clip_share", "subspace_share",
-                     "cold_start_share", "personal_ridge", "label_share"):
+        for name in ("margin", "clip_quantile", "personal_ridge"):
             if isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"The '{name}' parameter must be a float, got the "
                                  f"boolean {getattr(self, name)!r}.")
@@ -514,65 +430,31 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 f"jl_dim >= n_components or jl_dim='auto'.")
         return data
 
-    def _make_blocks(self, data, randomness):
-        return make_blocks(data.X, data.y, data.index, row_keys=_row_keys(data.X, data.y),
-                           max_rows=_BLOCK_ROWS)
-
-    def _validate_personal_input(self, X, y):
-        X, y = validate_data(self, X, y, reset=False)
-        # Labels are compared to the fitted classes_ by equality (see Notes).
-        check_label_domain(y, np.asarray(self.classes_), estimator=type(self).__name__)
-        return X, y
-
-    # ---------------------------------------------------------- plan and core
-    def _budget_plan(self, meta):
-        private = self.epsilon != np.inf
-        if private and self.delta == 0 and self.candidates == "subspace":
-            raise ValueError(
-                "candidates='subspace' uses the Gaussian mechanism and needs "
-                "delta > 0; got delta=0. Pass delta > 0 (e.g. 1e-6) or "
-                "candidates='random' for a pure epsilon-DP fit.")
-        if private and self.delta == 0 and self.fit_intercept:
-            raise ValueError(
-                "fit_intercept=True releases the cold-start intercepts with the Gaussian "
-                "mechanism and needs delta > 0; got delta=0. Pass delta > 0 (e.g. 1e-6), "
-                "or fit_intercept=False with candidates='random' for a pure epsilon-DP fit.")
-        if private and self.delta == 0 and self.classes is None:
-            raise ValueError(
-                "classes=None selects the label set privately, which needs delta > 0; got "
-                "delta=0. Pass delta > 0 (e.g. 1e-6) or the label set as `classes`.")
-        if private and self.delta == 0 and self.clip_norm == "auto":
-            raise ValueError(
-                "clip_norm='auto' releases a private quantile with the Gaussian mechanism "
-                "and needs delta > 0; got delta=0. Pass delta > 0 (e.g. 1e-6) or a number "
-                "as clip_norm.")
-        if private and self.clip_norm is None:
-            raise ValueError(
-                "clip_norm=None (no clipping; the margin is then in the data's units) is "
-                "allowed only with epsilon=np.inf. Pass clip_norm='auto' or a number.")
-        if self.clip_norm != "auto":
-            return self._plan_with_clip_share(None)
-        return self._plan_with_clip_share(
-            resolve_clip_share(self.clip_share, self._plan_with_clip_share, meta["n_users"]))
-
-    def _plan_with_clip_share(self, clip_share):
-        plan = BudgetPlan(self.epsilon, self.delta)
-        if self.classes is None:
-            plan.add("labels", share=self.label_share, param="label_share",
-                     threshold_delta=_THRESHOLD_DELTA_FRACTION * self.delta)
-        if self.clip_norm == "auto":
-            plan.add("clip", share=clip_share, count=search_steps(quantile_grid()),
-                     param="clip_share")
-        if self.candidates == "subspace":
-            plan.add("subspace", share=self.subspace_share, param="subspace_share")
-        plan.add_rest("selection", mechanism="exponential")
-        plan.add("cold_start", share=self.cold_start_share, param="cold_start_share",
-                 mechanism="gaussian" if self.fit_intercept else "exponential")
-        return plan
-
-    def _config(self):
-        classes = self._public_classes()
-        return Alg3Config(
+    def _fit_config(self, meta=None):
+        """The frozen :class:`~._algorithms.jl_margin.JLConfig`; rejects ``delta=0``
+        with a Gaussian release and zero shares (public checks of the parameters)."""
+        shares = phase_shares(self.budget_shares, jl_margin.DEFAULT_SHARES,
+                              owner=type(self).__name__)
+        for name, share in shares.items():
+            if share == 0:
+                raise ValueError(
+                    f"budget_shares[{name!r}] must be in (0, 1), got 0: the phase is part "
+                    f"of the algorithm. Pass a positive share or leave the key out.")
+        gaussian = [("candidates='subspace'", self.candidates == "subspace",
+                     "candidates='random'"),
+                    ("fit_intercept=True", self.fit_intercept,
+                     "fit_intercept=False with candidates='random'"),
+                    ("classes=None (the private label selection)", self.classes is None,
+                     "the label set as `classes`"),
+                    ("clip_norm='auto' (a private quantile)", self.clip_norm == "auto",
+                     "a number as clip_norm")]
+        for what, used, remedy in gaussian:
+            if used and self.epsilon != np.inf and self.delta == 0:
+                raise ValueError(
+                    f"{what} uses the Gaussian mechanism and needs delta > 0; got delta=0. "
+                    f"Pass delta > 0 (e.g. 1e-6) or {remedy} for a pure epsilon-DP fit.")
+        return jl_margin.JLConfig(
+            epsilon=float(self.epsilon), delta=float(self.delta),
             n_components=int(self.n_components), jl_dim=self.jl_dim,
             margin="auto" if isinstance(self.margin, str) else float(self.margin),
             clip_norm=self.clip_norm if self.clip_norm in (None, "auto")
@@ -580,75 +462,22 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
             clip_quantile=float(self.clip_quantile), n_candidates=int(self.n_candidates),
             candidates=self.candidates, n_directions=int(self.n_directions),
             holdout=self.personal_rows == "holdout", fit_intercept=bool(self.fit_intercept),
-            personal_ridge=float(self.personal_ridge), classes=classes,
+            personal_ridge=float(self.personal_ridge), classes=self._public_classes(),
             max_classes_per_user=int(self.max_classes_per_user),
-            multiclass=self.multiclass, verbose=int(self.verbose))
+            multiclass=self.multiclass, shares=tuple(sorted(shares.items())),
+            verbose=int(self.verbose))
 
-    def _fit_core(self, executor, release, randomness, meta):
-        fitted = fit_alg3(executor, release, randomness, meta, self._config())
-        n_problems = fitted["embeddings"].shape[0]
-        notes = [
-            "Shared embedding U_priv = M^T U~ selected by the exponential mechanism "
-            "over a finite candidate set (Snedeker et al. 2025, Alg. 3).",
-            "Candidates: " + ("data-independent random orthonormal frames."
-                              if self.candidates == "random" else
-                              "around the top eigenvectors of the DP 'subspace' release."),
-        ]
-        if self.margin == "auto":
-            notes.append("Margin: 'auto', the limit rho -> 0+ of the score's margin loss "
-                         "(the 0-1 loss of the projected rows, invariant to the rows' "
-                         "scale; no budget).")
-        else:
-            notes.append(f"Margin: {float(self.margin):g} times the clip radius "
-                         f"(rho = {fitted['threshold']:.6g}).")
-        not_covered = ()
-        if self.classes is None and fitted["classes_covered"]:
-            notes.append("The label set classes_ was selected privately (phase 'labels').")
-        elif self.classes is None:
-            notes.append("NOT COVERED: the private label selection (phase 'labels') "
-                         "published fewer than 2 labels, so classes_ holds the labels "
-                         "observed in y (one user holding a unique label changes it). Pass "
-                         "the label set as `classes`.")
-            not_covered = ("classes_",)
-        elif isinstance(self.classes, str):
-            notes.append("NOT COVERED: the label set classes_ was inferred from y "
-                         "(classes='observed') and is released as is (one user holding a "
-                         "unique label changes it). Use classes=None (private selection) "
-                         "or pass the label set.")
-            not_covered = ("classes_",)
-        else:
-            notes.append("The label set classes_ is public (given by `classes`).")
-        if n_problems > 1:
-            notes.append(f"One-vs-rest over {n_problems} classes: each phase releases all "
-                         f"{n_problems} binary problems at once.")
-        released = ["classes_", "jl_matrix_ (public randomness)", "embeddings_",
-                    "cold_start_intercepts_" if self.fit_intercept else "cold_start_heads_"]
-        if self.clip_norm == "auto":
-            released.insert(1, "clip_norm_")
-        return FitResult(
-            {"classes_": fitted["classes"], "jl_dim_": fitted["jl_dim"],
-             "clip_norm_": fitted["clip_norm"], "jl_matrix_": fitted["jl_matrix"],
-             "embeddings_": fitted["embeddings"],
-             "cold_start_heads_": fitted["cold_start_heads"],
-             "cold_start_intercepts_": fitted["cold_start_intercepts"],
-             "heads_": fitted["heads"], "intercepts_": fitted["intercepts"]},
-            released=tuple(released), local=("heads_", "intercepts_"), notes=tuple(notes),
-            not_covered=not_covered)
+    def _make_blocks(self, data, randomness):
+        return jl_margin.make_jl_blocks(data.X, data.y, data.index)
 
-    def _prior_bias(self):
-        return self.cold_start_intercepts_ if self.fit_intercept \
-            else np.zeros_like(self.cold_start_intercepts_)
+    def _validate_personal_input(self, X, y):
+        X, y = validate_data(self, X, y, reset=False)
+        # Labels are compared to the fitted classes_ by equality (see Notes).
+        check_label_domain(y, np.asarray(self.classes_), estimator=type(self).__name__)
+        return X, y
 
     def _fit_personal(self, X, y, index):
-        """Heads of the users of ``index`` from their rows and the released values."""
-        y = np.asarray(y)
-        executor = LocalExecutor(make_blocks(X, y, index, row_keys=_row_keys(X, y),
-                                             max_rows=_BLOCK_ROWS))
-        heads, intercepts = executor.collect(heads_block, Heads(
-            self.embeddings_, self.classes_, self.cold_start_heads_,
-            self.cold_start_intercepts_, self._prior_bias(), float(self.personal_ridge),
-            bool(self.fit_intercept)))
-        return {"heads_": heads, "intercepts_": intercepts}
+        return jl_margin.fit_personal(X, y, index, self._fit_config(), self)
 
     # --------------------------------------------------------------- predict
     def decision_function(self, X, groups=None):

@@ -1,57 +1,21 @@
-"""Personalized-private SGD (PPSGD) for additive personalization.
-
-The model of Bietti, Wei, Dudík, Langford and Wu (2022) predicts the target of
-a row ``x`` of user ``i`` as ``<x, w + theta_i>`` (plus ``b + b_i`` with
-intercepts): a global weight vector ``w`` shared by all users and released
-under user-level differential privacy, and a personal offset ``theta_i`` that
-never leaves user ``i``. Each round, every participating user takes a local
-SGD step on ``theta_i`` and sends its clipped gradient with respect to ``w`` to
-the server, which adds Gaussian noise to the sum and steps ``w``. The ratio
-``alpha`` of the global to the local step size moves the model from local-only
-learning (``alpha=0``: perfectly private) to global-only DP-SGD
-(``alpha=np.inf``).
-
-This module holds the estimator :class:`PPSGDRegressor` (parameters, budget
-plan, predictions); the algorithm (Algorithms 1-3 of the paper as block
-functions and a driver) is in :mod:`skdpp.linear_model._personalized_sgd`.
+"""Personalized-private SGD (PPSGD) for additive personalization: the estimator of
+Bietti, Wei, Dudík, Langford & Wu (2022), whose Algorithms 1-3 live in
+:mod:`skdpp.linear_model._algorithms.ppsgd`.
 """
 
 # Authors: skdpp developers
 # License: BSD 3 clause
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import (BasePersonalizedEstimator, FitResult, PersonalizedRegressorMixin,
-                    linear_predictions)
-from ..exceptions import UselessFitWarning
-from ..privacy import BudgetPlan
-from ..privacy._quantile import LOCATION_SEARCH_STEPS, private_location
-from ..utils._executor import LocalExecutor
-from ..utils._random import FitRandomness
-from . import _auto
-from ._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-                    VARIANCE_FLOOR, at_grid_edge, auto_bound, clamp_predictions,
-                    feature_scales, gradient_bound_inconsistent, inverse_scales,
-                    label_range, resolve_clip_share,
-                    scaling_notes, standardize, standardize_block, useless_fit_message)
-from ._personalized_sgd import (
-    PHASE,
-    PersonalPrior,
-    SGDConfig,
-    feature_scale_statistic,
-    gradient_norm_statistic,
-    make_sgd_blocks,
-    offset_values,
-    personal_refit,
-    personal_sgd,
-    run_ppsgd,
-)
-from ._scratch import release_scratch
+from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin, linear_predictions
+from ..privacy._plan import phase_shares
+from ._algorithms import ppsgd
+from ._auto import clamp_predictions, inverse_scales, standardize
 
 __all__ = ["PPSGDRegressor"]
 
@@ -137,16 +101,18 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     clip_quantile : float in (0, 1], default=0.5
         Quantile of the per-user statistic an ``"auto"`` bound is set to, and
         the radius quantile of the cold-start intercept.
-    clip_share : float in (0, 1) or "auto", default="auto"
-        Fraction of the budget for phase ``"clip"`` (the ``"auto"`` bounds'
+    budget_shares : dict or None, default=None
+        Shares of the budget of the plan's phases (the names
+        ``privacy_report_`` shows); phases left out keep their defaults and
+        ``"iterations"`` takes the rest. ``"clip"`` (the ``"auto"`` bounds'
         private quantiles and the cold-start intercept's searches; unused when
-        there are none). ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5
-        whose count noise std is at most ``n_users / 8`` (a public rule of ε,
-        δ, the plan and the number of users: 0.05 for 20 000 users at ε = 1,
-        0.5 for 300 users), so that a private quantile is not pure noise.
-    cold_start_share : float in [0, 1), default=0.02
-        Fraction of the budget for the cold-start intercept's clipped mean
-        (``0``: no intercept release, ``intercept_ = 0``).
+        there are none), in (0, 1) or ``"auto"`` (default): the smallest of
+        0.05, 0.1, 0.2, 0.3, 0.5 whose count noise std is at most ``n_users /
+        8`` (a public rule of ε, δ, the plan and the number of users: 0.05 for
+        20 000 users at ε = 1, 0.5 for 300 users), so that a private quantile
+        is not pure noise. ``"cold_start"`` (the cold-start intercept's clipped
+        mean), in [0, 1), default 0.02 (``0``: no intercept release,
+        ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
         If given, overrides the calibration from ``epsilon``: each round adds
         Gaussian noise of standard deviation ``noise_multiplier * 2 *
@@ -211,25 +177,22 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Algorithm.** Each round ``t = 1..T`` (Alg. 1/2/3): every user joins with
-    probability ``q``; a participant ``i`` draws a minibatch of ``m_i`` rows,
-    computes its squared-loss gradient ``g_i`` at ``(w, theta_i)`` (minibatch
-    mean for ``weighting="user"``; minibatch sum divided by ``batch_size`` for
-    ``"sample"``), steps ``theta_i -= η_loc g_i``, and sends ``g_i`` clipped
-    to norm ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0, σ² I)``
-    and steps ``w -= η_glob s_t / (q N)``. With ``η_glob = η min(1, alpha)``
-    and ``η_loc = η min(1, 1/alpha)``. Users' minibatches come from an
-    endless stream of random permutations of their rows (a fresh permutation
-    per pass), so ``T m_i > n_i`` makes several passes over the user's rows.
-
-    **Step sizes.** Alg. 1 steps ``theta_i`` by ``η/N`` times the user's
-    gradient and ``w`` by ``αη`` times the average gradient; the ratio of the
-    effective step sizes is ``αN`` (``αqN = αQ`` with client sampling), the
-    quantity ``αQ`` the paper's experiments vary. ``alpha`` here is that
-    ratio, and ``learning_rate`` the larger of the two effective steps (the
-    convention of the authors' code), so both limits are exact and finite:
-    ``alpha=0`` never touches ``w``; ``alpha=np.inf`` never touches
-    ``theta_i`` and steps ``w`` by ``learning_rate``.
+    **Algorithm** (Alg. 1/2/3, in :mod:`skdpp.linear_model._algorithms.ppsgd`).
+    Each round ``t = 1..T`` every user joins with probability ``q``; a
+    participant ``i`` draws a minibatch of ``m_i`` rows (from an endless
+    stream of fresh permutations of its rows, so ``T m_i > n_i`` makes several
+    passes), computes its squared-loss gradient ``g_i`` at ``(w, theta_i)``
+    (minibatch mean for ``weighting="user"``, minibatch sum over
+    ``batch_size`` for ``"sample"``), steps ``theta_i -= η_loc g_i`` and sends
+    ``g_i`` clipped to ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0,
+    σ² I)`` and steps ``w -= η_glob s_t / (q N)``, with ``η_glob = η min(1,
+    alpha)``, ``η_loc = η min(1, 1/alpha)``. Alg. 1's steps (``η/N`` for
+    ``theta_i``, ``αη`` for ``w``) have the ratio ``αN`` (``αQ`` with client
+    sampling, what the paper's experiments vary): ``alpha`` is that ratio and
+    ``learning_rate`` the larger step (the authors' code), so ``alpha=0``
+    never touches ``w`` (nothing released, ε spent = 0) and ``alpha=np.inf``
+    never touches ``theta_i``. ``epsilon=np.inf``: noise multiplier 0, and the
+    report says the releases are non-private.
 
     **Privacy guarantee.** (ε, δ) user-level joint DP (billboard model):
     the sequence of global iterates is (ε, δ)-DP and each ``theta_i`` is a
@@ -237,143 +200,98 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     replace one user's rows; the number of users is public. Each round
     releases one Gaussian sum of per-user contributions clipped to ``C``:
     L2 sensitivity ``2C``, noise std ``σ = z · 2C`` (z =
-    ``noise_multiplier_``). Every other input of the global step is public:
-    ``N``, ``q``, ``batch_size`` and the step sizes; the normaliser ``q N``
-    (not the realised number of participants or of rows) keeps the release
-    a post-processing of the noisy sum. Data-dependent quantities (``m_i``,
-    ``n_i``, a diverged local model, whose contribution is set to 0) only
-    change the user's own contribution, which is clipped.
+    ``noise_multiplier_``). Every other input of the global step is public
+    (``N``, ``q``, ``batch_size``, the step sizes; the normaliser ``q N``, not
+    the realised number of participants or rows). Data-dependent quantities
+    (``m_i``, ``n_i``, a diverged local model, whose contribution is then 0)
+    only change the user's own clipped contribution.
 
-    **Accounting and budget plan.** Phase ``"clip"`` (share ``clip_share``):
-    6 Gaussian counts of users (sensitivity 1 each; a noisy binary search,
-    :func:`~skdpp.privacy._quantile.private_quantile`) per ``"auto"`` bound,
-    and with ``fit_intercept`` the 29 counts of the cold-start intercept's
-    median and radius searches; phase ``"iterations"``: ``T`` Gaussian
-    releases, all with the same noise multiplier; phase ``"cold_start"``
-    (share ``cold_start_share``, with ``fit_intercept``): the clipped mean of
-    the users' offsets around the private median, sensitivity ``2 R``
+    **Accounting and budget plan.** Phase ``"clip"``: 6 Gaussian counts of
+    users (sensitivity 1, :func:`~skdpp.privacy._quantile.private_quantile`)
+    per ``"auto"`` bound and, with ``fit_intercept``, the 29 counts of the
+    cold-start intercept's median and radius searches; ``"iterations"``: ``T``
+    Gaussian releases with one noise multiplier; ``"cold_start"`` (with
+    ``fit_intercept``): the clipped mean of the users' offsets around the
+    private median, sensitivity ``2 R``
     (:func:`~skdpp.privacy._quantile.private_location`). The phases are
-    calibrated together so that their composition meets (ε, δ) exactly. With ``sample_rate=1`` the
-    composition is exactly μ-GDP with ``μ = sqrt(T) / z`` (analytic Gaussian
-    conversion, accountant method ``"exact-gdp"``). With ``sample_rate < 1``
-    each round is the event ``PoissonSampledEvent(q, GaussianEvent(z))``. The
-    sampled-Gaussian RDP bound of Mironov, Talwar & Zhang (2019) is an
-    add/remove analysis, and it does not cover replace-one by itself; the
-    accountant (method ``"rdp-zero-out"``) therefore charges it through a
-    *zero-out* neighbour: ``D`` and ``D'`` (user ``i`` replaced) are both
-    neighbours of ``D0``, in which user ``i`` contributes zero to every
-    sampled sum. Against ``D0`` the sum has sensitivity ``C``, so each round
-    is the add/remove sampled Gaussian with noise multiplier ``2z``; the ``T``
-    rounds compose in RDP to ``(ε0, δ0)`` against ``D0``, hence ``(2 ε0,
-    (1 + e^ε0) δ0)`` under replace-one (group privacy of size 2). This is the
-    conservative route: it is sound whatever the data of user ``i`` and of
-    its replacement, and it never credits more amplification than the
-    add/remove analysis. Users are sampled independently of the data, with
-    the public rate ``q``. A given ``noise_multiplier`` fixes the phase's
-    multiplier instead of calibrating it (every phase, also ``"clip"`` and
-    ``"cold_start"``); the report then states the ε spent at ``delta``.
+    calibrated together to meet (ε, δ) exactly. With ``sample_rate=1`` the
+    composition is μ-GDP with ``μ = sqrt(T) / z`` (method ``"exact-gdp"``).
+    With ``sample_rate < 1`` each round is ``PoissonSampledEvent(q,
+    GaussianEvent(z))``, charged (method ``"rdp-zero-out"``) through a
+    zero-out neighbour ``D0`` in which user ``i`` contributes zero: against
+    ``D0`` each round is the add/remove sampled Gaussian (Mironov, Talwar &
+    Zhang 2019) with sensitivity ``C`` and multiplier ``2z``; the ``T`` rounds
+    compose in RDP to ``(ε0, δ0)``, hence ``(2 ε0, (1 + e^ε0) δ0)`` under
+    replace-one (group privacy of size 2): sound whatever the two users'
+    data. A given ``noise_multiplier`` fixes every phase's multiplier; the
+    report then states the ε spent at ``delta``.
 
-    **Randomness.** Whether user ``i`` takes part in round ``t`` is a keyed
-    hash of ``(fit key, i, t)``
-    (:func:`skdpp.privacy.mechanisms.poisson_sample`); the permutation of the
-    ``p``-th pass over user ``i``'s rows sorts them by a keyed hash of ``(fit
-    key, i, p, canonical rank of the row)``, where the canonical order of a
-    user's rows is by content. A user's participation and minibatches are
-    therefore functions of the secret key and of its own rows only:
-    replacing another user, or permuting the rows, changes neither, and a fit
-    is a function of the *set* of records (bit for bit). The sampling is
-    secret: it is never printed or stored.
+    **Randomness.** Participation in round ``t`` is a keyed hash of ``(fit
+    key, i, t)`` (:func:`skdpp.privacy.mechanisms.poisson_sample`); pass
+    ``p`` over user ``i``'s rows sorts them by a keyed hash of ``(fit key, i,
+    p, canonical rank of the row)`` (rows in canonical order, by content). So
+    a fit is a function of the secret key and of the *set* of records (bit
+    for bit); the sample is never printed or stored.
 
-    ``alpha=0``: ``w`` is never updated; nothing is released and no privacy is
-    spent (``privacy_report_`` says so, ε spent = 0). ``epsilon=np.inf``:
-    noise multiplier 0 and the report says the releases are non-private.
-
-    **Deviations from the paper.** (i) ``alpha`` is the paper's ``αQ`` and
-    the step sizes follow the authors' code (see *Step sizes*), which makes
-    ``alpha=np.inf`` well defined. (ii) ``weighting="sample"`` clips the
-    minibatch sum divided by the public ``batch_size`` (Alg. 2 with clipping
-    parameter ``batch_size * C``), and normalises by ``q N batch_size``
-    instead of ``q M`` with ``M = Σ m_i``, because ``M`` depends on the
-    users' row counts and is not public; the two coincide when every user has
-    at least ``batch_size`` rows. (iii) Users are Poisson-sampled (Alg. 2),
-    not a fixed number ``Q`` without replacement as in §6. (iv) The averaged
-    iterate is the mean of rounds ``1..T`` (the paper averages ``0..T-1``).
-    (v) The noise is calibrated with a tight accountant instead of
-    Theorem 4.1/5.1's constants. (vi) The client sampling and the minibatches
-    are keyed hashes (see *Randomness*), not draws from a shared stream. (vii)
-    A user whose gradient is not finite (its local model diverged, or its
-    values overflow) contributes 0 that round, a point of the clipping ball,
-    and keeps its ``theta_i``; so does a user whose local step would
-    overflow. Neither the fit nor the shape of a release depends on it.
-    (viii) Not in the paper: the per-user intercepts (gradients on rows
-    centred on each user's means: a per-user function of its own rows, so the
-    sensitivity is unchanged), the cold-start intercept, the ``"auto"`` bounds
-    and steps relative to the released feature scale, and the shrunk refit of
-    the personal parts on all rows (``personal_ridge``). The refit is
-    post-processing of the released ``w`` and the user's rows; the paper's
-    utility analysis covers the SGD offsets (``personal_ridge=None``), not
-    the refit (measured effect on real data:
-    ``benchmarks/results/real_data_linear_ablation.md``). There is no
-    held-out split, so ``personal_rows`` does not apply. ``clip_norm=1.0,
+    **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
+    follow the authors' code (above). (ii) ``weighting="sample"`` clips the
+    minibatch sum over the public ``batch_size`` (Alg. 2 with clipping
+    parameter ``batch_size * C``) and normalises by ``q N batch_size``, not
+    ``q M`` (``M = Σ m_i`` is not public; equal when every user has at least
+    ``batch_size`` rows). (iii) Poisson client sampling, not ``Q`` users
+    without replacement (§6). (iv) The averaged iterate averages rounds
+    ``1..T`` (the paper ``0..T-1``). (v) The noise is calibrated with a tight
+    accountant, not Theorem 4.1/5.1's constants. (vi) Sampling and
+    minibatches are keyed hashes. (vii) A user whose gradient or local step
+    is not finite contributes 0 that round and keeps its ``theta_i``; neither
+    the fit nor a release's shape depends on it. (viii) Not in the paper: the
+    per-user intercepts (gradients on rows centred on the user's own means:
+    the sensitivity is unchanged), the cold-start intercept, the ``"auto"``
+    bounds, steps relative to the released feature scale, and the shrunk
+    refit on all rows (``personal_ridge``: post-processing of ``w`` and the
+    user's rows; the paper's utility analysis covers the SGD offsets,
+    ``personal_ridge=None``; measured in
+    ``benchmarks/results/real_data_linear_ablation.md``). ``clip_norm=1.0,
     feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
-    paper's algorithm.
+    paper's algorithm (no held-out split: ``personal_rows`` does not apply).
 
-    **Cold start and personalize.** A user unseen in ``fit`` is predicted
-    with ``<x, w> + b``. :meth:`personalize` fits ``theta_i`` (and ``b_i``)
-    for the given users with the same block functions as the end of ``fit``:
-    the shrunk refit (``personal_ridge``), or, with ``personal_ridge=None``,
-    the same local SGD as in ``fit`` with ``w`` fixed:
-    ``max(1, round(q T))`` local steps (a user's expected number of
-    participations) from ``theta_i = 0`` with step ``η_loc``, the same
-    minibatch sampling (keyed by ``random_state``), ``weighting`` and
-    averaging: the same block functions as ``fit`` with a global step of 0.
-    It uses only the released ``w`` and the users' own rows, so
-    ``privacy_report_`` is unchanged. With ``alpha=np.inf`` the offsets stay
-    0.
+    **Cold start and personalize.** An unseen user is predicted with ``<x,
+    w> + b``. :meth:`personalize` runs the block functions of the end of
+    ``fit`` with ``w`` fixed: the shrunk refit, or (``personal_ridge=None``)
+    ``max(1, round(q T))`` local SGD steps from ``theta_i = 0`` with the same
+    step, minibatches (keyed by ``random_state``), ``weighting`` and
+    averaging. It uses only the released ``w`` and the users' rows
+    (``privacy_report_`` is unchanged); with ``alpha=np.inf`` the offsets
+    stay 0. Floating-point noise is not hardened against side channels.
 
-    Floating-point noise is not hardened against floating-point side channels.
+    **Input domain** (README, "Privacy model"). ``X`` finite floats, ``y``
+    finite numbers, ``groups`` numbers or strings; a non-finite value is
+    rejected by ``validate_data`` before any computation. Every finite value
+    is handled without a warning or exception that depends on it (see
+    :class:`~skdpp.base.BasePersonalizedEstimator`); ``predict`` on finite
+    ``X`` is finite or raises a ``ValueError`` naming the rows.
 
-    **Input domain** (README, "Privacy model"). ``X``: finite floats; ``y``:
-    finite numbers; ``groups``: user ids (numbers or strings). A non-finite
-    value is rejected by ``validate_data`` with a ``ValueError`` before any
-    computation: a documented rule, not a numeric accident. Every finite
-    value is accepted, however large or small, and handled without a warning
-    or an exception that depends on it, whatever the caller's
-    ``np.errstate`` or warnings filters (every entry point runs under
-    :func:`skdpp.base.quiet_numerics`). ``predict`` and ``score`` on finite
-    ``X`` give finite values (an intermediate that overflows is re-evaluated
-    on the row divided by its largest entry) or ``predict`` raises a
-    ``ValueError`` naming the rows whose prediction exceeds the float64 range.
-
-    **Per-feature scales and label range** (all clip bounds ``"auto"``; see
+    **Per-feature scales and label range** (all clip bounds ``"auto"``,
     :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases a label
-    range: low/high quantiles of the users' minimum and maximum labels (two
-    noisy bisections, ``LABEL_RANGE_STEPS`` counts of L2 sensitivity 1 under
-    replace-one-user: one user moves each count by at most 1), widened; every
-    prediction is clamped to ``label_range_`` (post-processing). When the
-    plan's count noise with them stays at most ``SCALE_GATE_NOISE * n_users``
-    (a public rule: ε, δ, the plan's release counts, ``n_users``), it also
-    releases one scale per feature, the ``FEATURE_SCALE_QUANTILE`` of the
-    users' within-user ranges of that column (one noisy bisection per column,
-    ``FEATURE_SCALE_STEPS`` counts of sensitivity 1 each); the algorithm then
-    runs on ``X / feature_scales_`` (fitted parts are in those units;
-    ``predict`` and ``personalize`` divide by the same public constants), and
-    the personal refit's penalty gives every coordinate at least
-    ``VARIANCE_FLOOR`` of variance in those units, so a column nearly constant
-    within a user (a session's timestamp) cannot extrapolate on the user's
-    later rows. A column whose scale falls on the lower edge of the public
-    grid (constant within most users) is dropped (scale ``inf``); an
-    ``"auto"`` bound on the lower edge of its grid is treated as no
-    information (post-processing; said in the report), and so is a released
-    ``clip_norm`` larger than any user's gradient at ``w = 0`` can be
-    (``GRADIENT_BOUND_SLACK`` times ``feature_scale_`` times the width of
-    ``label_range_``: the noisy search went astray): ``coef_`` is then 0 and
-    the cold start is the released intercept. A
-    :class:`~skdpp.exceptions.UselessFitWarning` computed from public values only says when the plan predicts a useless
-    fit (count noise of phase ``"clip"`` above ``USELESS_CLIP_NOISE *
-    n_users``); such a fit gives every known user its own ridge fit, shrunk towards
-    zero weights and its own mean (local data, ``local_only_``), rather than
-    towards a noisy shared part.
+    range (two noisy bisections of the users' minimum and maximum labels,
+    ``LABEL_RANGE_STEPS`` counts of sensitivity 1, widened) that every
+    prediction is clamped to; and, when the plan's count noise stays at most
+    ``SCALE_GATE_NOISE * n_users`` (a public rule), one scale per feature
+    (the ``FEATURE_SCALE_QUANTILE`` of the users' within-user ranges,
+    ``FEATURE_SCALE_STEPS`` counts each): the algorithm then runs on ``X /
+    feature_scales_``, and the personal refit's penalty gives every
+    coordinate at least ``VARIANCE_FLOOR`` of variance, so a column nearly
+    constant within a user (a session's timestamp) cannot extrapolate. A
+    column whose scale is on the lower edge of its grid is dropped (scale
+    ``inf``). An ``"auto"`` bound on the lower edge of its grid, or a
+    ``clip_norm`` above ``GRADIENT_BOUND_SLACK * feature_scale_ *`` the width
+    of ``label_range_`` (the search went astray), is no information: ``coef_``
+    is 0 and the cold start is the released intercept (post-processing, said
+    in the report). A :class:`~skdpp.exceptions.UselessFitWarning` (public
+    values only) says when the plan predicts a useless fit (count noise of
+    ``"clip"`` above ``USELESS_CLIP_NOISE * n_users``); every known user then
+    gets its own ridge fit towards zero weights and its own mean
+    (``local_only_``).
 
     References
     ----------
@@ -417,12 +335,12 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "fit_intercept": ["boolean"],
         "personal_ridge": [Interval(Real, 0, None, closed="left"), None],
         "clip_quantile": [Interval(Real, 0, 1, closed="right")],
-        "clip_share": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
-        "cold_start_share": [Interval(Real, 0, 1, closed="left")],
+        "budget_shares": [dict, None],
         "noise_multiplier": [Interval(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
     }
     _personal_attributes = ("offsets_", "intercept_offsets_")
+    _algorithm = ppsgd
 
     def __init__(
         self,
@@ -441,8 +359,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         fit_intercept=True,
         personal_ridge=10.0,
         clip_quantile=0.5,
-        clip_share="auto",
-        cold_start_share=0.02,
+        budget_shares=None,
         noise_multiplier=None,
         verbose=0,
         random_state=None,
@@ -461,20 +378,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.fit_intercept = fit_intercept
         self.personal_ridge = personal_ridge
         self.clip_quantile = clip_quantile
-        self.clip_share = clip_share
-        self.cold_start_share = cold_start_share
+        self.budget_shares = budget_shares
         self.noise_multiplier = noise_multiplier
         self.verbose = verbose
         self.random_state = random_state
-
-    # ------------------------------------------------------------ validation
-    def _step_sizes(self):
-        """(global, local) step sizes from ``learning_rate`` and ``alpha``."""
-        alpha = float(self.alpha)
-        lr = float(self.learning_rate)
-        lr_global = lr * min(1.0, alpha)
-        lr_local = 0.0 if alpha == np.inf else lr * min(1.0, 1.0 / alpha) if alpha > 0 else lr
-        return lr_global, lr_local
 
     def _check_params(self):
         for name in ("alpha", "learning_rate", "sample_rate", "noise_multiplier"):
@@ -509,263 +416,32 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         data.y = np.asarray(data.y, dtype=np.float64)
         return data
 
-    # ------------------------------------------------------ plan and core
-    def _releases(self):
-        """Whether the fit releases anything (``alpha > 0``)."""
-        return self._step_sizes()[0] > 0
-
-    def _auto_names(self):
-        if not self._releases():
-            return []
-        return [name for name in ("clip_norm", "feature_scale")
-                if getattr(self, name) == "auto"]
-
-    def _cold_start(self):
-        return bool(self.fit_intercept) and self._releases() and self.cold_start_share > 0
-
-    def _releases_label_range(self):
-        """A label range (predictions clamped to it): when both bounds are ``"auto"``
-        and the fit releases (a public rule)."""
-        return bool(_auto.SCALE_FEATURES) and self._releases() and \
-            self.noise_multiplier is None and self.clip_norm == "auto" and \
-            self.feature_scale == "auto"
-
-    def _scales_features(self):
-        """Per-feature scales: with a label range, when the public gate of
-        ``_budget_plan`` is open."""
-        return self._releases_label_range() and getattr(self, "_scaling_gate", True)
-
-    def _budget_plan(self, meta):
-        """Phases ``clip`` (``clip_share``: the ``"auto"`` bounds and the searches of
-        the cold-start intercept), ``iterations`` (``n_rounds`` Gaussian releases,
-        the rest) and ``cold_start`` (``cold_start_share``: the intercept); nothing
-        if alpha=0."""
-        plan = BudgetPlan(self.epsilon, self.delta)
-        if not self._releases():  # alpha = 0: nothing is released
-            return plan
-        self._scaling_gate = True
-        n_base = AUTO_STEPS * len(self._auto_names()) \
-            + (LOCATION_SEARCH_STEPS if self._cold_start() else 0)
-        if self._releases_label_range():
-            n_base += LABEL_RANGE_STEPS
-        n_scaling = FEATURE_SCALE_STEPS * int(meta["n_features"])
-        n_clip = n_base + (n_scaling if self._scales_features() else 0)
-        kwargs = dict(count=int(self.n_rounds), sampling_rate=float(self.sample_rate))
-        if self.noise_multiplier is not None:  # every release at the given multiplier
-            z = float(self.noise_multiplier)
-            if n_clip:
-                plan.fix(CLIP_PHASE, noise_multiplier=z, count=n_clip)
-            plan.fix(PHASE, noise_multiplier=z, **kwargs)
-            if self._cold_start():
-                plan.fix("cold_start", noise_multiplier=z)
-            return plan
-
-        def build(share):
-            plan = BudgetPlan(self.epsilon, self.delta)
-            if n_clip:
-                plan.add(CLIP_PHASE, share=share, count=n_clip, param="clip_share")
-            plan.add_rest(PHASE, **kwargs)
-            if self._cold_start():
-                plan.add("cold_start", share=self.cold_start_share, param="cold_start_share")
-            return plan
-
-        if not n_clip:
-            return build(0.05)
-        plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
-        if self._scales_features() and \
-                plan.calibrate()[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
-            # public rule: too noisy for the per-feature searches, run without them
-            self._scaling_gate = False
-            n_clip = n_base
-            plan = build(resolve_clip_share(self.clip_share, build, meta["n_users"]))
-        return plan
-
     def _make_blocks(self, data, randomness):
-        return make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
-                               sample_rate=self.sample_rate)
+        return ppsgd.make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
+                                     sample_rate=self.sample_rate)
 
-    def _config(self, key, n_features, *, sample_rate, n_rounds, release, lr_local=None,
-                clip_norm=None):
-        if lr_local is None:
-            lr_local = self._step_sizes()[1]
-        return SGDConfig(
-            key=key, n_features=int(n_features), fit_intercept=False,
-            batch_size=self.batch_size, sample_rate=float(sample_rate),
-            weighting=self.weighting, lr_local=lr_local, clip_norm=clip_norm,
-            release=release, average=bool(self.average), n_rounds=int(n_rounds),
-            center=bool(self.fit_intercept), local_scale=self.feature_scale == "auto")
+    def _fit_config(self, meta=None):
+        """The frozen :class:`~._algorithms.ppsgd.PPSGDConfig` of the parameters."""
+        shares = phase_shares(self.budget_shares, ppsgd.DEFAULT_SHARES,
+                              owner=type(self).__name__)
+        if shares["clip"] == 0:
+            raise ValueError(
+                "budget_shares['clip'] must be in (0, 1) or 'auto', got 0: the 'auto' "
+                "bounds need a private quantile. Pass a positive share or leave it out.")
+        return ppsgd.PPSGDConfig(
+            epsilon=float(self.epsilon), delta=float(self.delta), clip_norm=self.clip_norm,
+            feature_scale=self.feature_scale, alpha=float(self.alpha),
+            learning_rate=float(self.learning_rate), n_rounds=int(self.n_rounds),
+            batch_size=self.batch_size, sample_rate=float(self.sample_rate),
+            weighting=self.weighting, average=bool(self.average),
+            fit_intercept=bool(self.fit_intercept), personal_ridge=self.personal_ridge,
+            clip_quantile=float(self.clip_quantile), clip_share=shares["clip"],
+            cold_start_share=float(shares["cold_start"]),
+            noise_multiplier=self.noise_multiplier, verbose=int(self.verbose))
 
-    def _fit_core(self, executor, release, randomness, meta):
-        try:
-            return self._run(executor, release, randomness, meta)
-        finally:
-            release_scratch()  # this thread's per-round buffers (see _scratch.py)
-
-    def _run(self, executor, release, randomness, meta):
-        lr_global, lr_local = self._step_sizes()
-        n_users, d = meta["n_users"], meta["n_features"]
-        releases = lr_global > 0
-        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
-                              n_rounds=self.n_rounds, release=releases)
-        clip_norm, scale = self.clip_norm, self.feature_scale
-        scaled = self._scales_features()
-        scales, dropped, labels, message = None, 0, None, None
-        if CLIP_PHASE in release.plan:
-            message = useless_fit_message(release.noise_multiplier(CLIP_PHASE), n_users,
-                                          type(self).__name__)
-            if message is not None:
-                warnings.warn(message, UselessFitWarning, stacklevel=5)
-        labelled = self._releases_label_range()
-        local_only = labelled and message is not None and bool(self.fit_intercept)
-        if labelled:
-            labels = label_range(executor, release, n_users=n_users)
-        if scaled:
-            scales, dropped = feature_scales(executor, release, n_features=d,
-                                             n_users=n_users)
-            executor.map(standardize_block, inverse_scales(scales))
-        if releases and clip_norm == "auto":
-            clip_norm = auto_bound(executor, release, gradient_norm_statistic, config,
-                                   quantile=float(self.clip_quantile), n_users=n_users)
-        if releases and scale == "auto":
-            scale = auto_bound(executor, release, feature_scale_statistic, config,
-                               quantile=float(self.clip_quantile), n_users=n_users)
-        inv_s2 = 1.0 / float(scale) ** 2 if isinstance(scale, Real) else 1.0
-        if not isinstance(clip_norm, Real):
-            clip_norm = None
-        if self.feature_scale != "auto":
-            lr_local = lr_local * inv_s2  # (per-user scales otherwise, see Notes)
-        config = self._config(randomness.key, d, sample_rate=self.sample_rate,
-                              n_rounds=self.n_rounds, release=releases, lr_local=lr_local,
-                              clip_norm=clip_norm)
-        w, _ = run_ppsgd(executor, release, config, n_users=n_users,
-                         lr_global=lr_global * inv_s2, verbose=self.verbose, offsets=False)
-        astray = releases and self.fit_intercept and gradient_bound_inconsistent(
-            clip_norm, scale, labels, centred=True)
-        if releases and (at_grid_edge(clip_norm) or at_grid_edge(scale) or astray):
-            # an "auto" bound on the lower edge of its public grid: the users'
-            # (centred) contributions are about 0 -- no information; the global
-            # weights are noise and are discarded (post-processing)
-            w = np.zeros_like(w)
-        intercept, intercept_scale = 0.0, None
-        if self._cold_start():
-            def reduce(fn):
-                return executor.map(offset_values, (w, fn))
-
-            intercept, intercept_scale = private_location(
-                release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
-                mean_phase="cold_start", radius_quantile=float(self.clip_quantile))
-        prior = PersonalPrior(w, float(intercept), intercept_scale,
-                              float(self.personal_ridge or 0.0), config,
-                              VARIANCE_FLOOR if scaled else 0.0, local_only)
-        theta, b = self._personal(executor, prior, int(self.n_rounds))
-        z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
-        attributes = {"coef_": w[:d].copy(), "intercept_": float(intercept),
-                      "offsets_": theta, "intercept_offsets_": b - float(intercept),
-                      "n_iter_": int(self.n_rounds), "noise_multiplier_": z,
-                      "clip_norm_": None if clip_norm is None else float(clip_norm),
-                      "feature_scale_": float(scale) if isinstance(scale, Real) else None,
-                      "intercept_clip_": intercept_scale,
-                      "feature_scales_": scales,
-                      "label_range_": labels,
-                      "local_only_": bool(local_only)}
-        if float(self.alpha) == np.inf:  # global only: no personal parts
-            attributes["offsets_"] = np.zeros_like(theta)
-            attributes["intercept_offsets_"] = np.zeros(theta.shape[0])
-        released = ()
-        if releases:
-            released = ("coef_",) + (("intercept_",) if self._cold_start() else ()) + tuple(
-                f"{name}_" for name in self._auto_names())
-            if self._cold_start():
-                released += ("intercept_clip_",)
-        notes = self._notes(z)
-        if labelled:
-            released += ("feature_scales_",) * scaled + ("label_range_",)
-            notes += scaling_notes(scaled, dropped, labels,
-                                   {"clip_norm": clip_norm, "feature_scale": scale}, message)
-            if astray:
-                notes += (
-                    "The released clip_norm exceeds what any user's gradient at w = 0 can "
-                    "be (feature_scale_ x the width of label_range_, with slack): its noisy "
-                    "search went astray, so coef_ is set to 0 and the cold start is the "
-                    "released intercept (post-processing, no privacy cost).",)
-        return FitResult(attributes, released=released,
-                         local=("offsets_", "intercept_offsets_"), notes=notes)
-
-    def _personal(self, executor, prior, n_rounds):
-        """The users' ``theta_i`` and intercepts ``b_i``: the exact shrunk refit
-        (``personal_ridge``), or the SGD offsets (``personal_ridge=None``, or
-        nothing released)."""
-        if prior.local_only or (self.personal_ridge is not None and self._releases()):
-            return executor.collect(personal_refit, prior)
-        return executor.collect(personal_sgd, (prior.w, n_rounds, prior.config))
-
-    def _notes(self, z):
-        if float(self.alpha) == 0:
-            return ("alpha=0: local-only learning; the global weights are never "
-                    "updated, nothing is released and no privacy is spent.",)
-        notes = [
-            f"{self.n_rounds} rounds, each releasing the Gaussian sum of per-user "
-            f"gradients clipped to clip_norm (L2 sensitivity 2*clip_norm under "
-            f"replace-one-user), sample_rate q={self.sample_rate}, noise multiplier "
-            f"{z:.6g} (noise std = multiplier * 2 * clip_norm); the global step "
-            "divides the release by the public q * n_users."]
-        if self._auto_names():
-            notes.append(
-                f"{', '.join(self._auto_names())}='auto': the {self.clip_quantile:g}-"
-                f"quantile of a per-user statistic, released by a noisy bisection over a "
-                f"public log grid ({AUTO_STEPS} Gaussian counts of sensitivity 1, phase "
-                f"'clip').")
-        if self._cold_start():
-            notes.append(
-                "fit_intercept=True: gradients are computed on each user's rows centred "
-                "on the user's own means; the cold-start intercept is a private location "
-                "of the users' offsets (median searches in phase 'clip', a clipped mean "
-                "of sensitivity 2*radius in phase 'cold_start').")
-        if self.sample_rate < 1:
-            notes.append(
-                "Client sampling: each round is charged as a Poisson-subsampled "
-                "Gaussian through a zero-out neighbour (sensitivity clip_norm, noise "
-                "multiplier 2z, add/remove RDP) and group privacy of size 2 for "
-                "replace-one-user. The sample is a keyed hash, never published.")
-        if float(self.alpha) == np.inf:
-            notes.append("alpha=inf: global-only DP-SGD; personal offsets stay 0.")
-        return tuple(notes)
-
-    # ----------------------------------------------------------- personal
     def _fit_personal(self, X, y, index):
-        """Personal parts of the given users with ``w`` fixed (see Notes); no release.
-
-        The same block functions as the end of ``fit``: the exact shrunk refit
-        (``personal_ridge``), or local SGD with a global step of 0.
-        """
-        y = np.asarray(y, dtype=np.float64)
-        scaled = getattr(self, "feature_scales_", None) is not None
-        if scaled:
-            X = standardize(X, inverse_scales(self.feature_scales_))
-        w = np.asarray(self.coef_, dtype=float)
-        if float(self.alpha) == np.inf:
-            n = index.n_users
-            return {"offsets_": np.zeros((n, w.shape[0])), "intercept_offsets_": np.zeros(n)}
-        n_steps = max(1, int(round(float(self.sample_rate) * int(self.n_rounds))))
-        lr_local = self._step_sizes()[1]
-        if self.feature_scale != "auto" or self.feature_scale_ is None:
-            scale = self.feature_scale_ if self.feature_scale_ is not None else 1.0
-            lr_local = lr_local / float(scale) ** 2
-        config = self._config(FitRandomness(self.random_state).key, X.shape[1],
-                              sample_rate=1.0, n_rounds=n_steps, release=False,
-                              lr_local=lr_local, clip_norm=self.clip_norm_)
-        executor = LocalExecutor(make_sgd_blocks(X, y, index, batch_size=self.batch_size,
-                                                 sample_rate=1.0))
-        prior = PersonalPrior(w, float(self.intercept_), self.intercept_clip_,
-                              float(self.personal_ridge or 0.0), config,
-                              VARIANCE_FLOOR if scaled else 0.0,
-                              bool(getattr(self, "local_only_", False)))
-        if self.personal_ridge is None or not self._releases():
-            run_ppsgd(executor, None, config, n_users=index.n_users, lr_global=0.0,
-                      w_init=w, offsets=False)
-        theta, b = self._personal(executor, prior, n_steps)
-        release_scratch()
-        return {"offsets_": theta, "intercept_offsets_": b - float(self.intercept_)}
+        """Personal parts of the given users with ``w`` fixed (see Notes); no release."""
+        return ppsgd.fit_personal(X, y, index, self._fit_config(), self)
 
     def _validate_personal_input(self, X, y):
         return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())

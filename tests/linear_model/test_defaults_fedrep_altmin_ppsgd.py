@@ -209,7 +209,6 @@ def test_auto_clip_share_is_a_public_rule(cls):
     assert z <= AUTO_CLIP_NOISE * 300 or share == AUTO_CLIP_SHARES[-1]
     # a given share is used as is, and the fit's report shows the share used
     assert clip_phase(300, 1.0)[0] > 0.05
-    given = {"clip_share": 0.05} if cls is PPSGDRegressor \
-        else {"budget_shares": {"clip": 0.05}}
+    given = {"budget_shares": {"clip": 0.05}}
     assert cls(epsilon=1.0, **given)._budget_plan(
         {"n_users": 300, "n_features": 4}).calibrate().phases[0].share == 0.05

@@ -15,10 +15,10 @@ from numpy.testing import assert_array_equal
 from sklearn.utils.multiclass import check_classification_targets
 
 import skdpp.base as base
-from skdpp.linear_model import _jl_algorithm as jla
+from skdpp.linear_model._algorithms import jl_margin as jla
 from skdpp.linear_model import _jl_margin as jlm
 from skdpp.linear_model import _labels as labels_mod
-from skdpp.linear_model import _margin_scores as ms
+from skdpp.linear_model._algorithms import jl_kernels as ms
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.privacy.harness import assert_same_observables, record_releases
 
@@ -140,7 +140,7 @@ def _label_release(X, y, g, cap, monkeypatch):
 
     monkeypatch.setattr(jla, "select_classes", spy)
     clf = JLMarginClassifier(**{**FAST, "classes": None, "max_classes_per_user": cap,
-                                "epsilon": 4.0, "label_share": 0.3})
+                                "epsilon": 4.0, "budget_shares": {"labels": 0.3}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # a fallback on observed labels
         releases = record_releases(lambda: clf.fit(X, y, groups=g))

@@ -10,11 +10,10 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.utils._param_validation import InvalidParameterError
 
-from skdpp.linear_model import _jl_algorithm as jla
-from skdpp.linear_model import _jl_candidates as jlc
-from skdpp.linear_model import _jl_margin as jlm
+from skdpp.linear_model._algorithms import jl_margin as jla
+from skdpp.linear_model._algorithms import jl_margin as jlc
 from skdpp.linear_model import _labels as labels_mod
-from skdpp.linear_model import _margin_scores as ms
+from skdpp.linear_model._algorithms import jl_kernels as ms
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from skdpp.privacy import _product as product
 from skdpp.privacy import clip_by_norm, mechanisms, unit_rows
@@ -248,7 +247,7 @@ def test_user_terms_in_unit_interval_and_silent_for_any_finite_values(k, n_dir):
             losses = ms.candidate_user_losses(seg, ys[:, None] * Zs, cands, dirs, 0.1)
             pop = ms.direction_user_losses(seg, yF, dirs, 0.1)
             units = ms.subspace_contributions(seg, ys[:, None] * Zs)
-            Xc = ms.centered_rows(seg, Zs)
+            Xc = ms.finite_rows(Zs)
             rms = ms.user_rms_norms(seg, Xc)
             heads, b, ok = ms.logistic_heads(seg, F, ys, prior_bias=0.3,
                                              ridge=1.0, fit_intercept=True)
@@ -406,7 +405,7 @@ def test_epsilon_inf_selects_best_scoring_candidate():
 def _block_scores(X, y, g, n_users, M, cands, dirs, threshold):
     """The score vector f of a dataset, through the fit's block functions."""
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=5,
-                                         row_keys=jlm._row_keys(X, y)))
+                                         row_keys=ms.row_keys(X, y)))
     executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
                                               False))
     executor.map(ms.project_block, ms.Project(M, 1.0))
@@ -421,14 +420,14 @@ def test_block_state_holds_no_copy_of_the_rows():
     X[g == 4] *= 1e3  # rows above the clip radius
     M = jlc.jl_matrix(40, 40, np.random.default_rng(9))
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=50,
-                                         row_keys=jlm._row_keys(X, y)))
+                                         row_keys=ms.row_keys(X, y)))
     executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), FitRandomness(0).key,
                                               False))
     executor.map(ms.project_block, ms.Project(M, 1.0))
     for block, state in zip(executor.blocks, executor.states):
         arrays = [v for v in vars(state).values() if isinstance(v, np.ndarray)]
         assert all(a.ndim < 2 or a.shape[1] < X.shape[1] for a in arrays)
-        Xc = ms.centered_rows(state.score, state.score.take(X), center=False)
+        Xc = ms.finite_rows(state.score.take(X))
         assert_array_equal(state.Xc, Xc)
         assert_array_equal(state.Z, clip_by_norm(Xc, 1.0) @ M.T)
 
@@ -518,7 +517,7 @@ def _fit_on(**params):
 
 
 # enough users that the label selection publishes both labels at epsilon=1
-_LABELS = dict(epsilon=4.0, label_share=0.3, subspace_share=0.4)
+_LABELS = dict(epsilon=4.0, budget_shares={"labels": 0.3, "subspace": 0.4})
 
 
 @pytest.mark.parametrize("params", [
@@ -888,7 +887,7 @@ def test_intercepts_fit_per_user_biases():
 @pytest.mark.parametrize("n_classes", [2, 3])
 @pytest.mark.parametrize("block_rows", [32768, 17])
 def test_row_permutation_gives_bit_identical_fit(monkeypatch, rows, n_classes, block_rows):
-    monkeypatch.setattr(jlm, "_BLOCK_ROWS", block_rows)  # 17: many blocks
+    monkeypatch.setattr(jla, "BLOCK_ROWS", block_rows)  # 17: many blocks
     X, y, g = labelled_users(60, 6, 6, seed=18, n_classes=n_classes)
     params = dict(personal_rows=rows, n_components=2, jl_dim=5, n_candidates=16,
                   n_directions=16, random_state=0, max_classes_per_user=3, **_LABELS)
@@ -910,7 +909,7 @@ def test_block_partition_changes_scores_only_by_rounding(monkeypatch):
                   random_state=0, personal_rows="holdout")
     fits, scores = [], []
     for block_rows in (32768, 17):
-        monkeypatch.setattr(jlm, "_BLOCK_ROWS", block_rows)
+        monkeypatch.setattr(jla, "BLOCK_ROWS", block_rows)
         calls = _capture_selection(monkeypatch)
         fits.append(JLMarginClassifier(**params).fit(X, y, groups=g))
         scores.append(calls[0][0])
@@ -923,7 +922,7 @@ def test_block_partition_changes_scores_only_by_rounding(monkeypatch):
 def _score_rows(X, y, g, key):
     """Each user's S^0 rows (as a set of row contents) under personal_rows="holdout"."""
     executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g), max_rows=7,
-                                         row_keys=jlm._row_keys(X, y)))
+                                         row_keys=ms.row_keys(X, y)))
     executor.map(ms.prepare_block, ms.Prepare(np.array(["neg", "pos"]), key, True))
     out = {}
     for block, state in zip(executor.blocks, executor.states):
@@ -1146,7 +1145,7 @@ def test_multiclass_raise_rejects_three_labels():
 
 @pytest.mark.parametrize("params", [dict(margin=0.0), dict(margin=-1.0),
                                     dict(n_candidates=0), dict(jl_dim=0),
-                                    dict(clip_quantile=0.0), dict(clip_share=1.0),
+                                    dict(clip_quantile=0.0), dict(budget_shares=0.5),
                                     dict(personal_ridge=-1.0), dict(personal_rows="half"),
                                     dict(epsilon=0.0), dict(delta=1.0)])
 def test_invalid_parameters_raise(params):
@@ -1167,8 +1166,19 @@ def test_gaussian_releases_need_positive_delta(params):
 
 def test_shares_must_leave_a_positive_selection_share():
     X, y, g = make_margin_data(10, 3, 6, seed=33)
-    clf = JLMarginClassifier(subspace_share=0.7, cold_start_share=0.3, **FAST)
-    with pytest.raises(ValueError, match="subspace_share"):
+    clf = JLMarginClassifier(budget_shares={"subspace": 0.7, "cold_start": 0.3}, **FAST)
+    with pytest.raises(ValueError, match="subspace"):
+        clf.fit(X, y, groups=g)
+    assert not hasattr(clf, "embeddings_")
+
+
+@pytest.mark.parametrize("shares, match", [({"clip": 1.0}, r"budget_shares\['clip'\]"),
+                                           ({"selection": 0.5}, "not a phase"),
+                                           ({"subspace": 0}, "must be in \\(0, 1\\)")])
+def test_budget_shares_are_checked_by_phase_name(shares, match):
+    X, y, g = make_margin_data(10, 3, 6, seed=33)
+    clf = JLMarginClassifier(budget_shares=shares, **FAST)
+    with pytest.raises(ValueError, match=match):
         clf.fit(X, y, groups=g)
     assert not hasattr(clf, "embeddings_")
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from skdpp.linear_model import _jl_algorithm as jla
-from skdpp.linear_model import _margin_scores as ms
+from skdpp.linear_model._algorithms import jl_margin as jla
+from skdpp.linear_model._algorithms import jl_kernels as ms
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.linear_model.test_jl_margin import _LABELS, _fit_on, labelled_users
 from tests.privacy.harness import adversarial_neighbours, assert_sensitivity

@@ -1,6 +1,6 @@
 """The fast JL selection scores (issue 20, item 6) release bit-identical values.
 
-:func:`skdpp.linear_model._margin_scores.candidate_user_losses` computes the
+:func:`skdpp.linear_model._algorithms.jl_kernels.candidate_user_losses` computes the
 projections and the direction-grid losses once per *distinct* row and counts
 them per user with one sparse byte-counter product. ``reference_losses`` below
 is the kernel before that change, row by row and unchunked (the same
@@ -13,8 +13,8 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from skdpp import JLMarginClassifier
-from skdpp.linear_model import _jl_candidates as jlc
-from skdpp.linear_model import _margin_scores as ms
+from skdpp.linear_model._algorithms import jl_margin as jlc
+from skdpp.linear_model._algorithms import jl_kernels as ms
 from skdpp.utils._grouped import UserBlock
 
 
@@ -160,18 +160,15 @@ def test_byte_counters_overflow_without_pieces(monkeypatch):
     assert not np.array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 1e9), want)
 
 
-def test_dot3_order_is_checked_against_einsum(monkeypatch):
-    """The k = 3 own-direction dots reproduce einsum's order of additions; a
-    different order is detected by the self-check and einsum is used instead."""
-    assert ms._dot3_is_einsum() in (True, False)
-    monkeypatch.setattr(ms, "_DOT3_IS_EINSUM", [])
-
-    def natural(F, U):
-        F *= U
-        return (F[..., 0] + F[..., 1]) + F[..., 2]
-
-    monkeypatch.setattr(ms, "_dot3", natural)
-    assert ms._dot3_is_einsum() is False
+def test_dot3_adds_in_the_einsum_order():
+    """The k = 3 own-direction dots (one path, the faster) equal einsum bit for bit
+    on values of every magnitude; the natural order (a broken variant) does not."""
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
+    U = rng.standard_normal((64, 64, 3))
+    assert_array_equal(ms._dot3(F.copy(), U), ms._dot_einsum(F, U))
+    natural = (F[..., 0] * U[..., 0] + F[..., 1] * U[..., 1]) + F[..., 2] * U[..., 2]
+    assert not np.array_equal(natural, ms._dot_einsum(F, U))
 
 
 def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):
@@ -250,35 +247,3 @@ def test_fit_equals_the_fit_with_the_reference_kernel(monkeypatch, params):
         assert new.keys() == old.keys() and "embeddings_" in new
         for name in new:
             assert_array_equal(new[name], old[name], err_msg=name)
-
-
-def _heads_problem(seed=9):
-    rng = np.random.default_rng(seed)
-    sizes = np.array([1, 7, 30, 2, 12, 0, 5])
-    codes = np.repeat(np.arange(sizes.size), sizes)
-    seg = block(codes, sizes.size)
-    F = rng.standard_normal((codes.size, 3)) * 3.0
-    y = np.where(rng.random(codes.size) < 0.6, 1.0, -1.0)
-    return seg, F, y
-
-
-def test_heads_with_weighted_sparse_sums_equal_the_elementwise_products(monkeypatch):
-    """The Newton steps' weighted sums as sparse products with the weights as entries
-    give the heads of the elementwise products (the previous formulation) bit for
-    bit; rounding the weights (a broken variant) changes them."""
-    seg, F, y = _heads_problem()
-    fast = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
-    monkeypatch.setattr(ms, "_WEIGHTED_SUM_IS_EXACT", [False])   # the old formulation
-    slow = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
-    for a, b in zip(fast, slow):
-        assert_array_equal(a, b)
-    assert np.ptp(fast[0]) > 0
-    real = ms._segment_summer
-
-    def rounded(seg_):                  # broken: float32 weights
-        total = real(seg_)
-        return lambda values, w: total(values * w.astype(np.float32)[:, None])
-
-    monkeypatch.setattr(ms, "_weighted_summer", rounded)
-    broken = ms.intercept_heads(seg, F, y, prior_bias=0.4, ridge=1.0)
-    assert not np.array_equal(broken[0], fast[0])

@@ -10,8 +10,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from tests.linear_model._reference import clamped, scaled_rows
 
 from skdpp.datasets import make_additive_personalized_regression
-from skdpp.linear_model import _personalized_sgd as sgd
-from skdpp.linear_model._personalized_sgd import MinibatchStream
+from skdpp.linear_model._algorithms import ppsgd, ppsgd_kernels as sgd
+from skdpp.linear_model._algorithms.ppsgd_kernels import MinibatchStream
 from skdpp.linear_model._ppsgd import PPSGDRegressor
 from skdpp.privacy import Phase, calibrate, clip_by_norm, mechanisms
 from skdpp.utils._grouped import UserIndex, make_blocks
@@ -231,7 +231,7 @@ def test_matches_reference_with_the_fits_minibatches(sample_rate, weighting, ave
                          n_rounds=20, batch_size=2, sample_rate=sample_rate,
                          weighting=weighting, average=average, fit_intercept=fit_intercept,
                          random_state=0, **PAPER).fit(X, y, groups)
-    lr_global, lr_local = est._step_sizes()
+    lr_global, lr_local = ppsgd.step_sizes(est.alpha, est.learning_rate)
     w_ref, theta_ref = _reference_recorded(
         X, y, groups, record, lr_global=lr_global, lr_local=lr_local, clip_norm=0.5,
         sample_rate=sample_rate, weighting=weighting, batch_size=2, n_rounds=20,
@@ -373,7 +373,7 @@ def test_stream_never_reshuffles_a_user_whose_batch_is_all_its_rows():
         positions, m = stream.draw(np.array([0, 2]))
         assert_array_equal(positions, [0, 1, 2, 8, 9])  # canonical order, every time
     block, stream = _stream(np.array([3, 5]), None)
-    assert stream.draw(None)[0] is None  # every row of the block, canonical order
+    assert_array_equal(stream.draw(None)[0], np.arange(8))  # every row, canonical order
 
 
 def test_stream_of_a_user_is_keyed_by_its_id_pass_and_rows_only():
@@ -625,19 +625,14 @@ def _patch_broken(monkeypatch, broken):
         calls.append(grad.shape)
         return grad.sum(axis=0)
 
-    def per_row_clipping(Xb, yb, m, coef, fit_intercept):
+    def per_row_clipping(Xb, yb, m, coef):
         # Row-level DP-SGD mistaken for user-level: every row's gradient is
         # clipped to 1 and the rows summed, with no per-user clip.
         calls.append(Xb.shape)
-        d = Xb.shape[1]
         coef_rows = np.broadcast_to(coef, (len(m), coef.shape[-1]))
         coef_rows = np.repeat(coef_rows, m, axis=0)
-        residual = np.einsum("ij,ij->i", Xb, coef_rows[:, :d]) - yb
-        if fit_intercept:
-            residual += coef_rows[:, d]
+        residual = np.einsum("ij,ij->i", Xb, coef_rows) - yb
         rows = Xb * residual[:, None]
-        if fit_intercept:
-            rows = np.hstack([rows, residual[:, None]])
         starts = np.concatenate([[0], np.cumsum(m)[:-1]])
         return np.add.reduceat(clip_by_norm(rows, 1.0), starts, axis=0) * m[:, None]
 
@@ -985,3 +980,25 @@ def test_gather_rows_and_center_rows_match_fancy_indexing():
     Xb, _ = sgd.gather_rows(block, np.r_[4:12])
     assert_array_equal(sgd.center_rows(Xb, users, means, m),
                        X[rows[4:12]] - np.repeat(means[users], 4, axis=0))
+
+
+def test_budget_shares_are_keyed_by_the_plans_phase_names():
+    """budget_shares moves the named phase's share (the others keep their
+    defaults, "iterations" takes the rest); a key that is not a phase with a
+    share of its own, or a zero "clip" share, is refused before any release."""
+    meta = {"n_users": 500, "n_features": 3}
+    default = PPSGDRegressor()._budget_plan(meta).calibrate().shares
+    moved = PPSGDRegressor(budget_shares={"cold_start": 0.1})._budget_plan(meta)
+    moved = moved.calibrate().shares
+    assert default["cold_start"] == pytest.approx(0.02)
+    assert moved["cold_start"] == pytest.approx(0.1)
+    assert moved["clip"] == pytest.approx(default["clip"])       # still the "auto" rule
+    assert "cold_start" not in PPSGDRegressor(
+        budget_shares={"cold_start": 0.0})._budget_plan(meta).calibrate().shares
+    X, y, groups = _uneven_data()
+    for shares, match in (({"iterations": 0.5}, "not a phase"),
+                          ({"clip": 0}, r"budget_shares\['clip'\]")):
+        est = PPSGDRegressor(budget_shares=shares, n_rounds=2)
+        with pytest.raises(ValueError, match=match):
+            est.fit(X, y, groups)
+        assert not hasattr(est, "coef_")

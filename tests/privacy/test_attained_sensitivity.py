@@ -293,7 +293,7 @@ def test_multiclass_cold_start_sqrt2_is_attained_and_its_understatement_caught(m
     best = attained(cls, swap, params)
     cold = [r for k, (r, _) in best.items() if k[0] == "cold_start"]
     assert cold and max(cold) >= ATTAIN
-    from skdpp.linear_model import _jl_algorithm
+    from skdpp.linear_model._algorithms import jl_margin as _jl_algorithm
 
     monkeypatch.setattr(_jl_algorithm, "cold_start_sensitivity", lambda n_problems: 1.0)
     with pytest.raises(AssertionError, match="more than its stated sensitivity"):
@@ -305,7 +305,8 @@ def test_per_user_caps_are_attained_and_a_cap_raised_by_one_is_caught(monkeypatc
     # user holding more than the cap, disjoint from the replaced one's,
     # attains sqrt(2 cap); counting one more per user exceeds it.
     from skdpp.decomposition import _private_als
-    from skdpp.linear_model import _jl_algorithm, _labels
+    from skdpp.linear_model import _labels
+    from skdpp.linear_model._algorithms import jl_margin as _jl_algorithm
 
     cls, pairs, params = CASES["mf-capped"]
     mf_pair = {"beyond": pairs()["disjoint_items_beyond_cap"]}

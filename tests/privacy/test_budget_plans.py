@@ -157,9 +157,9 @@ def test_broken_dropped_phase_is_caught():
 SHARE_PARAMS = {  # a share parameter of each estimator, and a second value
     "fedrep": ("budget_shares", 0.1, 0.2, "init"),
     "altmin": ("budget_shares", 0.02, 0.05, "cold_start"),
-    "ppsgd": ("cold_start_share", 0.02, 0.05, "cold_start"),
+    "ppsgd": ("budget_shares", 0.02, 0.05, "cold_start"),
     "mf": ("budget_shares", 0.05, 0.02, "mean"),
-    "jl": ("subspace_share", 0.7, 0.5, "subspace"),
+    "jl": ("budget_shares", 0.7, 0.5, "subspace"),
 }
 
 

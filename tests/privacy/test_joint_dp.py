@@ -30,7 +30,8 @@ from skdpp.linear_model import (
     PrivAltMinRegressor,
     PrivateFedRepRegressor,
 )
-from skdpp.linear_model import _heads, _personalized_sgd
+from skdpp.linear_model import _heads
+from skdpp.linear_model._algorithms import ppsgd_kernels as _personalized_sgd
 from skdpp.linear_model._jl_margin import JLMarginClassifier
 from tests.privacy.harness import record_releases
 from tests.linear_model.test_heads import _old_solve_stack  # the former whole-stack fallback
@@ -160,7 +161,7 @@ REGRESSORS = {
                                                 random_state=0),
 }
 
-_JL_LABELS = dict(epsilon=20.0, label_share=0.3, subspace_share=0.4)
+_JL_LABELS = dict(epsilon=20.0, budget_shares={"labels": 0.3, "subspace": 0.4})
 
 CLASSIFIERS = {
     # the defaults (private label set, auto clip, intercepts), small; a large
@@ -280,24 +281,19 @@ def test_whole_stack_fallback_is_caught(monkeypatch, name):
                                  _personal_parts(est, *neighbour))
 
 
-def _old_user_gradients(Xb, yb, m, coef, fit_intercept):
+def _old_user_gradients(Xb, yb, m, coef):
     """The former stack-wide switch: batched products when every minibatch has the
     same size, segment sums (another rounding) for every user otherwise."""
     if m.min() == m.max():
-        return _personalized_sgd._equal_gradients(Xb, yb, m.shape[0], int(m[0]), coef,
-                                                   fit_intercept)
+        return _personalized_sgd._equal_gradients(Xb, yb, m.shape[0], int(m[0]), coef)
     n, d = m.shape[0], Xb.shape[1]
-    grad = np.empty((n, d + int(fit_intercept)))
+    grad = np.empty((n, d))
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
     c = coef if coef.ndim == 1 else np.repeat(coef, m, axis=0)
-    residual = Xb @ c[:d] if coef.ndim == 1 else np.einsum("ij,ij->i", Xb, c[:, :d])
-    if fit_intercept:
-        residual += c[d] if coef.ndim == 1 else c[:, d]
+    residual = Xb @ c if coef.ndim == 1 else np.einsum("ij,ij->i", Xb, c)
     residual -= yb
-    grad[:, :d] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
-    if fit_intercept:
-        grad[:, d] = np.add.reduceat(residual, starts)
+    grad[:] = np.add.reduceat(Xb * residual[:, None], starts, axis=0)
     return grad
 
 

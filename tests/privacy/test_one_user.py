@@ -499,7 +499,8 @@ def test_jl_private_labels_delta_within_charge(monkeypatch, n_labels):
 
 def test_broken_uncapped_label_candidates_are_caught(monkeypatch):
     # Broken: every label of a user is a candidate (the cap ignored).
-    from skdpp.linear_model import _jl_algorithm, _labels
+    from skdpp.linear_model import _labels
+    from skdpp.linear_model._algorithms import jl_margin as _jl_algorithm
 
     real = _labels.label_counts_block
 

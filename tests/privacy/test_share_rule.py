@@ -11,10 +11,12 @@ ESTIMATORS = {
         n_components=2, budget_shares={"clip": clip_share}, **kw),
     "altmin": lambda clip_share="auto", **kw: skdpp.PrivAltMinRegressor(
         n_components=2, budget_shares={"clip": clip_share}, **kw),
-    "ppsgd": lambda **kw: skdpp.PPSGDRegressor(**kw),
+    "ppsgd": lambda clip_share="auto", **kw: skdpp.PPSGDRegressor(
+        budget_shares={"clip": clip_share}, **kw),
     "mf": lambda clip_share="auto", **kw: skdpp.AdaptiveWeightMF(
         budget_shares={"clip": clip_share}, **kw),
-    "jl": lambda **kw: skdpp.JLMarginClassifier(**kw),
+    "jl": lambda clip_share="auto", **kw: skdpp.JLMarginClassifier(
+        budget_shares={"clip": clip_share}, **kw),
 }
 
 

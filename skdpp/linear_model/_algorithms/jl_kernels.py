@@ -1,40 +1,16 @@
-"""Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025), as block functions.
+"""Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025) as block functions.
 
-Every quantity here is computed from one block of whole users
-(:class:`~skdpp.utils._grouped.UserBlock`, rows in canonical order) and
-public broadcasts; the driver (:mod:`skdpp.linear_model._jl_algorithm`) sums
-the blocks' partials and releases them. Two kinds of functions:
-
-* **array functions** on the rows of a block (``seg``) and row-aligned
-  arrays: :func:`centered_rows` and :func:`user_rms_norms` (the rows the
-  releases see and the statistic of ``clip_norm="auto"``),
-  :func:`candidate_user_losses` (the inner minimum of the score ``f``, one
-  term per user and candidate), :func:`circle_grid_min_loss_counts` (its fast
-  path for ``k = 2``), :func:`direction_user_losses` (cold start),
-  :func:`subspace_contributions` (unit directions) and
-  :func:`logistic_heads` (the personal heads, Alg. 3, line 6, see its Notes)
-  and :func:`intercept_heads` (with or without a per-user intercept);
-* **block functions** ``fn(block, state, broadcast)`` run by the executor:
-  :func:`prepare_block` (labels and the ``S^0 / S^1`` split, kept in the
-  block state), :func:`clip_statistic_block`,
-  :func:`project_block` (the projection ``M x``), :func:`subspace_block`,
-  :func:`candidate_scores_block`, :func:`population_scores_block`,
-  :func:`label_fractions_block` (partial sums) and :func:`heads_block`
-  (per-user heads and intercepts, collected).
-
-Every per-user term of a score lies in ``[0, 1]`` and depends only on that
-user's rows, whatever the (finite) values: this is what bounds the score
-sensitivity by ``1 / n``. Data-dependent over/underflow never warns
-(``np.errstate``) and never raises: non-finite intermediates only decide
-which 0/1 losses a user's own rows get (or, for a head, that the user gets
-the cold-start head).
-
-Memory: the block state holds labels and row indices only; the rows the
-releases see and their projections are recomputed per block at each use
-(:class:`BlockState`), so every temporary is block-sized. The candidate
-projections are chunked to ``_CHUNK_BYTES`` (candidates and, for the cold
-start, users), read at call time; the direction-grid loss counts run in
-cache-sized steps of ``_GRID_STEP_ELEMENTS`` (:class:`_GridCounter`).
+Array functions act on the rows of one block of whole users (``seg``, rows in
+canonical order); block functions ``fn(block, state, broadcast)`` (named
+``*_block``) are run by the executor for the driver
+:mod:`skdpp.linear_model._algorithms.jl_margin`, which sums their partials and
+releases them. Every per-user term of a score lies in ``[0, 1]`` and depends
+only on that user's rows, whatever the (finite) values: this bounds the score
+sensitivity by ``1 / n``. Data-dependent over/underflow never warns and never
+raises: non-finite intermediates only decide which 0/1 losses a user's own
+rows get (or that the user gets the cold-start head). Every temporary is
+block-sized (the rows the releases see are recomputed per use,
+:class:`BlockState`) and chunked to ``_CHUNK_BYTES``.
 """
 
 from dataclasses import dataclass
@@ -43,34 +19,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 
-from ..privacy import clip_by_norm, row_norms, unit_rows
-from ..privacy._quantile import cumulative_counts
-from ._heads import batched_solve
-from ._jl_candidates import circle_grid
-from ._labels import binary_problems, label_codes
-
-__all__ = [
-    "BlockState",
-    "Heads",
-    "Prepare",
-    "Project",
-    "Scores",
-    "candidate_scores_block",
-    "candidate_user_losses",
-    "centered_rows",
-    "circle_grid_min_loss_counts",
-    "clip_statistic_block",
-    "direction_user_losses",
-    "heads_block",
-    "label_fractions_block",
-    "logistic_heads",
-    "population_scores_block",
-    "prepare_block",
-    "project_block",
-    "subspace_block",
-    "subspace_contributions",
-    "user_rms_norms",
-]
+from ...privacy import clip_by_norm, row_norms, unit_rows
+from ...privacy._quantile import cumulative_counts
+from ...utils._random import hash_ids, row_hashes
+from .._auto import user_means
+from .._heads import batched_solve
+from .._labels import binary_problems, label_codes
 
 # Memory budget (bytes) of the temporary (candidates x rows x directions)
 # margin tensors; the candidate axis (and for the cold start the users) is chunked.
@@ -107,38 +61,30 @@ _NUMERICAL_RIDGE = 1e-6
 _INTERCEPT_GAIN = 2.0
 
 
+def circle_grid(n_directions):
+    """The ``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
+    angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
+    return np.column_stack([np.cos(angles), np.sin(angles)])
+
+
+
+def row_keys(X, y):
+    """Keys of the canonical order of a user's rows: a hash of features and label."""
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        labels, inverse = np.unique(y, return_inverse=True)
+        y = hash_ids(labels)[inverse.reshape(-1)]
+    return row_hashes(X, y)
+
+
 # --------------------------------------------------------------------------- #
 # Array functions (rows of one block, sorted by user)
 # --------------------------------------------------------------------------- #
-def _user_means(seg, values):
-    """Per-user means of row-aligned ``values`` (sums of ``v / m``: no overflow)."""
-    inv = 1.0 / np.maximum(seg.counts, 1)
-    with np.errstate(**_QUIET):
-        return seg.segment_sum(values * seg.expand(inv)[:, None])
-
-
-def centered_rows(seg, X, center=True):
-    """The rows the releases see: each row minus its user's mean row, as float64.
-
-    ``center=False`` returns a float64 copy. A row with a non-finite entry
-    (after centring) becomes 0: it then has a margin loss at every direction
-    and no direction, a function of its user's rows only.
-
-    Parameters
-    ----------
-    seg : UserBlock
-    X : ndarray of shape (seg.n_rows, n_features)
-        The rows of ``seg`` (canonical order).
-    center : bool, default=True
-
-    Returns
-    -------
-    Xc : ndarray of shape (seg.n_rows, n_features)
-    """
+def finite_rows(X):
+    """The rows the releases see: a float64 copy of ``X`` in which a row with a
+    non-finite entry becomes 0 (it then has a margin loss at every direction and
+    no direction, a function of its user's rows only)."""
     X = np.array(X, dtype=np.float64)
-    if center and X.shape[0]:
-        with np.errstate(**_QUIET):
-            X -= seg.expand(_user_means(seg, X))
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
         X[bad] = 0.0
@@ -257,7 +203,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
     grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
     row_user = seg.row_user
-    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    dot = _dot(k)
     # numpy sends a single-row product to another BLAS routine: the distinct
     # rows' products are padded to two rows when the block has more than one
     # row, and the grid's dot products when there is more than one (row, candidate)
@@ -299,7 +245,7 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
     outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
     inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
     grid = None if circle else _RowGridCounter(seg, n_dir)
-    dot = _dot3 if k == 3 and _dot3_is_einsum() else _dot_einsum
+    dot = _dot(k)
     with np.errstate(**_QUIET):
         row_user = seg.row_user
         sums = seg.segment_sum_wide(yZ)
@@ -329,30 +275,20 @@ def _dot_einsum(F, U):
 
 
 def _dot3(F, U):
-    """``<F, U>`` for ``k = 3`` in the order ``einsum`` adds (checked at first use)."""
+    """``<F, U>`` for ``k = 3`` (in place in ``F``), added as ``(p0 + p2) + p1``.
+
+    The order ``einsum`` uses on numpy 2.x (the released values are those of
+    the einsum there). A whole default fit on MovieLens-sized ratings takes
+    1.24x the CPU time with the einsum instead (median of 2 fits each, issue 21).
+    """
     F *= U
     s = F[..., 0] + F[..., 2]
     s += F[..., 1]
     return s
 
 
-_DOT3_IS_EINSUM = []
-
-
-def _dot3_is_einsum():
-    """Whether :func:`_dot3` is bit-identical to ``einsum`` on this numpy (cached).
-
-    ``einsum("nbk,nbk->nb")`` with ``k = 3`` adds the products as ``(p0 + p2) +
-    p1`` (numpy 2.x, measured); this checks it on 4096 random triples
-    (values of every magnitude), and otherwise the einsum itself is used.
-    """
-    if not _DOT3_IS_EINSUM:
-        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
-        F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
-        U = rng.standard_normal((64, 64, 3))
-        _DOT3_IS_EINSUM.append(bool(np.array_equal(_dot3(F.copy(), U.copy()),
-                                                   _dot_einsum(F, U))))
-    return _DOT3_IS_EINSUM[0]
+def _dot(k):
+    return _dot3 if k == 3 else _dot_einsum
 
 
 _HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -530,24 +466,12 @@ class _GridCounter:
 
 
 class _RowGridCounter:
-    """Row-by-row :class:`_GridCounter` (blocks with few equal rows), in cache-sized steps.
+    """Row-by-row :class:`_GridCounter` (blocks with few equal rows).
 
-    For every user ``i`` and candidate ``c`` of a chunk it lowers
-    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
-    rows are processed in steps of whole *pieces* (runs of at most
-    :attr:`CAP` consecutive rows of one user) holding about
-    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, with buffers
-    allocated once per call and reused (the dot products stay in cache). The
-    losses of a piece are counted in one pass as bytes: the 0/1 losses of a
-    row, viewed as 64-bit words, are added row by row (``np.add.reduceat``),
-    and no byte can carry into the next because a piece has at most 255
-    rows; pieces of a user with more rows are added in ``int64`` afterwards.
-
-    The dot products are the same ``(rows * candidates, k) @ (k, D)``
-    products as one product over the whole block (rows of the left operand
-    do not interact; a single-row product, which numpy sends to a different
-    BLAS routine, is padded to two rows), so the counts are exact and equal
-    to the unchunked computation.
+    The same counts (the same products, bytes as counters of pieces of at most
+    ``CAP`` rows, longer users' pieces added in ``int64``), computed for every
+    row in cache-sized steps of whole pieces (about ``_GRID_STEP_ELEMENTS``
+    triples) with buffers allocated once per call.
     """
 
     CAP = 255  # (tests set _GridCounter.CAP: both counters read it)
@@ -790,7 +714,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     with np.errstate(**_QUIET):
         F = np.asarray(F, dtype=np.float64)
         if fit_intercept:
-            mean = _user_means(seg, F)
+            mean = user_means(seg, F)
             Ft = F - seg.expand(mean)
         else:
             mean, Ft = np.zeros((n_users, k)), F
@@ -803,8 +727,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     A = np.ones((seg.n_rows, q))
     A[:, :k] = Fh
     outer = (A[:, :, None] * A[:, None, :]).reshape(seg.n_rows, q * q)
-    total = _segment_summer(seg)  # seg.segment_sum_wide, its sparse matrix built once
-    weighted = _weighted_summer(seg)  # (values, w) -> total(values * w[:, None])
+    total = seg.segment_sum_wide
     C = (total(outer) * inv[:, None]).reshape(n_users, q, q)
     R = (ridge / 4.0) * C + _NUMERICAL_RIDGE * np.eye(q)
     theta0 = np.zeros(q)
@@ -814,8 +737,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = weighted(A, -y * p) + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = weighted(outer, p * (1.0 - p)).reshape(n_users, q, q)
+        grad = total(A * (-y * p)[:, None]) + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -863,17 +786,6 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
     return heads, intercepts, np.where(keep, ok1, ok0)
 
 
-def _segment_summer(seg):
-    """``values -> seg.segment_sum_wide(values)`` (float64) with its sparse matrix built once.
-
-    The same product as :meth:`~skdpp.utils._grouped.UserBlock.segment_sum_wide`
-    (bit-identical sums), for the ``2 * _NEWTON_STEPS + 1`` sums of a head fit.
-    """
-    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
-                          shape=(seg.n_users, seg.n_rows))
-    return lambda values: np.asarray(owner @ values)
-
-
 def _grid_dots(left, dirs_t, dots, multi):
     """``left @ dirs_t`` into the buffer ``dots``; a single row of a product that is
     multi-row when unchunked (``multi``) is computed as two rows, so that BLAS
@@ -881,47 +793,6 @@ def _grid_dots(left, dirs_t, dots, multi):
     if left.shape[0] == 1 and multi:
         return np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
     return np.matmul(left, dirs_t, out=dots[:left.shape[0]])
-
-
-def _weighted_summer(seg):
-    """``(values, w) -> _segment_summer(seg)(values * w[:, None])``, bit for bit.
-
-    With :func:`_weighted_sum_is_exact` the weights are the sparse matrix's
-    entries (one product ``w_j * v_j`` per term, as in the elementwise
-    product, and no temporary); otherwise the elementwise product is formed.
-    """
-    total = _segment_summer(seg)
-    if not _weighted_sum_is_exact():
-        return lambda values, w: total(values * w[:, None])
-    owner = sp.csr_matrix((np.ones(seg.n_rows), np.arange(seg.n_rows), seg.offsets),
-                          shape=(seg.n_users, seg.n_rows))
-
-    def weighted(values, w):
-        owner.data[:] = w
-        return np.asarray(owner @ values)
-    return weighted
-
-
-_WEIGHTED_SUM_IS_EXACT = []
-
-
-def _weighted_sum_is_exact():
-    """Whether scipy's sparse product with weights ``w`` equals the sum of ``v * w`` (cached).
-
-    True when the product rounds ``w_j * v_j`` before adding it (no fused
-    multiply-add); checked once on random values of every magnitude.
-    """
-    if not _WEIGHTED_SUM_IS_EXACT:
-        rng = np.random.default_rng(0)  # fixed public test values (not noise, not data)
-        n = 4096
-        offsets = np.r_[0, np.sort(rng.integers(0, n, 63)), n]
-        V = rng.standard_normal((n, 16)) * 2.0 ** rng.integers(-30, 30, (n, 1))
-        w = rng.random(n) * 2.0 ** rng.integers(-30, 30, n)
-        ones = sp.csr_matrix((np.ones(n), np.arange(n), offsets), shape=(64, n))
-        weights = sp.csr_matrix((w, np.arange(n), offsets), shape=(64, n))
-        _WEIGHTED_SUM_IS_EXACT.append(bool(np.array_equal(
-            np.asarray(weights @ V), np.asarray(ones @ (V * w[:, None])))))
-    return _WEIGHTED_SUM_IS_EXACT[0]
 
 
 def _user_chunks(seg, n_cols):
@@ -978,11 +849,11 @@ class BlockState:
     def Xc(self):
         """The score rows as the releases see them, recomputed.
 
-        Uncentred (float64, non-finite rows as in :func:`centered_rows`):
+        Uncentred (float64, non-finite rows as in :func:`finite_rows`):
         centring each user's ~10 rows at their mean shrinks the margins the
         selection scores (measured: 0.01-0.12 accuracy on the paper's setting).
         """
-        return centered_rows(self.score, self.score.take(self.score.X), center=False)
+        return finite_rows(self.score.take(self.score.X))
 
     @property
     def Z(self):

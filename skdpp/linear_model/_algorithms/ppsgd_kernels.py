@@ -1,131 +1,52 @@
-"""PPSGD (Bietti, Wei, Dudík, Langford & Wu 2022) as block functions and a driver.
+"""Block functions of PPSGD (Bietti et al. 2022, Alg. 1-3), driven by :mod:`.ppsgd`.
 
-The algorithm of :class:`~skdpp.linear_model.PPSGDRegressor`, written over
-blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`) so that the
-same functions run in-process (:class:`~skdpp.utils._executor.LocalExecutor`)
-and on a cluster:
-
-* :func:`sgd_round` -- the map of one round on one block: decide the block's
-  participants (Alg. 2/3, line 4: :func:`skdpp.privacy.mechanisms.poisson_sample`),
-  draw each participant's minibatch (line 6, :class:`MinibatchStream`),
-  compute its gradient at ``(w, theta_i)`` (line 7), step ``theta_i`` locally
-  (line 8) and return the block's sum of per-user gradients clipped to ``C``
-  (line 9; one clip per user and round). The personal parameters ``theta_i``
-  and their running averages live in the block state (:class:`BlockState`).
-* :func:`run_ppsgd` -- the driver: per round, the tree sum of the blocks'
-  partial sums is released once through the fit's
-  :class:`~skdpp.privacy.Releaser` (L2 sensitivity ``2C``, Poisson sampling
-  rate ``q``) and ``w`` steps by the noisy sum divided by the *public*
-  ``q N`` (line 13). With a global step of 0 nothing is released: ``alpha=0``
-  and :meth:`~skdpp.linear_model.PPSGDRegressor.personalize` run the same
-  functions.
-* :func:`final_offsets` -- each user's last (or averaged) ``theta_i``.
-
-Randomness: participation and minibatches are keyed hashes of the fit key and
-of the user's own id (and, for minibatches, the pass number and the canonical
-rank of the row within the user), so a user's random choices never depend on
-another user's data nor on the order of the rows. The model is additive,
-``y ≈ <x, w_d + theta_d> + w_b + theta_b`` with the intercept (when fitted)
-as the last parameter: the gradient in the intercept is the residual sum, no
-column of ones is appended to ``X``.
-
-Memory: ``X`` is never copied as a whole. Each round gathers the
-participants' minibatch rows of a block into per-thread scratch buffers
-(:func:`gather_rows`; reused by every block and round of the thread, freed by
-:func:`~skdpp.linear_model._scratch.release_scratch` at the end of a fit) and centres them in place
-(:func:`center_rows`); the block state holds O(users) arrays only
-(``theta_i``, the users' means, the minibatch streams). A block-contiguous
-centred copy of ``X`` would save the gather and the centring of every round
-but cost ``1x X`` of extra memory for the whole fit.
+Over blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`), so the
+same functions run in-process and on a cluster. :func:`sgd_round` is the map
+of one round: the block's participants (Alg. 2/3, line 4,
+:func:`skdpp.privacy.mechanisms.poisson_sample`), their minibatches (line 6,
+:class:`MinibatchStream`), gradients at ``(w, theta_i)`` (line 7), local steps
+on ``theta_i`` (line 8) and the sum of the gradients clipped to ``C`` (line 9,
+one clip per user and round). ``theta_i`` lives in the block state
+(:class:`BlockState`). Randomness is keyed by the fit key and the user's own
+id (and, for minibatches, the pass and the canonical rank of the row), so a
+user's choices depend neither on other users nor on the row order. The
+intercept, when fitted, is profiled out (rows centred per user). ``X`` is
+never copied whole: each round gathers the minibatch rows into per-thread
+scratch buffers (:func:`gather_rows`) and centres them in place.
 """
 
 # Authors: skdpp developers
 # License: BSD 3 clause
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy._clipping import clip_by_norm, unit_row_norms
-from ..privacy import mechanisms
-from ._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
-from ._scratch import scratch
-from ..utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
-from ..utils._random import keyed_bits
-
-__all__ = [
-    "BlockState",
-    "MinibatchStream",
-    "SGDConfig",
-    "center_rows",
-    "final_offsets",
-    "gather_rows",
-    "make_sgd_blocks",
-    "run_ppsgd",
-    "sgd_round",
-]
-
-#: The plan's phase of the per-round releases.
-PHASE = "iterations"
+from ...privacy._clipping import clip_by_norm, unit_row_norms
+from ...privacy import mechanisms
+from .._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
+from .._scratch import scratch
+from ...utils._grouped import (DEFAULT_BLOCK_ROWS, UserIndex, canonical_order, make_blocks,
+                               segment_outer_sum)
+from ...utils._random import keyed_bits
 
 
 @dataclass(frozen=True)
 class SGDConfig:
-    """Public configuration of the block functions (and the secret fit key).
+    """Public configuration of the block functions (and the secret fit key)."""
 
-    Attributes
-    ----------
-    key : ndarray of shape (2,), uint64
-        The fit key (:attr:`skdpp.utils._random.FitRandomness.key`).
-    n_features : int
-        Columns of ``X`` (``d``).
-    fit_intercept : bool
-        A global and personal intercept, the last parameter of ``w``/``theta``.
-    batch_size : int or None
-        Per-user minibatch cap (``None``: all of the user's rows).
-    sample_rate : float
-        Poisson rate ``q`` of participation per round.
-    weighting : {"user", "sample"}
-        Gradient normalisation: minibatch mean (Alg. 3) or minibatch sum over
-        the public ``batch_size`` (Alg. 2).
-    lr_local : float
-        Step size of ``theta_i`` (0: the offsets stay 0).
-    clip_norm : float or None
-        Per-user clip of the released contribution.
-    release : bool
-        Return the clipped partial sums (``False`` when the global step is 0).
-    average : bool
-        Keep the running average of every ``theta_i``.
-    n_rounds : int
-        Number of rounds ``T`` (for the average).
-    center : bool, default=False
-        Centre each user's rows and targets on the user's own means (all its
-        rows): the per-user intercept profiled out (``fit_intercept=True`` of
-        the estimator).
-    local_scale : bool, default=False
-        Divide each user's local step by the user's own mean squared (centred)
-        row norm: a scale-free local step from the user's rows only.
-    """
-
-    key: object
-    n_features: int
-    fit_intercept: bool
-    batch_size: object
-    sample_rate: float
-    weighting: str
-    lr_local: float
-    clip_norm: object
-    release: bool
-    average: bool
-    n_rounds: int
-    center: bool = False
-    local_scale: bool = False
-
-    @property
-    def n_params(self):
-        """Length of ``w`` and of each ``theta_i`` (``d``, plus 1 with an intercept)."""
-        return self.n_features + int(self.fit_intercept)
+    key: object               # the fit key (FitRandomness.key), uint64 (2,)
+    n_features: int           # d
+    batch_size: object        # per-user minibatch cap (None: all of the user's rows)
+    sample_rate: float        # Poisson rate q of participation per round
+    weighting: str            # "user": minibatch mean (Alg. 3); "sample": sum / batch_size
+    lr_local: float           # step size of theta_i (0: the offsets stay 0)
+    clip_norm: object         # per-user clip of the released contribution
+    release: bool             # return the clipped partial sums (False: global step 0)
+    average: bool             # keep the running average of every theta_i
+    n_rounds: int             # T (for the average)
+    center: bool = False      # rows and targets centred on the user's own means
+    local_scale: bool = False  # local step over the user's own mean squared row norm
 
 
 # --------------------------------------------------------------------------- #
@@ -179,7 +100,6 @@ class MinibatchStream:
         self.batch = self.counts.copy() if batch_size is None \
             else np.minimum(self.counts, int(batch_size))
         full = self.batch == self.counts
-        self.all_full = bool(full.all())
         self.stream = np.arange(block.n_rows, dtype=np.int64)  # canonical order
         self.cursor = np.zeros(block.n_users, dtype=np.int64)
         self.n_pass = np.zeros(block.n_users, dtype=np.int64)
@@ -195,12 +115,6 @@ class MinibatchStream:
         rank = pos - np.repeat(starts, counts)
         bits = keyed_bits(self.key, "batch", np.repeat(self.user_hash[users], counts),
                           np.repeat(self.n_pass[users], counts), rank)
-        if (counts == counts[0]).all():  # equal users: one sort per row of a matrix
-            # (the order of canonical_order: by bits within each user, stable)
-            shape = (users.size, int(counts[0]))
-            order = np.argsort(bits.reshape(shape), axis=1, kind="stable")
-            self.stream[pos] = np.take_along_axis(pos.reshape(shape), order, axis=1).ravel()
-            return
         seg = np.repeat(np.arange(users.size, dtype=np.int64), counts)
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
@@ -214,43 +128,27 @@ class MinibatchStream:
 
         Returns
         -------
-        positions : ndarray of int or None
+        positions : ndarray of int
             Rows of the block (canonical positions), grouped by user in the
-            order of ``users``; ``None`` when the minibatches are all the
-            rows of every user (the block's rows in canonical order).
+            order of ``users``.
         m : ndarray of shape (n_participants,)
             Minibatch size of each participant.
         """
         if users is None:
-            if self.all_full:
-                return None, self.batch
             users = np.arange(self.counts.shape[0], dtype=np.int64)
-        elif self.all_full:  # every row of each participant, canonical order
-            m = self.counts[users]
-            return _ranges(self.starts[users], m), m
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
         ends = c + m >= n
-        if not ends.any():  # no minibatch reaches the end of its pass
-            base = self.starts[users] + c
-            if m.size and (m == m[0]).all():
-                positions = self.stream[(base[:, None] + np.arange(int(m[0]))).ravel()]
-            else:
-                positions = self.stream[_ranges(base, m)]
-            self.cursor[users] = c + m
-            return positions, m
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
         vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
                                   - np.repeat(np.cumsum(m) - m, m))
         wrapped = vpos >= n_rep
         positions = self.stream[start + np.where(wrapped, 0, vpos)]
-        if ends.any():
-            done = users[ends & (m < n)]
-            self.n_pass[done] += 1
-            self._shuffle(done)
-            if wrapped.any():
-                positions[wrapped] = self.stream[start[wrapped] + vpos[wrapped]
-                                                 - n_rep[wrapped]]
+        done = users[ends & (m < n)]
+        self.n_pass[done] += 1
+        self._shuffle(done)
+        if wrapped.any():
+            positions[wrapped] = self.stream[start[wrapped] + vpos[wrapped] - n_rep[wrapped]]
         self.cursor[users] = np.where(ends, c + m - n, c + m)
         return positions, m
 
@@ -283,9 +181,9 @@ class BlockState:
 
     Attributes
     ----------
-    theta : ndarray of shape (n_users, n_params)
+    theta : ndarray of shape (n_users, d)
         The users' current offsets ``theta_i`` (Alg. 1, line 2: zeros).
-    theta_avg : ndarray of shape (n_users, n_params) or None
+    theta_avg : ndarray of shape (n_users, d) or None
         ``sum_{s <= last} theta_{i,s} / T`` (running average of the iterates).
     last : ndarray of shape (n_users,) or None
         Last round accounted in ``theta_avg``.
@@ -300,16 +198,15 @@ class BlockState:
         ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
     """
 
-    def __init__(self, block, config, on_rows=None):
-        shape = (block.n_users, config.n_params)
+    def __init__(self, block, config):
+        shape = (block.n_users, config.n_features)
         self.theta = np.zeros(shape)
         self.theta_avg = np.zeros(shape) if config.average else None
         self.last = np.zeros(block.n_users, dtype=np.int64) if config.average else None
         self.stream = None
         self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
-            self.x_means, self.y_means, sq = user_moments(block, config.center,
-                                                          on_rows=on_rows)
+            self.x_means, self.y_means, sq = user_moments(block, config.center)
             self.mean_sq = sq
             if config.center:
                 self.x_means = np.nan_to_num(self.x_means, nan=0.0)
@@ -321,15 +218,12 @@ class BlockState:
                 self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
 
 
-def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
+def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
     """Each user's mean row, mean target and mean squared (centred) row norm.
 
     Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
     rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
-    centred norms overflow gets ``inf``. ``on_rows(sub, X, y)``, if given, is
-    called on every sub-block's rows and targets, centred when ``center`` on
-    the means the :class:`BlockState` keeps (NaN mean entries as 0), so that
-    another per-user statistic shares the pass (``X``, ``y``: scratch buffers).
+    centred norms overflow gets ``inf``.
 
     Returns
     -------
@@ -352,13 +246,6 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS, on_rows=None):
                 center_rows(X, None, x_means[u], sub.counts)
             # the norms of unit_rows (overflow-free), bit for bit
             sq[u] = rms_per_user(sub, unit_row_norms(X)) ** 2
-            if on_rows is not None:
-                if center:
-                    if np.isnan(x_means[u]).any():  # centre on the state's means
-                        X, y = gather_rows(sub, None)
-                        center_rows(X, None, np.nan_to_num(x_means[u], nan=0.0), sub.counts)
-                    center_rows(y, None, y_means[u], sub.counts)
-                on_rows(sub, X, y)
     return x_means, y_means, sq
 
 
@@ -388,8 +275,8 @@ def draw_minibatches(block, state, round_index, config):
 def gather_rows(block, positions):
     """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
 
-    Copies (float64) in this thread's scratch buffers, valid until the next
-    call: the caller may modify them in place (e.g. :func:`center_rows`).
+    Float64 copies in this thread's scratch buffers (:mod:`.._scratch`), valid
+    until the next call: the caller may modify them in place.
     """
     rows = block.rows
     if positions is not None:
@@ -400,7 +287,8 @@ def gather_rows(block, positions):
         else:
             rows = rows[positions]
     n = block.n_rows if positions is None else positions.shape[0]
-    # This thread's buffers, reused by every block and round (see _scratch.py).
+    # This thread's buffers, reused by every block and round: fresh arrays every
+    # round made a MovieLens-sized fit 1.2x slower (page faults; issue 21).
     Xb = scratch("ppsgd_X", n, block.X.shape[1], np.float64)
     y_width = int(np.prod(block.y.shape[1:], dtype=np.int64))
     yb = scratch("ppsgd_y", n, y_width, np.float64).reshape((n,) + block.y.shape[1:])
@@ -424,11 +312,8 @@ def center_rows(A, users, means, m):
     """
     means = means if users is None else means[users]
     n = m.shape[0]
-    if n == 0:
-        return A
-    if A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # equal groups: broadcast
-        A3 = A.reshape((n, int(m[0])) + A.shape[1:])
-        A3 -= means[:, None]
+    if n and A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # no repeated copy
+        A.reshape((n, int(m[0])) + A.shape[1:])[...] -= means[:, None]
     else:
         A -= np.repeat(means, m, axis=0)
     return A
@@ -438,25 +323,12 @@ def center_rows(A, users, means, m):
 _EINSUM_MAX_FEATURES = 16
 
 
-def _user_gradients(Xb, yb, m, coef, fit_intercept):
-    """Per-user sums of the squared-loss row gradients at ``coef``.
+def _user_gradients(Xb, yb, m, coef):
+    """Per-user sums ``sum_rows x (<x, c> - y)`` of the squared-loss row gradients.
 
-    Parameters
-    ----------
-    Xb : ndarray of shape (sum(m), d)
-        Minibatch rows grouped by user (``m[j]`` rows for the ``j``-th user).
-    yb : ndarray of shape (sum(m),)
-    m : ndarray of shape (n,)
-    coef : ndarray of shape (n, p) or (p,)
-        Each user's parameters ``w + theta_i`` (or the shared ``w``); the last
-        entry is the intercept when ``fit_intercept``.
-    fit_intercept : bool
-
-    Returns
-    -------
-    grad : ndarray of shape (n, p)
-        ``sum_rows x (<x, c_d> + c_b - y)`` and, with an intercept, the
-        residual sum in the last column.
+    ``Xb`` (``sum(m)`` rows grouped by user, ``m[j]`` for the ``j``-th user),
+    ``yb``, and ``coef`` of shape (n, d) (each user's ``w + theta_i``) or (d,)
+    (the shared ``w``); returns shape (n, d).
 
     Notes
     -----
@@ -470,10 +342,10 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
     """
     n, d = m.shape[0], Xb.shape[1]
     if n == 0:
-        return np.empty((0, d + int(fit_intercept)))
-    if m.min() == m.max():  # equal minibatches: one batched product
-        return _equal_gradients(Xb, yb, n, int(m[0]), coef, fit_intercept)
-    grad = np.empty((n, d + int(fit_intercept)))
+        return np.empty((0, d))
+    if m.min() == m.max():  # one size (no gathered copy; the same products)
+        return _equal_gradients(Xb, yb, n, int(m[0]), coef)
+    grad = np.empty((n, d))
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(m[:-1], out=starts[1:])
     shared = coef.ndim == 1
@@ -481,33 +353,25 @@ def _user_gradients(Xb, yb, m, coef, fit_intercept):
         users = np.flatnonzero(m == size)
         rows = _ranges(starts[users], m[users])
         grad[users] = _equal_gradients(Xb[rows], yb[rows], users.size, int(size),
-                                       coef if shared else coef[users], fit_intercept)
+                                       coef if shared else coef[users])
     return grad
 
 
-def _equal_gradients(Xb, yb, n, k, coef, fit_intercept):
+def _equal_gradients(Xb, yb, n, k, coef):
     """:func:`_user_gradients` of ``n`` users with ``k`` minibatch rows each."""
     d = Xb.shape[1]
-    grad = np.empty((n, d + int(fit_intercept)))
-    shared = coef.ndim == 1
     X3 = Xb.reshape(n, k, d)
     small = d <= _EINSUM_MAX_FEATURES
-    if shared:
-        residual = (Xb @ coef[:d]).reshape(n, k)
+    if coef.ndim == 1:
+        residual = (Xb @ coef).reshape(n, k)
     elif small:
-        residual = np.einsum("ukd,ud->uk", X3, coef[:, :d])
+        residual = np.einsum("ukd,ud->uk", X3, coef)
     else:
-        residual = np.matmul(X3, coef[:, :d, None])[:, :, 0]
-    if fit_intercept:
-        residual += coef[d] if shared else coef[:, d:]
+        residual = np.matmul(X3, coef[:, :, None])[:, :, 0]
     residual -= yb.reshape(n, k)
     if small:
-        grad[:, :d] = np.einsum("uk,ukd->ud", residual, X3)
-    else:
-        grad[:, :d] = np.matmul(residual[:, None, :], X3)[:, 0, :]
-    if fit_intercept:
-        grad[:, d] = residual.sum(axis=1)
-    return grad
+        return np.einsum("uk,ukd->ud", residual, X3)
+    return np.matmul(residual[:, None, :], X3)[:, 0, :]
 
 
 def _clipped_sum(grad, clip_norm):
@@ -529,7 +393,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
 
     Returns
     -------
-    partial : ndarray of shape (n_params,) or None
+    partial : ndarray of shape (d,) or None
         Sum of the participants' gradients clipped to ``clip_norm`` (``None``
         when ``config.release`` is false).
     """
@@ -538,8 +402,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
     theta = state.theta[idx] if personal else None
     # Alg. 1, line 6: for the additive model the gradients in w and in theta_i
     # are equal.
-    grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w,
-                           config.fit_intercept)
+    grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w)
     if config.weighting == "user":  # Alg. 3, line 7: minibatch means
         grad /= m[:, None]
     else:  # Alg. 2, line 7: minibatch sums, in units of the public batch_size
@@ -578,7 +441,7 @@ def sgd_round(block, state, broadcast, *, config):
         if state is None:
             state = BlockState(block, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
-        Xb, yb = gather_rows(block, positions)  # scratch copies, reused every round
+        Xb, yb = gather_rows(block, positions)
         if state.x_means is not None:  # per-user centring (the profiled intercept)
             center_rows(Xb, users, state.x_means, m)
             center_rows(yb, users, state.y_means, m)
@@ -589,87 +452,11 @@ def sgd_round(block, state, broadcast, *, config):
 def final_offsets(block, state, n_rounds, *, config):
     """The users' last ``theta_i``, or their average over rounds ``1..T``."""
     if state is None:
-        return np.zeros((block.n_users, config.n_params))
+        return np.zeros((block.n_users, config.n_features))
     if not config.average:
         return state.theta
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         return state.theta_avg + state.theta * ((n_rounds - state.last) / n_rounds)[:, None]
-
-
-# --------------------------------------------------------------------------- #
-# Driver
-# --------------------------------------------------------------------------- #
-def run_ppsgd(executor, release, config, *, n_users, lr_global, w_init=None,
-              round_fn=sgd_round, callback=None, verbose=0, offsets=True):
-    """Run PPSGD for ``config.n_rounds`` rounds (Alg. 1; Alg. 2/3 with sampling).
-
-    Parameters
-    ----------
-    executor : LocalExecutor or compatible
-        Runs the block functions over blocks of whole users.
-    release : Releaser or None
-        The fit's release helper (``None`` only when ``config.release`` is
-        false: nothing is released).
-    config : SGDConfig
-    n_users : int
-        Number of users ``N`` (public).
-    lr_global : float
-        Step size of ``w`` on the noisy sum divided by ``q N``.
-    w_init : ndarray of shape (n_params,), default=None
-        Initial (and, with ``lr_global=0``, fixed) global weights; zeros by
-        default (Alg. 1, line 2).
-    round_fn : callable, default=sgd_round
-        The map of one round, ``round_fn(block, state, (t, w), config=...)``.
-    callback : callable, default=None
-        ``callback(t, w, executor)`` after each round.
-    verbose : int, default=0
-        Print the round every tenth of the rounds (public values only).
-    offsets : bool, default=True
-        Collect the users' offsets (``False``: ``theta`` is None; they stay in
-        the block states).
-
-    Returns
-    -------
-    w : ndarray of shape (n_params,)
-        The last (or averaged) global iterate.
-    theta : ndarray of shape (n_users, n_params) or None
-        The users' last (or averaged) offsets, in user order.
-    """
-    n_rounds = int(config.n_rounds)
-    q = float(config.sample_rate)
-    w = np.zeros(config.n_params) if w_init is None else np.array(w_init, dtype=float)
-    w_sum = np.zeros(config.n_params) if config.average else None
-    clip_norm = config.clip_norm
-    sensitivity = None if clip_norm is None else 2.0 * float(clip_norm)
-    # Alg. 2/3, line 13: the sum is divided by the public expected number of
-    # participants q N (never the realised number of participants or rows,
-    # which depend on the secret sampling and on the data).
-    normaliser = q * n_users
-    if not config.release and release is not None:
-        release.nothing(PHASE, clip_norm=clip_norm)  # alpha = 0: w is never updated
-    step = functools.partial(round_fn, config=config)
-    report_every = max(1, n_rounds // 10)
-    for t in range(1, n_rounds + 1):  # Alg. 1, line 3
-        total = executor.map(step, (t, w))
-        if config.release:
-            # Alg. 1, lines 10-12: one Gaussian release of the sum of clipped
-            # contributions (sensitivity 2C), the global step on it.
-            noisy = release.gaussian(PHASE, total, sensitivity=sensitivity,
-                                     clip_norm=clip_norm, sampling_rate=q)
-            with np.errstate(over="ignore", invalid="ignore"):
-                w = w - lr_global * np.asarray(noisy, dtype=float) / normaliser
-        if w_sum is not None:
-            w_sum += w
-        if callback is not None:
-            callback(t, w, executor)
-        if verbose and (t % report_every == 0 or t == n_rounds):
-            print(f"[PPSGD] round {t}/{n_rounds}")
-    theta = None
-    if offsets:
-        theta = executor.collect(functools.partial(final_offsets, config=config), n_rounds)
-    if w_sum is not None:
-        w = w_sum / n_rounds
-    return w, theta
 
 
 # --------------------------------------------------------------------------- #
@@ -682,8 +469,6 @@ def _with_state(block, state, config):
 def _centred_rows(sub, state, offset, config):
     """A sub-block's rows and targets (float64), centred on the users' means when ``center``.
 
-    In this thread's scratch buffers (:func:`gather_rows`), valid until the
-    next gather.
     """
     X, y = gather_rows(sub, None)
     if config.center:
@@ -695,18 +480,7 @@ def _centred_rows(sub, state, offset, config):
 
 
 def _user_grams(sub, X):
-    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user).
-
-    Users with equal row counts: one batched product on the rows reshaped
-    to ``(users, rows, d)``, the product :func:`~skdpp.utils._grouped.segment_outer_sum`
-    computes on its gathered copy (the same values); ragged users: that function.
-    """
-    from ..utils._grouped import UserIndex, segment_outer_sum
-
-    m = sub.counts
-    if sub.n_users and m[0] > 0 and (m == m[0]).all():
-        X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
-        return np.matmul(X3.transpose(0, 2, 1), X3)
+    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user)."""
     return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
 
 
@@ -718,25 +492,21 @@ def gradient_norm_statistic(block, state, config):
     (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
     """
     norms = np.zeros(block.n_users)
-    coef = np.zeros(config.n_params)
+    coef = np.zeros(config.n_features)
 
     def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
         offset = sub.first_user - block.first_user
         m = sub.counts.astype(np.float64)
-        grad = _user_gradients(X, y, sub.counts, coef, config.fit_intercept) / m[:, None]
+        grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
         if config.weighting == "sample":
             grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
         norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
 
+    state = _with_state(block, state, config)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if state is None and (config.center or config.local_scale):
-            # one pass over the rows: the state's moments and the statistic
-            state = BlockState(block, config, on_rows=statistic)
-        else:
-            state = _with_state(block, state, config)
-            for sub in block.split():
-                statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
-                                              config))
+        for sub in block.split():
+            statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
+                                          config))
     return norms, state
 
 
@@ -757,38 +527,21 @@ def offset_values(block, state, config):
     """Block function: ``fn`` of the users' offsets ``ȳ_i - <x̄_i, w>`` (centring only)."""
     w, fn = config
     with np.errstate(over="ignore", invalid="ignore"):
-        values = state.y_means - state.x_means @ w[:state.x_means.shape[1]]
+        values = state.y_means - state.x_means @ w
     return fn(values), state
 
 
 @dataclass(frozen=True, eq=False)
 class PersonalPrior:
-    """Public inputs of the personal parts (released values and ``personal_ridge``).
+    """Public inputs of the personal parts (released values and ``personal_ridge``)."""
 
-    Attributes
-    ----------
-    w : ndarray of shape (n_params,)
-        The released global weights (the prior mean of every ``w + theta_i``).
-    intercept : float
-        The released cold-start intercept.
-    intercept_scale : float or None
-        ``R_b``: the prior std of a user's mean level around the cold-start
-        prediction is ``R_b / sqrt(κ)`` (``None``: no shrinkage).
-    ridge : float
-        ``κ`` (``personal_ridge``).
-    config : SGDConfig
-    variance_floor : float, default=0.0
-        Lower bound of the users' feature variances in the penalty (the
-        standardised units of a fit with per-feature scales).
-    """
-
-    w: np.ndarray
-    intercept: float
-    intercept_scale: object
-    ridge: float
+    w: np.ndarray             # released global weights (prior mean of every w + theta_i)
+    intercept: float          # released cold-start intercept
+    intercept_scale: object   # R_b: prior std of a user's level is R_b / sqrt(kappa)
+    ridge: float              # kappa (personal_ridge)
     config: SGDConfig
-    variance_floor: float = 0.0
-    local_only: bool = False
+    variance_floor: float = 0.0  # floor of the penalty's feature variances (scaled fits)
+    local_only: bool = False  # the released part is noise: shrink towards 0 and own mean
 
 
 # Bytes of the per-chunk d x d statistics of the personal refit.
@@ -821,12 +574,12 @@ def personal_refit(block, state, prior):
         The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
         b_i``; 0 without centring).
     """
-    from ._heads import _solve_stack, shrunk_heads
+    from .._heads import _solve_stack, shrunk_heads
 
     config = prior.config
     state = _with_state(block, state, config)
     d = config.n_features
-    w_released = np.asarray(prior.w, dtype=np.float64)[:d]
+    w_released = np.asarray(prior.w, dtype=np.float64)
     # local_only: the released part is noise -- each user's own ridge fit, shrunk
     # towards zero weights and its own mean level (local data only)
     w = np.zeros(d) if prior.local_only else w_released
@@ -896,5 +649,5 @@ def personal_sgd(block, state, config):
     if state is None or state.x_means is None:
         return theta, np.zeros(block.n_users)
     with np.errstate(all="ignore"):
-        b = state.y_means - np.einsum("ij,ij->i", state.x_means, w[None, :d] + theta[:, :d])
+        b = state.y_means - np.einsum("ij,ij->i", state.x_means, w[None, :] + theta)
     return theta, np.where(np.isfinite(b), b, 0.0)

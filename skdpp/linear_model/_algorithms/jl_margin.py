@@ -1,0 +1,482 @@
+"""Algorithm 3 of Snedeker, Zhou & Bassily (2025, Section 4): plan, driver, personal heads.
+
+:func:`plan` declares the releases (phases ``labels``, ``clip``, ``subspace``,
+``selection``, ``cold_start``; every phase is one release of all binary
+problems, so the plan does not depend on their number), :func:`run` makes them
+in that order (noise added once, on the driver, through the fit's
+:class:`~skdpp.privacy.Releaser`) and fits every user's head locally (line 6,
+billboard model). The public randomness and candidate sets (line 1 and 3) are
+here; the block functions are in :mod:`.jl_kernels`. The guarantee and the
+sensitivities are stated in :class:`~skdpp.linear_model.JLMarginClassifier`.
+"""
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...base import FitResult, _caller_stacklevel
+from ...privacy import BudgetPlan
+from ...privacy._plan import resolve_clip_share
+from ...privacy._product import product_exponential
+from ...privacy._quantile import private_quantile, quantile_grid, search_steps
+from ...utils._executor import LocalExecutor
+from ...utils._grouped import make_blocks
+from .._labels import label_counts_block, select_classes
+from .jl_kernels import (Heads, Prepare, Project, Scores, candidate_scores_block, circle_grid,
+                         clip_statistic_block, heads_block, label_fractions_block,
+                         population_scores_block, prepare_block, project_block, row_keys,
+                         subspace_block)
+
+#: Phases with a share of their own (``budget_shares`` keys) and their defaults;
+#: ``selection`` takes the rest.
+DEFAULT_SHARES = {"labels": 0.05, "clip": "auto", "subspace": 0.7, "cold_start": 0.05}
+
+# Share of ``delta`` reserved for the threshold of the private label selection.
+THRESHOLD_DELTA_FRACTION = 0.25
+
+# Rows per block of a fit (whole users; tests lower it to get many blocks).
+BLOCK_ROWS = 32768
+
+# Failure probability beta of the JL transform in the ``jl_dim="auto"`` rule
+# (a public constant; Alg. 3, Require, and Lemma 15).
+JL_FAILURE_PROBABILITY = 0.05
+
+# Upper cap of ``jl_dim="auto"`` (memory/time guard; documented).
+JL_AUTO_MAX = 256
+
+# Relative ridge of the preconditioner of the subspace candidates (public constant).
+RIDGE = 0.03
+
+
+def auto_jl_dim(n_users, n_features, n_components, *, margin):
+    """``k' = ceil(log(n / beta) / margin^2)``, clipped (Alg. 3, Require).
+
+    Alg. 3 asks for ``k' >= r^2 Gamma^2 log(nm / beta) / rho^2``. Here the
+    margin is relative (``rho = margin * r`` for unit directions, i.e.
+    ``Gamma = 1``), so the rule depends only on public quantities: the number
+    of users ``n`` (public under replace-one-user; the paper's ``nm``, the
+    number of rows, is private), ``n_features`` and the parameters. The result
+    is clipped to ``[n_components, min(n_features, 256)]`` (a JL dimension
+    above ``d`` does not reduce anything; the cap bounds memory and time).
+    """
+    square = margin * margin
+    raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / square if square > 0 \
+        else math.inf
+    raw = math.ceil(raw) if math.isfinite(raw) else math.inf
+    return int(max(n_components, min(raw, n_features, JL_AUTO_MAX)))
+
+
+def jl_matrix(jl_dim, n_features, rng):
+    """Alg. 3, line 1: ``M`` in ``R^{k' x d}``, i.i.d. entries uniform on ``{+-1/sqrt(k')}``.
+
+    Public randomness (not privacy noise): ``M`` is released as ``jl_matrix_``.
+    """
+    signs = rng.integers(0, 2, size=(jl_dim, n_features), dtype=np.int8)
+    return (2.0 * signs - 1.0) / math.sqrt(jl_dim)
+
+
+def direction_grid(n_components, n_directions, rng):
+    """Public unit directions ``u`` on the sphere ``S^{k-1}``, shape ``(D, k)``.
+
+    ``k = 1``: ``{+1, -1}``; ``k = 2``: ``n_directions`` equally spaced angles
+    (no draw); ``k >= 3``: ``n_directions`` i.i.d. uniform directions drawn
+    from ``rng`` (public randomness, independent of the data).
+    """
+    if n_components == 1:
+        return np.array([[1.0], [-1.0]])
+    if n_components == 2:
+        return circle_grid(n_directions)
+    g = rng.standard_normal((n_directions, n_components))  # public directions, not noise
+    return g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+def orthonormalize(mats):
+    """Batched thin QR: an orthonormal basis of the columns of each ``(k', k)`` matrix.
+
+    The signs are fixed (positive diagonal of ``R``) so that the result is a
+    deterministic function of the input.
+    """
+    q, r = np.linalg.qr(mats)
+    signs = np.sign(np.diagonal(r, axis1=-2, axis2=-1))
+    signs[signs == 0] = 1.0
+    return q * signs[..., None, :]
+
+
+def random_candidates(perturbations):
+    """Data-independent candidates: Haar-random orthonormal ``k' x k`` frames.
+
+    ``orth(G_c)`` for the public standard normal ``G_c``. Every candidate has
+    orthonormal columns, so ``||U~||_F = sqrt(k) <= sqrt(2k)``: a finite
+    subset of the Frobenius ball ``B_F`` of Alg. 3, line 3.
+    """
+    return orthonormalize(perturbations)
+
+
+def precondition(basis, M, *, ridge=RIDGE):
+    """``orth((M M^T + lambda I)^{-1} P)``: frames whose embedding follows ``span(P)``.
+
+    The subspace release estimates ``span(M U*)``; the classifier of a
+    candidate is ``<x, M^T U~ v>``, and ``M^T U~`` is proportional to ``U*``
+    for ``U~ = (M M^T)^+ M U*`` (exactly when ``k' >= d``, up to the JL error
+    otherwise). A small ridge ``lambda = 0.03 max(d / k', 1)`` (the scale of
+    the non-zero eigenvalues of ``M M^T``) keeps the inverse stable when
+    ``k'`` is close to ``d``. Post-processing of ``P`` and the public ``M``.
+    """
+    jl_dim, n_features = M.shape
+    lam = ridge * max(n_features / jl_dim, 1.0)
+    pre = np.linalg.solve(M @ M.T + lam * np.eye(jl_dim), basis)
+    return orthonormalize(pre[None])[0]
+
+
+def subspace_candidates(basis, perturbations, *, max_spread=1.0):
+    """Candidates around an orthonormal basis ``P`` (``k' x k``).
+
+    Candidate ``c`` is ``orth(P + s_c G_c / sqrt(k'))`` with the public
+    standard normal ``G_c`` and spreads ``s_c`` evenly spaced in
+    ``[0, max_spread]`` (``s_0 = 0``: ``P`` itself). A function of the DP
+    release and public randomness only (post-processing).
+    """
+    n_candidates, jl_dim, _ = perturbations.shape
+    spreads = np.linspace(0.0, max_spread, n_candidates)
+    return orthonormalize(basis[None] + (spreads / math.sqrt(jl_dim))[:, None, None]
+                          * perturbations)
+
+
+def spread_from_release(eigenvalues, n_components, noise_std, jl_dim):
+    """Largest candidate spread, from the released spectrum (post-processing).
+
+    Davis-Kahan: the angle between the released top-``k`` eigenspace and the
+    noiseless one is at most ``||E||_2 / gap`` with ``||E||_2 ~ 2 sigma
+    sqrt(k')`` for the symmetric Gaussian noise ``E`` of std ``sigma`` and
+    ``gap`` the released eigengap ``lambda_k - lambda_{k+1}``. The spread is
+    twice that bound, clipped to ``[0.1, 1]`` (0.1 covers the sampling error
+    that the noise-free bound ignores). Uses only the DP release and public
+    constants.
+    """
+    if eigenvalues.shape[0] <= n_components:
+        return 1.0
+    gap = float(eigenvalues[n_components - 1] - eigenvalues[n_components])
+    bound = 2.0 * noise_std * math.sqrt(jl_dim) / max(gap, 1e-300)
+    return float(min(1.0, max(0.1, 2.0 * bound)))
+
+
+# Public bounds of the released cold-start positive rate (its logit is the
+# cold-start intercept): a rate of 0 or 1 would give an infinite intercept.
+_RATE_FLOOR = 1e-3
+
+
+def score_sensitivity(n_users):
+    """Sensitivity of every problem's score ``f`` (Alg. 3, line 4) and cold-start score.
+
+    ``f = -(1/n) sum_i t_i`` with every ``t_i`` in ``[0, 1]`` a function of
+    user ``i``'s rows only: replacing one user moves ``f`` by at most ``1/n``.
+    """
+    return 1.0 / n_users
+
+
+def subspace_sensitivity(n_problems=1):
+    """Frobenius sensitivity of the stack ``(sum_i u_{i,p} u_{i,p}^T)_p`` under replace-one-user.
+
+    Every user contributes ``u u^T`` with ``||u|| in {0, 1}`` to each of the
+    ``P`` matrices, and for such vectors ``||a a^T - b b^T||_F^2 = ||a||^4 +
+    ||b||^4 - 2 (a^T b)^2 <= 2``: ``sqrt(2 P)`` for the stack.
+    """
+    return math.sqrt(2.0 * n_problems)
+
+
+def cold_start_sensitivity(n_problems):
+    """L2 sensitivity of ``sum_i f_i`` (the users' positive fractions per problem).
+
+    ``f_i`` lies in ``[0, 1]^P`` with ``sum_p f_{i,p} <= 1`` (one-vs-rest
+    positives are disjoint), so ``||f - f'||^2 <= ||f||^2 + ||f'||^2 <= 2``;
+    for one problem ``|f - f'| <= 1``.
+    """
+    return 1.0 if n_problems == 1 else math.sqrt(2.0)
+
+
+def n_problems_of(n_classes):
+    """Number of binary problems: 1 for two classes, one per class (one-vs-rest) otherwise."""
+    return 1 if n_classes == 2 else int(n_classes)
+
+
+@dataclass(frozen=True)
+class JLConfig:
+    """The estimator's parameters, resolved (see :class:`~skdpp.linear_model.JLMarginClassifier`)."""
+
+    epsilon: float
+    delta: float
+    n_components: int
+    jl_dim: object            # int or "auto"
+    margin: object            # float (relative to the clip radius) or "auto" (rho -> 0+)
+    clip_norm: object         # float, "auto" or None
+    clip_quantile: float
+    n_candidates: int
+    candidates: str
+    n_directions: int
+    holdout: bool
+    fit_intercept: bool
+    personal_ridge: float
+    classes: object           # ndarray, None (private) or "observed"
+    max_classes_per_user: int
+    multiclass: str
+    shares: tuple             # sorted (phase, share) pairs of DEFAULT_SHARES' keys
+    verbose: int = 0
+
+
+def plan(config, meta):
+    """The releases of :func:`run`, one phase each (``selection`` takes the rest)."""
+    shares = dict(config.shares)
+
+    def build(clip_share):
+        budget = BudgetPlan(config.epsilon, config.delta)
+        if config.classes is None:  # _label_set: one partition selection
+            budget.add("labels", share=shares["labels"], param="budget_shares['labels']",
+                       threshold_delta=THRESHOLD_DELTA_FRACTION * config.delta)
+        if config.clip_norm == "auto":  # private_quantile's counts
+            budget.add("clip", share=clip_share, count=search_steps(quantile_grid()),
+                       param="budget_shares['clip']")
+        if config.candidates == "subspace":
+            budget.add("subspace", share=shares["subspace"],
+                       param="budget_shares['subspace']")
+        budget.add_rest("selection", mechanism="exponential")
+        budget.add("cold_start", share=shares["cold_start"],
+                   param="budget_shares['cold_start']",
+                   mechanism="gaussian" if config.fit_intercept else "exponential")
+        return budget
+
+    if config.clip_norm != "auto":
+        return build(None)
+    return build(resolve_clip_share(shares["clip"], build, meta["n_users"]))
+
+
+def _log(config, message):
+    # Only public values are ever printed: phase names, shapes, plan constants
+    # and released values' sizes.
+    if config.verbose:
+        print(f"[JLMarginClassifier] {message}")
+
+
+def resolve_jl_dim(config, n_users, n_features):
+    """``jl_dim`` of a fit from public values (``n_users`` is public)."""
+    if config.jl_dim == "auto":
+        # margin="auto" is the limit rho -> 0+: Alg. 3's k' -> inf, i.e. the cap.
+        margin = 0.0 if config.margin == "auto" else config.margin
+        return auto_jl_dim(n_users, n_features, config.n_components, margin=margin)
+    return int(config.jl_dim)
+
+
+def margin_threshold(margin, radius):
+    """``rho / Gamma`` of the score: ``margin * r`` (``r = 1`` without clipping), or 0.
+
+    ``margin="auto"`` is the limit ``rho -> 0+`` of Alg. 3's margin loss,
+    ``1[y <U~^T z, u> <= 0]`` (the paper's ``l_0``): invariant to any positive
+    scaling of the rows, so the score needs no data-dependent scale. Public
+    (a function of parameters and of the released radius only).
+    """
+    if margin == "auto":
+        return 0.0
+    return float(margin) * (1.0 if radius is None else radius)
+
+
+def _label_set(executor, release, config):
+    """The label set and whether it is covered by the guarantee.
+
+    Alg. 3 has one binary problem; this is the classifier's wrapper. With
+    ``classes=None`` the label set is selected privately; if fewer than two
+    labels are published (few users or a small epsilon), the fit falls back
+    on the observed labels with a warning, and the report marks ``classes_``
+    as not covered (the fallback is decided by the DP release only).
+    """
+    if isinstance(config.classes, np.ndarray):
+        return config.classes, True
+    counts = executor.map(label_counts_block, config.max_classes_per_user)
+    covered = config.classes is None
+    if covered:
+        classes = select_classes(release, "labels", counts,
+                                 max_per_user=config.max_classes_per_user)
+        if classes.shape[0] < 2:
+            warnings.warn(
+                f"The private label selection published {classes.shape[0]} label(s) "
+                f"(a label is published when the noisy number of users holding it "
+                f"clears a threshold): falling back on the labels observed in y, which "
+                f"the privacy guarantee does NOT cover (see privacy_report_). Pass the "
+                f"label set as `classes` (public, free), or raise epsilon or "
+                f"label_share.", UserWarning, stacklevel=_caller_stacklevel())
+            covered = False
+    if not covered:  # "observed" or the fallback: every label present
+        classes = counts.labels if counts is not None else np.empty(0)
+    if classes.shape[0] < 2:
+        raise ValueError(
+            f"JLMarginClassifier needs at least 2 classes; y holds {classes.shape[0]} "
+            f"class{'' if classes.shape[0] == 1 else 'es'}: {list(classes)!r}.")
+    if classes.shape[0] > 2 and config.multiclass == "raise":
+        raise ValueError(
+            f"multiclass='raise' but the label set has {classes.shape[0]} classes (labels "
+            f"must be binary). Pass binary labels or multiclass='ovr'.")
+    return classes, covered
+
+
+def run(executor, release, randomness, meta, config):
+    """Run Algorithm 3 for every binary problem (one-vs-rest); a :class:`FitResult`."""
+    n_users, n_features = meta["n_users"], meta["n_features"]
+    k = config.n_components
+    jl_dim = resolve_jl_dim(config, n_users, n_features)
+    # Public randomness first (Alg. 3, line 1; the direction grid): its draws
+    # never depend on the data. The candidate perturbations are drawn once the
+    # number of problems is released.
+    M = jl_matrix(jl_dim, n_features, randomness.public)
+    directions = direction_grid(k, config.n_directions, randomness.public)
+
+    classes, covered = _label_set(executor, release, config)
+    n_problems = n_problems_of(classes.shape[0])
+    _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
+    # Public algorithmic randomness (candidate perturbations), not privacy noise:
+    # its shape depends only on public sizes and the released label set.
+    perturbations = randomness.public.standard_normal(
+        (n_problems, config.n_candidates, jl_dim, k))
+
+    # S^0 / S^1 split (Alg. 3, Require); labels as {-1, +1} per problem; the
+    # rows the releases see (not centred: centring each user's rows at its
+    # mean of ~10 rows shrinks the margins the selection scores, and cost
+    # 0.01-0.12 accuracy on the paper's setting; only the heads centre).
+    executor.map(prepare_block, Prepare(classes, randomness.key, config.holdout))
+    radius = config.clip_norm
+    if radius == "auto":
+        grid = quantile_grid()
+        counts = executor.map(clip_statistic_block, grid)
+        radius = private_quantile(release, "clip", counts, grid,
+                                  quantile=config.clip_quantile, n_users=n_users)
+        _log(config, f"clip: released clip radius {radius:.6g}")
+    executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
+    threshold = margin_threshold(config.margin, radius)
+
+    all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
+    if config.candidates == "subspace":
+        # Practical stage (not in the paper): a DP estimate of the relevant
+        # k-dim subspace of the JL space per problem; candidates around it.
+        stats = executor.map(subspace_block)
+        noisy = release.gaussian("subspace", stats,
+                                 sensitivity=subspace_sensitivity(n_problems),
+                                 clip_norm=1.0, symmetric=True)
+        std = release.noise_std("subspace", subspace_sensitivity(n_problems))
+        for p in range(n_problems):  # post-processing, per problem
+            vals, vecs = np.linalg.eigh(noisy[p])
+            vals, vecs = vals[::-1], vecs[:, ::-1]
+            spread = spread_from_release(vals, k, std, jl_dim)
+            all_candidates[p] = subspace_candidates(precondition(vecs[:, :k], M),
+                                                    perturbations[p], max_spread=spread)
+        _log(config, f"subspace: released {n_problems} noisy {jl_dim}x{jl_dim} second "
+                     f"moment(s) (noise multiplier {release.noise_multiplier('subspace'):.3g})")
+    else:
+        # Alg. 3, line 3: a finite, data-independent candidate set in B_F.
+        for p in range(n_problems):
+            all_candidates[p] = random_candidates(perturbations[p])
+
+    def select(phase, block_fn, frames):
+        """One choice per problem by the exponential mechanism over the product of
+        the problems, with the summed scores ``-(1/n) sum_i t_i`` (sensitivity 1/n each)."""
+        scores = np.stack([-executor.map(block_fn, Scores(p, frames[p], directions,
+                                                          threshold)) / n_users
+                           for p in range(n_problems)])
+        return product_exponential(release, phase, scores,
+                                   sensitivity=score_sensitivity(n_users), clip_norm=radius)
+
+    # Alg. 3, line 4: the exponential mechanism (over the product of problems).
+    selected = select("selection", candidate_scores_block, all_candidates)
+    utilde = all_candidates[np.arange(n_problems), selected]
+    embeddings = np.einsum("jd,pjk->pdk", M, utilde)              # Alg. 3, line 5
+    _log(config, f"selection: {config.n_candidates} candidates scored per problem "
+                 f"(epsilon {release.noise_multiplier('selection'):.3g})")
+
+    # Cold start (not in the paper).
+    cold_heads = np.zeros((n_problems, k))
+    cold_intercepts = np.zeros(n_problems)
+    if config.fit_intercept:
+        # The population's positive rate per problem (users weighted equally);
+        # the cold-start decision is its logit, and the personal heads' prior.
+        sums = executor.map(label_fractions_block)
+        noisy = release.gaussian("cold_start", sums,
+                                 sensitivity=cold_start_sensitivity(n_problems),
+                                 clip_norm=1.0)
+        rate = np.clip(np.asarray(noisy, dtype=float) / n_users, _RATE_FLOOR,
+                       1.0 - _RATE_FLOOR)
+        cold_intercepts = np.log(rate) - np.log1p(-rate)
+        prior = cold_intercepts
+    else:
+        cold_heads = directions[select("cold_start", population_scores_block, utilde)]
+        prior = np.zeros(n_problems)
+    _log(config, "cold_start: released")
+
+    # Alg. 3, line 6: every user's head from the releases and its own rows.
+    heads, intercepts = executor.collect(heads_block, Heads(
+        embeddings, classes, cold_heads, cold_intercepts, prior,
+        float(config.personal_ridge), bool(config.fit_intercept)))
+    attributes = {"classes_": classes, "jl_dim_": jl_dim, "clip_norm_": radius,
+                  "jl_matrix_": M, "embeddings_": embeddings, "cold_start_heads_": cold_heads,
+                  "cold_start_intercepts_": cold_intercepts, "heads_": heads,
+                  "intercepts_": intercepts}
+    released = ["classes_", "jl_matrix_ (public randomness)", "embeddings_",
+                "cold_start_intercepts_" if config.fit_intercept else "cold_start_heads_"]
+    if config.clip_norm == "auto":
+        released.insert(1, "clip_norm_")
+    notes, not_covered = _notes(config, threshold, covered, n_problems)
+    return FitResult(attributes, released=tuple(released), local=("heads_", "intercepts_"),
+                     notes=notes, not_covered=not_covered)
+
+
+def _notes(config, threshold, covered, n_problems):
+    notes = [
+        "Shared embedding U_priv = M^T U~ selected by the exponential mechanism "
+        "over a finite candidate set (Snedeker et al. 2025, Alg. 3).",
+        "Candidates: " + ("data-independent random orthonormal frames."
+                          if config.candidates == "random" else
+                          "around the top eigenvectors of the DP 'subspace' release."),
+    ]
+    if config.margin == "auto":
+        notes.append("Margin: 'auto', the limit rho -> 0+ of the score's margin loss "
+                     "(the 0-1 loss of the projected rows, invariant to the rows' "
+                     "scale; no budget).")
+    else:
+        notes.append(f"Margin: {float(config.margin):g} times the clip radius "
+                     f"(rho = {threshold:.6g}).")
+    not_covered = ()
+    if config.classes is None and covered:
+        notes.append("The label set classes_ was selected privately (phase 'labels').")
+    elif config.classes is None:
+        notes.append("NOT COVERED: the private label selection (phase 'labels') "
+                     "published fewer than 2 labels, so classes_ holds the labels "
+                     "observed in y (one user holding a unique label changes it). Pass "
+                     "the label set as `classes`.")
+        not_covered = ("classes_",)
+    elif isinstance(config.classes, str):
+        notes.append("NOT COVERED: the label set classes_ was inferred from y "
+                     "(classes='observed') and is released as is (one user holding a "
+                     "unique label changes it). Use classes=None (private selection) "
+                     "or pass the label set.")
+        not_covered = ("classes_",)
+    else:
+        notes.append("The label set classes_ is public (given by `classes`).")
+    if n_problems > 1:
+        notes.append(f"One-vs-rest over {n_problems} classes: each phase releases all "
+                     f"{n_problems} binary problems at once.")
+    return tuple(notes), not_covered
+
+
+def make_jl_blocks(X, y, index):
+    """Blocks of whole users whose rows are in canonical order (by content and label)."""
+    return make_blocks(X, y, index, row_keys=row_keys(X, y), max_rows=BLOCK_ROWS)
+
+
+def fit_personal(X, y, index, config, estimator):
+    """Heads of the users of ``index`` from their rows and ``estimator``'s released
+    values (``personalize``; the same block function as line 6 of :func:`run`)."""
+    y = np.asarray(y)
+    executor = LocalExecutor(make_jl_blocks(X, y, index))
+    cold = estimator.cold_start_intercepts_
+    heads, intercepts = executor.collect(heads_block, Heads(
+        estimator.embeddings_, estimator.classes_, estimator.cold_start_heads_, cold,
+        cold if config.fit_intercept else np.zeros_like(cold), float(config.personal_ridge),
+        bool(config.fit_intercept)))
+    return {"heads_": heads, "intercepts_": intercepts}
