@@ -43,8 +43,8 @@ def _xfail(item, why):
 
 X1 = _xfail(1, "at epsilon=1 with 300 users the per-feature scales are not released "
             "(their public noise gate is shut), so a raw timestamp still moves the fit")
-X2 = _xfail(2, "300 users at epsilon=0.1: the cold start is bounded by the released label "
-            "range but worse than 1.1x the global mean")
+X2 = _xfail(2, "300 users at epsilon=0.1 is local-only (public useless-fit rule): new users "
+            "get the prior 0, which is bounded but worse than 1.1x the global mean")
 X2_MF = _xfail(2, "AdaptiveWeightMF at 300 users and epsilon=0.1 is local-only (public "
                "useless-fit rule): known users predict their own mean, new users the "
                "prior 0, which is bounded but worse than 1.1x the global mean")

@@ -145,8 +145,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     local_only_ : bool
         Whether the plan predicted a useless fit (public rule, see Notes):
         known users then get their own ridge fit towards zero weights and
-        their own mean (not clamped), cold-start rows the clamped cold-start
-        part.
+        their own mean (not clamped), new users the prior 0.
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin, linear_predictions
 from ..privacy._plan import phase_shares
 from ._algorithms import ppsgd
-from ._auto import clamp_predictions, inverse_scales, standardize
+from ._auto import inverse_scales, released_predictions, standardize
 
 __all__ = ["PPSGDRegressor"]
 
@@ -290,8 +290,8 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     in the report). A :class:`~skdpp.exceptions.UselessFitWarning` (public
     values only) says when the plan predicts a useless fit (count noise of
     ``"clip"`` above ``USELESS_CLIP_NOISE * n_users``); every known user then
-    gets its own ridge fit towards zero weights and its own mean
-    (``local_only_``).
+    gets its own ridge fit towards zero weights and its own mean, and every new
+    user the prior 0 (``local_only_``).
 
     References
     ----------
@@ -496,9 +496,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             b[k] += self.intercept_offsets_[c[k]]
             return A[:, None, :], b[:, None]
 
-        return clamp_predictions(linear_predictions(X, pred, linear_parts),
-                                 getattr(self, "label_range_", None),
-                                 ~known if getattr(self, "local_only_", False) else None)
+        return released_predictions(linear_predictions(X, pred, linear_parts), known,
+                                    getattr(self, "label_range_", None),
+                                    getattr(self, "local_only_", False))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..base import BasePersonalizedEstimator, PersonalizedRegressorMixin, linear_predictions
 from ..privacy._plan import phase_shares
 from ._algorithms import representation
-from ._auto import clamp_predictions, inverse_scales, standardize
+from ._auto import inverse_scales, released_predictions, standardize
 
 __all__ = ["subspace_distance"]
 
@@ -136,10 +136,9 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
-        return clamp_predictions(linear_predictions(
+        return released_predictions(linear_predictions(
             X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
-            getattr(self, "label_range_", None),
-            ~known if getattr(self, "local_only_", False) else None)
+            known, getattr(self, "label_range_", None), getattr(self, "local_only_", False))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -892,81 +892,6 @@ def _as_rows(rows, n):
     return rows
 
 
-# Bytes of the rows of one chunk of users in :func:`_uniform_segment_sum` (in cache).
-_UNIFORM_CHUNK_BYTES = 2**21
-# Largest run length of the fast path (np.add.reduceat is as fast for longer runs).
-_UNIFORM_MAX_ROWS = 16
-
-
-def _pairwise_into(z, n, out, acc):
-    """``out = `` numpy's pairwise sum of ``z[:, 1:1 + n]`` (``n <= 128``), vectorised.
-
-    The same additions in the same order as numpy's ``pairwise_sum`` (a
-    running sum below 8 terms; 8 interleaved accumulators combined as
-    ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))`` from 8 to 128
-    terms), so the result is bit-identical to numpy's reduction of each run.
-    ``acc``: a scratch array of shape ``(8,) + out.shape``.
-    """
-    if n < 8:
-        out[...] = z[:, 1]  # numpy starts from -0.0: -0.0 + a == a, signed zeros kept
-        for i in range(2, n + 1):  # loop over the (few) positions within a user
-            out += z[:, i]
-        return out
-    if n < 16:  # the accumulators are the first 8 terms: combine them directly
-        r = [z[:, 1 + j] for j in range(8)]
-        i = 8
-    else:
-        for j in range(8):
-            acc[j] = z[:, 1 + j]
-        i = 8
-        while i < n - (n % 8):
-            for j in range(8):
-                acc[j] += z[:, 1 + i + j]
-            i += 8
-        r = list(acc)
-    np.add(r[0], r[1], out=acc[0])
-    np.add(r[2], r[3], out=acc[2])
-    np.add(r[4], r[5], out=acc[4])
-    np.add(r[6], r[7], out=acc[6])
-    np.add(acc[0], acc[2], out=acc[0])
-    np.add(acc[4], acc[6], out=acc[4])
-    np.add(acc[0], acc[4], out=out)
-    for i in range(i, n):
-        out += z[:, 1 + i]
-    return out
-
-
-def _uniform_segment_sum(values, c, scale=None):
-    """Sums of consecutive runs of ``c`` rows of 2-D float64 ``values`` (``2 <= c <= 129``).
-
-    ``scale``: a float; the sums of ``values * scale`` (each chunk is scaled
-    in cache: no scaled copy of ``values``), bit-identical to
-    ``np.add.reduceat(values * scale, ...)``.
-
-    Bit-identical to ``np.add.reduceat(values, np.arange(0, n * c, c), axis=0)``
-    (numpy adds the first row of a run to its pairwise sum of the others;
-    tested in ``tests/utils/test_uniform_segment_sum.py``), with ``O(c)``
-    vectorised operations per chunk of users (chunks of about 2 MiB, in
-    cache) instead of one inner loop per run and column (measured 3-5x faster
-    for ``c = 10`` and 50 columns).
-    """
-    n, width = values.shape[0] // c, values.shape[1]
-    Z = values.reshape(n, c, width)
-    out = np.empty((n, width), dtype=np.float64)
-    chunk = max(1, _UNIFORM_CHUNK_BYTES // (8 * c * width))
-    res = np.empty((min(chunk, n), width))
-    acc = np.empty((8, min(chunk, n), width)) if c > 8 else None
-    scaled = None if scale is None else np.empty((min(chunk, n), c, width))
-    for lo in range(0, n, chunk):  # memory chunks of users
-        z = Z[lo:lo + chunk]
-        m = z.shape[0]
-        if scale is not None:
-            z = np.multiply(z, scale, out=scaled[:m])
-        r = _pairwise_into(z, c - 1, res[:m], None if acc is None else acc[:, :m])
-        np.add(z[:, 0], r, out=out[lo:lo + m])
-    return out
-
-
 class UserBlock:
     """The rows of a set of whole users, grouped by user in canonical order.
 
@@ -1108,20 +1033,10 @@ class UserBlock:
         return np.repeat(per_user, self.counts, axis=0)
 
     def segment_sum(self, values):
-        """Per-user sums of row-aligned ``values`` (any trailing shape); 0 for empty users.
-
-        When every user has the same number of rows (2 to 16; the usual block
-        of a synthetic or balanced data set), the sums of a wide 2-D float64
-        ``values`` are formed by :func:`_uniform_segment_sum`: bit-identical
-        to the general ``np.add.reduceat`` path and several times faster.
-        """
+        """Per-user sums of row-aligned ``values`` (any trailing shape); 0 for empty users."""
         values = np.asarray(values)
         if values.ndim == 1:
             return np.bincount(self.row_user, weights=values, minlength=self.n_users)
-        c = self.uniform_count()
-        if 2 <= c <= _UNIFORM_MAX_ROWS and values.ndim == 2 and values.shape[1] >= 8 \
-                and values.dtype == np.float64:
-            return _uniform_segment_sum(values, c)
         out = np.zeros((self.n_users,) + values.shape[1:],
                        dtype=np.result_type(values.dtype, np.float64))
         nonempty = self.counts > 0

@@ -20,7 +20,7 @@ from skdpp.decomposition._algorithms._task_weights import (
     log_adaptive_item_weights,
     task_weights,
 )
-from skdpp.exceptions import PrivacyLeakWarning
+from skdpp.exceptions import PrivacyLeakWarning, UselessFitWarning
 from skdpp.privacy import Releaser
 from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.linear_model._heads import gram_ridge_solve
@@ -1216,6 +1216,7 @@ def test_multi_column_X_with_groups_warns():
         # 30 users publish a tiny private catalogue: that (separate) warning is
         # not the one under test.
         warnings.filterwarnings("ignore", message="The private item catalogue")
+        warnings.filterwarnings("ignore", category=UselessFitWarning)  # 30 users
         _fast(epsilon=5.0).fit(X, y, groups)  # one column: no warning
 
 

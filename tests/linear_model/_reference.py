@@ -143,9 +143,11 @@ def scaled_rows(est, X):
 
 
 def clamped(est, pred, known=None):
-    """Predictions clamped to the released ``label_range_`` as ``predict`` does."""
+    """Predictions after ``predict``'s post-processing: clamped to the released
+    ``label_range_``; for a useless fit (``local_only_``) known users' as they are and
+    new users (all rows when ``known`` is None) the prior 0."""
+    if getattr(est, "local_only_", False):
+        known = np.zeros(np.shape(pred), dtype=bool) if known is None else known
+        return np.where(known, pred, 0.0)
     lo, hi = getattr(est, "label_range_", None) or (-np.inf, np.inf)
-    out = np.where(np.isfinite(pred), np.clip(pred, lo, hi), pred)
-    if known is not None and getattr(est, "local_only_", False):
-        out = np.where(known, pred, out)
-    return out
+    return np.where(np.isfinite(pred), np.clip(pred, lo, hi), pred)

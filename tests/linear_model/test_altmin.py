@@ -22,6 +22,7 @@ from tests.linear_model._reference import (
     _with_canary,
     altmin_randomness,
     assert_permutation_invariant,
+    clamped,
     fit_executor,
     row_contents,
     s0_mask,
@@ -241,7 +242,8 @@ def test_one_row_users_groups_none_and_unseen_users():
     g[:4] = np.arange(100, 104)
     est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=g)
     assert np.all(np.isfinite(est.heads_))
-    expected = X[:2] @ est.components_ @ est.cold_start_head_ + est.cold_start_intercept_
+    expected = clamped(est, X[:2] @ est.components_ @ est.cold_start_head_
+                       + est.cold_start_intercept_)
     assert_allclose(est.predict(X[:2], groups=["a", "b"]), expected, rtol=1e-12)
     est = PrivAltMinRegressor(epsilon=1.0, random_state=0).fit(X, y)
     assert np.all(np.isfinite(est.predict(X)))

@@ -40,7 +40,7 @@ import numpy as np
 
 from ...base import FitResult, _caller_stacklevel
 from ...exceptions import UselessFitWarning
-from ...linear_model._auto import useless_fit_message
+from ...linear_model._auto import USELESS_CLIP_NOISE, useless_fit_message
 from ...linear_model._heads import psd_ridge_solve
 from ...privacy import MIN_CLIP, BudgetPlan
 from ...privacy._plan import resolve_clip_share
@@ -467,8 +467,8 @@ def _notes(cfg, n_published, local_only):
                      "ratings (2 sqrt(count_cap) C_r).")
     if local_only:
         notes.append(
-            "Predicted useless (public rule: count noise of phase 'clip' above 0.5 * "
-            "n_users): the released mean_, bounds and item parts are mostly noise and are "
+            f"Predicted useless (public rule: count noise of phase 'clip' above "
+            f"{USELESS_CLIP_NOISE:g} * n_users): the released mean_, bounds and item parts are mostly noise and are "
             "not used to predict: every known user predicts its own mean rating "
             "(user_biases_, local data only) and a new user the prior 0 (local_only_ = "
             "True). Use more users or a larger epsilon.")
