@@ -152,8 +152,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     local_only_ : bool
         Whether the plan predicted a useless fit (public rule, see Notes):
         known users then get their own ridge fit towards zero weights and
-        their own mean (not clamped), cold-start rows the clamped cold-start
-        part.
+        their own mean (not clamped), new users the prior 0.
     user_ids_ : ndarray of shape (n_users,)
         Sorted ids of the users seen in ``fit`` or ``personalize``.
     n_users_ : int
