@@ -1,14 +1,11 @@
 """PrivateStandardScaler: per-feature location and scale under user-level DP."""
 
-from numbers import Real
-
 import numpy as np
 from sklearn.base import OneToOneFeatureMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import BudgetPlan
-from ..privacy._plan import resolve_clip_share
+from ..privacy._plan import phase_shares, resolve_clip_share
 from ._base import (
     CLIP_PHASE,
     SCALE_FREE_STEPS,
@@ -46,11 +43,12 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         algorithm without noise.
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
-    clip_share : float in [0, 1) or "auto", default="auto"
-        Share of the budget of the private searches (phase ``"clip"``: the
-        magnitudes, medians and radii). ``"auto"``: the rule of every skdpp
+    budget_shares : dict or None, default=None
+        Shares of the budget by phase name, as every skdpp estimator takes
+        them. The one key is ``"clip"``, the private searches (magnitudes,
+        medians and radii), default ``"auto"``: the rule of every skdpp
         estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`, public
-        values only).
+        values only); the other phases split the rest.
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise (``None``: fresh OS entropy). A seeded fit's
         noise is only as secret as its seed.
@@ -106,7 +104,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
     (magnitude, median, radius) moves by at most 1 (L2 sensitivity 1); each
     clipped sum by at most ``2 R_j`` (its clip radius, released before). The
     budget plan has three named phases, visible in ``privacy_report_``:
-    ``"clip"`` (``clip_share`` of the budget; ``36`` counts per released
+    ``"clip"`` (``budget_shares["clip"]`` of the budget; ``36`` counts per released
     location), ``"location"`` and ``"scale"`` (one Gaussian sum per feature
     each, the rest of the budget split equally).
 
@@ -139,16 +137,16 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         **BasePrivateTransformer._parameter_constraints,
         "with_mean": ["boolean"],
         "with_std": ["boolean"],
-        "clip_share": [Interval(Real, 0, 1, closed="left"), StrOptions({"auto"})],
+        "budget_shares": [dict, None],
     }
 
     def __init__(self, with_mean=True, with_std=True, *, epsilon=1.0, delta=1e-6,
-                 clip_share="auto", random_state=None):
+                 budget_shares=None, random_state=None):
         self.with_mean = with_mean
         self.with_std = with_std
         self.epsilon = epsilon
         self.delta = delta
-        self.clip_share = clip_share
+        self.budget_shares = budget_shares
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
@@ -165,7 +163,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         if k == 0 or n_features == 0:
             return plan
         plan.add(CLIP_PHASE, share=share, count=k * n_features * SCALE_FREE_STEPS,
-                 param="clip_share")
+                 param="budget_shares['clip']")
         plan.add_rest("location", count=n_features)
         if self.with_std:
             plan.add_rest("scale", count=n_features)
@@ -173,7 +171,9 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     def _budget_plan(self, meta):
         d = meta["n_features"]
-        share = resolve_clip_share(self.clip_share, lambda s: self._plan(d, s),
+        shares = phase_shares(self.budget_shares, {CLIP_PHASE: "auto"},
+                              owner=type(self).__name__)
+        share = resolve_clip_share(shares[CLIP_PHASE], lambda s: self._plan(d, s),
                                    meta["n_users"])
         return self._plan(d, share)
 

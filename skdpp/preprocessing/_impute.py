@@ -5,11 +5,11 @@ from numbers import Real
 
 import numpy as np
 from sklearn.base import OneToOneFeatureMixin
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import BudgetPlan
-from ..privacy._plan import resolve_clip_share
+from ..privacy._plan import phase_shares, resolve_clip_share
 from ._base import (
     CLIP_PHASE,
     MEDIAN_STEPS,
@@ -54,9 +54,12 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         without noise.
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
-    clip_share : float in [0, 1) or "auto", default="auto"
-        Share of the budget of the noisy bisections (phase ``"clip"``).
-        ``"auto"``: the rule of every skdpp estimator (public values only).
+    budget_shares : dict or None, default=None
+        Shares of the budget by phase name, as every skdpp estimator takes
+        them. The one key is ``"clip"``, the private searches (magnitudes,
+        medians and radii), default ``"auto"``: the rule of every skdpp
+        estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`, public
+        values only); the other phases split the rest.
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise (``None``: fresh OS entropy).
 
@@ -123,17 +126,17 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         "missing_values": [Real],
         "strategy": [StrOptions({"mean", "median", "constant"})],
         "fill_value": [Real, None],
-        "clip_share": [Interval(Real, 0, 1, closed="left"), StrOptions({"auto"})],
+        "budget_shares": [dict, None],
     }
 
     def __init__(self, *, missing_values=np.nan, strategy="mean", fill_value=None,
-                 epsilon=1.0, delta=1e-6, clip_share="auto", random_state=None):
+                 epsilon=1.0, delta=1e-6, budget_shares=None, random_state=None):
         self.missing_values = missing_values
         self.strategy = strategy
         self.fill_value = fill_value
         self.epsilon = epsilon
         self.delta = delta
-        self.clip_share = clip_share
+        self.budget_shares = budget_shares
         self.random_state = random_state
 
     def _nan_missing(self):
@@ -152,7 +155,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         if self.strategy == "constant" or n_features == 0:
             return plan
         steps = SCALE_FREE_STEPS if self.strategy == "mean" else MEDIAN_STEPS
-        plan.add(CLIP_PHASE, share=share, count=n_features * steps, param="clip_share")
+        plan.add(CLIP_PHASE, share=share, count=n_features * steps, param="budget_shares['clip']")
         plan.add_rest("counts")
         if self.strategy == "mean":
             plan.add_rest("mean", count=n_features)
@@ -160,7 +163,9 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
 
     def _budget_plan(self, meta):
         d = meta["n_features"]
-        share = resolve_clip_share(self.clip_share, lambda s: self._plan(d, s),
+        shares = phase_shares(self.budget_shares, {CLIP_PHASE: "auto"},
+                              owner=type(self).__name__)
+        share = resolve_clip_share(shares[CLIP_PHASE], lambda s: self._plan(d, s),
                                    meta["n_users"])
         return self._plan(d, share)
 

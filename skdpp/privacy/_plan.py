@@ -13,8 +13,8 @@ Examples
 --------
 >>> from skdpp.privacy import BudgetPlan
 >>> plan = BudgetPlan(epsilon=1.0, delta=1e-6)
->>> plan.add("init", share=0.1, param="init_share")
->>> plan.add("cold_start", share=0.02, param="cold_start_share")
+>>> plan.add("init", share=0.1, param="budget_shares['init']")
+>>> plan.add("cold_start", share=0.02, param="budget_shares['cold_start']")
 >>> plan.add_rest("iterations", count=5)
 >>> plan.calibrate().names
 ('init', 'cold_start', 'iterations')
@@ -213,9 +213,9 @@ class BudgetPlan:
 # ---------------------------------------------------------------------- #
 # The share of the automatic bounds (one public rule for every estimator)
 # ---------------------------------------------------------------------- #
-#: Candidate shares of ``clip_share="auto"`` (increasing).
+#: Candidate shares of the ``"clip"`` phase's ``"auto"`` share (increasing).
 AUTO_CLIP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.5)
-#: ``clip_share="auto"`` takes the smallest candidate share whose count noise
+#: ``"auto"`` takes the smallest candidate share whose count noise
 #: std is at most this fraction of the number of users: a noisy binary search
 #: then errs by about ``n / 8`` users in rank (a quantile within about
 #: ``q ± 0.25`` at two std), instead of landing anywhere on the grid when the
@@ -227,7 +227,7 @@ AUTO_CLIP_NOISE = 1.0 / 8.0
 def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
     """The share of the automatic bounds' phase: ``clip_share``, or the ``"auto"`` rule.
 
-    The one rule of every estimator of skdpp for ``clip_share="auto"`` (the
+    The one rule of every estimator of skdpp for ``budget_shares={"clip": "auto"}`` (the
     private quantiles and location searches that resolve ``"auto"`` bounds,
     all in one phase, ``"clip"``, of Gaussian counts of sensitivity 1).
 

@@ -303,7 +303,7 @@ def _label_set(executor, release, config):
                 f"clears a threshold): falling back on the labels observed in y, which "
                 f"the privacy guarantee does NOT cover (see privacy_report_). Pass the "
                 f"label set as `classes` (public, free), or raise epsilon or "
-                f"label_share.", UserWarning, stacklevel=_caller_stacklevel())
+                f"budget_shares['labels'].", UserWarning, stacklevel=_caller_stacklevel())
             covered = False
     if not covered:  # "observed" or the fallback: every label present
         classes = counts.labels if counts is not None else np.empty(0)
