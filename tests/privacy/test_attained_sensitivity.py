@@ -304,7 +304,7 @@ def test_per_user_caps_are_attained_and_a_cap_raised_by_one_is_caught(monkeypatc
     # Items (count_cap=3) and labels (max_classes_per_user=2): a replacing
     # user holding more than the cap, disjoint from the replaced one's,
     # attains sqrt(2 cap); counting one more per user exceeds it.
-    from skdpp.decomposition import _private_als
+    from skdpp.decomposition._algorithms import _als_kernels as _private_als
     from skdpp.linear_model import _labels
     from skdpp.linear_model._algorithms import jl_margin as _jl_algorithm
 
