@@ -325,9 +325,12 @@ class FitResult:
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
-    Subclasses implement ``_predict_unchecked(X, groups)`` (raw predictions,
-    no guard and no check; the search scores its trials with it) and a public
-    ``predict`` returning it, and the two hooks used by :meth:`personalize`:
+    Subclasses declare ``_algorithm`` (the module implementing the paper's
+    algorithm: ``plan`` and ``run``) and ``_fit_config(meta)`` (its frozen
+    configuration), implement ``_predict_unchecked(X, groups)`` (raw
+    predictions, no guard and no check; the search scores its trials with it)
+    and a public ``predict`` returning it, and the two hooks used by
+    :meth:`personalize`:
 
     * ``_fit_personal(X, y, index) -> dict`` returning the personal parameters
       of the users of ``index`` (arrays whose first axis is ``index.n_users``,
@@ -505,16 +508,10 @@ class BasePersonalizedEstimator(BaseEstimator):
         attributes : dict
             The fitted attributes, ``privacy_report_`` included.
         """
-        algorithm = self._algorithm
-        if algorithm is None:  # not yet migrated to an algorithm module (issue 21)
-            release = Releaser(self._budget_plan(meta), randomness.noise,
-                               seeded=randomness.seeded)
-            result = self._fit_core(executor, release, randomness, meta)
-        else:
-            config = self._fit_config(meta)
-            release = Releaser(algorithm.plan(config, meta), randomness.noise,
-                               seeded=randomness.seeded)
-            result = algorithm.run(executor, release, randomness, meta, config)
+        config = self._fit_config(meta)
+        release = Releaser(self._algorithm.plan(config, meta), randomness.noise,
+                           seeded=randomness.seeded)
+        result = self._algorithm.run(executor, release, randomness, meta, config)
         report = release.report(n_users=meta["n_users"], released=result.released,
                                 local=result.local, notes=result.notes,
                                 not_covered=result.not_covered)
@@ -565,17 +562,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         and :func:`skdpp.privacy.privacy_report` use it to plan a fit without
         running it.
         """
-        if self._algorithm is None:
-            raise NotImplementedError
         return self._algorithm.plan(self._fit_config(meta), meta)
-
-    def _fit_core(self, executor, release, randomness, meta):
-        """Run the algorithm; return a :class:`FitResult` (subclasses implement).
-
-        The core sees the data only through ``executor`` (blocks of whole
-        users) and public ``meta``; every release goes through ``release``.
-        """
-        raise NotImplementedError
 
     def _set_fitted_attributes(self, attributes):
         for name, value in attributes.items():

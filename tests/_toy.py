@@ -9,6 +9,7 @@ Broken variants (subclasses below) exist only to show that the privacy tests
 can fail: clipping off, per-row clipping.
 """
 
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
@@ -56,30 +57,17 @@ class ToyPersonalizedMean(PersonalizedRegressorMixin, BasePersonalizedEstimator)
         self.clip_norm = clip_norm
         self.random_state = random_state
 
-    # ----------------------------------------------------------- plan and core
-    def _budget_plan(self, meta):
-        plan = BudgetPlan(self.epsilon, self.delta)
-        plan.add_rest("mean")  # one Gaussian release, the whole budget
-        return plan
+    # ------------------------------------------------------------ algorithm
+    _algorithm = None  # set below the class: ``_ToyMean``
+
+    def _fit_config(self, meta):
+        return _ToyConfig(epsilon=self.epsilon, delta=self.delta, clip_norm=self.clip_norm,
+                          block_sum=self._block_sum)
 
     # The per-block partial sum of clipped contributions; broken variants override it.
     def _block_sum(self, block):
         user_means = block.segment_sum(block.take(block.y)) / block.counts
         return clip_by_norm(user_means[:, None], self.clip_norm).sum(axis=0)
-
-    def _fit_core(self, executor, release, randomness, meta):
-        # map: each block's sum of per-user means clipped to C; the driver adds
-        # the noise once (sensitivity 2C under replace-one-user).
-        total = executor.map(lambda block, state, _: (self._block_sum(block), state))
-        sensitivity = None if self.clip_norm is None else 2.0 * self.clip_norm
-        noisy = release.gaussian("mean", total, sensitivity=sensitivity,
-                                 clip_norm=self.clip_norm)
-        mean = float(noisy[0] / meta["n_users"])  # post-processing by the public n
-        offsets = executor.collect(
-            lambda block, state, m: block.segment_sum(block.take(block.y) - m) / block.counts,
-            broadcast=mean)
-        return FitResult({"mean_": mean, "offsets_": offsets},
-                         released=("mean_",), local=("offsets_",))
 
     def _fit_personal(self, X, y, index):
         return {"offsets_": segment_mean(y - self.mean_, index)}
@@ -99,6 +87,42 @@ class ToyPersonalizedMean(PersonalizedRegressorMixin, BasePersonalizedEstimator)
         pred = np.full(X.shape[0], self.mean_)
         pred[known] += self.offsets_[codes[known]]
         return pred
+
+
+@dataclass(frozen=True)
+class _ToyConfig:
+    epsilon: float
+    delta: float
+    clip_norm: object
+    block_sum: object
+
+
+class _ToyMean:
+    """The toy's algorithm, in the shape of skdpp's algorithm modules."""
+
+    @staticmethod
+    def plan(config, meta):
+        plan = BudgetPlan(config.epsilon, config.delta)
+        plan.add_rest("mean")  # one Gaussian release, the whole budget
+        return plan
+
+    @staticmethod
+    def run(executor, release, randomness, meta, config):
+        # map: each block's sum of per-user means clipped to C; the driver adds
+        # the noise once (sensitivity 2C under replace-one-user).
+        total = executor.map(lambda block, state, _: (config.block_sum(block), state))
+        sensitivity = None if config.clip_norm is None else 2.0 * config.clip_norm
+        noisy = release.gaussian("mean", total, sensitivity=sensitivity,
+                                 clip_norm=config.clip_norm)
+        mean = float(noisy[0] / meta["n_users"])  # post-processing by the public n
+        offsets = executor.collect(
+            lambda block, state, m: block.segment_sum(block.take(block.y) - m) / block.counts,
+            broadcast=mean)
+        return FitResult({"mean_": mean, "offsets_": offsets},
+                         released=("mean_",), local=("offsets_",))
+
+
+ToyPersonalizedMean._algorithm = _ToyMean
 
 
 class ToyNoClipping(ToyPersonalizedMean):

@@ -663,8 +663,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         mu = math.sqrt(2.0 * rho_fit)
         while gaussian_epsilon(mu, delta) == 0.0:
             delta /= 10.0
-        if est._algorithm is None and (
-                type(est)._budget_plan is BasePersonalizedEstimator._budget_plan):
+        if est._algorithm is None:  # no public plan (e.g. a subclass overriding fit)
             return gaussian_epsilon(mu, delta), delta
         meta = est._validate_fit_data(X, y, groups).meta
         selections = est._budget_plan(meta).selection_phases

@@ -74,13 +74,19 @@ class ShrunkUserMean(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         self.delta = delta
         self.random_state = random_state
 
-    def _budget_plan(self, meta):
-        return BudgetPlan(self.epsilon, self.delta)
+    class _algorithm:  # noqa: N801 -- the algorithm interface: no release at all
+        @staticmethod
+        def plan(config, meta):
+            return BudgetPlan(*config)
 
-    def _fit_core(self, executor, release, randomness, meta):
-        means = executor.collect(
-            lambda block, state, _: block.segment_sum(block.take(block.y)) / block.counts)
-        return FitResult({"user_means_": means}, released=(), local=("user_means_",))
+        @staticmethod
+        def run(executor, release, randomness, meta, config):
+            means = executor.collect(
+                lambda block, state, _: block.segment_sum(block.take(block.y)) / block.counts)
+            return FitResult({"user_means_": means}, released=(), local=("user_means_",))
+
+    def _fit_config(self, meta):
+        return (self.epsilon, self.delta)
 
     def _fit_personal(self, X, y, index):
         return {"user_means_": segment_mean(y, index)}
@@ -99,7 +105,7 @@ class ShrunkUserMean(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 class OldStyleLaplaceMean(ToyPersonalizedMean):
     """Test-only: overrides ``fit`` (no plan exposed) and releases with Laplace noise."""
 
-    _budget_plan = BasePersonalizedEstimator._budget_plan
+    _algorithm = None
 
     def fit(self, X, y, groups=None):
         data = self._validate_fit_data(X, y, groups)
@@ -335,20 +341,23 @@ def test_old_style_estimator_with_non_gaussian_releases_is_refused():
 
 def test_plan_with_other_mechanisms_is_calibrated_exactly():
     class ToyLaplaceMean(ToyPersonalizedMean):
-        def _budget_plan(self, meta):
-            plan = BudgetPlan(self.epsilon, self.delta)
-            plan.add_rest("mean", mechanism="laplace")
-            return plan
+        class _algorithm:  # noqa: N801 -- the toy's algorithm with a Laplace release
+            @staticmethod
+            def plan(config, meta):
+                plan = BudgetPlan(config.epsilon, config.delta)
+                plan.add_rest("mean", mechanism="laplace")
+                return plan
 
-        def _fit_core(self, executor, release, randomness, meta):
-            total = executor.map(lambda block, state, _: (self._block_sum(block), state))
-            noisy = release.laplace("mean", total, sensitivity=2.0 * self.clip_norm)
-            mean = float(noisy[0] / meta["n_users"])
-            offsets = executor.collect(
-                lambda block, state, m: block.segment_sum(block.take(block.y) - m)
-                / block.counts, broadcast=mean)
-            return FitResult({"mean_": mean, "offsets_": offsets}, released=("mean_",),
-                             local=("offsets_",))
+            @staticmethod
+            def run(executor, release, randomness, meta, config):
+                total = executor.map(lambda block, state, _: (config.block_sum(block), state))
+                noisy = release.laplace("mean", total, sensitivity=2.0 * config.clip_norm)
+                mean = float(noisy[0] / meta["n_users"])
+                offsets = executor.collect(
+                    lambda block, state, m: block.segment_sum(block.take(block.y) - m)
+                    / block.counts, broadcast=mean)
+                return FitResult({"mean_": mean, "offsets_": offsets}, released=("mean_",),
+                                 local=("offsets_",))
 
     X, y, g = _data(n_users=12, rows=5)
     search = _search(ToyLaplaceMean(), n_iter=2).fit(X, y, groups=g)

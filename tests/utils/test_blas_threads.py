@@ -21,9 +21,9 @@ class _Recording(ToyPersonalizedMean):
 
     seen = []
 
-    def _fit_core(self, executor, release, randomness, meta):
+    def _fit_config(self, meta):  # called inside the fit's environment
         _Recording.seen.append(("fit", _blas_threads_now()))
-        return super()._fit_core(executor, release, randomness, meta)
+        return super()._fit_config(meta)
 
     def _fit_personal(self, X, y, index):
         _Recording.seen.append(("personalize", _blas_threads_now()))
@@ -31,7 +31,7 @@ class _Recording(ToyPersonalizedMean):
 
 
 class _Failing(ToyPersonalizedMean):
-    def _fit_core(self, executor, release, randomness, meta):
+    def _fit_config(self, meta):
         raise RuntimeError("boom")
 
 
