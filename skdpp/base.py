@@ -394,6 +394,15 @@ class BasePersonalizedEstimator(BaseEstimator):
         otherwise). By construction: a subclass cannot forget the guard.
         """
         super().__init_subclass__(**kwargs)
+        for hook in ("_fit_core", "_budget_plan", "_fit_executor"):
+            if hook in vars(cls):
+                # The template calls only the algorithm's plan and run: an override of
+                # these would be ignored, or would plan other releases than the run makes.
+                raise TypeError(
+                    f"{cls.__name__} defines {hook}: the fit template of "
+                    f"BasePersonalizedEstimator calls only _algorithm.plan(config, meta) and "
+                    f"_algorithm.run(...). Declare _algorithm and _fit_config(meta) instead "
+                    f"(see the architecture page of the docs).")
         for name in ENTRY_POINTS:
             method = inspect.getattr_static(cls, name, None)
             if not inspect.isfunction(method) or getattr(method, "_quiet_entry_point", False):

@@ -260,3 +260,11 @@ def test_cross_validate_routes_groups(routing):
         params={"groups": g},
     )
     assert np.all(res["test_score"] > 0.99)
+
+
+@pytest.mark.parametrize("hook", ["_fit_core", "_budget_plan", "_fit_executor"])
+def test_old_fit_hooks_are_refused_at_class_creation(hook):
+    """An override the template would ignore (or that would plan other releases than
+    the run makes) fails loudly when the subclass is defined."""
+    with pytest.raises(TypeError, match=f"defines {hook}"):
+        type("Legacy", (ToyPersonalizedMean,), {hook: lambda self, *args: None})

@@ -35,7 +35,7 @@ from skdpp.model_selection import PrivateRandomizedSearchCV
 from skdpp.model_selection import _search as search_module
 from skdpp.privacy.report import SEEDED_NOISE_NOTE
 from skdpp.utils._random import DerivedRandomState, FitRandomness
-from tests._toy import ToyPersonalizedMean
+from tests._toy import ToyPersonalizedMean, _ToyMean
 
 _RNG_TYPES = (np.random.RandomState, np.random.Generator, np.random.BitGenerator,
               np.random.SeedSequence, FitRandomness)
@@ -205,13 +205,18 @@ def test_int_seeded_search_stays_reproducible():
     assert a.best_estimator_.random_state is None
 
 
+class _KeyKeepingAlgorithm(_ToyMean):
+    @staticmethod
+    def run(executor, release, randomness, meta, config):
+        result = _ToyMean.run(executor, release, randomness, meta, config)
+        result.attributes["key_"] = randomness.key.copy()
+        return result
+
+
 class _ToyKeepingItsKey(ToyPersonalizedMean):
     """Broken: keeps the fit key in a fitted attribute."""
 
-    def _fit_core(self, executor, release, randomness, meta):
-        result = super()._fit_core(executor, release, randomness, meta)
-        result.attributes["key_"] = randomness.key.copy()
-        return result
+    _algorithm = _KeyKeepingAlgorithm
 
 
 def _secret_words(randomness):

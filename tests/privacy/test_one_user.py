@@ -514,7 +514,7 @@ def test_broken_uncapped_label_candidates_are_caught(monkeypatch):
 
 def test_broken_uncapped_item_candidates_are_caught(monkeypatch):
     # Broken: every rated item counted (count_cap ignored in the counts).
-    from skdpp.decomposition import _private_als
+    from skdpp.decomposition._algorithms import _als_kernels as _private_als
 
     real = _private_als.count_partial
 
