@@ -1,10 +1,22 @@
-"""Grouped (per-user) data layer: :class:`UserIndex` and vectorised segment operations.
+"""Grouped (per-user) data layer: :class:`UserIndex`, :class:`UserBlock` and segment sums.
 
-Every estimator in skdpp builds one :class:`UserIndex` per fit from the ``groups``
-array (one user id per row).  All per-user computations (sums, means, outer-product
-sums, batched small linear solves, per-user row ranks and splits) are vectorised
-over users: there is no Python loop over users or rows in any function of this
-module, except in the documented fallbacks for ids that numpy cannot sort
+Two levels, one per use:
+
+* :class:`UserIndex` maps the ``groups`` array (one user id per row, input order)
+  to user codes. The module-level functions (:func:`segment_sum`,
+  :func:`segment_mean`, :func:`segment_outer_sum`, :func:`rank_within_user`,
+  :func:`split_within_users`) take rows *in input order* and an index: they serve
+  validation, ``personalize`` and the data generators, where no release is made.
+* :class:`UserBlock` holds the rows of a set of whole users in *canonical order*
+  (by user, then by a function of the row's content: :func:`canonical_order`),
+  built by :func:`make_blocks`. Every fit runs on blocks, and its per-user
+  statistics use the block's methods (``segment_sum``, ``gram``,
+  ``weighted_row_sum``, ``row_uniforms`` ...), so that every released value is a
+  function of the *set* of records, whatever the input order or the partition
+  of users across blocks and machines.
+
+All per-user computations are vectorised over users: there is no Python loop over
+users or rows, except in the documented fallbacks for ids that numpy cannot sort
 (mixed-type object arrays), which are hash-based.
 """
 
