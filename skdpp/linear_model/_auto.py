@@ -12,10 +12,13 @@ one statistic per user and charged in the plan's phase ``"clip"``:
   block's rows (overflow-free for finite values).
 """
 
+import functools
+
 import numpy as np
 
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
-from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
+from ..privacy._quantile import (cumulative_counts, private_location, private_quantile,
+                                quantile_grid, search_steps)
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
            "GRADIENT_BOUND_SLACK", "LEVEL_PRIOR_VARIANCE", "auto_bound",
@@ -185,9 +188,13 @@ VARIANCE_FLOOR = 0.05
 #: candidates, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ`` the plan's count
 #: noise std: the search's rank error stays inside the tail it may cut), then
 #: widened by ``LABEL_SLACK`` of its width on each side.
+#: The grid's ratio between neighbours is 1.075 (``LABEL_GRID_SIZE = 128``, ratio
+#: 1.34, and a slack of 0.25 released 8.0 as the top of 1-5 ratings: MovieLens,
+#: ``benchmarks/bench_defaults.py``); the outer end of the selected cell already
+#: errs on the wide side, so the slack is small.
 LABEL_QUANTILES = (0.01, 0.25)
-LABEL_SLACK = 0.25
-LABEL_GRID_SIZE = 128
+LABEL_SLACK = 0.05
+LABEL_GRID_SIZE = 512
 #: Releases of the label range (two noisy bisections).
 LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)
 #: A fit is predicted useless when the count noise std of its phase ``"clip"``
@@ -326,6 +333,49 @@ def label_range(executor, release, *, n_users):
         lo, hi = min(lo, hi), max(lo, hi)
         lo, hi = lo - LABEL_SLACK * (hi - lo), hi + LABEL_SLACK * (hi - lo)
     return lo, hi
+
+
+def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
+    """The cold-start intercept, and whether the released ``head`` is kept.
+
+    Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
+    searches in phase ``"clip"``, clipped means in ``"cold_start"``): of the
+    users' mean labels ``ȳ_i`` and of their offsets ``ȳ_i - <x̄_i, head>``
+    (``reduce_offsets(v, fn)`` sums ``fn`` of the offsets with head ``v`` over
+    all users). A head that carries between-user information narrows the
+    offsets' spread; a head dominated by its noise widens it, by the noise
+    times the users' spread of ``x̄_i`` -- unbounded for a column nearly
+    constant within every user but not across users (a raw timestamp), where
+    the prediction ``b + <x̄_new, head>`` for a new user then misses by
+    hundreds. So the head is kept only when the released radius of the
+    offsets is below that of the mean labels (at least one cell of the public
+    radius grid lower: the head explains a clear share of the users' spread);
+    else the location of the mean labels with head 0. Both locations are
+    always released (the plan's count is fixed); the choice compares released
+    values: post-processing.
+
+    Measured (MovieLens, ``benchmarks/bench_defaults.py``, FedRep at epsilon 4
+    with the raw timestamp, user splits 1 and 2): released offset radii 59.9 and
+    18.6 against about 0.8 for the mean labels, cold-start RMSE 4.59 / 4.24
+    with the head against 1.06 with the mean level alone.
+
+    Returns
+    -------
+    head : ndarray
+        ``head``, or zeros.
+    intercept, radius : float
+        The kept location and its released radius.
+    """
+    kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
+                  radius_quantile=clip_quantile)
+    zeros = np.zeros_like(head)
+    level, level_radius = private_location(
+        release, functools.partial(reduce_offsets, zeros), **kwargs)
+    intercept, radius = private_location(
+        release, functools.partial(reduce_offsets, head), **kwargs)
+    if radius < level_radius:
+        return head, intercept, radius
+    return zeros, level, level_radius
 
 
 def released_predictions(pred, known, label_range, local_only):

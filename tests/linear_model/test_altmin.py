@@ -193,13 +193,12 @@ def test_budget_plan_and_parallel_composition(schedule, count):
     report = est.privacy_report_
     phases = {p.name: p for p in report.phases}
     assert list(phases) == ["clip", "init", "iterations", "cold_start"]
-    # four 'auto' bounds (clip_norm, label_clip, init_clip_norm, head_clip_norm) and the
-    # cold-start intercept's searches
-    # cold-start intercept's searches, and the label range (the per-feature scales only
-    # when the public gate opens)
-    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS + LABEL_RANGE_STEPS \
-        + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
-    assert phases["cold_start"].count == 2
+    # four 'auto' bounds (clip_norm, label_clip, init_clip_norm, head_clip_norm), the
+    # searches of the cold start's two locations and the label range (the per-feature
+    # scales only when the public gate opens)
+    assert phases["clip"].count == 4 * AUTO_STEPS + 2 * LOCATION_SEARCH_STEPS \
+        + LABEL_RANGE_STEPS + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
+    assert phases["cold_start"].count == 3  # the head, the two locations' clipped means
     assert phases["iterations"].count == count
     # the calibrated plan spends the whole budget (no loose accounting)
     assert_allclose(report.epsilon_spent, 1.0, rtol=1e-6)
@@ -356,12 +355,12 @@ def test_noise_level_matches_report():
     phases = {p.name: p for p in est.privacy_report_.phases}
     # release order: the init bound's search, init, the searches of clip_norm and
     # label_clip, 2 rounds of (Gram, moment), the head bound's search, the cold-start
-    # head, the intercept's searches and its clipped mean
+    # head, the two locations' searches and clipped means
     names = (["clip"] * LABEL_RANGE_STEPS
              + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
              + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 4 + ["clip"] * AUTO_STEPS + ["cold_start"]
-             + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
+             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2)
     assert len(draws) == len(names) == _n_releases(est)
     pooled = []
     for draw, name in zip(draws, names):

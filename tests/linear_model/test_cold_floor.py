@@ -5,7 +5,8 @@ across users. Each user's least-squares head leaves its coefficient undetermined
 (any value fits), and their mean -- the cold-start head -- applied it to every new
 user's rows: cold-start RMSE 4.4 against 1.05 on MovieLens at epsilon=inf. With
 standardised features the cold statistic is each user's ridge head with
-``COLD_VARIANCE_FLOOR`` pseudo-variance per coordinate.
+``COLD_VARIANCE_FLOOR`` pseudo-variance per coordinate, and a head that widens
+the users' spread of offsets is dropped.
 """
 
 import warnings
@@ -56,15 +57,13 @@ def test_broken_variant_least_squares_heads_extrapolate():
     assert np.median(np.abs(heads[:, 1])) > 1e3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 20 item 1 (open): a column constant within EVERY user (one session each) "
-    "gets a released scale equal to its within-user range, so its standardised values "
-    "are ~1e7 and not centred: even a floored cold head extrapolates (cold RMSE 4.1, "
-    "clamped to the label range). On MovieLens a quarter of the users span months "
-    "and the floor suffices (4.4 -> 1.05). Needs a released column location or a "
-    "between-user cold-start regression."))
 @pytest.mark.parametrize("cls", [PrivateFedRepRegressor, PrivAltMinRegressor])
 def test_session_column_does_not_break_the_cold_start(cls):
+    """A column constant within EVERY user (one session each) gets a released scale
+    equal to its within-user range, so its standardised values are ~1e7 and not
+    centred: even a floored cold head extrapolates. The offsets' released spread
+    then exceeds the mean labels', and the cold start drops the head
+    (:func:`~skdpp.linear_model._algorithms.representation.cold_start_levels`)."""
     X, y, g = _session_data(n_users=300, rows=10, seed=1)
     t_raw = 1.4e9 + 1e7 * X[:, 1]  # a raw Unix timestamp
     X[:, 1] = np.random.default_rng(2).integers(0, 2, y.size)  # a second genre
@@ -78,3 +77,21 @@ def test_session_column_does_not_break_the_cold_start(cls):
                                         groups=unseen) - y) ** 2))
     ref = np.sqrt(np.mean((base.predict(X, groups=unseen) - y) ** 2))
     assert rmse <= ref + 0.05, (rmse, ref)
+
+
+def test_broken_variant_head_always_kept(monkeypatch):
+    """Keeping the head whatever the released spreads (the rule removed): the
+    session column of a one-session-per-user data set breaks the cold start."""
+    kept = rep.cold_start_levels
+
+    def always_keep(executor, release, head, **kwargs):
+        _, intercept, radius = kept(executor, release, head, **kwargs)
+        reduce = lambda fn: executor.map(rep._offsets, (head, fn))  # noqa: E731
+        intercept, radius = rep.private_location(
+            release, reduce, n_users=kwargs["n_users"], search_phase="clip",
+            mean_phase="cold_start", radius_quantile=kwargs["clip_quantile"])
+        return head, intercept, radius
+
+    monkeypatch.setattr(rep, "cold_start_levels", always_keep)
+    with pytest.raises(AssertionError):
+        test_session_column_does_not_break_the_cold_start(PrivateFedRepRegressor)

@@ -261,18 +261,21 @@ def test_budget_plan_in_report():
     phases = {p.name: p for p in est.privacy_report_.phases}
     assert list(phases) == ["clip", "init", "iterations", "cold_start"]
     # four 'auto' bounds (label_scale, clip_norm, init_clip_norm, head_clip_norm) and the
-    # cold-start intercept's searches: noisy binary searches of sensitivity-1 counts
-    # (and the label range; the per-feature scales only when the public gate opens)
-    assert phases["clip"].count == 4 * AUTO_STEPS + LOCATION_SEARCH_STEPS + LABEL_RANGE_STEPS \
+    # searches of the cold start's two locations: noisy binary searches of sensitivity-1
+    # counts (and the label range; the per-feature scales only when the public gate opens)
+    assert phases["clip"].count == 4 * AUTO_STEPS + 2 * LOCATION_SEARCH_STEPS \
+        + LABEL_RANGE_STEPS \
         + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
     assert_allclose(phases["clip"].sensitivity, 1.0)
     assert phases["iterations"].count == 3
     assert_allclose(phases["iterations"].sensitivity, 2 * est.clip_norm_)
     assert_allclose(phases["init"].sensitivity, 2 * est.init_clip_norm_)
-    # the cold-start head and the intercept's clipped mean
-    assert phases["cold_start"].count == 2
-    assert_allclose(phases["cold_start"].sensitivity,
-                    (2 * est.head_clip_norm_, 2 * est.intercept_clip_))
+    # the cold-start head and the clipped means of the two locations (the mean labels,
+    # the offsets); intercept_clip_ is the radius of the one kept
+    assert phases["cold_start"].count == 3
+    sensitivities = np.atleast_1d(phases["cold_start"].sensitivity)  # distinct values
+    assert_allclose(sensitivities[0], 2 * est.head_clip_norm_)
+    assert np.isclose(sensitivities, 2 * est.intercept_clip_).any()
     # the calibrated plan spends the whole budget (no loose accounting)
     assert_allclose(est.privacy_report_.epsilon_spent, 1.0, rtol=1e-6)
 
@@ -477,12 +480,12 @@ def test_noise_level_matches_report():
     phases = {p.name: p for p in est.privacy_report_.phases}
     # release order: the init bound's search, init, the step's and the gradients' bound
     # searches, 3 rounds, the head bound's search, the cold-start head, the intercept's
-    # searches and its clipped mean
+    # two locations' searches and clipped means (the mean labels, the offsets)
     names = (["clip"] * LABEL_RANGE_STEPS  # the label range (no feature scales: gate shut)
              + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
              + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 3 + ["clip"] * AUTO_STEPS + ["cold_start"]
-             + ["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"])
+             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2)
     assert len(draws) == len(names) == _n_releases(est)
     sens = {name: list(np.atleast_1d(p.sensitivity)) for name, p in phases.items()}
     pooled = []

@@ -16,12 +16,13 @@ from ...base import FitResult, _caller_stacklevel
 from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
 from ...privacy._plan import resolve_clip_share
-from ...privacy._quantile import LOCATION_SEARCH_STEPS, private_location
+from ...privacy._quantile import LOCATION_SEARCH_STEPS
 from ...utils._executor import LocalExecutor
 from ...utils._random import FitRandomness
 from .. import _auto
 from .._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-                     VARIANCE_FLOOR, at_grid_edge, auto_bound, feature_scales,
+                     VARIANCE_FLOOR, at_grid_edge, auto_bound, cold_start_levels,
+                     feature_scales,
                      gradient_bound_inconsistent, inverse_scales, label_range, scaling_notes,
                      standardize, standardize_block, useless_fit_message)
 from .._scratch import release_scratch
@@ -100,18 +101,19 @@ def _plan(config, meta):
     """``(plan, scaled)``: the plan and whether it includes the per-feature scales.
 
     Phase ``"clip"``: ``AUTO_STEPS`` counts per ``"auto"`` bound (:func:`auto_bound`),
-    ``LOCATION_SEARCH_STEPS`` for the cold-start intercept's searches,
+    ``2 * LOCATION_SEARCH_STEPS`` for the searches of the cold start's two
+    locations (:func:`~skdpp.linear_model._auto.cold_start_levels`),
     ``LABEL_RANGE_STEPS`` for the label range and ``FEATURE_SCALE_STEPS`` per
     feature for the scales (only when that phase's count noise stays at most
     ``SCALE_GATE_NOISE * n_users``: a public gate); ``"iterations"``: the
-    ``n_rounds`` releases of :func:`run_rounds`; ``"cold_start"``: the
-    intercept's clipped mean.
+    ``n_rounds`` releases of :func:`run_rounds`; ``"cold_start"``: the two
+    locations' clipped means.
     """
     budget = BudgetPlan(config.epsilon, config.delta)
     if not config.releases:  # alpha = 0: nothing is released
         return budget, False
     n_base = AUTO_STEPS * len(config.auto_names) \
-        + (LOCATION_SEARCH_STEPS if config.cold_start else 0) \
+        + (2 * LOCATION_SEARCH_STEPS if config.cold_start else 0) \
         + (LABEL_RANGE_STEPS if config.labelled else 0)
     rounds = dict(count=int(config.n_rounds), sampling_rate=float(config.sample_rate))
     if config.noise_multiplier is not None:  # every release at the given multiplier
@@ -120,7 +122,7 @@ def _plan(config, meta):
             budget.fix(CLIP_PHASE, noise_multiplier=z, count=n_base)
         budget.fix(PHASE, noise_multiplier=z, **rounds)
         if config.cold_start:
-            budget.fix("cold_start", noise_multiplier=z)
+            budget.fix("cold_start", noise_multiplier=z, count=2)
         return budget, False
 
     def build(share, n_clip):
@@ -129,7 +131,7 @@ def _plan(config, meta):
             budget.add(CLIP_PHASE, share=share, count=n_clip, param="budget_shares['clip']")
         budget.add_rest(PHASE, **rounds)
         if config.cold_start:
-            budget.add("cold_start", share=config.cold_start_share,
+            budget.add("cold_start", share=config.cold_start_share, count=2,
                        param="budget_shares['cold_start']")
         return budget
 
@@ -253,9 +255,11 @@ def _run(executor, release, randomness, meta, config):
         w = np.zeros_like(w)
     intercept, intercept_scale = 0.0, None
     if config.cold_start:
-        intercept, intercept_scale = private_location(
-            release, lambda fn: executor.map(offset_values, (w, fn)), n_users=n_users,
-            search_phase=CLIP_PHASE, mean_phase="cold_start", radius_quantile=quantile)
+        # keeps w only when it narrows the users' spread of mean levels (else w = 0,
+        # as for a bound astray): post-processing of the two released locations
+        w, intercept, intercept_scale = cold_start_levels(
+            release, lambda v, fn: executor.map(offset_values, (v, fn)), w,
+            n_users=n_users, clip_quantile=quantile)
     prior = PersonalPrior(w, float(intercept), intercept_scale,
                           float(config.personal_ridge or 0.0), sgd,
                           VARIANCE_FLOOR if scaled else 0.0, local_only)

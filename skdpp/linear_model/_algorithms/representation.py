@@ -30,7 +30,7 @@ from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
 from ...privacy._clipping import clip_by_norm, unit_rows
 from ...privacy._plan import resolve_clip_share
-from ...privacy._quantile import LOCATION_SEARCH_STEPS, private_location
+from ...privacy._quantile import LOCATION_SEARCH_STEPS
 from ...utils._executor import LocalExecutor
 from ...utils._grouped import UserBlock, make_blocks
 from .. import _auto
@@ -42,6 +42,7 @@ from .._auto import (
     VARIANCE_FLOOR,
     at_grid_edge,
     auto_bound,
+    cold_start_levels,
     feature_scales,
     inverse_scales,
     label_range,
@@ -505,10 +506,10 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
        (phase ``"clip"``).
     3. Cold-start head: the released ``sum_i clip(v_i, C_head)`` (Gaussian,
        sensitivity ``2 C_head``, phase ``"cold_start"``) over the public ``n``.
-    4. Cold-start intercept (``fit_intercept``): the private location
-       (:func:`~skdpp.privacy._quantile.private_location`) of the users' offsets
-       ``ȳ_i - <p̄_i, v_cold>``: searches in phase ``"clip"``, a clipped mean
-       in ``"cold_start"``.
+    4. Cold-start intercept (``fit_intercept``,
+       :func:`~skdpp.linear_model._auto.cold_start_levels`):
+       private locations of the users' offsets ``ȳ_i - <p̄_i, v_cold>`` and of
+       their mean labels; the head is dropped when it widens the spread.
     5. Personal parts (:func:`personal_parts`), shrunk towards the released
        cold-start part with ``personal_ridge``: post-processing.
 
@@ -536,12 +537,9 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
             sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
             cold_head = cold_head_shrinkage(cold_head, sigma)
         if fit_intercept:
-            def reduce(fn):
-                return executor.map(_offsets, (cold_head, fn))
-
-            cold_intercept, intercept_scale = private_location(
-                release, reduce, n_users=n_users, search_phase=CLIP_PHASE,
-                mean_phase="cold_start", radius_quantile=clip_quantile)
+            cold_head, cold_intercept, intercept_scale = cold_start_levels(
+                release, lambda v, fn: executor.map(_offsets, (v, fn)), cold_head,
+                n_users=n_users, clip_quantile=clip_quantile)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
                           float(personal_ridge), bool(fit_intercept), float(variance_floor),
                           bool(local_only))
@@ -640,11 +638,12 @@ class RepresentationConfig:
 def _clip_releases(config, n_features, scaled):
     """Releases of phase ``"clip"``: ``AUTO_STEPS`` per ``"auto"`` bound (:func:`auto_bound`
     in :func:`start` and :func:`finish`, and in the iterations), the label range and
-    feature scales of :func:`start`, the intercept's searches of :func:`final_heads`."""
+    feature scales of :func:`start`, the two locations' searches of
+    :func:`~skdpp.linear_model._auto.cold_start_levels`."""
     return (AUTO_STEPS * len(config.auto_bound_names)
             + LABEL_RANGE_STEPS * config.label_range
             + FEATURE_SCALE_STEPS * int(n_features) * scaled
-            + LOCATION_SEARCH_STEPS * (bool(config.fit_intercept) and config.cold_start))
+            + 2 * LOCATION_SEARCH_STEPS * (bool(config.fit_intercept) and config.cold_start))
 
 
 def _plan(config, n_features, clip_share, scaled, iteration_releases):
@@ -667,7 +666,7 @@ def _plan(config, n_features, clip_share, scaled, iteration_releases):
         plan.add("init", share=shares["init"], param="budget_shares['init']")  # start()
     plan.add_rest("iterations", count=iteration_releases)
     plan.add("cold_start", share=shares["cold_start"], param="budget_shares['cold_start']",
-             count=1 + int(bool(config.fit_intercept)))  # final_heads()
+             count=1 + 2 * int(bool(config.fit_intercept)))  # final_heads()
     return plan
 
 
