@@ -339,6 +339,19 @@ def label_range(executor, release, *, n_users):
     return lo, hi
 
 
+#: :func:`cold_start_levels` drops a head whose offsets' released radius exceeds
+#: this multiple of the mean labels' (more than two cells of the public radius
+#: grid, ratio 1.79, above it; MovieLens with a raw timestamp: ratios 24 to 190).
+COLD_SPREAD_FACTOR = 4.0
+#: Report note of :func:`cold_start_levels` (``{head}``: what the head is).
+COLD_START_NOTE = (
+    "the cold-start intercept is one of two private locations, of the users' mean labels "
+    "and of their offsets from {head} (median and radius searches in phase 'clip', "
+    "clipped means of sensitivity 2*radius in phase 'cold_start'); {head} is set to 0 "
+    "when the offsets' released radius exceeds " + f"{COLD_SPREAD_FACTOR:g}" + " times the "
+    "mean labels' (post-processing).")
+
+
 def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
     """The cold-start intercept, and whether the released ``head`` is kept.
 
@@ -351,12 +364,15 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
     times the users' spread of ``x̄_i`` -- unbounded for a column nearly
     constant within every user but not across users (a raw timestamp), where
     the prediction ``b + <x̄_new, head>`` for a new user then misses by
-    hundreds. So the head is kept only when the released radius of the
-    offsets is below that of the mean labels (at least one cell of the public
-    radius grid lower: the head explains a clear share of the users' spread);
-    else the location of the mean labels with head 0. Both locations are
-    always released (the plan's count is fixed); the choice compares released
-    values: post-processing.
+    hundreds. So the head is dropped (the location of the mean labels with
+    head 0) when the released radius of the offsets exceeds
+    :data:`COLD_SPREAD_FACTOR` times that of the mean labels: the head then
+    moves a new user's predicted level by several times the spread of the
+    users' mean labels. A useful head is never dropped by this rule only
+    because its users' mean rows are alike (features centred within users
+    leave both spreads equal, while the head still predicts within users).
+    Both locations are always released (the plan's count is fixed); the
+    choice compares released values: post-processing.
 
     Measured (MovieLens, ``benchmarks/bench_defaults.py``, FedRep at epsilon 4
     with the raw timestamp, user splits 1 and 2): released offset radii 59.9 and
@@ -377,7 +393,7 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
         release, functools.partial(reduce_offsets, zeros), **kwargs)
     intercept, radius = private_location(
         release, functools.partial(reduce_offsets, head), **kwargs)
-    if radius < level_radius:
+    if radius <= COLD_SPREAD_FACTOR * level_radius:
         return head, intercept, radius
     return zeros, level, level_radius
 

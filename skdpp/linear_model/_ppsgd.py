@@ -90,7 +90,9 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Per-user intercepts: every gradient is computed on the user's rows
         centred on the user's own means (the intercept profiled out), and the
         cold-start intercept ``b`` is a private location of the users' offsets
-        ``ȳ_i - <x̄_i, w>`` (phases ``"clip"`` and ``"cold_start"``).
+        ``ȳ_i - <x̄_i, w>``, or of their mean labels with ``w = 0`` when ``w``
+        widens the users' spread (phases ``"clip"`` and ``"cold_start"``,
+        :func:`~skdpp.linear_model._auto.cold_start_levels`).
         ``False``: no intercept (the paper's model).
     personal_ridge : float or None, default=10.0
         ``κ``: after the rounds, each user's ``theta_i`` and intercept are
@@ -207,11 +209,11 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     **Accounting and budget plan.** Phase ``"clip"``: 6 Gaussian counts of
     users (sensitivity 1, :func:`~skdpp.privacy._quantile.private_quantile`)
-    per ``"auto"`` bound and, with ``fit_intercept``, the 29 counts of the
-    cold-start intercept's median and radius searches; ``"iterations"``: ``T``
-    Gaussian releases with one noise multiplier; ``"cold_start"`` (with
-    ``fit_intercept``): the clipped mean of the users' offsets around the
-    private median, sensitivity ``2 R``
+    per ``"auto"`` bound and, with ``fit_intercept``, 2 x 29 counts of the
+    median and radius searches of the cold start's two locations (the users'
+    mean labels and their offsets); ``"iterations"``: ``T`` Gaussian releases
+    with one noise multiplier; ``"cold_start"`` (with ``fit_intercept``): the
+    two clipped means around the private medians, sensitivity ``2 R`` each
     (:func:`~skdpp.privacy._quantile.private_location`). The phases are
     calibrated together to meet (ε, δ) exactly. With ``sample_rate=1`` the
     composition is μ-GDP with ``μ = sqrt(T) / z`` (method ``"exact-gdp"``).

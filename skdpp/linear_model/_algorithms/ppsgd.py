@@ -357,9 +357,7 @@ def _notes(config, z):
     if config.cold_start:
         notes.append(
             "fit_intercept=True: gradients are computed on each user's rows centred "
-            "on the user's own means; the cold-start intercept is a private location "
-            "of the users' offsets (median searches in phase 'clip', a clipped mean "
-            "of sensitivity 2*radius in phase 'cold_start').")
+            "on the user's own means; " + _auto.COLD_START_NOTE.format(head="coef_"))
     if config.sample_rate < 1:
         notes.append(
             "Client sampling: each round is charged as a Poisson-subsampled "

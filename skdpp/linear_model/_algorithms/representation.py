@@ -509,7 +509,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
     4. Cold-start intercept (``fit_intercept``,
        :func:`~skdpp.linear_model._auto.cold_start_levels`):
        private locations of the users' offsets ``ȳ_i - <p̄_i, v_cold>`` and of
-       their mean labels; the head is dropped when it widens the spread.
+       their mean labels; the head is set to 0 when it widens the spread
+       more than :data:`~skdpp.linear_model._auto.COLD_SPREAD_FACTOR`-fold.
     5. Personal parts (:func:`personal_parts`), shrunk towards the released
        cold-start part with ``personal_ridge``: post-processing.
 
@@ -800,9 +801,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
     if intercept_released:
         notes += (
             "fit_intercept=True: every contribution is computed on the user's rows "
-            "centred on the user's own means; the cold-start intercept is a private "
-            "location of the users' offsets (median searches in phase 'clip', a "
-            "clipped mean of sensitivity 2*radius in phase 'cold_start').",)
+            "centred on the user's own means; "
+            + _auto.COLD_START_NOTE.format(head="the cold-start head"),)
     if config.label_range:
         released += ("feature_scales_",) * begun.scaled + ("label_range_",)
         notes += scaling_notes(begun.scaled, begun.dropped, begun.labels, bounds,
