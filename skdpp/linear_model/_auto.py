@@ -352,7 +352,8 @@ COLD_START_NOTE = (
     "mean labels' (post-processing).")
 
 
-def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
+def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
+                      labels=None):
     """The cold-start intercept, and whether the released ``head`` is kept.
 
     Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
@@ -374,6 +375,15 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
     Both locations are always released (the plan's count is fixed); the
     choice compares released values: post-processing.
 
+    ``labels``, the released label range, is checked against the mean labels'
+    location: every user's mean label lies between its minimum and maximum,
+    so the median of the means lies between the medians of the extremes, and
+    the range's ends (quantiles ``q <= 0.5`` of the extremes) on either side
+    of it. An end on the wrong side means its noisy search went astray (one
+    flipped step at 300 users and epsilon 1 released (4.8, 9.9) for 0.5-5
+    ratings, clamping every prediction to 4.8): that end becomes infinite, no
+    clamp on that side (post-processing).
+
     Measured (MovieLens, ``benchmarks/bench_defaults.py``, FedRep at epsilon 4
     with the raw timestamp, user splits 1 and 2): released offset radii 59.9 and
     18.6 against about 0.8 for the mean labels, cold-start RMSE 4.59 / 4.24
@@ -385,6 +395,9 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
         ``head``, or zeros.
     intercept, radius : float
         The kept location and its released radius.
+    labels : tuple of float or None
+        ``labels`` with an end on the wrong side of the mean labels' location
+        replaced by an infinity.
     """
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
                   radius_quantile=clip_quantile)
@@ -393,9 +406,12 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
         release, functools.partial(reduce_offsets, zeros), **kwargs)
     intercept, radius = private_location(
         release, functools.partial(reduce_offsets, head), **kwargs)
+    if labels is not None:
+        lo, hi = labels
+        labels = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
     if radius <= COLD_SPREAD_FACTOR * level_radius:
-        return head, intercept, radius
-    return zeros, level, level_radius
+        return head, intercept, radius, labels
+    return zeros, level, level_radius, labels
 
 
 def released_predictions(pred, known, label_range, local_only):
@@ -509,8 +525,10 @@ def scaling_notes(scaled, dropped, labels, bounds, message):
             f"within most users, or counts dominated by noise): treated as no information "
             f"and dropped (scale inf); post-processing, no privacy cost.")
     if not all(np.isfinite(labels)):
-        notes.append("An end of the label range fell on the edge of its public grid: that "
-                     "side is not clamped (post-processing, no privacy cost).")
+        notes.append("An end of the label range fell on the edge of its public grid, or on "
+                     "the wrong side of the released location of the users' mean labels "
+                     "(its search went astray): that side is not clamped (post-processing, "
+                     "no privacy cost).")
     edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
     if edge:
         notes.append(

@@ -849,7 +849,9 @@ def test_deterministic_given_random_state():
     assert_array_equal(a.coef_, b.coef_)
     assert_array_equal(a.offsets_, b.offsets_)
     c = PPSGDRegressor(**{**params, "random_state": 4}).fit(X, y, groups)
-    assert not np.array_equal(a.coef_, c.coef_)
+    # 30 users at epsilon 1: a useless fit whose coef_ may be 0 for both seeds; the
+    # released intercept still carries the seed's noise
+    assert not (np.array_equal(a.coef_, c.coef_) and a.intercept_ == c.intercept_)
 
 
 def test_client_sampling_rate():

@@ -257,9 +257,9 @@ def _run(executor, release, randomness, meta, config):
     if config.cold_start:
         # keeps w only when it narrows the users' spread of mean levels (else w = 0,
         # as for a bound astray): post-processing of the two released locations
-        w, intercept, intercept_scale = cold_start_levels(
+        w, intercept, intercept_scale, labels = cold_start_levels(
             release, lambda v, fn: executor.map(offset_values, (v, fn)), w,
-            n_users=n_users, clip_quantile=quantile)
+            n_users=n_users, clip_quantile=quantile, labels=labels)
     prior = PersonalPrior(w, float(intercept), intercept_scale,
                           float(config.personal_ridge or 0.0), sgd,
                           VARIANCE_FLOOR if scaled else 0.0, local_only)

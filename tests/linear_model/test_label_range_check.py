@@ -1,0 +1,54 @@
+"""A label range whose search went astray is caught by the mean labels' location (issue 20).
+
+Every user's mean label lies between its minimum and maximum, so the released
+location of the mean labels (:func:`~skdpp.linear_model._auto.cold_start_levels`)
+must lie inside the released label range; an end on the wrong side is dropped
+(no clamp on that side) instead of clamping every prediction to it.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from skdpp import PPSGDRegressor, PrivAltMinRegressor, PrivateFedRepRegressor
+from skdpp.linear_model import _auto
+from skdpp.linear_model._algorithms import ppsgd, representation
+
+ASTRAY = (4.8, 9.9)  # measured: one flipped search step, 300 users, epsilon 1, 0.5-5 ratings
+
+
+def _ratings(n_users=300, rows=8, seed=0):
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(n_users), rows)
+    X = rng.integers(0, 2, (g.size, 3)).astype(float)
+    y = np.clip(np.round(2 * (3.5 + X @ [0.3, -0.2, 0.1] + rng.normal(0, 0.6, n_users)[g]
+                              + rng.normal(0, 0.5, g.size))) / 2, 0.5, 5.0)
+    return X, y, g
+
+
+@pytest.mark.parametrize("cls, module", [(PrivateFedRepRegressor, representation),
+                                         (PrivAltMinRegressor, representation),
+                                         (PPSGDRegressor, ppsgd)])
+@pytest.mark.parametrize("check", [True, False])
+def test_astray_label_range_end_is_dropped(cls, module, check, monkeypatch):
+    X, y, g = _ratings()
+    monkeypatch.setattr(module, "label_range", lambda *a, **k: ASTRAY)
+    if not check:  # broken variant: the range is not checked against the location
+        levels = _auto.cold_start_levels
+
+        def unchecked(*args, labels=None, **kwargs):
+            return levels(*args, **kwargs)[:3] + (labels,)
+
+        monkeypatch.setattr(module, "cold_start_levels", unchecked)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = cls(epsilon=np.inf, random_state=0).fit(X, y, groups=g)
+    pred = est.predict(X, groups=g)
+    if check:
+        assert est.label_range_[0] == -np.inf and est.label_range_[1] == ASTRAY[1]
+        assert np.mean(pred <= ASTRAY[0]) > 0.9
+        assert np.sqrt(np.mean((pred - y) ** 2)) < 0.8
+        assert any("wrong side" in note for note in est.privacy_report_.notes)
+    else:
+        assert np.all(pred >= ASTRAY[0])  # every prediction clamped up to 4.8
