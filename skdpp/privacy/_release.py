@@ -56,13 +56,10 @@ class Releaser:
     ----------
     accountant : PrivacyAccountant
         The fit's ledger: one entry per release.
-    plan : BudgetPlan
-    seeded : bool
 
     Notes
     -----
-    The Releaser lives only for the duration of a fit: it holds the noise
-    stream, so no fitted object may keep it.
+    It holds the noise stream, so it lives only for the duration of a fit.
     """
 
     def __init__(self, plan, rng, *, seeded=False):
@@ -177,23 +174,9 @@ class Releaser:
         return release
 
     def gaussian_sum(self, phase, contributions, *, clip_norm, symmetric=False):
-        """Gaussian sum of per-user contributions, each clipped to ``clip_norm``.
-
-        The sum has L2 sensitivity ``2 clip_norm`` under replace-one-user.
-
-        Parameters
-        ----------
-        phase : str
-        contributions : array-like of shape (n_users, ...)
-            One contribution per user (leading axis; not modified).
-        clip_norm : float or None
-            Frobenius clip of each contribution (``None``: only at ``epsilon=inf``).
-        symmetric : bool, default=False
-
-        Returns
-        -------
-        release : ndarray of shape contributions.shape[1:]
-        """
+        """Gaussian sum of per-user contributions (n_users, ...), each clipped to
+        Frobenius norm ``clip_norm`` (``None``: only at ``epsilon=inf``): L2
+        sensitivity ``2 clip_norm`` under replace-one-user."""
         clipped = clip_by_norm(contributions, clip_norm)
         sens = None if clip_norm is None else 2.0 * float(clip_norm)
         return self.gaussian(phase, clipped.sum(axis=0), sensitivity=sens,
@@ -212,14 +195,8 @@ class Releaser:
         return release
 
     def exponential(self, phase, scores, *, sensitivity):
-        """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``.
-
-        ``ε`` is the plan's per-selection ε of ``phase`` (``inf``: argmax).
-
-        Returns
-        -------
-        index : int
-        """
+        """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``,
+        ``ε`` the plan's per-selection ε of ``phase`` (``inf``: argmax)."""
         epsilon = float(self.plan[phase])
         index, event = mechanisms.exponential_mechanism(
             scores, sensitivity=float(sensitivity), epsilon=epsilon, rng=self.rng)
@@ -311,13 +288,8 @@ class Releaser:
 
     # ----------------------------------------------------------------- report
     def report(self, *, n_users, released, local, notes=(), not_covered=()):
-        """The fit's :class:`PrivacyReport`, built from the ledger and checked.
-
-        Raises
-        ------
-        PrivacyBudgetError
-            If the releases spent more than the plan's ε at its δ.
-        """
+        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError``
+        if the releases spent more than the plan's ε at its δ)."""
         epsilon = self.plan.epsilon
         notes = tuple(notes)
         if self.plan.fixed_noise:
