@@ -99,10 +99,8 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
 
     Notes
     -----
-    Vectorised: (row, item) pairs are encoded as integers and intersected with
-    ``np.isin``; per-user counts use ``np.bincount``.  Item ids of
-    ``recommended`` and ``relevant_items`` must be of comparable types (e.g.
-    both integers).
+    Item ids of ``recommended`` and ``relevant_items`` must be of comparable
+    types (e.g. both integers).
 
     References
     ----------

@@ -22,22 +22,8 @@ class _PersonalizedScorer:
         self._groups_request = True
 
     def __call__(self, estimator, X, y_true, groups=None):
-        """Score ``estimator`` on ``X, y_true`` with user ids ``groups``.
-
-        Parameters
-        ----------
-        estimator : fitted estimator
-        X : array-like of shape (n_samples, n_features)
-        y_true : array-like of shape (n_samples,)
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row, passed to the response method as
-            ``groups=groups``.  ``None`` calls the method without ``groups``.
-
-        Returns
-        -------
-        score : float
-            ``sign * metric(y_true, y_pred)``.
-        """
+        """``sign * metric(y_true, y_pred)`` with ``y_pred`` from the response
+        method called with ``groups=groups`` (without it for ``None``)."""
         methods = self._response_method
         if isinstance(methods, str):
             methods = (methods,)
@@ -58,28 +44,13 @@ class _PersonalizedScorer:
         return False
 
     def set_score_request(self, *, groups=True):
-        """Set how ``groups`` is requested for scoring (metadata routing).
-
-        Parameters
-        ----------
-        groups : bool, None or str, default=True
-            ``True``: requested (the default), ``False``: not requested,
-            ``None``: error if passed, str: alias.
-
-        Returns
-        -------
-        self : object
-        """
+        """Set how ``groups`` is requested for scoring (``True``: requested, the
+        default; ``False``: not; ``None``: error if passed; str: alias)."""
         self._groups_request = groups
         return self
 
     def get_metadata_routing(self):
-        """Metadata request: ``groups`` for ``score`` (by default).
-
-        Returns
-        -------
-        routing : sklearn.utils.metadata_routing.MetadataRequest
-        """
+        """The ``MetadataRequest``: ``groups`` for ``score`` (by default)."""
         request = MetadataRequest(owner=self)
         request.score.add_request(param="groups", alias=self._groups_request)
         return request

@@ -81,9 +81,8 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
 
     Notes
     -----
-    Every fold is a separate private fit and spends its own privacy budget
-    (on overlapping data): the predictions are for evaluation by the data
-    owner, not a release.
+    Every fold is a separate private fit spending its own budget (on
+    overlapping data): the predictions are for the data owner, not a release.
 
     Examples
     --------
@@ -123,7 +122,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         )
     X, y = indexable(X, y)
     n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
-    _check_groups(groups, n_samples, "cross_val_predict")
+    _check_groups(groups, X, "cross_val_predict")
     ids = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
         cv = PerUserKFold(n_splits=int(cv))
