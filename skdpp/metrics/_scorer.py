@@ -34,8 +34,7 @@ class _PersonalizedScorer:
         else:
             raise AttributeError(
                 f"{type(estimator).__name__} has none of the response methods "
-                f"{list(methods)} required by this scorer."
-            )
+                f"{list(methods)} required by this scorer.")
         y_pred = method(X) if groups is None else method(X, groups=groups)
         return self._sign * float(self._metric(y_true, y_pred, **self._kwargs))
 
@@ -121,19 +120,16 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
     """
     if not callable(metric):
         raise TypeError(
-            f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}."
-        )
+            f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}.")
     methods = (response_method,) if isinstance(response_method, str) \
         else tuple(response_method)
     bad = [m for m in methods if m not in _RESPONSE_METHODS]
     if bad or not methods:
         raise ValueError(
             f"`response_method` must be one of {list(_RESPONSE_METHODS)} or a tuple of "
-            f"them; got {response_method!r}."
-        )
+            f"them; got {response_method!r}.")
     if not isinstance(greater_is_better, (bool, np.bool_)):
         raise TypeError(
-            f"`greater_is_better` must be True or False; got {greater_is_better!r}."
-        )
+            f"`greater_is_better` must be True or False; got {greater_is_better!r}.")
     sign = 1 if greater_is_better else -1
     return _PersonalizedScorer(metric, sign, response_method, kwargs)

@@ -20,7 +20,7 @@ from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..pipeline import personalize, transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
-from ..privacy._composed import (_children, _is_stateless, _normalised_shares,
+from ..privacy._composed import (_budget_set, _children, _is_stateless, _normalised_shares,
                                  _private_leaves, privacy_report)
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
 from ..privacy._tuning import (STOPPING_DISTRIBUTIONS, RandomStopping,
@@ -113,13 +113,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     score_clip : float or "auto", default="auto"
         Bound ``C`` on each user's mean validation loss (larger or non-finite
         losses count as ``C``); the score's noise is proportional to
-        ``C / n_users``. ``"auto"``: ``1`` for the zero-one loss; otherwise a
-        private quantile charged in the search's budget (see Notes), three
-        times the median of the users' mean loss of predicting their own mean
-        label (their label variances for the squared error). A number is used
-        as is, at no privacy cost (with public labels in ``[low, high]``,
-        ``((high - low) / 2) ** 2`` suits the squared error). A classifier
-        with another loss needs a number. The value used is ``score_clip_``.
+        ``C / n_users``. ``"auto"``: ``1`` for the zero-one loss, else a
+        private quantile (see Notes; a classifier with another loss needs a
+        number). A number is used as is, at no privacy cost (with public
+        labels in ``[low, high]``, ``((high - low) / 2) ** 2`` suits the
+        squared error).
     score_share : float in (0, 1), default=0.1
         Share of each trial's zCDP budget spent on its score (the rest on
         the fit).
@@ -129,12 +127,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         part and ``best_score_`` unchanged.
     step_shares : dict of str to float, default=None
         With a ``Pipeline``: each private step's share of every trial's zCDP
-        fit budget, keyed by its parameter prefix (or its name when
-        unambiguous), normalised; ``None``: equal shares. Step ``i`` gets
-        ``rho_i = share_i * rho_fit``: the final estimator's ``epsilon`` is
-        solved from its plan on the transformed data's public shape, the
-        others' is ``eps_GDP(sqrt(2 rho_i), delta)``, and every step's report
-        is checked against ``rho_i``.
+        fit budget, keyed as in :func:`~skdpp.privacy.split_budget`;
+        ``None``: equal shares. The final estimator's ``epsilon`` is solved
+        from its plan on the transformed data's public shape, the others' is
+        ``eps_GDP(sqrt(2 rho_i), delta)``; each report is checked.
     random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the split, every trial and the score
         noise. ``None`` draws OS entropy (use it in deployments); a seed makes
@@ -192,16 +188,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     showing more raises :class:`~skdpp.exceptions.PrivacyBudgetError`.
 
     **Automatic score bound** (``score_clip="auto"``, regression losses).
-    Each user ``u`` computes ``v_u``, the mean over its training rows of
-    ``loss(y, ȳ_u)`` (``ȳ_u`` its mean training label; a non-finite ``v_u``
-    counts above every candidate). The median of the ``v_u`` is released by
-    the noisy bisection of :func:`~skdpp.privacy._quantile.private_quantile`
-    (6 Gaussian counts of L2 sensitivity 1: one user moves a count by at most
-    1) and ``C`` is three times it (the median, where values are dense, is
-    found accurately; a high quantile is not). The bisection costs
-    ``score_share * ρ`` (phase ``"score_clip"``), composed with the search's
-    RDP bound (every trial is ρ-zCDP whatever ``C``), and ``ρ`` is solved
-    with it included. At ``epsilon=np.inf`` the quantile is exact.
+    ``C`` is three times the median of ``v_u``, each user's mean training
+    ``loss(y, ȳ_u)`` with ``ȳ_u`` its mean training label (the label variance
+    for the squared error), released by the noisy bisection of
+    :func:`~skdpp.privacy._quantile.private_quantile` (6 Gaussian counts of
+    sensitivity 1) at the cost ``score_share * ρ`` (phase ``"score_clip"``),
+    composed with the search's RDP bound (every trial is ρ-zCDP whatever
+    ``C``); ``ρ`` is solved with it included.
 
     **Validation score.** Rows are split within users by a keyed hash of the
     user id and the row's position among the user's rows (sorted by
@@ -357,24 +350,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training rows (passed to the estimator as is).
         y : array-like of shape (n_samples,)
-            Targets.
         groups : array-like of shape (n_samples,)
-            User id of each row (the privacy unit). Required: held-out rows
-            are taken within users.
+            User id of each row (the privacy unit). Required.
 
         Returns
         -------
         self : object
-            The fitted search.
 
         Raises
         ------
         PrivacyBudgetError
-            If a trial's fit spends more than the per-trial budget (its plan
-            does not match its releases) or the search would exceed
-            ``epsilon``.
+            If a trial's fit spends more than the per-trial budget or the
+            search would exceed ``epsilon``.
         RuntimeError
             With ``stopping="poisson"`` when ``K = 0``.
         """
@@ -513,9 +501,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
         _replay(best_warnings)
         if self.refit_personal:
-            # All of each user's rows, in canonical order (permutation invariant).
-            # The trial's seed is lent back for this call only (PPSGD draws its
-            # local key from it), then taken back for good.
+            # all rows in canonical order; the seed is lent back for this call only
             final = best_est[-1] if isinstance(best_est, Pipeline) else best_est
             final.set_params(random_state=best_seed)
             try:
@@ -569,14 +555,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "cannot account: its trials must be rho-zCDP. Pass the public catalogue or "
                 "label set explicitly (AdaptiveWeightMF(items=...), "
                 "JLMarginClassifier(classes=...)) in the estimator or the search space.")
-        saved = est.epsilon, est.delta
 
         def plan_at(eps):
-            est.epsilon, est.delta = eps, delta
-            try:
+            with _budget_set(est, eps, delta):
                 return est._budget_plan(meta).calibrate()
-            finally:
-                est.epsilon, est.delta = saved
 
         return epsilon_for_rho(plan_at, rho_fit, delta), delta
 
@@ -760,20 +742,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return transform_then(self.best_estimator_, 'decision_function', X, groups=groups)
 
     def score(self, X, y, groups=None, sample_weight=None):
-        """The best estimator's ``score`` (R² or accuracy) on ``X, y``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row.
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        score : float
-        """
+        """The best estimator's ``score`` (R² or accuracy) on ``X, y`` (``groups``:
+        user id of each row)."""
         check_is_fitted(self)
         return transform_then(self.best_estimator_, "score", X, y, groups=groups,
                               sample_weight=sample_weight)

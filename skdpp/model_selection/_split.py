@@ -28,8 +28,7 @@ def _check_groups(groups, X, owner):
             "could be tested while its user stays in training. Pass "
             "split(X, y, groups=groups); inside cross_validate/GridSearchCV call "
             "sklearn.set_config(enable_metadata_routing=True) and pass "
-            "params={'groups': groups} (or fit(X, y, groups=groups))."
-        )
+            "params={'groups': groups} (or fit(X, y, groups=groups)).")
     n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
     return UserIndex.from_groups(groups, n_samples)
 
@@ -54,8 +53,7 @@ def _check_routing(splitter, groups, caller):
         f"routed way: GridSearchCV(...).fit(X, y, groups=groups), cross_validate(..., "
         f"params={{'groups': groups}}). scikit-learn's cross_val_predict never passes "
         f"groups to predict: use skdpp.model_selection.cross_val_predict(estimator, X, "
-        f"y, groups=groups)."
-    )
+        f"y, groups=groups).")
 
 
 def _caller():
@@ -76,8 +74,7 @@ def _check_test_size(test_size):
             or not 0 < test_size < 1:
         raise ValueError(
             f"`test_size` must be a float in the open interval (0, 1) (the fraction of "
-            f"each user's rows to hold out); got {test_size!r}."
-        )
+            f"each user's rows to hold out); got {test_size!r}.")
 
 
 class PerUserKFold(BaseCrossValidator):
@@ -134,15 +131,13 @@ class PerUserKFold(BaseCrossValidator):
         if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
                 or n_splits < 2:
             raise ValueError(
-                f"`n_splits` must be an integer >= 2; got {n_splits!r}."
-            )
+                f"`n_splits` must be an integer >= 2; got {n_splits!r}.")
         if not isinstance(shuffle, bool):
             raise TypeError(f"`shuffle` must be True or False; got {shuffle!r}.")
         if not shuffle and random_state is not None:
             raise ValueError(
                 "Setting `random_state` has no effect since `shuffle` is False; "
-                "leave random_state=None or set shuffle=True."
-            )
+                "leave random_state=None or set shuffle=True.")
         self.n_splits = int(n_splits)
         self.shuffle = shuffle
         self.random_state = random_state
@@ -310,8 +305,7 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
                                                           numbers.Integral) \
             or min_train_rows < 1:
         raise ValueError(
-            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}."
-        )
+            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}.")
     arrays = indexable(*arrays)
     index = _check_groups(groups, arrays[0], "per_user_train_test_split")
     groups_arr = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)

@@ -104,22 +104,19 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
     if not hasattr(estimator, method):
         raise AttributeError(
             f"{type(estimator).__name__} has no method {method!r}; pass one of its "
-            f"prediction methods as method=..."
-        )
+            f"prediction methods as method=...")
     params = {} if params is None else dict(params)
     if "groups" in params:
         raise ValueError(
             "cross_val_predict got groups in params: pass groups=groups (the user ids "
-            "go to the splitter, to fit and to predict)."
-        )
+            "go to the splitter, to fit and to predict).")
     if not get_config().get("enable_metadata_routing", False) and isinstance(
         get_routing_for_object(estimator), MetadataRouter
     ):
         raise ValueError(
             f"{type(estimator).__name__} passes groups on to its steps only with "
             f"metadata routing: call sklearn.set_config(enable_metadata_routing=True) "
-            f"(or use sklearn.config_context(enable_metadata_routing=True))."
-        )
+            f"(or use sklearn.config_context(enable_metadata_routing=True)).")
     X, y = indexable(X, y)
     n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
     _check_groups(groups, X, "cross_val_predict")
@@ -144,8 +141,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         raise ValueError(
             f"The folds' {method} outputs have different shapes {sorted(shapes)} (e.g. "
             f"a class missing from some fold's training rows); use folds whose "
-            f"training rows hold every class."
-        )
+            f"training rows hold every class.")
     inverse = np.empty(n_samples, dtype=np.intp)
     inverse[test_rows] = np.arange(n_samples)
     return np.concatenate([np.asarray(p) for p in predictions])[inverse]
@@ -169,8 +165,7 @@ def _check_partition(test_rows, n_samples, cv):
     raise ValueError(
         f"cross_val_predict needs every row in exactly one test fold; with "
         f"cv={cv!r}, {' and '.join(detail)}. Use cross_validate for scores on such "
-        f"splits."
-    )
+        f"splits.")
 
 
 def _fold(value, rows, n_samples):

@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import html
 import math
 from dataclasses import dataclass, replace
@@ -181,8 +182,8 @@ def _children(obj):
     return None
 
 
-def _ledger_rows(report, prefix, count=1):
-    return tuple((e.event, e.count * count, f"{prefix}:{e.phase}" if prefix else e.phase,
+def _ledger_rows(report, prefix):
+    return tuple((e.event, e.count, f"{prefix}:{e.phase}" if prefix else e.phase,
                   e.mechanism, e.sensitivity, e.clip_norm) for e in report.ledger)
 
 
@@ -248,6 +249,22 @@ def _leaf(obj, path):
     return obj
 
 
+@contextlib.contextmanager
+def _budget_set(step, epsilon, delta):
+    """``step.epsilon, step.delta`` set for the block, then restored."""
+    saved = step.epsilon, step.delta
+    step.epsilon, step.delta = epsilon, delta
+    try:
+        yield step
+    finally:
+        step.epsilon, step.delta = saved
+
+
+def _plan_event(plan):
+    plan = plan.calibrate()
+    return plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+
+
 def _planned_rows(step, fitted, prefix):
     """A step's events re-planned from its parameters and the fitted step's
     public ``n_users_`` / ``n_features_in_`` (None if impossible)."""
@@ -259,8 +276,7 @@ def _planned_rows(step, fitted, prefix):
     if not meta["n_users"]:
         return None
     try:
-        plan = plan_fn(meta).calibrate()
-        event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+        event = _plan_event(plan_fn(meta))
     except Exception:  # the plan needs more than public n_users / n_features
         return None
     return ((event, 1, f"{prefix}:plan", "planned", None, None),)
@@ -456,16 +472,9 @@ def _step_rows(step, epsilon, delta, meta, name):
     buildable from ``meta``; else its μ-GDP equivalent (exact for Gaussian plans)."""
     if math.isinf(epsilon):
         return [(NonPrivateEvent(), 1, name, None, None, None)]
-    plan_fn = getattr(step, "_budget_plan", None)
-    saved = step.epsilon, step.delta
-    if plan_fn is not None:
-        step.epsilon, step.delta = epsilon, delta
-        try:
-            plan = plan_fn(meta).calibrate()
-            event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
-            return [(event, 1, name, None, None, None)]
-        finally:
-            step.epsilon, step.delta = saved
+    if getattr(step, "_budget_plan", None) is not None:
+        with _budget_set(step, epsilon, delta):
+            return [(_plan_event(step._budget_plan(meta)), 1, name, None, None, None)]
     raise ValueError(
         f"Step {name!r} ({type(step).__name__}) has no public budget plan "
         f"(_budget_plan(meta)), so its releases at epsilon={epsilon!r} cannot be composed "
@@ -474,19 +483,15 @@ def _step_rows(step, epsilon, delta, meta, name):
 
 def _gaussian_only(step, delta):
     """Whether ``step``'s plan is made of (non-sampled) Gaussian releases only."""
-    plan_fn = getattr(step, "_budget_plan", None)
-    if plan_fn is None:  # no public plan: nothing shows its releases are Gaussian
+    if getattr(step, "_budget_plan", None) is None:  # nothing shows it is Gaussian
         return False
-    saved = step.epsilon, step.delta
-    step.epsilon, step.delta = 1.0, delta
     try:
-        plan = plan_fn({"n_users": 10 ** 6, "n_features": 1})
-        return all(p.mechanism == "gaussian" and p.sampling_rate == 1.0
-                   and p.threshold_delta == 0.0 for p in plan.calibrate().phases)
+        with _budget_set(step, 1.0, delta):
+            plan = step._budget_plan({"n_users": 10 ** 6, "n_features": 1}).calibrate()
     except Exception:
         return False
-    finally:
-        step.epsilon, step.delta = saved
+    return all(p.mechanism == "gaussian" and p.sampling_rate == 1.0
+               and p.threshold_delta == 0.0 for p in plan.phases)
 
 
 def _normalised_shares(names, shares):

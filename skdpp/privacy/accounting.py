@@ -134,8 +134,7 @@ def _flatten(event, count, out):
             raise NotImplementedError(
                 f"PoissonSampledEvent of {type(inner).__name__} is not supported; "
                 "only a GaussianEvent (or a pure-eps event, without amplification) "
-                "can be Poisson-subsampled. Compose per-release sampled events instead."
-            )
+                "can be Poisson-subsampled. Compose per-release sampled events instead.")
     elif isinstance(event, (GaussianEvent, LaplaceEvent, ExponentialEvent)):
         out.append((NonPrivateEvent() if _noiseless(event) else event, count))
     elif isinstance(event, (NonPrivateEvent, ThresholdEvent)):
@@ -143,8 +142,7 @@ def _flatten(event, count, out):
     else:
         raise TypeError(
             f"Unsupported privacy event {event!r}; expected one of the events in "
-            "skdpp.privacy.events."
-        )
+            "skdpp.privacy.events.")
 
 
 class PrivacyAccountant:

@@ -35,8 +35,7 @@ def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{cls}: `{name}` must be a real number, got {value!r} "
-            f"(type {type(value).__name__})."
-        )
+            f"(type {type(value).__name__}).")
     value = float(value)
     if not ((value >= low if low_inclusive else value > low)
             and (value <= high if high_inclusive else value < high)):
