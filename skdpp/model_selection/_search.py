@@ -595,16 +595,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         weights = _normalised_shares(names, self.step_shares)
         final = pipe[-1]
         final_name = next(n for n, leaf in leaves if leaf is final)
-        seeds = {}
         try:
             for name, leaf in leaves:
-                if leaf is final:
-                    continue
-                rho_i = weights[name] * rho_fit
-                eps_i = math.inf if math.isinf(rho_i) else gaussian_epsilon(
-                    math.sqrt(2.0 * rho_i), delta)
-                seeds[name] = self._trial_random_state(seed)
-                leaf.set_params(epsilon=eps_i, delta=delta, random_state=seeds[name])
+                if leaf is not final:  # gaussian_epsilon(inf) is inf
+                    eps_i = gaussian_epsilon(
+                        math.sqrt(2.0 * (weights[name] * rho_fit)), delta)
+                    leaf.set_params(epsilon=eps_i, delta=delta,
+                                    random_state=self._trial_random_state(seed))
             head = pipe[:-1]
             Xt = X
             if len(head):
@@ -684,6 +681,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             "Each trial is held to the same zCDP budget (fit and validation score); "
             "best_estimator_ is the selected trial's fit (no refit).",
         )
+
         def phase(name, share, mechanism, epsilon, z=None, sens=None, count=1, clip=None):
             if z is not None and mechanism == "gaussian" and not z > 0:
                 mechanism = "exact (gaussian without noise)"

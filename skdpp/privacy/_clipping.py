@@ -223,14 +223,14 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     clip_norm : float or None
         Clip norm ``C >= 1e-100``. ``None`` returns an unchanged copy.
     out_dtype : dtype, default=np.float64
-        Floating dtype of the result (``float32`` keeps a float32 input's
-        memory; the bound then holds up to float32 rounding).
+        Floating dtype of the result (with ``float32`` the bound holds up to
+        float32 rounding).
 
     Returns
     -------
     clipped : ndarray of shape (n, ...)
-        ``values[i] * min(1, C / ||values[i]||_F)``. Slices with norm <= C are
-        returned unchanged; zero slices stay zero.
+        ``values[i] * min(1, C / ||values[i]||_F)`` (unchanged if the norm is
+        at most C).
 
     Notes
     -----
@@ -295,18 +295,9 @@ def clipped_outer_sum(A, B, clip_norm):
     with the unit vectors ``â``, ``b̂``. The sum is formed without any
     ``n x p x q`` temporary.
 
-    Parameters
-    ----------
-    A : array-like of shape (n, p)
-        One vector ``a_i`` per contribution (e.g. a user's gradient factor).
-    B : array-like of shape (n, q)
-        One vector ``b_i`` per contribution (e.g. the user's head).
-    clip_norm : float or None
-        ``C`` (``None``: no clipping, ``A^T B``; only with ``epsilon=np.inf``).
-
-    Returns
-    -------
-    total : ndarray of shape (p, q)
+    ``A`` (n, p) and ``B`` (n, q) hold one ``a_i``, ``b_i`` per contribution
+    (e.g. a user's gradient factor and head); ``clip_norm=None`` gives
+    ``A^T B`` (only with ``epsilon=np.inf``). Returns shape (p, q).
 
     Notes
     -----
@@ -376,23 +367,11 @@ def scaled_clip_factors(norms, scales, clip_norm):
     without forming ``s ||M||``; ``f M`` has norm ``min(s ||M||, C)`` up to
     rounding when ``||M||`` is the norm of the *computed* ``M``.
 
-    Parameters
-    ----------
-    norms : array-like
-        ``||M_i||`` (Frobenius) of the computed scaled contributions.
-    scales : array-like
-        ``s_i > 0`` (possibly ``inf``).
-    clip_norm : float or None
-        ``C > 0``, validated by the caller (``None``: ``f = s``).
-
-    Returns
-    -------
-    factors : ndarray
-        ``f_i``; 0 where ``||M_i|| < 1e-250`` (a contribution that small
-        relative to its scale is dropped: zero is within any bound, and
-        ``C / ||M||`` would overflow) or where the factor is not finite.
-    full_norms : ndarray
-        ``s_i ||M_i||``, the norm before clipping (``inf`` if it overflows).
+    ``norms`` are the Frobenius ``||M_i||`` of the computed ``M_i``, ``scales``
+    the ``s_i > 0`` (possibly inf), ``clip_norm`` validated by the caller
+    (``None``: ``f = s``). Returns the ``f_i`` (0 where ``||M_i|| < 1e-250``:
+    dropping so small a contribution is within any bound, and ``C / ||M||``
+    would overflow; 0 where not finite) and ``s_i ||M_i||`` (inf on overflow).
 
     Examples
     --------

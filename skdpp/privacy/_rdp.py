@@ -185,20 +185,8 @@ def _check_curve(orders, rdp):
 def rdp_to_epsilon(orders, rdp, delta):
     """Convert an RDP curve to ε at a given δ (Canonne, Kamath & Steinke 2020).
 
-    ``ε = min_α rdp(α) + log1p(−1/α) − (log δ + log α)/(α − 1)``, floored at 0.
-
-    Parameters
-    ----------
-    orders : array-like of shape (n_orders,)
-        Rényi orders α > 1.
-    rdp : array-like of shape (n_orders,)
-        RDP guarantee at each order.
-    delta : float
-        Target δ in ``[0, 1]``.
-
-    Returns
-    -------
-    epsilon : float
+    ``ε = min_α rdp(α) + log1p(−1/α) − (log δ + log α)/(α − 1)`` over the
+    orders ``α > 1`` of the curve, floored at 0; ``delta`` in ``[0, 1]``.
 
     References
     ----------
@@ -234,22 +222,7 @@ def rdp_to_delta(orders, rdp, epsilon):
 
     ``log δ = min_α (α − 1)(rdp(α) − ε + log1p(−1/α)) − log α`` (for α > 1.01),
     also bounded by ``δ <= sqrt(1 − exp(−rdp(α)))`` (total variation via
-    Bretagnolle–Huber, since KL <= D_α), and by 1.
-
-    Parameters
-    ----------
-    orders : array-like of shape (n_orders,)
-    rdp : array-like of shape (n_orders,)
-    epsilon : float
-        Target ε >= 0.
-
-    Returns
-    -------
-    delta : float
-
-    References
-    ----------
-    .. [1] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+    Bretagnolle–Huber, since KL <= D_α), and by 1; ``epsilon >= 0``.
 
     Examples
     --------

@@ -221,28 +221,10 @@ class Releaser:
         (:class:`~skdpp.privacy.events.ThresholdEvent`); the noisy counts of
         the other partitions are an ordinary Gaussian release.
 
-        Parameters
-        ----------
-        phase : str
-            A Gaussian phase of the plan added with ``threshold_delta > 0``.
-        counts : ndarray of shape (n_partitions,)
-            Exact (bounded-contribution) counts of the partitions present.
-        sensitivity : float
-            L2 sensitivity of ``counts`` under replace-one-user.
-        max_contribution : float
-            Largest contribution of one user to one partition.
-        max_partitions : int
-            Largest number of partitions one user contributes to.
-        clip_norm : float, default=None
-            For the report.
-
-        Returns
-        -------
-        keep : ndarray of shape (n_partitions,), bool
-            The published partitions (all present ones at ``epsilon=inf``).
-        noisy_counts : ndarray of shape (n_partitions,)
-            The released counts (meaningful where ``keep``; the others are
-            never published).
+        ``phase`` is a Gaussian phase added with ``threshold_delta > 0``;
+        ``counts`` (n_partitions,) the exact bounded-contribution counts of the
+        partitions present. Returns ``keep`` (bool, all present partitions at
+        ``epsilon=inf``) and the noisy counts (published only where ``keep``).
 
         References
         ----------

@@ -19,11 +19,9 @@ receives ``ρ_j = share_j · s``, split evenly over its ``count`` releases:
 * Laplace: each release is pure ``e = sqrt(2 ρ_j / count)``-DP (ε-DP is
   ε²/2-zCDP), i.e. ``z = 1/e``.
 
-The zCDP parametrisation only fixes the *ratios* between phases. The global
-scale ``s`` is then solved with :func:`scipy.optimize.brentq` (on ``log s``)
-so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`, which
-composes the actual events with its tightest analysis (exact GDP, RDP, or pure
-composition), reports exactly the target ε at δ.
+This only fixes the *ratios* between phases: ``s`` is solved by ``brentq`` on
+``log s`` so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`
+(its tightest analysis of the actual events) reports exactly ε at δ.
 
 References
 ----------
@@ -239,11 +237,6 @@ def calibrate(phases, *, epsilon, delta):
     ------
     ValueError
         For invalid arguments or infeasible targets.
-
-    References
-    ----------
-    .. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
-    .. [2] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 
     Examples
     --------

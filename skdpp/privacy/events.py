@@ -134,15 +134,7 @@ class ExponentialEvent(DpEvent):
 
 @dataclass(frozen=True)
 class SelfComposedEvent(DpEvent):
-    """``count`` adaptive repetitions of the same ``event``.
-
-    Parameters
-    ----------
-    event : DpEvent
-        The repeated event.
-    count : int
-        Number of repetitions, ``>= 0``.
-    """
+    """``count`` (an int >= 0) adaptive repetitions of the same ``event``."""
 
     event: DpEvent
     count: int
@@ -162,13 +154,7 @@ class SelfComposedEvent(DpEvent):
 
 @dataclass(frozen=True)
 class ComposedEvent(DpEvent):
-    """Adaptive composition of several events (in order).
-
-    Parameters
-    ----------
-    events : tuple of DpEvent
-        The composed events (a list is converted to a tuple).
-    """
+    """Adaptive composition of several ``events`` (in order; a list becomes a tuple)."""
 
     events: tuple
 
@@ -183,14 +169,7 @@ class ComposedEvent(DpEvent):
 
 @dataclass(frozen=True)
 class PoissonSampledEvent(DpEvent):
-    """``event`` applied to a Poisson subsample (each unit kept w.p. q).
-
-    Parameters
-    ----------
-    sampling_probability : float
-        Inclusion probability q in ``[0, 1]``.
-    event : DpEvent
-        The event applied to the subsample.
+    """``event`` on a Poisson subsample (each unit kept w.p. ``sampling_probability``).
 
     Notes
     -----

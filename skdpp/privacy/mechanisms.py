@@ -139,23 +139,16 @@ def noise_source():
 
 
 def _numpy_noise(distribution, scale, shape, rng):
-    """Floating-point noise from ``rng`` (the ``noise="numpy"`` path only)."""
-    if distribution == "gaussian":
-        return rng.normal(0.0, scale, size=shape)
-    if distribution == "laplace":
-        return rng.laplace(0.0, scale, size=shape)
-    raise ValueError(
-        f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    """Floating-point noise from ``rng`` (``noise="numpy"``; checked by the caller)."""
+    sampler = rng.normal if distribution == "gaussian" else rng.laplace
+    return sampler(0.0, scale, size=shape)
 
 
-# Bits of the OpenDP grid below the noise scale: the grid is 2^k with
-# k = floor(log2(scale)) - _GRID_BITS. Rounding a vector of n entries to it
-# moves it by at most sqrt(n) 2^(k-1) in L2 (n 2^(k-1) in L1), which OpenDP's
-# privacy map adds to the sensitivity; at 40 bits that is a relative change
-# of the charge below 1e-6 for any vector that fits in memory.
+# OpenDP grid 2^k, k = floor(log2(scale)) - _GRID_BITS: rounding n entries moves
+# them by at most sqrt(n) 2^(k-1) in L2 (n 2^(k-1) in L1), which OpenDP's map adds
+# to the sensitivity: below 1e-6 of the charge for any vector that fits in memory.
 _GRID_BITS = 40
-# Relative slack added when calibrating a scale up to meet the charge.
-_CALIBRATION_SLACK = 2.0 ** -40
+_CALIBRATION_SLACK = 2.0 ** -40  # relative step when a scale is raised to meet the charge
 
 
 def _opendp_charge(distribution, sensitivity, scale):
