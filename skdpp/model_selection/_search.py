@@ -128,9 +128,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     step_shares : dict of str to float, default=None
         With a ``Pipeline``: each private step's share of every trial's zCDP
         fit budget, keyed as in :func:`~skdpp.privacy.split_budget`;
-        ``None``: equal shares. The final estimator's ``epsilon`` is solved
-        from its plan on the transformed data's public shape, the others' is
-        ``eps_GDP(sqrt(2 rho_i), delta)``; each report is checked.
+        ``None``: equal shares. Step ``i`` gets ``rho_i = share_i * rho_fit``
+        (zCDP adds up: the trial spends exactly ``rho_fit``): the final
+        estimator's ``epsilon`` is solved from its plan on the transformed
+        data's public shape, the others' is ``eps_GDP(sqrt(2 rho_i), delta)``
+        (exact for Gaussian plans); each report is checked against ``rho_i``.
     random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the split, every trial and the score
         noise. ``None`` draws OS entropy (use it in deployments); a seed makes

@@ -428,20 +428,9 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
 def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
     """Release ``value`` with Laplace noise of scale ``noise_multiplier · sensitivity``.
 
-    Parameters
-    ----------
-    value : array-like
-        Pre-noise value (not modified).
-    sensitivity : float
-        L1 sensitivity Δ₁ of ``value`` under replace-one-user, >= 0.
-    noise_multiplier : float
-        z >= 0; the release is pure ``1/z``-DP. 0 means no noise.
-    rng : numpy.random.Generator or RandomState
-
-    Returns
-    -------
-    release : ndarray
-    event : LaplaceEvent or NonPrivateEvent
+    Parameters as :func:`gaussian_mechanism` (without ``symmetric``), with
+    ``sensitivity`` the L1 sensitivity Δ₁: the release is pure ``1/z``-DP.
+    Returns the release and a ``LaplaceEvent`` (``NonPrivateEvent`` for z = 0).
 
     Examples
     --------
