@@ -315,36 +315,34 @@ def _walk_sklearn_search(search, label, out):
         rows, how, n_fits, uncovered = list(part.ledger), None, 1, []
         refit_eps = _compose(part.ledger, part.report.delta).get_epsilon(part.report.delta)
         best_params = getattr(search, "best_params_", None)
-        planned, cand_steps = {}, []
-        for i, params in enumerate(params_list):
-            est = clone(search.estimator).set_params(**params)
-            step = _leaf(est, part_path) if part_path else est
-            cand_steps.append(step)
-            planned[i] = None if step is None else _planned_rows(
-                step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
-        ok = all(p is not None for p in planned.values())
-        if ok and best_params is not None:
-            i_best = params_list.index(best_params) if best_params in params_list else None
-            if i_best is not None:
-                check = _compose(planned[i_best], part.report.delta)
-                ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
-                                  rel_tol=1e-6, abs_tol=1e-12)
+        cand_steps = [clone(search.estimator).set_params(**params) for params in params_list]
+        if part_path:
+            cand_steps = [_leaf(est, part_path) for est in cand_steps]
+        planned = [None if step is None else _planned_rows(
+            step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
+            for i, step in enumerate(cand_steps)]
+        ok = all(p is not None for p in planned)
+        if ok and best_params is not None and best_params in params_list:
+            check = _compose(planned[params_list.index(best_params)], part.report.delta)
+            ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
+                              rel_tol=1e-6, abs_tol=1e-12)
         if ok:
-            for i in planned:
-                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in planned[i]]
+            for p in planned:
+                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in p]
             n_fits += len(planned) * n_splits
             how = (f"{len(params_list)} candidates x {n_splits} splits re-planned from their "
                    f"parameters on the refit's public n_users={part.obj.n_users_} (checked "
                    "against the refit's ledger), plus the refit's ledger; folds holding "
                    "fewer users (GroupKFold) plan on their own n_users")
         else:
-            own = {k: v for k, v in part.obj.get_params(deep=False).items()
-                   if k in ("epsilon", "delta")}
-            for i, (params, step) in enumerate(zip(params_list, cand_steps)):
-                step_budget = None if step is None else {
+            def budget(step):
+                return None if step is None else {
                     k: v for k, v in step.get_params(deep=False).items()
                     if k in ("epsilon", "delta")}
-                if step_budget == own:
+
+            own = budget(part.obj)
+            for i, (params, step) in enumerate(zip(params_list, cand_steps)):
+                if budget(step) == own:
                     rows += [(e, c * n_splits, f"{label}[{i}]:{ph}", m, s, cl)
                              for e, c, ph, m, s, cl in part.ledger]
                     n_fits += n_splits

@@ -181,12 +181,10 @@ class RandomStopping:
                 or not -1.0 < float(eta) < math.inf:
             raise ValueError(f"`eta` must be a finite number > -1, got {eta!r}.")
         object.__setattr__(self, "eta", float(eta))
-        if self.distribution == "poisson":
-            object.__setattr__(self, "gamma", float("nan"))
-        else:
-            object.__setattr__(self, "gamma", _tnb_gamma(self.mean, self.eta))
+        object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
+                           else _tnb_gamma(self.mean, self.eta))
 
-    # ------------------------------------------------------------ the law of K
+    # --- the law of K ---
     @property
     def _is_constant(self):
         return self.distribution != "poisson" and self.gamma == 1.0
@@ -258,7 +256,7 @@ class RandomStopping:
                 break
         return k
 
-    # ----------------------------------------------------- Theorems 2 and 6
+    # --- Theorems 2 and 6 ---
     def rdp(self, orders, rdp, *, monotone=True):
         """RDP of the search given one trial's RDP curve on orders > 1.
 
