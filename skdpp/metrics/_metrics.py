@@ -16,16 +16,13 @@ def rmse(y_true, y_pred):
     Parameters
     ----------
     y_true : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        Ground-truth targets.
     y_pred : array-like of the same shape as ``y_true``
-        Predictions.
 
     Returns
     -------
     rmse : float
-        ``sqrt(mean((y_true - y_pred) ** 2))`` over all entries; the RMSE
-        of Krichene et al. (2023), App. D.1, when the rows are the held-out
-        ratings.
+        ``sqrt(mean((y_true - y_pred) ** 2))`` over all entries (the RMSE of
+        Krichene et al. 2023, App. D.1, on held-out ratings).
 
     References
     ----------

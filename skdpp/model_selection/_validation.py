@@ -28,11 +28,10 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
                       params=None, pre_dispatch="2*n_jobs", method="predict"):
     """Out-of-fold predictions, with each row's user id passed to ``predict``.
 
-    Like :func:`sklearn.model_selection.cross_val_predict`, but every fold's
-    estimator is fitted with ``groups`` of its training rows *and* predicts
-    with ``groups`` of its test rows, so a held-out row of a user seen in
-    training gets that user's personal prediction (scikit-learn's function
-    never passes ``groups`` to ``predict``: every row would be cold start).
+    Like :func:`sklearn.model_selection.cross_val_predict` (which never passes
+    ``groups`` to ``predict``: every row would be cold start), but every fold
+    predicts with its test rows' ``groups``: a held-out row gets its user's
+    personal prediction.
 
     Parameters
     ----------
@@ -42,9 +41,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         ``sklearn.set_config(enable_metadata_routing=True)``, so that the
         pipeline passes ``groups`` on). Cloned for every fold.
     X : array-like of shape (n_samples, n_features)
-        The data (numpy array, pandas DataFrame, ...).
     y : array-like of shape (n_samples,), default=None
-        Targets.
     groups : array-like of shape (n_samples,)
         User id of each row (required, keyword-only).
     cv : int, cross-validation generator or iterable, default=None
@@ -54,9 +51,8 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         partition of the rows (every row in exactly one test fold).
     n_jobs : int, default=None
         Folds fitted in parallel (joblib; scikit-learn's configuration, incl.
-        metadata routing, is propagated to the workers).
+        metadata routing, reaches the workers).
     verbose : int, default=0
-        Verbosity of joblib.
     params : dict, default=None
         Further parameters of ``estimator.fit``; arrays with one entry per row
         are indexed per fold like ``X``. Must not contain ``groups``.
