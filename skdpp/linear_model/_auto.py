@@ -292,15 +292,29 @@ def inverse_scales(scales):
         return np.where(np.isfinite(scales), 1.0 / np.asarray(scales, dtype=np.float64), 0.0)
 
 
-def _label_extreme_counts(block, state, grid):
-    """Block function: cumulative counts of the users' minimum and maximum labels."""
+def _label_extremes(block):
+    """Each of the block's users' minimum and maximum label (``inf`` without rows)."""
     y = np.asarray(block.take(block.y), dtype=np.float64)
     with np.errstate(invalid="ignore"):
         hi = block.segment_max(y, initial=-np.inf)
         lo = -block.segment_max(-y, initial=-np.inf)
-    lo = np.where(block.counts > 0, lo, np.inf)
-    hi = np.where(block.counts > 0, hi, np.inf)
+    return np.where(block.counts > 0, lo, np.inf), np.where(block.counts > 0, hi, np.inf)
+
+
+def _label_extreme_counts(block, state, grid):
+    """Block function: cumulative counts of the users' minimum and maximum labels."""
+    lo, hi = _label_extremes(block)
     return np.stack([cumulative_counts(lo, grid), cumulative_counts(hi, grid)]), state
+
+
+def own_label_ranges(block, state, _=None):
+    """Block function (``collect``): each user's own ``[min, max]`` label, shape (n, 2).
+
+    A personal attribute (the user's own rows only): a useless fit
+    (``local_only``) clamps each known user's predictions to it
+    (:func:`released_predictions`), where the released label range is noise.
+    """
+    return np.column_stack(_label_extremes(block))
 
 
 def label_range(executor, release, *, n_users):
@@ -414,18 +428,26 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
     return zeros, level, level_radius, labels
 
 
-def released_predictions(pred, known, label_range, local_only):
-    """A linear model's predictions after its post-processing (public values only).
+def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
+    """A linear model's predictions after its post-processing.
 
-    A fit predicted useful: every prediction clamped to the released
-    ``label_range``. A useless fit (``local_only``): known users' own ridge
-    predictions as they are, new users the prior 0 -- not the cold-start part
-    clamped to the label range, both of which come from searches that the rule
-    predicts to go astray (measured: a released range up to 3e4 at epsilon 0.1).
+    ``codes``: each row's user position (``-1`` for a new user). A fit
+    predicted useful: every prediction clamped to the released
+    ``label_range``. A useless fit (``local_only``): a known user's own ridge
+    prediction clamped to its own label range (``own_ranges``, its personal
+    attribute, :func:`own_label_ranges`), new users the prior 0 -- not the
+    cold-start part clamped to the label range, both of which come from
+    searches that the rule predicts to go astray (measured: a released range
+    up to 3e4 at epsilon 0.1).
     """
-    if local_only:
-        return np.where(known, pred, 0.0)
-    return clamp_predictions(pred, label_range)
+    known = codes >= 0
+    if not local_only:
+        return clamp_predictions(pred, label_range)
+    if own_ranges is not None and known.any():
+        own = np.asarray(own_ranges)[codes[known]]
+        pred = pred.copy()
+        pred[known] = clamp_predictions(pred[known], (own[:, 0], own[:, 1]))
+    return np.where(known, pred, 0.0)
 
 
 def clamp_predictions(pred, label_range, rows=None):

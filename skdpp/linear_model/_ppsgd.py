@@ -340,7 +340,7 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "noise_multiplier": [Interval(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
     }
-    _personal_attributes = ("offsets_", "intercept_offsets_")
+    _personal_attributes = ("offsets_", "intercept_offsets_", "own_label_ranges_")
     _algorithm = ppsgd
 
     def __init__(
@@ -497,9 +497,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             b[k] += self.intercept_offsets_[c[k]]
             return A[:, None, :], b[:, None]
 
-        return released_predictions(linear_predictions(X, pred, linear_parts), known,
+        return released_predictions(linear_predictions(X, pred, linear_parts), codes,
                                     getattr(self, "label_range_", None),
-                                    getattr(self, "local_only_", False))
+                                    getattr(self, "local_only_", False),
+                                    getattr(self, "own_label_ranges_", None))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

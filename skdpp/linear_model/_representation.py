@@ -36,7 +36,7 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
     with ``Config``, ``plan`` and ``run``) and their own parameters.
     """
 
-    _personal_attributes = ("heads_", "intercepts_")
+    _personal_attributes = ("heads_", "intercepts_", "own_label_ranges_")
     _parameter_constraints = {
         **BasePersonalizedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
@@ -138,7 +138,8 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
         return released_predictions(linear_predictions(
             X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
-            known, getattr(self, "label_range_", None), getattr(self, "local_only_", False))
+            codes, getattr(self, "label_range_", None), getattr(self, "local_only_", False),
+            getattr(self, "own_label_ranges_", None))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -52,3 +52,32 @@ def test_astray_label_range_end_is_dropped(cls, module, check, monkeypatch):
         assert any("wrong side" in note for note in est.privacy_report_.notes)
     else:
         assert np.all(pred >= ASTRAY[0])  # every prediction clamped up to 4.8
+
+
+@pytest.mark.parametrize("cls", [PrivateFedRepRegressor, PrivAltMinRegressor, PPSGDRegressor])
+@pytest.mark.parametrize("own", [True, False])
+def test_useless_fit_clamps_known_users_to_their_own_range(cls, own, monkeypatch):
+    """A useless fit (30 users at epsilon 0.1) predicts a known user from its own
+    ridge fit: on a row far from its rows that extrapolates; the prediction stays
+    within the user's own labels (a personal attribute), a new user gets 0."""
+    X, y, g = _ratings(n_users=30, rows=8, seed=1)
+    if not own:  # broken variant: the user's own range is not used
+        monkeypatch.setattr(_auto, "own_label_ranges",
+                            lambda block, state, _=None: np.full((block.n_users, 2),
+                                                                 [-np.inf, np.inf]))
+        for module in (ppsgd, representation):
+            monkeypatch.setattr(module, "own_label_ranges", _auto.own_label_ranges)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = cls(epsilon=0.1, random_state=0).fit(X, y, groups=g)
+    assert est.local_only_
+    far = np.tile([[40.0, -40.0, 40.0]], (g.size, 1))  # 40x beyond the 0/1 training rows
+    pred = est.predict(far, groups=g)
+    lo = np.array([y[g == u].min() for u in g])
+    hi = np.array([y[g == u].max() for u in g])
+    inside = (pred >= lo) & (pred <= hi)
+    if own:
+        assert inside.all()
+        assert np.all(est.predict(far, groups=np.full(g.size, -1)) == 0.0)
+    else:
+        assert not inside.all()

@@ -46,6 +46,7 @@ from .._auto import (
     feature_scales,
     inverse_scales,
     label_range,
+    own_label_ranges,
     rms_per_user,
     scaling_notes,
     shrink_levels,
@@ -784,7 +785,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
                   "cold_start_head_": head, "cold_start_intercept_": intercept,
                   "intercept_clip_": prior.intercept_scale, "n_iter_": int(config.max_iter),
                   "feature_scales_": begun.scales, "label_range_": labels,
-                  "local_only_": begun.local_only}
+                  "local_only_": begun.local_only,
+                  "own_label_ranges_": executor.collect(own_label_ranges)}
     for name in config.clip_names + config.scale_names:
         value = bounds.get(name, getattr(config, name))
         attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
@@ -810,8 +812,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
         released += ("feature_scales_",) * begun.scaled + ("label_range_",)
         notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds,
                                begun.message)
-    return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
-                     notes=notes)
+    return FitResult(attributes, released=released,
+                     local=("heads_", "intercepts_", "own_label_ranges_"), notes=notes)
 
 
 def fit_personal(estimator, X, y, index):
@@ -833,4 +835,5 @@ def fit_personal(estimator, X, y, index):
     executor.map(final_statistics, (estimator.components_, "all",
                                     bool(estimator.fit_intercept)))
     heads, intercepts = executor.collect(_personal_block, prior)
-    return {"heads_": heads, "intercepts_": intercepts}
+    return {"heads_": heads, "intercepts_": intercepts,
+            "own_label_ranges_": executor.collect(own_label_ranges)}
