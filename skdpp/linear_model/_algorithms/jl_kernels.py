@@ -623,8 +623,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
         theta -= step
     with np.errstate(**_QUIET):
-        # tiny rows give a head beyond the float range: caught by ``ok`` below
-        # (a decision from that user's values only)
+        # Back to the user's own coordinates: tiny rows give a head beyond the
+        # float range, caught by ``ok`` below (from that user's values only)
         heads = theta[:, :k] / scale[:, None]
         intercepts = theta[:, k] - np.einsum("uk,uk->u", mean, heads) if fit_intercept \
             else np.zeros(n_users)
