@@ -213,17 +213,8 @@ class UserIndex:
     array([ 2, -1])
     """
 
-    __slots__ = (
-        "users",
-        "codes",
-        "counts",
-        "order",
-        "offsets",
-        "n_users",
-        "n_samples",
-        "_mixed",
-        "_lookup_table",
-    )
+    __slots__ = ("users", "codes", "counts", "order", "offsets", "n_users", "n_samples",
+                 "_mixed", "_lookup_table")
 
     def __init__(self, users, codes, *, _mixed=False):
         users = np.asarray(users)
@@ -461,14 +452,7 @@ def _check_rows(values, index, name="values"):
 def segment_counts(index):
     """Number of rows of each user.
 
-    Parameters
-    ----------
-    index : UserIndex
-
-    Returns
-    -------
-    counts : ndarray of shape (n_users,), dtype int64
-        A writable copy of ``index.counts``.
+    Returns a writable int64 copy of ``index.counts``, shape (n_users,).
 
     Examples
     --------
@@ -486,7 +470,7 @@ def segment_sum(values, index):
     Parameters
     ----------
     values : array-like of shape (n_samples, ...)
-        One row per sample (aligned with the ``groups`` the index was built from).
+        Rows aligned with the ``groups`` of ``index``.
     index : UserIndex
 
     Returns
@@ -740,22 +724,16 @@ def split_within_users(index, fraction, rng=None):
     fraction : float in (0, 1)
         Target fraction of each user's rows in the first part.
     rng : None, int, RandomState or Generator, default=None
-        Randomness of the choice of rows (``None``: each user's first rows in
-        row order).
+        Randomness of the choice of rows (``None``: each user's first rows).
 
     Returns
     -------
     mask : ndarray of shape (n_samples,), dtype bool
-        ``True`` for the rows of the first part (e.g. ``S^0`` of Snedeker et
-        al. 2025, Alg. 1), ``False`` for the second.
+        ``True`` for the rows of the first part (e.g. ``S^0``).
 
     Notes
     -----
-    A user with ``n >= 2`` rows puts ``ceil(fraction * n)`` rows in the first
-    part, clipped to ``[1, n - 1]`` so both parts are non-empty (10 rows and
-    ``fraction=0.5`` give 5 and 5).  A user with one row puts it in the first
-    part.  ``fraction * n`` is rounded to 9 decimals before the ceiling so
-    that, e.g., ``0.3 * 10`` gives 3, not 4.
+    The first part sizes are :func:`first_part_sizes`.
 
     Examples
     --------
@@ -769,19 +747,23 @@ def split_within_users(index, fraction, rng=None):
         raise ValueError(
             f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}."
         )
-    counts = index.counts
-    n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
-    n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
-                       counts)
     rank = rank_within_user(index, rng)
-    return rank < n_first[index.codes]
+    return rank < first_part_sizes(index.counts, fraction)[index.codes]
 
 
-# --------------------------------------------------------------------------- #
-# Blocks of whole users in canonical order
-# --------------------------------------------------------------------------- #
-# Rows per block of the in-process fits: a block's working set (its rows, their
-# products with a d x k matrix) stays in cache between the passes of a round.
+def first_part_sizes(counts, fraction):
+    """Rows of each user in the first part of a within-user split.
+
+    ``ceil(fraction * n)`` (``fraction * n`` rounded to 9 decimals first, so
+    ``0.3 * 10`` gives 3), clipped to ``[1, n - 1]`` for ``n >= 2`` so both
+    parts are non-empty; a one-row user keeps its row in the first part.
+    """
+    n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
+    return np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)), counts)
+
+
+# Blocks of whole users in canonical order.
+# Rows per block of the in-process fits (a block's working set stays in cache).
 DEFAULT_BLOCK_ROWS = 32768
 
 
@@ -848,16 +830,11 @@ class UserBlock:
     Parameters
     ----------
     X, y : ndarray
-        Source arrays (row-aligned; ``y`` may be 2-D).
+        Row-aligned source arrays (``y`` may be 2-D).
     rows : None, slice or ndarray of int
-        The block's rows of the sources in canonical order (``None``: all of
-        them, already in canonical order).
-    users : ndarray of shape (n_users,)
-        The users' ids (sorted).
-    user_hash : ndarray of shape (n_users,), uint64
-        Stable hashes of the ids (:func:`skdpp.utils._random.hash_ids`).
-    counts : ndarray of shape (n_users,), int
-        Rows of each user.
+        The block's source rows in canonical order (``None``: all).
+    users, user_hash, counts : ndarray of shape (n_users,)
+        Sorted user ids, their :func:`skdpp.utils._random.hash_ids` and row counts.
     first_user : int, default=0
         Position of the block's first user among all users of the fit.
 
@@ -866,10 +843,8 @@ class UserBlock:
     n_users, n_rows : int
     offsets : ndarray of shape (n_users + 1,)
         Start of each user's rows within the block.
-    row_user : ndarray of shape (n_rows,)
-        Local code (``0 .. n_users - 1``) of each row's user.
-    rank : ndarray of shape (n_rows,)
-        Position of each row within its user (canonical order).
+    row_user, rank : ndarray of shape (n_rows,)
+        Local user code of each row, and its position within its user.
     """
 
     def __init__(self, X, y, rows, users, user_hash, counts, first_user=0):
@@ -1054,12 +1029,8 @@ class UserBlock:
 
     def split_users_rows(self, fraction, keys):
         """``True`` for the first part of each user's rows (e.g. ``S^0``): the
-        rows with the smallest ``keys``, counts as :func:`split_within_users`."""
-        counts = self.counts
-        n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
-        n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
-                           counts)
-        return self.ranks_by(keys) < self.expand(n_first)
+        :func:`first_part_sizes` rows with the smallest ``keys``."""
+        return self.ranks_by(keys) < self.expand(first_part_sizes(self.counts, fraction))
 
 
 def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
@@ -1068,12 +1039,11 @@ def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
     Parameters
     ----------
     X, y : ndarray
-        Row-aligned source arrays (not copied: blocks list their rows).
+        Row-aligned source arrays (not copied).
     index : UserIndex
-        The users of the rows.
     row_keys : ndarray of shape (n_samples,), default=None
-        Keys ordering each user's rows; default: a hash of the content of the
-        row of ``X`` and ``y`` (:func:`skdpp.utils._random.row_hashes`).
+        Keys ordering each user's rows; default: :func:`skdpp.utils._random.row_hashes`
+        of ``X`` and ``y``.
     max_rows : int or None, default=32768
         Rows per block (``None``: one block).
 
