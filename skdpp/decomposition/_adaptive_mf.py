@@ -92,6 +92,17 @@ def _seen_matrix(user, item, n_users, n_items):
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
 
 
+def _entry_data(data, entries, users, n_items, code_keys, code_ids):
+    """``data`` as merged (user, item, rating) ``entries`` with the item codes' keys."""
+    user, item, rating = entries
+    n_codes = int(code_keys.shape[0])
+    return FitData(
+        X=item[:, None], y=rating, index=UserIndex(users, user),
+        meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
+        attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": code_ids,
+                    "_seen": _seen_matrix(user, item, users.shape[0], n_codes)})
+
+
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
@@ -453,14 +464,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_public = None if public_keys is None else int(public_keys.shape[0])
         if isinstance(self.items, str):  # "observed": every item, released as is
             n_public = n_codes
-        return FitData(
-            X=item[:, None], y=rating, index=UserIndex(index.users, user),
-            meta={**data.meta, "n_items": n_public, "n_item_codes": n_codes},
-            attributes={**data.attributes,
-                        "_code_keys": code_keys,
-                        "_code_ids": self._ids(code_keys, X, X.dtype),
-                        "_seen": _seen_matrix(user, item, index.n_users, n_codes)},
-        )
+        return _entry_data(data, (user, item, rating), index.users, n_public, code_keys,
+                           self._ids(code_keys, X, X.dtype))
 
     # skdpp.distributed validates each partition separately; these three make its
     # item codes those of validating all rows at once, whatever the partitioning.
@@ -490,14 +495,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                                                data.y, n_codes)
         code_keys = np.concatenate([code_keys[:n_public], vocabulary])
         n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
-        return FitData(
-            X=item[:, None], y=rating, index=UserIndex(users, user),
-            meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
-            attributes={**data.attributes, "_code_keys": code_keys,
-                        "_code_ids": self._ids(code_keys, np.empty((0, data.meta["n_features"])),
-                                               data.attributes["_code_ids"].dtype),
-                        "_seen": _seen_matrix(user, item, users.shape[0], n_codes)},
-        )
+        return _entry_data(data, (user, item, rating), users, n_items, code_keys,
+                           self._ids(code_keys, np.empty((0, data.meta["n_features"])),
+                                     data.attributes["_code_ids"].dtype))
 
     def _make_blocks(self, data, randomness):
         # Entries of whole users, each user's entries sorted by item code.

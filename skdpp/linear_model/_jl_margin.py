@@ -193,26 +193,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     (fit key, user id, position in canonical order): permuting the rows gives
     bit-identical releases and heads.
 
-    **Deviations from the paper.**
-
-    * ``n_candidates`` candidates instead of the infeasible ``gamma``-cover
-      of the Frobenius ball (Lemma 16 holds relative to the best candidate).
-    * Inner minimum over the public directions plus the user's own
-      label-weighted mean direction (an upper bound; each term in ``[0, 1]``).
-    * Default margin ``rho -> 0+``: Lemma 16 and Theorem 17 hold for a fixed
-      ``rho > 0``; ``k'`` is then the cap, not ``log(nm / beta) / rho^2``.
-    * Rows clipped to ``r`` instead of assuming ``||x|| <= r``; not centred
-      (centring costs 0.01-0.12 accuracy on the paper's setting).
-    * Heads: a logistic loss with an optional bias, shrunk toward the cold
-      start, instead of the 0-1 argmin (which overfits noisy labels). Local
-      only.
-    * ``personal_rows="all"``: same guarantee; only Theorem 17's
-      generalization argument uses the split.
-    * ``jl_dim="auto"`` uses ``n`` instead of ``nm`` (the number of rows is
-      private), capped at 256.
-    * The label set, the cold start and one-vs-rest are not in the paper.
-
-    **Measured**: :ref:`jl_margin` (MovieLens and the paper's setting).
+    **Deviations from the paper** (a finite candidate set, the inner minimum
+    over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``)
+    and **measurements**: :ref:`jl_margin`. None changes a sensitivity above.
 
     **Input domain** (README, "Privacy model"). ``X``: finite floats
     (non-finite values raise before any computation); every finite value is
