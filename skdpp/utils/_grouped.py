@@ -224,15 +224,12 @@ class UserIndex:
         offsets = np.zeros(n_users + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         order = np.argsort(codes, kind="stable").astype(np.int64, copy=False)
-        object.__setattr__(self, "users", _readonly(users))
-        object.__setattr__(self, "codes", _readonly(codes))
-        object.__setattr__(self, "counts", _readonly(counts))
-        object.__setattr__(self, "order", _readonly(order))
-        object.__setattr__(self, "offsets", _readonly(offsets))
-        object.__setattr__(self, "n_users", n_users)
-        object.__setattr__(self, "n_samples", int(codes.shape[0]))
-        object.__setattr__(self, "_mixed", bool(_mixed))
-        object.__setattr__(self, "_lookup_table", None)
+        for name, value in [("users", _readonly(users)), ("codes", _readonly(codes)),
+                            ("counts", _readonly(counts)), ("order", _readonly(order)),
+                            ("offsets", _readonly(offsets)), ("n_users", n_users),
+                            ("n_samples", int(codes.shape[0])), ("_mixed", bool(_mixed)),
+                            ("_lookup_table", None)]:
+            object.__setattr__(self, name, value)
 
     def __reduce__(self):
         # Immutable slots: pickle by rebuilding from the ids and codes.
