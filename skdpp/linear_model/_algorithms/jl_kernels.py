@@ -289,15 +289,21 @@ class _GridCounter:
 
     CAP = 255
 
+    @staticmethod
+    def pieces(seg):
+        """``(n_pieces, piece_user, piece_start)``: each user's rows cut in runs of
+        at most :attr:`CAP` (no piece for a user without rows)."""
+        n_pieces = -(-seg.counts // _GridCounter.CAP)
+        piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        piece_start = seg.offsets[:-1][piece_user] \
+            + (np.arange(piece_user.shape[0]) - first) * _GridCounter.CAP
+        return n_pieces, piece_user, piece_start
+
     def __init__(self, seg, n_dir, key, n_keys):
-        counts = seg.counts
         self.n_dir = n_dir
         self.n_keys = n_keys
-        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
-        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
-        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-        piece_start = seg.offsets[:-1][self.piece_user] \
-            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        n_pieces, self.piece_user, piece_start = self.pieces(seg)
         self.owner = sp.csr_matrix(
             (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
             shape=(self.piece_user.shape[0], n_keys))
@@ -359,17 +365,10 @@ class _RowGridCounter:
     """Row-by-row :class:`_GridCounter` (blocks with few equal rows): the same
     counts, in cache-sized steps of whole pieces."""
 
-    CAP = 255  # (tests set _GridCounter.CAP: both counters read it)
-
     def __init__(self, seg, n_dir):
-        counts = seg.counts
         self.n_dir = n_dir
         self.n_rows = seg.n_rows
-        n_pieces = -(-counts // _GridCounter.CAP)                     # 0 for users without rows
-        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
-        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-        self.piece_start = seg.offsets[:-1][self.piece_user] \
-            + (np.arange(self.piece_user.shape[0]) - first) * _GridCounter.CAP
+        n_pieces, self.piece_user, self.piece_start = _GridCounter.pieces(seg)
         # users with more than CAP rows: their pieces' counts are added in int64
         self.split_users = np.flatnonzero(n_pieces > 1)
         slot = np.full(seg.n_users, -1)
