@@ -15,6 +15,7 @@ import copy
 import operator
 import uuid
 import warnings
+from collections import namedtuple
 
 import numpy as np
 
@@ -50,22 +51,9 @@ class _KeyOnly:
                            "worker (its draws must not depend on the partitioning).")
 
 
-class _Validated:
-    """One partition after the estimator's validation (lives on a worker)."""
-
-    __slots__ = ("data", "summary")
-
-    def __init__(self, data, summary):
-        self.data, self.summary = data, summary
-
-
-class _Prepared:
-    """One partition's blocks and validation attributes (lives on a worker)."""
-
-    __slots__ = ("blocks", "attributes", "summary")
-
-    def __init__(self, blocks, attributes, summary):
-        self.blocks, self.attributes, self.summary = blocks, attributes, summary
+# One partition (on a worker) after validation, and with its blocks.
+_Validated = namedtuple("_Validated", "data summary")
+_Prepared = namedtuple("_Prepared", "blocks attributes summary")
 
 
 def _per_user_names(estimator):
