@@ -204,12 +204,6 @@ def _overrides_set_fitted_attributes(estimator):
         is not BasePersonalizedEstimator._set_fitted_attributes
 
 
-def _set_attributes(estimator, attributes):
-    """Set per-user attributes as they are (already through the estimator's setter)."""
-    for name, value in attributes.items():
-        setattr(estimator, name, value)
-
-
 def _split_rows(value, counts):
     cuts = np.cumsum([0] + list(counts))
     return [value[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
@@ -323,8 +317,9 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         if hasattr(estimator, name):
             delattr(estimator, name)
     estimator.personal_parts_ = personal
-    if collect_personal:
-        _set_attributes(estimator, personal.collect())
+    if collect_personal:  # already through the estimator's setter
+        for name, value in personal.collect().items():
+            setattr(estimator, name, value)
         del estimator.personal_parts_
     return estimator
 
