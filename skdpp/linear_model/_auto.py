@@ -357,6 +357,13 @@ def label_range(executor, release, *, n_users):
 #: this multiple of the mean labels' (more than two cells of the public radius
 #: grid, ratio 1.79, above it; MovieLens with a raw timestamp: ratios 24 to 190).
 COLD_SPREAD_FACTOR = 4.0
+#: A location whose clipped mean lies more than ``max(LOCATION_SHIFT_LIMIT, 1 -
+#: 2 s)`` radii from its private median (``s``: the mean's public noise std in
+#: radii) is treated as astray (:func:`~skdpp.privacy._quantile.private_location`,
+#: ``return_shift``; an astray median puts it about one radius away): at 300 users
+#: and epsilon 1 one flipped step of a median search (and one of the radius
+#: search) released a cold-start intercept of 80.6 for offsets near 229, shift 0.59.
+LOCATION_SHIFT_LIMIT = 0.5
 #: Report note of :func:`cold_start_levels` (``{head}``: what the head is).
 COLD_START_NOTE = (
     "the cold-start intercept is one of two private locations, of the users' mean labels "
@@ -389,6 +396,12 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
     Both locations are always released (the plan's count is fixed); the
     choice compares released values: post-processing.
 
+    A location whose median search went astray (one flipped comparison of
+    noisy counts sends it where no user is; its clipped mean then sits about
+    one radius away, :data:`LOCATION_SHIFT_LIMIT`) is not used: an astray
+    offsets location drops the head; an astray mean-labels location is not
+    compared with; both astray: the label range's midpoint.
+
     ``labels``, the released label range, is checked against the mean labels'
     location: every user's mean label lies between its minimum and maximum,
     so the median of the means lies between the medians of the extremes, and
@@ -414,17 +427,25 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
         replaced by an infinity.
     """
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
-                  radius_quantile=clip_quantile)
+                  radius_quantile=clip_quantile, return_shift=True)
     zeros = np.zeros_like(head)
-    level, level_radius = private_location(
+    level, level_radius, level_shift = private_location(
         release, functools.partial(reduce_offsets, zeros), **kwargs)
-    intercept, radius = private_location(
+    intercept, radius, shift = private_location(
         release, functools.partial(reduce_offsets, head), **kwargs)
-    if labels is not None:
+    # an astray median puts the clipped mean about one radius away; the mean's noise
+    # std in radii is 2 z / n (public), so the limit is 2 such stds below 1
+    limit = max(LOCATION_SHIFT_LIMIT,
+                1.0 - 4.0 * float(release.noise_multiplier("cold_start")) / max(n_users, 1))
+    level_ok = abs(level_shift) <= limit
+    offsets_ok = abs(shift) <= limit
+    if labels is not None and level_ok:
         lo, hi = labels
         labels = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
-    if radius <= COLD_SPREAD_FACTOR * level_radius:
+    if offsets_ok and (radius <= COLD_SPREAD_FACTOR * level_radius or not level_ok):
         return head, intercept, radius, labels
+    if not level_ok and not offsets_ok and labels is not None and np.all(np.isfinite(labels)):
+        return zeros, 0.5 * (labels[0] + labels[1]), level_radius, labels
     return zeros, level, level_radius, labels
 
 

@@ -217,7 +217,7 @@ def clipped_deviation_sum(values, center, radius):
 
 
 def private_location(release, reduce, *, n_users, search_phase, mean_phase,
-                     radius_quantile=0.9):
+                     radius_quantile=0.9, return_shift=False):
     """DP mean of one scalar per user, clipped around a private median.
 
     1. coarse median: :func:`private_quantile` (q = 0.5) on the signed log grid
@@ -246,6 +246,11 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
         The public number of users.
     search_phase, mean_phase : str
     radius_quantile : float in (0, 1], default=0.9
+    return_shift : bool, default=False
+        Also return ``(mean - m) / R`` (post-processing): about ``±1`` when
+        the median search went astray (the users' values then lie on one side
+        of ``m``, beyond ``R``, and each contributes ``±R``), near 0 for a
+        central ``m`` up to the mean's noise.
 
     Returns
     -------
@@ -253,6 +258,8 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
         The released location.
     radius : float
         The released radius ``R`` (a scale of the values' spread).
+    shift : float
+        Only with ``return_shift``.
     """
     grid = quantile_grid(signed=True)
     counts = reduce(functools.partial(value_counts, grid=grid))
@@ -270,4 +277,7 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
                               quantile=radius_quantile, n_users=n_users)
     total = reduce(functools.partial(clipped_deviation_sum, center=center, radius=radius))
     noisy = release.gaussian(mean_phase, total, sensitivity=2.0 * radius, clip_norm=radius)
-    return center + float(np.asarray(noisy).reshape(-1)[0]) / max(n_users, 1), radius
+    shift = float(np.asarray(noisy).reshape(-1)[0]) / max(n_users, 1)
+    if return_shift:
+        return center + shift, radius, shift / radius if radius > 0 else 0.0
+    return center + shift, radius

@@ -81,3 +81,45 @@ def test_useless_fit_clamps_known_users_to_their_own_range(cls, own, monkeypatch
         assert np.all(est.predict(far, groups=np.full(g.size, -1)) == 0.0)
     else:
         assert not inside.all()
+
+
+class _Release:
+    """Stands in for a Releaser: only the public noise multiplier is read."""
+
+    def noise_multiplier(self, phase):
+        return 10.0
+
+
+def _levels(monkeypatch, level, offsets, limit=None):
+    """cold_start_levels on crafted (mean, radius, shift) of its two locations."""
+    answers = iter([level, offsets])
+    monkeypatch.setattr(_auto, "private_location", lambda *a, **k: next(answers))
+    if limit is not None:
+        monkeypatch.setattr(_auto, "LOCATION_SHIFT_LIMIT", limit)
+    return _auto.cold_start_levels(_Release(), lambda v, fn: None, np.array([0.5, -0.2]),
+                                   n_users=300, clip_quantile=0.5, labels=(0.8, 5.3))
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_astray_location_is_not_used(monkeypatch, broken):
+    """An offsets location whose clipped mean sits a radius from its median (shift
+    0.9; measured 0.59 at 300 users, epsilon 1, for a median of 80 on offsets near
+    229) is astray: the head is dropped for the mean labels' location."""
+    head, intercept, radius, labels = _levels(
+        monkeypatch, level=(3.85, 0.17, -0.04), offsets=(80.6, 0.56, 0.9),
+        limit=np.inf if broken else None)
+    if broken:  # the shift not checked: the astray intercept is used
+        assert intercept == 80.6 and np.any(head != 0)
+    else:
+        assert intercept == 3.85 and np.all(head == 0) and radius == 0.17
+    # a central location (shift 0.1) with a comparable spread keeps the head
+    head, intercept, _, _ = _levels(monkeypatch, level=(3.85, 0.17, -0.04),
+                                    offsets=(3.9, 0.3, 0.1))
+    assert intercept == 3.9 and np.any(head != 0)
+
+
+def test_both_locations_astray_use_the_label_range(monkeypatch):
+    head, intercept, _, labels = _levels(monkeypatch, level=(-40.0, 0.2, -0.95),
+                                         offsets=(80.6, 0.56, 0.9))
+    assert np.all(head == 0) and intercept == pytest.approx(0.5 * (0.8 + 5.3))
+    assert labels == (0.8, 5.3)  # not amended from an astray level

@@ -469,7 +469,7 @@ def test_cold_start_uses_global_model():
     expected = (Xs @ est.coef_ + est.intercept_
                 + np.einsum("ij,ij->i", Xs, est.offsets_[groups])
                 + est.intercept_offsets_[groups])
-    assert_allclose(known, clamped(est, expected, known=True), rtol=1e-12)
+    assert_allclose(known, clamped(est, expected, codes=groups), rtol=1e-12)
 
 
 def test_personalize_fits_new_users_without_touching_shared_part():
