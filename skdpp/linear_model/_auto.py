@@ -398,9 +398,11 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
 
     A location whose median search went astray (one flipped comparison of
     noisy counts sends it where no user is; its clipped mean then sits about
-    one radius away, :data:`LOCATION_SHIFT_LIMIT`) is not used: an astray
-    offsets location drops the head; an astray mean-labels location is not
-    compared with; both astray: the label range's midpoint.
+    one radius away, :data:`LOCATION_SHIFT_LIMIT`) is not used when the other
+    one is central: an astray offsets location drops the head, an astray
+    mean-labels location keeps it. At the smallest useful budgets the limit
+    also flags about one central location in seven (the mean's noise); the
+    fallback is then the other, equally private, location.
 
     ``labels``, the released label range, is checked against the mean labels'
     location: every user's mean label lies between its minimum and maximum,
@@ -439,13 +441,15 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
                 1.0 - 4.0 * float(release.noise_multiplier("cold_start")) / max(n_users, 1))
     level_ok = abs(level_shift) <= limit
     offsets_ok = abs(shift) <= limit
-    if labels is not None and level_ok:
+    if labels is not None:  # (an astray level can only remove a clamp, never add one)
         lo, hi = labels
         labels = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
-    if offsets_ok and (radius <= COLD_SPREAD_FACTOR * level_radius or not level_ok):
+    if level_ok != offsets_ok:  # one of them astray: the other one
+        keep = offsets_ok
+    else:  # both central (or both flagged: no evidence either way)
+        keep = radius <= COLD_SPREAD_FACTOR * level_radius
+    if keep:
         return head, intercept, radius, labels
-    if not level_ok and not offsets_ok and labels is not None and np.all(np.isfinite(labels)):
-        return zeros, 0.5 * (labels[0] + labels[1]), level_radius, labels
     return zeros, level, level_radius, labels
 
 

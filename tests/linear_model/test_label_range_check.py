@@ -118,8 +118,14 @@ def test_astray_location_is_not_used(monkeypatch, broken):
     assert intercept == 3.9 and np.any(head != 0)
 
 
-def test_both_locations_astray_use_the_label_range(monkeypatch):
-    head, intercept, _, labels = _levels(monkeypatch, level=(-40.0, 0.2, -0.95),
-                                         offsets=(80.6, 0.56, 0.9))
-    assert np.all(head == 0) and intercept == pytest.approx(0.5 * (0.8 + 5.3))
-    assert labels == (0.8, 5.3)  # not amended from an astray level
+def test_both_locations_flagged_fall_back_to_the_spread_rule(monkeypatch):
+    """Both flagged (at small budgets a central location is flagged about one time
+    in seven): no evidence either way, the spread rule decides; nothing else (an
+    earlier label-range midpoint fallback released 5278 for 0.5-5 ratings)."""
+    head, intercept, _, labels = _levels(monkeypatch, level=(3.8, 0.2, -0.6),
+                                         offsets=(3.9, 0.3, 0.7))
+    assert intercept == 3.9 and np.any(head != 0)  # 0.3 <= 4 * 0.2
+    head, intercept, _, labels = _levels(monkeypatch, level=(3.8, 0.2, -0.6),
+                                         offsets=(80.6, 5.0, 0.7))
+    assert intercept == 3.8 and np.all(head == 0)  # 5.0 > 4 * 0.2
+    assert labels == (0.8, 5.3)  # the level 3.8 lies inside: nothing to amend
