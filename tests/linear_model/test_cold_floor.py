@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose
 
 from skdpp import PrivAltMinRegressor, PrivateFedRepRegressor
 from skdpp.linear_model import _auto
@@ -89,3 +90,20 @@ def test_broken_variant_head_always_kept(monkeypatch):
     monkeypatch.setattr(_auto, "COLD_SPREAD_FACTOR", np.inf)
     with pytest.raises(AssertionError):
         test_session_column_does_not_break_the_cold_start(PrivateFedRepRegressor)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_noise_only_cold_head_is_dropped(broken, monkeypatch):
+    """A released head that is pure noise (sigma = 1 per coordinate, k = 2) is kept
+    about COLD_HEAD_LEVEL of the time; the James-Stein factor alone (the test
+    removed) keeps most of them, each moving new users' rows. A strong head stays."""
+    if broken:
+        monkeypatch.setattr(rep, "COLD_HEAD_LEVEL", 1.0)  # threshold 0: no test
+    noise = np.random.default_rng(0).standard_normal((2000, 2))
+    kept = np.mean([np.any(rep.cold_head_shrinkage(v, 1.0) != 0) for v in noise])
+    if broken:
+        assert kept > 0.3
+    else:
+        assert kept < 3 * rep.COLD_HEAD_LEVEL
+    strong = rep.cold_head_shrinkage(np.array([8.0, -6.0]), 1.0)
+    assert_allclose(strong, (1 - 2 / 100) * np.array([8.0, -6.0]))
