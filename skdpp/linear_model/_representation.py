@@ -115,10 +115,7 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
         Raises
         ------
         ValueError
-            If a prediction exceeds the float64 range (about 1.8e308) for
-            finite ``X``; the error names the rows. Products that overflow
-            only in an intermediate (``x^T U``) are re-evaluated on the row
-            divided by its largest entry
+            If a prediction exceeds the float64 range for finite ``X``
             (:func:`skdpp.base.linear_predictions`).
         """
         return self._predict_unchecked(X, groups)
