@@ -162,7 +162,7 @@ def batched_solve(A, b, *, ridge=0.0):
 
 
 def _relative_ridge(A, counts):
-    """``c tr(A_i) / k`` with ``c`` = ``_HEAD_RIDGE`` (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
+    """``c tr(A_i) / k``, ``c = _HEAD_RIDGE`` (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
     k = A.shape[-1]
     c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
     return c * np.trace(A, axis1=1, axis2=2) / max(k, 1)
