@@ -315,9 +315,6 @@ class BasePersonalizedEstimator(BaseEstimator):
     __metadata_request__predict = {"groups": True}
     __metadata_request__score = {"groups": True}
 
-    # ------------------------------------------------------------------ #
-    # Validation
-    # ------------------------------------------------------------------ #
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express: no booleans for ``epsilon``
         / ``delta``, every numeric ``*clip*`` bound in ``[MIN_CLIP, inf)``, and
@@ -346,9 +343,6 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"positive clip_norm, or epsilon=np.inf for the non-private baseline."
             )
 
-    # ------------------------------------------------------------------ #
-    # The fit template
-    # ------------------------------------------------------------------ #
     def fit(self, X, y, groups=None):
         """Fit the shared part under user-level DP and every user's personal part.
 
@@ -465,9 +459,6 @@ class BasePersonalizedEstimator(BaseEstimator):
         """Validate data for :meth:`personalize` (override when ``fit`` differs)."""
         return validate_data(self, X, y, reset=False, y_numeric=True)
 
-    # ------------------------------------------------------------------ #
-    # Users at predict time
-    # ------------------------------------------------------------------ #
     def _has_user_ids(self):
         """Whether ``user_ids_`` holds caller-given ids (after ``fit(X, y)`` they are row
         numbers, never to be matched against ids given later)."""
@@ -531,9 +522,6 @@ class BasePersonalizedEstimator(BaseEstimator):
             f"different types never match"
         )
 
-    # ------------------------------------------------------------------ #
-    # Personalization
-    # ------------------------------------------------------------------ #
     def personalize(self, X, y, groups):
         """Fit personal parts for the given users from their own rows.
 

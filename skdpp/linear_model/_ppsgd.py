@@ -149,13 +149,10 @@ class PPSGDRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     Notes
     -----
     **Algorithm** (:mod:`skdpp.linear_model._algorithms.ppsgd`). Each round
-    ``t = 1..T`` every user joins with probability ``q``; a participant
-    draws a minibatch of ``m_i`` rows (an endless stream of fresh
-    permutations of its rows), computes its squared-loss gradient ``g_i`` at
-    ``(w, theta_i)``, steps ``theta_i -= η_loc g_i`` and sends ``g_i``
+    every user joins with probability ``q``, steps ``theta_i -= η_loc g_i``
+    on its minibatch gradient ``g_i`` at ``(w, theta_i)`` and sends ``g_i``
     clipped to ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0, σ²
-    I)`` and steps ``w -= η_glob s_t / (q N)``, with ``η_glob = η min(1,
-    alpha)``, ``η_loc = η min(1, 1/alpha)``. Alg. 1's steps (``η/N`` for
+    I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's steps (``η/N`` for
     ``theta_i``, ``αη`` for ``w``) have the ratio ``αN`` (``αQ`` with client
     sampling): ``alpha`` is that ratio and ``learning_rate`` the larger step
     (the authors' code).

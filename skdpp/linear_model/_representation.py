@@ -60,12 +60,7 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
         return self._algorithm.Config.from_params(self.get_params(deep=False), shares)
 
     def _validate_fit_data(self, X, y, groups):
-        # scikit-learn's finiteness check sums X first (overflow ignored, but
-        # inf + -inf warns "invalid value"): a warning that would depend on one
-        # user's near-maximal values. The element-wise check that follows still
-        # rejects NaN and inf.
-        with np.errstate(over="ignore", invalid="ignore"):
-            data = super()._validate_fit_data(X, y, groups)
+        data = super()._validate_fit_data(X, y, groups)
         data.y = np.asarray(data.y, dtype=np.float64)
         n_features, k = data.meta["n_features"], self.n_components
         if k > n_features:
