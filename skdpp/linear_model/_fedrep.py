@@ -19,16 +19,15 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
     Learns ``y ≈ b_i + <x, U v_i>``: the embedding ``U`` (``n_features ×
-    n_components``, orthonormal columns) is shared by all users and released
-    under user-level (ε, δ)-DP; each user's head ``v_i`` and intercept ``b_i``
-    are computed from the released values and that user's rows only
-    (billboard model). Algorithm 1 of Snedeker, Zhou & Bassily (2025) with
-    their private initialisation (Algorithm 2). The defaults add per-user
-    intercepts, personal parts on all of a user's rows shrunk towards a
-    released cold-start part, and scale-free bounds chosen privately
-    (``"auto"``), so raw data work with only ``epsilon`` set. The derivations
-    and the table of the paper's symbols are in the user guide's FedRep page
-    (``docs/estimators/fedrep.rst``).
+    n_components``, orthonormal columns) is released under user-level (ε,
+    δ)-DP; each user's head ``v_i`` and intercept ``b_i`` are computed from
+    the released values and that user's rows only (billboard model).
+    Algorithm 1 of Snedeker, Zhou & Bassily (2025) with their private
+    initialisation (Algorithm 2). The defaults add per-user intercepts,
+    personal parts shrunk towards a released cold-start part, and
+    scale-free bounds chosen privately (``"auto"``), so raw data work with
+    only ``epsilon`` set. Derivations and the paper's symbols:
+    ``docs/estimators/fedrep.rst``.
 
     Parameters
     ----------
@@ -36,74 +35,64 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Dimension ``k`` of the shared representation; ``1 <= k <= n_features``.
     init : {"private_spectral", "private_pairwise", "random"} or array-like of \
             shape (n_features, n_components), default="private_spectral"
-        Initial embedding ``U_0``. ``"private_spectral"``: Alg. 2 (phase
-        ``"init"``). ``"private_pairwise"``: Jain et al. (2021), Alg. 3, with
-        ``init_clip_norm`` as the label clip ``ζ``. ``"random"``: a random
-        orthonormal matrix (free). An array is a *public* warm start (free; it
-        must not be computed from the private data), orthonormalised by QR.
+        Initial embedding ``U_0``: Alg. 2 (phase ``"init"``); Jain et al.
+        (2021), Alg. 3, with ``init_clip_norm`` as the label clip ``ζ``; a
+        random orthonormal matrix (free); or a *public* warm start (free; not
+        computed from the private data), orthonormalised by QR.
     max_iter : int, default=5
         Number of iterations ``T`` of Alg. 1 (one release each).
     learning_rate : float, default=1.5
-        Step size ``η`` of the gradient step on ``U`` (Alg. 1, line 10); the
-        step is ``η / s_y^2``.
+        ``η`` of the gradient step on ``U`` (Alg. 1, line 10); the step is
+        ``η / s_y^2``.
     label_scale : float or "auto", default="auto"
-        ``s_y``, the target scale the step is relative to. ``"auto"``: the
-        ``clip_quantile`` of the users' root mean square centred ``S^0``
-        targets (phase ``"clip"``). ``1.0`` gives the paper's step.
+        ``s_y``. ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square centred ``S^0`` targets (phase ``"clip"``). ``1.0``: the
+        paper's step.
     fit_intercept : bool, default=True
-        Per-user intercepts ``b_i`` (each user's rows centred on its own
-        means) and a released cold-start intercept. ``False``: the paper's
-        model ``<x, U v_i>``.
+        Per-user intercepts (rows centred on the user's own means) and a
+        released cold-start intercept. ``False``: the paper's model.
     personal_rows : {"all", "holdout"}, default="all"
         Rows of the personal parts: all of a user's rows (post-processing), or
-        ``"holdout"``: the paper's final heads on ``S^1`` (Alg. 1, line 14).
+        the paper's ``S^1`` (Alg. 1, line 14).
     personal_ridge : float, default=10.0
-        ``κ``: each user's head and mean level are shrunk towards the
-        released cold-start part as if the prior contributed ``κ k``
-        pseudo-rows, scaled by the share of the user's target variance its
-        own fit leaves unexplained (scale-free). ``0``: least squares.
+        ``κ``: heads and mean levels are shrunk towards the cold-start part by
+        ``κ k`` pseudo-rows, scaled by the share of the user's target variance
+        its own fit leaves unexplained (scale-free). ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
-        ``ψ``: Frobenius clip of each user's gradient ``∇_{i,t}`` (``d × k``).
-        ``"auto"``: the ``clip_quantile`` of the users' gradient norms at
-        ``U_0`` (phase ``"clip"``). ``None`` (no clipping) only with
-        ``epsilon=np.inf``. A numeric value must not be chosen from the
-        private data.
+        ``ψ``: Frobenius clip of each user's gradient ``∇_{i,t}``. ``"auto"``:
+        the ``clip_quantile`` of the users' gradient norms at ``U_0`` (phase
+        ``"clip"``). ``None`` only with ``epsilon=np.inf``. A number must not
+        be chosen from the private data.
     init_clip_norm : float, "auto" or None, default="auto"
-        ``ψ_init`` of Alg. 2 (Frobenius clip of each user's ``Z_i``); the label
-        clip ``ζ`` with ``init="private_pairwise"``. ``"auto"``: the
-        ``clip_quantile / 2`` quantile of the users' ``||Z_i||_F`` (or root
-        mean square targets), phase ``"clip"``.
+        ``ψ_init`` of Alg. 2 (clip of each ``Z_i``), or ``ζ`` with
+        ``init="private_pairwise"``. ``"auto"``: the ``clip_quantile / 2``
+        quantile of the users' ``||Z_i||_F`` (or root mean square targets).
     head_clip_norm : float, "auto" or None, default="auto"
-        Clip of each user's head in the DP mean that gives the cold-start
-        head. ``"auto"``: the ``clip_quantile`` of the users' head norms.
+        Clip of each head in the DP mean that gives the cold-start head.
+        ``"auto"``: the ``clip_quantile`` of the users' head norms.
     clip_quantile : float in (0, 1], default=0.5
-        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
-        the radius quantile of the cold-start intercept.
+        Quantile an ``"auto"`` bound is set to; the radius quantile of the
+        cold-start intercept.
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase of the plan; phases left out keep
-        their defaults, ``"iterations"`` takes the rest. ``"clip"`` (default
-        ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 whose count noise
-        std is at most ``n_users / 8``, a public rule, so that a private
-        quantile is not pure noise), ``"init"`` (default 0.1) and
-        ``"cold_start"`` (default 0.02; ``0``: no release, unseen users get
-        the zero head and intercept). E.g. ``budget_shares={"init": 0.2}``.
+        Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
+        (default ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 whose
+        count noise std is at most ``n_users / 8``, a public rule), ``"init"``
+        (default 0.1) and ``"cold_start"`` (default 0.02; ``0``: unseen users
+        get the zero head and intercept). E.g. ``{"init": 0.2}``.
     batch_mode : {"same", "disjoint"}, default="same"
-        ``"same"``: the head and the gradient of a round on the same ``S^0``
-        rows (the authors' code). ``"disjoint"``: two disjoint batches
-        ``B_{i,t}``, ``B'_{i,t}`` per user and round (Alg. 1, line 5). See
-        Notes.
+        Head and gradient of a round on the same ``S^0`` rows (the authors'
+        code), or on two disjoint batches (Alg. 1, line 5; see Notes).
     batch_size : int or None, default=None
         ``b``: rows per batch and user. ``None``: all ``S^0`` rows (``"same"``)
         or ``floor(|S^0_i| / 2)`` (``"disjoint"``).
     epsilon : float, default=1.0
-        Privacy budget ε in (0, inf]; ``np.inf`` runs the same algorithm
-        without noise (the non-private baseline; clipping still applies).
+        Privacy budget ε in (0, inf]; ``np.inf``: the same algorithm without
+        noise (clipping still applies).
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
     random_state : int, RandomState instance or None, default=None
-        Seeds the privacy noise, the random initialisation and the secret key
-        of the per-user randomness (``S^0`` / ``S^1`` split, batches).
-        ``None``: fresh OS entropy.
+        Seeds the noise, the random initialisation and the key of the
+        per-user randomness (split, batches). ``None``: OS entropy.
     verbose : int, default=0
         Print one line per iteration when positive (public quantities only).
 
@@ -112,23 +101,22 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     components_ : ndarray of shape (n_features, n_components)
         The released embedding ``U^priv`` (orthonormal columns).
     heads_ : ndarray of shape (n_users_, n_components)
-        Personal heads ``v_i^priv``, aligned with ``user_ids_`` (local).
+        Personal heads ``v_i``, aligned with ``user_ids_`` (local).
     intercepts_ : ndarray of shape (n_users_,)
         Personal intercepts ``b_i`` (local; zeros with ``fit_intercept=False``).
     cold_start_head_ : ndarray of shape (n_components,)
-        The released DP mean head used for users unseen in ``fit``.
+        Released head for users unseen in ``fit``.
     cold_start_intercept_ : float
-        The released cold-start intercept (0 with ``fit_intercept=False``).
+        Released cold-start intercept (0 with ``fit_intercept=False``).
     clip_norm_, init_clip_norm_, head_clip_norm_, label_scale_ : float or None
-        The bounds and the label scale used (released when ``"auto"``; the
-        given value otherwise; None when unused).
+        The bounds used (released when ``"auto"``; None when unused).
     intercept_clip_ : float or None
-        The released radius of the cold-start intercept's clipped mean.
+        Released radius of the cold-start intercept's clipped mean.
     feature_scales_ : ndarray of shape (n_features_in_,) or None
         Released per-feature scales (``inf``: a dropped column); the fitted
-        parts apply to ``X / feature_scales_``. None when not released.
+        parts apply to ``X / feature_scales_``.
     label_range_ : tuple of float or None
-        Released range predictions are clamped to (None: not released).
+        Released range predictions are clamped to.
     local_only_ : bool
         Whether the plan predicted a useless fit (see Notes).
     user_ids_ : ndarray of shape (n_users_,)
@@ -136,7 +124,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     n_users_ : int
         Number of users in ``fit``.
     n_iter_ : int
-        Number of iterations run (``max_iter``).
+        Number of iterations run.
     privacy_report_ : PrivacyReport
         Budget plan, sensitivities, noise multipliers and the spent (ε, δ).
     n_features_in_ : int
@@ -144,102 +132,82 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
 
     See Also
     --------
-    PrivAltMinRegressor : Jain et al. (2021), exact alternating minimisation
-        with sufficient-statistics perturbation.
+    PrivAltMinRegressor : Jain et al. (2021), alternating minimisation.
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP for ``components_``,
-    ``cold_start_head_``, ``cold_start_intercept_``, the ``"auto"`` bounds,
-    ``feature_scales_`` and ``label_range_`` under *replace one user's
-    entire data* (the number of users is public); heads and intercepts are
-    computed by each user from the released values and its own rows, so the
-    whole output is jointly DP (billboard model). ``groups=None`` makes each
-    row a user (row-level DP). Floating-point noise is not hardened against
-    side channels.
+    **Guarantee.** User-level (ε, δ)-DP for ``components_``, the cold-start
+    part, the ``"auto"`` bounds, ``feature_scales_`` and ``label_range_``
+    under *replace one user's entire data* (the number of users is public);
+    heads and intercepts are computed by each user from the releases and its
+    own rows, so the output is jointly DP. ``groups=None``: row-level DP.
+    Floating-point noise is not hardened against side channels.
 
-    **Releases and sensitivities** (replace-one-user, L2 / Frobenius):
+    **Releases and sensitivities** (L2 / Frobenius):
 
-    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)``, ``d × d``,
-      sensitivity ``2 ψ_init``, symmetric noise; ``Z_i`` is the user's
-      U-statistic on its ``S^0`` rows (zero for a one-row user). The clip
-      factor comes from the norm of the matrix actually added, so the bound
-      holds in floating point
+    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)`` (``d × d``,
+      symmetric noise), ``2 ψ_init``; ``Z_i`` is the user's U-statistic on
+      its ``S^0`` rows, clipped by the norm of the matrix actually added
       (:func:`~skdpp.linear_model._algorithms.spectral_init.spectral_statistic`).
-      ``init="private_pairwise"``: the sum of per-user mean pair matrices,
-      sensitivity ``2 ζ^2``.
-    * ``iterations`` (Alg. 1, line 10), one per round: ``sum_i clip(∇_{i,t},
-      ψ)``, ``d × k``, sensitivity ``2 ψ``; the division by the public ``n``
-      is post-processing. The rank-one gradient ``g_i v_i^T`` is clipped by
-      one scalar factor per user (unit vectors), so the bound holds for any
-      magnitudes.
-    * ``cold_start``: ``sum_i clip(v_i, C_head)``, sensitivity ``2 C_head``;
-      with ``fit_intercept``, clipped means around a private median of the
-      users' offsets ``ȳ_i - <p̄_i, v_cold>`` and mean labels, sensitivity
-      ``2 R`` each (:func:`~skdpp.privacy._quantile.private_location`).
-    * ``clip``: each ``"auto"`` bound is a noisy binary search over a public
-      log grid (:func:`~skdpp.privacy._quantile.private_quantile`: 6
-      Gaussian counts of users, sensitivity 1 each); the median and radius
-      searches of the cold start's locations, the label range and the
-      per-feature scales are counts of sensitivity 1 too.
+      ``"private_pairwise"``: per-user mean pair matrices, ``2 ζ^2``.
+    * ``iterations`` (line 10), per round: ``sum_i clip(∇_{i,t}, ψ)``, ``2
+      ψ``; dividing by the public ``n`` is post-processing. The rank-one
+      ``g_i v_i^T`` is clipped by one scalar factor (unit vectors), so the
+      bound holds for any magnitudes.
+    * ``cold_start``: ``sum_i clip(v_i, C_head)``, ``2 C_head``; with
+      ``fit_intercept``, clipped means around private medians of the users'
+      offsets ``ȳ_i - <p̄_i, v_cold>`` and mean labels, ``2 R`` each
+      (:func:`~skdpp.privacy._quantile.private_location`).
+    * ``clip``: Gaussian counts of users, sensitivity 1: 6 per ``"auto"``
+      bound (:func:`~skdpp.privacy._quantile.private_quantile`), the
+      locations' median and radius searches, the label range and scales.
 
-    **Budget plan.** Phases ``clip``, ``init`` (private initialisations
-    only), ``iterations`` (``T`` releases sharing the rest) and
-    ``cold_start``, with the shares of ``budget_shares``, calibrated jointly
-    so that the exact (μ-GDP) composition of all releases meets (ε, δ); the
-    report shows each phase's noise multiplier and bounds. The paper's
-    closed-form ``σ̂`` (a loose upper bound) is not used.
+    **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``T``
+    releases, the rest of the budget) and ``cold_start`` with the shares of
+    ``budget_shares``, calibrated jointly on the exact (μ-GDP) composition
+    to meet (ε, δ); the paper's closed-form ``σ̂`` (loose) is not used.
 
     **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
-    ``S^0``) and every round's batches are keyed hashes of the fit's secret
-    key, the user id, the row's rank within the user (rows ordered by
-    content) and the round: a fit is a function of the *set* of records, and
-    one user's split does not depend on the other users.
+    ``S^0``) and the batches are keyed hashes of the fit's secret key, the
+    user id, the row's rank within the user (by content) and the round: a
+    fit is a function of the *set* of records.
 
-    **Deviations from the paper** (privacy is unaffected by each):
+    **Deviations from the paper** (none affects privacy):
 
-    * ``batch_mode="same"`` (default) fits head and gradient on the same
-      ``S^0`` rows, as the authors' code: at 10 rows per user and ``T = 5``
-      Alg. 1's disjoint batches hold 1-2 rows and the iteration does not
-      converge. The utility analysis (Lemmas 7, 9) assumes independent
-      batches. ``"disjoint"`` resamples the batches every round (the paper's
-      ``b <= floor(m / 2T)`` needs ``|S^0_i| >= 2Tb``); users with fewer than
-      2 ``S^0`` rows contribute a zero gradient.
-    * ``personal_rows="all"``: final heads on all rows (post-processing), not
-      covered by Theorem 4's utility analysis
-      (``benchmarks/results/real_data_linear_ablation.md``); a one-row user's
-      final head uses its ``S^0`` row.
-    * Head solves add a tiny relative ridge (``1e-10 tr(A)/k``; ``1e-6
-      tr(A)/k`` below ``k`` rows). Alg. 2's rank-``k`` SVD takes the
-      eigenvectors of the ``k`` largest eigenvalues.
-    * Not in the paper: the cold-start part, the per-user intercepts (rows
-      centred on the user's means over all its rows, a per-user function:
-      bounds unchanged), the shrinkage, the ``"auto"`` bounds and the step
-      ``η / s_y^2``. ``personal_rows="holdout"``, ``personal_ridge=0``,
-      ``fit_intercept=False`` and numeric bounds give the paper's algorithm.
-    * A head that overflows, or a gradient that is not a number (values near
-      the float maximum), is set to zero: a function of that user's rows, so
-      the bounds hold and ``fit`` neither fails nor warns.
+    * ``batch_mode="same"``: at 10 rows per user and ``T = 5`` Alg. 1's
+      disjoint batches hold 1-2 rows and the iteration does not converge;
+      Lemmas 7 and 9 assume independent batches. ``"disjoint"`` resamples
+      every round (``b <= floor(m / 2T)`` needs ``|S^0_i| >= 2Tb``); users
+      with fewer than 2 ``S^0`` rows contribute a zero gradient.
+    * ``personal_rows="all"`` is not covered by Theorem 4's utility analysis
+      (``benchmarks/results/real_data_linear_ablation.md``); a one-row
+      user's final head uses its ``S^0`` row.
+    * Head solves add a relative ridge (``1e-10 tr(A)/k``; ``1e-6`` below
+      ``k`` rows); Alg. 2's rank-``k`` SVD takes the top-``k`` eigenvectors.
+    * Added: the cold-start part, the intercepts (rows centred on the
+      user's means over all its rows: bounds unchanged), the shrinkage, the
+      ``"auto"`` bounds and the step ``η / s_y^2``. ``personal_rows="holdout"``,
+      ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds give
+      the paper's algorithm.
+    * A head that overflows, or a gradient that is not a number, is zero (a
+      function of that user's rows): ``fit`` neither fails nor warns.
 
     **Input domain.** ``X`` finite floats, ``y`` finite numbers, ``groups``
     numbers or strings; non-finite values are rejected before any
-    computation (see *Quiet numerics* in
-    :class:`~skdpp.base.BasePersonalizedEstimator`).
+    computation (*Quiet numerics*: :class:`~skdpp.base.BasePersonalizedEstimator`).
 
-    **Per-feature scales, label range, useless fits** (all bounds
-    ``"auto"``; :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also
-    releases a label range that every prediction is clamped to and, when the
-    plan's count noise stays at most ``SCALE_GATE_NOISE * n_users`` (a public
-    rule), one scale per feature; the algorithm then runs on ``X /
-    feature_scales_`` and the personal refit gives every coordinate at least
-    ``VARIANCE_FLOOR`` of variance (a column nearly constant within a user
-    cannot extrapolate). A column or ``"auto"`` bound on the lower edge of
-    its grid is dropped or treated as no information (post-processing, said
-    in the report). The cold-start head is shrunk by ``max(0, 1 - k sigma^2 /
-    ||v||^2)`` (``sigma`` its public noise std). A
-    :class:`~skdpp.exceptions.UselessFitWarning` (public values only) says
-    when the plan predicts a useless fit (count noise of ``"clip"`` above
-    ``USELESS_CLIP_NOISE * n_users``); every known user then gets its own
+    **Scales, label range, useless fits** (all bounds ``"auto"``,
+    :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases the
+    label range predictions are clamped to and, unless the plan's count
+    noise then exceeds ``SCALE_GATE_NOISE * n_users`` (public), one scale
+    per feature: the fit runs on ``X / feature_scales_`` and the personal
+    refit gives each coordinate at least ``VARIANCE_FLOOR`` of variance. A
+    column or ``"auto"`` bound on the lower edge of its grid is dropped or
+    treated as no information (post-processing). The cold-start head is
+    shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)`` (``sigma`` its public
+    noise std). A :class:`~skdpp.exceptions.UselessFitWarning` (public
+    values) says when the count noise of ``"clip"`` exceeds
+    ``USELESS_CLIP_NOISE * n_users``; every known user then gets its own
     ridge fit towards zero weights and its own mean (``local_only_``).
 
     References
