@@ -456,8 +456,8 @@ class BasePersonalizedEstimator(BaseEstimator):
             )
 
     def _validate_personal_input(self, X, y):
-        """Validate data for :meth:`personalize` (override when ``fit`` differs)."""
-        return validate_data(self, X, y, reset=False, y_numeric=True)
+        """Validate data for :meth:`personalize` as ``fit`` does, without a reset."""
+        return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())
 
     def _has_user_ids(self):
         """Whether ``user_ids_`` holds caller-given ids (after ``fit(X, y)`` they are row
@@ -607,6 +607,12 @@ class BasePersonalizedEstimator(BaseEstimator):
 
 class PersonalizedRegressorMixin(RegressorMixin):
     """``score`` as the R² of ``predict(X, groups)`` (scikit-learn's convention)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # a noisy fit on scikit-learn's tiny check data cannot meet their thresholds
+        tags.regressor_tags.poor_score = True
+        return tags
 
     def score(self, X, y, groups=None, sample_weight=None):
         """Return the coefficient of determination R² of the personalized predictions.

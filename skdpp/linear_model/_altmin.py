@@ -37,23 +37,18 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Alg. 3 (labels clipped to ``label_clip``). ``"random"``: random
         orthonormal (free). An array: a *public* warm start.
     max_iter : int, default=1
-        Number of rounds ``T`` of Alg. 1 (epochs with ``schedule="full"``); one
-        full-batch epoch was best on the papers' setting for ``ε <= 8``.
+        Number of rounds ``T`` of Alg. 1; one full-batch epoch was best on the
+        papers' setting for ``ε <= 8``.
     schedule : {"full", "disjoint"}, default="full"
-        ``"full"``: every user in every round (the paper's experiment); the
-        ``2T`` releases compose. ``"disjoint"``: each user takes part in one
-        of ``T`` rounds, by a keyed hash of its id (Alg. 1, lines 2-4); by
-        parallel composition the loop costs one round (see Notes).
+        Every user in every round (the paper's experiment; ``2T`` releases),
+        or each user in one round chosen by a keyed hash of its id (Alg. 1,
+        lines 2-4; the loop costs one round, see Notes).
     fit_intercept : bool, default=True
-        Per-user intercepts and a released cold-start intercept, as in
-        :class:`PrivateFedRepRegressor`. ``False``: the paper's model.
+        Per-user intercepts, as in :class:`PrivateFedRepRegressor`.
     personal_rows : {"all", "holdout"}, default="all"
-        Rows of the personal parts: all of a user's rows (post-processing), or
-        ``"holdout"``: the paper's final heads on ``S^1`` only.
+        All of a user's rows, or the paper's ``S^1``, for the personal parts.
     personal_ridge : float, default=10.0
-        ``κ``: shrinkage of the personal parts towards the cold-start part in
-        ``κ k`` pseudo-rows, as in :class:`PrivateFedRepRegressor`. ``0``:
-        least squares.
+        ``κ``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
         ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
         ``"auto"``: the ``clip_quantile`` of the users' root mean square
@@ -76,24 +71,20 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Clip of each head in the DP mean that gives the cold-start head.
         ``"auto"``: the ``clip_quantile`` of the users' head norms.
     clip_quantile : float in (0, 1], default=0.5
-        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
-        the radius quantile of the cold-start intercept.
+        As in :class:`PrivateFedRepRegressor`.
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase: ``"clip"`` (default ``"auto"``),
-        ``"init"`` (default 0.1) and ``"cold_start"`` (default 0.02), as in
-        :class:`PrivateFedRepRegressor`; ``"iterations"`` takes the rest.
+        Shares of phases ``"clip"``, ``"init"``, ``"cold_start"``, as in
+        :class:`PrivateFedRepRegressor`.
     batch_mode : {"same", "disjoint"}, default="same"
         ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
         ``"disjoint"``: on two keyed random halves of ``S^0`` (Alg. 1).
     epsilon : float, default=1.0
-        Privacy budget ε in (0, inf]; ``np.inf`` runs the same algorithm without
-        noise (clipping still applies).
+        Privacy budget ε in (0, inf]; ``np.inf``: no noise.
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1).
     random_state : int, RandomState instance or None, default=None
-        Seeds the privacy noise, the random initialisation and the secret key
-        of the per-user randomness (split, halves, rounds). ``None``: fresh OS
-        entropy.
+        Seeds the noise, the random init and the key of the split, halves
+        and rounds.
     verbose : int, default=0
         Print one line per round when positive (public quantities only).
 
@@ -105,20 +96,10 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Personal heads, aligned with ``user_ids_`` (local, not released).
     intercepts_ : ndarray of shape (n_users_,)
         Personal intercepts (local; zeros with ``fit_intercept=False``).
-    cold_start_head_ : ndarray of shape (n_components,)
-        Released DP mean head for users unseen in ``fit``.
-    cold_start_intercept_ : float
-        Released cold-start intercept (0 with ``fit_intercept=False``).
     clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
         The bounds used (released when ``"auto"``; None when unused).
-    intercept_clip_, feature_scales_, label_range_, local_only_, user_ids_, n_users_
-        As for :class:`PrivateFedRepRegressor`.
-    n_iter_ : int
-        Number of rounds run.
-    privacy_report_ : PrivacyReport
-        Budget plan, sensitivities, noise multipliers and spent (ε, δ).
-    n_features_in_ : int
-        Number of features seen during ``fit``.
+    cold_start_head_, cold_start_intercept_, intercept_clip_, feature_scales_, label_range_, local_only_, user_ids_, n_users_, n_iter_, privacy_report_, n_features_in_
+        As for :class:`PrivateFedRepRegressor` (``n_iter_``: rounds run).
 
     See Also
     --------

@@ -4,9 +4,9 @@ The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
 orthonormal columns, released under user-level DP), a personal head ``v_i``
 and intercept ``b_i`` per user, computed from the released values and that
 user's rows only. :class:`_RepresentationRegressor` holds the two estimators'
-common constraints, data validation, configuration, ``personalize`` hook and
-``predict``; the algorithms live in :mod:`skdpp.linear_model._algorithms`
-(``fedrep``, ``altmin`` and their shared kernels in ``representation``).
+common constraints, data validation, configuration and ``personalize`` hook;
+:class:`_LinearRegressor` the ``predict`` of all three linear regressors. The
+algorithms live in :mod:`skdpp.linear_model._algorithms`.
 """
 
 from numbers import Integral, Real
@@ -29,7 +29,48 @@ def _clip_constraint():
     return [Interval(Real, 0, None, closed="neither"), None, StrOptions({"auto"})]
 
 
-class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
+class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
+    """``predict`` of the linear regressors: subclasses give ``_linear_scores(X, codes)
+    -> (pred, linear_parts)`` (see :func:`skdpp.base.linear_predictions`)."""
+
+    def predict(self, X, groups=None):
+        """Predict with each known user's personal model, the cold start for other users.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row. Rows of users seen in ``fit`` (or added by
+            ``personalize``) use their personal parts; other rows (all rows
+            when ``groups=None``) the released cold-start parts.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            If a prediction exceeds the float64 range for finite ``X``
+            (:func:`skdpp.base.linear_predictions`).
+        """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
+        codes = self._user_codes(groups, X.shape[0])
+        pred, linear_parts = self._linear_scores(X, codes)
+        return released_predictions(linear_predictions(X, pred, linear_parts), codes >= 0,
+                                    getattr(self, "label_range_", None),
+                                    getattr(self, "local_only_", False))
+
+
+class _RepresentationRegressor(_LinearRegressor):
     """Parameters, validation and predictions shared by the two regressors (not public).
 
     Subclasses set ``_algorithm`` (a module of :mod:`skdpp.linear_model._algorithms`
@@ -90,52 +131,15 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
     def _fit_personal(self, X, y, index):
         return representation.fit_personal(self, X, y, index)
 
-    def predict(self, X, groups=None):
-        """Predict with each known user's part, the cold-start part for unseen users.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row. Rows of users seen in ``fit`` (or added by
-            ``personalize``) use ``b_i + x^T U v_i``; other rows (and all rows
-            when ``groups=None``) use the cold-start part
-            ``b_cold + x^T U v_cold``.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-
-        Raises
-        ------
-        ValueError
-            If a prediction exceeds the float64 range for finite ``X``
-            (:func:`skdpp.base.linear_predictions`).
-        """
-        return self._predict_unchecked(X, groups)
-
-    def _predict_unchecked(self, X, groups=None):
-        """:meth:`predict` without the floating-point guard and the finiteness check."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        if getattr(self, "feature_scales_", None) is not None:
-            X = standardize(X, inverse_scales(self.feature_scales_))
-        codes = self._user_codes(groups, X.shape[0])
+    def _linear_scores(self, X, codes):
+        """``b_i + x^T U v_i`` (known users) or ``b_cold + x^T U v_cold``."""
         known = codes >= 0
         H = np.empty((X.shape[0], self.components_.shape[1]))
         H[known] = self.heads_[codes[known]]
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
-        return released_predictions(linear_predictions(
-            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
-            known, getattr(self, "label_range_", None), getattr(self, "local_only_", False))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.regressor_tags.poor_score = True
-        return tags
+        return pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])
 
 
 def subspace_distance(U1, U2):
@@ -164,5 +168,3 @@ def subspace_distance(U1, U2):
     Q2, _ = np.linalg.qr(np.asarray(U2, dtype=np.float64))
     R = Q2 - Q1 @ (Q1.T @ Q2)
     return float(min(1.0, np.linalg.norm(R, 2)))
-
-
