@@ -116,70 +116,51 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     hashes as well.
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
-    (formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from unit vectors, so the
-    bound holds in floating point) and ``ỹ_r = clip(y_r; ζ)``. Each user
-    contributes the *mean* over its rows of ``W_r W_r^T`` (PSD, trace ``<=
-    η^2``) and of ``ỹ_r W_r`` (norm ``<= ζ η``); the sums are released as
-    ``W_priv`` (symmetric noise) and ``b_priv``, then ``u = argmin u^T
-    W_priv u - 2 u^T b_priv`` and ``U = QR(unvec(u))``.
+    (formed from unit vectors, so the bound holds in floating point) and
+    ``ỹ_r = clip(y_r; ζ)``; each user contributes the *mean* over its rows
+    of ``W_r W_r^T`` and of ``ỹ_r W_r``; the sums are released as ``W_priv``
+    (symmetric noise) and ``b_priv``, then ``U = QR(unvec(argmin u^T W_priv
+    u - 2 u^T b_priv))``.
 
-    **Sensitivities** (replace one user, Frobenius / L2):
-
-    * ``W_priv``: ``sqrt(2) η^2``: for PSD ``A, A'`` with ``||A||_F <= tr(A)
-      <= η^2``, ``||A - A'||_F^2 = ||A||_F^2 + ||A'||_F^2 - 2 <A, A'> <= 2
-      η^4``.
-    * ``b_priv``: ``2 ζ η``.
-    * ``init``: ``2 ψ_init`` (``"private_spectral"``) or ``2 ζ^2``
-      (``"private_pairwise"``: each user's mean pair matrix has norm ``<=
-      ζ^2``).
-    * ``cold_start`` and ``clip``: as for :class:`PrivateFedRepRegressor`;
-      the ``"auto"`` statistics are the root mean square ``||x_r|| ||v_i||``
-      at ``U_0`` (``clip_norm``), the root mean square centred target
-      (``label_clip``), ``||Z_i||_F`` and the head norm.
+    **Sensitivities** (replace one user, Frobenius / L2): ``W_priv``:
+    ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``); ``b_priv``: ``2
+    ζ η``; ``init``: ``2 ψ_init`` or ``2 ζ^2`` (``"private_pairwise"``);
+    ``cold_start`` and ``clip`` as for :class:`PrivateFedRepRegressor`, the
+    ``"auto"`` statistics being the root mean square ``||x_r|| ||v_i||`` at
+    ``U_0``, the root mean square centred target, ``||Z_i||_F`` and the head
+    norm. Derivations: ``docs/estimators/altmin.rst``.
 
     **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``2T``
-    releases with ``schedule="full"``, 2 with ``"disjoint"``; the rest of the
-    budget) and ``cold_start``, calibrated jointly on the exact (μ-GDP)
-    composition; the paper's ``Δ_{ε,δ} = sqrt(8 log(1/δ)) / ε`` is not used.
-    With ``schedule="disjoint"`` only round 1's two releases are charged:
-    every user's data enter exactly one round, chosen by a keyed hash of its
-    own id, so by parallel (adaptive) composition the loop is as private as
-    one round; later rounds are recorded as parallel branches at no cost
-    (``Releaser.gaussian(..., branch=t)``). If the replacing user has another
-    id and lands in another round, the two rounds each see one user added or
-    removed (sensitivities ``η^2`` and ``ζ η``), whose μ-GDP composition is
-    no larger than one round's ``sqrt(2) η^2`` and ``2 ζ η``.
+    releases, 2 with ``schedule="disjoint"``; the rest of the budget) and
+    ``cold_start``, calibrated jointly on the exact (μ-GDP) composition (not
+    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user's data
+    enter the one round its own id hashes to, so by parallel composition
+    only round 1 is charged (later rounds are ledger branches at no cost);
+    a replacing user with another id adds and removes one user in two rounds
+    (sensitivities ``η^2`` and ``ζ η``), no more than one round's cost.
 
-    **Deviations from the paper.**
+    **Deviations from the paper** (none affects privacy).
 
-    * Per-user means: Jain et al. sum ``m/4`` rows per user and calibrate to
-      ``m``, unbounded when users hold different numbers of rows. With equal
-      row counts this is the paper's statistic divided by a constant, to
-      which the solve of line 3 is invariant.
+    * Per-user means instead of Jain et al.'s sum of ``m/4`` rows (unbounded
+      with unequal row counts; with equal counts the same solve).
     * Line 3 is not convex when noise makes ``W_priv`` indefinite: its
       eigenvalues are raised to ``psd_floor * σ sqrt(dk)`` (``2 σ sqrt(dk)``
-      is about the noise's spectral norm; post-processing). ``psd_floor=32``
-      was tuned on the papers' setting (n=20 000, d=50, k=2, m=10;
-      ``benchmarks/bench_representation.py``): it raises every eigenvalue
-      for ``ε <= 8``, so the step is ``U = QR(unvec(b_priv))``, and the test
-      MSE at ε = 1, 2, 4, 8 drops from 0.07, 0.17, 0.08, 0.02 (``psd_floor=2``)
-      to 0.028, 0.007, 0.003, 0.002. For much larger ε the exact solve is
-      recovered.
-    * ``batch_mode="same"`` (default): the halves of ``"disjoint"`` hold 2-3
-      rows per user at ``m = 10``, too few for the heads; the utility
-      analysis assumes independent halves.
-    * Initialisation and iterations use ``S^0`` (half of each user's rows);
-      final heads use ``S^1`` (Theorem 4.2; ``S^0`` for a user without
-      ``S^1`` rows) only with ``personal_rows="holdout"``. Alg. 3's ``sym``
-      is ``(M + M^T)/2`` (replicating the upper triangle can increase the
-      norm).
-    * ``schedule="disjoint"``: rounds hold about ``n / T`` users (binomial
-      sizes), not ``T`` equal chunks of a permutation.
-    * The cold-start part, the per-user intercepts, the shrinkage and the
-      ``"auto"`` bounds are not in the paper; ``personal_rows="holdout"``,
+      is about the noise's spectral norm). ``psd_floor=32`` was tuned on the
+      papers' setting (n=20 000, d=50, k=2, m=10;
+      ``benchmarks/bench_representation.py``): the step becomes ``U =
+      QR(unvec(b_priv))`` for ``ε <= 8`` and the test MSE at ε = 1, 2, 4, 8
+      drops from 0.07, 0.17, 0.08, 0.02 (``psd_floor=2``) to 0.028, 0.007,
+      0.003, 0.002; for much larger ε the exact solve is recovered.
+    * ``batch_mode="same"``: the halves of ``"disjoint"`` hold 2-3 rows at
+      ``m = 10``, too few for the heads.
+    * Initialisation and iterations use ``S^0``; final heads ``S^1``
+      (Theorem 4.2) only with ``personal_rows="holdout"``. Alg. 3's ``sym``
+      is ``(M + M^T)/2``. ``schedule="disjoint"`` rounds hold about ``n / T``
+      users (binomial sizes).
+    * Added, as in :class:`PrivateFedRepRegressor`: the cold-start part,
+      intercepts, shrinkage and ``"auto"`` bounds; ``personal_rows="holdout"``,
       ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds give
-      the paper's algorithm. A head that overflows is set to zero (a
-      function of that user's rows).
+      the paper's algorithm.
 
     References
     ----------

@@ -3,9 +3,6 @@ Bietti, Wei, Dudík, Langford & Wu (2022), whose Algorithms 1-3 live in
 :mod:`skdpp.linear_model._algorithms.ppsgd`.
 """
 
-# Authors: skdpp developers
-# License: BSD 3 clause
-
 from numbers import Integral, Real
 
 import numpy as np
@@ -208,12 +205,12 @@ class PPSGDRegressor(_LinearRegressor):
     local SGD steps from ``theta_i = 0`` with the same step, minibatches,
     ``weighting`` and averaging; ``privacy_report_`` is unchanged.
 
-    **Input domain, per-feature scales, label range, useless fits**: as for
-    :class:`~skdpp.linear_model.PrivateFedRepRegressor`; here an ``"auto"`` bound on the lower
-    edge of its grid, or a ``clip_norm`` above ``GRADIENT_BOUND_SLACK *
-    feature_scale_ *`` the width of ``label_range_``, is no information:
-    ``coef_`` is 0 and the cold start is the released intercept
-    (post-processing, said in the report).
+    **Input domain, scales, label range, useless fits**: as for
+    :class:`~skdpp.linear_model.PrivateFedRepRegressor`; here an ``"auto"``
+    bound on the lower edge of its grid, or a ``clip_norm`` above
+    ``GRADIENT_BOUND_SLACK * feature_scale_ *`` the width of
+    ``label_range_``, is no information: ``coef_`` is 0 and the cold start
+    is the released intercept (post-processing, said in the report).
 
     References
     ----------

@@ -356,20 +356,16 @@ def gradient_norm_statistic(block, state, config):
     ``min(m_i, batch_size) / batch_size``)."""
     norms = np.zeros(block.n_users)
     coef = np.zeros(config.n_features)
-
-    def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
-        offset = sub.first_user - block.first_user
-        m = sub.counts.astype(np.float64)
-        grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
-        if config.weighting == "sample":
-            grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
-        norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
-
     state = _with_state(block, state, config)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         for sub in block.split():
-            statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
-                                          config))
+            offset = sub.first_user - block.first_user
+            X, y = _centred_rows(sub, state, offset, config)
+            m = sub.counts.astype(np.float64)
+            grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
+            if config.weighting == "sample":
+                grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
+            norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
     return norms, state
 
 

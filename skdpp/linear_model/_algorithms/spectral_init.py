@@ -31,9 +31,6 @@ _RHO_MIN = 0.05
 _GRAM_MIN = 1e-100
 
 
-# --------------------------------------------------------------------------- #
-# Snedeker et al. (2025), Alg. 2: clipped per-user U-statistics
-# --------------------------------------------------------------------------- #
 def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
     """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
 
@@ -188,9 +185,6 @@ def _spectral_block(block, state, clip_norm):
     return spectral_statistic(state.local, clip_norm)[0], state
 
 
-# --------------------------------------------------------------------------- #
-# Jain et al. (2021), Alg. 3: pairs of rows
-# --------------------------------------------------------------------------- #
 def pairwise_statistic(block, label_clip):
     """The block's symmetric ``d × d`` sum of each user's mean pair matrix (Alg. 3, line 1).
 
@@ -223,9 +217,6 @@ def _pairwise_block(block, state, label_clip):
     return pairwise_statistic(state.local, label_clip), state
 
 
-# --------------------------------------------------------------------------- #
-# The driver
-# --------------------------------------------------------------------------- #
 def random_init(n_features, n_components, rng):
     """A uniformly random orthonormal ``d × k`` matrix from the public ``rng`` (QR of a
     Gaussian matrix; the number of draws depends only on the shape)."""
