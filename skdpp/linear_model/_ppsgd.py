@@ -19,32 +19,28 @@ __all__ = ["PPSGDRegressor"]
 class PPSGDRegressor(_LinearRegressor):
     """Personalized-private SGD for the additive model ``y ≈ b + b_i + <x, w + theta_i>``.
 
-    A global weight vector ``w`` is learned with user-level differentially
-    private SGD (per-user clipped gradients, Gaussian noise on their sum) while
-    every user learns a personal offset ``theta_i`` from its own rows only
-    (Bietti et al. 2022, Algorithms 1-3). ``alpha``, the ratio of the global to
-    the local step size, sets the level of personalization: ``alpha=0`` is
-    local-only learning (``w`` stays 0, nothing is released, no privacy is
-    spent) and ``alpha=np.inf`` is global-only DP-SGD (``theta_i`` stays 0).
-    The defaults add per-user intercepts with a DP cold-start intercept ``b``,
-    personal parts refitted on all of a user's rows and shrunk towards the
-    released model, and scale-free bounds chosen privately (``"auto"``).
-    Derivations: ``docs/estimators/ppsgd.rst``.
+    Global weights ``w`` are learned with user-level DP-SGD (per-user clipped
+    gradients, Gaussian noise on their sum) while every user learns an offset
+    ``theta_i`` from its own rows (Bietti et al. 2022, Algorithms 1-3).
+    ``alpha``, the global/local step ratio, sets the level of
+    personalization: ``alpha=0`` is local-only (nothing released, no privacy
+    spent), ``alpha=np.inf`` global-only DP-SGD. The defaults add per-user
+    intercepts with a DP cold-start intercept ``b``, personal parts refitted
+    on all of a user's rows and shrunk towards the released model, and
+    scale-free bounds chosen privately (``"auto"``). Derivations:
+    ``docs/estimators/ppsgd.rst``.
 
     Parameters
     ----------
     epsilon : float, default=1.0
-        Privacy budget ε in (0, inf]; ``np.inf`` runs the same algorithm
-        without noise. Ignored when ``noise_multiplier`` is given.
+        Privacy budget ε in (0, inf]; ``np.inf``: no noise. Ignored when
+        ``noise_multiplier`` is given.
     delta : float, default=1e-6
-        Privacy parameter δ in [0, 1); use ``delta`` much smaller than
-        ``1 / n_users``.
+        Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
     clip_norm : float, "auto" or None, default="auto"
-        Bound ``C`` on the L2 norm of each user's gradient contribution per
-        round (one clip per user and round). ``"auto"``: the
-        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (all their
-        rows; phase ``"clip"``). ``None`` (no clipping) only with
-        ``epsilon=np.inf``.
+        ``C``: L2 clip of each user's gradient per round. ``"auto"``: the
+        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (phase
+        ``"clip"``). ``None`` only with ``epsilon=np.inf``.
     feature_scale : float or "auto", default="auto"
         ``s``: the global step is ``learning_rate / s^2``. ``"auto"``: the
         ``clip_quantile`` of the users' root mean squared centred row norms
@@ -59,13 +55,11 @@ class PPSGDRegressor(_LinearRegressor):
     n_rounds : int, default=200
         Number of rounds ``T`` (each one a DP release unless ``alpha=0``).
     batch_size : int or None, default=10
-        Per-user minibatch size ``m``; ``m_i = min(batch_size, n_i)``.
-        ``None``: all of each user's rows every round (``weighting="user"``
-        only).
+        Per-user minibatch size ``m`` (``m_i = min(batch_size, n_i)``).
+        ``None``: all rows every round (``weighting="user"`` only).
     sample_rate : float, default=1.0
-        Poisson probability ``q`` in (0, 1] that a user takes part in a round
-        (``1.0``: Alg. 1; ``< 1``: client sampling, Alg. 2/3, with privacy
-        amplification).
+        Poisson probability ``q`` in (0, 1] that a user joins a round (``<
+        1``: client sampling, Alg. 2/3, with privacy amplification).
     weighting : {"user", "sample"}, default="user"
         Objective (paper §5). ``"user"``: the average of the users' risks,
         each gradient a minibatch mean (Alg. 3). ``"sample"``: risk weighted
@@ -75,19 +69,17 @@ class PPSGDRegressor(_LinearRegressor):
         Return the average of the iterates of rounds ``1..T`` (``w`` and every
         ``theta_i``; what the paper's theorems bound) instead of the last.
     fit_intercept : bool, default=True
-        Per-user intercepts (gradients on each user's rows centred on its own
-        means) and a cold-start intercept ``b``, a private location of the
-        users' offsets ``ȳ_i - <x̄_i, w>`` or of their mean labels
-        (:func:`~skdpp.linear_model._auto.cold_start_levels`). ``False``: the
-        paper's model.
+        Per-user intercepts (rows centred on the user's own means) and a
+        cold-start intercept ``b``, a private location of the users' offsets
+        ``ȳ_i - <x̄_i, w>`` or mean labels
+        (:func:`~skdpp.linear_model._auto.cold_start_levels`).
     personal_ridge : float or None, default=10.0
-        ``κ``: after the rounds, each user's ``theta_i`` and intercept are
-        refitted exactly on all its rows, shrunk towards the released model by
-        ``κ d`` pseudo-rows scaled by the share of the user's target variance
-        its own fit leaves unexplained. ``None``: the paper's SGD offsets.
+        ``κ``: each user's ``theta_i`` and intercept are refitted on all its
+        rows, shrunk towards the released model by ``κ d`` pseudo-rows (as in
+        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
+        paper's SGD offsets.
     clip_quantile : float in (0, 1], default=0.5
-        Quantile of the per-user statistic an ``"auto"`` bound is set to, and
-        the radius quantile of the cold-start intercept.
+        Quantile an ``"auto"`` bound is set to; the cold-start radius quantile.
     budget_shares : dict or None, default=None
         Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
         in (0, 1) or ``"auto"`` (default; the public rule of
@@ -95,16 +87,14 @@ class PPSGDRegressor(_LinearRegressor):
         users at ε = 1, 0.5 for 300 users); ``"cold_start"`` in [0, 1),
         default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
-        If given, overrides the calibration from ``epsilon``: each round adds
-        Gaussian noise of std ``noise_multiplier * 2 * clip_norm``, and
-        ``privacy_report_`` states the resulting ε at ``delta`` (``0``: ε =
-        inf). For experiments parameterised by the noise level.
+        Overrides the calibration: noise std ``noise_multiplier * 2 *
+        clip_norm`` per round; ``privacy_report_`` states the resulting ε at
+        ``delta`` (``0``: ε = inf).
     verbose : int, default=0
-        Print the round number every tenth of the rounds when > 0 (nothing
-        computed from the data).
+        Print the round number every tenth of the rounds when > 0.
     random_state : int, RandomState instance or None, default=None
-        Seeds the privacy noise and the 128-bit key of the client sampling and
-        minibatch orders. ``None``: fresh OS entropy.
+        Seeds the noise and the key of the sampling and minibatch orders.
+        ``None``: fresh OS entropy.
 
     Attributes
     ----------
@@ -129,13 +119,11 @@ class PPSGDRegressor(_LinearRegressor):
     noise_multiplier_ : float
         Noise multiplier used (std / (2 * clip_norm)); 0.0 without noise.
     privacy_report_ : PrivacyReport
-        ε, δ and the releases (count, sampling rate, noise multiplier,
-        sensitivity, clip norm).
+        ε, δ and the releases (count, sampling rate, noise, sensitivity).
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen during ``fit`` (only when ``X`` has string
-        column names).
+        Names of features seen during ``fit`` (string column names only).
 
     See Also
     --------
@@ -199,11 +187,10 @@ class PPSGDRegressor(_LinearRegressor):
     utility analysis). ``clip_norm=1.0, feature_scale=1.0,
     fit_intercept=False, personal_ridge=None`` give the paper's algorithm.
 
-    **Cold start and personalize.** An unseen user is predicted with ``<x,
-    w> + b``. :meth:`personalize` runs the end of ``fit`` with ``w`` fixed:
-    the shrunk refit, or (``personal_ridge=None``) ``max(1, round(q T))``
-    local SGD steps from ``theta_i = 0`` with the same step, minibatches,
-    ``weighting`` and averaging; ``privacy_report_`` is unchanged.
+    **Cold start and personalize.** An unseen user gets ``<x, w> + b``.
+    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed: the
+    refit, or (``personal_ridge=None``) ``max(1, round(q T))`` local SGD
+    steps from ``theta_i = 0``; ``privacy_report_`` is unchanged.
 
     **Input domain, scales, label range, useless fits**: as for
     :class:`~skdpp.linear_model.PrivateFedRepRegressor`; here an ``"auto"``
