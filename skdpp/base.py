@@ -42,9 +42,7 @@ __all__ = [
     "quiet_numerics",
 ]
 
-#: Number of features from which ``fit`` and ``personalize`` leave the BLAS
-#: thread pool as the caller set it; below it they run BLAS on one thread.
-#: See :func:`blas_threads`.
+#: Below this many features ``fit`` / ``personalize`` run BLAS on one thread.
 MULTITHREAD_MIN_FEATURES = 2048
 
 
@@ -359,7 +357,6 @@ class BasePersonalizedEstimator(BaseEstimator):
         Returns
         -------
         self : object
-            Fitted estimator.
 
         Notes
         -----
@@ -541,12 +538,11 @@ class BasePersonalizedEstimator(BaseEstimator):
         Returns
         -------
         self : object
-            The estimator, with personal parts for these users.
 
         Raises
         ------
         ValueError
-            If ``groups`` is None, or the estimator was fitted without user ids.
+            If ``groups`` is None or the model was fitted without user ids.
         TypeError
             If ``groups`` holds ids of a type no fitted id has.
         """

@@ -61,12 +61,14 @@ def personalize(pipe, X, y, groups):
     X : array-like of shape (n_samples, n_features)
         The users' raw rows (as given to ``pipe.fit``).
     y : array-like of shape (n_samples,)
+        Their targets.
     groups : array-like of shape (n_samples,)
         User id of each row.
 
     Returns
     -------
-    pipe : the same object, personalized.
+    pipe : object
+        The same object, personalized.
     """
     last = _split(pipe)[1]
     if not hasattr(last, "personalize"):

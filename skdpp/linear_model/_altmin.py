@@ -108,12 +108,9 @@ class PrivAltMinRegressor(_RepresentationRegressor):
 
     Notes
     -----
-    **Guarantee**, **randomness**, **input domain**, per-feature scales,
-    label range, cold-start shrinkage and ``UselessFitWarning``: as for
-    :class:`PrivateFedRepRegressor` (the same code,
-    :mod:`skdpp.linear_model._algorithms.representation`); ``label_clip_``
-    is released too. The halves of ``S^0`` and each user's round are keyed
-    hashes as well.
+    **Guarantee, randomness, input domain, scales, label range, useless
+    fits**: as for :class:`PrivateFedRepRegressor` (the same code); ``label_clip_``
+    is released too, and the halves and rounds are keyed hashes as well.
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
     (formed from unit vectors, so the bound holds in floating point) and

@@ -18,16 +18,14 @@ __all__ = ["PrivateFedRepRegressor"]
 class PrivateFedRepRegressor(_RepresentationRegressor):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
-    Learns ``y ≈ b_i + <x, U v_i>``: the embedding ``U`` (``n_features ×
-    n_components``, orthonormal columns) is released under user-level (ε,
-    δ)-DP; each user's head ``v_i`` and intercept ``b_i`` are computed from
-    the released values and that user's rows only (billboard model).
+    Learns ``y ≈ b_i + <x, U v_i>``: ``U`` (``n_features × n_components``,
+    orthonormal) is released under user-level (ε, δ)-DP; each user's head
+    ``v_i`` and intercept ``b_i`` come from the releases and its own rows.
     Algorithm 1 of Snedeker, Zhou & Bassily (2025) with their private
-    initialisation (Algorithm 2). The defaults add per-user intercepts,
-    personal parts shrunk towards a released cold-start part, and
-    scale-free bounds chosen privately (``"auto"``), so raw data work with
-    only ``epsilon`` set. Derivations and the paper's symbols:
-    ``docs/estimators/fedrep.rst``.
+    initialisation (Algorithm 2), plus per-user intercepts, shrinkage
+    towards a released cold-start part and private scale-free bounds
+    (``"auto"``): raw data work with only ``epsilon`` set. Derivations and
+    the paper's symbols: ``docs/estimators/fedrep.rst``.
 
     Parameters
     ----------
@@ -143,29 +141,30 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     own rows, so the output is jointly DP. ``groups=None``: row-level DP.
     Floating-point noise is not hardened against side channels.
 
-    **Releases and sensitivities** (L2 / Frobenius):
+    **Releases and sensitivities** (L2 / Frobenius; the table and the
+    derivations: ``docs/estimators/fedrep.rst``):
 
-    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)`` (``d × d``,
-      symmetric noise), ``2 ψ_init``; ``Z_i`` is the user's U-statistic on
-      its ``S^0`` rows, clipped by the norm of the matrix actually added
-      (:func:`~skdpp.linear_model._algorithms.spectral_init.spectral_statistic`).
-      ``"private_pairwise"``: per-user mean pair matrices, ``2 ζ^2``.
-    * ``iterations`` (line 10), per round: ``sum_i clip(∇_{i,t}, ψ)``, ``2
-      ψ``; dividing by the public ``n`` is post-processing. The rank-one
-      ``g_i v_i^T`` is clipped by one scalar factor (unit vectors), so the
-      bound holds for any magnitudes.
+    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)``, ``2 ψ_init``,
+      symmetric noise (``Z_i``: the user's U-statistic on ``S^0``, clipped by
+      the norm of the matrix actually added,
+      :func:`~skdpp.linear_model._algorithms.spectral_init.spectral_statistic`);
+      ``"private_pairwise"``: mean pair matrices, ``2 ζ^2``.
+    * ``iterations`` (line 10), per round: ``sum_i clip(∇_{i,t}, ψ)``, ``2 ψ``;
+      the rank-one ``g_i v_i^T`` is clipped by one scalar factor (unit
+      vectors), so the bound holds for any magnitudes; dividing by the
+      public ``n`` is post-processing.
     * ``cold_start``: ``sum_i clip(v_i, C_head)``, ``2 C_head``; with
-      ``fit_intercept``, clipped means around private medians of the users'
-      offsets ``ȳ_i - <p̄_i, v_cold>`` and mean labels, ``2 R`` each
+      ``fit_intercept``, clipped means of the users' offsets ``ȳ_i - <p̄_i,
+      v_cold>`` and mean labels around private medians, ``2 R`` each
       (:func:`~skdpp.privacy._quantile.private_location`).
     * ``clip``: Gaussian counts of users, sensitivity 1: 6 per ``"auto"``
       bound (:func:`~skdpp.privacy._quantile.private_quantile`), the
       locations' median and radius searches, the label range and scales.
 
     **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``T``
-    releases, the rest of the budget) and ``cold_start`` with the shares of
-    ``budget_shares``, calibrated jointly on the exact (μ-GDP) composition
-    to meet (ε, δ); the paper's closed-form ``σ̂`` (loose) is not used.
+    releases, the rest) and ``cold_start`` with the shares of
+    ``budget_shares``, calibrated jointly on the exact (μ-GDP) composition;
+    the paper's closed-form ``σ̂`` (loose) is not used.
 
     **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
     ``S^0``) and the batches are keyed hashes of the fit's secret key, the
@@ -192,23 +191,20 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     * A head that overflows, or a gradient that is not a number, is zero (a
       function of that user's rows): ``fit`` neither fails nor warns.
 
-    **Input domain.** ``X`` finite floats, ``y`` finite numbers, ``groups``
-    numbers or strings; non-finite values are rejected before any
-    computation (*Quiet numerics*: :class:`~skdpp.base.BasePersonalizedEstimator`).
+    **Input domain.** Finite ``X`` and ``y``, ``groups`` numbers or strings;
+    see :class:`~skdpp.base.BasePersonalizedEstimator` (*Quiet numerics*).
 
     **Scales, label range, useless fits** (all bounds ``"auto"``,
     :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases the
-    label range predictions are clamped to and, unless the plan's count
-    noise then exceeds ``SCALE_GATE_NOISE * n_users`` (public), one scale
-    per feature: the fit runs on ``X / feature_scales_`` and the personal
-    refit gives each coordinate at least ``VARIANCE_FLOOR`` of variance. A
-    column or ``"auto"`` bound on the lower edge of its grid is dropped or
-    treated as no information (post-processing). The cold-start head is
-    shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)`` (``sigma`` its public
-    noise std). A :class:`~skdpp.exceptions.UselessFitWarning` (public
-    values) says when the count noise of ``"clip"`` exceeds
-    ``USELESS_CLIP_NOISE * n_users``; every known user then gets its own
-    ridge fit towards zero weights and its own mean (``local_only_``).
+    label range predictions are clamped to and, unless the count noise then
+    exceeds ``SCALE_GATE_NOISE * n_users`` (public), per-feature scales: the
+    fit runs on ``X / feature_scales_``, each coordinate keeps at least
+    ``VARIANCE_FLOOR`` of variance in the refit, and a column or bound on
+    the lower edge of its grid is dropped or ignored (post-processing). The
+    cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)``. If the
+    ``"clip"`` count noise exceeds ``USELESS_CLIP_NOISE * n_users`` (public),
+    a :class:`~skdpp.exceptions.UselessFitWarning` is raised and each known
+    user gets its own ridge fit towards zero and its mean (``local_only_``).
 
     References
     ----------

@@ -92,24 +92,9 @@ def _pinv_each(M):
 def batched_solve(A, b, *, ridge=0.0):
     """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
 
-    Parameters
-    ----------
-    A : array-like of shape (..., k, k)
-        Stack of square matrices.
-    b : array-like of shape (..., k) or (..., k, m)
-        Right-hand sides: a stack of vectors when ``b.ndim == A.ndim - 1``,
-        otherwise a stack of matrices.
-    ridge : float, default=0.0
-        Non-negative value added to the diagonal of every ``A_i``.
-
-    Returns
-    -------
-    x : ndarray of the shape of ``b``
-
-    Notes
-    -----
-    One batched inverse (which also gives each item's condition number);
-    items that are singular, have a Frobenius condition number above ``1 /
+    ``A`` (..., k, k); ``b`` (..., k) (vectors) or (..., k, m); returns the
+    shape of ``b``. One batched inverse (which gives each item's condition
+    number); items that are singular, have a Frobenius condition number above ``1 /
     (k * eps)`` or a non-finite result get the minimum-norm least-squares
     solution (pseudo-inverse); items with non-finite entries give NaN. Each
     decision is per item. Inputs are not modified.
@@ -206,19 +191,9 @@ def shrunk_heads(A, r, prior, penalty, counts):
     ``q_ij``. Users without rows or with an infinite penalty get ``p_i``;
     other systems with non-finite entries give 0.
 
-    Parameters
-    ----------
-    A : ndarray of shape (n, k, k)
-    r : ndarray of shape (n, k)
-    prior : ndarray of shape (n, k) or (k,)
-    penalty : ndarray of shape (n, k) or (n,)
-        Non-negative diagonal penalties (``(n,)``: one per user).
-    counts : ndarray of shape (n,)
-        Rows of each user.
-
-    Returns
-    -------
-    V : ndarray of shape (n, k)
+    Shapes: ``A`` (n, k, k), ``r`` (n, k), ``prior`` (n, k) or (k,), the
+    non-negative ``penalty`` (n, k) or (n,), ``counts`` (n,) rows per user;
+    returns (n, k).
 
     Examples
     --------
@@ -298,19 +273,9 @@ def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
     is not finite is re-solved by :func:`batched_solve` if its entries are
     finite, else NaN (decided per system).
 
-    Parameters
-    ----------
-    G : ndarray of shape (n, k, k)
-        Symmetric PSD matrices (not modified).
-    b : ndarray of shape (n, k)
-    reg : float > 0, or ndarray of shape (k,) or (n, k) of floats > 0
-        The ridge, for every coordinate, per coordinate, or per system and coordinate.
-    overwrite_g : bool, default=False
-        Add the ridge to the float64 ``G`` in place instead of a copy.
-
-    Returns
-    -------
-    x : ndarray of shape (n, k)
+    ``G`` (n, k, k) symmetric PSD (modified in place only with ``overwrite_g``
+    for a float64 ``G``), ``b`` (n, k), ``reg > 0`` a float or of shape (k,) or
+    (n, k); returns (n, k).
 
     Examples
     --------

@@ -166,11 +166,10 @@ class PPSGDRegressor(_LinearRegressor):
     compose in RDP to ``(ε0, δ0)``, hence ``(2 ε0, (1 + e^ε0) δ0)`` under
     replace-one (group privacy of size 2), whatever the two users' data.
 
-    **Randomness.** Participation in round ``t`` is a keyed hash of ``(fit
-    key, i, t)`` (:func:`skdpp.privacy.mechanisms.poisson_sample`); pass
-    ``p`` over user ``i``'s rows sorts them by a keyed hash of ``(fit key, i,
-    p, canonical rank of the row)``. A fit is a function of the secret key
-    and of the *set* of records; the sample is never printed or stored.
+    **Randomness.** Participation and minibatch orders are keyed hashes of
+    the fit key, the user and the round or pass
+    (:func:`skdpp.privacy.mechanisms.poisson_sample`): a fit is a function of
+    the *set* of records; the sample is never printed or stored.
 
     **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
     follow the authors' code. (ii) ``weighting="sample"`` clips the

@@ -145,17 +145,9 @@ class _RepresentationRegressor(_LinearRegressor):
 def subspace_distance(U1, U2):
     """Principal-angle distance between column spaces (Snedeker et al. 2025, Def. 2).
 
-    ``dist(U1, U2) = ||(I - Q1 Q1^T) Q2||_2`` where ``Q1``, ``Q2`` are orthonormal
-    bases of the column spaces: the sine of the largest principal angle, in
-    ``[0, 1]``.
-
-    Parameters
-    ----------
-    U1, U2 : array-like of shape (d, k)
-
-    Returns
-    -------
-    dist : float
+    ``||(I - Q1 Q1^T) Q2||_2`` for orthonormal bases ``Q1``, ``Q2`` of the
+    columns of ``U1``, ``U2`` (shape (d, k)): the sine of the largest
+    principal angle, a float in ``[0, 1]``.
 
     Examples
     --------
