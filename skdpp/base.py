@@ -200,20 +200,9 @@ def _fit_environment(n_features):
 
 @dataclass
 class FitData:
-    """Validated training data of one fit.
-
-    Attributes
-    ----------
-    X, y : ndarray
-        Validated data.
-    index : UserIndex
-        The users of the rows.
-    meta : dict
-        Public metadata (``n_users``, ``n_features``, estimator-specific public
-        values): with the blocks, all the algorithm sees, in-process or on a cluster.
-    attributes : dict
-        Fitted attributes decided by validation (``user_ids_``, ``n_users_``, ...).
-    """
+    """Validated training data of one fit: ``X``, ``y``, the users' ``index``, the
+    public ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the
+    algorithm sees) and the fitted ``attributes`` decided by validation."""
 
     X: object
     y: object
@@ -224,20 +213,10 @@ class FitData:
 
 @dataclass
 class FitResult:
-    """What an algorithm's ``run`` returns to the fit template.
-
-    Attributes
-    ----------
-    attributes : dict
-        Fitted attributes (released values and personal parts).
-    released, local : tuple of str
-        Names of the released and of the personal (local, joint DP) attributes.
-    notes : tuple of str
-        Notes for the report.
-    not_covered : tuple of str
-        Released attributes the guarantee does not cover (e.g. a catalogue
-        inferred from the data as is): the report names them, ``is_private`` False.
-    """
+    """What an algorithm's ``run`` returns: the fitted ``attributes``, the names of the
+    ``released`` and ``local`` (personal, joint DP) ones, report ``notes``, and
+    ``not_covered``: released attributes outside the guarantee (e.g. a catalogue
+    inferred as is; the report names them and ``is_private`` is False)."""
 
     attributes: dict
     released: tuple = ()
@@ -271,10 +250,9 @@ class BasePersonalizedEstimator(BaseEstimator):
     (:func:`linear_predictions`) or ``predict`` raises a ``ValueError`` naming
     the rows beyond the float64 range.
 
-    **Joint DP.** Every release of ``fit`` is DP; each personal part is a
-    function of the releases and that user's rows only, so the personal parts
-    are jointly DP (billboard lemma). ``epsilon=np.inf`` runs the same
-    algorithm without noise; the report says so.
+    **Joint DP.** Each personal part is a function of the DP releases and that
+    user's rows only (billboard lemma). ``epsilon=np.inf``: no noise (said in
+    the report).
     """
 
     _parameter_constraints: dict = {
@@ -360,13 +338,11 @@ class BasePersonalizedEstimator(BaseEstimator):
 
         Notes
         -----
-        The order is fixed: validate; plan the budget; run the algorithm, every
-        release through one :class:`~skdpp.privacy.Releaser`; build and check
-        the report from its ledger (overspending raises
-        :class:`~skdpp.exceptions.PrivacyBudgetError`); only then set the
-        fitted attributes (a fit that raises leaves the estimator unfitted).
-        BLAS threads: :func:`skdpp.base.blas_threads`; floating point:
-        :func:`quiet_numerics`.
+        Validate; plan; run, every release through one
+        :class:`~skdpp.privacy.Releaser`; build and check the report from its
+        ledger (overspending raises :class:`~skdpp.exceptions.PrivacyBudgetError`);
+        then set the attributes (a fit that raises leaves the estimator
+        unfitted). See :func:`blas_threads` and :func:`quiet_numerics`.
         """
         try:
             self._discard_fitted_attributes()  # e.g. a distributed fit's handle

@@ -6,10 +6,8 @@ class PrivacyBudgetError(RuntimeError):
 
 
 class PrivacyLeakWarning(UserWarning):
-    """Warns about a use of an estimator that weakens its privacy guarantee.
-
-    Examples: ``delta >= 1 / n_users``, or a clip norm chosen from the private data.
-    """
+    """Warns about a use that weakens the privacy guarantee (e.g. ``delta >= 1 / n_users``,
+    or a clip norm chosen from the private data)."""
 
 
 class UselessFitWarning(UserWarning):
@@ -20,8 +18,7 @@ class UselessFitWarning(UserWarning):
 class SecureNoiseSeedWarning(UserWarning):
     """Warns that an int ``random_state`` cannot seed secure noise.
 
-    Under ``skdpp.set_config(noise="secure")`` privacy noise comes from OpenDP or
-    the OS's cryptographic source: ``random_state`` seeds only the public
-    randomness, so two fits with the same int differ. Once per fit, from the
-    parameter alone.
+    Under ``skdpp.set_config(noise="secure")`` the noise comes from OpenDP or the
+    OS's cryptographic source: ``random_state`` seeds only the public randomness,
+    so two fits with the same int differ. Once per fit, from the parameter alone.
     """

@@ -1,20 +1,8 @@
-"""Small batched solves shared by the estimators (one module, DESIGN §4).
-
-* :func:`batched_solve` -- a stack of ``k x k`` systems, pseudo-inverse for the
-  singular ones;
-* :func:`solve_heads` -- per-user least-squares heads from their ``k x k``
-  normal equations (relative ridge, closed form for ``k = 2``);
-* :func:`shrunk_heads` -- per-user ridge heads shrunk towards a prior head
-  (the personal heads of the shared-representation regressors);
-* :func:`psd_floor_solve` -- ``argmin u^T G u - 2 u^T b`` for a noisy symmetric
-  ``G`` whose eigenvalues are floored (Priv-AltMin, Alg. 2);
-* :func:`psd_ridge_solve` -- a stack of noisy Gram systems projected on the
-  PSD cone plus a ridge (DP matrix factorisation, Alg. 1);
-* :func:`gram_ridge_solve` -- a stack of exact ridge least-squares systems
-  ``(G_i + reg I) x_i = b_i`` with PSD Gram matrices ``G_i`` (the user step of
-  DP matrix factorisation, Alg. 3, line 4).
-
-All are vectorised over the stack (one BLAS thread for many tiny LAPACK calls).
+"""The small batched solves of every estimator (one module, DESIGN §4): stacks of
+``k x k`` systems (:func:`batched_solve`), per-user heads (:func:`solve_heads`,
+:func:`shrunk_heads`), the floored noisy solve of Priv-AltMin
+(:func:`psd_floor_solve`) and the Gram systems of DP matrix factorisation
+(:func:`psd_ridge_solve`, :func:`gram_ridge_solve`), vectorised over the stack.
 
 Per-system decisions (joint DP, DESIGN §7): a stack batches many users'
 systems, and one user's solution -- method, fallback, every bit -- depends on

@@ -1,14 +1,10 @@
 """The label set of a classifier: public, observed, or selected under DP.
 
-A classifier's label set ``classes_`` is released with the model; when the
-caller does not give it, a label held by one user appears or disappears with
-that user. So: :class:`LabelCounts` (per label, the number of *distinct
-users* holding it, at most ``max_per_user`` labels per user, summed over
-blocks by :func:`label_counts_block`) and :func:`select_classes` (partition
-selection, :meth:`~skdpp.privacy.Releaser.select_partitions`, Gopi et al.
-2020; Desfontaines et al. 2022). :func:`label_codes` and
-:func:`binary_problems` are the one place where labels become ``{-1, +1}``
-columns.
+Unless given, ``classes_`` depends on each user (a label held by one user comes
+and goes with it): it is selected privately (:func:`select_classes`, partition
+selection, Gopi et al. 2020; Desfontaines et al. 2022) from distinct-user
+counts (:class:`LabelCounts`). :func:`label_codes` and :func:`binary_problems`
+are the one place where labels become ``{-1, +1}`` columns.
 
 Labels outside the label set are *negatives in every problem* ("not this
 class"; for two classes, not ``classes_[1]``): raising instead would make

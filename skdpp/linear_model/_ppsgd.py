@@ -294,8 +294,7 @@ class PPSGDRegressor(_LinearRegressor):
                 "positive clip_norm.")
 
     def _validate_data_kwargs(self):
-        # Integer X is converted (so that it hashes and fits like the equal
-        # floats); float32 is kept (no copy).
+        # integer X converted (hashes and fits like equal floats); float32 kept
         return {"y_numeric": True, "dtype": [np.float64, np.float32]}
 
     def _validate_fit_data(self, X, y, groups):

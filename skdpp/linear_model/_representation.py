@@ -1,12 +1,8 @@
-"""What :class:`PrivateFedRepRegressor` and :class:`PrivAltMinRegressor` share as estimators.
-
-The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
-orthonormal columns, released under user-level DP), a personal head ``v_i``
-and intercept ``b_i`` per user, computed from the released values and that
-user's rows only. :class:`_RepresentationRegressor` holds the two estimators'
-common constraints, data validation, configuration and ``personalize`` hook;
-:class:`_LinearRegressor` the ``predict`` of all three linear regressors. The
-algorithms live in :mod:`skdpp.linear_model._algorithms`.
+"""What the linear regressors share as estimators: ``predict`` (:class:`_LinearRegressor`)
+and, for the model ``y ≈ b_i + <x, U v_i>`` of :class:`PrivateFedRepRegressor` and
+:class:`PrivAltMinRegressor`, constraints, validation, configuration and the
+``personalize`` hook (:class:`_RepresentationRegressor`); the algorithms are in
+:mod:`skdpp.linear_model._algorithms`.
 """
 
 from numbers import Integral, Real
@@ -71,11 +67,8 @@ class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
 
 class _RepresentationRegressor(_LinearRegressor):
-    """Parameters, validation and predictions shared by the two regressors (not public).
-
-    Subclasses set ``_algorithm`` (a module of :mod:`skdpp.linear_model._algorithms`
-    with ``Config``, ``plan`` and ``run``) and their own parameters.
-    """
+    """Constraints, validation and personal parts of the two regressors; subclasses
+    set ``_algorithm`` (``Config``, ``plan``, ``run``) and their own parameters."""
 
     _personal_attributes = ("heads_", "intercepts_")
     _parameter_constraints = {

@@ -75,8 +75,7 @@ def user_rounds(block, key, n_rounds):
 
 def prepare_altmin(block, state, config):
     """Block function (once): rows of the heads and of the ``U`` statistics: ``S^0``
-    for both (``"same"``), or two keyed random halves of ``S^0`` (``"disjoint"``).
-    """
+    for both (``"same"``), or two keyed random halves of ``S^0`` (``"disjoint"``)."""
     key, batch_mode = config
     local = state.local
     if batch_mode == "same":

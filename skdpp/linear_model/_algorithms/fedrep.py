@@ -97,12 +97,9 @@ def _user_gradients(grad, X0, P, y0, V):
 
 
 def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
-    """``sum_i clip(∇_{i,t}, ψ)``, shape (d, k) (Alg. 1, lines 7-9), on the batch ``grad``
-    of the ``S^0`` rows ``X0``, ``P = X0 U``, ``y0`` with heads ``V``.
-
-    The rank-one ``g_i v_i^T`` is clipped by one scalar factor per user
-    (:func:`~skdpp.privacy._clipping.clipped_outer_sum`), no ``d × k`` arrays.
-    """
+    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) on the batch ``grad`` of the ``S^0``
+    rows ``X0``, ``P = X0 U``, ``y0`` with heads ``V``: the rank-one ``g_i v_i^T``
+    clipped by one factor per user (:func:`~skdpp.privacy._clipping.clipped_outer_sum`)."""
     return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 

@@ -183,8 +183,8 @@ def draw_minibatches(block, state, round_index, config):
 
 
 def gather_rows(block, positions):
-    """Float64 rows of ``X`` and ``y`` at block ``positions`` (``None``: all), in this
-    thread's scratch buffers (:mod:`.._scratch`), valid until the next call."""
+    """Float64 ``X``, ``y`` rows at ``positions`` (``None``: all) in this thread's
+    scratch buffers (:mod:`.._scratch`), valid until the next call."""
     rows = block.rows
     if positions is not None:
         if rows is None:
@@ -310,8 +310,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
 
 
 def sgd_round(block, state, broadcast, *, config):
-    """One round on one block: ``(block, state, (round, w)) -> (partial, state)``
-    (:func:`local_steps`; floating-point conditions silent)."""
+    """One round on one block (broadcast ``(round, w)``; :func:`local_steps`)."""
     round_index, w = broadcast
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if state is None:
@@ -370,8 +369,7 @@ def gradient_norm_statistic(block, state, config):
 
 
 def feature_scale_statistic(block, state, config):
-    """Block function (``"auto"`` ``feature_scale``): each user's root mean squared
-    centred row norm."""
+    """Block function (``"auto"`` ``feature_scale``): users' RMS centred row norms."""
     state = _with_state(block, state, config)
     sq = state.mean_sq  # computed with the state (the same user_moments call)
     if sq is None:
@@ -408,14 +406,11 @@ def personal_refit(block, state, prior):
     """``(theta, intercepts)`` of each user from all its rows, shrunk towards the prior.
 
     ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j v_ij
-    theta_j^2`` (``v_ij`` the user's variance of feature ``j``: invariant to
-    rescaling a feature; ``λ_i`` from
-    :func:`~skdpp.linear_model._auto.shrinkage_penalty`, with the residual
-    variance of the user's own fit when it has more rows than parameters,
-    else of the global model). The mean level is shrunk towards the cold
-    start by :func:`~skdpp.linear_model._auto.shrink_levels` (between-user
-    variance ``2 R_b^2``). Non-finite parts give ``theta_i = 0`` and the
-    cold-start intercept; intercepts are 0 without centring.
+    theta_j^2`` (``v_ij``: the user's feature variances; ``λ_i``:
+    :func:`~skdpp.linear_model._auto.shrinkage_penalty` of the residual
+    variance of the user's own fit, or of the global model's with too few
+    rows); levels by :func:`~skdpp.linear_model._auto.shrink_levels`.
+    Non-finite parts give ``theta_i = 0`` and the cold-start intercept.
     """
     from .._heads import _solve_stack, shrunk_heads
 
@@ -481,8 +476,7 @@ def personal_refit(block, state, prior):
 
 
 def personal_sgd(block, state, config):
-    """Block function: the SGD offsets and intercepts ``ȳ_i - <x̄_i, w + theta_i>`` (0
-    without centring)."""
+    """Block function: SGD offsets, intercepts ``ȳ_i - <x̄_i, w + theta_i>`` (or 0)."""
     w, n_rounds, sgd_config = config
     theta = final_offsets(block, state, n_rounds, config=sgd_config)
     d = sgd_config.n_features

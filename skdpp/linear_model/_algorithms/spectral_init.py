@@ -1,17 +1,10 @@
-"""Private initialisations of the shared embedding ``U`` as block functions.
+"""Private initialisations of the shared embedding ``U``.
 
-* ``"private_spectral"`` -- Snedeker, Zhou & Bassily (2025), Alg. 2: each user's
-  U-statistic ``Z_i`` of its ``S^0`` rows, clipped to ``ψ_init`` (lines 4-5);
-  the sum is released with symmetric Gaussian noise (line 6) and ``U`` is its
-  top-``k`` eigenvectors (line 7).
-* ``"private_pairwise"`` -- Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3:
-  normalised products of pairs of a user's rows with clipped labels (line 1),
-  released with symmetric Gaussian noise (line 2), top-``k`` eigenvectors (line 3).
-* ``"random"`` -- a random orthonormal matrix (public randomness, free).
-
-:func:`spectral_statistic` and :func:`pairwise_statistic` compute a block's
-partial sum of clipped per-user contributions; :func:`initial_components` is
-the driver (one release through the fit's :class:`~skdpp.privacy.Releaser`).
+``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2 (clipped
+per-user U-statistics, :func:`spectral_statistic`); ``"private_pairwise"``:
+Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3 (products of row pairs,
+:func:`pairwise_statistic`); both released once with symmetric noise, ``U``
+the top-``k`` eigenvectors (:func:`initial_components`). ``"random"``: free.
 """
 
 import numpy as np
