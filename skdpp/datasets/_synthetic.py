@@ -96,17 +96,14 @@ def make_shared_representation_regression(
     noise : float, default=0.01
         Standard deviation ``R`` of the Gaussian label noise.
     head_norm : {"unit", "gaussian"}, default="unit"
-        ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as written in the papers;
-        ``"unit"``: the same draw normalised to unit norm, as in the authors'
-        code (the learning rate 2.5 and clip norm 10 of App. B.4 are tuned
-        for it).
+        ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as in the papers; ``"unit"``: that
+        draw normalised, as in the authors' code (App. B.4 is tuned for it).
     feature_dist : {"gaussian", "uniform", "rademacher"}, default="gaussian"
-        Law of the i.i.d. feature coordinates: ``N(0, 1)`` (the papers),
-        uniform on ``[-sqrt(3), sqrt(3)]`` or ``±1``; all have identity
-        covariance and are 1-sub-Gaussian (Snedeker et al., Assumption 5).
+        I.i.d. feature coordinates: ``N(0, 1)`` (the papers), uniform on
+        ``[-sqrt(3), sqrt(3)]`` or ``±1`` (all 1-sub-Gaussian, identity
+        covariance: Snedeker et al., Assumption 5).
     n_test_samples_per_user : int, default=10
-        Held-out rows per user, drawn from the same distributions (population
-        MSE estimates); 0 for none.
+        Held-out rows per user from the same distributions; 0 for none.
     random_state : int, RandomState instance or None, default=None
         Seed of all draws.
 
@@ -117,25 +114,18 @@ def make_shared_representation_regression(
     groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
         User id of each row (``0..n_users-1``, rows sorted by user).
     info : Bunch
-        ``U`` (n_features, n_components) orthonormal ``U*``; ``V``
-        (n_users, n_components) heads ``v_i*``; ``coef`` (n_users, n_features)
-        ``U* v_i*`` per user; ``noise``; and, if
-        ``n_test_samples_per_user > 0``, ``X_test``, ``y_test``, ``groups_test``.
-
-    Notes
-    -----
-    ``U*`` is the Q factor of the QR decomposition of a ``d x k`` standard
-    Gaussian matrix (App. B.4).  Draw order: ``U*``, heads, training features,
-    training noise, test features, test noise.  The Bayes risk (population
-    MSE of the true model) is ``noise ** 2``.
+        ``U`` (n_features, n_components) ``U*``, the Q factor of a Gaussian
+        matrix (App. B.4); ``V`` (n_users, n_components) heads ``v_i*``;
+        ``coef`` (n_users, n_features) ``U* v_i*``; ``noise`` (the Bayes risk
+        is ``noise ** 2``); and, with test rows, ``X_test``, ``y_test``,
+        ``groups_test``.
 
     References
     ----------
     .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited",
        ICML 2025, arXiv:2506.19220, Section 3.4 and App. B.4.
     .. [2] Jain, Rush, Smith, Song, Thakurta. "Differentially Private Model
-       Personalization", NeurIPS 2021 (Advances in Neural Information
-       Processing Systems 34), Section 6.
+       Personalization", NeurIPS 2021, Section 6.
 
     Examples
     --------
@@ -211,9 +201,7 @@ def make_additive_personalized_regression(
     n_features : int, default=100
         Dimension ``d``.
     n_samples_per_user : int, default=100
-        Training rows per user.  The paper streams fresh minibatches of 10
-        rows per iteration (up to 10 000 rows per user); a fixed sample is
-        drawn here.
+        Training rows per user (the paper streams fresh minibatches instead).
     n_personal_features : int, default=5
         Number of trailing coordinates on which users differ.
     personal_scale : float, default=0.01
@@ -233,19 +221,16 @@ def make_additive_personalized_regression(
     y : ndarray of shape (n_users * n_samples_per_user,)
     groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
     info : Bunch
-        ``w`` (n_features,) global parameters ``theta_0``; ``theta``
-        (n_users, n_features) personal offsets ``delta_i`` (so that the true
-        model of user ``i`` is ``w + theta[i]``); ``coef`` (n_users,
-        n_features) ``w + theta``; ``feature_variances`` (n_features,) the
-        diagonal of ``Sigma``; ``bayes_risk`` = ``noise ** 2``; and, if
+        ``w`` (n_features,) ``theta_0``; ``theta`` (n_users, n_features)
+        offsets ``delta_i``; ``coef`` ``w + theta``; ``feature_variances``
+        the diagonal of ``Sigma``; ``bayes_risk`` ``noise ** 2``; and, if
         requested, ``X_test``, ``y_test``, ``groups_test``.
 
     Notes
     -----
-    The paper reports the excess risk, in closed form:
-    ``1/N sum_i ||w + theta_i - theta_i*||_Sigma^2 =
-    mean(((w + theta - info.coef) ** 2) @ info.feature_variances)``; the
-    population MSE of a model is that excess risk plus ``bayes_risk``.
+    The paper's excess risk of a model ``(w, theta)`` is ``mean(((w + theta
+    - info.coef) ** 2) @ info.feature_variances)``; add ``bayes_risk`` for
+    the population MSE.
 
     References
     ----------
@@ -328,8 +313,7 @@ def make_skewed_ratings(
     Parameters
     ----------
     n_users : int, default=10000
-        Number of users ``n`` (users without any observed item are absent
-        from the output).
+        Number of users ``n`` (users without an observed item are absent).
     n_items : int, default=100
         Number of items (tasks) ``m``.
     n_components : int, default=5
@@ -337,16 +321,12 @@ def make_skewed_ratings(
     power : float, default=1.0
         Power-law exponent ``a > 0`` (the paper uses 1 and 2).
     mean_items_per_user : float, default=20.0
-        Sum of the item probabilities, i.e. expected items per user.
-        Probabilities above 1 after normalisation are clipped to 1.
+        Sum of the item probabilities (clipped to 1 each).
     noise : float, default=1e-3
         Standard deviation ``sigma_F`` of the rating noise.
     test_size : float in [0, 1), default=0.2
-        Fraction of each user's ratings held out (the paper's 80-20 split),
-        split within each user with
-        :func:`skdpp.utils.split_within_users`: a user with ``n >= 2``
-        ratings keeps ``ceil((1 - test_size) n)`` (at most ``n - 1``) in
-        training; a user with one rating keeps it in training.  0 for no split.
+        Fraction of each user's ratings held out (the paper's 80-20 split, by
+        :func:`skdpp.utils.split_within_users`); 0 for no split.
     random_state : int, RandomState instance or None, default=None
         Seed of all draws.
 
@@ -359,12 +339,10 @@ def make_skewed_ratings(
     groups : ndarray of shape (n_ratings,), dtype int64
         User id of each rating (rows sorted by user).
     info : Bunch
-        ``user_factors`` (n_users, n_components) the ``u_j``;
-        ``item_factors`` (n_items, n_components) the ``theta_i``;
-        ``item_probabilities`` (n_items,) the ``q_i``; ``item_counts``
-        (n_items,) the number of training ratings of each item (``n_i``);
-        ``noise``; and, if ``test_size > 0``, ``X_test``, ``y_test``,
-        ``groups_test``.
+        ``user_factors`` ``u_j``; ``item_factors`` ``theta_i``;
+        ``item_probabilities`` ``q_i``; ``item_counts`` the training ratings
+        per item; ``noise``; and, if ``test_size > 0``, ``X_test``,
+        ``y_test``, ``groups_test``.
 
     References
     ----------
@@ -442,16 +420,13 @@ def make_personalized_margin_classification(
     n_components : int, default=2
         Rank ``k <= d``.
     n_samples_per_user : int, default=10
-        Training rows per user ``m`` (Alg. 3 splits them in halves ``S^0``,
-        ``S^1``).
+        Training rows per user ``m``.
     radius : float, default=1.0
-        Radius ``r`` of the feature ball; features are uniform in the ball.
+        Radius ``r`` of the feature ball (features uniform in it).
     margin : float, default=0.05
-        Margin ``rho``, in ``[0, radius * head_norm)``.  For uniform features
-        ``<x, U* v_i*>`` has standard deviation about
-        ``radius * head_norm / sqrt(n_features + 2)``; margins much larger
-        make the rejection sampling slow (an error is raised if fewer than
-        about 0.1% of the draws are accepted).
+        Margin ``rho`` in ``[0, radius * head_norm)``; much above ``radius *
+        head_norm / sqrt(n_features + 2)`` (the score's std) the rejection
+        sampling raises (fewer than ~0.1% of the draws accepted).
     head_norm : float, default=1.0
         Norm ``Gamma`` of the heads (``v_i* ~ N(0, I_k)`` rescaled).
     flip_y : float in [0, 0.5], default=0.0
@@ -472,11 +447,6 @@ def make_personalized_margin_classification(
     info : Bunch
         ``U``, ``V``, ``margin``, ``flipped`` (bool per row) and, if
         requested, ``X_test``, ``y_test``, ``groups_test``, ``flipped_test``.
-
-    Notes
-    -----
-    Rejection sampling is vectorised: every round redraws all missing rows at
-    once (a loop over rounds, not over users or rows).
 
     References
     ----------

@@ -25,23 +25,13 @@ __all__ = ["AdaptiveWeightMF"]
 
 # Ratings per chunk in the row-wise dot products of ``predict``.
 _PREDICT_CHUNK = 2**17
-# Weight of the log released popularity in recommend(ranking="blend"), per
-# unit of the factor score <u, v> / rating_clip_. Chosen on MovieLens small, even user ids
-# (benchmarks/bench_mf_recommend.py; reported on the odd ones): a public
-# constant, no private data enters the choice.
+# Weight of the log popularity in recommend(ranking="blend"): chosen on
+# MovieLens small, even user ids (benchmarks/bench_mf_recommend.py); public.
 _POPULARITY_WEIGHT = 1.0
 
-# --------------------------------------------------------------------------- #
-# The item catalogue: one column of ids, or whole rows of a multi-column X
-# --------------------------------------------------------------------------- #
 def _item_keys(X):
-    """1-D keys identifying the item of each row of ``X`` (validated, 2-D).
-
-    One column: the column itself (numbers as float64, strings/objects as is).
-    Several columns: each distinct row is an item; rows are viewed as opaque
-    fixed-size records (float64, ``-0.0`` normalised to ``0.0``) so that numpy
-    can sort and search them.
-    """
+    """1-D item keys of the rows of validated ``X``: the column (numbers as float64),
+    or for several columns each row as an opaque float64 record (``-0.0 -> 0.0``)."""
     if X.dtype.kind == "O" and X.shape[1] > 1:
         X = X.astype(np.float64)  # TypeError for non-numeric multi-column ids
     if X.dtype.kind not in "biufO" and X.shape[1] > 1:
@@ -73,20 +63,9 @@ def _lookup_items(catalogue_keys, X):
 
 
 def _encode_items(catalogue_keys, X):
-    """Internal item codes of the rows of validated ``X``.
-
-    Items of the catalogue (sorted unique keys) get their position
-    ``0 .. m - 1``; every other item gets a code ``m + j`` (``j`` its rank
-    among the other distinct items of ``X``), so that duplicate ratings of
-    one item can be merged and a user's ratings outside the catalogue still
-    inform that user's bias.
-
-    Returns
-    -------
-    codes : ndarray of shape (n_samples,), int
-    other_keys : ndarray
-        Sorted unique keys of the items outside the catalogue.
-    """
+    """``(codes, other_keys)``: catalogue items get ``0 .. m - 1``, the other items
+    ``m + j`` (``j`` their rank in the sorted ``other_keys``), so duplicates
+    merge and ratings outside the catalogue still inform their user's bias."""
     keys = _item_keys(X)
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
@@ -95,14 +74,9 @@ def _encode_items(catalogue_keys, X):
     return codes, other_keys
 
 
-
 def _factorise_keys(keys):
-    """Sorted unique ``keys`` and the position of each key among them.
-
-    The order is a function of the set of keys only, so the keys of several
-    sets of rows, factorised again together, are those of all the rows (the
-    distributed fit merges its partitions' items this way).
-    """
+    """Sorted unique ``keys`` and each key's position (a function of the set of
+    keys: the distributed fit merges its partitions' items this way)."""
     index = UserIndex.from_groups(keys, keys.shape[0])
     return np.asarray(index.users), index.codes
 
@@ -116,6 +90,17 @@ def _entries(codes, y, user_codes, n_codes):
 def _seen_matrix(user, item, n_users, n_items):
     """(n_users, n_items) 0/1 CSR of the items each user rated (personal data)."""
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
+
+
+def _entry_data(data, entries, users, n_items, code_keys, code_ids):
+    """``data`` as merged (user, item, rating) ``entries`` with the item codes' keys."""
+    user, item, rating = entries
+    n_codes = int(code_keys.shape[0])
+    return FitData(
+        X=item[:, None], y=rating, index=UserIndex(users, user),
+        meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
+        attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": code_ids,
+                    "_seen": _seen_matrix(user, item, users.shape[0], n_codes)})
 
 
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
@@ -134,12 +119,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_biases_[j] + <user_embeddings_[j], item_embeddings_[i]>``, so raw
     ratings on any scale work with the defaults.
 
-    Data: ``fit(X, y, groups)`` with ``X`` one column of item ids (ints or
-    strings), ``y`` the ratings and ``groups`` the user ids (the privacy
-    unit). A multi-column ``X`` is keyed by whole rows (each distinct row is
-    an item); given together with ``groups`` it warns, since ``X = [user,
-    item]`` is a common mistake. Duplicate (user, item) rows are merged (mean
-    rating), so a user contributes once per item.
+    Data: ``fit(X, y, groups)`` with ``X`` one column of item ids, ``y`` the
+    ratings and ``groups`` the user ids (the privacy unit). A multi-column
+    ``X`` is keyed by whole rows (it warns with ``groups``: ``X = [user,
+    item]`` is a common mistake). Duplicate (user, item) rows are merged (mean
+    rating).
 
     Read more in the :ref:`User Guide <adaptive_mf>` (budget plan,
     sensitivities, deviations from the paper); the algorithm is in
@@ -157,21 +141,19 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Must be > 0 when the catalogue is selected privately (``items=None``):
         a quarter of it bounds the selection's threshold.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Budget allocation of the item step across a user's items.
-        ``"adaptive"``: ``omega_i ~ n_hat_i^-mu`` from DP counts (eq. (11)),
-        rescaled per user to the budget (``weight_normalization``).
-        ``"uniform"``: weight 1 on ``floor(user_budget)`` items sampled
-        uniformly per user (DPALS). ``"tail"``: weight 1 on each user's
-        ``floor(user_budget)`` items with the smallest DP counts (Chien et al.
-        2021).
+        Budget allocation across a user's items. ``"adaptive"``: ``omega_i ~
+        n_hat_i^-mu`` from DP counts (eq. (11)), rescaled per user
+        (``weight_normalization``). ``"uniform"``: weight 1 on
+        ``floor(user_budget)`` items sampled per user (DPALS). ``"tail"``: on
+        the user's ``floor(user_budget)`` items with the smallest DP counts
+        (Chien et al. 2021).
     mu : float, default=0.25
-        Exponent of the adaptive weights, ``>= 0``; ``0`` is uniform. The
-        paper finds ``[1/4, 1/2]`` best.
+        Exponent of the adaptive weights, ``>= 0`` (``0``: uniform; the
+        paper finds ``[1/4, 1/2]`` best).
     user_budget : float, default=20.0
-        The per-user weight budget ``beta > 0``: ``sum_i w_ij^2 <= beta``;
-        the noise is calibrated to it. For ``"uniform"`` / ``"tail"`` the
-        number of items kept per user (``>= 1``). Only its ratio to ``reg``
-        matters for ``"adaptive"``.
+        Per-user weight budget ``beta > 0``: ``sum_i w_ij^2 <= beta`` (the
+        noise is calibrated to it); for ``"uniform"`` / ``"tail"`` the items
+        kept per user (``>= 1``).
     weight_normalization : {"budget", "clip"}, default="budget"
         ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``,
         ``B_j = sum_i omega_i^2`` over the user's items. ``"budget"``: ``w_ij
@@ -180,35 +162,31 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     solver : {"als", "sgd"}, default="als"
         Private item update: sufficient statistics perturbation (Alg. 1) or
         noisy full-batch gradient descent (Alg. 2: 5 steps per iteration,
-        per-item steps ``1 / (C_u^2 omega_i n_hat_i + ridge)`` from public
-        quantities, per-rating gradients clipped to ``C_u C_r``).
+        public per-item step sizes, per-rating gradients clipped to ``C_u C_r``).
     n_iter : int, default=5
-        Number of alternations ``T`` (Alg. 3); each costs budget. On the
-        paper's data 5 was best or within 10 % of best at epsilon in {1, 10}.
+        Number of alternations ``T`` (Alg. 3); each costs budget (5 was best
+        or within 10 % of best on the paper's data).
     reg : float, default=1.0
-        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7), in the units
-        of ``clip_norm`` (``reg = 100 C_u^2``: 100 pseudo-users at the clip
-        norm); the item solve adds ``sigma_A sqrt(k)``, the spectral scale of
-        the Gram noise (public).
+        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7) in units of
+        ``C_u^2``, plus ``sigma_A sqrt(k)``, the spectral scale of the Gram
+        noise (public).
     personal_ridge : float, default=5.0
         Shrinkage of every user's personal part toward the cold start, in
         pseudo-ratings: added to the bias coordinate of the user solve.
     embedding_ridge : float or "auto", default="auto"
         Ridge of the user embeddings in pseudo-ratings of an average item of
-        the user's (``rho mean_i ||v_i||^2 / k``; scale-free). ``"auto"``: the
-        best of a public grid on held-out ratings (phase ``"ridge"``), the
-        largest unless another wins by 3 noise std. Resolved:
-        ``embedding_ridge_``.
+        the user's (scale-free). ``"auto"``: the best of a public grid on
+        held-out ratings (phase ``"ridge"``). Resolved: ``embedding_ridge_``.
     clip_norm : float or None, default=0.1
-        ``C_u``: every user embedding is scaled to norm at most ``C_u``
-        before it enters the item statistics. ``None`` only with
-        ``epsilon=np.inf``. A gauge: item embeddings scale as ``1 / C_u``.
+        ``C_u``: user embeddings are scaled to norm at most ``C_u`` in the
+        item statistics (a gauge: item embeddings scale as ``1 / C_u``).
+        ``None`` only with ``epsilon=np.inf``.
     rating_clip : float, "auto" or None, default="auto"
-        ``C_r``: the targets of the item releases are clipped to ``[-C_r,
-        C_r]``; so are the item biases and the predicted factor part.
-        ``"auto"``: the private median of twice each user's RMS deviation
-        from the DP mean (phase ``"clip"``). ``None`` only with
-        ``epsilon=np.inf``. Resolved: ``rating_clip_``.
+        ``C_r``: the item releases' targets, the item biases and the
+        predicted factor part are clipped to ``[-C_r, C_r]``. ``"auto"``: the
+        private median of twice each user's RMS deviation from the DP mean
+        (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``. Resolved:
+        ``rating_clip_``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``); if False it is 0.
     user_bias : bool, default=True
@@ -216,32 +194,23 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         from all their ratings (free in privacy).
     item_bias : bool, default=True
         Release DP item biases (phase ``"item_bias"``: Alg. 1 with ``d = 1``
-        on per-user-centred ratings, 2 passes, shrunk toward 0 by 3
-        pseudo-ratings and by their noise level).
+        on per-user-centred ratings, shrunk toward 0).
     mean_clip : float or "auto", default="auto"
-        Bound of the DP mean. A number ``b``: the mean of the users' means of
-        ratings clipped to ``[-b, b]``. ``"auto"`` (shift- and scale-free): a
-        private median ``c`` and radius ``R`` of the users' mean ratings
-        (phase ``"clip"``), then ``c`` plus the noisy mean of the users' means
-        clipped to ``[c - R, c + R]``. Resolved (``b`` or ``R``):
-        ``mean_clip_``.
+        Bound of the DP mean. A number ``b``: the users' mean ratings clipped
+        to ``[-b, b]``. ``"auto"`` (shift- and scale-free): clipped to ``[c -
+        R, c + R]`` around a private median ``c`` with a private radius ``R``
+        (phase ``"clip"``). Resolved (``b`` or ``R``): ``mean_clip_``.
     count_cap : int or "auto", default="auto"
-        Items counted per user (sampled uniformly when more) in the counts,
-        and the item-bias weights ``min(1, sqrt(count_cap / n_j))``.
-        ``"auto"``: 50, or no cap at ``epsilon=np.inf``. Resolved:
-        ``count_cap_``.
+        Items counted per user (sampled when more), also in the item-bias
+        weights ``min(1, sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at
+        ``epsilon=np.inf``. Resolved: ``count_cap_``.
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase (the names of
-        ``privacy_report_.phases``); phases left out keep their defaults,
-        ``"items"`` takes the rest. Keys: ``"clip"`` (default ``"auto"``:
-        the public rule of every estimator,
-        :func:`~skdpp.privacy._plan.resolve_clip_share`: the smallest of 0.05,
-        0.1, 0.2, 0.3, 0.5 whose count noise std is at most ``n_users / 8``,
-        e.g. 0.3 for 300 users at ``epsilon=1``, 0.05 from about 1 000
-        users), ``"mean"`` (0.05), ``"counts"`` (0.3 when the counts select
-        the catalogue, else 0.1; the paper spends 12-20 %), ``"item_bias"``
-        (0.25), ``"ridge"`` (0.05). A phase runs only if needed (e.g.
-        ``"clip"`` only with an ``"auto"`` bound); 0 drops it.
+        Shares of the zCDP budget by phase (names of
+        ``privacy_report_.phases``); left out: ``"clip"`` ``"auto"`` (the
+        public rule of :func:`~skdpp.privacy._plan.resolve_clip_share`),
+        ``"mean"`` 0.05, ``"counts"`` 0.3 when the counts select the
+        catalogue else 0.1, ``"item_bias"`` 0.25, ``"ridge"`` 0.05;
+        ``"items"`` takes the rest. A phase runs only if needed; 0 drops it.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
         The item catalogue. ``None``: chosen under DP (an item is published
@@ -264,12 +233,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     item_biases_ : ndarray of shape (n_items,)
         DP item biases (zeros if ``item_bias=False``).
     item_counts_ : ndarray of shape (n_items,) or None
-        Noisy item counts (from at most ``count_cap_`` items per user; may be
-        negative), or ``None`` if no counts were needed.
+        Noisy item counts (may be negative), ``None`` if none were needed.
     item_weighted_counts_ : ndarray of shape (n_items,) or None
-        The noisy weighted counts of phase ``"item_bias"`` (``None`` if
-        ``item_bias=False``); with ``item_counts_`` the popularity of
-        :meth:`recommend`.
+        Noisy weighted counts of phase ``"item_bias"`` (``None`` without it).
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
@@ -281,8 +247,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_biases_ : ndarray of shape (n_users,)
         Personal user biases (each user's own mean when ``local_only_``).
     local_only_ : bool
-        True when the plan predicted a useless fit (public rule: the count
-        noise of phase ``"clip"`` above half the number of users; a
+        True when the plan predicted a useless fit (public rule; a
         :class:`~skdpp.exceptions.UselessFitWarning` says so): known users
         predict their own mean rating, new users 0.
     user_ids_ : ndarray of shape (n_users,)
@@ -307,16 +272,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     when given; with ``items="observed"`` the report lists ``item_ids_`` as not
     covered and ``is_private`` is False. User embeddings and biases depend on
     the releases and the user's own ratings only: jointly DP (billboard
-    model, App. D, Remark D.1), solved from *all* the user's ratings (no
-    held-out half: ``personal_rows`` has no counterpart). Float noise is not
-    hardened against floating-point side channels. Per-user random choices
-    (counted items, uniform/tail samples, tie-breaks) are keyed hashes, so a
-    fit is a function of the *set* of ratings.
+    model, App. D, Remark D.1), solved from *all* the user's ratings. Float
+    noise is not hardened against floating-point side channels. Per-user
+    random choices are keyed hashes: a fit is a function of the *set* of
+    ratings.
 
     **Small data.** An item is published only if enough users rated it to
-    clear the count noise: on MovieLens small (610 users) none at ``epsilon
-    <= 2``, about 5 at 4 and 30 at 8. A report note gives the number, and a
-    ``UserWarning`` fires below 10 at finite ``epsilon`` (post-processing of
+    clear the count noise (MovieLens small, 610 users: none at ``epsilon <=
+    2``, about 30 at 8); a ``UserWarning`` fires below 10 (post-processing of
     the released number). Below a few thousand users pass a public catalogue.
 
     **Cold start.** Unseen users get ``mean_`` plus the item's bias; items
@@ -324,10 +287,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     exact solve is not finite (astronomical ratings) gets zero parts.
 
     **Input domain.** ``X``: hashable numbers or strings; ``y``: finite
-    ratings (non-finite values are rejected by ``validate_data``). Every
-    finite rating is handled without a warning or an exception that depends
-    on it; ``predict`` raises a ``ValueError`` naming the rows if a
-    prediction is not finite.
+    ratings. Every finite rating is handled without a data-dependent warning
+    or exception; ``predict`` raises a ``ValueError`` naming the rows of a
+    non-finite prediction.
 
     References
     ----------
@@ -435,9 +397,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 f"is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
                 "positive rating_clip (the largest |rating - mean| to keep) or 'auto'.")
         if not MIN_CLIP <= self.user_budget < np.inf:
-            # Like the clip bounds: with a subnormal budget the rounding of the
-            # per-user rescaling let one user's sum of w^2 reach 1.4 x the budget
-            # that the sensitivities assume.
+            # a subnormal budget let rounding push one user's sum of w^2 to 1.4 x beta
             raise ValueError(
                 f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, "
                 f"got {self.user_budget!r}: at smaller scales floating-point rounding "
@@ -482,9 +442,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return item_ids
 
     def _validate_fit_data(self, X, y, groups):
-        # scikit-learn's finiteness check sums the ratings first: finite ratings
-        # near the float maximum overflow there and numpy would warn (inf - inf),
-        # a warning that depends on one user's data.
+        # sklearn's finiteness check sums y: an overflow warning would leak (DESIGN 7)
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
         X, index = data.X, data.index
@@ -495,9 +453,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "fit(df[['item']], df['rating'], groups=df['user'])). With several "
                 "columns every distinct row of X is treated as one item.",
                 UserWarning, stacklevel=3)
-        # Internal item codes: the public catalogue first (0 .. m - 1), then
-        # every other item present. Internal only: what is released is the
-        # published catalogue (public, or selected under DP in the fit).
+        # Internal codes (public catalogue first); only the published catalogue is released.
         public_keys = self._public_catalogue_keys(X)
         codes, other_keys = _encode_items(
             public_keys if public_keys is not None else _item_keys(X)[:0], X)
@@ -508,19 +464,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_public = None if public_keys is None else int(public_keys.shape[0])
         if isinstance(self.items, str):  # "observed": every item, released as is
             n_public = n_codes
-        return FitData(
-            X=item[:, None], y=rating, index=UserIndex(index.users, user),
-            meta={**data.meta, "n_items": n_public, "n_item_codes": n_codes},
-            attributes={**data.attributes,
-                        "_code_keys": code_keys,
-                        "_code_ids": self._ids(code_keys, X, X.dtype),
-                        "_seen": _seen_matrix(user, item, index.n_users, n_codes)},
-        )
+        return _entry_data(data, (user, item, rating), index.users, n_public, code_keys,
+                           self._ids(code_keys, X, X.dtype))
 
-    # The distributed fit (skdpp.distributed) validates each partition of users
-    # separately; these three make its internal item codes those of validating
-    # all rows at once (public catalogue first, then the union of the other
-    # items present, sorted), whatever the partitioning.
+    # skdpp.distributed validates each partition separately; these three make its
+    # item codes those of validating all rows at once, whatever the partitioning.
     _per_user_data_attributes = ("_seen",)
 
     def _partition_vocabulary(self, data):
@@ -547,14 +495,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                                                data.y, n_codes)
         code_keys = np.concatenate([code_keys[:n_public], vocabulary])
         n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
-        return FitData(
-            X=item[:, None], y=rating, index=UserIndex(users, user),
-            meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
-            attributes={**data.attributes, "_code_keys": code_keys,
-                        "_code_ids": self._ids(code_keys, np.empty((0, data.meta["n_features"])),
-                                               data.attributes["_code_ids"].dtype),
-                        "_seen": _seen_matrix(user, item, users.shape[0], n_codes)},
-        )
+        return _entry_data(data, (user, item, rating), users, n_items, code_keys,
+                           self._ids(code_keys, np.empty((0, data.meta["n_features"])),
+                                     data.attributes["_code_ids"].dtype))
 
     def _make_blocks(self, data, randomness):
         # Entries of whole users, each user's entries sorted by item code.
@@ -562,8 +505,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                             data.meta["n_item_codes"])
 
     def _set_fitted_attributes(self, attributes):
-        # Keep only the published items: their ids, lookup keys and the seen
-        # matrix's columns (the internal codes of other items are dropped).
+        # Keep only the published items (ids, lookup keys, seen-matrix columns).
         attributes = dict(attributes)
         published = attributes.pop("_published")
         code_keys = attributes.pop("_code_keys")
@@ -698,13 +640,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return pred
 
     def _item_popularity(self):
-        """Popularity of the published items from released values only, or None.
-
-        The inverse-variance combination of ``item_counts_`` (noise std ``s_c``)
-        and ``item_weighted_counts_ / r`` (``s_W / r``), ``r = sum W / sum n``
-        (heavy users weigh more in ``W``): post-processing of public noise
-        levels and releases.
-        """
+        """Popularity of the published items (or None): the inverse-variance
+        combination of ``item_counts_`` and ``item_weighted_counts_ / r``, ``r =
+        sum W / sum n`` (post-processing of releases and public noise levels)."""
         counts, weighted = self.item_counts_, self.item_weighted_counts_
         if counts is None:
             return None
@@ -736,14 +674,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             (the predicted rating minus the user's constant part):
 
             - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight *
-              log(max(n_i, 1))``: the user's affinity (the factor part of the
-              predicted rating) plus the log of ``n_i``, the released
-              popularity: the inverse-variance combination of
-              ``item_counts_`` and ``item_weighted_counts_`` (post-processing;
-              on MovieLens small at epsilon = 4 it doubles the recall of
-              ``item_counts_`` alone). The item bias is left out (it favours
-              niche items users rate less often: up to 0.02 recall@10 on
-              MovieLens); the rating alone recommends obscure items.
+              log(max(n_i, 1))``: the factor part of the predicted rating plus
+              the log of the released popularity ``n_i`` (the inverse-variance
+              combination of ``item_counts_`` and ``item_weighted_counts_``).
+              The item bias is left out (it favours niche items: up to 0.02
+              recall@10 on MovieLens).
             - ``"rating"``: ``s_ij``, the predicted rating.
             - ``"popularity"``: ``n_i``, the most popular unseen items.
 
@@ -754,9 +689,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             raises.
         popularity_weight : float, default=1.0
             Weight of the log popularity in ``"blend"``, per unit of
-            ``<u_j, v_i> / rating_clip_`` (scale-free; 1.0 if ``rating_clip_``
-            is None). ``0``: the affinity alone. Chosen on MovieLens small
-            (even user ids; ``benchmarks/bench_mf_recommend.py``).
+            ``<u_j, v_i> / rating_clip_`` (``0``: the affinity alone).
 
         Returns
         -------

@@ -1,12 +1,7 @@
 """Users' rows partitioned by user and persisted on a Dask cluster: :class:`UserBlocks`.
 
-A :class:`UserBlocks` is the distributed counterpart of the ``X, y, groups``
-arguments of ``fit``: a list of *partitions*, each holding the rows of a set of
-whole users as numpy arrays in a worker's memory (converted once, persisted,
-never re-read from a DataFrame each round). Every user's rows are in exactly
-one partition: a user split across two partitions would contribute two
-clipped terms to every sum and break the stated sensitivity, so construction
-checks it and raises.
+The distributed counterpart of ``fit``'s ``X, y, groups``: *partitions* of
+whole users as numpy arrays persisted in the workers' memory.
 """
 
 import numbers
@@ -146,9 +141,7 @@ class UserBlocks:
 
     Build it with :meth:`from_dask_dataframe`, :meth:`from_arrays` or
     :meth:`from_delayed`; pass it to :func:`~skdpp.distributed.fit_distributed`
-    and :func:`~skdpp.distributed.predict_distributed`. Each partition is
-    converted once to numpy arrays kept in a worker's memory; every fit turns
-    them into the estimator's own blocks of users on the workers.
+    and :func:`~skdpp.distributed.predict_distributed`.
 
     Attributes
     ----------
@@ -158,20 +151,16 @@ class UserBlocks:
     n_partitions : int
     n_features : int
     from_dataframe : bool
-        Built from a dask DataFrame (predictions are then a dask Series
-        indexed like it).
+        Built from a dask DataFrame (predictions are a dask Series indexed like it).
     divisions : tuple or None
-        The DataFrame's divisions when its partitioning was kept (predictions
-        then align with it), else None.
+        The DataFrame's divisions when its partitioning was kept, else None.
 
     Notes
     -----
-    **Every user's rows are in exactly one partition**, which construction
-    checks (the disjoint id ranges of a DataFrame indexed and sorted by user,
-    else a comparison of hashed user ids across partitions) and which is
-    guaranteed when it shuffles the rows by user itself. A user split across
-    partitions would be validated as two users, each contributing a clipped
-    term to every sum: twice the stated sensitivity. It raises a
+    **Every user's rows are in exactly one partition**: a split user would be
+    validated as two users, each contributing a clipped term to every sum
+    (twice the stated sensitivity). Construction checks it (disjoint id
+    ranges, else hashed ids compared across partitions) and raises a
     ``ValueError``.
 
     The cluster holds the private data: its workers, scheduler, dashboard and
@@ -189,8 +178,7 @@ class UserBlocks:
         self.divisions = divisions
         self._id_ranges = list(id_ranges)
         self._n_rows = [int(n) for n in n_rows]
-        # Whether every user's rows are known to be in one partition (the
-        # constructors check it; fit_distributed checks blocks built otherwise).
+        # every user known to be in one partition (else fit_distributed checks)
         self._users_disjoint = False
 
     def __repr__(self):
@@ -202,9 +190,7 @@ class UserBlocks:
         """Partition in-memory arrays by user and scatter them to the workers.
 
         Users (sorted by id) are cut into ``n_partitions`` ranges of about
-        equal numbers of rows. For tests and data that fit on the driver;
-        larger data are read on the workers (:meth:`from_dask_dataframe`,
-        :meth:`from_delayed`).
+        equal numbers of rows (for data that fit on the driver).
 
         Parameters
         ----------
@@ -293,11 +279,8 @@ class UserBlocks:
         client : distributed.Client, default=None
         shuffle : {"auto", True, False}, default="auto"
             ``"auto"``: keep the partitioning when the DataFrame is indexed
-            by ``groups`` with known divisions (``set_index(groups)``: each
-            user in one partition, checked), else shuffle the rows by user
-            (``ddf.shuffle(on=groups)``). ``True``: always shuffle.
-            ``False``: keep the partitioning and check that no user is split
-            (raises otherwise).
+            by ``groups`` with known divisions (checked), else shuffle by
+            user. ``True``: always shuffle. ``False``: keep it and check.
 
         Returns
         -------
@@ -366,18 +349,9 @@ class UserBlocks:
 
     # ------------------------------------------------------------- checks
     def _check_users_disjoint(self, id_ranges=None):
-        """Raise if a user has rows in more than one partition.
-
-        Disjoint id ranges (data sorted by user) settle it at once; otherwise
-        the partitions' hashed user ids are compared, bucket by bucket, on the
-        workers.
-
-        Parameters
-        ----------
-        id_ranges : list, default=None
-            The (min, max) user id of each live partition, as validation found
-            them; default: those found at construction.
-        """
+        """Raise if a user has rows in more than one partition (disjoint
+        ``id_ranges``, default: those of construction, settle it; else hashed
+        ids are compared bucket by bucket on the workers)."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
         if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):
@@ -407,13 +381,9 @@ class UserBlocks:
 
     # ------------------------------------------------------------- helpers
     def row_labels(self):
-        """The row labels, partition by partition, as a dask array.
-
-        Aligned with the dask array that
-        :func:`~skdpp.distributed.predict_distributed` returns: for
-        :meth:`from_arrays`, the row numbers of the input arrays (sort by them
-        to get the input order back).
-        """
+        """The row labels as a dask array aligned with
+        :func:`~skdpp.distributed.predict_distributed`'s (input row numbers for
+        :meth:`from_arrays`)."""
         import dask
         import dask.array as da
 

@@ -1,17 +1,11 @@
 """Run an algorithm's block functions on a Dask cluster: :class:`DaskExecutor`.
 
-The interface of :class:`~skdpp.utils._executor.LocalExecutor`: ``map(fn,
-broadcast)`` runs ``fn(block, state, broadcast) -> (partial, state)`` on every
-block and returns the sum of the partials; ``collect(fn, broadcast)`` returns
-per-user results. Each partition of users is one task per call, running
-``fn`` over the partition's blocks in order; its blocks and their states stay
-in the worker's memory as futures. The partials are combined on the workers
-(one task per worker) and then on the driver, as nodes of the fixed pairwise
-tree of :class:`~skdpp.utils._executor.TreeSum` over *all* blocks
-(:func:`~skdpp.distributed._tree.tree_nodes`): with the same blocks the sum is
-bit for bit the one of ``LocalExecutor``, whatever the scheduling. No noise is
-drawn here: the driver adds it to the returned sum, through the fit's
-:class:`~skdpp.privacy.Releaser`.
+The interface of :class:`~skdpp.utils._executor.LocalExecutor`, one task per
+partition of users per call (blocks and states stay on the workers). Partials
+are combined on the workers, then on the driver, as nodes of the fixed pairwise
+tree over *all* blocks (:mod:`skdpp.distributed._tree`): with the same blocks
+the sum is bit for bit ``LocalExecutor``'s, whatever the scheduling. No noise
+is drawn here.
 """
 
 import uuid
@@ -24,8 +18,7 @@ from ._tree import merge_tree_nodes, tree_nodes, tree_nodes_result
 
 __all__ = ["DaskExecutor"]
 
-# Broadcasts larger than this are scattered to every worker once per call
-# instead of being sent with each task.
+# Broadcasts larger than this are scattered to every worker once per call.
 _SCATTER_BYTES = 256 * 2**10
 
 
@@ -36,14 +29,9 @@ def _quiet_call(fn, *args, **kwargs):
 
 
 def submit_quiet(client, fn, *args, **kwargs):
-    """``client.submit(fn, *args, **kwargs)``, the task running under quiet numerics.
-
-    Every task of skdpp.distributed (validation, block functions, the sums,
-    personal parts, predict) runs under the one floating-point guard of the
-    in-process entry points: a floating-point warning (or, under a worker's
-    ``np.errstate(all="raise")``, an exception) whose occurrence depends on one
-    user's values would leak (DESIGN section 7).
-    """
+    """``client.submit(fn, *args, **kwargs)`` under :func:`~skdpp.base.quiet_numerics`:
+    a floating-point warning or exception on a worker that depends on one
+    user's values would leak (DESIGN section 7)."""
     return client.submit(_quiet_call, fn, *args, **kwargs)
 
 
@@ -135,8 +123,7 @@ class DaskExecutor:
         self._results = [None] * len(self.partitions)  # last (nodes, states) per partition
 
     def _submit(self, p, fn, *args, name=None):
-        # Task keys name the block function (public code names, never data): the
-        # task stream then tells where the time goes.
+        # task keys name the block function (public code names, never data)
         key = f"skdpp-{name or fn.__name__}-{p}-{uuid.uuid4().hex}"
         worker = self.workers[p]
         if worker is None:
@@ -152,15 +139,8 @@ class DaskExecutor:
         return self.client.scatter([broadcast], broadcast=True, hash=False)[0]
 
     def map(self, fn, broadcast=None):
-        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block.
-
-        Returns
-        -------
-        total
-            The sum of the partials in the fixed pairwise order of
-            :class:`~skdpp.utils._executor.TreeSum` over all blocks (``None``
-            if all are ``None``).
-        """
+        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block;
+        returns the :class:`~skdpp.utils._executor.TreeSum` of the partials."""
         if not self.partitions:
             return None
         broadcast = self._broadcast(broadcast)
@@ -182,9 +162,8 @@ class DaskExecutor:
         Returns
         -------
         result : dask.array.Array, or tuple / dict of them
-            The structure ``fn`` returns, with every array concatenated over
-            the partitions as a dask array with one chunk per partition (its
-            users, in order) along the first axis.
+            ``fn``'s structure, every array a dask array with one chunk per
+            partition along the first axis.
         """
         import dask
         import dask.array as da

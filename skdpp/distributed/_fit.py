@@ -1,27 +1,21 @@
 """Fit and predict on a Dask cluster with the estimators' own template.
 
-:func:`fit_distributed` runs the same steps as ``fit``: validation of the
-parameters, the estimator's own ``_validate_fit_data`` (on the workers, one
-partition of users at a time, :func:`_validate_partition`), the merge of what
-validation derived from the rows into what validating all rows at once gives
-(e.g. the items present: the estimator's ``_merge_vocabularies``), its own
-``_make_blocks`` (:func:`_prepare_partition`), the combination of the
-partitions' public metadata (:func:`_combine_partitions`), then
-``_fit_executor`` -- budget plan, core, every release through the
-:class:`~skdpp.privacy.Releaser` and the checked report -- in the driver
-process with a :class:`~skdpp.distributed.DaskExecutor`. Noise is drawn only
-there. Personal parts stay on the workers (:class:`DistributedPersonalParts`).
-
-Nothing depends on how the users fall into partitions beyond the order of
-floating-point summation: no check compares partitions (their metadata is
-public, summed, or merged as in ``fit``), and every task runs under
-:func:`~skdpp.base.quiet_numerics`, as every in-process entry point does.
+:func:`fit_distributed` runs the steps of ``fit``: the estimator's validation
+per partition on the workers (:func:`_validate_partition`), the merge of what
+validation derived from the rows (``_merge_vocabularies``), its
+``_make_blocks`` (:func:`_prepare_partition`), the partitions' public metadata
+combined (:func:`_combine_partitions`), then ``_fit_executor`` in the driver
+with a :class:`~skdpp.distributed.DaskExecutor`: noise is drawn only there.
+Personal parts stay on the workers (:class:`DistributedPersonalParts`).
+Nothing depends on the partitioning beyond the order of floating-point
+summation, and every task runs under :func:`~skdpp.base.quiet_numerics`.
 """
 
 import copy
 import operator
 import uuid
 import warnings
+from collections import namedtuple
 
 import numpy as np
 
@@ -36,12 +30,8 @@ __all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
 
 
 class _KeyOnly:
-    """The fit's randomness as the workers see it: the key, never a generator.
-
-    Keyed per-user randomness (splits, batches, client sampling) is a hash of
-    the key and the user's id, so workers can compute it; privacy noise and
-    public randomness are drawn by the driver only.
-    """
+    """The fit's randomness on a worker: the key for keyed per-user randomness;
+    privacy noise and public randomness are drawn by the driver only."""
 
     __slots__ = ("key",)
 
@@ -61,32 +51,14 @@ class _KeyOnly:
                            "worker (its draws must not depend on the partitioning).")
 
 
-class _Validated:
-    """One partition after the estimator's validation (lives on a worker)."""
-
-    __slots__ = ("data", "summary")
-
-    def __init__(self, data, summary):
-        self.data, self.summary = data, summary
-
-
-class _Prepared:
-    """One partition's blocks and validation attributes (lives on a worker)."""
-
-    __slots__ = ("blocks", "attributes", "summary")
-
-    def __init__(self, blocks, attributes, summary):
-        self.blocks, self.attributes, self.summary = blocks, attributes, summary
+# One partition (on a worker) after validation, and with its blocks.
+_Validated = namedtuple("_Validated", "data summary")
+_Prepared = namedtuple("_Prepared", "blocks attributes summary")
 
 
 def _per_user_names(estimator):
-    """The validation attributes with one entry per user (they stay on the workers).
-
-    ``user_ids_`` and those the estimator declares in
-    ``_per_user_data_attributes`` (e.g. the items each user rated). Declared,
-    never guessed from the data (an attribute whose length happened to equal
-    a partition's number of users would otherwise be taken for one).
-    """
+    """``user_ids_`` and the estimator's declared ``_per_user_data_attributes``
+    (never guessed from lengths); they stay on the workers."""
     return ("user_ids_",) + tuple(getattr(type(estimator), "_per_user_data_attributes", ()))
 
 
@@ -96,16 +68,9 @@ def _public_attributes(estimator, attributes):
 
 
 def _validate_partition(estimator, raw):
-    """Validate one partition with the estimator's own ``_validate_fit_data``.
-
-    What ``fit`` does first, on one partition's rows and a copy of the
-    estimator. Returns the validated data (kept on the worker) and a summary
-    for the driver: the public metadata, the public validation attributes,
-    the attributes validation set on the estimator (e.g. ``n_features_in_``),
-    the warnings raised and, if the estimator has one, the partition's
-    vocabulary (values validation derives from the rows, e.g. the items
-    present, which the driver merges over all partitions).
-    """
+    """One partition through a copy of the estimator's ``_validate_fit_data``: the
+    data (kept on the worker) and a summary for the driver (id range and kinds,
+    vocabulary, attributes validation set, warnings)."""
     estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
     before = dict(vars(estimator))
     with warnings.catch_warnings(record=True) as caught:
@@ -127,13 +92,8 @@ def _validate_partition(estimator, raw):
 
 
 def _prepare_partition(estimator, validated, vocabulary, randomness):
-    """One partition's blocks, from its validated data and the merged vocabulary.
-
-    With ``vocabulary`` (the merge over all partitions), the data are first
-    recoded by the estimator's ``_apply_vocabulary`` so that every value
-    validation derived from the rows is the one of validating all rows at
-    once. Then the estimator's own ``_make_blocks``.
-    """
+    """One partition's blocks: data recoded by ``_apply_vocabulary`` (the merge over
+    all partitions) if any, then the estimator's ``_make_blocks``."""
     data = validated.data
     if vocabulary is not None:
         data = estimator._apply_vocabulary(data, vocabulary)
@@ -166,13 +126,9 @@ def _same_value(a, b):
 def _combine_partitions(estimator, metas, attributes):
     """The public metadata and validation attributes of all partitions together.
 
-    ``n_users`` (and ``n_users_``) are summed (users are disjoint across
-    partitions). Every other value is public (a function of the parameters
-    and of public shapes) or was made the one of all rows by the
-    estimator's vocabulary merge, so it is the same in every partition by
-    construction: a difference is a defect of the estimator's validation
-    (a value derived from one partition's rows and not merged), reported as
-    such, never a property of the data.
+    ``n_users`` (``n_users_``) are summed; every other value is public or
+    merged, hence equal in every partition by construction: a difference is
+    a defect of the estimator's validation, never a property of the data.
     """
     summed = {"n_users", "n_users_"}
     combined = []
@@ -226,13 +182,8 @@ def _personal_chunks(client, array, users_per_partition):
 
 
 def _assemble(prepared, per_user_names, names, setter, *chunks):
-    """One partition's personal parts: per-user data attributes + collected values.
-
-    ``setter``: ``None``, or ``(estimator, public)`` when the estimator
-    overrides ``_set_fitted_attributes``: it then runs on this partition's
-    per-user values (with the fit's public attributes), as ``fit`` runs it on
-    all users' values.
-    """
+    """One partition's personal parts; ``setter`` (or None): ``(estimator, public)``
+    whose overridden ``_set_fitted_attributes`` runs on them as in ``fit``."""
     parts = {k: prepared.attributes[k] for k in per_user_names}
     parts.update(zip(names, chunks))
     if setter is not None:
@@ -253,12 +204,6 @@ def _overrides_set_fitted_attributes(estimator):
         is not BasePersonalizedEstimator._set_fitted_attributes
 
 
-def _set_attributes(estimator, attributes):
-    """Set per-user attributes as they are (already through the estimator's setter)."""
-    for name, value in attributes.items():
-        setattr(estimator, name, value)
-
-
 def _split_rows(value, counts):
     cuts = np.cumsum([0] + list(counts))
     return [value[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
@@ -267,13 +212,10 @@ def _split_rows(value, counts):
 def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     """Fit ``estimator`` on a cluster: the same release as ``fit``, noise on the driver.
 
-    Runs the estimator's own fit template: parameter validation, its
-    ``_validate_fit_data`` and ``_make_blocks`` on every partition (on the
-    workers), the budget plan, the algorithm with a
+    Runs the estimator's own fit template with a
     :class:`~skdpp.distributed.DaskExecutor` (one task per partition per
-    step; partials summed in a fixed order), every release through the
-    estimator's :class:`~skdpp.privacy.Releaser` in this process, and the
-    checked ``privacy_report_``.
+    step; partials summed in a fixed order); validation and blocks on the
+    workers, every release and the report in this process.
 
     Parameters
     ----------
@@ -284,48 +226,32 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     client : distributed.Client, default=None
         Default: ``blocks.client``.
     collect_personal : bool, default=False
-        Also gather the personal parts into the estimator (``user_ids_``,
-        the personal attributes) so that it is exactly what ``fit`` gives and
-        works in-process (``predict``, ``personalize``, pickling). Only when
-        they fit in the driver's memory.
+        Also gather the personal parts into the estimator, so that it is
+        exactly what ``fit`` gives (only when they fit in the driver's memory).
 
     Returns
     -------
     estimator : object
-        Fitted: released attributes, ``privacy_report_`` and the public
-        attributes of validation (``n_users_``, ``n_features_in_``, ...) are
-        set in this process; ``personal_parts_`` is a
-        :class:`DistributedPersonalParts` holding every user's personal part
-        on the workers.
+        Fitted: released and public attributes and ``privacy_report_`` in
+        this process; ``personal_parts_`` is a
+        :class:`DistributedPersonalParts` on the workers.
 
     Notes
     -----
     With the same ``random_state`` the released attributes equal those of
-    ``fit`` on the same rows up to the order of floating-point summation
-    (block boundaries follow the partitions), the privacy report is
-    identical, and the noise draws are the same: the noise stream and the
-    public randomness are used only here, in the same order; per-user
-    randomness is a keyed hash of each user's id and rows, whichever
-    partition holds them. The result does not depend on the number of
-    partitions beyond summation order.
+    ``fit`` up to the order of floating-point summation, with the same
+    report and noise draws: noise and public randomness are drawn only
+    here, in the same order; per-user randomness is a keyed hash of each
+    user's id and rows, whichever partition holds them.
 
-    Each partition is validated by the estimator's own ``_validate_fit_data``
-    on a worker, under :func:`~skdpp.base.quiet_numerics` like every task;
-    ``delta`` is checked once, here, against the total number of users, and
-    warnings raised on the workers are re-emitted here, each distinct one
-    once. Values validation derives from the rows (the items of
-    :class:`~skdpp.decomposition.AdaptiveWeightMF`, public catalogue or not)
-    are merged over the partitions by the estimator
-    (``_partition_vocabulary``, ``_merge_vocabularies``,
-    ``_apply_vocabulary``) into exactly what ``fit`` computes from all rows,
-    so whether the fit succeeds, its warnings and its result do not depend on
-    the partitioning. Per-user validation results (``user_ids_`` and the
-    estimator's ``_per_user_data_attributes``, e.g. the items each user
-    rated) stay on the workers with the personal parts. Blocks not built by a
-    :class:`UserBlocks` constructor are checked for users split across
-    partitions first.
-
-    If the fit raises, the estimator is left unfitted.
+    Values validation derives from the rows (the items of
+    :class:`~skdpp.decomposition.AdaptiveWeightMF`) are merged over the
+    partitions by the estimator (``_partition_vocabulary``,
+    ``_merge_vocabularies``, ``_apply_vocabulary``) into what ``fit``
+    computes from all rows, so whether the fit succeeds, its warnings
+    (re-emitted here, each once) and its result do not depend on the
+    partitioning; ``delta`` is checked here against the total number of
+    users. If the fit raises, the estimator is left unfitted.
     """
     if not isinstance(estimator, BasePersonalizedEstimator):
         raise TypeError(f"fit_distributed needs a skdpp estimator, got "
@@ -353,9 +279,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         if not blocks._users_disjoint:  # built without the constructors' check
             blocks._check_users_disjoint([s["id_range"] for s in checked])
         vocabulary = None
-        if hasattr(estimator, "_partition_vocabulary"):
-            # e.g. the items rated: the union over all partitions, as validating
-            # all rows at once gives it (sent back to every partition).
+        if hasattr(estimator, "_partition_vocabulary"):  # e.g. the items: their union
             vocabulary = estimator._merge_vocabularies([s["vocabulary"] for s in checked])
             vocabulary = client.scatter([vocabulary], broadcast=True, hash=False)[0]
         prepared = [_submit(client, _prepare_partition, estimator, f, vocabulary,
@@ -366,8 +290,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
             f.release()
         meta, attributes = _combine_partitions(
             estimator, [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
-        # As in ``fit``: validation's warnings, each distinct one once, then the
-        # delta warning (from the total number of users).
+        # as in ``fit``: validation's warnings, then the delta warning
         _reemit([s["warnings"] for s in checked])
         estimator._check_delta(meta["n_users"])
         per_user_names = _per_user_names(estimator)
@@ -376,8 +299,6 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         users = [s["n_users"] for s in summaries]
         executor = DaskExecutor(client, prepared, [s["n_blocks"] for s in summaries], users,
                                 workers=workers)
-        # The driver's releases run under quiet numerics, as in ``fit`` (and
-        # every task on the workers).
         with quiet_numerics():
             fitted = estimator._fit_executor(executor, randomness, meta)
         personal, empties = _personal_parts(
@@ -390,15 +311,15 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         if executor is not None:
             executor.close()
     public = {k: v for k, v in fitted.items() if k not in personal.names}
-    # The estimator's own setter, with the per-user values of no user (they
-    # stay on the workers, where the same setter ran on each partition's).
+    # the estimator's setter with no user's values (each partition's ran on the workers)
     estimator._set_fitted_attributes({**attributes, **public, **empties})
     for name in personal.names:
         if hasattr(estimator, name):
             delattr(estimator, name)
     estimator.personal_parts_ = personal
-    if collect_personal:
-        _set_attributes(estimator, personal.collect())
+    if collect_personal:  # already through the estimator's setter
+        for name, value in personal.collect().items():
+            setattr(estimator, name, value)
         del estimator.personal_parts_
     return estimator
 
@@ -444,14 +365,10 @@ class DistributedPersonalParts:
     Attributes
     ----------
     names : tuple of str
-        The per-user attributes held: ``user_ids_``, the estimator's personal
-        attributes (e.g. ``heads_``) and any other per-user attribute of
-        validation.
-    n_users : int
-    n_partitions : int
+        The per-user attributes held (``user_ids_``, e.g. ``heads_``).
+    n_users, n_partitions : int
     parts : list of distributed.Future
-        One dict ``{name: array}`` per partition of users (its users sorted
-        by id).
+        One dict ``{name: array}`` per partition (users sorted by id).
     """
 
     def __init__(self, client, parts, names, users_per_partition, id_ranges, source_keys):
@@ -480,31 +397,13 @@ class DistributedPersonalParts:
         Returns
         -------
         parts : dict
-            ``{name: array}`` with the layout of an in-process ``fit``
-            (``user_ids_`` sorted; every other array aligned with it).
+            ``{name: array}`` with the layout of an in-process ``fit``.
         """
-        import scipy.sparse as sp
-
-        gathered = self.client.gather(self.parts)
-        ids = np.concatenate([np.asarray(g["user_ids_"]) for g in gathered])
-        index = UserIndex.from_groups(ids, ids.shape[0])
-        order = np.empty(ids.shape[0], dtype=np.int64)
-        order[index.codes] = np.arange(ids.shape[0])
-        out = {}
-        for name in self.names:
-            values = [g[name] for g in gathered]
-            if sp.issparse(values[0]):
-                out[name] = sp.vstack(values, format="csr")[order]
-            else:
-                out[name] = np.concatenate([np.asarray(v) for v in values])[order]
-        return out
+        return _merge_by_id(self.client.gather(self.parts), self.names)
 
     def to_dask(self, name):
-        """The personal attribute ``name`` as a dask array (one chunk per partition).
-
-        Rows follow the partitions (``to_dask("user_ids_")`` gives their ids),
-        not the global order of ``user_ids_``.
-        """
+        """The personal attribute ``name`` as a dask array, one chunk per partition
+        (rows in partition order: ``to_dask("user_ids_")`` gives their ids)."""
         import dask
         import dask.array as da
 
@@ -519,6 +418,24 @@ class DistributedPersonalParts:
         for f in self.parts:
             f.release()
         self.parts = []
+
+
+def _merge_by_id(parts, names):
+    """``{name: rows of all parts}`` sorted by ``user_ids_`` (arrays or sparse)."""
+    import scipy.sparse as sp
+
+    ids = np.concatenate([np.asarray(p["user_ids_"]) for p in parts])
+    index = UserIndex.from_groups(ids, ids.shape[0])
+    order = np.empty(ids.shape[0], dtype=np.int64)
+    order[index.codes] = np.arange(ids.shape[0])
+    out = {}
+    for name in names:
+        values = [p[name] for p in parts]
+        if sp.issparse(values[0]):
+            out[name] = sp.vstack(values, format="csr")[order]
+        else:
+            out[name] = np.concatenate([np.asarray(v) for v in values])[order]
+    return out
 
 
 def _leaf_spec(parts, name):
@@ -539,13 +456,8 @@ def _select(parts, raw):
 
 
 def _predict_partition(estimator, raw, names, as_series, *selected):
-    """``estimator.predict`` on one partition, with the personal parts of its users.
-
-    Returns the predictions (a pandas Series indexed by the row labels when
-    ``as_series``) and the warnings raised.
-    """
-    import scipy.sparse as sp
-
+    """``estimator.predict`` on one partition with its users' personal parts: the
+    predictions (a Series by row label when ``as_series``) and the warnings."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if raw.n_rows == 0:
@@ -554,16 +466,7 @@ def _predict_partition(estimator, raw, names, as_series, *selected):
             est = estimator
             if names:
                 est = copy.copy(estimator)
-                ids = np.concatenate([np.asarray(s["user_ids_"]) for s in selected])
-                index = UserIndex.from_groups(ids, ids.shape[0])
-                order = np.empty(ids.shape[0], dtype=np.int64)
-                order[index.codes] = np.arange(ids.shape[0])
-                for name in names:
-                    values = [s[name] for s in selected]
-                    if sp.issparse(values[0]):
-                        merged = sp.vstack(values, format="csr")[order]
-                    else:
-                        merged = np.concatenate([np.asarray(v) for v in values])[order]
+                for name, merged in _merge_by_id(selected, names).items():
                     setattr(est, name, merged)
             pred = est.predict(raw.X, groups=raw.groups)
     if as_series:
@@ -593,9 +496,8 @@ def _ranges_overlap(a, b):
 def predict_distributed(estimator, blocks, *, client=None):
     """Predict every row of ``blocks`` with each user's personal part, on the workers.
 
-    Calls the estimator's own ``predict`` on every partition of ``blocks``,
-    with the personal parts of that partition's users (users unseen in the
-    fit get the cold-start prediction, as in-process).
+    The estimator's own ``predict`` per partition, with its users' personal
+    parts (unseen users get the cold-start prediction).
 
     Parameters
     ----------
@@ -611,11 +513,9 @@ def predict_distributed(estimator, blocks, *, client=None):
     Returns
     -------
     y_pred : dask.dataframe.Series or dask.array.Array
-        One prediction per row, partition by partition. For blocks built from
-        a dask DataFrame, a Series indexed by the DataFrame's index (with its
-        divisions when its partitioning was kept); otherwise an array with
-        one chunk per partition, aligned with ``blocks.row_labels()`` (the
-        input row numbers for :meth:`UserBlocks.from_arrays`).
+        One prediction per row: a Series indexed like the source dask
+        DataFrame, or an array with one chunk per partition aligned with
+        ``blocks.row_labels()``.
     """
     import dask
     import dask.array as da

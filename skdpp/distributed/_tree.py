@@ -41,9 +41,7 @@ def tree_nodes(partials, start=0):
     -------
     nodes : list of (level, position, value)
         The maximal aligned dyadic ranges ``[position, position + 2**level)``
-        inside the run, with their sums computed as :class:`TreeSum` does.
-        Combine runs with :func:`merge_tree_nodes` and read the total with
-        :func:`tree_nodes_result`.
+        inside the run, summed as :class:`TreeSum` does.
 
     Examples
     --------
@@ -62,17 +60,8 @@ def tree_nodes(partials, start=0):
 
 
 def merge_tree_nodes(*node_lists):
-    """Merge the nodes of several runs (:func:`tree_nodes`), in any grouping.
-
-    Sibling nodes are summed into their parent (left + right), exactly as
-    :class:`TreeSum` does; runs need not be adjacent (nodes of a gap stay
-    apart until the run between them is merged in).
-
-    Returns
-    -------
-    nodes : list of (level, position, value)
-        Sorted by position.
-    """
+    """Merge the nodes of several runs (:func:`tree_nodes`, any grouping, not
+    necessarily adjacent): siblings summed as :class:`TreeSum` does; sorted."""
     nodes = sorted((node for nodes in node_lists for node in nodes),
                    key=lambda node: node[1])
     stack = []
@@ -82,13 +71,8 @@ def merge_tree_nodes(*node_lists):
 
 
 def tree_nodes_result(nodes):
-    """The total of the nodes of *all* partials: equal to :func:`tree_sum` of them.
-
-    Parameters
-    ----------
-    nodes : list of (level, position, value)
-        The merged nodes of runs covering positions ``0 .. n - 1``.
-    """
+    """The total of the merged ``nodes`` of runs covering ``0 .. n - 1``: equal to
+    :func:`tree_sum` of the partials."""
     nodes = merge_tree_nodes(nodes)
     expected = 0
     for level, pos, _ in nodes:

@@ -292,15 +292,29 @@ def inverse_scales(scales):
         return np.where(np.isfinite(scales), 1.0 / np.asarray(scales, dtype=np.float64), 0.0)
 
 
-def _label_extreme_counts(block, state, grid):
-    """Block function: cumulative counts of the users' minimum and maximum labels."""
+def _label_extremes(block):
+    """Each of the block's users' minimum and maximum label (``inf`` without rows)."""
     y = np.asarray(block.take(block.y), dtype=np.float64)
     with np.errstate(invalid="ignore"):
         hi = block.segment_max(y, initial=-np.inf)
         lo = -block.segment_max(-y, initial=-np.inf)
-    lo = np.where(block.counts > 0, lo, np.inf)
-    hi = np.where(block.counts > 0, hi, np.inf)
+    return np.where(block.counts > 0, lo, np.inf), np.where(block.counts > 0, hi, np.inf)
+
+
+def _label_extreme_counts(block, state, grid):
+    """Block function: cumulative counts of the users' minimum and maximum labels."""
+    lo, hi = _label_extremes(block)
     return np.stack([cumulative_counts(lo, grid), cumulative_counts(hi, grid)]), state
+
+
+def own_label_ranges(block, state, _=None):
+    """Block function (``collect``): each user's own ``[min, max]`` label, shape (n, 2).
+
+    A personal attribute (the user's own rows only): a useless fit
+    (``local_only``) clamps each known user's predictions to it
+    (:func:`released_predictions`), where the released label range is noise.
+    """
+    return np.column_stack(_label_extremes(block))
 
 
 def label_range(executor, release, *, n_users):
@@ -343,6 +357,13 @@ def label_range(executor, release, *, n_users):
 #: this multiple of the mean labels' (more than two cells of the public radius
 #: grid, ratio 1.79, above it; MovieLens with a raw timestamp: ratios 24 to 190).
 COLD_SPREAD_FACTOR = 4.0
+#: A location whose clipped mean lies more than ``max(LOCATION_SHIFT_LIMIT, 1 -
+#: 2 s)`` radii from its private median (``s``: the mean's public noise std in
+#: radii) is treated as astray (:func:`~skdpp.privacy._quantile.private_location`,
+#: ``return_shift``; an astray median puts it about one radius away): at 300 users
+#: and epsilon 1 one flipped step of a median search (and one of the radius
+#: search) released a cold-start intercept of 80.6 for offsets near 229, shift 0.59.
+LOCATION_SHIFT_LIMIT = 0.5
 #: Report note of :func:`cold_start_levels` (``{head}``: what the head is).
 COLD_START_NOTE = (
     "the cold-start intercept is one of two private locations, of the users' mean labels "
@@ -352,7 +373,8 @@ COLD_START_NOTE = (
     "mean labels' (post-processing).")
 
 
-def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
+def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
+                      labels=None):
     """The cold-start intercept, and whether the released ``head`` is kept.
 
     Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
@@ -374,6 +396,21 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
     Both locations are always released (the plan's count is fixed); the
     choice compares released values: post-processing.
 
+    A location whose median search went astray (one flipped comparison of
+    noisy counts sends it where no user is; its clipped mean then sits about
+    one radius away, :data:`LOCATION_SHIFT_LIMIT`) is not used: an astray
+    offsets location drops the head; an astray mean-labels location is not
+    compared with; both astray: the label range's midpoint.
+
+    ``labels``, the released label range, is checked against the mean labels'
+    location: every user's mean label lies between its minimum and maximum,
+    so the median of the means lies between the medians of the extremes, and
+    the range's ends (quantiles ``q <= 0.5`` of the extremes) on either side
+    of it. An end on the wrong side means its noisy search went astray (one
+    flipped step at 300 users and epsilon 1 released (4.8, 9.9) for 0.5-5
+    ratings, clamping every prediction to 4.8): that end becomes infinite, no
+    clamp on that side (post-processing).
+
     Measured (MovieLens, ``benchmarks/bench_defaults.py``, FedRep at epsilon 4
     with the raw timestamp, user splits 1 and 2): released offset radii 59.9 and
     18.6 against about 0.8 for the mean labels, cold-start RMSE 4.59 / 4.24
@@ -385,31 +422,53 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile):
         ``head``, or zeros.
     intercept, radius : float
         The kept location and its released radius.
+    labels : tuple of float or None
+        ``labels`` with an end on the wrong side of the mean labels' location
+        replaced by an infinity.
     """
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
-                  radius_quantile=clip_quantile)
+                  radius_quantile=clip_quantile, return_shift=True)
     zeros = np.zeros_like(head)
-    level, level_radius = private_location(
+    level, level_radius, level_shift = private_location(
         release, functools.partial(reduce_offsets, zeros), **kwargs)
-    intercept, radius = private_location(
+    intercept, radius, shift = private_location(
         release, functools.partial(reduce_offsets, head), **kwargs)
-    if radius <= COLD_SPREAD_FACTOR * level_radius:
-        return head, intercept, radius
-    return zeros, level, level_radius
+    # an astray median puts the clipped mean about one radius away; the mean's noise
+    # std in radii is 2 z / n (public), so the limit is 2 such stds below 1
+    limit = max(LOCATION_SHIFT_LIMIT,
+                1.0 - 4.0 * float(release.noise_multiplier("cold_start")) / max(n_users, 1))
+    level_ok = abs(level_shift) <= limit
+    offsets_ok = abs(shift) <= limit
+    if labels is not None and level_ok:
+        lo, hi = labels
+        labels = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
+    if offsets_ok and (radius <= COLD_SPREAD_FACTOR * level_radius or not level_ok):
+        return head, intercept, radius, labels
+    if not level_ok and not offsets_ok and labels is not None and np.all(np.isfinite(labels)):
+        return zeros, 0.5 * (labels[0] + labels[1]), level_radius, labels
+    return zeros, level, level_radius, labels
 
 
-def released_predictions(pred, known, label_range, local_only):
-    """A linear model's predictions after its post-processing (public values only).
+def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
+    """A linear model's predictions after its post-processing.
 
-    A fit predicted useful: every prediction clamped to the released
-    ``label_range``. A useless fit (``local_only``): known users' own ridge
-    predictions as they are, new users the prior 0 -- not the cold-start part
-    clamped to the label range, both of which come from searches that the rule
-    predicts to go astray (measured: a released range up to 3e4 at epsilon 0.1).
+    ``codes``: each row's user position (``-1`` for a new user). A fit
+    predicted useful: every prediction clamped to the released
+    ``label_range``. A useless fit (``local_only``): a known user's own ridge
+    prediction clamped to its own label range (``own_ranges``, its personal
+    attribute, :func:`own_label_ranges`), new users the prior 0 -- not the
+    cold-start part clamped to the label range, both of which come from
+    searches that the rule predicts to go astray (measured: a released range
+    up to 3e4 at epsilon 0.1).
     """
-    if local_only:
-        return np.where(known, pred, 0.0)
-    return clamp_predictions(pred, label_range)
+    known = codes >= 0
+    if not local_only:
+        return clamp_predictions(pred, label_range)
+    if own_ranges is not None and known.any():
+        own = np.asarray(own_ranges)[codes[known]]
+        pred = pred.copy()
+        pred[known] = clamp_predictions(pred[known], (own[:, 0], own[:, 1]))
+    return np.where(known, pred, 0.0)
 
 
 def clamp_predictions(pred, label_range, rows=None):
@@ -509,8 +568,10 @@ def scaling_notes(scaled, dropped, labels, bounds, message):
             f"within most users, or counts dominated by noise): treated as no information "
             f"and dropped (scale inf); post-processing, no privacy cost.")
     if not all(np.isfinite(labels)):
-        notes.append("An end of the label range fell on the edge of its public grid: that "
-                     "side is not clamped (post-processing, no privacy cost).")
+        notes.append("An end of the label range fell on the edge of its public grid, or on "
+                     "the wrong side of the released location of the users' mean labels "
+                     "(its search went astray): that side is not clamped (post-processing, "
+                     "no privacy cost).")
     edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
     if edge:
         notes.append(

@@ -29,10 +29,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     L^_rho(U~, v; (S_i^0)_M)``, the shared embedding ``U_priv = M^T U~`` is
     released, and each user fits its head ``v_i`` and bias ``b_i`` on its own
     rows. The decision function of user ``i`` is ``<x, U_priv v_i> + b_i``.
-
     Works on raw data with only ``epsilon`` set: the label set, the clip
-    radius (hence the margin's scale) and the cold-start bias are chosen
-    privately and charged; everything else is scale- and shift-free.
+    radius and the cold-start bias are chosen privately and charged.
 
     Read more in the :ref:`User Guide <jl_margin>` and the paper's Section 4.
 
@@ -41,123 +39,90 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     n_components : int, default=3
         Dimension ``k`` of the shared embedding.
     jl_dim : int or "auto", default="auto"
-        Dimension ``k'`` of the JL space. ``"auto"``: Alg. 3's requirement
-        ``k' = ceil(log(n / beta) / margin^2)`` with the margin relative to
-        the clip radius (``r Gamma / rho = 1 / margin``), ``n`` the public
-        number of users and ``beta = 0.05``, clipped to ``[n_components,
-        min(n_features, 256)]`` (with ``margin="auto"``, ``rho -> 0+``: the
-        cap ``min(n_features, 256)``).
+        Dimension ``k'`` of the JL space. ``"auto"``: Alg. 3's
+        ``k' = ceil(log(n / beta) / margin^2)`` (``n`` the public number of
+        users, ``beta = 0.05``), clipped to ``[n_components, min(n_features,
+        256)]`` (the cap with ``margin="auto"``).
     margin : "auto" or float, default="auto"
-        Margin of the score's margin loss. ``"auto"``: the limit ``rho ->
-        0+``, the loss of a row is ``1[y <U~^T M x, u> <= 0]`` (the paper's
-        ``l_0``, the 0-1 loss of the projected row), which no positive scaling
-        of the rows changes: scale-free, no budget (see Notes). A float:
-        *relative to the clip radius*, the loss is ``1[y <U~^T M x, u> <=
-        margin * r]`` for a unit direction ``u`` and ``r`` the (released or
-        given) ``clip_norm``.
+        Margin of the score's loss. ``"auto"``: the limit ``rho -> 0+``, the
+        loss ``1[y <U~^T M x, u> <= 0]`` (the paper's ``l_0``), scale-free, no
+        budget. A float: *relative to the clip radius* ``r``, the loss
+        ``1[y <U~^T M x, u> <= margin * r]``.
     clip_norm : "auto", float or None, default="auto"
-        Row-norm bound ``r``: every row is scaled to norm at most ``r``
-        before the releases. ``"auto"``: the ``clip_quantile`` of the users'
-        root-mean-square row norms, released privately (phase ``"clip"``).
-        A number is used as is (free). ``None`` (no scaling, the margin in
-        the data's units) only with ``epsilon=np.inf``. The sensitivities do
-        not depend on ``r``; it fixes the scale the margin refers to.
+        Row-norm bound ``r`` (rows are scaled to norm at most ``r``).
+        ``"auto"``: the ``clip_quantile`` of the users' root-mean-square row
+        norms, released (phase ``"clip"``). A number: used as is (free).
+        ``None`` only with ``epsilon=np.inf``. The sensitivities do not
+        depend on ``r``.
     clip_quantile : float in (0, 1], default=0.5
-        Quantile of the per-user statistic that ``clip_norm="auto"`` releases.
+        Quantile released by ``clip_norm="auto"``.
     n_candidates : int, default=256
         Number of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
-        ``"random"``: data-independent Haar-random orthonormal frames (the
-        paper's construction with a finite random subset of the cover).
-        ``"subspace"``: first a Gaussian release of a noisy ``k' x k'``
-        second-moment matrix of the users' label-weighted mean directions,
-        whose top eigenvectors seed the candidates (see Notes).
+        ``"random"``: data-independent Haar-random orthonormal frames.
+        ``"subspace"``: around the top eigenvectors of a released noisy
+        second-moment matrix (see Notes).
     n_directions : int, default=64
-        Number of public unit directions of the inner minimum over heads
+        Public unit directions of the inner minimum over heads
         (``n_components=1``: always 2).
     fit_intercept : bool, default=True
-        Allow a per-user bias ``b_i`` in the head: a user keeps it only if it
-        lowers the logistic loss on the user's own rows by more than 2 nats
-        (a likelihood-ratio test; otherwise ``b_i = 0``, Alg. 3's head through
-        the origin), so a bias-free population loses nothing. The releases
-        do not depend on it (rows are not centred). The cold start is the
-        logit of the DP population rate of each class (phase
-        ``"cold_start"``, Gaussian). ``False``: Alg. 3's heads without bias;
-        the cold start is a public direction chosen by the exponential
-        mechanism.
+        Per-user bias ``b_i``, kept only if it lowers the logistic loss on
+        the user's rows by more than 2 nats (else ``b_i = 0``, Alg. 3). The
+        cold start is then the logit of the DP population rate of each class;
+        ``False``: a public direction chosen by the exponential mechanism.
     personal_rows : {"all", "holdout"}, default="all"
-        Rows of the personal heads. ``"all"``: all of a user's rows (the heads
-        are post-processing of the releases and the user's own rows).
-        ``"holdout"`` (Alg. 3 as written): the releases see ``S^0`` (about half
-        of each user's rows, chosen by a keyed hash) and the heads ``S^1``.
+        ``"all"``: releases and heads use all of a user's rows.
+        ``"holdout"`` (Alg. 3 as written): the releases see ``S^0`` (about
+        half of each user's rows, by a keyed hash), the heads ``S^1``.
     personal_ridge : float >= 0, default=1.0
-        Shrinkage of each head toward the cold start, in pseudo-rows: the head
-        minimises the logistic loss on the user's rows plus the (quadratic)
-        loss of ``personal_ridge`` rows labelled by the cold-start decision.
-        Scale-free (it depends on the rows only through decision values).
+        Shrinkage of each head toward the cold start, in pseudo-rows labelled
+        by the cold-start decision (scale-free).
     multiclass : {"ovr", "raise"}, default="ovr"
-        ``"ovr"``: one binary problem per class for more than two classes
-        (every phase releases all problems at once). ``"raise"``: more than
-        two classes raise ``ValueError``.
+        ``"ovr"``: one binary problem per class for more than two classes.
+        ``"raise"``: more than two classes raise ``ValueError``.
     classes : array-like, None or "observed", default=None
-        The label set. ``None``: selected privately (phase ``"labels"``:
-        private partition selection over the number of distinct users holding
-        each label); if it publishes fewer than two labels (few users or a
-        small ``epsilon``), the fit warns and falls back on the observed labels,
-        which the report marks as not covered (NOT FULLY PRIVATE). An array:
-        public, used as is (free); labels outside it
-        are negatives of every problem. ``"observed"``: every label present in
-        ``y``, *not covered* by the guarantee (the report says NOT FULLY
-        PRIVATE).
+        The label set. ``None``: selected privately (phase ``"labels"``);
+        if fewer than two labels are published, the fit warns and falls back
+        on the observed labels, marked not covered in the report. An array:
+        public, free; other labels are negatives of every problem.
+        ``"observed"``: the labels in ``y``, *not covered* (NOT FULLY PRIVATE).
     max_classes_per_user : int, default=2
-        Labels a user contributes to in the label selection (its most frequent
-        ones).
+        Labels a user contributes to the label selection (its most frequent).
     budget_shares : dict or None, default=None
-        Shares of the budget of the phases of the plan (the names
-        ``privacy_report_`` shows), each in (0, 1); phases left out keep their
-        defaults, and ``"selection"`` takes the rest (0.15 by default):
-
-        * ``"labels"`` (``classes=None``): 0.05;
-        * ``"clip"`` (``clip_norm="auto"``): ``"auto"``, the public rule of
-          every skdpp estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`):
-          the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 at which the noise std of
-          the quantile's counts is at most ``n_users / 8`` (a function of
-          ``epsilon``, ``delta``, the plan and the number of users only);
-        * ``"subspace"`` (``candidates="subspace"``): 0.7;
-        * ``"cold_start"``: 0.05.
+        Shares in (0, 1) of the phases (names of ``privacy_report_``); left
+        out: the defaults ``"labels"`` 0.05, ``"clip"`` ``"auto"`` (the public
+        rule of :func:`~skdpp.privacy._plan.resolve_clip_share`),
+        ``"subspace"`` 0.7, ``"cold_start"`` 0.05; ``"selection"`` takes the
+        rest (0.15 by default).
     epsilon : float, default=1.0
-        Privacy budget in ``(0, inf]``; ``np.inf`` runs the same algorithm
-        without noise (the exponential mechanism becomes the argmax).
+        Privacy budget in ``(0, inf]``; ``np.inf``: no noise (the exponential
+        mechanism becomes the argmax).
     delta : float, default=1e-6
-        Privacy parameter in ``[0, 1)``. Must be positive for every Gaussian
-        release (``candidates="subspace"``, ``fit_intercept``,
-        ``clip_norm="auto"``, ``classes=None``); a quarter of it is the
-        threshold ``delta`` of the label selection.
+        Privacy parameter in ``[0, 1)``; positive for any Gaussian release
+        (``candidates="subspace"``, ``fit_intercept``, ``clip_norm="auto"``,
+        ``classes=None``); a quarter of it is the label selection's threshold.
     random_state : int, RandomState instance or None, default=None
-        Seeds the fit's randomness: the public JL matrix, direction grid and
-        candidate perturbations, the key of the per-row ``S^0 / S^1`` split and
-        the privacy noise.
+        Seeds the public JL matrix, direction grid and candidates, the key of
+        the ``S^0 / S^1`` split and the privacy noise.
     verbose : int, default=0
-        Print the progress of each phase when positive (public values only).
+        Print each phase's progress when positive (public values only).
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         The label set (selected privately by default).
     clip_norm_ : float or None
-        The clip radius ``r`` used (released with ``clip_norm="auto"``).
+        The clip radius ``r`` used.
     jl_dim_ : int
         The JL dimension ``k'`` used.
     jl_matrix_ : ndarray of shape (jl_dim_, n_features_in_)
         The JL matrix ``M`` (public randomness).
     embeddings_ : ndarray of shape (n_problems, n_features_in_, n_components)
-        The released embeddings ``U_priv = M^T U~``, one per binary problem
-        (``n_problems = 1`` for two classes, ``n_classes`` for one-vs-rest).
+        The released ``U_priv = M^T U~`` per binary problem (1 for two classes).
     cold_start_heads_ : ndarray of shape (n_problems, n_components)
         Cold-start heads (zero with ``fit_intercept``).
     cold_start_intercepts_ : ndarray of shape (n_problems,)
-        Cold-start biases: the logit of the DP population rate of each
-        problem's positive class (zero without ``fit_intercept``).
+        Cold-start biases (zero without ``fit_intercept``).
     heads_ : ndarray of shape (n_users_, n_problems, n_components)
         Personal heads ``v_i`` (kept by each user).
     intercepts_ : ndarray of shape (n_users_, n_problems)
@@ -187,115 +152,64 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     set is outside the guarantee and the report says so.
 
     **Releases and sensitivities** (``P`` binary problems; every phase is one
-    release of all problems, so the plan does not depend on ``P``):
+    release of all problems, so the plan does not depend on ``P``; the plan is
+    calibrated once so that all releases compose to ``(epsilon, delta)``):
 
     * ``labels`` (``classes=None``): distinct-user counts of the labels, each
       user counting for at most ``max_classes_per_user = L`` labels; L2
       sensitivity ``sqrt(2 L)``; a label is kept iff its Gaussian count clears
       ``1 + sigma Phi^-1(1 - delta_t / L)`` (``delta_t = delta / 4``; Gopi et
       al. 2020, Desfontaines et al. 2022).
-    * ``clip`` (``clip_norm="auto"``): noisy binary search for the
-      ``clip_quantile`` of the users' root-mean-square row norms over the
-      public power-of-two grid (:func:`~skdpp.privacy._quantile.private_quantile`):
+    * ``clip`` (``clip_norm="auto"``): noisy binary search over a public
+      power-of-two grid (:func:`~skdpp.privacy._quantile.private_quantile`):
       6 Gaussian counts of users, sensitivity 1 each.
     * ``subspace`` (``candidates="subspace"``): ``sum_i u_{i,p} u_{i,p}^T``
       with ``u_{i,p}`` the unit direction of ``sum_j y_{j,p} M clip(x_j, r)``
       over user ``i``'s rows (0 if that sum is 0); Frobenius sensitivity
-      ``sqrt(2 P)``, symmetric Gaussian noise. Candidates are
-      ``orth(P' + s_c G_c)`` around the preconditioned top eigenvectors
-      ``P'`` with spreads up to twice the Davis-Kahan bound of the released
-      eigengap (post-processing).
+      ``sqrt(2 P)``, symmetric Gaussian noise. Candidates ``orth(P' + s_c
+      G_c)`` around the preconditioned top eigenvectors ``P'``, spreads up
+      to twice the Davis-Kahan bound of the released eigengap
+      (post-processing).
     * ``selection`` (Alg. 3, line 4): one candidate per problem by the
       exponential mechanism over the product of the candidate sets with the
       summed score (:func:`~skdpp.privacy._product.product_exponential`);
       every user's term lies in ``[0, 1]`` and depends only on its rows, so
-      each problem's score has sensitivity ``1/n`` and the sum ``P/n``
-      (for every margin, ``"auto"`` included: the margin only moves the
-      threshold of each 0/1 loss, a public value).
+      each problem's score has sensitivity ``1/n`` and the sum ``P/n`` (for
+      every margin: the margin only moves a public threshold).
     * ``cold_start``: with ``fit_intercept``, ``sum_i f_i`` with ``f_{i,p}``
       the fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
       sensitivity 1 for ``P = 1``, ``sqrt(2)`` otherwise since the
       one-vs-rest positives are disjoint); without, a public direction per
       problem by the product exponential mechanism (sensitivity ``P/n``).
 
-    **The margin** (``margin="auto"``, the default). The score's threshold
-    is ``rho = 0`` (``rho -> 0+`` of Alg. 3): the per-user term is the
-    fraction of the user's rows that the best of its directions misclassifies
-    in the candidate's projection, invariant to the rows' scale. Why not a
-    fixed margin, a grid of margins or a private quantile, and the
+    **The margin** ``"auto"`` (``rho -> 0+``) makes the per-user term the
+    fraction of the user's rows that the best of its directions misclassifies,
+    invariant to the rows' scale; it adds no release. Why, and the
     measurements: :ref:`jl_margin` ("The margin").
 
-    **Budget plan** (:class:`~skdpp.privacy.BudgetPlan`, shares in
-    ``budget_shares``): ``labels``, ``clip`` (6 releases), ``subspace``,
-    ``cold_start`` and ``selection`` (the rest: 0.15 of the budget by default). The plan is
-    calibrated once so that the composition of all releases meets
-    ``(epsilon, delta)``; ``privacy_report_`` lists the phases. The margin
-    (``"auto"`` or a float) adds no release and no phase.
-
     **Randomness.** ``M``, the direction grid and the candidate perturbations
-    are public randomness from the fit's public stream (their number depends
-    only on public values and the released label set). The ``S^0 / S^1``
-    split (``personal_rows="holdout"``) is a keyed hash of (fit key, user id,
-    position of the row within the user's rows in canonical order): permuting
-    the rows gives bit-identical releases and heads.
+    come from the public stream (their number depends only on public values
+    and the released label set). The ``S^0 / S^1`` split is a keyed hash of
+    (fit key, user id, position in canonical order): permuting the rows gives
+    bit-identical releases and heads.
 
-    **Deviations from the paper, and why.**
+    **Deviations from the paper** (a finite candidate set, the inner minimum
+    over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``)
+    and **measurements**: :ref:`jl_margin`. None changes a sensitivity above.
 
-    * The exponential mechanism runs over ``n_candidates`` candidates, not
-      the infeasible ``gamma``-cover of the Frobenius ball; Lemma 16 then
-      holds relative to the best candidate. ``"subspace"`` spends budget to
-      put candidates near the relevant subspace.
-    * Inner minimum over ``v``: over the public directions plus the user's
-      own label-weighted mean direction (an upper bound of the true minimum;
-      each term stays in ``[0, 1]``).
-    * The default margin is ``rho -> 0+`` (the 0-1 loss in the score, see
-      above): Lemma 16 and Theorem 17 hold for a fixed ``rho > 0``; ``k'``
-      is then the cap ``min(d, 256)``, not ``log(nm / beta) / rho^2``.
-    * Rows are clipped to ``r`` (released by default) instead of assuming
-      ``||x|| <= r``; a float margin is relative to ``r``. The releases see the
-      rows as given (centring each user's rows at its mean shrinks the
-      margins that the selection scores: it cost 0.01-0.12 accuracy on the
-      paper's setting).
-    * Heads (Alg. 3, line 6): a logistic loss with (if it passes the
-      likelihood-ratio test above) a per-user bias, shrunk toward the cold
-      start by ``personal_ridge`` pseudo-rows, instead of the
-      0-1 argmin over ``||v|| <= Gamma`` (which overfits noisy labels with few
-      rows). Only the local step changes, not the releases.
-    * Default ``personal_rows="all"``: releases and heads use all of a
-      user's rows, not the halves ``S^0`` / ``S^1``. Same privacy guarantee;
-      only Theorem 17's generalization argument (independence of the head's
-      rows from the selected ``U~``) uses the split.
-    * ``jl_dim="auto"`` uses the number of users ``n`` instead of ``nm`` (the
-      number of rows is private) and is capped at 256.
-    * The label set, the cold start and multiclass one-vs-rest are not in the
-      paper.
-
-    **Measured**: :ref:`jl_margin` (MovieLens and the paper's setting).
-
-    **Input domain** (README, "Privacy model"). ``X``: finite floats (a
-    non-finite value is rejected by ``validate_data`` with a ``ValueError``
-    before any computation); every finite value is handled without a warning
-    or an exception that depends on it (entry points run under
-    :func:`skdpp.base.quiet_numerics`). Labels (checked before any
-    computation by ``check_label_domain``): finite, and all numbers or all
-    strings (mixed kinds raise a ``ValueError``). With ``classes`` given,
-    labels are compared to ``classes`` by equality and must be of its kind
-    (numbers for numbers, strings for strings; otherwise ``ValueError``); a
-    label equal to no class -- ``"other"``, or ``1.5`` for ``classes=[0,
-    1]`` -- is *handled*, as "not this class" in every binary problem, never
-    rejected, so one user's label never decides whether ``fit`` succeeds.
-    ``personalize`` compares labels to ``classes_`` the same way. With
-    ``classes=None`` or ``"observed"`` labels are integers (a float with an
-    integral value, such as ``1.0``, is the integer label) or strings; a
-    non-integral number is a regression target and raises ``ValueError("Unknown
-    label type: continuous ...")``. One user contributes at most
-    ``max_classes_per_user`` label candidates to the private selection (its
-    most frequent labels); a label held by nobody within that cap is not a
-    candidate. ``predict`` gives the exact label of every finite row (a row
-    whose decision values overflow is classified from its values divided by
-    its largest entry: same signs, same argmax); ``decision_function``
-    raises a ``ValueError`` naming the rows whose values exceed the float64
-    range.
+    **Input domain** (README, "Privacy model"). ``X``: finite floats
+    (non-finite values raise before any computation); every finite value is
+    handled without a data-dependent warning or exception
+    (:func:`skdpp.base.quiet_numerics`). Labels (checked first by
+    ``check_label_domain``): finite, all numbers or all strings. With
+    ``classes`` given (or in ``personalize``, ``classes_``) labels are
+    compared by equality and must be of its kind; a label equal to no class
+    is "not this class" in every problem, never rejected. With
+    ``classes=None`` or ``"observed"`` labels are integers (``1.0`` is ``1``)
+    or strings; a non-integral number raises ``ValueError("Unknown label
+    type: continuous ...")``. ``predict`` gives the exact label of every
+    finite row; ``decision_function`` raises a ``ValueError`` naming the
+    rows whose values exceed the float64 range.
 
     References
     ----------
@@ -403,9 +317,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         return np.unique(np.asarray(self.classes))
 
     def _validate_fit_data(self, X, y, groups):
-        # scikit-learn's finiteness check sums X: finite values near the
-        # largest float overflow there and warn, which would depend on one
-        # user's data (DESIGN section 7).
+        # sklearn's finiteness check sums X: an overflow warning would leak (DESIGN 7)
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
         for name in ("margin", "clip_quantile", "personal_ridge"):
@@ -500,10 +412,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Raises
         ------
         ValueError
-            If a decision value exceeds the float64 range (about 1.8e308) for
-            finite ``X``; the error names the rows. Products that overflow
-            only in an intermediate are re-evaluated on the row divided by its
-            largest entry (:func:`skdpp.base.linear_predictions`).
+            If a decision value exceeds the float64 range for finite ``X``
+            (naming the rows; :func:`skdpp.base.linear_predictions`).
         """
         return self._decision_function_unchecked(X, groups)
 
@@ -534,13 +444,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def _label_scores(self, X, groups):
-        """Decision values with the signs and per-row ordering of the exact ones.
-
-        Rows whose plain values are not finite get them divided by ``s =
-        max(1, max_j |x_j|)`` (:func:`skdpp.base.scaled_linear_scores`), which
-        keeps each row's signs and argmax: the predicted label of a finite row
-        does not depend on whether its decision values fit in float64.
-        """
+        """Decision values with the signs and argmax of the exact ones
+        (:func:`skdpp.base.scaled_linear_scores` for rows that overflow)."""
         X, scores, linear_parts = self._scores(X, groups)
         rows, scaled, _ = scaled_linear_scores(X, scores, linear_parts)
         if rows is not None:
@@ -569,15 +474,14 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Predicted labels. A row whose decision values overflow float64 is
-            classified from its values divided by its largest entry (same
-            signs, same argmax), so every finite row gets its exact label.
+            Predicted labels (exact for every finite row, see
+            :meth:`decision_function`).
 
         Raises
         ------
         ValueError
-            If a row's scaled decision values are still not finite (weights
-            beyond the float range); the error names the rows.
+            If a row's scaled decision values are still not finite; the
+            error names the rows.
         """
         scores = self._label_scores(X, groups)
         _check_finite_output(self, "predict", scores)

@@ -244,7 +244,7 @@ class PPSGDRegressor(_LinearRegressor):
         "noise_multiplier": [Interval(Real, 0, None, closed="left"), None],
         "verbose": ["verbose"],
     }
-    _personal_attributes = ("offsets_", "intercept_offsets_")
+    _personal_attributes = ("offsets_", "intercept_offsets_", "own_label_ranges_")
     _algorithm = ppsgd
 
     def __init__(self, *, epsilon=1.0, delta=1e-6, clip_norm="auto", feature_scale="auto",

@@ -61,16 +61,17 @@ class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             X = standardize(X, inverse_scales(self.feature_scales_))
         codes = self._user_codes(groups, X.shape[0])
         pred, linear_parts = self._linear_scores(X, codes)
-        return released_predictions(linear_predictions(X, pred, linear_parts), codes >= 0,
+        return released_predictions(linear_predictions(X, pred, linear_parts), codes,
                                     getattr(self, "label_range_", None),
-                                    getattr(self, "local_only_", False))
+                                    getattr(self, "local_only_", False),
+                                    getattr(self, "own_label_ranges_", None))
 
 
 class _RepresentationRegressor(_LinearRegressor):
     """Constraints, validation and personal parts of the two regressors; subclasses
     set ``_algorithm`` (``Config``, ``plan``, ``run``) and their own parameters."""
 
-    _personal_attributes = ("heads_", "intercepts_")
+    _personal_attributes = ("heads_", "intercepts_", "own_label_ranges_")
     _parameter_constraints = {
         **BasePersonalizedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],

@@ -16,16 +16,13 @@ def rmse(y_true, y_pred):
     Parameters
     ----------
     y_true : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        Ground-truth targets.
     y_pred : array-like of the same shape as ``y_true``
-        Predictions.
 
     Returns
     -------
     rmse : float
-        ``sqrt(mean((y_true - y_pred) ** 2))`` over all entries; the RMSE
-        of Krichene et al. (2023), App. D.1, when the rows are the held-out
-        ratings.
+        ``sqrt(mean((y_true - y_pred) ** 2))`` over all entries (the RMSE of
+        Krichene et al. 2023, App. D.1, on held-out ratings).
 
     References
     ----------
@@ -47,8 +44,7 @@ def rmse(y_true, y_pred):
     if y_true.shape != y_pred.shape:
         raise ValueError(
             f"`y_true` and `y_pred` must have the same shape; got {y_true.shape} and "
-            f"{y_pred.shape}."
-        )
+            f"{y_pred.shape}.")
     if y_true.size == 0:
         raise ValueError("rmse() needs at least one sample; got empty `y_true`.")
     return float(np.sqrt(np.mean((y_true - y_pred) ** 2)))
@@ -99,10 +95,8 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
 
     Notes
     -----
-    Vectorised: (row, item) pairs are encoded as integers and intersected with
-    ``np.isin``; per-user counts use ``np.bincount``.  Item ids of
-    ``recommended`` and ``relevant_items`` must be of comparable types (e.g.
-    both integers).
+    Item ids of ``recommended`` and ``relevant_items`` must be of comparable
+    types (e.g. both integers).
 
     References
     ----------
@@ -122,16 +116,14 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
     rec = np.asarray(recommended)
     if rec.ndim != 2:
         raise ValueError(
-            f"`recommended` must be 2-D (n_users, n_recommended); got shape {rec.shape}."
-        )
+            f"`recommended` must be 2-D (n_users, n_recommended); got shape {rec.shape}.")
     n_rows, n_rec = rec.shape
     if k is None:
         k = n_rec
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n_rec:
         raise ValueError(
             f"`k` must be an integer in [1, {n_rec}] (the number of recommended "
-            f"columns); got {k!r}."
-        )
+            f"columns); got {k!r}.")
     k = int(k)
     rel_users = _as_id_array(relevant_users, "relevant_users")
     rel_items = _as_id_array(relevant_items, "relevant_items")
@@ -150,8 +142,7 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
         raise ValueError(
             f"Held-out pairs of user {missing!r} have no row in `recommended`; "
             "recommend items to every user with held-out items (pass their ids in "
-            "`users`)."
-        )
+            "`users`).")
     rel_rows = code_to_row[codes]
     top = rec[:, :k]
     items = UserIndex.from_groups(np.concatenate([top.ravel(), rel_items]))
@@ -172,6 +163,5 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
     if not has.any():
         raise ValueError(
             "No user has a held-out item: Recall@k is undefined. Pass at least one "
-            "(user, item) pair in `relevant_users` / `relevant_items`."
-        )
+            "(user, item) pair in `relevant_users` / `relevant_items`.")
     return float(np.mean(per_user[has]))

@@ -22,22 +22,8 @@ class _PersonalizedScorer:
         self._groups_request = True
 
     def __call__(self, estimator, X, y_true, groups=None):
-        """Score ``estimator`` on ``X, y_true`` with user ids ``groups``.
-
-        Parameters
-        ----------
-        estimator : fitted estimator
-        X : array-like of shape (n_samples, n_features)
-        y_true : array-like of shape (n_samples,)
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row, passed to the response method as
-            ``groups=groups``.  ``None`` calls the method without ``groups``.
-
-        Returns
-        -------
-        score : float
-            ``sign * metric(y_true, y_pred)``.
-        """
+        """``sign * metric(y_true, y_pred)`` with ``y_pred`` from the response
+        method called with ``groups=groups`` (without it for ``None``)."""
         methods = self._response_method
         if isinstance(methods, str):
             methods = (methods,)
@@ -48,8 +34,7 @@ class _PersonalizedScorer:
         else:
             raise AttributeError(
                 f"{type(estimator).__name__} has none of the response methods "
-                f"{list(methods)} required by this scorer."
-            )
+                f"{list(methods)} required by this scorer.")
         y_pred = method(X) if groups is None else method(X, groups=groups)
         return self._sign * float(self._metric(y_true, y_pred, **self._kwargs))
 
@@ -58,28 +43,13 @@ class _PersonalizedScorer:
         return False
 
     def set_score_request(self, *, groups=True):
-        """Set how ``groups`` is requested for scoring (metadata routing).
-
-        Parameters
-        ----------
-        groups : bool, None or str, default=True
-            ``True``: requested (the default), ``False``: not requested,
-            ``None``: error if passed, str: alias.
-
-        Returns
-        -------
-        self : object
-        """
+        """Set how ``groups`` is requested for scoring (``True``: requested, the
+        default; ``False``: not; ``None``: error if passed; str: alias)."""
         self._groups_request = groups
         return self
 
     def get_metadata_routing(self):
-        """Metadata request: ``groups`` for ``score`` (by default).
-
-        Returns
-        -------
-        routing : sklearn.utils.metadata_routing.MetadataRequest
-        """
+        """The ``MetadataRequest``: ``groups`` for ``score`` (by default)."""
         request = MetadataRequest(owner=self)
         request.score.add_request(param="groups", alias=self._groups_request)
         return request
@@ -150,19 +120,16 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
     """
     if not callable(metric):
         raise TypeError(
-            f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}."
-        )
+            f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}.")
     methods = (response_method,) if isinstance(response_method, str) \
         else tuple(response_method)
     bad = [m for m in methods if m not in _RESPONSE_METHODS]
     if bad or not methods:
         raise ValueError(
             f"`response_method` must be one of {list(_RESPONSE_METHODS)} or a tuple of "
-            f"them; got {response_method!r}."
-        )
+            f"them; got {response_method!r}.")
     if not isinstance(greater_is_better, (bool, np.bool_)):
         raise TypeError(
-            f"`greater_is_better` must be True or False; got {greater_is_better!r}."
-        )
+            f"`greater_is_better` must be True or False; got {greater_is_better!r}.")
     sign = 1 if greater_is_better else -1
     return _PersonalizedScorer(metric, sign, response_method, kwargs)

@@ -6,10 +6,5 @@ from ._search import PrivateRandomizedSearchCV
 from ._split import PerUserKFold, PerUserShuffleSplit, per_user_train_test_split
 from ._validation import cross_val_predict
 
-__all__ = [
-    "PerUserKFold",
-    "PerUserShuffleSplit",
-    "PrivateRandomizedSearchCV",
-    "cross_val_predict",
-    "per_user_train_test_split",
-]
+__all__ = ["PerUserKFold", "PerUserShuffleSplit", "PrivateRandomizedSearchCV",
+           "cross_val_predict", "per_user_train_test_split"]

@@ -17,53 +17,31 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from ..base import BasePersonalizedEstimator, quiet_numerics
-from ..pipeline import transform_then
+from ..pipeline import personalize, transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
-from ..privacy._composed import (
-    _children,
-    _is_stateless,
-    _normalised_shares,
-    _private_leaves,
-    privacy_report,
-)
+from ..privacy._composed import (_budget_set, _children, _is_stateless, _normalised_shares,
+                                 _private_leaves, privacy_report)
 from ..privacy._quantile import cumulative_counts, private_quantile, quantile_grid, search_steps
-from ..privacy._tuning import (
-    STOPPING_DISTRIBUTIONS,
-    RandomStopping,
-    SearchPrivacyReport,
-    _cks_epsilon,
-    epsilon_for_rho,
-    largest_root_below,
-    release_validation_score,
-    report_rho,
-    zcdp_epsilon,
-)
+from ..privacy._tuning import (STOPPING_DISTRIBUTIONS, RandomStopping,
+                               SearchPrivacyReport, _cks_epsilon, epsilon_for_rho,
+                               largest_root_below, release_validation_score, report_rho,
+                               zcdp_epsilon)
 from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport
 from ..privacy.report import non_private_wording as NON_PRIVATE_WORDING
 from ..utils._grouped import UserBlock, UserIndex, canonical_order
-from ..utils._random import (
-    DerivedRandomState,
-    hash_ids,
-    keyed_bits,
-    noise_is_seeded,
-    row_hashes,
-    seed_sequence,
-)
+from ..utils._random import (DerivedRandomState, hash_ids, keyed_bits, noise_is_seeded,
+                             row_hashes, seed_sequence)
 
 __all__ = ["PrivateRandomizedSearchCV"]
 
 _SCORE_PHASE = "validation_score"
 #: Phase of the private quantile behind ``score_clip="auto"`` (regression losses).
 _CLIP_PHASE = "score_clip"
-#: ``score_clip="auto"``: ``_AUTO_SCORE_FACTOR`` times the ``_AUTO_SCORE_QUANTILE``
-#: of the users' mean loss of predicting their own mean training label (for the
-#: squared error: the users' label variances). A personalized model's held-out
-#: error per user is about that variance; three times the median leaves most
-#: users of good configurations unclipped. The median, not a high quantile: the
-#: noisy bisection is accurate where the users' values are dense (measured on
-#: synthetic 1-5 ratings, 300-500 users at epsilon=1: the 0.9-quantile landed
-#: anywhere from 3.6 to 2.4e5, the median within one grid cell of the truth).
+#: ``score_clip="auto"`` = factor x quantile of the users' own-mean losses: three
+#: times the median leaves most users of good configurations unclipped (on 1-5
+#: ratings, 300-500 users, epsilon=1, the 0.9-quantile landed anywhere in
+#: [3.6, 2.4e5], the median within one grid cell of the truth).
 _AUTO_SCORE_QUANTILE = 0.5
 _AUTO_SCORE_FACTOR = 3.0
 _RESERVED = ("epsilon", "delta", "random_state")
@@ -82,114 +60,85 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     Runs a random number ``K`` of *trials* and outputs the best one. A trial
     samples a configuration from ``param_distributions`` (independently of
-    the data), fits a copy of ``estimator`` with it on the training rows, and
-    releases a differentially private validation score computed on held-out
-    rows of every user. ``K`` follows a truncated negative binomial or a
-    Poisson distribution with mean ``n_iter``; the per-trial budget is solved
-    so that the whole search -- every trial, every score, the selection and
-    the randomness of ``K`` -- is ``(epsilon, delta)``-DP (Papernot & Steinke
-    2022). The output is the best trial's fitted estimator (no refit: a refit
-    would spend the budget again), its parameters and its DP score.
+    the data), fits a copy of ``estimator`` on the training rows, and
+    releases a DP validation score on held-out rows of every user. ``K``
+    follows a truncated negative binomial or a Poisson law with mean
+    ``n_iter``; the per-trial budget is solved so that the whole search
+    (every trial, score, the selection and the randomness of ``K``) is
+    ``(epsilon, delta)``-DP (Papernot & Steinke 2022). The output is the best
+    trial's fitted estimator (no refit: it would spend the budget again), its
+    parameters and its DP score.
 
     Parameters
     ----------
     estimator : skdpp estimator or Pipeline
-        A user-level DP estimator of skdpp (e.g.
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`), or a
-        ``Pipeline`` ending in one whose other fitted steps are all private
-        (private transformers, at any depth of ``ColumnTransformer`` /
-        ``FeatureUnion``; stateless steps such as ``FunctionTransformer`` or
-        ``"passthrough"`` are fine). Its ``epsilon``, ``delta`` and
-        ``random_state`` (every private step's) are set by the search
-        (the per-trial budget, split across the private steps by
-        ``step_shares``); its other parameters come from the sampled
-        configuration or keep their values. A ``verbose`` parameter is set
-        to 0 in the trials (their output would reveal ``K``).
+        A user-level DP estimator of skdpp, or a ``Pipeline`` ending in one
+        whose other fitted steps are private (at any depth of
+        ``ColumnTransformer`` / ``FeatureUnion``) or stateless. The search
+        sets every private step's ``epsilon``, ``delta`` and ``random_state``
+        (the per-trial budget, split by ``step_shares``) and ``verbose=0``
+        (trial output would reveal ``K``); the other parameters come from the
+        configuration or keep their values.
     param_distributions : dict or list of dicts
         Parameter names mapped to lists (sampled uniformly) or to
-        distributions with an ``rvs`` method (``scipy.stats``). A list of
-        dicts: each trial first picks a dict uniformly. Configurations are
-        drawn with replacement, independently for every trial, as the
-        analysis requires (unlike scikit-learn's ``ParameterSampler``, which
-        draws grids without replacement). ``epsilon``, ``delta`` and
-        ``random_state`` may not appear.
+        distributions with an ``rvs`` method. A list of dicts: each trial
+        first picks a dict uniformly. Configurations are drawn with
+        replacement, independently per trial, as the analysis requires.
+        ``epsilon``, ``delta`` and ``random_state`` may not appear.
     epsilon : float, default=1.0
-        Privacy budget of the whole search, in ``(0, inf]``. ``np.inf`` runs
-        the same search without noise (the non-private baseline).
+        Budget of the whole search, in ``(0, inf]``; ``np.inf`` is the
+        non-private baseline.
     delta : float, default=1e-6
-        δ of the whole search, in ``(0, 1)`` (the Rényi-DP analysis needs
-        ``delta > 0``); much smaller than ``1 / n_users``.
+        δ of the whole search, in ``(0, 1)``; much smaller than
+        ``1 / n_users``.
     n_iter : float, default=10
         Mean number of trials ``E[K] >= 1``. ``n_iter=1`` with the truncated
-        negative binomial is ``K = 1``: one fit and its score, no search.
+        negative binomial is ``K = 1`` (one fit, no search).
     stopping : {"truncated_negative_binomial", "poisson"}, default="truncated_negative_binomial"
-        Distribution of ``K``. The truncated negative binomial has ``K >= 1``;
-        with Poisson, ``K = 0`` (probability ``exp(-n_iter)``) makes
-        :meth:`fit` raise (the search outputs nothing; its cost is still
-        spent).
+        Law of ``K``. With Poisson, ``K = 0`` (probability ``exp(-n_iter)``)
+        makes :meth:`fit` raise; its cost is still spent.
     stopping_shape : float, default=1.0
-        Shape ``η > -1`` of the truncated negative binomial: ``1`` is the
-        geometric distribution of Liu & Talwar (2019), ``0`` the logarithmic
-        distribution. Smaller shapes cost less privacy at the same mean but
-        give heavier tails (more searches with one trial, and some very long
-        ones): with ``n_iter=10``, ``P[K = 1]`` is 0.10 for ``η = 1`` and 0.27
-        for ``η = 0``, and the 99th percentile of ``K`` is 44 and 81.
+        Shape ``η > -1`` of the truncated negative binomial (``1``: geometric,
+        Liu & Talwar 2019; ``0``: logarithmic). Smaller shapes cost less at the
+        same mean but have heavier tails: with ``n_iter=10``, ``P[K = 1]`` is
+        0.10 for ``η = 1`` and 0.27 for ``η = 0``, the 99th percentile 44 and 81.
     validation_size : float in (0, 1), default=0.2
-        Fraction of each user's rows held out for the validation score (as
-        :func:`~skdpp.model_selection.per_user_train_test_split`: a user with
-        ``n >= 2`` rows holds out ``ceil(validation_size * n)``, clipped to
-        ``[1, n - 1]``; a one-row user keeps its row for training and does
-        not contribute to the score).
+        Fraction of each user's rows held out for the score, as
+        :func:`~skdpp.model_selection.per_user_train_test_split` (a one-row
+        user keeps its row for training and scores 0).
     loss : {"auto", "squared_error", "absolute_error", "zero_one"} or callable, default="auto"
-        Per-row loss of the validation score: squared error for regressors,
-        zero-one loss for classifiers (``"auto"``), or a callable
-        ``loss(y_true, y_pred)`` returning non-negative per-row losses.
+        Per-row loss of the score: squared error for regressors, zero-one
+        for classifiers (``"auto"``), or ``loss(y_true, y_pred)`` returning
+        non-negative per-row losses.
     score_clip : float or "auto", default="auto"
-        Bound ``C`` on each user's mean validation loss (larger losses count
-        as ``C``; so do non-finite ones). The score's noise is proportional
-        to ``C / n_users``. ``"auto"``: ``1`` for the zero-one loss (its public
-        range); for other losses (regressors) a private quantile released
-        before the trials and charged in the search's budget (see Notes):
-        three times the median of the users' mean loss of predicting their
-        own mean label -- for the squared error, of the users' label
-        variances (about 3 on 1-5 ratings, where a fixed ``C=1`` would clip
-        most users' errors and hide the differences between
-        configurations). A number is used as is, at no privacy cost: with a
-        public label range ``[low, high]`` (e.g. ratings 1-5),
-        ``((high - low) / 2) ** 2`` bounds the squared error of any
-        prediction within the range for half of it; ``1.0`` suits
-        standardised targets. With a classifier and a loss other than the
-        zero-one loss, pass a number. The value used is ``score_clip_``.
+        Bound ``C`` on each user's mean validation loss (larger or non-finite
+        losses count as ``C``); the score's noise is proportional to
+        ``C / n_users``. ``"auto"``: ``1`` for the zero-one loss, else a
+        private quantile (see Notes; a classifier with another loss needs a
+        number). A number is used as is, at no privacy cost (with public
+        labels in ``[low, high]``, ``((high - low) / 2) ** 2`` suits the
+        squared error).
     score_share : float in (0, 1), default=0.1
-        Share of each trial's zCDP budget spent on its validation score (the
-        rest goes to the fit).
+        Share of each trial's zCDP budget spent on its score (the rest on
+        the fit).
     refit_personal : bool, default=True
-        After the selection, refit the personal parts of the best estimator
-        on *all* of each user's rows (``best_estimator_.personalize``). This
-        costs no privacy (personal parts are functions of the released
-        shared part and the user's own rows) and does not change the shared
-        part or ``best_score_``.
+        After the selection, refit the best estimator's personal parts on
+        *all* of each user's rows (``personalize``): no privacy cost, shared
+        part and ``best_score_`` unchanged.
     step_shares : dict of str to float, default=None
-        With a ``Pipeline``: the share of each private step in every trial's
-        zCDP fit budget, keyed by the step's path (its parameter prefix, or
-        its own name when unambiguous), normalised; ``None``: equal shares.
-        Step ``i`` gets ``rho_i = share_i * rho_fit`` (zCDP composes by
-        addition, so the trial spends exactly ``rho_fit``). The final
+        With a ``Pipeline``: each private step's share of every trial's zCDP
+        fit budget, keyed as in :func:`~skdpp.privacy.split_budget`;
+        ``None``: equal shares. Step ``i`` gets ``rho_i = share_i * rho_fit``
+        (zCDP adds up: the trial spends exactly ``rho_fit``): the final
         estimator's ``epsilon`` is solved from its plan on the transformed
-        data's public shape; the preprocessing steps' ``epsilon`` is
-        ``eps_GDP(sqrt(2 rho_i), delta)`` (exact for Gaussian plans) and
-        every step's report is checked against its ``rho_i`` after its fit.
-        The search's ``privacy_report_`` covers every step
-        (``chosen_trial`` is :func:`skdpp.privacy.privacy_report` of the
-        selected Pipeline).
+        data's public shape, the others' is ``eps_GDP(sqrt(2 rho_i), delta)``
+        (exact for Gaussian plans); each report is checked against ``rho_i``.
     random_state : int, RandomState instance, Generator instance or None, default=None
-        Seeds ``K``, the configurations, the validation split, every trial's
-        fit and the score noise. ``None`` draws fresh OS entropy (use it in
-        deployments). An int, a ``RandomState`` or a ``Generator`` makes the
-        search reproducible, and its noise with it: the guarantee then holds
-        only while the seed is secret, and ``privacy_report_`` says so. The
-        trials' own seeds are never kept: ``best_estimator_`` is returned with
-        ``random_state=None`` (see Notes).
+        Seeds ``K``, the configurations, the split, every trial and the score
+        noise. ``None`` draws OS entropy (use it in deployments); a seed makes
+        the search reproducible and its guarantee holds only while the seed
+        is secret (``privacy_report_`` says so). ``best_estimator_`` is
+        returned with ``random_state=None`` (see Notes).
 
     Attributes
     ----------
@@ -199,12 +148,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     best_params_ : dict
         The selected configuration (released).
     best_score_ : float
-        The selected trial's DP validation score (released):
-        ``-(1/n_users) * sum_u min(mean loss of u on its held-out rows, C)``
-        plus Gaussian noise (users without held-out rows count 0).
+        The selected trial's DP score (released):
+        ``-(1/n_users) * sum_u min(mean held-out loss of u, C)`` plus Gaussian
+        noise (users without held-out rows count 0).
     score_clip_ : float
-        The bound ``C`` used (released: ``score_clip`` or its ``"auto"``
-        value).
+        The bound ``C`` used (released).
     privacy_report_ : SearchPrivacyReport
         The guarantee of the whole search; ``chosen_trial`` nests the
         selected trial's fit report.
@@ -215,96 +163,59 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     best_index_ : int
         **Private, not a release.** Position of the best trial.
     cv_results_ : dict of ndarray
-        **Private, not a release.** One entry per trial: ``params``,
-        ``param_<name>``, ``validation_score`` (each trial's noisy score) and
-        ``trial_epsilon`` (the ``epsilon`` its estimator was given). Kept for
-        the data holder's own diagnostics only.
+        **Private, not a release.** Per trial: ``params``, ``param_<name>``,
+        ``validation_score`` (noisy) and ``trial_epsilon``. For the data
+        holder's own diagnostics only.
 
     Notes
     -----
-    **Guarantee.** The search is ``(epsilon, delta)``-DP under
-    replace-one-user for what it releases: ``best_estimator_``'s shared part,
-    ``best_params_``, ``best_score_`` and ``privacy_report_`` (joint DP for
-    the personal parts). ``n_trials_``, ``best_index_``, ``cv_results_``, the
-    other trials and the running time are *not* covered: the analysis
-    (Papernot & Steinke 2022, Theorems 2 and 6) holds only if ``K`` stays
-    secret (knowing ``K = k``, the best of ``k`` trials costs about ``k``
-    trials). Do not publish them; the running time grows with ``K``.
+    **Guarantee.** ``(epsilon, delta)``-DP under replace-one-user for
+    ``best_estimator_``'s shared part, ``best_params_``, ``best_score_``,
+    ``score_clip_`` and ``privacy_report_`` (joint DP for the personal
+    parts). ``n_trials_``, ``best_index_``, ``cv_results_``, the other trials
+    and the running time are *not* covered: the analysis (Papernot & Steinke
+    2022, Theorems 2 and 6) needs ``K`` secret (knowing ``K = k``, the best
+    of ``k`` trials costs about ``k`` trials).
 
-    **Per-trial budget.** Every trial is held to a common zero-concentrated
-    DP budget ``ρ`` (Rényi DP ``ρλ`` at every order ``λ``), whatever
-    configuration it samples: a data-independent mixture of mechanisms is no
-    less private than its least private component, so the search analysis
-    only needs this one curve. ``ρ`` is the largest value at which the
-    search's RDP bound, converted to (ε, δ) (Canonne, Kamath & Steinke 2020,
-    over continuous orders), meets ``(epsilon, delta)``. A share
-    ``score_share`` of ``ρ`` goes to the score (a Gaussian release), the rest
-    to the fit: for each sampled configuration the search solves the
-    estimator's ``epsilon`` so that its budget plan spends exactly that zCDP
-    budget (for plans of Gaussian releases this is ``epsilon =
-    ε_GDP(sqrt(2ρ), delta)``, the exact-GDP value; other mechanisms are
-    converted with their zCDP bounds, see :mod:`skdpp.privacy._tuning`).
-    Continuous hyperparameters need no enumeration: each configuration is
-    calibrated when it is drawn, before any data is used, and after each fit
-    its privacy report is checked against the budget. An estimator that does
-    not expose its budget plan (not yet built on the fit template of
-    :class:`~skdpp.base.BasePersonalizedEstimator`) is calibrated as if its
-    releases were Gaussian; if its report shows more (Poisson-subsampled,
-    Laplace or exponential-mechanism releases), :meth:`fit` raises
-    :class:`~skdpp.exceptions.PrivacyBudgetError`. With ``n_iter=1`` (and
-    the truncated negative binomial) the search is one trial and spends
-    exactly one trial's budget.
+    **Per-trial budget.** Every trial is held to one zCDP budget ``ρ``
+    whatever its configuration (a data-independent mixture of mechanisms is
+    no less private than its least private component). ``ρ`` is the largest
+    value at which the search's RDP bound, converted to (ε, δ) (Canonne,
+    Kamath & Steinke 2020), meets ``(epsilon, delta)``. ``score_share * ρ``
+    goes to the score (Gaussian), the rest to the fit: each configuration's
+    ``epsilon`` is solved, before any data is used, so that its budget plan
+    spends exactly that (``ε_GDP(sqrt(2ρ), delta)`` for Gaussian plans; see
+    :mod:`skdpp.privacy._tuning`), and each fitted report is checked. An
+    estimator without a budget plan is calibrated as if Gaussian; a report
+    showing more raises :class:`~skdpp.exceptions.PrivacyBudgetError`.
 
     **Automatic score bound** (``score_clip="auto"``, regression losses).
-    Before the trials, each user ``u`` computes ``v_u``, the mean over its
-    *training* rows of ``loss(y, ȳ_u)`` with ``ȳ_u`` its mean training label
-    (0 for a user with one training row; a non-finite ``v_u`` counts as above
-    every candidate). The median of the ``v_u`` is released by a
-    noisy bisection over the public log grid of
-    :func:`~skdpp.privacy._quantile.private_quantile` (6 Gaussian counts,
-    each of L2 sensitivity 1 under replace-one-user: one user moves a count
-    by at most 1), and ``C`` is three times the selected grid point (the
-    median, where the users' values are dense, is found accurately by the
-    noisy bisection; a high quantile is not). The bisection
-    is held to the zCDP budget of one trial's validation score,
-    ``score_share * ρ`` (noise multiplier ``sqrt(6 / (2 score_share ρ))``
-    per count; phase ``"score_clip"`` of the report), and composed with the
-    search's Rényi-DP bound (adaptive composition: every trial is ρ-zCDP
-    whatever ``C``), so ``ρ`` is solved with that term included and the
-    whole search, bound included, is ``(epsilon, delta)``-DP. With the
-    zero-one loss ``C = 1`` is public and nothing is spent. At
-    ``epsilon=np.inf`` the quantile is exact.
+    ``C`` is three times the median of ``v_u``, each user's mean training
+    ``loss(y, ȳ_u)`` with ``ȳ_u`` its mean training label (the label variance
+    for the squared error), released by the noisy bisection of
+    :func:`~skdpp.privacy._quantile.private_quantile` (6 Gaussian counts of
+    sensitivity 1) at the cost ``score_share * ρ`` (phase ``"score_clip"``),
+    composed with the search's RDP bound (every trial is ρ-zCDP whatever
+    ``C``); ``ρ`` is solved with it included.
 
     **Validation score.** Rows are split within users by a keyed hash of the
     user id and the row's position among the user's rows (sorted by
-    content), the same split for every trial (for a fixed split each trial
-    is ρ-zCDP, and the split is independent of the data, so the guarantee
-    holds for the mixture over splits). A user's contribution is its mean
-    loss on its held-out rows clipped to ``[0, C]``, computed from the
-    released shared part and the user's own rows; the sum over users has
-    sensitivity ``C`` under replace-one-user and is released with Gaussian
-    noise; ``best_score_`` divides it by the public number of users.
-    Selection is the argmax of the noisy scores (ties, of probability zero
-    with noise, go to the first trial).
+    content), the same split for every trial (a data-independent split, so
+    the guarantee holds for the mixture). A user's contribution is its mean
+    held-out loss clipped to ``[0, C]``, a function of the released shared
+    part and its own rows: the sum has sensitivity ``C`` under
+    replace-one-user; ``best_score_`` divides it by the public number of
+    users. Selection is the argmax of the noisy scores (ties: first trial).
 
-    **Nothing observed depends on one user outside the releases.** Every
-    trial's fit, prediction and score (and the personal refit) run under
-    :func:`~skdpp.base.quiet_numerics`, whatever the caller's
-    ``np.errstate``; held-out rows are predicted without the check that
-    refuses non-finite predictions, and a user whose predictions or losses are
-    not finite counts as ``score_clip`` (one user moves the score by at most
-    ``C``, never an error, never a NaN score). Warnings raised inside the
-    trials are recorded, and only the selected trial's
-    :class:`~skdpp.exceptions.PrivacyLeakWarning` (conditions on the
-    parameters and the number of users, functions of ``best_params_`` and
-    ``n_users``) are re-raised after the selection; every other warning of a
-    trial may depend on one user's rows (or its number on ``K``) and is
-    dropped. Each trial's noise seed is taken back from its estimator as soon
-    as its fit has drawn from it (a ``RandomState`` left in the parameters
-    can be rewound to rebuild the noise): no parameter, attribute or pickle
-    of the fitted search holds a generator, a seed sequence or a seed. With
-    an int ``random_state`` the whole search is reproducible from that int,
-    which must stay as secret as the noise.
+    **Nothing observed depends on one user outside the releases.** Trials
+    run under :func:`~skdpp.base.quiet_numerics`; held-out rows are predicted
+    without the finite-prediction check, and a non-finite loss counts as
+    ``C``. Only the selected trial's
+    :class:`~skdpp.exceptions.PrivacyLeakWarning` (functions of
+    ``best_params_`` and ``n_users``) are re-raised; other trial warnings
+    may depend on one user (or on ``K``) and are dropped. Each trial's noise
+    seed is taken back as soon as its fit has drawn from it: no parameter,
+    attribute or pickle of the fitted search holds a generator or seed.
 
     References
     ----------
@@ -376,9 +287,6 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.step_shares = step_shares
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ #
-    # Validation
-    # ------------------------------------------------------------------ #
     def _check_params(self):
         self._validate_params()
         for name in ("epsilon", "delta", "n_iter", "stopping_shape", "validation_size",
@@ -419,8 +327,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 f"{type(self.estimator).__name__}; valid parameters are {sorted(valid)}.")
 
     def _auto_score_clip(self):
-        """How ``score_clip`` is resolved: None (a number), "public" (1 for the
-        zero-one loss) or "private" (a quantile charged in the search's budget)."""
+        """None (a number), "public" (1, zero-one loss) or "private" (a quantile)."""
         if not (isinstance(self.score_clip, str) and self.score_clip == "auto"):
             return None
         from sklearn.base import is_classifier
@@ -439,38 +346,29 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         d = self.param_distributions
         return [d] if isinstance(d, dict) else list(d)
 
-    # ------------------------------------------------------------------ #
-    # Fit
-    # ------------------------------------------------------------------ #
     def fit(self, X, y, groups=None):
         """Run the private search and keep the best trial.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training rows (passed to the estimator as is).
         y : array-like of shape (n_samples,)
-            Targets.
         groups : array-like of shape (n_samples,)
-            User id of each row (the privacy unit). Required: held-out rows
-            are taken within users.
+            User id of each row (the privacy unit). Required.
 
         Returns
         -------
         self : object
-            The fitted search.
 
         Raises
         ------
         PrivacyBudgetError
-            If a trial's fit spends more than the per-trial budget (its plan
-            does not match its releases) or the search would exceed
-            ``epsilon``.
+            If a trial's fit spends more than the per-trial budget or the
+            search would exceed ``epsilon``.
         RuntimeError
             With ``stopping="poisson"`` when ``K = 0``.
         """
-        for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("__")]:
-            delattr(self, name)  # a failed fit leaves no model
+        BasePersonalizedEstimator._discard_fitted_attributes(self)
         self._check_params()
         if groups is None:
             raise ValueError(
@@ -489,19 +387,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         groups = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
         n_users = int(index.n_users)
         delta = float(self.delta)
-        if self.epsilon != np.inf and delta >= 1.0 / n_users:
-            warnings.warn(
-                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: a mechanism that "
-                f"publishes one whole user's data at random would meet this guarantee. Use "
-                f"delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
-                PrivacyLeakWarning, stacklevel=2)
+        BasePersonalizedEstimator._check_delta(self, n_users)
 
         # --- the budget (data-independent) ---------------------------------
         stopping = RandomStopping(self.stopping, float(self.n_iter),
                                   float(self.stopping_shape))
         auto_clip = self._auto_score_clip()
-        # score_clip="auto" (regression): one quantile at the zCDP cost of one
-        # trial's score, score_share * rho, composed with the search.
         rho_clip_share = float(self.score_share) if auto_clip == "private" else 0.0
         rho = _calibrate_search(stopping, float(self.epsilon), delta, rho_clip_share)
         rho_score = self.score_share * rho
@@ -577,11 +468,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             estimators.append(est)
             trial_eps.append(eps_k)
 
-        # --- run the trials (only the best one so far is kept) --------------
-        # Every trial's fit, prediction and score run under the one
-        # floating-point guard: no warning or exception may depend on one
-        # user's values (DESIGN section 7). A trial's noise seed leaves its
-        # estimator as soon as the fit has drawn it (``_take_back_seed``).
+        # --- run the trials (only the best so far is kept; see Notes) -------
         loss = self._loss_function()
         scores = np.empty(n_trials)
         best, best_est, best_seed, best_warnings = 0, None, None, []
@@ -616,15 +503,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
         _replay(best_warnings)
         if self.refit_personal:
-            # All of each user's rows, in canonical order (permutation invariant).
-            # The trial's seed is lent back for this call only (PPSGD draws its
-            # local key from it), then taken back for good.
+            # all rows in canonical order; the seed is lent back for this call only
             final = best_est[-1] if isinstance(best_est, Pipeline) else best_est
             final.set_params(random_state=best_seed)
             try:
                 with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                     warnings.simplefilter("always")
-                    _personalize(best_est,
+                    personalize(best_est,
                                  *(_safe_indexing(a, order) for a in (X, y, groups)))
             finally:
                 _take_back_seed(final)
@@ -644,19 +529,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.cv_results_ = _results(configs, scores, trial_eps)
         return self
 
-    # ------------------------------------------------------------------ #
-    # Helpers of fit
-    # ------------------------------------------------------------------ #
     @staticmethod
     def _trial_budget(est, rho_fit, delta, X, y, groups):
         """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP).
 
-        Estimators built on the fit template expose their plan
-        (``_budget_plan``): it is solved exactly. For the others the plan is
-        assumed Gaussian (exact GDP) and :meth:`_check_trial_budget` verifies
-        the fitted report. The trial's ``delta`` is the search's, or smaller
-        when the search's is so large that the trial's epsilon would be 0 (any
-        point of the trial's privacy curve describes the same noise).
+        Solved from ``_budget_plan``, or assumed Gaussian without one (the
+        report is checked after the fit). ``delta`` shrinks while the trial's
+        epsilon would be 0 (any point of the curve describes the same noise).
         """
         if math.isinf(rho_fit):
             return math.inf, delta
@@ -678,14 +557,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "cannot account: its trials must be rho-zCDP. Pass the public catalogue or "
                 "label set explicitly (AdaptiveWeightMF(items=...), "
                 "JLMarginClassifier(classes=...)) in the estimator or the search space.")
-        saved = est.epsilon, est.delta
 
         def plan_at(eps):
-            est.epsilon, est.delta = eps, delta
-            try:
+            with _budget_set(est, eps, delta):
                 return est._budget_plan(meta).calibrate()
-            finally:
-                est.epsilon, est.delta = saved
 
         return epsilon_for_rho(plan_at, rho_fit, delta), delta
 
@@ -712,29 +587,23 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 "configuration, not on the data).")
 
     def _fit_pipeline_trial(self, pipe, rho_fit, delta, X, y, groups, seed):
-        """Fit one Pipeline trial with its private steps sharing ``rho_fit`` (zCDP).
+        """Fit a Pipeline trial whose private steps share ``rho_fit`` (``step_shares``).
 
-        Step by step: the preprocessing steps (``epsilon`` from their zCDP
-        share, exact for Gaussian plans), then the final estimator (its
-        ``epsilon`` solved from its plan on the transformed data's public
-        shape). Every step's report is checked against its share; every
-        seed is taken back. Returns the final step's seed and its epsilon.
+        Every step's report is checked against its share and every seed taken
+        back. Returns the final step's seed and its epsilon.
         """
         leaves = _private_leaves(pipe)
         names = [n for n, _ in leaves]
         weights = _normalised_shares(names, self.step_shares)
         final = pipe[-1]
         final_name = next(n for n, leaf in leaves if leaf is final)
-        seeds = {}
         try:
             for name, leaf in leaves:
-                if leaf is final:
-                    continue
-                rho_i = weights[name] * rho_fit
-                eps_i = math.inf if math.isinf(rho_i) else gaussian_epsilon(
-                    math.sqrt(2.0 * rho_i), delta)
-                seeds[name] = self._trial_random_state(seed)
-                leaf.set_params(epsilon=eps_i, delta=delta, random_state=seeds[name])
+                if leaf is not final:  # gaussian_epsilon(inf) is inf
+                    eps_i = gaussian_epsilon(
+                        math.sqrt(2.0 * (weights[name] * rho_fit)), delta)
+                    leaf.set_params(epsilon=eps_i, delta=delta,
+                                    random_state=self._trial_random_state(seed))
             head = pipe[:-1]
             Xt = X
             if len(head):
@@ -767,14 +636,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return final_seed, eps_k
 
     def _trial_random_state(self, seed):
-        """The ``random_state`` a trial is fitted with (taken back after its fit).
-
-        An int search seed gives an int (the search is reproducible from the
-        user's int anyway); otherwise 128 bits of the search's seed sequence
-        (a 32-bit seed would let an attacker search the noise), marked with
-        whether they derive from a user-supplied seed, so that the trial's
-        report tells the truth.
-        """
+        """A trial's ``random_state``: an int for an int search seed, else 128 bits
+        (a 32-bit seed could be searched) marked with whether the user seeded."""
         child = seed.spawn(1)[0]
         if isinstance(self.random_state, numbers.Integral):
             return int(child.generate_state(1, dtype=np.uint32)[0])
@@ -820,18 +683,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             "Each trial is held to the same zCDP budget (fit and validation score); "
             "best_estimator_ is the selected trial's fit (no refit).",
         )
-        trial_eps = zcdp_epsilon(rho, delta) if math.isfinite(rho) else math.inf
-        score_eps = gaussian_epsilon(1.0 / z_score, delta) if z_score > 0 else math.inf
-        fit_eps = zcdp_epsilon(rho_fit, delta) if math.isfinite(rho_fit) else math.inf
+
+        def phase(name, share, mechanism, epsilon, z=None, sens=None, count=1, clip=None):
+            if z is not None and mechanism == "gaussian" and not z > 0:
+                mechanism = "exact (gaussian without noise)"
+            return PhaseReport(name=name, share=share, mechanism=mechanism,
+                               sensitivity=sens, noise_multiplier=z, count=count,
+                               sampling_rate=1.0, clip_norm=clip, epsilon=epsilon)
+
         clip_phase = ()
         if rho_clip_share:
-            clip_eps = (zcdp_epsilon(rho_clip_share * rho, delta) if math.isfinite(rho)
-                        else math.inf)
-            clip_phase = (PhaseReport(
-                name=_CLIP_PHASE, share=None,
-                mechanism="gaussian" if z_clip > 0 else "exact (gaussian without noise)",
-                sensitivity=1.0, noise_multiplier=z_clip, count=_CLIP_STEPS,
-                sampling_rate=1.0, clip_norm=None, epsilon=clip_eps),)
+            clip_phase = (phase(_CLIP_PHASE, None, "gaussian",
+                                zcdp_epsilon(rho_clip_share * rho, delta), z=z_clip,
+                                sens=1.0, count=_CLIP_STEPS),)
             note = (f"score_clip='auto': C = {_AUTO_SCORE_FACTOR:g} x the "
                     f"{_AUTO_SCORE_QUANTILE:g}-quantile of the users' mean loss of predicting "
                     f"their own mean training label, released by a noisy bisection over a "
@@ -840,20 +704,15 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     f"C = {C:.6g}.")
             notes += (NON_PRIVATE_WORDING(note) if math.isinf(rho) else note,)
         phases = clip_phase + (
-            PhaseReport(name="trial_fit", share=1.0 - self.score_share,
-                        mechanism=f"{type(best_est).__name__} plan", sensitivity=None,
-                        noise_multiplier=None, count=1, sampling_rate=1.0, clip_norm=None,
-                        epsilon=fit_eps),
-            PhaseReport(name=_SCORE_PHASE, share=self.score_share,
-                        mechanism="gaussian" if z_score > 0
-                        else "exact (gaussian without noise)",
-                        sensitivity=C, noise_multiplier=z_score, count=1,
-                        sampling_rate=1.0, clip_norm=C, epsilon=score_eps),
-            PhaseReport(name="selection", share=None, mechanism="random-stopping",
-                        sensitivity=None, noise_multiplier=None, count=1, sampling_rate=1.0,
-                        clip_norm=None, epsilon=spent),
+            phase("trial_fit", 1.0 - self.score_share, f"{type(best_est).__name__} plan",
+                  zcdp_epsilon(rho_fit, delta)),
+            phase(_SCORE_PHASE, self.score_share, "gaussian",
+                  gaussian_epsilon(1.0 / z_score, delta) if z_score > 0 else math.inf,
+                  z=z_score, sens=C, clip=C),
+            phase("selection", None, "random-stopping", spent),
         )
-        chosen = _fit_report(best_est)
+        chosen = privacy_report(best_est) if isinstance(best_est, Pipeline) \
+            else best_est.privacy_report_
         local = tuple(getattr(chosen, "local", ()))
         return SearchPrivacyReport(
             epsilon=float(self.epsilon), delta=delta, epsilon_spent=float(spent),
@@ -861,12 +720,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             released=("best_estimator_ (shared part)", "best_params_", "best_score_",
                       "score_clip_"),
             local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
-            trial_epsilon=float(trial_eps), chosen_trial=chosen,
+            trial_epsilon=float(zcdp_epsilon(rho, delta)), chosen_trial=chosen,
             noise_seeded=seeded)
 
-    # ------------------------------------------------------------------ #
-    # Delegation to the best estimator
-    # ------------------------------------------------------------------ #
     @available_if(_estimator_has("predict"))
     def predict(self, X, groups=None):
         """Predict with the best estimator (``groups``: user id of each row)."""
@@ -886,20 +742,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return transform_then(self.best_estimator_, 'decision_function', X, groups=groups)
 
     def score(self, X, y, groups=None, sample_weight=None):
-        """The best estimator's ``score`` (R² or accuracy) on ``X, y``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row.
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        score : float
-        """
+        """The best estimator's ``score`` (R² or accuracy) on ``X, y`` (``groups``:
+        user id of each row)."""
         check_is_fitted(self)
         return transform_then(self.best_estimator_, "score", X, y, groups=groups,
                               sample_weight=sample_weight)
@@ -907,7 +751,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     def personalize(self, X, y, groups):
         """Fit personal parts of the best estimator for the given users (no privacy cost)."""
         check_is_fitted(self)
-        _personalize(self.best_estimator_, X, y, groups)
+        personalize(self.best_estimator_, X, y, groups)
         return self
 
     @property
@@ -936,17 +780,11 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return tags
 
 
-# ---------------------------------------------------------------------- #
-# Module helpers
-# ---------------------------------------------------------------------- #
 def _take_back_seed(est):
     """Reset a fitted trial's ``random_state`` to ``None``; return the old value.
 
-    The trial's seed rebuilds its noise: a ``RandomState`` can be rewound to
-    the words its fit drew, an int is the seed itself. No estimator that may
-    be observed (``best_estimator_``, its pickle, a clone) keeps it. The
-    released estimator therefore has ``random_state=None`` whatever the
-    search's ``random_state`` (a refit of it draws fresh entropy).
+    The seed rebuilds the trial's noise (a ``RandomState`` can be rewound),
+    so no observable estimator (``best_estimator_``, a pickle, a clone) keeps it.
     """
     value = est.get_params(deep=False)["random_state"]
     est.set_params(random_state=None)
@@ -959,19 +797,6 @@ def _leaves(est):
     if children is None:
         return [] if isinstance(est, str) or est is None else [est]
     return [leaf for _, child in children for leaf in _leaves(child)]
-
-
-def _fit_report(est):
-    """The report of one trial's fit (a Pipeline's composed report)."""
-    if isinstance(est, Pipeline):
-        return privacy_report(est)
-    return est.privacy_report_
-
-
-def _personalize(est, X, y, groups):
-    from ..pipeline import personalize
-
-    return personalize(est, X, y, groups)
 
 
 def _check_private_pipeline(pipe, path=""):
@@ -998,14 +823,11 @@ def _check_private_pipeline(pipe, path=""):
 
 
 def _replayable(caught):
-    """The recorded warnings the search re-raises: :class:`PrivacyLeakWarning` only.
+    """The recorded warnings to re-raise: :class:`PrivacyLeakWarning` only.
 
-    A data-independent rule. skdpp raises ``PrivacyLeakWarning`` only for
-    conditions on the parameters and the public number of users (e.g.
-    ``delta >= 1/n_users``); the selected trial's are therefore functions of
-    ``best_params_`` and ``n_users``, both released. Every other warning of a
-    trial (floating point, convergence, data conversion, ...) may depend on
-    one user's rows and is dropped.
+    skdpp raises it only on the parameters and the public ``n_users``, so the
+    selected trial's are functions of released values; any other warning may
+    depend on one user's rows and is dropped.
     """
     return [(w.message, w.category) for w in caught
             if issubclass(w.category, PrivacyLeakWarning)]
@@ -1019,14 +841,9 @@ def _replay(recorded):
 
 
 def _trial_predictions(est, X, groups):
-    """A trial's raw predictions for held-out rows (never a data-dependent error).
-
-    Uses the estimator's ``_predict_unchecked(X, groups=...)`` when it has
-    one: the core of ``predict``, returning the same values without the check
-    that refuses non-finite predictions (an error there would depend on one
-    user's rows). Falls back on ``predict``. Called under
-    :func:`~skdpp.base.quiet_numerics`.
-    """
+    """A trial's raw held-out predictions: ``_predict_unchecked`` when present
+    (``predict`` without the non-finite check, whose error would depend on one
+    user's rows), else ``predict``."""
     if isinstance(est, Pipeline):
         X = est[:-1].transform(X) if len(est) > 1 else X
         est = est[-1]
@@ -1037,13 +854,8 @@ def _trial_predictions(est, X, groups):
 
 
 def _user_losses(est, loss, X_va, y_va, g_va, codes_va, n_held_out):
-    """Each user's mean loss on its held-out rows (0 without held-out rows).
-
-    A row with a non-finite loss (overflow, a NaN or infinite prediction)
-    makes only its own user's mean non-finite; the release counts it as the
-    clip value (:func:`~skdpp.privacy._tuning.release_validation_score`), so
-    one user's rows move the score by at most ``score_clip``.
-    """
+    """Each user's mean held-out loss (0 without held-out rows; a non-finite loss
+    makes only its own user's mean non-finite, released as ``score_clip``)."""
     y_pred = _trial_predictions(est, X_va, g_va)
     row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64).reshape(-1)
     sums = np.bincount(codes_va, weights=row_loss, minlength=n_held_out.shape[0])
@@ -1065,14 +877,8 @@ def _search_epsilon(stopping, rho, delta, clip_share):
 
 
 def _calibrate_search(stopping, epsilon, delta, clip_share):
-    """The largest per-trial ρ whose search (and the automatic bound) meets (ε, δ).
-
-    Without the bound, :meth:`RandomStopping.calibrate`. With it, the Rényi-DP
-    curve of the search (Theorem 2 or 6 of Papernot & Steinke) plus the
-    bound's ``clip_share * ρ * λ`` (adaptive composition), converted with the
-    conversion of Canonne, Kamath & Steinke; solved by ``brentq`` on ``log ρ``
-    and then stepped down until it never exceeds ``epsilon``.
-    """
+    """The largest per-trial ρ whose search plus the automatic bound's
+    ``clip_share * ρ * λ`` (adaptive composition) meets (ε, δ)."""
     if not clip_share or math.isinf(epsilon):
         return stopping.calibrate(epsilon, delta)
     stopping.calibrate(epsilon, delta)  # validates epsilon and delta
@@ -1090,11 +896,8 @@ def _calibrate_search(stopping, epsilon, delta, clip_share):
 
 
 def _own_mean_losses(loss, y, codes, n_users):
-    """Each user's mean ``loss(y, its own mean label)`` over the given rows (NaN if none).
-
-    Called under :func:`~skdpp.base.quiet_numerics`: an overflow makes only
-    its own user's value non-finite (counted above every candidate).
-    """
+    """Each user's mean ``loss(y, its own mean label)`` (NaN without rows; an
+    overflow makes only its own user's value non-finite)."""
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     counts = np.bincount(codes, minlength=n_users).astype(np.float64)
     sizes = np.maximum(counts, 1.0)
@@ -1106,11 +909,8 @@ def _own_mean_losses(loss, y, codes, n_users):
 
 
 def _sample_configurations(distributions, n, rng):
-    """``n`` configurations drawn independently (with replacement) from ``distributions``.
-
-    Each draw picks one dict uniformly, then every parameter (sorted by name)
-    uniformly from its list or from its distribution (``rvs(random_state=rng)``).
-    """
+    """``n`` independent configurations: a dict uniformly, then each parameter
+    (sorted by name) from its list or ``rvs(random_state=rng)``."""
     out = []
     for _ in range(n):  # loop over trials
         dist = distributions[int(rng.integers(len(distributions)))]
@@ -1142,13 +942,8 @@ def _row_keys(X, y):
 
 
 def _split_within_users(X, y, index, key, validation_size):
-    """All, training and held-out row indices, in canonical order.
-
-    Each user's rows are sorted by content, then ranked by a keyed hash of
-    (user id, position); the ``ceil(validation_size * n)`` rows (clipped to
-    ``[1, n - 1]``; none for one-row users) with the largest keys are held
-    out.
-    """
+    """All, training and held-out row indices in canonical order (the keyed
+    within-user split described in the class Notes)."""
     n = index.n_samples
     order = canonical_order(index.codes, index.n_users, _row_keys(X, y))
     block = UserBlock(np.empty((n, 0)), np.empty(n), order, index.users,

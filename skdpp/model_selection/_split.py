@@ -20,7 +20,7 @@ from ..utils._grouped import UserIndex, rank_within_user
 __all__ = ["PerUserKFold", "PerUserShuffleSplit", "per_user_train_test_split"]
 
 
-def _check_groups(groups, n_samples, owner):
+def _check_groups(groups, X, owner):
     if groups is None:
         raise ValueError(
             f"{owner} needs `groups` (one user id per row) to split rows within users; "
@@ -28,25 +28,16 @@ def _check_groups(groups, n_samples, owner):
             "could be tested while its user stays in training. Pass "
             "split(X, y, groups=groups); inside cross_validate/GridSearchCV call "
             "sklearn.set_config(enable_metadata_routing=True) and pass "
-            "params={'groups': groups} (or fit(X, y, groups=groups))."
-        )
+            "params={'groups': groups} (or fit(X, y, groups=groups)).")
+    n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
     return UserIndex.from_groups(groups, n_samples)
 
 
 def _check_routing(splitter, groups, caller):
-    """Refuse to split for scikit-learn while metadata routing is disabled.
-
-    With routing off (scikit-learn's default), ``GridSearchCV.fit(X, y,
-    groups=g)``, ``cross_validate(..., groups=g)`` and the like pass ``groups``
-    to the splitter *only*: every fit then treats each row as its own user
-    (row-level instead of user-level DP) and every score is cold start. The
-    splitter is the one place that sees both facts: it was given ``groups``,
-    and the call comes from scikit-learn (``caller`` is the frame that called
-    ``split``) while routing is off. Direct calls (``cv.split(X, y, groups)``
-    in a loop of your own) are not affected. The decision uses only the
-    configuration, whether ``groups`` was passed and who called: never the
-    data.
-    """
+    """Refuse to split for scikit-learn (``caller``: the frame that called
+    ``split``) with ``groups`` while metadata routing is off: the groups would
+    reach the splitter only (see :class:`PerUserKFold`). Direct calls are not
+    affected; the decision never uses the data."""
     if groups is None or get_config().get("enable_metadata_routing", False):
         return
     module = caller.f_globals.get("__name__", "") if caller is not None else ""
@@ -62,8 +53,7 @@ def _check_routing(splitter, groups, caller):
         f"routed way: GridSearchCV(...).fit(X, y, groups=groups), cross_validate(..., "
         f"params={{'groups': groups}}). scikit-learn's cross_val_predict never passes "
         f"groups to predict: use skdpp.model_selection.cross_val_predict(estimator, X, "
-        f"y, groups=groups)."
-    )
+        f"y, groups=groups).")
 
 
 def _caller():
@@ -84,8 +74,7 @@ def _check_test_size(test_size):
             or not 0 < test_size < 1:
         raise ValueError(
             f"`test_size` must be a float in the open interval (0, 1) (the fraction of "
-            f"each user's rows to hold out); got {test_size!r}."
-        )
+            f"each user's rows to hold out); got {test_size!r}.")
 
 
 class PerUserKFold(BaseCrossValidator):
@@ -110,24 +99,19 @@ class PerUserKFold(BaseCrossValidator):
 
     Notes
     -----
-    Fold of a row: ``(rank + start_u) % n_splits`` where ``rank`` is the row's
-    position within its user (random if ``shuffle``) and ``start_u`` is a
-    per-user offset (``code % n_splits``, random if ``shuffle``), which balances
-    fold sizes.  A user with ``n >= n_splits`` rows has ``floor(n / n_splits)``
-    or ``ceil(n / n_splits)`` rows in each test fold, and at least
-    ``n - ceil(n / n_splits) >= 1`` rows in training.  The test folds
-    partition the rows of the eligible users.
+    Fold of a row: ``(rank + start_u) % n_splits``, ``rank`` its position
+    within its user and ``start_u`` a per-user offset balancing fold sizes
+    (both random if ``shuffle``). A user with ``n >= n_splits`` rows has
+    ``floor`` or ``ceil(n / n_splits)`` rows in each test fold and at least
+    one in training; the test folds partition the eligible users' rows.
 
-    ``groups`` is required (see :meth:`split`); the splitter requests it by
-    default for metadata routing (``__metadata_request__split``).
-
+    ``groups`` is required and requested by default for metadata routing.
     Inside scikit-learn's meta-estimators (``GridSearchCV``,
-    ``cross_validate``, ``learning_curve``, ...) the splitter needs metadata
-    routing (``sklearn.set_config(enable_metadata_routing=True)``): with
-    routing off, scikit-learn passes ``groups`` to the splitter only, so every
-    fit would treat each row as its own user (row-level DP) and every score
-    would be cold start. :meth:`split` then raises a ``RuntimeError`` saying
-    so, instead of running that evaluation.
+    ``cross_validate``, ...) routing must be enabled
+    (``sklearn.set_config(enable_metadata_routing=True)``): with it off,
+    ``groups`` reach the splitter only, so every fit would treat each row as
+    its own user (row-level DP) and every score would be cold start;
+    :meth:`split` then raises a ``RuntimeError``.
 
     Examples
     --------
@@ -147,36 +131,23 @@ class PerUserKFold(BaseCrossValidator):
         if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
                 or n_splits < 2:
             raise ValueError(
-                f"`n_splits` must be an integer >= 2; got {n_splits!r}."
-            )
+                f"`n_splits` must be an integer >= 2; got {n_splits!r}.")
         if not isinstance(shuffle, bool):
             raise TypeError(f"`shuffle` must be True or False; got {shuffle!r}.")
         if not shuffle and random_state is not None:
             raise ValueError(
                 "Setting `random_state` has no effect since `shuffle` is False; "
-                "leave random_state=None or set shuffle=True."
-            )
+                "leave random_state=None or set shuffle=True.")
         self.n_splits = int(n_splits)
         self.shuffle = shuffle
         self.random_state = random_state
 
     def get_n_splits(self, X=None, y=None, groups=None):
-        """Number of splits, ``n_splits``.
-
-        Parameters
-        ----------
-        X, y, groups : object
-            Ignored, present for API compatibility.
-
-        Returns
-        -------
-        n_splits : int
-        """
+        """Number of splits, ``n_splits`` (the arguments are ignored)."""
         return self.n_splits
 
     def _folds(self, X, groups):
-        index = _check_groups(groups, X.shape[0] if hasattr(X, "shape") else len(X),
-                              type(self).__name__)
+        index = _check_groups(groups, X, type(self).__name__)
         if self.shuffle:
             rng = check_random_state(self.random_state)
             start = rng.randint(self.n_splits, size=index.n_users)
@@ -202,16 +173,14 @@ class PerUserKFold(BaseCrossValidator):
 
         Yields
         ------
-        train : ndarray of int
-            Training row indices of the split.
-        test : ndarray of int
-            Test row indices of the split.
+        train, test : ndarray of int
+            Row indices of the split.
 
         Raises
         ------
         RuntimeError
-            If called by scikit-learn (``GridSearchCV``, ``cross_validate``,
-            ...) with ``groups`` while metadata routing is disabled (see Notes).
+            If called by scikit-learn with ``groups`` while metadata routing is
+            disabled (see Notes).
         """
         _check_routing(self, groups, _caller())
         return self._split(X, y, groups)
@@ -244,12 +213,9 @@ class PerUserShuffleSplit(BaseShuffleSplit):
 
     Notes
     -----
-    ``groups`` is required and requested by default for metadata routing.
-    Inside scikit-learn's meta-estimators it needs metadata routing enabled,
-    like :class:`PerUserKFold` (otherwise :meth:`split` raises a
-    ``RuntimeError``).
-    ``test_size * n`` is rounded to 9 decimals before the ceiling (so 0.3 of
-    10 rows is 3 rows).
+    ``groups`` and metadata routing as for :class:`PerUserKFold`.
+    ``test_size * n`` is rounded to 9 decimals before the ceiling (0.3 of 10
+    rows is 3 rows).
 
     Examples
     --------
@@ -274,8 +240,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
         self._default_test_size = 0.2
 
     def _iter_indices(self, X, y=None, groups=None):
-        index = _check_groups(groups, X.shape[0] if hasattr(X, "shape") else len(X),
-                              type(self).__name__)
+        index = _check_groups(groups, X, type(self).__name__)
         n_test = _n_test_per_user(index.counts, self.test_size, 1)[index.codes]
         rng = check_random_state(self.random_state)
         for _ in range(self.n_splits):  # loop over splits, not users
@@ -283,29 +248,8 @@ class PerUserShuffleSplit(BaseShuffleSplit):
             yield np.flatnonzero(~test), np.flatnonzero(test)
 
     def split(self, X, y=None, groups=None):
-        """Generate train/test row indices, splitting within each user.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Data; only its number of rows is used.
-        y : array-like of shape (n_samples,), default=None
-            Ignored.
-        groups : array-like of shape (n_samples,)
-            User id of each row.  Required: ``None`` raises a ``ValueError``.
-
-        Yields
-        ------
-        train : ndarray of int
-        test : ndarray of int
-
-        Raises
-        ------
-        RuntimeError
-            If called by scikit-learn (``GridSearchCV``, ``cross_validate``,
-            ...) with ``groups`` while metadata routing is disabled: ``groups``
-            would reach the splitter only (see :class:`PerUserKFold`).
-        """
+        """Generate train/test row indices within each user, as
+        :meth:`PerUserKFold.split` (same parameters, yields and errors)."""
         _check_routing(self, groups, _caller())
         return super().split(X, y, groups)
 
@@ -361,11 +305,9 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
                                                           numbers.Integral) \
             or min_train_rows < 1:
         raise ValueError(
-            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}."
-        )
+            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}.")
     arrays = indexable(*arrays)
-    n_samples = arrays[0].shape[0] if hasattr(arrays[0], "shape") else len(arrays[0])
-    index = _check_groups(groups, n_samples, "per_user_train_test_split")
+    index = _check_groups(groups, arrays[0], "per_user_train_test_split")
     groups_arr = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
     n_test = _n_test_per_user(index.counts, test_size, int(min_train_rows))
     rank = rank_within_user(index, check_random_state(random_state))

@@ -28,11 +28,10 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
                       params=None, pre_dispatch="2*n_jobs", method="predict"):
     """Out-of-fold predictions, with each row's user id passed to ``predict``.
 
-    Like :func:`sklearn.model_selection.cross_val_predict`, but every fold's
-    estimator is fitted with ``groups`` of its training rows *and* predicts
-    with ``groups`` of its test rows, so a held-out row of a user seen in
-    training gets that user's personal prediction (scikit-learn's function
-    never passes ``groups`` to ``predict``: every row would be cold start).
+    Like :func:`sklearn.model_selection.cross_val_predict` (which never passes
+    ``groups`` to ``predict``: every row would be cold start), but every fold
+    predicts with its test rows' ``groups``: a held-out row gets its user's
+    personal prediction.
 
     Parameters
     ----------
@@ -42,9 +41,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         ``sklearn.set_config(enable_metadata_routing=True)``, so that the
         pipeline passes ``groups`` on). Cloned for every fold.
     X : array-like of shape (n_samples, n_features)
-        The data (numpy array, pandas DataFrame, ...).
     y : array-like of shape (n_samples,), default=None
-        Targets.
     groups : array-like of shape (n_samples,)
         User id of each row (required, keyword-only).
     cv : int, cross-validation generator or iterable, default=None
@@ -54,9 +51,8 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         partition of the rows (every row in exactly one test fold).
     n_jobs : int, default=None
         Folds fitted in parallel (joblib; scikit-learn's configuration, incl.
-        metadata routing, is propagated to the workers).
+        metadata routing, reaches the workers).
     verbose : int, default=0
-        Verbosity of joblib.
     params : dict, default=None
         Further parameters of ``estimator.fit``; arrays with one entry per row
         are indexed per fold like ``X``. Must not contain ``groups``.
@@ -81,9 +77,8 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
 
     Notes
     -----
-    Every fold is a separate private fit and spends its own privacy budget
-    (on overlapping data): the predictions are for evaluation by the data
-    owner, not a release.
+    Every fold is a separate private fit spending its own budget (on
+    overlapping data): the predictions are for the data owner, not a release.
 
     Examples
     --------
@@ -105,25 +100,22 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
     if not hasattr(estimator, method):
         raise AttributeError(
             f"{type(estimator).__name__} has no method {method!r}; pass one of its "
-            f"prediction methods as method=..."
-        )
+            f"prediction methods as method=...")
     params = {} if params is None else dict(params)
     if "groups" in params:
         raise ValueError(
             "cross_val_predict got groups in params: pass groups=groups (the user ids "
-            "go to the splitter, to fit and to predict)."
-        )
+            "go to the splitter, to fit and to predict).")
     if not get_config().get("enable_metadata_routing", False) and isinstance(
         get_routing_for_object(estimator), MetadataRouter
     ):
         raise ValueError(
             f"{type(estimator).__name__} passes groups on to its steps only with "
             f"metadata routing: call sklearn.set_config(enable_metadata_routing=True) "
-            f"(or use sklearn.config_context(enable_metadata_routing=True))."
-        )
+            f"(or use sklearn.config_context(enable_metadata_routing=True)).")
     X, y = indexable(X, y)
     n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
-    _check_groups(groups, n_samples, "cross_val_predict")
+    _check_groups(groups, X, "cross_val_predict")
     ids = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
         cv = PerUserKFold(n_splits=int(cv))
@@ -145,8 +137,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         raise ValueError(
             f"The folds' {method} outputs have different shapes {sorted(shapes)} (e.g. "
             f"a class missing from some fold's training rows); use folds whose "
-            f"training rows hold every class."
-        )
+            f"training rows hold every class.")
     inverse = np.empty(n_samples, dtype=np.intp)
     inverse[test_rows] = np.arange(n_samples)
     return np.concatenate([np.asarray(p) for p in predictions])[inverse]
@@ -170,8 +161,7 @@ def _check_partition(test_rows, n_samples, cv):
     raise ValueError(
         f"cross_val_predict needs every row in exactly one test fold; with "
         f"cv={cv!r}, {' and '.join(detail)}. Use cross_validate for scores on such "
-        f"splits."
-    )
+        f"splits.")
 
 
 def _fold(value, rows, n_samples):

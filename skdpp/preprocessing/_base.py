@@ -1,27 +1,13 @@
 """What the private transformers share: the fit template and the private statistics.
 
 :class:`BasePrivateTransformer` is the preprocessing counterpart of
-:class:`skdpp.base.BasePersonalizedEstimator`: the privacy parameters, the
-meaning of ``groups`` (one user id per row, ``None``: every row its own user),
-``groups`` requested by ``fit`` for metadata routing, every entry point under
-:func:`skdpp.base.quiet_numerics`, and the fixed ``fit`` order -- validate,
-plan the budget (calibrated once), make every release through one
-:class:`~skdpp.privacy.Releaser`, build and check ``privacy_report_`` from its
-ledger, only then set the fitted attributes.
-
-The private statistics of one scalar per user (a column's per-user mean, a
-per-user mean squared deviation) reuse :mod:`skdpp.privacy._quantile`:
-
-* :func:`scale_free_location` -- a released magnitude (one noisy bisection of
-  the users' ``|v_i|`` on a public log grid spanning the float range) makes
-  the values unit-free, then :func:`~skdpp.privacy._quantile.private_location`
-  (median, radius, clipped mean) runs on ``v_i / c``. Without the magnitude a
-  raw Unix timestamp (``~1.6e9``) lies above the public grid of
-  ``private_location`` (``1e-8 .. 1e8``) and its location would be off by an
-  order of magnitude.
-* :func:`scale_free_median` -- the same magnitude, then the median steps of
-  ``private_location`` (coarse signed log grid, ``FINE_LEVELS`` linear
-  refinements) built from the public helpers of that module.
+:class:`skdpp.base.BasePersonalizedEstimator` (privacy parameters, ``groups``,
+entry points under :func:`skdpp.base.quiet_numerics`, and the ``fit`` order:
+validate, plan, release through one :class:`~skdpp.privacy.Releaser`, report,
+then set attributes). :func:`scale_free_location` and :func:`scale_free_median`
+first release a magnitude on a grid spanning the float range, so that
+:mod:`skdpp.privacy._quantile` (grids ``1e-8 .. 1e8``) also locates e.g. a raw
+Unix timestamp.
 """
 
 import functools
@@ -54,10 +40,8 @@ __all__ = ["BasePrivateTransformer", "MAGNITUDE_GRID", "MAGNITUDE_STEPS", "MEDIA
            "SCALE_FREE_STEPS", "saturate", "scale_free_location", "scale_free_median",
            "user_means"]
 
-#: Public log grid of the magnitude search: 128 candidates from 1e-300 to
-#: 1e300 (adjacent candidates differ by a factor 10**(600/127) ~ 5.4e4, so the
-#: released magnitude is within a factor ~230 of the users' median ``|v_i|``:
-#: the values divided by it fall well inside the grids of ``private_location``).
+#: Public log grid of the magnitude search (128 values, 1e-300 .. 1e300: the
+#: released magnitude is within a factor ~230 of the users' median ``|v_i|``).
 MAGNITUDE_GRID = quantile_grid(size=128, low=1e-300, high=1e300)
 #: Releases of one magnitude search.
 MAGNITUDE_STEPS = search_steps(MAGNITUDE_GRID)
@@ -69,32 +53,19 @@ MEDIAN_STEPS = (MAGNITUDE_STEPS + search_steps(2 * quantile_grid().shape[0])
                 + FINE_LEVELS * search_steps(FINE_SIZE))
 #: The phase of every noisy count of a search (sensitivity 1 each).
 CLIP_PHASE = "clip"
-#: A fit whose counts of phase "clip" have a noise std above this fraction of the
-#: number of users falls back to the transformer's prior, with a
-#: ``UselessFitWarning`` (see ``BasePrivateTransformer._useless_message``). A
-#: little above the target of the automatic share rule (``AUTO_CLIP_NOISE`` =
-#: 1/8): fits the share rule could not bring to its target but that are still
-#: reliable (about 1 in 150 off at 0.14) keep their releases.
+#: Count noise std (fraction of the users) above which a fit falls back to the
+#: prior (``BasePrivateTransformer._useless_message``); a little above the share
+#: rule's target 1/8 (about 1 fit in 150 off at 0.14).
 USELESS_SEARCH_NOISE = 0.15
 _FLOAT_MAX = np.finfo(np.float64).max
 
 
-# --------------------------------------------------------------------------- #
 # Private statistics of one scalar per user
-# --------------------------------------------------------------------------- #
 def user_means(X, index, mask=None):
-    """Per-user means of the columns of ``X`` (of the entries where ``mask``).
-
-    ``sum_r x_r / m`` (no overflow for finite values: every term is at most
-    ``max |x| / m``). A user with no entry in a column gets NaN there.
-
-    Returns
-    -------
-    means : ndarray of shape (n_users, n_features)
-    """
+    """Per-user means (n_users, n_features) of the columns of ``X`` (entries where
+    ``mask``; NaN without one), as ``sum_r x_r / m``: no overflow."""
     X = np.asarray(X, dtype=np.float64)
-    # Rows in canonical order (by user, then content), so that the sums -- and
-    # every released value -- are a function of the set of records.
+    # canonical order: the sums are a function of the set of records
     order = canonical_order(index.codes, index.n_users, row_hashes(X))
     X, codes = X[order], index.codes[order]
     starts = index.offsets[:-1][index.counts > 0]
@@ -124,23 +95,19 @@ def _magnitude(release, values, n_users):
 def scale_free_location(release, values, *, n_users, mean_phase):
     """The DP location of one scalar per user, whatever its scale and offset.
 
-    1. ``c``: the median of ``|v_i|`` on :data:`MAGNITUDE_GRID` (noisy
-       bisection, :data:`MAGNITUDE_STEPS` counts of sensitivity 1);
-    2. :func:`~skdpp.privacy._quantile.private_location` of ``v_i / c``
-       (``LOCATION_SEARCH_STEPS`` counts of sensitivity 1, phase ``"clip"``;
-       the mean of the values clipped to a released radius ``R`` around a
-       released median, one Gaussian release of sensitivity ``2 R`` in phase
-       ``mean_phase``), times ``c``.
+    ``c`` times :func:`~skdpp.privacy._quantile.private_location` of ``v_i /
+    c`` (``LOCATION_SEARCH_STEPS`` counts of sensitivity 1, phase ``"clip"``,
+    then the mean clipped to a released radius ``R``: sensitivity ``2 R`` in
+    ``mean_phase``), with ``c`` the median of ``|v_i|`` on
+    :data:`MAGNITUDE_GRID` (:data:`MAGNITUDE_STEPS` counts of sensitivity 1).
 
     Parameters
     ----------
     release : Releaser
     values : ndarray of shape (n_users,)
-        One value per user (non-finite: above every candidate in the
-        searches, 0 in the clipped sum -- e.g. a user without observations).
+        One value per user (non-finite: above every candidate, 0 in the sum).
     n_users : float
-        The number of users the quantiles and the mean refer to (public, or a
-        released count).
+        Public, or a released count.
     mean_phase : str
 
     Returns
@@ -165,15 +132,11 @@ RADIUS_QUANTILES = (0.5, 0.9)
 def radius_quantile(release, n_users):
     """The radius quantile ``q = clip(1 - 3 sigma / n, 0.5, 0.9)`` (public values only).
 
-    ``sigma`` is the noise std of one count of phase ``"clip"``. A noisy
-    bisection for the ``q`` quantile goes astray when the target ``q n`` is
-    within the noise of the largest count ``n``: every count beyond the true
-    quantile is then "not enough" with a large probability and the radius
-    lands orders of magnitude too far (measured: 2000 users at epsilon=1,
-    sigma = 0.11 n, ``q = 0.9``: a variance 36 times too large in one fit of
-    three). Keeping ``q n`` three noise std below ``n`` costs a clipping bias
-    (a skewed statistic's mean is underestimated) only where the noise forces
-    it.
+    ``sigma``: the noise std of one count of phase ``"clip"``. A bisection
+    whose target ``q n`` is within the noise of ``n`` lands orders of
+    magnitude too far (2000 users at epsilon=1, ``q = 0.9``: a variance 36
+    times too large in one fit of three); the clipping bias is paid only
+    where the noise forces it.
     """
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = 1.0 - 3.0 * sigma / max(float(n_users), 1.0)
@@ -183,11 +146,9 @@ def radius_quantile(release, n_users):
 def scale_free_median(release, values, *, n_users):
     """The DP median of one scalar per user (:data:`MEDIAN_STEPS` counts, phase ``"clip"``).
 
-    The magnitude step of :func:`scale_free_location`, then the median steps
-    of :func:`~skdpp.privacy._quantile.private_location`: a noisy bisection
-    on the signed log grid, refined ``FINE_LEVELS`` times on ``FINE_SIZE``
-    linear candidates inside the selected cell. Its resolution is
-    ``|median| * 0.79 / 256**2`` (plus the rank error of the noisy counts).
+    The magnitude of :func:`scale_free_location`, then a bisection on the
+    signed log grid refined ``FINE_LEVELS`` times (resolution ``|median| *
+    0.79 / 256**2`` plus the counts' rank error).
     """
     c = _magnitude(release, values, n_users)
     scaled = np.asarray(values, dtype=np.float64) / c
@@ -202,17 +163,12 @@ def scale_free_median(release, values, *, n_users):
 
 
 def saturate(values):
-    """``values`` with overflows saturated at the float64 range (NaN unchanged).
-
-    A transform of a finite row never returns ``inf``: whether a pipeline
-    runs must not depend on one user's values being large.
-    """
+    """``values`` saturated at the float64 range (NaN unchanged): whether a pipeline
+    runs must not depend on one user's values being large."""
     return np.clip(values, -_FLOAT_MAX, _FLOAT_MAX)
 
 
-# --------------------------------------------------------------------------- #
 # The base class
-# --------------------------------------------------------------------------- #
 #: Public methods of every private transformer that run under ``quiet_numerics``.
 ENTRY_POINTS = ("fit", "transform", "fit_transform", "inverse_transform")
 
@@ -294,9 +250,7 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
                            seeded=randomness.seeded)
         attributes, released, notes = self._fit_core(data, index, release, n_users)
         message = self._useless_message(release.plan, n_users)
-        if message is not None:
-            # The releases were made as planned (the ledger is the plan's); they are
-            # replaced by the transformer's prior (post-processing).
+        if message is not None:  # releases made as planned, replaced by the prior
             warnings.warn(message, UselessFitWarning, stacklevel=2)
             attributes = {**attributes, **self._prior_attributes(attributes)}
             notes = tuple(notes) + (message,)
@@ -308,14 +262,9 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         return self
 
     def _useless_message(self, plan, n_users):
-        """The warning of a fit whose searches are predicted to go astray (else None).
-
-        A public rule (``n_users``, epsilon, delta and the plan): the noise std of
-        one count of phase ``"clip"`` above :data:`USELESS_SEARCH_NOISE` times the
-        number of users. Measured on a year-like column (600 users, 150 seeds of
-        ``PrivateSimpleImputer``): count noise 0.23 n gave a mean more than 100
-        off in 17 fits (one at -1.2e29 on MovieLens), 0.18 n in 3, 0.14 n in 1.
-        """
+        """The warning of a fit whose searches are predicted to go astray (else None):
+        count noise std above :data:`USELESS_SEARCH_NOISE` times ``n_users`` (a
+        public rule; 600 users, 150 seeds: 0.23 n put 17 means > 100 off, 0.14 n one)."""
         if CLIP_PHASE not in plan or not self._prior_attributes({}):
             return None
         sigma = float(plan[CLIP_PHASE])

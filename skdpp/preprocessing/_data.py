@@ -39,19 +39,15 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         the location too (it is then in ``mean_`` even with
         ``with_mean=False``, as in scikit-learn).
     epsilon : float, default=1.0
-        Privacy budget ε in ``(0, inf]`` of the fit. ``np.inf`` runs the same
-        algorithm without noise.
+        Privacy budget ε in ``(0, inf]`` (``np.inf``: no noise).
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
     budget_shares : dict or None, default=None
-        Shares of the budget by phase name, as every skdpp estimator takes
-        them. The one key is ``"clip"``, the private searches (magnitudes,
-        medians and radii), default ``"auto"``: the rule of every skdpp
-        estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`, public
-        values only); the other phases split the rest.
+        Shares by phase name; the one key ``"clip"`` (the private searches)
+        defaults to ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`);
+        the other phases split the rest.
     random_state : int, RandomState instance or None, default=None
-        Seeds the privacy noise (``None``: fresh OS entropy). A seeded fit's
-        noise is only as secret as its seed.
+        Seeds the privacy noise (``None``: fresh OS entropy).
 
     Attributes
     ----------
@@ -95,10 +91,8 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
        ``s_ij = mean_r (x_rj - mean_j)^2``, and ``var_j`` is the DP location
        of the ``s_ij`` by the same procedure.
 
-    A user's rows enter only through ``a_ij`` and ``s_ij``: one value per
-    user and feature, whatever the user's number of rows. These are means
-    *over users* (each user weighs the same), not over rows as in
-    scikit-learn; with users of very different sizes they differ.
+    A user's rows enter only through ``a_ij`` and ``s_ij``: means *over
+    users* (each user weighs the same), not over rows as in scikit-learn.
 
     **Sensitivities** (replace one user): each count of a noisy bisection
     (magnitude, median, radius) moves by at most 1 (L2 sensitivity 1); each
@@ -108,13 +102,9 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
     location), ``"location"`` and ``"scale"`` (one Gaussian sum per feature
     each, the rest of the budget split equally).
 
-    A feature whose statistics are mostly noise degrades gracefully: a
-    released variance ``<= 0`` gives ``scale_ = 1``, and ``transform``
-    saturates at the float64 range instead of returning ``inf`` (so a
-    pipeline never fails because of one user's large values).
-
-    Non-finite ``X`` is rejected by scikit-learn's ``validate_data`` (the
-    input domain); impute first (:class:`PrivateSimpleImputer`).
+    A released variance ``<= 0`` gives ``scale_ = 1``; ``transform``
+    saturates at the float64 range (never ``inf``).
+    Non-finite ``X`` is rejected (impute first: :class:`PrivateSimpleImputer`).
 
     Examples
     --------

@@ -17,14 +17,11 @@ from ._base import BasePrivateTransformer
 
 __all__ = ["PrivateOneHotEncoder"]
 
-#: Share of ``delta`` reserved for the threshold of the category selection
-#: (the same fraction as the private item catalogue of ``AdaptiveWeightMF``);
-#: the Gaussian counts are calibrated to the rest.
+#: Share of ``delta`` reserved for the threshold of the category selection.
 THRESHOLD_DELTA_FRACTION = 0.25
 #: The phase of the category selection.
 SELECT_PHASE = "categories"
-#: Name suffix of the output column of the categories outside ``categories_``
-#: (``handle_unknown="infrequent_if_exist"``), as in scikit-learn.
+#: Suffix of the column of unknown categories (``"infrequent_if_exist"``).
 INFREQUENT = "infrequent_sklearn"
 
 
@@ -32,14 +29,9 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     """Encode categorical columns as one-hot columns; categories selected under user-level DP.
 
     The user-level private counterpart of
-    :class:`sklearn.preprocessing.OneHotEncoder`. A vocabulary fitted on
-    private data publishes every rare category (a category held by one user
-    appears or disappears with that user); here each column's categories are
-    chosen by *private partition selection*: each user counts once for each
-    of at most ``max_categories_per_user`` of its categories, the counts get
-    Gaussian noise and a category is kept iff its noisy count clears a
-    threshold. Categories given in ``categories`` are public: nothing is
-    released for them.
+    :class:`sklearn.preprocessing.OneHotEncoder`: a vocabulary fitted on
+    private data would publish every rare category; here each column's
+    categories are chosen by *private partition selection* (see Notes).
 
     Parameters
     ----------
@@ -48,26 +40,18 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         categories per column): public categories (free; no release, the
         report says so).
     max_categories_per_user : int, default=4
-        Cap on the categories one user contributes to per column (its most
-        frequent ones, ties broken by category order; a function of that
-        user's rows only). A larger cap lets users with many categories
-        count for all of them but raises the sensitivity (``sqrt(2 cap
-        n_columns)``) and the selection threshold.
+        Categories one user contributes to per column (its most frequent,
+        ties by category order); a larger cap raises the sensitivity.
     separator : str, default=None
-        Multi-label string columns: a cell ``"Comedy|Drama"`` holds the
-        categories ``"Comedy"`` and ``"Drama"`` (``separator="|"``) and is
-        encoded multi-hot. Applies to string (object) columns; ``None``: a
-        cell is one category.
+        Multi-label string columns: with ``separator="|"`` a cell
+        ``"Comedy|Drama"`` is encoded multi-hot; ``None``: one category per cell.
     handle_unknown : {"ignore", "infrequent_if_exist", "error"}, default="ignore"
-        What ``transform`` does with a value outside ``categories_``:
-        ``"ignore"``: all its one-hot columns are 0; ``"infrequent_if_exist"``:
-        every column gets one more output column, ``<feature>_infrequent_sklearn``,
-        which is 1 for such values (here "infrequent" means "not selected");
-        ``"error"``: raise a ``ValueError``. The default differs from
-        scikit-learn's ``"error"`` on purpose: with a private selection the
+        A value outside ``categories_`` in ``transform``: all-zero columns;
+        a 1 in an extra column ``<feature>_infrequent_sklearn``; or a
+        ``ValueError``. Not scikit-learn's ``"error"`` by default: the
         training data itself holds unselected categories, and a
-        ``fit_transform`` that raises because of one user's rare category
-        would reveal it.
+        ``fit_transform`` that raised on one user's rare category would
+        reveal it.
     sparse_output : bool, default=True
         Return a CSR matrix (scikit-learn's default) or a dense array.
     dtype : number type, default=np.float64
@@ -84,8 +68,7 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     Attributes
     ----------
     categories_ : list of ndarray
-        The categories of each column, sorted (published; the output columns
-        in this order).
+        The published categories of each column, sorted (the output order).
     n_users_ : int
     privacy_report_ : PrivacyReport
     n_features_in_ : int

@@ -50,16 +50,13 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     fill_value : float, default=None
         The value of ``strategy="constant"`` (``None``: 0).
     epsilon : float, default=1.0
-        Privacy budget ε in ``(0, inf]``; ``np.inf`` runs the same algorithm
-        without noise.
+        Privacy budget ε in ``(0, inf]`` (``np.inf``: no noise).
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
     budget_shares : dict or None, default=None
-        Shares of the budget by phase name, as every skdpp estimator takes
-        them. The one key is ``"clip"``, the private searches (magnitudes,
-        medians and radii), default ``"auto"``: the rule of every skdpp
-        estimator (:func:`~skdpp.privacy._plan.resolve_clip_share`, public
-        values only); the other phases split the rest.
+        Shares by phase name; the one key ``"clip"`` (the private searches)
+        defaults to ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`);
+        the other phases split the rest.
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise (``None``: fresh OS entropy).
 
@@ -100,11 +97,9 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     * ``"mean"`` (``strategy="mean"``): ``sum_i clip(a_ij - m_j, R_j)`` with
       Gaussian noise (sensitivity ``2 R_j``), divided by the noisy count.
 
-    A user with no observation in a column contributes nothing to it (a
-    NaN-only user changes each count by 1 at most, like any other user).
-    Every column is kept, even one with (almost) no observations (scikit-
-    learn's ``keep_empty_features=True``): dropping it would publish that it
-    is empty. Its fill value then rests on the noise.
+    Every column is kept, even one without observations (scikit-learn's
+    ``keep_empty_features=True``): dropping it would publish that it is
+    empty. Its fill value then rests on the noise.
 
     Examples
     --------

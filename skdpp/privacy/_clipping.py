@@ -2,31 +2,17 @@
 
 Every sensitivity in skdpp rests on a clip: a user's contribution is scaled so
 that its norm is at most a bound ``C``. The helpers here make that bound hold
-*in floating point*, for any finite input:
+*in floating point* for any finite input: norms neither overflow (entries
+beyond ~1e154) nor lose precision in the subnormal range (norms below
+~1e-146, where ``sqrt(sum x**2)`` can round to 0).
 
-* :func:`row_norms` / :func:`stack_norms` -- Euclidean / Frobenius norms that
-  neither overflow (entries beyond ~1e154) nor lose precision in the subnormal
-  range (norms below ~1e-146, where ``sqrt(sum x**2)`` can even round to 0);
-* :func:`unit_rows` -- unit vectors and norms by scaling each row by its largest
-  entry first (the robust path); :func:`unit_row_norms` -- the same norms
-  (bit for bit) without forming the unit vectors;
-* :func:`clip_factors` / :func:`clipped_magnitudes` -- ``min(1, C / norm)`` and
-  ``min(norm, C)`` with zero, huge and infinite norms handled;
-* :func:`clip_by_norm` -- ``v * min(1, C / ||v||)`` for every leading slice:
-  one fast norm-and-scale pass for rows whose norm lies in a safe range, the
-  robust unit-vector path only for the (rare) rows outside it;
-* :func:`clip_values` -- the scalar clip ``sign(y) min(|y|, C)``;
-* :func:`clipped_outer_sum` -- ``sum_i clip(a_i b_i^T, C)`` for rank-one
-  contributions, without forming the outer products;
-* :func:`scaled_clip_factors` -- clip factors of contributions stored scaled
-  (``s M`` with ``M`` of moderate size), without forming ``s ||M||``.
-
-Fast path and robust path give the same bound: a row whose norm ``r`` lies in
-``[_SAFE_LOW, _SAFE_HIGH]`` has no entry whose square overflows, and the squares
-that underflow are below ``1e-308 <= 1e-108 r**2``, so the computed norm has
-relative error ``O(d eps)`` and the scaled row has norm ``C (1 + O(d eps))``:
-exactly what the robust path achieves (the privacy tests compare the two on
-adversarial magnitudes).
+Each helper takes one fast pass for rows whose norm ``r`` lies in
+``[_SAFE_LOW, _SAFE_HIGH]`` and the robust path (:func:`unit_rows`: scale by
+the largest entry first) for the rare others. Both give the same bound: such
+a row has no entry whose square overflows, and the squares that underflow are
+below ``1e-308 <= 1e-108 r**2``, so the computed norm has relative error
+``O(d eps)`` and the scaled row norm ``C (1 + O(d eps))`` (the privacy tests
+compare the two on adversarial magnitudes).
 
 Examples
 --------
@@ -43,19 +29,9 @@ import numbers
 
 import numpy as np
 
-__all__ = [
-    "MIN_CLIP",
-    "clip_by_norm",
-    "clip_factors",
-    "clip_values",
-    "clipped_magnitudes",
-    "clipped_outer_sum",
-    "row_norms",
-    "scaled_clip_factors",
-    "stack_norms",
-    "unit_row_norms",
-    "unit_rows",
-]
+__all__ = ["MIN_CLIP", "clip_by_norm", "clip_factors", "clip_values",
+           "clipped_magnitudes", "clipped_outer_sum", "row_norms",
+           "scaled_clip_factors", "stack_norms", "unit_row_norms", "unit_rows"]
 
 #: Smallest clip bound accepted anywhere in skdpp: below it, rounding of
 #: subnormal numbers can make a clipped contribution exceed its bound (measured
@@ -92,11 +68,9 @@ def unit_rows(values):
 
     Each row is divided by its largest absolute entry before its norm is
     taken, so the unit rows have norm 1 up to rounding whatever the magnitude
-    of the entries (``np.linalg.norm`` squares them: subnormal rows underflow
-    to norm 0 and huge rows overflow to inf, and ``m / ||m||`` is then far
-    from unit norm, which breaks clipping). Zero rows give zero; rows with
-    infinite entries give the normalised sign pattern of those entries and
-    norm ``inf``.
+    (``m / np.linalg.norm(m)`` is far from unit norm for subnormal or huge
+    rows). Zero rows give zero; rows with infinite entries give the
+    normalised sign pattern of those entries and norm ``inf``.
 
     Parameters
     ----------
@@ -146,22 +120,8 @@ def unit_rows(values):
 
 
 def unit_row_norms(values):
-    """The norms of :func:`unit_rows`, bit for bit, without the unit vectors.
-
-    ``||values[i]||`` computed as ``a_i * sqrt(sum_j (values[i, j] / a_i)**2)``
-    with ``a_i`` the row's largest absolute entry: no overflow or underflow
-    for any finite row; ``inf`` for rows with an infinite entry, 0 for zero
-    rows, NaN for rows with NaN. About 3x faster than ``unit_rows(values)[1]``
-    (one division pass, no masked copies).
-
-    Parameters
-    ----------
-    values : array-like of shape (n, p)
-
-    Returns
-    -------
-    norms : ndarray of shape (n,)
-        Equal to ``unit_rows(values)[1]``.
+    """The norms of :func:`unit_rows` (shape (n,)), bit for bit, without the unit
+    vectors: about 3x faster (one division pass). NaN rows give NaN.
 
     Examples
     --------
@@ -188,19 +148,9 @@ def unit_row_norms(values):
 
 
 def row_norms(values):
-    """Euclidean norms of the rows of a 2-D array, overflow- and underflow-safe.
-
-    One fast pass ``sqrt(sum m**2)``; rows whose norm is not finite or lies
-    outside ``[1e-100, 1e100]`` are recomputed by :func:`unit_row_norms` (the
-    norms of :func:`unit_rows`, bit for bit).
-
-    Parameters
-    ----------
-    values : array-like of shape (n, p)
-
-    Returns
-    -------
-    norms : ndarray of shape (n,)
+    """Euclidean norms (shape (n,)) of the rows of a 2-D array, overflow- and
+    underflow-safe: rows outside the fast range are recomputed by
+    :func:`unit_row_norms`.
 
     Examples
     --------
@@ -215,8 +165,7 @@ def row_norms(values):
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         out = np.sqrt(np.einsum("ij,ij->i", M, M))
     bad = ~((out >= _SAFE_LOW) & (out <= _SAFE_HIGH)) & (out != 0.0)
-    # exact zeros are zero rows only when no entry is non-zero (a row of tiny
-    # entries can also square to 0): recheck those through the robust path too
+    # a row of tiny entries can also square to 0: recheck it
     zero = out == 0.0
     if zero.any():
         bad |= zero & (np.max(np.abs(M), axis=1) > 0)
@@ -226,16 +175,7 @@ def row_norms(values):
 
 
 def stack_norms(values):
-    """Frobenius norms of the slices ``values[i]`` of a stack (any shape), safe.
-
-    Parameters
-    ----------
-    values : array-like of shape (n, ...)
-
-    Returns
-    -------
-    norms : ndarray of shape (n,)
-    """
+    """Frobenius norms (shape (n,)) of the slices of a stack (n, ...), safe."""
     M = np.asarray(values, dtype=np.float64)
     if M.ndim == 0:
         raise ValueError("`values` must have a leading axis; got a scalar.")
@@ -243,22 +183,10 @@ def stack_norms(values):
 
 
 def clip_factors(norms, clip_norm):
-    """Per-contribution clipping factor ``min(1, C / norm)``.
+    """Per-contribution clipping factor ``min(1, C / norm)``, shaped like ``norms``.
 
-    ``clip(v, C) = v * min(1, C / ||v||)``. Zero norms give 1, infinite norms
-    0, ``clip_norm=None`` gives 1 everywhere (no clipping: only allowed with
-    ``epsilon=np.inf``).
-
-    Parameters
-    ----------
-    norms : array-like
-        Norms (>= 0, possibly inf).
-    clip_norm : float or None
-        ``C``.
-
-    Returns
-    -------
-    factors : ndarray of the shape of ``norms``
+    Zero norms give 1, infinite norms 0, ``clip_norm=None`` gives 1 everywhere
+    (no clipping: only allowed with ``epsilon=np.inf``).
 
     Examples
     --------
@@ -277,15 +205,8 @@ def clip_factors(norms, clip_norm):
 
 
 def clipped_magnitudes(norms, clip_norm):
-    """``min(norm, C)`` and the factor ``min(1, C / norm)`` of each contribution.
-
-    A contribution formed as ``magnitude * unit_vector`` has norm at most
-    ``C`` up to rounding, whatever the magnitude of the original.
-
-    Returns
-    -------
-    magnitudes, factors : ndarray
-    """
+    """``(min(norm, C), min(1, C / norm))`` per contribution: ``magnitude *
+    unit_vector`` has norm at most ``C`` up to rounding, whatever the original."""
     norms = np.asarray(norms, dtype=np.float64)
     factors = clip_factors(norms, clip_norm)
     bound = np.inf if clip_norm is None else clip_norm
@@ -302,23 +223,20 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     clip_norm : float or None
         Clip norm ``C >= 1e-100``. ``None`` returns an unchanged copy.
     out_dtype : dtype, default=np.float64
-        Floating dtype of the result (``float32`` keeps a float32 input's
-        memory; the bound then holds up to float32 rounding).
+        Floating dtype of the result (with ``float32`` the bound holds up to
+        float32 rounding).
 
     Returns
     -------
     clipped : ndarray of shape (n, ...)
-        ``values[i] * min(1, C / ||values[i]||_F)``. Slices with norm <= C are
-        returned unchanged; zero slices stay zero.
+        ``values[i] * min(1, C / ||values[i]||_F)`` (unchanged if the norm is
+        at most C).
 
     Notes
     -----
-    Slices whose norm lies in ``[1e-100, 1e100]`` are scaled directly (one
-    pass); the others go through :func:`unit_rows` (scaled by their largest
-    entry, so neither overflow nor subnormal squares spoil the bound), and
-    slices with infinite entries are clipped to ``C`` times the normalised
-    sign pattern of their infinite entries (the limit of scaling). NaN raises
-    ``ValueError``.
+    Fast and robust paths as in the module docstring; slices with infinite
+    entries are clipped to ``C`` times the normalised sign pattern of those
+    entries (the limit of scaling). NaN raises ``ValueError``.
 
     Examples
     --------
@@ -347,9 +265,7 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     big = safe & (norms > clip_norm)
     factors[big] = clip_norm / norms[big]
     out = np.multiply(flat, factors[:, None], dtype=out_dtype)
-    # Rows outside the safe range (tiny, huge, infinite or squares that
-    # under/overflow): the robust path. Tiny rows (< 1e-100 <= C) need no
-    # clipping but are rechecked because their computed norm may be 0 or off.
+    # the robust path (tiny rows are rechecked: their computed norm may be off)
     rows = np.flatnonzero(~safe)
     if rows.size:
         unit, rnorm = unit_rows(flat[rows])
@@ -360,17 +276,7 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
 
 
 def clip_values(values, clip):
-    """Scalar clip ``sign(y) min(|y|, clip)`` (e.g. label clipping).
-
-    Parameters
-    ----------
-    values : array-like
-    clip : float or None
-        ``None`` returns the values as floats.
-
-    Returns
-    -------
-    clipped : ndarray of float
+    """Scalar clip ``sign(y) min(|y|, clip)`` as floats (``clip=None``: no clip).
 
     Examples
     --------
@@ -389,32 +295,18 @@ def clipped_outer_sum(A, B, clip_norm):
     with the unit vectors ``â``, ``b̂``. The sum is formed without any
     ``n x p x q`` temporary.
 
-    Parameters
-    ----------
-    A : array-like of shape (n, p)
-        One vector ``a_i`` per contribution (e.g. a user's gradient factor).
-    B : array-like of shape (n, q)
-        One vector ``b_i`` per contribution (e.g. the user's head).
-    clip_norm : float or None
-        ``C`` (``None``: no clipping, ``A^T B``; only with ``epsilon=np.inf``).
-
-    Returns
-    -------
-    total : ndarray of shape (p, q)
+    ``A`` (n, p) and ``B`` (n, q) hold one ``a_i``, ``b_i`` per contribution
+    (e.g. a user's gradient factor and head); ``clip_norm=None`` gives
+    ``A^T B`` (only with ``epsilon=np.inf``). Returns shape (p, q).
 
     Notes
     -----
-    Rows whose norms ``||a_i||`` and ``||b_i||`` both lie in ``[1e-100, 1e100]``
-    (all practical data) take one scalar factor ``min(||a|| ||b||, C) / (||a||
-    ||b||)`` each and one ``(p, n) @ (n, q)`` product: the norms and their
-    product (in ``[1e-200, 1e200]``) are accurate to rounding and no product
-    over- or underflows significantly, so each term has norm
-    ``min(||a|| ||b||, C)`` up to rounding. Other rows (subnormal, huge or
-    infinite entries, products that overflow) are clipped through unit
-    vectors (:func:`unit_rows`): a row with infinite entries contributes ``C``
-    times the normalised sign pattern of those entries. Rows outside the fast
-    range never enter the fast product, so an infinite entry can never meet
-    a zero factor (``inf * 0 = NaN``). NaN entries raise ``ValueError``.
+    Rows whose ``||a_i||`` and ``||b_i||`` both lie in ``[1e-100, 1e100]`` take
+    one factor ``min(||a|| ||b||, C) / (||a|| ||b||)`` in one ``(p, n) @ (n, q)``
+    product (norms and product accurate to rounding, so each term has norm
+    ``min(||a|| ||b||, C)``). Other rows are clipped through unit vectors
+    (:func:`unit_rows`) and never enter the fast product, so an infinite entry
+    never meets a zero factor (``inf * 0 = NaN``). NaN raises ``ValueError``.
 
     Examples
     --------
@@ -443,9 +335,7 @@ def clipped_outer_sum(A, B, clip_norm):
     a_norm, b_norm = row_norms(A), row_norms(B)
     if np.isnan(a_norm).any() or np.isnan(b_norm).any():  # NaN norms <=> NaN entries
         raise ValueError("`A` or `B` contains NaN; cannot clip.")
-    # Over/underflow of a product of two norms, or of negligible entries, is
-    # handled below (robust path) and never signals, whatever the caller's
-    # np.errstate: an exception would depend on one user's values.
+    # never signals whatever the caller's np.errstate (it would depend on one user)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         norms = np.where((a_norm > 0) & (b_norm > 0), a_norm * b_norm, 0.0)
         mag, _ = clipped_magnitudes(norms, clip_norm)
@@ -472,31 +362,16 @@ _TINY_SCALED_NORM = 1e-250
 def scaled_clip_factors(norms, scales, clip_norm):
     """Clip factors of contributions stored scaled: ``f M = clip(s M, C)``.
 
-    A contribution ``s M`` is kept as a moderate matrix ``M`` (e.g. rows
-    divided by their largest entry) and a positive scale ``s`` that may over-
-    or underflow when multiplied out. ``f = min(s, C / ||M||)`` is computed
-    without forming ``s ||M||``; the term added, ``f M``, has norm
-    ``min(s ||M||, C)`` up to rounding when ``||M||`` is the norm of the
-    *computed* ``M`` that is added.
+    ``s M``: a moderate matrix ``M`` and a scale ``s > 0`` that may over- or
+    underflow when multiplied out. ``f = min(s, C / ||M||)`` is computed
+    without forming ``s ||M||``; ``f M`` has norm ``min(s ||M||, C)`` up to
+    rounding when ``||M||`` is the norm of the *computed* ``M``.
 
-    Parameters
-    ----------
-    norms : array-like
-        ``||M_i||`` (Frobenius) of the computed scaled contributions.
-    scales : array-like
-        ``s_i > 0`` (possibly ``inf``).
-    clip_norm : float or None
-        ``C > 0`` (``None``: ``f = s``, no clipping). Not validated (like
-        :func:`clip_factors`): callers pass a validated bound.
-
-    Returns
-    -------
-    factors : ndarray
-        ``f_i``; 0 where ``||M_i|| < 1e-250`` (a contribution that small
-        relative to its scale is dropped: zero is within any bound, and
-        ``C / ||M||`` would overflow) or where the factor is not finite.
-    full_norms : ndarray
-        ``s_i ||M_i||``, the norm before clipping (``inf`` if it overflows).
+    ``norms`` are the Frobenius ``||M_i||`` of the computed ``M_i``, ``scales``
+    the ``s_i > 0`` (possibly inf), ``clip_norm`` validated by the caller
+    (``None``: ``f = s``). Returns the ``f_i`` (0 where ``||M_i|| < 1e-250``:
+    dropping so small a contribution is within any bound, and ``C / ||M||``
+    would overflow; 0 where not finite) and ``s_i ||M_i||`` (inf on overflow).
 
     Examples
     --------

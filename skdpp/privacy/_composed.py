@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import html
 import math
 from dataclasses import dataclass, replace
@@ -50,22 +51,16 @@ class StepReport:
     Attributes
     ----------
     name : str
-        The step's path, as in scikit-learn parameter names
-        (``"columntransformer__num__privatestandardscaler"``).
+        The step's path (its scikit-learn parameter prefix).
     estimator : str
         The step's class name.
     status : {"covered", "NOT COVERED", "stateless"}
-        ``"covered"``: its releases are composed in the report;
-        ``"NOT COVERED"``: fitted on the data without a privacy report (or
-        not reconstructible), outside the guarantee; ``"stateless"``: learns
-        nothing from the data (``"passthrough"``, ``"drop"``, a
-        ``FunctionTransformer``).
-    epsilon : float or None
-        The step's own ε at its own δ (its report), if covered.
-    delta : float or None
+        Composed in the report; fitted on the data without a (usable) privacy
+        report, outside the guarantee; or learns nothing from the data.
+    epsilon, delta : float or None
+        The step's own (ε, δ) (its report), if covered.
     n_fits : int
-        Number of fits of this step composed (search objects: candidates x
-        splits, plus the refit).
+        Number of fits composed (searches: candidates x splits, plus the refit).
     how : str
         How the step's events were obtained.
     """
@@ -81,19 +76,15 @@ class StepReport:
 
 @dataclass(frozen=True, kw_only=True)
 class PipelinePrivacyReport(PrivacyReport):
-    """User-level DP guarantee of a whole fitted object (composition of its steps).
+    """:class:`~skdpp.privacy.PrivacyReport` of a whole fitted object (its steps composed).
 
-    Adds to :class:`~skdpp.privacy.PrivacyReport`:
+    ``epsilon`` (the "requested" budget) is the composed ε: a composition has
+    no target of its own (:func:`split_budget` sets one on the steps).
 
     Attributes
     ----------
     steps : tuple of StepReport
         Every step found, covered or not.
-
-    Notes
-    -----
-    ``epsilon`` (the "requested" budget) is the composed ε: a composition has
-    no target of its own (:func:`split_budget` sets one on the steps).
     """
 
     steps: tuple = ()
@@ -108,15 +99,13 @@ class PipelinePrivacyReport(PrivacyReport):
         fits = sum(s.n_fits for s in self.steps if s.status == COVERED)
         what = f"{n} private step(s), {fits} fit(s) composed"
         if not math.isfinite(self.epsilon_spent):
-            head = f"NON-PRIVATE ({what}; spent epsilon=inf)"
-        elif self.not_covered:
-            head = (f"NOT COVERED: {', '.join(self.not_covered)} outside the guarantee; "
+            return f"NON-PRIVATE ({what}; spent epsilon=inf)"
+        if self.not_covered:
+            return (f"NOT COVERED: {', '.join(self.not_covered)} outside the guarantee; "
                     f"the rest ({what}) is ({_fmt(self.epsilon_spent)}, "
                     f"{_fmt(self.delta_spent)})-DP")
-        else:
-            head = (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP for "
-                    f"everything released ({what})")
-        return head
+        return (f"({_fmt(self.epsilon_spent)}, {_fmt(self.delta_spent)})-DP for "
+                f"everything released ({what})")
 
     def _step_lines(self):
         return [f"{s.name} [{s.estimator}]: {s.status}"
@@ -147,9 +136,7 @@ class PipelinePrivacyReport(PrivacyReport):
         return out
 
 
-# ---------------------------------------------------------------------- #
-# Walking a fitted object
-# ---------------------------------------------------------------------- #
+# --- Walking a fitted object ---
 @dataclass
 class _Part:
     """One step found by the walk: its report/events and how they were obtained."""
@@ -195,8 +182,8 @@ def _children(obj):
     return None
 
 
-def _ledger_rows(report, prefix, count=1):
-    return tuple((e.event, e.count * count, f"{prefix}:{e.phase}" if prefix else e.phase,
+def _ledger_rows(report, prefix):
+    return tuple((e.event, e.count, f"{prefix}:{e.phase}" if prefix else e.phase,
                   e.mechanism, e.sensitivity, e.clip_norm) for e in report.ledger)
 
 
@@ -262,9 +249,25 @@ def _leaf(obj, path):
     return obj
 
 
+@contextlib.contextmanager
+def _budget_set(step, epsilon, delta):
+    """``step.epsilon, step.delta`` set for the block, then restored."""
+    saved = step.epsilon, step.delta
+    step.epsilon, step.delta = epsilon, delta
+    try:
+        yield step
+    finally:
+        step.epsilon, step.delta = saved
+
+
+def _plan_event(plan):
+    plan = plan.calibrate()
+    return plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+
+
 def _planned_rows(step, fitted, prefix):
-    """A step's events re-planned from public values: its parameters and the
-    fitted step's public ``n_users_`` / ``n_features_in_`` (None if impossible)."""
+    """A step's events re-planned from its parameters and the fitted step's
+    public ``n_users_`` / ``n_features_in_`` (None if impossible)."""
     plan_fn = getattr(step, "_budget_plan", None)
     if plan_fn is None or fitted is None:
         return None
@@ -273,8 +276,7 @@ def _planned_rows(step, fitted, prefix):
     if not meta["n_users"]:
         return None
     try:
-        plan = plan_fn(meta).calibrate()
-        event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
+        event = _plan_event(plan_fn(meta))
     except Exception:  # the plan needs more than public n_users / n_features
         return None
     return ((event, 1, f"{prefix}:plan", "planned", None, None),)
@@ -289,15 +291,8 @@ def _compose(rows, delta):
 
 
 def _walk_sklearn_search(search, label, out):
-    """Every candidate x split fit of a scikit-learn search, plus the refit.
-
-    Each fit's events are re-planned from public values (the candidate's
-    parameters, the refit's public ``n_users_`` and ``n_features_in_``); the
-    re-planned events of the best candidate are checked against the refit's
-    own ledger. When re-planning is impossible (or does not match), every fit
-    of a candidate with the refit's budget parameters is charged the refit's
-    ledger, and candidates with other budgets are NOT COVERED.
-    """
+    """Every candidate x split fit of a scikit-learn search plus the refit (the
+    rule is in :func:`privacy_report`'s Notes)."""
     from sklearn.base import clone
 
     params_list = list(search.cv_results_["params"])
@@ -320,37 +315,34 @@ def _walk_sklearn_search(search, label, out):
         rows, how, n_fits, uncovered = list(part.ledger), None, 1, []
         refit_eps = _compose(part.ledger, part.report.delta).get_epsilon(part.report.delta)
         best_params = getattr(search, "best_params_", None)
-        planned = {}
-        for i, params in enumerate(params_list):
-            est = clone(search.estimator).set_params(**params)
-            step = _leaf(est, part_path) if part_path else est
-            planned[i] = None if step is None else _planned_rows(
-                step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
-        ok = all(p is not None for p in planned.values())
-        if ok and best_params is not None:
-            i_best = params_list.index(best_params) if best_params in params_list else None
-            if i_best is not None:
-                check = _compose(planned[i_best], part.report.delta)
-                ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
-                                  rel_tol=1e-6, abs_tol=1e-12)
+        cand_steps = [clone(search.estimator).set_params(**params) for params in params_list]
+        if part_path:
+            cand_steps = [_leaf(est, part_path) for est in cand_steps]
+        planned = [None if step is None else _planned_rows(
+            step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
+            for i, step in enumerate(cand_steps)]
+        ok = all(p is not None for p in planned)
+        if ok and best_params is not None and best_params in params_list:
+            check = _compose(planned[params_list.index(best_params)], part.report.delta)
+            ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
+                              rel_tol=1e-6, abs_tol=1e-12)
         if ok:
-            for i in planned:
-                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in planned[i]]
+            for p in planned:
+                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in p]
             n_fits += len(planned) * n_splits
             how = (f"{len(params_list)} candidates x {n_splits} splits re-planned from their "
                    f"parameters on the refit's public n_users={part.obj.n_users_} (checked "
                    "against the refit's ledger), plus the refit's ledger; folds holding "
                    "fewer users (GroupKFold) plan on their own n_users")
         else:
-            own = {k: v for k, v in part.obj.get_params(deep=False).items()
-                   if k in ("epsilon", "delta")}
-            for i, params in enumerate(params_list):
-                est = clone(search.estimator).set_params(**params)
-                step = _leaf(est, part_path) if part_path else est
-                step_budget = None if step is None else {
+            def budget(step):
+                return None if step is None else {
                     k: v for k, v in step.get_params(deep=False).items()
                     if k in ("epsilon", "delta")}
-                if step_budget == own:
+
+            own = budget(part.obj)
+            for i, (params, step) in enumerate(zip(params_list, cand_steps)):
+                if budget(step) == own:
                     rows += [(e, c * n_splits, f"{label}[{i}]:{ph}", m, s, cl)
                              for e, c, ph, m, s, cl in part.ledger]
                     n_fits += n_splits
@@ -373,50 +365,44 @@ def privacy_report(obj, *, delta=None):
     Walks a fitted ``Pipeline``, ``ColumnTransformer``, ``FeatureUnion``,
     :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`,
     ``GridSearchCV`` / ``RandomizedSearchCV`` or a bare estimator, and
-    composes the releases of every step in one fresh
-    :class:`~skdpp.privacy.PrivacyAccountant` (each step's ledger events
-    re-added as they are, then converted once: the exact composition, not a
-    sum of ε's).
+    re-adds every step's ledger events to one fresh
+    :class:`~skdpp.privacy.PrivacyAccountant` (exact composition, converted
+    once, not a sum of ε's).
 
     Parameters
     ----------
     obj : fitted estimator or meta-estimator
         The object to report on.
     delta : float, default=None
-        δ at which the composed ε is stated; ``None``: the largest ``delta``
-        of the covered steps (each step's noise was calibrated at its own
-        ``delta``; the composition is converted once at this one).
+        δ of the composed ε; ``None``: the largest ``delta`` of the covered
+        steps.
 
     Returns
     -------
     report : PipelinePrivacyReport
         ``steps`` lists every step (covered, NOT COVERED or stateless);
-        ``covered`` is False, and the headline, ``str``, HTML and ``to_dict``
-        say NOT COVERED, as soon as one step learnt from the data without a
-        privacy report (e.g. scikit-learn's ``StandardScaler``,
-        ``OneHotEncoder``).
+        ``covered`` is False (and every rendering says NOT COVERED) as soon as
+        one step learnt from the data without a privacy report (e.g.
+        scikit-learn's ``StandardScaler``).
 
     Notes
     -----
     **Same users.** The composition is sequential: every step is assumed to
-    see the same users (the rows of one user reach every step), so the
-    guarantee of the whole is for one user of that common set. A step fitted
-    on other data composes as if on the same users (an upper bound); the
-    report's ``n_users`` is the largest of the steps'.
+    see the same users, so the guarantee is for one user of that common set
+    (a step fitted on other data composes as if on the same users: an upper
+    bound); ``n_users`` is the largest of the steps'.
 
-    **Search objects.** ``PrivateRandomizedSearchCV`` reports the whole
-    search (random stopping): its report is used as is; composed with other
-    steps it is added by basic composition (ε and δ summed, an upper bound,
-    said in the notes), because its bound is not a ledger of events. A
-    scikit-learn ``GridSearchCV`` / ``RandomizedSearchCV`` spends one fit's
-    budget per candidate and split, plus the refit: every fit is composed.
-    Their events are re-planned from public values (the candidate's
-    parameters and the refit's public ``n_users_``, ``n_features_in_``) and
-    the re-plan of the best candidate is checked against the refit's ledger;
-    otherwise fits with the refit's ``epsilon``/``delta`` are charged the
-    refit's ledger and others are NOT COVERED. The selection (``best_params_``,
-    ``best_score_``, ``cv_results_``: an argmax over non-private scores) is
-    always NOT COVERED. Each step's ``how`` says how its events were obtained.
+    **Search objects.** ``PrivateRandomizedSearchCV``'s own report (random
+    stopping) is used as is; with other steps it is added by basic
+    composition (ε and δ summed, an upper bound, said in the notes), as its
+    bound is not a ledger. ``GridSearchCV`` / ``RandomizedSearchCV`` spend one
+    fit's budget per candidate and split plus the refit, all composed: each
+    fit is re-planned from public values (its parameters, the refit's
+    ``n_users_`` and ``n_features_in_``), the best candidate's re-plan checked
+    against the refit's ledger; otherwise fits with the refit's
+    ``epsilon``/``delta`` are charged the refit's ledger and others are NOT
+    COVERED. Their selection (an argmax over non-private scores) is always
+    NOT COVERED. Each step's ``how`` says how its events were obtained.
     """
     parts = []
     _walk(obj, "", parts)
@@ -478,24 +464,15 @@ def privacy_report(obj, *, delta=None):
         ledger=acc.ledger, steps=steps)
 
 
-# ---------------------------------------------------------------------- #
-# One budget for a whole Pipeline
-# ---------------------------------------------------------------------- #
+# --- One budget for a whole Pipeline ---
 def _step_rows(step, epsilon, delta, meta, name):
     """Events of ``step`` fitted at ``(epsilon, delta)``: its plan when it is
     buildable from ``meta``; else its μ-GDP equivalent (exact for Gaussian plans)."""
     if math.isinf(epsilon):
         return [(NonPrivateEvent(), 1, name, None, None, None)]
-    plan_fn = getattr(step, "_budget_plan", None)
-    saved = step.epsilon, step.delta
-    if plan_fn is not None:
-        step.epsilon, step.delta = epsilon, delta
-        try:
-            plan = plan_fn(meta).calibrate()
-            event = plan_events(plan.phases, {p.name: plan[p.name] for p in plan.phases})
-            return [(event, 1, name, None, None, None)]
-        finally:
-            step.epsilon, step.delta = saved
+    if getattr(step, "_budget_plan", None) is not None:
+        with _budget_set(step, epsilon, delta):
+            return [(_plan_event(step._budget_plan(meta)), 1, name, None, None, None)]
     raise ValueError(
         f"Step {name!r} ({type(step).__name__}) has no public budget plan "
         f"(_budget_plan(meta)), so its releases at epsilon={epsilon!r} cannot be composed "
@@ -504,19 +481,15 @@ def _step_rows(step, epsilon, delta, meta, name):
 
 def _gaussian_only(step, delta):
     """Whether ``step``'s plan is made of (non-sampled) Gaussian releases only."""
-    plan_fn = getattr(step, "_budget_plan", None)
-    if plan_fn is None:  # no public plan: nothing shows its releases are Gaussian
+    if getattr(step, "_budget_plan", None) is None:  # nothing shows it is Gaussian
         return False
-    saved = step.epsilon, step.delta
-    step.epsilon, step.delta = 1.0, delta
     try:
-        plan = plan_fn({"n_users": 10 ** 6, "n_features": 1})
-        return all(p.mechanism == "gaussian" and p.sampling_rate == 1.0
-                   and p.threshold_delta == 0.0 for p in plan.calibrate().phases)
+        with _budget_set(step, 1.0, delta):
+            plan = step._budget_plan({"n_users": 10 ** 6, "n_features": 1}).calibrate()
     except Exception:
         return False
-    finally:
-        step.epsilon, step.delta = saved
+    return all(p.mechanism == "gaussian" and p.sampling_rate == 1.0
+               and p.threshold_delta == 0.0 for p in plan.phases)
 
 
 def _normalised_shares(names, shares):
@@ -546,13 +519,10 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
                  n_features=None):
     """A clone of ``estimator`` whose private steps compose exactly to ``(epsilon, delta)``.
 
-    Every step with ``epsilon`` and ``delta`` parameters (skdpp estimators
-    and private transformers, at any depth of ``Pipeline`` /
-    ``ColumnTransformer`` / ``FeatureUnion``) gets ``epsilon_i = c *
-    share_i * epsilon`` and ``delta``; the common factor ``c`` is solved
-    (``brentq`` on ``log c``, then stepped down) so that the exact
-    composition of the steps' releases spends ``epsilon`` at ``delta``:
-    never more, within 1e-9 relative.
+    Every step with ``epsilon`` and ``delta`` parameters (at any depth)
+    gets ``epsilon_i = c * share_i * epsilon`` and ``delta``, with ``c``
+    solved so that the exact composition spends ``epsilon`` at ``delta``
+    (never more, within 1e-9 relative).
 
     Parameters
     ----------
@@ -569,9 +539,8 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
         ``"columntransformer__num"``) or its own name when unambiguous.
         ``None``: equal shares.
     n_users, n_features : int, default=None
-        Public metadata of the data. Needed only when a step's plan is not
-        made of Gaussian releases only (e.g. ``JLMarginClassifier``'s
-        exponential mechanism): its plan is then built and composed as is.
+        Public metadata, needed only for a step whose plan is not all Gaussian
+        (e.g. ``JLMarginClassifier``): its plan is built and composed as is.
 
     Returns
     -------
@@ -587,14 +556,10 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
     Notes
     -----
     A step whose plan is made of Gaussian releases (every skdpp estimator's
-    default except ``JLMarginClassifier``) is exactly μ-GDP at the ε its
-    own accountant calibrates it to, whatever the data: it is composed as the
-    Gaussian of that μ (exact). Other steps are composed through their plan
-    built on ``n_users``/``n_features``. Steps fitted on the data without
-    ``epsilon`` (e.g. scikit-learn's ``StandardScaler``) are left as they
-    are; :func:`privacy_report` lists them as NOT COVERED. After fitting,
-    ``privacy_report(fitted)`` states the composed guarantee of the actual
-    releases.
+    default except ``JLMarginClassifier``) is exactly μ-GDP at its ε whatever
+    the data, and is composed as that Gaussian; other steps through their
+    plan on ``n_users``/``n_features``. Steps without ``epsilon`` are left as
+    they are (:func:`privacy_report` lists them NOT COVERED).
 
     Examples
     --------

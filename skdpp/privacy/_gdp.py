@@ -124,10 +124,6 @@ def gaussian_epsilon(mu, delta):
         Solves ``gaussian_delta(mu, epsilon) = delta`` (``brentq`` on log ε,
         relative accuracy ~1e-13); ``inf`` when ``delta = 0`` and ``mu > 0``.
 
-    References
-    ----------
-    .. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
-
     Examples
     --------
     >>> from skdpp.privacy import gaussian_epsilon
@@ -178,10 +174,6 @@ def gaussian_mu(epsilon, delta):
     -------
     mu : float
         Solves ``gaussian_delta(mu, epsilon) = delta``.
-
-    References
-    ----------
-    .. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
 
     Examples
     --------

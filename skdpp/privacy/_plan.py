@@ -1,13 +1,9 @@
 """The budget plan of a fit: named phases, their shares, calibrated once.
 
-Every estimator describes its releases as a :class:`BudgetPlan`: named phases
-(e.g. ``init``, ``iterations``, ``cold_start``), each with a share of the
-zero-concentrated-DP budget, a mechanism and a number of releases. The plan is
-validated (the shares an estimator exposes as parameters must leave a positive
-share to the phases that take "the rest") and calibrated once with
-:func:`~skdpp.privacy.calibration.calibrate`; the release helper
-(:class:`~skdpp.privacy.Releaser`) then reads each phase's noise multiplier
-from it, and the report shows the plan.
+Every estimator describes its releases as a :class:`BudgetPlan` of named
+phases (share of the zCDP budget, mechanism, number of releases), validated
+and calibrated once by :func:`~skdpp.privacy.calibration.calibrate`; the
+:class:`~skdpp.privacy.Releaser` reads each phase's noise from it.
 
 Examples
 --------
@@ -46,13 +42,11 @@ class BudgetPlan:
 
     Notes
     -----
-    Shares are fractions of the zCDP budget ρ (see
-    :mod:`skdpp.privacy.calibration`): they fix the *ratios* of the phases'
-    noise; the global scale is solved so that the composed plan spends
-    exactly ε at δ. :meth:`add` takes a share from a parameter (a share of 0
-    drops the phase); :meth:`add_rest` phases split what the explicit shares
-    leave, equally. :meth:`fix` adds a phase with a noise multiplier chosen
-    by the user: such a plan is not calibrated, and the ε it spends is
+    Shares fix the *ratios* of the phases' noise (share semantics of
+    :mod:`skdpp.privacy.calibration`). :meth:`add` takes a share from a
+    parameter (0 drops the phase); :meth:`add_rest` phases split what the
+    explicit shares leave, equally; :meth:`fix` phases have a user-chosen
+    noise multiplier: such a plan is not calibrated, the ε it spends is
     reported.
     """
 
@@ -118,8 +112,7 @@ class BudgetPlan:
         if self._params is not None:
             return self
         explicit = math.fsum(kw["share"] for kw, _ in self._explicit)
-        # A remainder within rounding of 0 (e.g. 0.7/3 + 0.3/3 summed to
-        # 0.9999999999999999) would silently give the rest phases no budget.
+        # a remainder within rounding of 0 would silently starve the rest phases
         if self._rest and explicit >= 1.0 - _SHARE_TOL:
             params = [p for _, p in self._explicit if p]
             values = ", ".join(f"{p}={kw['share']!r}" for kw, p in self._explicit if p)
@@ -199,63 +192,34 @@ class BudgetPlan:
         """bool: the noise was fixed by the user (ε is what the fit spends)."""
         return bool(self._fixed)
 
-    @property
-    def non_private(self):
-        """bool: ``epsilon=inf`` (no noise)."""
-        return math.isinf(self.epsilon) and not self._fixed
-
     def __repr__(self):
         state = "calibrated" if self._params is not None else "not calibrated"
         return (f"BudgetPlan(epsilon={self.epsilon!r}, delta={self.delta!r}, "
                 f"phases={self.names}, {state})")
 
 
-# ---------------------------------------------------------------------- #
-# The share of the automatic bounds (one public rule for every estimator)
-# ---------------------------------------------------------------------- #
+# --- The share of the automatic bounds (one public rule for every estimator) ---
 #: Candidate shares of the ``"clip"`` phase's ``"auto"`` share (increasing).
 AUTO_CLIP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.5)
-#: ``"auto"`` takes the smallest candidate share whose count noise
-#: std is at most this fraction of the number of users: a noisy binary search
-#: then errs by about ``n / 8`` users in rank (a quantile within about
-#: ``q ± 0.25`` at two std), instead of landing anywhere on the grid when the
-#: noise exceeds the counts (measured: 300 users at ε = 1 with share 0.05 gave
-#: count noise of 0.45 n and bounds off by up to 10^5).
+#: ``"auto"`` takes the smallest candidate share whose count noise std is at
+#: most this fraction of the users: the noisy binary search then errs by about
+#: ``n / 8`` users in rank (300 users at ε = 1 with share 0.05 gave count noise
+#: 0.45 n and bounds off by up to 10^5).
 AUTO_CLIP_NOISE = 1.0 / 8.0
 
 
 def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
     """The share of the automatic bounds' phase: ``clip_share``, or the ``"auto"`` rule.
 
-    The one rule of every estimator of skdpp for ``budget_shares={"clip": "auto"}`` (the
-    private quantiles and location searches that resolve ``"auto"`` bounds,
-    all in one phase, ``"clip"``, of Gaussian counts of sensitivity 1).
-
-    Parameters
-    ----------
-    clip_share : float or "auto"
-        A number is returned as is.
-    build : callable
-        ``build(share)`` returns the fit's (uncalibrated) :class:`BudgetPlan`
-        with phase ``phase`` at ``share`` (and the fit's other phases).
-    n_users : int
-        The public number of users.
-    phase : str, default="clip"
-        The phase of the automatic bounds.
-
-    Returns
-    -------
-    share : float
-        ``"auto"``: the smallest of :data:`AUTO_CLIP_SHARES` whose calibrated
-        noise multiplier of ``phase`` (the noise std of one count, sensitivity
-        1) is at most ``AUTO_CLIP_NOISE * n_users``, else the largest candidate
-        that leaves the plan's other phases a positive share. The
-        noise multiplier already accounts for the number of releases of the
-        phase (more bounds, or longer searches, need a larger share for the
-        same accuracy) and for the fit's other phases. A function of public
-        values only (ε, δ, the plan's release counts, the public number of
-        users): no privacy cost. At ``epsilon=inf`` (no noise) the smallest
-        candidate.
+    The one rule of every estimator for ``budget_shares={"clip": "auto"}``
+    (the Gaussian counts, sensitivity 1, of the searches behind ``"auto"``
+    bounds). ``build(share)`` returns the fit's uncalibrated plan with
+    ``phase`` at ``share``. ``"auto"`` gives the smallest of
+    :data:`AUTO_CLIP_SHARES` whose noise multiplier of ``phase`` (accounting
+    for its release count and the other phases) is at most ``AUTO_CLIP_NOISE
+    * n_users``, else the largest that leaves the other phases a positive
+    share; the smallest at ``epsilon=inf``. A function of public values only
+    (ε, δ, release counts, ``n_users``): no privacy cost.
     """
     if not (isinstance(clip_share, str) and clip_share == "auto"):
         return float(clip_share)
@@ -272,34 +236,13 @@ def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
 
 
 def phase_shares(budget_shares, defaults, *, owner):
-    """Resolve an estimator's ``budget_shares`` against its default phase shares.
+    """``defaults`` (phase -> share in ``[0, 1)`` or ``"auto"``) updated with an
+    estimator's ``budget_shares`` parameter (``None``: all defaults).
 
-    The one way every estimator (and transformer) exposes the split of its
-    budget: a mapping from the phase names of its plan (the names its
-    ``privacy_report_`` shows) to shares of the zCDP budget. Phases left out
-    keep their documented defaults.
-
-    Parameters
-    ----------
-    budget_shares : dict or None
-        The parameter's value (``None``: all defaults).
-    defaults : dict
-        Phase name -> default share (a float in ``[0, 1)``, or ``"auto"`` where
-        the estimator has a public rule, e.g. the ``"clip"`` phase of
-        automatic bounds, :func:`resolve_clip_share`).
-    owner : str
-        The estimator's class name, for error messages.
-
-    Returns
-    -------
-    shares : dict
-        ``defaults`` updated with ``budget_shares``.
-
-    Raises
-    ------
-    ValueError
-        If a key is not one of the phases in ``defaults``, or a share is not a
-        number in ``[0, 1)`` (``"auto"`` only where the default is ``"auto"``).
+    The one way every estimator exposes the split of its budget, keyed by the
+    phase names its ``privacy_report_`` shows. ``ValueError`` (naming
+    ``owner``) for an unknown key or a share not in ``[0, 1)`` (``"auto"`` only
+    where the default is ``"auto"``).
 
     Examples
     --------

@@ -44,27 +44,10 @@ def product_sensitivity(sensitivity, n_problems):
 
 
 def product_exponential(release, phase, scores, *, sensitivity, clip_norm=None):
-    """One candidate per row of ``scores``: the exponential mechanism over their product.
-
-    Parameters
-    ----------
-    release : Releaser
-        The fit's release helper; ``phase`` is an exponential phase of its plan
-        (its per-selection ε is the ε of the whole product).
-    phase : str
-    scores : array-like of shape (n_problems, n_candidates)
-        Finite scores, higher is better; each row has L∞ sensitivity
-        ``sensitivity`` under replace-one-user.
-    sensitivity : float
-        Δ of each row.
-    clip_norm : float, default=None
-        For the report's clip column.
-
-    Returns
-    -------
-    indices : ndarray of shape (n_problems,), int
-        The selected candidate of every problem.
-    """
+    """One candidate per row of ``scores`` (n_problems, n_candidates), each row of
+    L∞ sensitivity ``sensitivity``: the exponential mechanism over their product
+    (module docstring) at the ε of ``phase``, an exponential phase of the plan.
+    Returns the selected index of every problem."""
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] == 0:
         raise ValueError(f"`scores` must be 2-D with at least one row, got shape "
@@ -76,8 +59,7 @@ def product_exponential(release, phase, scores, *, sensitivity, clip_norm=None):
     for p in range(n_problems):  # independent factors of the product mechanism
         out[p], event = mechanisms.exponential_mechanism(
             scores[p], sensitivity=total, epsilon=epsilon, rng=release.rng)
-    # every factor returns the event of the whole product (epsilon-DP and
-    # epsilon-bounded-range, or non-private at epsilon=inf): charged once
+    # each factor's event is that of the whole product: charged once
     release.charge(phase, event, mechanism="exponential", sensitivity=total,
                    clip_norm=clip_norm)
     return out

@@ -8,22 +8,13 @@ moves the whole ledger to the looser RDP conversion: measured +8 % noise on
 every other phase at ε = 1).
 
 * :func:`private_quantile` -- a quantile of one value per user over a public
-  candidate grid by *noisy binary search* (Smith 2011; the noisy comparisons of
-  Karwa & Vadhan 2018). Each step releases the number of users whose value is
-  at most the middle candidate -- a sum of per-user indicators, L2 sensitivity
-  1 under replace-one-user -- with Gaussian noise, and keeps the half of the
-  candidates the noisy count points to. A grid of ``2**s`` candidates takes
-  exactly ``s`` steps whatever the data (a public number of releases). A wrong
-  turn happens only where the count at the middle candidate is within the
-  noise of ``q n``, so the rank error is of the order of the noise std (in
-  users), never a jump to an arbitrary candidate.
-* :func:`private_location` -- the mean of one scalar per user, robust to both
-  the scale and the offset of the values: a coarse median on a signed log
-  grid, a refined median on a linear grid inside the selected cell, a radius
-  (a quantile of the distances to that median) and the Gaussian mean of the
-  values clipped to the radius around the median. Its noise is relative to the
-  *spread* of the values, not to their magnitude: a column shifted by 10^4
-  does not make it noisier.
+  candidate grid by *noisy binary search* (Smith 2011; Karwa & Vadhan 2018):
+  ``s`` Gaussian counts for ``2**s`` candidates whatever the data. A wrong
+  turn happens only where the count is within the noise of ``q n``, so the
+  rank error is of the order of the noise std (in users).
+* :func:`private_location` -- the mean of one scalar per user, robust to the
+  scale and the offset of the values: its noise is relative to their
+  *spread*, not their magnitude (a column shifted by 10^4 is not noisier).
 
 Users' values enter only through sums over users: :func:`cumulative_counts`
 (and :func:`distance_counts`, :func:`clipped_deviation_sum`) of a block of
@@ -121,17 +112,9 @@ def search_steps(grid):
 def cumulative_counts(values, grid):
     """Partial cumulative histogram ``counts[j] = #{i : values[i] <= grid[j]}``.
 
-    Parameters
-    ----------
-    values : array-like of shape (n_users_in_block,)
-        One value per user (NaN and +inf count as above every candidate).
-    grid : ndarray of shape (n_candidates,), increasing
-
-    Returns
-    -------
-    counts : ndarray of shape (n_candidates,), float
-        Sums over blocks of users give the counts of all users; one user
-        changes every entry by at most 1.
+    ``values``: one per user of a block (NaN and +inf count above every
+    candidate). Sums over blocks give all users' counts; one user changes
+    every entry by at most 1.
     """
     values = np.asarray(values, dtype=np.float64)
     first = np.searchsorted(grid, np.where(np.isnan(values), np.inf, values), side="left")
@@ -142,12 +125,11 @@ def cumulative_counts(values, grid):
 def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     """The ``quantile`` of one value per user, on ``grid``, by noisy binary search.
 
-    Finds (up to the noise) the smallest candidate ``grid[j]`` such that at
-    least ``quantile * n_users`` users have a value ``<= grid[j]``. Each of the
-    ``search_steps(grid)`` steps releases one count ``counts[mid]`` with
-    Gaussian noise (phase ``phase``, L2 sensitivity 1 under replace-one-user:
-    one user moves a count by at most 1) and keeps the half of the remaining
-    candidates it points to.
+    Finds (up to the noise) the smallest ``grid[j]`` with at least ``quantile *
+    n_users`` values ``<= grid[j]``. Each of the ``search_steps(grid)`` steps
+    (a public number) releases ``counts[mid]`` with Gaussian noise (phase
+    ``phase``, L2 sensitivity 1 under replace-one-user: one user moves a
+    count by at most 1) and keeps the half it points to.
 
     Parameters
     ----------
@@ -156,9 +138,8 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
         Gaussian releases for this call.
     phase : str
     counts : ndarray of shape (len(grid),)
-        ``counts[j] = #{users : value <= grid[j]}`` (:func:`cumulative_counts`
-        summed over all users). Only the entries the search visits are
-        released.
+        :func:`cumulative_counts` over all users (only visited entries are
+        released).
     grid : ndarray
         Public, increasing candidates; a power-of-two number of them.
     quantile : float in (0, 1]
@@ -168,16 +149,9 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     Returns
     -------
     value : float
-        A point of the selected grid cell ``(grid[j - 1], grid[j]]``: its
-        geometric midpoint when both ends have the same sign (the arithmetic
-        one otherwise), ``grid[0]`` when ``j = 0`` (post-processing of the
-        released comparisons).
-
-    Notes
-    -----
-    With ``epsilon=np.inf`` the counts are exact and the search returns the
-    cell of the exact quantile. The number of releases never depends on the
-    data.
+        A point of the selected cell ``(grid[j - 1], grid[j]]`` (geometric
+        midpoint for ends of one sign, else arithmetic; ``grid[0]`` for
+        ``j = 0``): post-processing. Exact at ``epsilon=np.inf``.
     """
     steps = search_steps(grid)
     counts = np.asarray(counts, dtype=np.float64)
@@ -243,7 +217,7 @@ def clipped_deviation_sum(values, center, radius):
 
 
 def private_location(release, reduce, *, n_users, search_phase, mean_phase,
-                     radius_quantile=0.9):
+                     radius_quantile=0.9, return_shift=False):
     """DP mean of one scalar per user, clipped around a private median.
 
     1. coarse median: :func:`private_quantile` (q = 0.5) on the signed log grid
@@ -272,6 +246,11 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
         The public number of users.
     search_phase, mean_phase : str
     radius_quantile : float in (0, 1], default=0.9
+    return_shift : bool, default=False
+        Also return ``(mean - m) / R`` (post-processing): about ``±1`` when
+        the median search went astray (the users' values then lie on one side
+        of ``m``, beyond ``R``, and each contributes ``±R``), near 0 for a
+        central ``m`` up to the mean's noise.
 
     Returns
     -------
@@ -279,6 +258,8 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
         The released location.
     radius : float
         The released radius ``R`` (a scale of the values' spread).
+    shift : float
+        Only with ``return_shift``.
     """
     grid = quantile_grid(signed=True)
     counts = reduce(functools.partial(value_counts, grid=grid))
@@ -296,4 +277,7 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
                               quantile=radius_quantile, n_users=n_users)
     total = reduce(functools.partial(clipped_deviation_sum, center=center, radius=radius))
     noisy = release.gaussian(mean_phase, total, sensitivity=2.0 * radius, clip_norm=radius)
-    return center + float(np.asarray(noisy).reshape(-1)[0]) / max(n_users, 1), radius
+    shift = float(np.asarray(noisy).reshape(-1)[0]) / max(n_users, 1)
+    if return_shift:
+        return center + shift, radius, shift / radius if radius > 0 else 0.0
+    return center + shift, radius

@@ -37,9 +37,7 @@ DEFAULT_RDP_ORDERS = np.array(
 )
 
 
-# --------------------------------------------------------------------------
-# RDP of the individual mechanisms
-# --------------------------------------------------------------------------
+# --- RDP of the individual mechanisms ---
 
 def _log_abs_binom(alpha, i):
     """log|C(alpha, i)| and its sign (alpha real, i integer array >= 0)."""
@@ -162,9 +160,7 @@ def _rdp_exponential(epsilon, orders):
     return np.minimum(orders * epsilon * epsilon / 8.0, _rdp_pure(epsilon, orders))
 
 
-# --------------------------------------------------------------------------
-# The conversion of Canonne, Kamath & Steinke (2020), Proposition 12
-# --------------------------------------------------------------------------
+# --- The conversion of Canonne, Kamath & Steinke (2020), Proposition 12 ---
 
 def _cks_penalty(orders, log_delta):
     """``log1p(-1/α) - (log δ + log α)/(α - 1)``: ε at δ is ``min_α rdp(α) + this``."""
@@ -176,23 +172,21 @@ def _cks_log_delta(orders, rdp, epsilon):
     return (orders - 1.0) * (rdp - epsilon + np.log1p(-1.0 / orders)) - np.log(orders)
 
 
+def _check_curve(orders, rdp):
+    orders = np.asarray(orders, dtype=float)
+    rdp = np.asarray(rdp, dtype=float)
+    if np.any(orders <= 1.0):
+        raise ValueError("RDP orders must all be > 1.")
+    if np.any(rdp < 0) or np.any(np.isnan(rdp)):
+        raise ValueError("RDP values must be non-negative.")
+    return orders, rdp
+
+
 def rdp_to_epsilon(orders, rdp, delta):
     """Convert an RDP curve to ε at a given δ (Canonne, Kamath & Steinke 2020).
 
-    ``ε = min_α rdp(α) + log1p(−1/α) − (log δ + log α)/(α − 1)``, floored at 0.
-
-    Parameters
-    ----------
-    orders : array-like of shape (n_orders,)
-        Rényi orders α > 1.
-    rdp : array-like of shape (n_orders,)
-        RDP guarantee at each order.
-    delta : float
-        Target δ in ``[0, 1]``.
-
-    Returns
-    -------
-    epsilon : float
+    ``ε = min_α rdp(α) + log1p(−1/α) − (log δ + log α)/(α − 1)`` over the
+    orders ``α > 1`` of the curve, floored at 0; ``delta`` in ``[0, 1]``.
 
     References
     ----------
@@ -207,13 +201,8 @@ def rdp_to_epsilon(orders, rdp, delta):
     >>> round(rdp_to_epsilon(DEFAULT_RDP_ORDERS, rdp, 1e-5), 6)
     2.813653
     """
-    orders = np.asarray(orders, dtype=float)
-    rdp = np.asarray(rdp, dtype=float)
+    orders, rdp = _check_curve(orders, rdp)
     delta = float(delta)
-    if np.any(orders <= 1.0):
-        raise ValueError("RDP orders must all be > 1.")
-    if np.any(rdp < 0) or np.any(np.isnan(rdp)):
-        raise ValueError("RDP values must be non-negative.")
     if not 0.0 <= delta <= 1.0:
         raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
     if np.all(rdp == 0.0):
@@ -233,22 +222,7 @@ def rdp_to_delta(orders, rdp, epsilon):
 
     ``log δ = min_α (α − 1)(rdp(α) − ε + log1p(−1/α)) − log α`` (for α > 1.01),
     also bounded by ``δ <= sqrt(1 − exp(−rdp(α)))`` (total variation via
-    Bretagnolle–Huber, since KL <= D_α), and by 1.
-
-    Parameters
-    ----------
-    orders : array-like of shape (n_orders,)
-    rdp : array-like of shape (n_orders,)
-    epsilon : float
-        Target ε >= 0.
-
-    Returns
-    -------
-    delta : float
-
-    References
-    ----------
-    .. [1] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+    Bretagnolle–Huber, since KL <= D_α), and by 1; ``epsilon >= 0``.
 
     Examples
     --------
@@ -257,13 +231,8 @@ def rdp_to_delta(orders, rdp, epsilon):
     >>> rdp_to_delta(DEFAULT_RDP_ORDERS, rdp, 2.813653) <= 1.0001e-5
     True
     """
-    orders = np.asarray(orders, dtype=float)
-    rdp = np.asarray(rdp, dtype=float)
+    orders, rdp = _check_curve(orders, rdp)
     epsilon = float(epsilon)
-    if np.any(orders <= 1.0):
-        raise ValueError("RDP orders must all be > 1.")
-    if np.any(rdp < 0) or np.any(np.isnan(rdp)):
-        raise ValueError("RDP values must be non-negative.")
     if not epsilon >= 0.0:
         raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
     best = 0.0
@@ -284,9 +253,7 @@ _MIN_ORDER = 1.0 + 1e-9
 _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
 
 
-# --------------------------------------------------------------------------
-# zCDP conversions
-# --------------------------------------------------------------------------
+# --- zCDP conversions ---
 
 def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
     """min over orders λ > 1 of ``rdp(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``.
@@ -324,16 +291,7 @@ def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
 def zcdp_epsilon(rho, delta):
     """ε at δ of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
 
-    Parameters
-    ----------
-    rho : float
-        zCDP parameter ``ρ >= 0`` (RDP ``ρλ`` at every order λ).
-    delta : float
-        Target δ in ``(0, 1)``.
-
-    Returns
-    -------
-    epsilon : float
+    ``rho >= 0`` (RDP ``ρλ`` at every order λ), ``delta`` in ``(0, 1)``.
 
     Examples
     --------
@@ -355,17 +313,6 @@ def zcdp_delta(rho, epsilon):
     ``log δ = min_{λ>1} (λ − 1)(ρλ − ε + log1p(−1/λ)) − log λ`` (a convex
     function of λ), minimised over continuous orders; also bounded by
     ``sqrt(1 − e^{−ρ})`` (Bretagnolle–Huber, KL <= ρ) and by 1.
-
-    Parameters
-    ----------
-    rho : float
-        zCDP parameter ``ρ >= 0``.
-    epsilon : float
-        ``ε >= 0``.
-
-    Returns
-    -------
-    delta : float
 
     Examples
     --------

@@ -56,13 +56,10 @@ class Releaser:
     ----------
     accountant : PrivacyAccountant
         The fit's ledger: one entry per release.
-    plan : BudgetPlan
-    seeded : bool
 
     Notes
     -----
-    The Releaser lives only for the duration of a fit: it holds the noise
-    stream, so no fitted object may keep it.
+    It holds the noise stream, so it lives only for the duration of a fit.
     """
 
     def __init__(self, plan, rng, *, seeded=False):
@@ -177,23 +174,9 @@ class Releaser:
         return release
 
     def gaussian_sum(self, phase, contributions, *, clip_norm, symmetric=False):
-        """Gaussian sum of per-user contributions, each clipped to ``clip_norm``.
-
-        The sum has L2 sensitivity ``2 clip_norm`` under replace-one-user.
-
-        Parameters
-        ----------
-        phase : str
-        contributions : array-like of shape (n_users, ...)
-            One contribution per user (leading axis; not modified).
-        clip_norm : float or None
-            Frobenius clip of each contribution (``None``: only at ``epsilon=inf``).
-        symmetric : bool, default=False
-
-        Returns
-        -------
-        release : ndarray of shape contributions.shape[1:]
-        """
+        """Gaussian sum of per-user contributions (n_users, ...), each clipped to
+        Frobenius norm ``clip_norm`` (``None``: only at ``epsilon=inf``): L2
+        sensitivity ``2 clip_norm`` under replace-one-user."""
         clipped = clip_by_norm(contributions, clip_norm)
         sens = None if clip_norm is None else 2.0 * float(clip_norm)
         return self.gaussian(phase, clipped.sum(axis=0), sensitivity=sens,
@@ -212,14 +195,8 @@ class Releaser:
         return release
 
     def exponential(self, phase, scores, *, sensitivity):
-        """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``.
-
-        ``ε`` is the plan's per-selection ε of ``phase`` (``inf``: argmax).
-
-        Returns
-        -------
-        index : int
-        """
+        """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``,
+        ``ε`` the plan's per-selection ε of ``phase`` (``inf``: argmax)."""
         epsilon = float(self.plan[phase])
         index, event = mechanisms.exponential_mechanism(
             scores, sensitivity=float(sensitivity), epsilon=epsilon, rng=self.rng)
@@ -244,28 +221,10 @@ class Releaser:
         (:class:`~skdpp.privacy.events.ThresholdEvent`); the noisy counts of
         the other partitions are an ordinary Gaussian release.
 
-        Parameters
-        ----------
-        phase : str
-            A Gaussian phase of the plan added with ``threshold_delta > 0``.
-        counts : ndarray of shape (n_partitions,)
-            Exact (bounded-contribution) counts of the partitions present.
-        sensitivity : float
-            L2 sensitivity of ``counts`` under replace-one-user.
-        max_contribution : float
-            Largest contribution of one user to one partition.
-        max_partitions : int
-            Largest number of partitions one user contributes to.
-        clip_norm : float, default=None
-            For the report.
-
-        Returns
-        -------
-        keep : ndarray of shape (n_partitions,), bool
-            The published partitions (all present ones at ``epsilon=inf``).
-        noisy_counts : ndarray of shape (n_partitions,)
-            The released counts (meaningful where ``keep``; the others are
-            never published).
+        ``phase`` is a Gaussian phase added with ``threshold_delta > 0``;
+        ``counts`` (n_partitions,) the exact bounded-contribution counts of the
+        partitions present. Returns ``keep`` (bool, all present partitions at
+        ``epsilon=inf``) and the noisy counts (published only where ``keep``).
 
         References
         ----------
@@ -311,13 +270,8 @@ class Releaser:
 
     # ----------------------------------------------------------------- report
     def report(self, *, n_users, released, local, notes=(), not_covered=()):
-        """The fit's :class:`PrivacyReport`, built from the ledger and checked.
-
-        Raises
-        ------
-        PrivacyBudgetError
-            If the releases spent more than the plan's ε at its δ.
-        """
+        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError``
+        if the releases spent more than the plan's ε at its δ)."""
         epsilon = self.plan.epsilon
         notes = tuple(notes)
         if self.plan.fixed_noise:

@@ -1,16 +1,10 @@
 """Privacy of hyperparameter search with random stopping (Rényi DP).
 
-A private search runs a differentially private *trial* ``Q`` a random number
-of times ``K`` and releases only the best trial's output (Liu & Talwar 2019).
-Papernot & Steinke (2022) bound the Rényi DP of the search in terms of the RDP
-of one trial and the distribution of ``K``. This module implements their
-bounds, the distribution of ``K``, the calibration of the per-trial budget to
-a target (ε, δ) for the whole search, and the zero-concentrated-DP budget of
-a :class:`~skdpp.privacy.BudgetPlan` (how each trial is held to the per-trial
-budget). It depends only on numpy and scipy.
-
-The formulas, and where they come from (Papernot & Steinke 2022,
-arXiv:2110.03620v2; numbering of the arXiv version):
+A private search runs a DP *trial* ``Q`` a random number of times ``K`` and
+releases only the best output (Liu & Talwar 2019). This module holds the law
+of ``K``, the RDP bounds of the search (Papernot & Steinke 2022,
+arXiv:2110.03620v2, arXiv numbering), the calibration of the per-trial budget
+to a target (ε, δ), and the zCDP budget of a :class:`~skdpp.privacy.BudgetPlan`.
 
 * **Truncated negative binomial** ``D_{η,γ}`` (Definition 1): for ``η > -1``
   and ``γ ∈ (0, 1)``, ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
@@ -40,27 +34,20 @@ arXiv:2110.03620v2; numbering of the arXiv version):
   ``ε``-DP trial gives the ``(2 + η)ε``-DP bound (``3ε`` for the geometric
   distribution, Liu & Talwar 2019).
 
-The RDP of the search is converted to (ε, δ) with the conversion of Canonne,
-Kamath & Steinke (2020), minimised over a grid of orders and then over
-continuous orders (the closed forms hold for every real ``λ > 1``).
+The search's RDP is converted to (ε, δ) by Canonne, Kamath & Steinke (2020),
+over continuous orders (the closed forms hold for every real ``λ > 1``).
 
-Per-trial budget
-----------------
-Every trial must satisfy one RDP curve whatever configuration it samples
-(a data-independent mixture of mechanisms is no less private than its least
-private component, by the joint quasi-convexity of Rényi divergence). skdpp
-holds every trial to a common **ρ-zCDP** budget: ``ε(λ) = ρλ`` at every order.
-It is exact for compositions of Gaussian mechanisms (``μ``-GDP with ``ρ =
-μ²/2``), and every mechanism of skdpp has a zCDP bound (the share semantics of
-:mod:`skdpp.privacy.calibration`): a Gaussian release with noise multiplier
-``z`` is ``1/(2z²)``-zCDP (also Poisson-subsampled, without amplification:
-for a fixed sample the two sums differ by at most the sensitivity), a Laplace
-release (pure ``1/z``-DP) is ``1/(2z²)``-zCDP and an exponential-mechanism
-selection with parameter ``ε`` is ``ε²/8``-zCDP (bounded range, Cesar &
-Rogers 2021). :func:`plan_rho` adds them up for a calibrated plan and
-:func:`epsilon_for_rho` finds the ``epsilon`` at which an estimator's plan
-spends exactly ``ρ``, so no configuration (continuous or not) needs to be
-enumerated.
+**Per-trial budget.** Every trial must satisfy one RDP curve whatever
+configuration it samples (a data-independent mixture is no less private than
+its least private component: joint quasi-convexity of Rényi divergence).
+skdpp uses a common **ρ-zCDP** budget, exact for Gaussian compositions
+(``μ``-GDP: ``ρ = μ²/2``). Every mechanism has a zCDP bound: a Gaussian
+release with multiplier ``z`` is ``1/(2z²)``-zCDP (also Poisson-subsampled,
+without amplification: for a fixed sample two sums differ by at most the
+sensitivity), a Laplace release (pure ``1/z``-DP) ``1/(2z²)``, an exponential
+selection with parameter ``ε`` ``ε²/8`` (bounded range, Cesar & Rogers 2021).
+:func:`plan_rho` adds them up; :func:`epsilon_for_rho` finds the ``epsilon``
+at which a plan spends exactly ``ρ`` (no configuration is enumerated).
 
 References
 ----------
@@ -104,26 +91,15 @@ from .accounting import PrivacyAccountant
 from .calibration import params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
 
-__all__ = [
-    "STOPPING_DISTRIBUTIONS",
-    "RandomStopping",
-    "SearchPrivacyReport",
-    "epsilon_for_rho",
-    "largest_root_below",
-    "plan_rho",
-    "release_validation_score",
-    "report_rho",
-    "zcdp_delta",
-    "zcdp_epsilon",
-]
+__all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
+           "epsilon_for_rho", "largest_root_below", "plan_rho",
+           "release_validation_score", "report_rho", "zcdp_delta", "zcdp_epsilon"]
 
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
 
-# --------------------------------------------------------------------------
-# Numerically stable helpers
-# --------------------------------------------------------------------------
+# --- Numerically stable helpers ---
 
 def _expm1_over_x(x):
     """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
@@ -159,40 +135,18 @@ def _tnb_gamma(mean, eta):
     return math.exp(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
 
 
-# --------------------------------------------------------------------------
-# The distribution of the number of trials and the search's RDP
-# --------------------------------------------------------------------------
+# --- The distribution of the number of trials and the search's RDP ---
 
 @dataclass(frozen=True)
 class RandomStopping:
     """Random number of trials ``K`` of a private search, and the search's privacy.
 
-    Parameters
-    ----------
-    distribution : {"truncated_negative_binomial", "poisson"}
-        Distribution of ``K``: the truncated negative binomial ``D_{η,γ}``
-        (Papernot & Steinke 2022, Definition 1; ``K >= 1``) or Poisson
-        (``K = 0`` possible: the search then outputs nothing).
-    mean : float
-        ``E[K] >= 1``; ``mean=1`` with the truncated negative binomial is
-        ``K ≡ 1`` (no search: one trial).
-    eta : float, default=1.0
-        Shape ``η > -1`` of the truncated negative binomial (``1``: geometric,
-        ``0``: logarithmic). Ignored for Poisson.
-
-    Attributes
-    ----------
-    gamma : float
-        The ``γ`` of ``D_{η,γ}`` with the requested mean (``1.0`` for
-        ``mean=1``; ``nan`` for Poisson).
-
-    Notes
-    -----
-    The RDP bounds are Theorem 2 (truncated negative binomial) and Theorem 6
-    (Poisson) of Papernot & Steinke (2022); see the module docstring. The
-    search outputs only the best trial; publishing ``K`` or any other trial's
-    output is *not* covered (knowing ``K = k``, the best of ``k`` trials costs
-    about ``k`` trials).
+    ``distribution``: the truncated negative binomial ``D_{η,γ}`` (``K >= 1``;
+    ``mean=1`` is ``K ≡ 1``) with shape ``eta > -1``, or Poisson (``K = 0``
+    possible, ``eta`` ignored); ``mean = E[K] >= 1``. Attribute ``gamma``: the
+    ``γ`` with that mean (``1.0`` for ``mean=1``, ``nan`` for Poisson). The
+    bounds (module docstring) cover the best trial only: ``K`` and the other
+    trials must stay secret.
 
     Examples
     --------
@@ -227,12 +181,10 @@ class RandomStopping:
                 or not -1.0 < float(eta) < math.inf:
             raise ValueError(f"`eta` must be a finite number > -1, got {eta!r}.")
         object.__setattr__(self, "eta", float(eta))
-        if self.distribution == "poisson":
-            object.__setattr__(self, "gamma", float("nan"))
-        else:
-            object.__setattr__(self, "gamma", _tnb_gamma(self.mean, self.eta))
+        object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
+                           else _tnb_gamma(self.mean, self.eta))
 
-    # ------------------------------------------------------------ the law of K
+    # --- the law of K ---
     @property
     def _is_constant(self):
         return self.distribution != "poisson" and self.gamma == 1.0
@@ -283,13 +235,10 @@ class RandomStopping:
     def sample(self, rng):
         """Draw ``K`` (one uniform or one Poisson draw from ``rng``).
 
-        The truncated negative binomial is drawn by inversion of its CDF with
-        the pmf recursion ``P[K = k + 1] / P[K = k] = (1 − γ)(k + η)/(k + 1)``;
-        the loop stops when a term is below 1e-17 of the CDF, whose float sum
-        it can no longer change. The tail beyond is then at most about
-        ``1e-17/γ`` (the ratio tends to ``1 − γ``): the law of ``K`` changes by
-        that much in total variation, negligible next to any δ (``1e-16`` for
-        ``n_iter=10``).
+        Inversion of the CDF by the recursion ``P[K = k + 1] / P[K = k] =
+        (1 − γ)(k + η)/(k + 1)``, stopped when a term is below 1e-17 of the
+        CDF: the tail cut is about ``1e-17/γ`` in total variation (``1e-16``
+        for ``n_iter=10``), negligible next to any δ.
         """
         if self.distribution == "poisson":
             return int(rng.poisson(self.mean))
@@ -307,29 +256,14 @@ class RandomStopping:
                 break
         return k
 
-    # ----------------------------------------------------- Theorems 2 and 6
+    # --- Theorems 2 and 6 ---
     def rdp(self, orders, rdp, *, monotone=True):
-        """RDP of the search given one trial's RDP curve on a grid of orders.
+        """RDP of the search given one trial's RDP curve on orders > 1.
 
-        Theorem 2 (truncated negative binomial; ``λ̂`` minimised over the
-        grid) or Theorem 6 (Poisson; ``δ̂`` from the curve by the conversion of
-        :func:`~skdpp.privacy.accounting.rdp_to_delta`), then made
-        non-decreasing in the order (a bound at a higher order is a bound at a
-        lower one).
-
-        Parameters
-        ----------
-        orders : array-like of shape (n_orders,)
-            Rényi orders > 1.
-        rdp : array-like of shape (n_orders,)
-            RDP of one trial at each order.
-        monotone : bool, default=True
-            Replace each value by the smallest value at an order at least as
-            large (Rényi divergence is non-decreasing in the order).
-
-        Returns
-        -------
-        rdp : ndarray of shape (n_orders,)
+        Theorem 2 (``λ̂`` minimised over the grid) or Theorem 6 (``δ̂`` by
+        :func:`~skdpp.privacy.accounting.rdp_to_delta`); ``monotone``: each
+        value lowered to the smallest at a larger order (Rényi divergence is
+        non-decreasing in the order).
         """
         orders = np.asarray(orders, dtype=float)
         rdp = np.asarray(rdp, dtype=float)
@@ -358,21 +292,10 @@ class RandomStopping:
         return result
 
     def zcdp_rdp(self, rho, orders):
-        """RDP of the search when every trial is ρ-zCDP, at real orders ``λ > 1``.
+        """RDP of the search at real orders ``λ > 1`` when every trial is ρ-zCDP.
 
-        The closed-form minimum of Theorem 2 over ``λ̂ >= 1``, or Theorem 6
-        with ``δ̂`` the zCDP conversion at ``ε̂ = log(1 + 1/(λ − 1))``.
-
-        Parameters
-        ----------
-        rho : float
-            Per-trial zCDP parameter.
-        orders : array-like
-            Orders ``λ > 1``.
-
-        Returns
-        -------
-        rdp : ndarray, same shape as ``orders``
+        The closed form of the module docstring (Theorem 2), or Theorem 6 with
+        ``δ̂`` the zCDP conversion at ``ε̂ = log(1 + 1/(λ − 1))``.
         """
         lam = np.asarray(orders, dtype=float)
         rho = float(rho)
@@ -397,19 +320,8 @@ class RandomStopping:
         return (1.0 + self.eta) * value
 
     def epsilon(self, rho, delta):
-        """ε at δ of the search when every trial is ρ-zCDP.
-
-        Parameters
-        ----------
-        rho : float
-            Per-trial zCDP parameter (``inf``: non-private trials).
-        delta : float
-            Target δ in ``(0, 1)``.
-
-        Returns
-        -------
-        epsilon : float
-        """
+        """ε at δ in ``(0, 1)`` of the search when every trial is ρ-zCDP (``inf``
+        for ``rho=inf``)."""
         rho, delta = float(rho), float(delta)
         if math.isinf(rho):
             return math.inf
@@ -418,26 +330,9 @@ class RandomStopping:
         return _cks_epsilon(lambda lam: self.zcdp_rdp(rho, lam), delta)
 
     def calibrate(self, epsilon, delta):
-        """The per-trial ρ at which the search is (ε, δ)-DP (never above ε).
-
-        Parameters
-        ----------
-        epsilon : float
-            Target ε of the whole search, ``> 0`` (``inf``: returns ``inf``).
-        delta : float
-            Target δ in ``(0, 1)``.
-
-        Returns
-        -------
-        rho : float
-            Largest per-trial zCDP parameter (up to ~1e-10 relative) with
-            ``self.epsilon(rho, delta) <= epsilon``.
-
-        Raises
-        ------
-        ValueError
-            If ``delta`` is not in ``(0, 1)`` or ``epsilon <= 0``.
-        """
+        """The largest per-trial ρ (to ~1e-10 relative) with
+        ``self.epsilon(rho, delta) <= epsilon`` (``inf`` for ``epsilon=inf``);
+        ``ValueError`` unless ``epsilon > 0`` and ``delta`` in ``(0, 1)``."""
         epsilon, delta = float(epsilon), float(delta)
         if math.isinf(epsilon):
             return math.inf
@@ -473,9 +368,7 @@ class RandomStopping:
                 f"mean={self.mean:g})")
 
 
-# --------------------------------------------------------------------------
-# Per-trial budgets: the zCDP of a plan, and of a report
-# --------------------------------------------------------------------------
+# --- Per-trial budgets: the zCDP of a plan, and of a report ---
 
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
@@ -489,21 +382,10 @@ def _phase_rho(mechanism, value, count):
 
 
 def plan_rho(plan):
-    """zCDP parameter ρ of a calibrated :class:`~skdpp.privacy.BudgetPlan`.
+    """zCDP parameter ρ of a (calibrable) :class:`~skdpp.privacy.BudgetPlan`.
 
-    Gaussian releases (Poisson-subsampled or not) with noise multiplier ``z``
-    count ``1/(2z²)`` each, Laplace releases (pure ``1/z``-DP) ``1/(2z²)``,
-    exponential-mechanism selections with parameter ``ε`` count ``ε²/8``.
-
-    Parameters
-    ----------
-    plan : BudgetPlan
-        Calibrated (or calibrable) plan.
-
-    Returns
-    -------
-    rho : float
-        ``0`` for a plan without releases, ``inf`` for a non-private one.
+    The sum of the per-mechanism bounds of the module docstring: ``0`` for a
+    plan without releases, ``inf`` for a non-private one.
 
     Examples
     --------
@@ -523,35 +405,13 @@ def plan_rho(plan):
 def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
     """The ``epsilon`` at which a plan spends a zCDP budget ``ρ`` (at most).
 
-    Parameters
-    ----------
-    plan_at : callable
-        ``plan_at(epsilon)`` returns the (calibrated or not) budget plan of a
-        fit with target ``(epsilon, delta)``; it must be data-independent.
-    rho : float
-        Target zCDP parameter, ``> 0`` (``inf``: returns ``inf``).
-    delta : float
-        The ``delta`` the plan is calibrated with.
-    rtol : float, default=1e-9
-        Relative tolerance on ``ρ`` (the result never exceeds ``ρ``).
-
-    Returns
-    -------
-    epsilon : float
-        The plan at this ``epsilon`` spends ``plan_rho <= rho``. For plans of
-        Gaussian releases it is the exact-GDP value
-        ``gaussian_epsilon(sqrt(2ρ), δ)``. For other plans it is the ε at δ
-        (by the accountant) of the same plan with its scale set to ``ρ``
-        (:func:`~skdpp.privacy.calibration.params_for_rho`), checked by
-        building the plan there; a plan whose structure changes with epsilon
-        is solved by ``brentq``. A plan with no release (or whose noise is
-        fixed by the user and spends less than ``ρ``) returns the first guess.
-
-    Raises
-    ------
-    ValueError
-        If the plan spends more than ``ρ`` at every ``epsilon`` (noise fixed
-        by the user).
+    ``plan_at(epsilon)`` returns the data-independent budget plan of a fit at
+    ``(epsilon, delta)``. The result spends ``plan_rho <= rho`` (within
+    ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)`` (exact GDP) for Gaussian
+    plans, else the accountant's ε of the plan with its scale at ``ρ``
+    (:func:`~skdpp.privacy.calibration.params_for_rho`), checked, or solved by
+    ``brentq`` when the plan's structure changes with epsilon. ``ValueError``
+    if the plan spends more than ``ρ`` at every ``epsilon`` (fixed noise).
     """
     rho, delta = float(rho), float(delta)
     if math.isinf(rho):
@@ -568,9 +428,7 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
             f"The estimator's plan spends rho={r0:.6g} (zCDP) whatever its epsilon (its "
             f"noise is fixed), more than the per-trial budget rho={rho:.6g}. Do not fix "
             "the noise (e.g. noise_multiplier=None) in a private search.")
-    # A calibrated plan's zCDP is its calibration scale (the share semantics of
-    # skdpp.privacy.calibration): put the scale at rho and read the epsilon at
-    # which the plan is calibrated to it, then check the plan built there.
+    # a calibrated plan's zCDP is its calibration scale: read epsilon at scale rho
     acc = PrivacyAccountant().compose(
         plan_events(plan0.phases, params_for_rho(plan0.phases, rho)), phase="plan")
     e = acc.get_epsilon(delta)
@@ -615,22 +473,11 @@ _REPORT_MECHANISMS = {"gaussian": "gaussian", "sampled-gaussian": "gaussian",
 
 
 def report_rho(report):
-    """An upper bound on the zCDP ρ of a fit, read from its privacy report.
+    """An upper bound on the zCDP ρ of a fit from its privacy report (None if
+    undetermined, e.g. a phase mixing mechanisms).
 
-    ``"exact-gdp"`` reports are ``μ``-GDP with ``μ`` from their (ε, δ):
-    ``ρ = μ²/2`` (exact). Other reports are bounded phase by phase from the
-    mechanism, the smallest noise multiplier (largest ε for the exponential
-    mechanism) and the number of releases.
-
-    Parameters
-    ----------
-    report : PrivacyReport
-
-    Returns
-    -------
-    rho : float or None
-        ``None`` when the report does not determine a bound (a phase mixing
-        mechanisms).
+    ``"exact-gdp"`` reports give ``ρ = μ²/2`` exactly; others are bounded
+    phase by phase from the worst noise multiplier (largest ε) and the count.
     """
     if report.accountant == "none":
         return 0.0
@@ -657,31 +504,13 @@ def report_rho(report):
     return total
 
 
-# --------------------------------------------------------------------------
-# The DP validation score
-# --------------------------------------------------------------------------
+# --- The DP validation score ---
 
 def release_validation_score(release, phase, user_losses, *, score_clip):
-    """Release the sum of per-user losses clipped to ``[0, score_clip]``.
-
-    Parameters
-    ----------
-    release : Releaser
-        The trial's release helper (its plan has ``phase``).
-    phase : str
-        The plan's phase of the score.
-    user_losses : ndarray of shape (n_users,)
-        Each user's mean loss on its held-out rows (a user without held-out
-        rows contributes 0). Non-finite values (overflow, NaN predictions)
-        count as ``score_clip``, the worst clipped loss.
-    score_clip : float
-        Bound ``C`` on a user's contribution.
-
-    Returns
-    -------
-    total : float
-        The noisy sum. Under replace-one-user one user's contribution moves in
-        ``[0, C]``, so the L2 sensitivity of the sum is ``C``.
+    """Release (``release.gaussian`` in ``phase``) the sum of the users' mean
+    held-out losses clipped to ``[0, score_clip]``; a non-finite loss counts
+    as ``score_clip``. One user's contribution moves in ``[0, C]`` under
+    replace-one-user, so the L2 sensitivity of the sum is ``C``.
     """
     losses = np.asarray(user_losses, dtype=np.float64)
     clipped = np.where(np.isfinite(losses), losses, score_clip)
@@ -691,27 +520,15 @@ def release_validation_score(release, phase, user_losses, *, score_clip):
                                   clip_norm=float(score_clip))[0])
 
 
-# --------------------------------------------------------------------------
-# The report of a search
-# --------------------------------------------------------------------------
+# --- The report of a search ---
 
 @dataclass(frozen=True, kw_only=True)
 class SearchPrivacyReport(PrivacyReport):
-    """Privacy report of a private hyperparameter search (random stopping).
+    """:class:`~skdpp.privacy.PrivacyReport` of a private search (random stopping).
 
-    Adds to :class:`~skdpp.privacy.PrivacyReport`:
-
-    Attributes
-    ----------
-    stopping : str
-        The distribution of the number of trials.
-    trial_rho : float
-        zCDP budget of every trial (fit and validation score together).
-    trial_epsilon : float
-        ε at ``delta`` of one trial on its own (for comparison).
-    chosen_trial : PrivacyReport or None
-        The report of the selected trial's fit (its budget plan), released
-        with the selected model.
+    Adds ``stopping`` (the law of ``K``), ``trial_rho`` (zCDP budget of every
+    trial, fit and score), ``trial_epsilon`` (ε at ``delta`` of one trial
+    alone) and ``chosen_trial`` (the selected fit's report, released with it).
     """
 
     stopping: str = ""
@@ -745,13 +562,8 @@ class SearchPrivacyReport(PrivacyReport):
 
 
 def largest_root_below(f, lo, hi):
-    """A point ``x`` of ``[lo, hi]`` with ``f(x) <= 0``, within ~1e-13 of the root.
-
-    ``f`` is increasing with ``f(lo) < 0 < f(hi)``: ``brentq`` finds the root,
-    then ``x`` steps down until ``f(x) <= 0``, so a calibration solved this way
-    never exceeds its target (the root itself may be on the wrong side by
-    rounding).
-    """
+    """``x`` in ``[lo, hi]`` with ``f(x) <= 0`` within ~1e-13 of the root of an
+    increasing ``f`` (brentq, then stepped down: never above the target)."""
     x = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
     step = 1e-12
     while f(x) > 0.0:

@@ -20,50 +20,30 @@ available analysis:
     dp-accounting's ``RdpAccountant`` and the conversion to (ε, δ) of Canonne,
     Kamath & Steinke (2020).
 ``"rdp-zero-out"``
-    The ledger holds Poisson-subsampled Gaussians. The sampled-Gaussian RDP
-    bound of Mironov, Talwar & Zhang (2019) is an *add/remove* analysis; it
-    does not directly cover replace-one-user. skdpp charges such ledgers
-    through *zero-out* neighbours: datasets ``D`` and ``D'`` that differ in one
-    user are both neighbours of ``D0``, in which that user is replaced by a
-    null user contributing zero to every sampled sum. Against ``D0`` a sampled
-    sum of contributions clipped to ``C`` has sensitivity ``C`` (half its
-    replace-one sensitivity ``2C``), so ``PoissonSampledEvent(q,
+    The ledger holds Poisson-subsampled Gaussians, whose RDP bound (Mironov,
+    Talwar & Zhang 2019) is an *add/remove* analysis. skdpp charges them
+    through *zero-out* neighbours: ``D`` and ``D'`` differing in one user are
+    both neighbours of ``D0``, where that user contributes zero to every
+    sampled sum. Against ``D0`` a sum of contributions clipped to ``C`` has
+    sensitivity ``C`` (half the replace-one ``2C``), so ``PoissonSampledEvent(q,
     GaussianEvent(z))`` is charged as the add/remove sampled Gaussian with
-    noise multiplier ``2 z``; every other event keeps its replace-one analysis
-    (replacing a user by the null user is a replacement). The composition is
-    ``(ε0, δ0)``-DP against ``D0``, hence ``(2 ε0, (1 + e^ε0) δ0)``-DP under
-    replace-one-user (group privacy of size 2); the best split of δ is used.
+    multiplier ``2 z``; other events keep their replace-one analysis (the null
+    user is a replacement). ``(ε0, δ0)``-DP against ``D0`` gives
+    ``(2 ε0, (1 + e^ε0) δ0)``-DP under replace-one-user (group privacy of 2),
+    with the best split of δ.
 ``"non-private"``
     Some release was made without noise: ε = inf.
-
-Independently of the method, a private partition selection contributes a
-:class:`~skdpp.privacy.events.ThresholdEvent` (the chance that a partition held
-by one user only clears the noisy threshold): if the rest of the ledger is
-``(ε', δ')``-DP, the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP (see
-that event's Notes); :meth:`PrivacyAccountant.get_epsilon` subtracts the
-threshold δ's before converting the rest.
 ``"none"``
     Nothing touching the data was released: ε = 0.
 
-The analyses live beside the accountant: :mod:`skdpp.privacy._gdp` (exact
-μ-GDP) and :mod:`skdpp.privacy._rdp` (RDP curves and conversions). This module
-depends only on numpy and scipy.
+Whatever the method, a private partition selection adds a
+:class:`~skdpp.privacy.events.ThresholdEvent`: if the rest is ``(ε', δ')``-DP,
+the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP (see that event's
+Notes). The analyses are in :mod:`skdpp.privacy._gdp` (exact μ-GDP) and
+:mod:`skdpp.privacy._rdp` (RDP curves and conversions).
 
-References
-----------
-.. [1] Balle, B. and Wang, Y.-X. (2018). Improving the Gaussian Mechanism for
-       Differential Privacy: Analytical Calibration and Optimal Denoising.
-       arXiv:1805.06530.
-.. [2] Dong, J., Roth, A. and Su, W. (2019). Gaussian Differential Privacy.
-       arXiv:1905.02383.
-.. [3] Mironov, I. (2017). Rényi Differential Privacy. arXiv:1702.07476.
-.. [4] Mironov, I., Talwar, K. and Zhang, L. (2019). Rényi Differential
-       Privacy of the Sampled Gaussian Mechanism. arXiv:1908.10530.
-.. [5] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
-       for Differential Privacy. arXiv:2004.00010.
-.. [6] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
-       Truncating: Unifying Privacy Loss Composition for Data Analytics.
-       arXiv:2004.07223.
+The full references are in :class:`PrivacyAccountant`, :mod:`skdpp.privacy._gdp`
+and :mod:`skdpp.privacy._rdp`.
 
 Examples
 --------
@@ -85,41 +65,16 @@ from typing import Optional
 import numpy as np
 
 from ._gdp import gaussian_delta, gaussian_epsilon, gaussian_mu
-from ._rdp import (
-    DEFAULT_RDP_ORDERS,
-    _rdp_exponential,
-    _rdp_laplace,
-    _rdp_poisson_gaussian,
-    rdp_to_delta,
-    rdp_to_epsilon,
-)
-from .events import (
-    ComposedEvent,
-    DpEvent,
-    ExponentialEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    NonPrivateEvent,
-    NoOpEvent,
-    PoissonSampledEvent,
-    SelfComposedEvent,
-    ThresholdEvent,
-)
+from ._rdp import (DEFAULT_RDP_ORDERS, _rdp_exponential, _rdp_laplace,
+                   _rdp_poisson_gaussian, rdp_to_delta, rdp_to_epsilon)
+from .events import (ComposedEvent, DpEvent, ExponentialEvent, GaussianEvent,
+                     LaplaceEvent, NonPrivateEvent, NoOpEvent, PoissonSampledEvent,
+                     SelfComposedEvent, ThresholdEvent)
 
-__all__ = [
-    "DEFAULT_RDP_ORDERS",
-    "LedgerEntry",
-    "PrivacyAccountant",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "gaussian_mu",
-    "rdp_to_epsilon",
-    "rdp_to_delta",
-]
+__all__ = ["DEFAULT_RDP_ORDERS", "LedgerEntry", "PrivacyAccountant", "gaussian_delta",
+           "gaussian_epsilon", "gaussian_mu", "rdp_to_epsilon", "rdp_to_delta"]
 
-# --------------------------------------------------------------------------
-# The accountant
-# --------------------------------------------------------------------------
+# --- The accountant ---
 
 @dataclass(frozen=True)
 class LedgerEntry:
@@ -149,11 +104,16 @@ class LedgerEntry:
     clip_norm: Optional[float] = None
 
 
+def _noiseless(event):
+    """A Gaussian/Laplace event without noise or an exponential one at ε = inf."""
+    if isinstance(event, ExponentialEvent):
+        return math.isinf(event.epsilon)
+    return event.noise_multiplier == 0.0
+
+
 def _flatten(event, count, out):
     """Append (atom, multiplicity) pairs of ``event`` repeated ``count`` times."""
-    if count == 0:
-        return
-    if isinstance(event, NoOpEvent):
+    if count == 0 or isinstance(event, NoOpEvent):
         return
     if isinstance(event, SelfComposedEvent):
         _flatten(event.event, count * event.count, out)
@@ -167,42 +127,22 @@ def _flatten(event, count, out):
         if q == 1.0:
             _flatten(inner, count, out)
         elif isinstance(inner, GaussianEvent):
-            if inner.noise_multiplier == 0.0:
-                out.append((NonPrivateEvent(), count))
-            else:
-                out.append((event, count))
+            out.append((NonPrivateEvent() if _noiseless(inner) else event, count))
         elif isinstance(inner, (NonPrivateEvent, LaplaceEvent, ExponentialEvent)):
-            # Conservative: subsampling never weakens a pure-eps guarantee;
-            # amplification is not credited.
-            _flatten(inner, count, out)
+            _flatten(inner, count, out)  # pure-eps: no amplification credited
         else:
             raise NotImplementedError(
                 f"PoissonSampledEvent of {type(inner).__name__} is not supported; "
                 "only a GaussianEvent (or a pure-eps event, without amplification) "
-                "can be Poisson-subsampled. Compose per-release sampled events instead."
-            )
-    elif isinstance(event, GaussianEvent):
-        if event.noise_multiplier == 0.0:
-            out.append((NonPrivateEvent(), count))
-        else:
-            out.append((event, count))
-    elif isinstance(event, LaplaceEvent):
-        if event.noise_multiplier == 0.0:
-            out.append((NonPrivateEvent(), count))
-        else:
-            out.append((event, count))
-    elif isinstance(event, ExponentialEvent):
-        if math.isinf(event.epsilon):
-            out.append((NonPrivateEvent(), count))
-        else:
-            out.append((event, count))
+                "can be Poisson-subsampled. Compose per-release sampled events instead.")
+    elif isinstance(event, (GaussianEvent, LaplaceEvent, ExponentialEvent)):
+        out.append((NonPrivateEvent() if _noiseless(event) else event, count))
     elif isinstance(event, (NonPrivateEvent, ThresholdEvent)):
         out.append((event, count))
     else:
         raise TypeError(
             f"Unsupported privacy event {event!r}; expected one of the events in "
-            "skdpp.privacy.events."
-        )
+            "skdpp.privacy.events.")
 
 
 class PrivacyAccountant:
@@ -224,19 +164,12 @@ class PrivacyAccountant:
 
     Notes
     -----
-    ``"exact-gdp"`` applies when every event is a non-subsampled Gaussian
-    (nested :class:`SelfComposedEvent` / :class:`ComposedEvent` allowed): the
-    composition is exactly μ-GDP with ``μ = sqrt(Σ count/z²)``, converted with
-    the analytic Gaussian formula. ``"rdp"`` uses the sampled-Gaussian RDP
-    (integer orders by the binomial expansion, fractional orders by the two
-    series of Mironov, Talwar & Zhang), the Laplace closed form (Mironov 2017),
-    ``min(ε, αε²/8)`` for the exponential mechanism (ε-bounded range ⇒
-    ε²/8-zCDP, Cesar & Rogers 2021; also capped by the pure-DP RDP bound), and
-    ``α/(2z²)`` for Gaussians. ``"pure"`` adds pure ε's and, when δ > 0,
-    reports the minimum with the RDP bound. ``"rdp-zero-out"`` (ledgers with
-    Poisson-subsampled Gaussians) composes against the zero-out neighbour and
-    doubles ε by group privacy, because the sampled-Gaussian RDP bound is an
-    add/remove analysis (see the module docstring).
+    The methods are described in the module docstring. The RDP curves
+    (:mod:`skdpp.privacy._rdp`): ``α/(2z²)`` for Gaussians, the
+    sampled-Gaussian bound (integer orders by the binomial expansion,
+    fractional orders by the two series of Mironov, Talwar & Zhang), the
+    Laplace closed form (Mironov 2017), ``min(αε²/8, pure-DP bound)`` for the
+    exponential mechanism (ε-bounded range ⇒ ε²/8-zCDP, Cesar & Rogers 2021).
 
     References
     ----------
@@ -272,26 +205,11 @@ class PrivacyAccountant:
     # -- ledger ------------------------------------------------------------
     def compose(self, event, count=1, *, phase, mechanism=None, sensitivity=None,
                 clip_norm=None):
-        """Add ``count`` repetitions of ``event`` to the ledger.
+        """Add ``count`` (>= 0) repetitions of ``event`` to the ledger; return self.
 
-        Parameters
-        ----------
-        event : DpEvent
-            The release's privacy event.
-        count : int, default=1
-            Number of repetitions (>= 0).
-        phase : str
-            Budget phase the release is charged to.
-        mechanism : str, default=None
-            Mechanism name for the report (inferred from the event if None).
-        sensitivity : float, default=None
-            Stated sensitivity of the release (for the report).
-        clip_norm : float, default=None
-            Clip norm bounding the sensitivity (for the report).
-
-        Returns
-        -------
-        self : PrivacyAccountant
+        ``phase`` is the budget phase charged; ``mechanism`` (inferred from the
+        event if None), ``sensitivity`` and ``clip_norm`` are for the report
+        (:class:`LedgerEntry`).
         """
         if not isinstance(event, DpEvent):
             raise TypeError(f"`event` must be a DpEvent, got {event!r}.")
@@ -410,19 +328,8 @@ class PrivacyAccountant:
 
     # -- conversions -------------------------------------------------------
     def get_epsilon(self, delta):
-        """Smallest ε (by the best available analysis) at the given δ.
-
-        Parameters
-        ----------
-        delta : float
-            Target δ in ``[0, 1]``.
-
-        Returns
-        -------
-        epsilon : float
-            ``inf`` with a :class:`NonPrivateEvent` (or δ = 0 with Gaussian
-            events), ``0`` when nothing was released.
-        """
+        """Smallest ε at δ in ``[0, 1]`` by the best available analysis (``inf``
+        with a :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
         delta = float(delta)
         if not 0.0 <= delta <= 1.0:
             raise ValueError(
@@ -454,18 +361,8 @@ class PrivacyAccountant:
         return rdp_to_epsilon(self._orders, self.rdp(), delta)
 
     def get_delta(self, epsilon):
-        """Smallest δ (by the best available analysis) at the given ε.
-
-        Parameters
-        ----------
-        epsilon : float
-            Target ε >= 0.
-
-        Returns
-        -------
-        delta : float
-            In ``[0, 1]``; ``1`` with a :class:`NonPrivateEvent` (finite ε).
-        """
+        """Smallest δ at ε >= 0 by the best available analysis (``1`` with a
+        :class:`NonPrivateEvent` at finite ε)."""
         epsilon = float(epsilon)
         if not epsilon >= 0.0:
             raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")

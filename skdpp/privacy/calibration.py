@@ -19,11 +19,9 @@ receives ``ρ_j = share_j · s``, split evenly over its ``count`` releases:
 * Laplace: each release is pure ``e = sqrt(2 ρ_j / count)``-DP (ε-DP is
   ε²/2-zCDP), i.e. ``z = 1/e``.
 
-The zCDP parametrisation only fixes the *ratios* between phases. The global
-scale ``s`` is then solved with :func:`scipy.optimize.brentq` (on ``log s``)
-so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`, which
-composes the actual events with its tightest analysis (exact GDP, RDP, or pure
-composition), reports exactly the target ε at δ.
+This only fixes the *ratios* between phases: ``s`` is solved by ``brentq`` on
+``log s`` so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`
+(its tightest analysis of the actual events) reports exactly ε at δ.
 
 References
 ----------
@@ -50,16 +48,9 @@ from dataclasses import dataclass
 from scipy import optimize
 
 from .accounting import PrivacyAccountant
-from .events import (
-    ComposedEvent,
-    ExponentialEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    NonPrivateEvent,
-    PoissonSampledEvent,
-    SelfComposedEvent,
-    ThresholdEvent,
-)
+from .events import (ComposedEvent, ExponentialEvent, GaussianEvent, LaplaceEvent,
+                     NonPrivateEvent, PoissonSampledEvent, SelfComposedEvent,
+                     ThresholdEvent)
 
 __all__ = ["Phase", "calibrate", "params_for_rho", "plan_events"]
 
@@ -106,33 +97,26 @@ class Phase:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Phase: `name` must be a non-empty str, got {self.name!r}.")
-        if isinstance(self.share, bool) or not isinstance(self.share, numbers.Real) \
-                or not (0.0 < float(self.share) < math.inf):
-            raise ValueError(
-                f"Phase {self.name!r}: `share` must be a finite number > 0, got "
-                f"{self.share!r}. Drop the phase instead of giving it share 0.")
-        object.__setattr__(self, "share", float(self.share))
-        if self.mechanism not in _MECHANISMS:
-            raise ValueError(
-                f"Phase {self.name!r}: `mechanism` must be one of {_MECHANISMS}, got "
-                f"{self.mechanism!r}.")
-        if isinstance(self.count, bool) or not isinstance(self.count, numbers.Integral) \
-                or self.count < 1:
-            raise ValueError(
-                f"Phase {self.name!r}: `count` must be an int >= 1, got {self.count!r}.")
-        object.__setattr__(self, "count", int(self.count))
-        rate = self.sampling_rate
-        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) \
-                or not (0.0 < float(rate) <= 1.0):
-            raise ValueError(
-                f"Phase {self.name!r}: `sampling_rate` must be in (0, 1], got {rate!r}.")
-        object.__setattr__(self, "sampling_rate", float(rate))
-        td = self.threshold_delta
-        if isinstance(td, bool) or not isinstance(td, numbers.Real) \
-                or not 0.0 <= float(td) < 1.0:
-            raise ValueError(
-                f"Phase {self.name!r}: `threshold_delta` must be in [0, 1), got {td!r}.")
-        object.__setattr__(self, "threshold_delta", float(td))
+        for attr, kind, ok, what in (
+                ("share", numbers.Real, lambda v: 0.0 < v < math.inf,
+                 "a finite number > 0"),
+                ("mechanism", None, None, None),
+                ("count", numbers.Integral, lambda v: v >= 1, "an int >= 1"),
+                ("sampling_rate", numbers.Real, lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+                ("threshold_delta", numbers.Real, lambda v: 0.0 <= v < 1.0, "in [0, 1)")):
+            value = getattr(self, attr)
+            if attr == "mechanism":
+                if value not in _MECHANISMS:
+                    raise ValueError(f"Phase {self.name!r}: `mechanism` must be one of "
+                                     f"{_MECHANISMS}, got {value!r}.")
+                continue
+            if isinstance(value, bool) or not isinstance(value, kind) \
+                    or not ok(float(value)):
+                raise ValueError(
+                    f"Phase {self.name!r}: `{attr}` must be {what}, got {value!r}."
+                    + (" Drop the phase instead of giving it share 0."
+                       if attr == "share" else ""))
+            object.__setattr__(self, attr, int(value) if attr == "count" else float(value))
         if self.threshold_delta > 0.0 and self.mechanism != "gaussian":
             raise ValueError(
                 f"Phase {self.name!r}: `threshold_delta` > 0 needs the gaussian mechanism, "
@@ -155,6 +139,10 @@ def _check_phases(phases):
     if len(set(names)) != len(names):
         raise ValueError(f"Phase names must be unique, got {names}.")
     return phases
+
+
+def _non_private(phases):
+    return {p.name: (math.inf if p.mechanism == "exponential" else 0.0) for p in phases}
 
 
 def _params_for_scale(phases, scale):
@@ -242,24 +230,13 @@ def calibrate(phases, *, epsilon, delta):
         Per phase name: the noise multiplier z of each release (gaussian,
         laplace) or the ε of each selection (exponential). Composing
         :func:`plan_events` ``(phases, params)`` in a fresh accountant gives
-        ``ε(δ) <= epsilon`` (equal up to ~1e-10 relative).
+        ``ε(δ) <= epsilon`` (equal up to ~1e-10 relative; the root of the
+        module docstring's ``brentq`` is nudged down, never above).
 
     Raises
     ------
     ValueError
         For invalid arguments or infeasible targets.
-
-    Notes
-    -----
-    See the module docstring for the meaning of ``share`` (fractions of the
-    zCDP budget ρ). The global scale is found by ``brentq`` on ``log s``; if
-    the root lands a hair above the target it is nudged down so the returned
-    plan never exceeds ``epsilon``.
-
-    References
-    ----------
-    .. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
-    .. [2] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 
     Examples
     --------
@@ -283,8 +260,7 @@ def calibrate(phases, *, epsilon, delta):
         raise ValueError(f"`delta` must be in [0, 1), got {delta!r}; e.g. delta=1e-6.")
     epsilon, delta = float(epsilon), float(delta)
     if math.isinf(epsilon):
-        return {p.name: (math.inf if p.mechanism == "exponential" else 0.0)
-                for p in phases}
+        return _non_private(phases)
     threshold = sum(p.count * p.threshold_delta for p in phases)
     if threshold > 0.0 and not threshold < delta:
         raise ValueError(
@@ -331,26 +307,10 @@ def calibrate(phases, *, epsilon, delta):
 def params_for_rho(phases, rho):
     """Noise parameters at which a plan spends exactly a zCDP budget ``ρ``.
 
-    The zCDP-target counterpart of :func:`calibrate`: the shares fix the
-    ratios between phases as there, and the global scale is ``ρ`` itself, so
-    the plan is ``ρ``-zCDP (a Gaussian release with multiplier ``z`` is
-    ``1/(2z²)``-zCDP, an exponential-mechanism selection with parameter ``ε``
-    is ``ε²/8``-zCDP, a pure ``ε``-DP Laplace release ``ε²/2``-zCDP). Used by
-    private hyperparameter search (:mod:`skdpp.privacy._tuning`), which needs
-    every trial to meet one Rényi-DP curve.
-
-    Parameters
-    ----------
-    phases : sequence of Phase
-        The budget plan (unique names).
-    rho : float
-        zCDP budget, ``> 0``; ``inf`` gives the non-private parameters.
-
-    Returns
-    -------
-    params : dict of str to float
-        As :func:`calibrate`: the noise multiplier (gaussian, laplace) or the
-        per-selection ε (exponential) of each phase.
+    :func:`calibrate` with the global scale set to ``rho`` (``> 0``; ``inf``:
+    non-private), so the plan is ``ρ``-zCDP by the share semantics of the
+    module docstring. Used by the private search (:mod:`skdpp.privacy._tuning`),
+    whose trials must meet one Rényi-DP curve.
 
     Examples
     --------
@@ -363,6 +323,6 @@ def params_for_rho(phases, rho):
     if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not float(rho) > 0.0:
         raise ValueError(f"`rho` must be in (0, inf], got {rho!r}.")
     if math.isinf(float(rho)):
-        return {p.name: (math.inf if p.mechanism == "exponential" else 0.0) for p in phases}
+        return _non_private(phases)
     return _params_for_scale(phases, float(rho))
 

@@ -1,12 +1,9 @@
 """Privacy events: immutable descriptions of differentially private releases.
 
-Every noisy release made by an skdpp estimator is described by a
-:class:`DpEvent`, composed into the fit's
+Every noisy release of a fit is described by a :class:`DpEvent` (a frozen
+dataclass validated on construction), composed into the fit's
 :class:`~skdpp.privacy.accounting.PrivacyAccountant`. The vocabulary follows
-the dp-accounting library (``GaussianDpEvent``, ``PoissonSampledDpEvent``,
-...), so the two are easy to compare; skdpp does not depend on it at run time.
-
-All events are frozen dataclasses validated on construction.
+dp-accounting (``GaussianDpEvent``, ...), which skdpp does not depend on.
 
 References
 ----------
@@ -28,18 +25,9 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = [
-    "DpEvent",
-    "GaussianEvent",
-    "LaplaceEvent",
-    "ExponentialEvent",
-    "SelfComposedEvent",
-    "ComposedEvent",
-    "PoissonSampledEvent",
-    "NoOpEvent",
-    "NonPrivateEvent",
-    "ThresholdEvent",
-]
+__all__ = ["DpEvent", "GaussianEvent", "LaplaceEvent", "ExponentialEvent",
+           "SelfComposedEvent", "ComposedEvent", "PoissonSampledEvent", "NoOpEvent",
+           "NonPrivateEvent", "ThresholdEvent"]
 
 
 def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
@@ -47,28 +35,20 @@ def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"{cls}: `{name}` must be a real number, got {value!r} "
-            f"(type {type(value).__name__})."
-        )
+            f"(type {type(value).__name__}).")
     value = float(value)
-    ok_low = value >= low if low_inclusive else value > low
-    ok_high = value <= high if high_inclusive else value < high
-    if math.isnan(value) or not (ok_low and ok_high):
-        lb = "[" if low_inclusive else "("
-        hb = "]" if high_inclusive else ")"
+    if not ((value >= low if low_inclusive else value > low)
+            and (value <= high if high_inclusive else value < high)):
         raise ValueError(
-            f"{cls}: `{name}` must be in {lb}{low}, {high}{hb}, got {value!r}."
-            + (f" {remedy}" if remedy else "")
-        )
+            f"{cls}: `{name}` must be in {'[(' [not low_inclusive]}{low}, {high}"
+            f"{'])' [not high_inclusive]}, got {value!r}." + (f" {remedy}" if remedy else ""))
     return value
 
 
 class DpEvent:
-    """Base class of all privacy events.
-
-    Subclasses are frozen dataclasses; an event only *describes* a release,
-    the :class:`~skdpp.privacy.accounting.PrivacyAccountant` turns composed
-    events into an (ε, δ) guarantee.
-    """
+    """Base class of all privacy events (an event only *describes* a release;
+    the :class:`~skdpp.privacy.accounting.PrivacyAccountant` turns events into
+    an (ε, δ) guarantee)."""
 
     __slots__ = ()
 
@@ -80,11 +60,7 @@ class NoOpEvent(DpEvent):
 
 @dataclass(frozen=True)
 class NonPrivateEvent(DpEvent):
-    """A release made without privacy noise (privacy loss ε = inf).
-
-    Produced when ``epsilon=np.inf`` (noise multiplier 0): the accountant then
-    reports ``epsilon = inf``.
-    """
+    """A release made without privacy noise (``epsilon=np.inf``): ε = inf."""
 
 
 @dataclass(frozen=True)
@@ -158,15 +134,7 @@ class ExponentialEvent(DpEvent):
 
 @dataclass(frozen=True)
 class SelfComposedEvent(DpEvent):
-    """``count`` adaptive repetitions of the same ``event``.
-
-    Parameters
-    ----------
-    event : DpEvent
-        The repeated event.
-    count : int
-        Number of repetitions, ``>= 0``.
-    """
+    """``count`` (an int >= 0) adaptive repetitions of the same ``event``."""
 
     event: DpEvent
     count: int
@@ -186,13 +154,7 @@ class SelfComposedEvent(DpEvent):
 
 @dataclass(frozen=True)
 class ComposedEvent(DpEvent):
-    """Adaptive composition of several events (in order).
-
-    Parameters
-    ----------
-    events : tuple of DpEvent
-        The composed events (a list is converted to a tuple).
-    """
+    """Adaptive composition of several ``events`` (in order; a list becomes a tuple)."""
 
     events: tuple
 
@@ -207,21 +169,13 @@ class ComposedEvent(DpEvent):
 
 @dataclass(frozen=True)
 class PoissonSampledEvent(DpEvent):
-    """``event`` applied to a Poisson subsample (each unit kept w.p. q).
-
-    Parameters
-    ----------
-    sampling_probability : float
-        Inclusion probability q in ``[0, 1]``.
-    event : DpEvent
-        The event applied to the subsample.
+    """``event`` on a Poisson subsample (each unit kept w.p. ``sampling_probability``).
 
     Notes
     -----
-    The RDP analysis of the sampled Gaussian mechanism (Mironov, Talwar &
-    Zhang 2019, arXiv:1908.10530) is for the add/remove-one relation with the
-    noise multiplier taken relative to the add/remove sensitivity, as in
-    dp-accounting.
+    As in dp-accounting, the noise multiplier of a sampled Gaussian is relative
+    to the add/remove sensitivity; :mod:`skdpp.privacy.accounting` explains
+    how replace-one-user is charged.
     """
 
     sampling_probability: float

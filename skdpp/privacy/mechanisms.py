@@ -66,32 +66,19 @@ from .._config import _require_opendp, get_config
 from ._clipping import clip_by_norm, unit_rows  # noqa: F401  (re-exported for compatibility)
 from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
 
-__all__ = [
-    "exponential_mechanism",
-    "exponential_mechanism_probabilities",
-    "gaussian_mechanism",
-    "gaussian_sum",
-    "laplace_mechanism",
-    "noisy_counts",
-    "fit_key",
-    "noise_source",
-    "poisson_sample",
-    "sample_trial_count",
-]
+__all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
+           "gaussian_mechanism", "gaussian_sum", "laplace_mechanism", "noisy_counts",
+           "fit_key", "noise_source", "poisson_sample", "sample_trial_count"]
 
 
-# --------------------------------------------------------------------------
-# argument checks
-# --------------------------------------------------------------------------
+# --- argument checks ---
 
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
     value = float(value)
-    ok = (value >= 0.0 if allow_zero else value > 0.0) and not math.isnan(value)
-    if ok and math.isinf(value) and not allow_inf:
-        ok = False
-    if not ok:
+    if not ((value >= 0.0 if allow_zero else value > 0.0)
+            and (allow_inf or not math.isinf(value))):
         lo = "[0" if allow_zero else "(0"
         hi = "inf]" if allow_inf else "inf)"
         raise ValueError(
@@ -114,18 +101,16 @@ def _as_float_array(value, name):
     return arr
 
 
-# --------------------------------------------------------------------------
-# noise hooks (the only places randomness for privacy is drawn)
-# --------------------------------------------------------------------------
+# --- noise hooks (the only places randomness for privacy is drawn) ---
 
-def _mirror_upper(a):
-    """Symmetric matrix built from the upper triangle (incl. diagonal) of ``a``.
+def _mirror_upper(a, check=False):
+    """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p).
 
-    One pass over the stack (``np.where`` with a broadcast triangle mask);
-    ``+ 0.0`` gives exactly the values of the sum ``triu(a) + triu(a, 1).T``
-    (whose other term is 0: ``-0.0`` becomes ``0.0``).
+    ``+ 0.0`` gives exactly the values of ``triu(a) + triu(a, 1).T``.
     """
     a = np.asarray(a)
+    if check and (a.ndim < 2 or a.shape[-1] != a.shape[-2]):
+        raise ValueError(f"symmetric=True needs a value of shape (..., p, p), got {a.shape}.")
     p = a.shape[-1]
     upper = np.triu(np.ones((p, p), dtype=bool))
     out = np.where(upper, a, np.swapaxes(a, -1, -2))
@@ -142,10 +127,6 @@ def _secure_mode():
 def noise_source():
     """The name of the current noise source, as the privacy report prints it.
 
-    Returns
-    -------
-    source : str
-
     Examples
     --------
     >>> from skdpp.privacy.mechanisms import noise_source
@@ -158,23 +139,16 @@ def noise_source():
 
 
 def _numpy_noise(distribution, scale, shape, rng):
-    """Floating-point noise from ``rng`` (the ``noise="numpy"`` path only)."""
-    if distribution == "gaussian":
-        return rng.normal(0.0, scale, size=shape)
-    if distribution == "laplace":
-        return rng.laplace(0.0, scale, size=shape)
-    raise ValueError(
-        f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    """Floating-point noise from ``rng`` (``noise="numpy"``; checked by the caller)."""
+    sampler = rng.normal if distribution == "gaussian" else rng.laplace
+    return sampler(0.0, scale, size=shape)
 
 
-# Bits of the OpenDP grid below the noise scale: the grid is 2^k with
-# k = floor(log2(scale)) - _GRID_BITS. Rounding a vector of n entries to it
-# moves it by at most sqrt(n) 2^(k-1) in L2 (n 2^(k-1) in L1), which OpenDP's
-# privacy map adds to the sensitivity; at 40 bits that is a relative change
-# of the charge below 1e-6 for any vector that fits in memory.
+# OpenDP grid 2^k, k = floor(log2(scale)) - _GRID_BITS: rounding n entries moves
+# them by at most sqrt(n) 2^(k-1) in L2 (n 2^(k-1) in L1), which OpenDP's map adds
+# to the sensitivity: below 1e-6 of the charge for any vector that fits in memory.
 _GRID_BITS = 40
-# Relative slack added when calibrating a scale up to meet the charge.
-_CALIBRATION_SLACK = 2.0 ** -40
+_CALIBRATION_SLACK = 2.0 ** -40  # relative step when a scale is raised to meet the charge
 
 
 def _opendp_charge(distribution, sensitivity, scale):
@@ -184,22 +158,38 @@ def _opendp_charge(distribution, sensitivity, scale):
     return sensitivity / scale
 
 
-def _opendp_additive(distribution, size, scale, k):
+def _opendp_domain(size):
     dp = _require_opendp()
     dp.enable_features("contrib")
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(size))
+    return dp, dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(size))
+
+
+def _opendp_additive(distribution, size, scale, k):
+    dp, domain = _opendp_domain(size)
     if distribution == "gaussian":
         return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale, k=k)
     return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=k)
+
+
+def _calibrated(make, scale, sensitivity, charged, step):
+    """``(measurement, scale)``: the first ``make(scale)``, scale multiplied by
+    ``step(used/charged)``, whose OpenDP map is at most ``charged`` (None if 8
+    steps do not get there; one or two do)."""
+    for _ in range(8):
+        meas = make(scale)
+        used = float(meas.map(sensitivity))
+        if used <= charged:
+            return meas, scale
+        scale *= step(used / charged) * (1.0 + _CALIBRATION_SLACK)
+    return None, scale
 
 
 @functools.lru_cache(maxsize=256)
 def _secure_measurement(distribution, size, sensitivity, scale):
     """The OpenDP measurement of one release, calibrated to our charge.
 
-    Returns ``(measurement, opendp_scale, k, charged)``: OpenDP's scale is the
-    smallest scale found above ``scale`` whose privacy map at ``sensitivity``
-    is at most ``charged`` (what the accountant composes for the release).
+    Returns ``(measurement, opendp_scale, k, charged)``: OpenDP's privacy map
+    at ``sensitivity`` is at most ``charged`` (what the accountant composes).
     Cached: measurements hold no randomness (every call samples afresh).
     """
     if distribution not in ("gaussian", "laplace"):
@@ -207,15 +197,11 @@ def _secure_measurement(distribution, size, sensitivity, scale):
             f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
     charged = _opendp_charge(distribution, sensitivity, scale)
     k = max(math.floor(math.log2(scale)) - _GRID_BITS, -1074)
-    s = scale
-    for _ in range(8):  # converges in one or two steps
-        meas = _opendp_additive(distribution, size, s, k)
-        used = float(meas.map(sensitivity))
-        if used <= charged:
-            return meas, s, k, charged
-        ratio = used / charged
-        s *= (math.sqrt(ratio) if distribution == "gaussian" else ratio) * (
-            1.0 + _CALIBRATION_SLACK)
+    meas, s = _calibrated(lambda s: _opendp_additive(distribution, size, s, k),
+                          scale, sensitivity, charged,
+                          math.sqrt if distribution == "gaussian" else float)
+    if meas is not None:
+        return meas, s, k, charged
     raise RuntimeError(
         f"OpenDP's {distribution} mechanism could not be calibrated to the charged "
         f"privacy loss {charged!r} (sensitivity {sensitivity!r}, scale {scale!r}, "
@@ -242,45 +228,20 @@ def _secure_additive(values, *, distribution, scale, sensitivity):
 
 
 def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):
-    """Return ``value`` plus privacy noise (a new array).
+    """Return ``value`` plus noise of std / Laplace scale ``scale`` (a new array).
 
-    THE single function every mechanism calls to draw additive noise; the
-    privacy test harness monkeypatches it (noise off, record and replay).
-
-    Parameters
-    ----------
-    value : ndarray
-        Pre-noise value (not modified).
-    distribution : {"gaussian", "laplace"}
-        Noise distribution.
-    scale : float
-        Noise std (gaussian) or Laplace scale b (laplace), >= 0.
-    sensitivity : float
-        Stated L2 (gaussian) / L1 (laplace) sensitivity of ``value``
-        (the secure source calibrates OpenDP's privacy map to it).
-    rng : numpy.random.Generator or RandomState
-        Source of randomness (``noise="numpy"`` only).
-    symmetric : bool, default=False
-        ``value`` has shape (..., p, p); the result is symmetric: the upper
-        triangle of ``value`` (incl. diagonal) gets iid noise and is mirrored.
-
-    Returns
-    -------
-    noisy : ndarray
-        Same shape as ``value``.
-
-    Notes
-    -----
-    With ``noise="secure"`` only the upper triangles of a symmetric value
-    enter OpenDP (their L2 sensitivity is at most the stated Frobenius one,
-    see :func:`gaussian_mechanism`), in one call for the whole stack.
+    THE function every mechanism calls to draw additive noise; the privacy
+    test harness monkeypatches it (noise off, record and replay).
+    ``sensitivity`` (L2 gaussian, L1 laplace) calibrates the secure source;
+    ``rng`` is used with ``noise="numpy"`` only. ``symmetric``: the upper
+    triangle of a (..., p, p) value gets iid noise and is mirrored; in secure
+    mode only the upper triangles enter OpenDP, in one call for the stack
+    (their L2 sensitivity is at most the Frobenius one, see
+    :func:`gaussian_mechanism`).
     """
     value = np.asarray(value, dtype=float)
     if symmetric:
-        if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
-            raise ValueError(
-                f"symmetric=True needs a value of shape (..., p, p), got {value.shape}.")
-        value = _mirror_upper(value)
+        value = _mirror_upper(value, check=True)
     if scale == 0.0:
         return np.array(value, copy=True)
     if distribution not in ("gaussian", "laplace"):
@@ -319,18 +280,14 @@ def _secure_selection(size, sensitivity, epsilon):
     bound ``ε²/8`` is what OpenDP's map gives; the accountant composes
     ``ExponentialEvent(ε)``. Returns ``(measurement, scale, charged)``.
     """
-    dp = _require_opendp()
-    dp.enable_features("contrib")
+    dp, domain = _opendp_domain(size)
     charged = epsilon ** 2 / 8.0
-    scale = 2.0 * sensitivity / epsilon
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(size))
-    for _ in range(8):
-        meas = dp.m.make_noisy_max(domain, dp.linf_distance(T=float),
-                                   dp.zero_concentrated_divergence(), scale=scale)
-        used = float(meas.map(sensitivity))
-        if used <= charged:
-            return meas, scale, charged
-        scale *= math.sqrt(used / charged) * (1.0 + _CALIBRATION_SLACK)
+    meas, scale = _calibrated(
+        lambda s: dp.m.make_noisy_max(domain, dp.linf_distance(T=float),
+                                      dp.zero_concentrated_divergence(), scale=s),
+        2.0 * sensitivity / epsilon, sensitivity, charged, math.sqrt)
+    if meas is not None:
+        return meas, scale, charged
     raise RuntimeError(
         f"OpenDP's report-noisy-max could not be calibrated to epsilon={epsilon!r} "
         f"(sensitivity {sensitivity!r}): refusing to under-charge the selection.")
@@ -366,9 +323,7 @@ def _numpy_gumbel(shape, rng):
     return rng.gumbel(size=shape)
 
 
-# --------------------------------------------------------------------------
-# mechanisms
-# --------------------------------------------------------------------------
+# --- mechanisms ---
 
 def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
     """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
@@ -394,13 +349,11 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
 
     Notes
     -----
-    Symmetric noise: the release is a post-processing (mirroring) of the
-    upper triangle ``u(value)`` plus iid ``N(0, (zΔ)²)`` noise. For any
-    difference ``D`` between neighbouring values, ``||u(D)||_2 <= ||D||_F``
-    (off-diagonal entries appear twice in ``||D||_F``), so the L2
-    sensitivity of ``u(value)`` is at most the stated Frobenius sensitivity
-    Δ and the Gaussian-mechanism guarantee with multiplier z holds. Each
-    off-diagonal entry of the released matrix has noise variance ``(zΔ)²``.
+    Symmetric noise: the release mirrors the upper triangle ``u(value)`` plus
+    iid ``N(0, (zΔ)²)`` noise. For any difference ``D`` between neighbouring
+    values ``||u(D)||_2 <= ||D||_F`` (off-diagonal entries count twice in
+    ``||D||_F``), so the stated Frobenius sensitivity Δ bounds that of
+    ``u(value)`` and the guarantee with multiplier z holds.
 
     Examples
     --------
@@ -418,12 +371,7 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
                       remedy="Use noise_multiplier=0 for the non-private baseline.")
     value = _as_float_array(value, "value")
     if z == 0.0:
-        if symmetric:
-            if value.ndim < 2 or value.shape[-1] != value.shape[-2]:
-                raise ValueError("symmetric=True needs a value of shape (..., p, p), "
-                                 f"got {value.shape}.")
-            value = _mirror_upper(value)
-        return value, NonPrivateEvent()
+        return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
     _check_rng(rng)
     release = _add_noise(value, distribution="gaussian", scale=z * sensitivity,
                          sensitivity=sensitivity, rng=rng, symmetric=symmetric)
@@ -480,20 +428,9 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
 def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
     """Release ``value`` with Laplace noise of scale ``noise_multiplier · sensitivity``.
 
-    Parameters
-    ----------
-    value : array-like
-        Pre-noise value (not modified).
-    sensitivity : float
-        L1 sensitivity Δ₁ of ``value`` under replace-one-user, >= 0.
-    noise_multiplier : float
-        z >= 0; the release is pure ``1/z``-DP. 0 means no noise.
-    rng : numpy.random.Generator or RandomState
-
-    Returns
-    -------
-    release : ndarray
-    event : LaplaceEvent or NonPrivateEvent
+    Parameters as :func:`gaussian_mechanism` (without ``symmetric``), with
+    ``sensitivity`` the L1 sensitivity Δ₁: the release is pure ``1/z``-DP.
+    Returns the release and a ``LaplaceEvent`` (``NonPrivateEvent`` for z = 0).
 
     Examples
     --------
@@ -519,22 +456,9 @@ def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
 def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gaussian"):
     """Noisy release of a count vector (e.g. items' user counts).
 
-    Parameters
-    ----------
-    counts : array-like
-        Counts (not modified).
-    sensitivity : float
-        L2 (gaussian) or L1 (laplace) sensitivity of ``counts`` under
-        replace-one-user (e.g. 2 × the max items per user for L1).
-    noise_multiplier : float
-        z >= 0.
-    rng : numpy.random.Generator or RandomState
-    mechanism : {"gaussian", "laplace"}, default="gaussian"
-
-    Returns
-    -------
-    release : ndarray of float
-    event : GaussianEvent, LaplaceEvent or NonPrivateEvent
+    :func:`gaussian_mechanism` or :func:`laplace_mechanism` (``mechanism``,
+    default ``"gaussian"``); ``sensitivity`` is the L2 or L1 sensitivity of
+    ``counts`` under replace-one-user (e.g. 2 × the max items per user for L1).
 
     Examples
     --------
@@ -567,15 +491,8 @@ def _check_scores(scores):
 def exponential_mechanism_probabilities(scores, *, sensitivity, epsilon):
     """Selection probabilities of the exponential mechanism.
 
-    Parameters
-    ----------
-    scores : array-like of shape (n_candidates,)
-        Finite quality scores (higher is better).
-    sensitivity : float
-        Δ > 0: max change of any score under replace-one-user (L∞).
-    epsilon : float
-        ε in ``(0, inf]``; ``inf`` gives the uniform distribution over the
-        argmax set.
+    Parameters as :func:`exponential_mechanism`; ``epsilon=inf`` gives the
+    uniform distribution over the argmax set.
 
     Returns
     -------
@@ -618,12 +535,6 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     event : ExponentialEvent or NonPrivateEvent
         The selection is ε-DP and ε-bounded-range.
 
-    References
-    ----------
-    .. [1] McSherry, F. and Talwar, K. (2007). Mechanism Design via
-           Differential Privacy.
-    .. [2] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
-
     Examples
     --------
     >>> import numpy as np
@@ -643,35 +554,19 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     return index, event
 
 
-# --------------------------------------------------------------------------
-# client sampling (privacy-relevant randomness)
-# --------------------------------------------------------------------------
+# --- client sampling (privacy-relevant randomness) ---
 
 def poisson_sample(key, user_hash, round_index, sampling_rate):
-    """Poisson client sampling: which users take part in a round.
+    """Poisson client sampling: which users (mask of shape (n_users,)) take part
+    in round ``round_index``.
 
-    Each user takes part independently with probability ``sampling_rate``,
-    decided by a keyed hash of ``(key, user id, round)``
-    (:func:`skdpp.utils._random.keyed_uniform`): a function of the secret fit
-    key and the user's own id only, so the sample of one user never depends on
-    another user's data or on how users are partitioned. Amplification by
-    subsampling (the accountant's ``PoissonSampledEvent``) requires the sample
-    to stay secret: it is never printed, logged or released.
-
-    Parameters
-    ----------
-    key : ndarray of shape (2,), uint64
-        The fit's secret key.
-    user_hash : ndarray of shape (n_users,), uint64
-        Stable hashes of the user ids.
-    round_index : int
-        The round.
-    sampling_rate : float
-        ``q`` in ``(0, 1]``.
-
-    Returns
-    -------
-    mask : ndarray of shape (n_users,), bool
+    Each user takes part independently with probability ``sampling_rate``
+    (``q`` in ``(0, 1]``), decided by a keyed hash of ``(key, user id,
+    round)`` (:func:`skdpp.utils._random.keyed_uniform`): a function of the
+    fit's secret ``key`` (uint64, shape (2,)) and the user's own id hash only,
+    never of another user's data or of the partition. Amplification by
+    subsampling (``PoissonSampledEvent``) requires the sample to stay secret:
+    it is never printed, logged or released.
 
     Examples
     --------
@@ -698,17 +593,6 @@ def fit_key(key, random_state=None):
     cryptographic source (:func:`secrets.token_bytes`): no seed reproduces the
     Poisson client sample; an int ``random_state`` then warns once
     (:class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
-
-    Parameters
-    ----------
-    key : ndarray of shape (2,), uint64
-        The key derived from the fit's seed sequence.
-    random_state : object, default=None
-        The fit's ``random_state`` parameter (only its type is used).
-
-    Returns
-    -------
-    key : ndarray of shape (2,), uint64
 
     Examples
     --------
@@ -742,8 +626,7 @@ def warn_seeded_secure(random_state):
 
 
 class _OSRandom:
-    """The two draws of :meth:`~skdpp.privacy._tuning.StoppingRule.sample` from
-    the operating system's cryptographic source (:mod:`secrets`)."""
+    """The two draws of ``RandomStopping.sample`` from :mod:`secrets`."""
 
     @staticmethod
     def random():
@@ -751,11 +634,8 @@ class _OSRandom:
         return secrets.randbits(53) * 2.0 ** -53
 
     def poisson(self, mean):
-        """A Poisson(mean) draw by inversion of its CDF with one secure uniform.
-
-        Means above 500 are split in parts (a sum of Poisson is Poisson) so
-        that ``exp(-mean)`` never underflows.
-        """
+        """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of
+        Poisson is Poisson) so that ``exp(-mean)`` never underflows."""
         mean = float(mean)
         total = 0
         while mean > 0.0:
@@ -775,21 +655,11 @@ class _OSRandom:
 
 
 def sample_trial_count(stopping, rng):
-    """The private search's random number of trials ``K``.
+    """The private search's random number of trials ``K`` (``stopping.sample``).
 
-    Parameters
-    ----------
-    stopping : StoppingRule
-        The search's stopping rule (its ``sample(rng)`` draws ``K``).
-    rng : numpy.random.Generator
-        The search's stopping stream (``noise="numpy"`` only).
-
-    Returns
-    -------
-    n_trials : int
-        With ``noise="secure"`` drawn from the operating system's
-        cryptographic source (:mod:`secrets`): the privacy of the search
-        depends on ``K`` staying secret and following its law.
+    ``rng`` with ``noise="numpy"``; with ``noise="secure"`` the operating
+    system's cryptographic source (:mod:`secrets`): the search's privacy
+    depends on ``K`` staying secret and following its law.
     """
     if _secure_mode():
         return int(stopping.sample(_OSRandom()))
@@ -806,20 +676,8 @@ def gaussian_threshold(sigma, tail, *, sensitivity, size):
     Kamath and Steinke 2020, discrete Gaussian tail bound), and rounding moves
     the count by at most ``g/2``, so the threshold is ``s Φ⁻¹(1 - tail) + 2g``.
 
-    Parameters
-    ----------
-    sigma : float
-        The planned noise std (``z Δ``).
-    tail : float
-        Probability in (0, 1).
-    sensitivity : float
-        L2 sensitivity of the count vector.
-    size : int
-        Number of counts released in the one call.
-
-    Returns
-    -------
-    threshold : float
+    ``sigma`` is the planned std ``z Δ``, ``tail`` in (0, 1), ``sensitivity``
+    the L2 sensitivity of the ``size`` counts released in the one call.
     """
     q = float(special.ndtri(1.0 - tail))
     if not _secure_mode():

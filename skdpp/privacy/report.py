@@ -37,14 +37,8 @@ from typing import Optional
 
 from ..exceptions import PrivacyBudgetError
 from .accounting import PrivacyAccountant, _flatten
-from .events import (
-    ExponentialEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    NonPrivateEvent,
-    PoissonSampledEvent,
-    ThresholdEvent,
-)
+from .events import (ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
+                     PoissonSampledEvent, ThresholdEvent)
 
 __all__ = ["NON_PRIVATE_NOTE", "PhaseReport", "PrivacyReport", "non_private_wording"]
 
@@ -91,11 +85,9 @@ _EXACT_WORDING = (
 def non_private_wording(note):
     """A fit's note as it holds without noise (``epsilon=inf``): no "noisy", no private quantile.
 
-    At ``epsilon=inf`` every release is the exact value (the plan's noise
-    multipliers are 0): a bound "released by a noisy bisection" is the exact
-    quantile of the data on the public grid, a "noisy count" is the count.
-    One wording rule for every estimator's notes (applied by
-    :meth:`PrivacyReport.from_accountant`).
+    At ``epsilon=inf`` every release is exact (a "noisy bisection" finds the
+    exact quantile on the public grid). Applied to every estimator's notes by
+    :meth:`PrivacyReport.from_accountant`.
 
     Examples
     --------
@@ -117,8 +109,7 @@ class PhaseReport:
     name : str
         Phase name.
     share : float or None
-        Fraction of the zCDP budget planned for the phase (normalised), if
-        known.
+        Planned fraction of the zCDP budget (normalised), if known.
     mechanism : str
         Mechanism(s) used, e.g. ``"gaussian"``.
     sensitivity : float, tuple of float or None
@@ -159,9 +150,8 @@ class PrivacyReport:
     epsilon_spent : float
         ε composed over every release (at ``delta_spent``).
     delta_spent : float
-        δ actually used (0 for plans that only use pure-ε mechanisms and meet
-        ε by basic composition, and 0 for a non-private fit, ``epsilon=inf``:
-        no noise, nothing spent, no guarantee).
+        δ actually used (0 for pure-ε plans met by basic composition and for a
+        non-private fit, ``epsilon=inf``: nothing spent, no guarantee).
     accountant : str
         Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"rdp-zero-out"``,
         ``"pure"``, ``"non-private"`` or ``"none"`` (see
@@ -182,28 +172,20 @@ class PrivacyReport:
         Free-text notes (deviations, conventions).
     not_covered : tuple of str
         Released quantities the guarantee does NOT cover (e.g. an item
-        catalogue inferred from the data as is). When non-empty the headline
-        says so and :attr:`is_private` is False.
+        catalogue inferred from the data); the headline says so and
+        :attr:`is_private` is False.
     noise_seeded : bool, default=False
-        Whether the noise was seeded from a user-supplied ``random_state``
-        (an int, a ``RandomState`` or a ``Generator``): anyone who learns the
-        seed regenerates every noise draw, so the guarantee holds only while
-        it stays secret. When True (and the fit is private) ``notes`` starts
-        with :data:`SEEDED_NOISE_NOTE`, shown by ``str``, ``to_dict`` and the
-        HTML view. ``random_state=None`` (fresh operating-system entropy) is
-        the deployment setting.
+        The noise was seeded from a user-supplied ``random_state``: the
+        guarantee holds only while the seed is secret, and (for a private fit)
+        ``notes`` starts with :data:`SEEDED_NOISE_NOTE`. ``random_state=None``
+        is the deployment setting.
     noise_source : str, default=""
-        Where the privacy noise came from, printed as the report's ``noise:``
-        line: ``"numpy PCG64 (floating-point samplers)"`` by default,
-        ``"OpenDP exact discrete Gaussian, OS entropy"`` under
-        ``skdpp.set_config(noise="secure")``. Empty: the source configured
-        when the report is built (:func:`skdpp.privacy.mechanisms.noise_source`).
+        Where the noise came from (the ``noise:`` line); empty: the configured
+        source (:func:`skdpp.privacy.mechanisms.noise_source`).
     ledger : tuple of LedgerEntry, default=()
-        The fit's ledger (every release's event, as composed by the
-        accountant; public: it holds only what the phases show). It lets
-        :func:`skdpp.privacy.privacy_report` compose several fits exactly
-        (a fresh accountant over the concatenated events). Not part of
-        ``to_dict``, ``str`` or equality.
+        The fit's ledger (public: it holds only what the phases show), so that
+        :func:`skdpp.privacy.privacy_report` composes several fits exactly.
+        Not part of ``to_dict``, ``str`` or equality.
     """
 
     epsilon: float
@@ -228,8 +210,7 @@ class PrivacyReport:
             from .mechanisms import noise_source
 
             object.__setattr__(self, "noise_source", noise_source())
-        # One place decides the seed note: from the field, so no report can
-        # carry the flag without the note (or the note without the flag).
+        # the seed note follows the flag (never one without the other)
         notes = tuple(n for n in self.notes if n != SEEDED_NOISE_NOTE)
         if self.noise_seeded and not math.isinf(self.epsilon):
             notes = (SEEDED_NOISE_NOTE,) + notes
@@ -241,42 +222,16 @@ class PrivacyReport:
         """bool: the guarantee is finite and covers everything released."""
         return math.isfinite(self.epsilon_spent) and not self.not_covered
 
-    # -------------------------------------------------------------------
     @classmethod
     def from_accountant(cls, accountant, *, epsilon, delta, n_users, released=(),
                         local=(), shares=None, notes=(), not_covered=(), noise_seeded=False):
         """Build the report from an accountant's ledger and check the budget.
 
-        Parameters
-        ----------
-        accountant : PrivacyAccountant
-            The fit's accountant.
-        epsilon : float
-            Requested ε in ``(0, inf]``.
-        delta : float
-            Requested δ in ``[0, 1)``.
-        n_users : int
-            Number of users.
-        released, local : sequence of str, default=()
-            Names of released / locally kept quantities.
-        shares : dict of str to float, default=None
-            Planned share of each phase (normalised in the report).
-        notes : sequence of str, default=()
-            Extra notes.
-        not_covered : sequence of str, default=()
-            Released quantities outside the guarantee (named in the headline).
-        noise_seeded : bool, default=False
-            The noise was seeded from a user-supplied ``random_state``
-            (:attr:`skdpp.utils._random.FitRandomness.seeded`).
-
-        Returns
-        -------
-        report : PrivacyReport
-
-        Raises
-        ------
-        PrivacyBudgetError
-            If the spent ε exceeds the requested ε (relative tolerance 1e-9).
+        ``epsilon`` in ``(0, inf]`` and ``delta`` in ``[0, 1)`` are the
+        requested budget; ``shares`` the planned share of each phase
+        (normalised); the other arguments fill the attributes of the same
+        name. Raises :class:`~skdpp.exceptions.PrivacyBudgetError` if the spent
+        ε exceeds ``epsilon`` (relative tolerance 1e-9).
         """
         if not isinstance(accountant, PrivacyAccountant):
             raise TypeError(
@@ -303,8 +258,6 @@ class PrivacyReport:
             eps_spent, delta_spent = accountant.get_epsilon(delta), delta
 
         if math.isinf(epsilon):
-            if method == "non-private":
-                delta_spent = 0.0
             notes = tuple(non_private_wording(n) for n in notes) + (NON_PRIVATE_NOTE,)
         elif eps_spent > epsilon * (1 + _REL_TOL):
             raise PrivacyBudgetError(
@@ -312,19 +265,15 @@ class PrivacyReport:
                 f"(accountant {method!r}), more than the requested epsilon={epsilon:g}. "
                 "Increase the noise (re-calibrate the plan) or request a larger epsilon.")
 
-        total_share = None
-        if shares:
-            total_share = sum(float(v) for v in shares.values())
+        total_share = sum(float(v) for v in shares.values()) if shares else None
         groups = {}
         for entry in accountant.ledger:
             groups.setdefault(entry.phase, []).append(entry)
-        phase_reports = []
-        for name, entries in groups.items():
-            share = None
-            if shares and name in shares and total_share:
-                share = float(shares[name]) / total_share
-            phase_reports.append(_phase_report(name, share, entries, delta,
-                                               accountant.orders))
+        phase_reports = [
+            _phase_report(name, float(shares[name]) / total_share
+                          if shares and name in shares and total_share else None,
+                          entries, delta, accountant.orders)
+            for name, entries in groups.items()]
         return cls(epsilon=epsilon, delta=delta, epsilon_spent=float(eps_spent),
                    delta_spent=float(delta_spent), accountant=method,
                    n_users=int(n_users), phases=tuple(phase_reports),
@@ -332,7 +281,6 @@ class PrivacyReport:
                    not_covered=tuple(not_covered), noise_seeded=bool(noise_seeded),
                    ledger=accountant.ledger)
 
-    # -------------------------------------------------------------------
     def to_dict(self):
         """The report as plain Python types (phases as a list of dicts)."""
         out = asdict(self)
@@ -345,12 +293,9 @@ class PrivacyReport:
     def _rows(self):
         header = ["phase", "share", "mechanism", "sensitivity", "noise", "count",
                   "sampling", "clip", "eps alone"]
-        rows = []
-        for p in self.phases:
-            rows.append([p.name, _fmt(p.share), p.mechanism, _fmt(p.sensitivity),
+        return header, [[p.name, _fmt(p.share), p.mechanism, _fmt(p.sensitivity),
                          _fmt(p.noise_multiplier), str(p.count), _fmt(p.sampling_rate),
-                         _fmt(p.clip_norm), _fmt(p.epsilon)])
-        return header, rows
+                         _fmt(p.clip_norm), _fmt(p.epsilon)] for p in self.phases]
 
     def _headline(self):
         if not math.isfinite(self.epsilon_spent) or math.isinf(self.epsilon):
@@ -379,8 +324,7 @@ class PrivacyReport:
             lines.append(fmt.format(*header).rstrip())
             lines.append("  " + "  ".join("-" * w for w in widths))
             lines.extend(fmt.format(*r).rstrip() for r in rows)
-        for note in self.notes:
-            lines.append(f"  note: {note}")
+        lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
 
     def _repr_html_(self):
@@ -412,20 +356,13 @@ def _fmt(value):
     if isinstance(value, tuple):
         return "/".join(_fmt(v) for v in value)
     if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        return f"{value:.6g}"
+        return "inf" if math.isinf(value) else f"{value:.6g}"
     return str(value)
 
 
 def _unique(values):
-    vals = []
-    for v in values:
-        if v not in vals:
-            vals.append(v)
-    if not vals:
-        return None
-    return vals[0] if len(vals) == 1 else tuple(vals)
+    vals = tuple(dict.fromkeys(values))
+    return (vals[0] if len(vals) == 1 else vals) if vals else None
 
 
 def _phase_report(name, share, entries, delta, orders):

@@ -1,21 +1,16 @@
 """Run an algorithm's block functions: map over blocks of users, sum the partials.
 
-Every skdpp algorithm is written as a *driver* (runs in the fitting process:
-plans, releases through :class:`~skdpp.privacy.Releaser`, computes the next
-broadcast) that calls ``executor.map(fn, broadcast)`` where ``fn`` is a pure
-function of one block of whole users::
+An algorithm's *driver* (plans, releases through
+:class:`~skdpp.privacy.Releaser`) calls ``executor.map(fn, broadcast)`` with a
+pure function of one block of whole users::
 
     fn(block, state, broadcast) -> (partial, state)
 
-``partial`` is a (possibly nested tuple/dict of) array(s) summed over blocks,
-typically a sum of clipped per-user contributions, or ``None``; ``state`` is
-the block's per-user state carried to the next call (e.g. personal
-parameters, a data split), or ``None``. Privacy noise is never added inside
-``fn``: the driver adds it once, to the combined sum.
-
-:class:`LocalExecutor` runs the blocks in this process, in order; the Dask
-executor of :mod:`skdpp.distributed` runs the same functions on workers. Both
-combine partials in a fixed order, so a fit does not depend on scheduling.
+``partial``: (nested tuples/dicts of) arrays summed over blocks, or ``None``;
+``state``: the block's per-user state carried to the next call. Noise is never
+added inside ``fn``. :class:`LocalExecutor` runs the blocks here, the Dask
+executor of :mod:`skdpp.distributed` on workers; both combine the partials in
+one fixed order (:class:`TreeSum`), so a fit does not depend on scheduling.
 
 Examples
 --------
@@ -49,13 +44,8 @@ def tree_add(a, b):
 
 
 class TreeSum:
-    """Streaming pairwise sum: ``add`` partials one at a time, read ``result()``.
-
-    Partials are merged like a binary counter (two sums of ``2**j`` partials
-    merge into one of ``2**(j+1)``), so at most ``log2(n)`` partial sums are
-    held at once and the association order depends only on the number of
-    partials, not on when they arrive.
-    """
+    """Streaming pairwise sum (``add``, then ``result()``), merged like a binary
+    counter: ``log2(n)`` sums held, the order a function of ``n`` only."""
 
     def __init__(self):
         self._stack = []  # (level, value), levels strictly decreasing
@@ -75,11 +65,7 @@ class TreeSum:
 
 
 def tree_sum(partials):
-    """Sum of a sequence of partials in the fixed pairwise order of :class:`TreeSum`.
-
-    Every executor combines block partials this way, so results agree to the
-    bit for the same partition into blocks.
-    """
+    """Sum of a sequence of partials in the fixed pairwise order of :class:`TreeSum`."""
     acc = TreeSum()
     for p in partials:
         acc.add(p)
@@ -107,9 +93,8 @@ class LocalExecutor:
     ----------
     blocks : list of UserBlock
     states : list
-        The per-block state returned by the last function run on each block.
+        The state the last function returned for each block.
     n_users : int
-        Number of users (public).
     """
 
     def __init__(self, blocks):
@@ -118,13 +103,8 @@ class LocalExecutor:
         self.n_users = int(sum(b.n_users for b in self.blocks))
 
     def map(self, fn, broadcast=None):
-        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block.
-
-        Returns
-        -------
-        total
-            The pairwise-tree sum of the partials (``None`` if all are ``None``).
-        """
+        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block;
+        returns the :class:`TreeSum` of the partials (``None`` if all are)."""
         total = TreeSum()
         for i, block in enumerate(self.blocks):
             partial, self.states[i] = fn(block, self.states[i], broadcast)
@@ -132,11 +112,7 @@ class LocalExecutor:
         return total.result()
 
     def collect(self, fn, broadcast=None):
-        """Per-user results ``fn(block, state, broadcast)`` concatenated in user order.
-
-        ``fn`` returns an array (or a tuple/dict of arrays) whose first axis
-        is the block's users. In-process the result is the concatenation; the
-        Dask executor returns a handle to the parts kept on the workers.
-        """
+        """Per-user results ``fn(block, state, broadcast)`` (first axis: the block's
+        users) concatenated in user order."""
         parts = [fn(b, s, broadcast) for b, s in zip(self.blocks, self.states)]
         return _concat(parts)

@@ -1,23 +1,18 @@
 """Grouped (per-user) data layer: :class:`UserIndex`, :class:`UserBlock` and segment sums.
 
-Two levels, one per use:
+* :class:`UserIndex` maps ``groups`` (one user id per row, input order) to user
+  codes; the module-level functions (:func:`segment_sum`, :func:`segment_mean`,
+  :func:`segment_outer_sum`, :func:`rank_within_user`, :func:`split_within_users`)
+  take rows in input order: validation, ``personalize`` and the data generators,
+  where no release is made.
+* :class:`UserBlock` holds the rows of whole users in *canonical order* (by user,
+  then by a function of the row's content, :func:`canonical_order`), built by
+  :func:`make_blocks`. Every fit runs on blocks and their methods, so every
+  released value is a function of the *set* of records, whatever the input order
+  or the partition of users across blocks and machines.
 
-* :class:`UserIndex` maps the ``groups`` array (one user id per row, input order)
-  to user codes. The module-level functions (:func:`segment_sum`,
-  :func:`segment_mean`, :func:`segment_outer_sum`, :func:`rank_within_user`,
-  :func:`split_within_users`) take rows *in input order* and an index: they serve
-  validation, ``personalize`` and the data generators, where no release is made.
-* :class:`UserBlock` holds the rows of a set of whole users in *canonical order*
-  (by user, then by a function of the row's content: :func:`canonical_order`),
-  built by :func:`make_blocks`. Every fit runs on blocks, and its per-user
-  statistics use the block's methods (``segment_sum``, ``gram``,
-  ``weighted_row_sum``, ``row_uniforms`` ...), so that every released value is a
-  function of the *set* of records, whatever the input order or the partition
-  of users across blocks and machines.
-
-All per-user computations are vectorised over users: there is no Python loop over
-users or rows, except in the documented fallbacks for ids that numpy cannot sort
-(mixed-type object arrays), which are hash-based.
+Everything is vectorised over users (no Python loop over users or rows), except
+the hash-based fallbacks for ids numpy cannot sort (mixed-type object arrays).
 """
 
 import numbers
@@ -36,8 +31,7 @@ __all__ = [
     "split_within_users",
 ]
 
-# Default memory budget (bytes) of the temporary row-wise outer products built by
-# ``segment_outer_sum``.
+# Memory budget (bytes) of the temporaries of ``segment_outer_sum``.
 _OUTER_SUM_MAX_BYTES = 64 * 2**20
 
 
@@ -94,14 +88,8 @@ def _missing_mask(arr):
 
 
 def _factorize_unorderable(arr):
-    """Factorise an object array whose elements numpy cannot sort together.
-
-    Ids are ordered by ``(type name, value)``: the array is split by the fully
-    qualified type name of each element (types sorted by name) and each type's
-    values are sorted with ``np.unique``.  If values of one type are themselves
-    unorderable (e.g. tuples mixing types), they are ordered by ``repr``.
-    The loop runs over the (few) distinct types, not over users or rows.
-    """
+    """Factorise an object array numpy cannot sort: ids ordered by ``(type name, value)``,
+    values of one type by ``repr`` if they are unorderable themselves (loop over types)."""
     type_keys = _type_key_ufunc(arr).astype(str)
     type_names, type_codes = np.unique(type_keys, return_inverse=True)
     users_parts = []
@@ -144,10 +132,8 @@ def _python_id_kind(cls):
 def id_kinds(ids):
     """The set of id kinds in a 1-D array of ids: ``"number"``, ``"str"``, ``"bytes"``, ...
 
-    Booleans, integers, floats and numpy numbers are all ``"number"`` (they
-    compare equal across types: ``7 == 7.0``); Python and numpy strings are
-    ``"str"``; any other type is its own kind (its name). A function of the
-    dtype, or for object arrays of the set of the elements' Python types.
+    All numbers are ``"number"`` (``7 == 7.0``), Python and numpy strings
+    ``"str"``, any other type its own kind (its name). A function of the types only.
     """
     ids = np.asarray(ids)
     if ids.dtype.kind != "O":
@@ -156,14 +142,8 @@ def id_kinds(ids):
 
 
 def check_id_kinds(kinds, *, name="groups"):
-    """Raise the input-domain error for ids of more than one kind (see :func:`id_kinds`).
-
-    The rule (documented in :meth:`UserIndex.from_groups`): the ids of one
-    call must all be numbers, or all strings (or all of one other type). The
-    int ``7`` and the string ``"7"`` never compare equal, so a mix would
-    silently make two users out of one person. A function of the ids' types
-    only, checked on the whole array before any computation.
-    """
+    """Raise the input-domain error for ids of more than one kind (rule in
+    :meth:`UserIndex.from_groups`)."""
     kinds = frozenset(kinds)
     if len(kinds) > 1:
         listed = " and ".join(sorted(kinds))
@@ -191,21 +171,16 @@ def _readonly(a):
 class UserIndex:
     """Index of the users (``groups``) of a data set, built once per fit.
 
-    Rows with the same id belong to one user, the privacy unit of skdpp.  The
-    index stores the sorted unique ids, the integer code of each row, the number
-    of rows per user and the row order sorted by user, so that per-user
-    operations are single vectorised numpy calls (see :func:`segment_sum`).
-
-    Build it with :meth:`from_groups`; the attributes are read-only arrays.
+    Rows with the same id belong to one user, the privacy unit of skdpp. Build
+    it with :meth:`from_groups`; the attributes are read-only arrays.
 
     Parameters
     ----------
     users : array-like of shape (n_users,)
         Sorted unique user ids.
     codes : array-like of shape (n_samples,) of int
-        Code of each row's user in ``0..n_users-1``.  The constructor does not
-        validate its inputs (users without rows get ``counts == 0``; all
-        segment operations handle them); prefer :meth:`from_groups`.
+        Code of each row's user in ``0..n_users-1`` (not validated; users
+        without rows get ``counts == 0``).
 
     Attributes
     ----------
@@ -213,19 +188,15 @@ class UserIndex:
         Sorted unique user ids (dtype of the ids; ``object`` for mixed types,
         see :meth:`from_groups`).
     codes : ndarray of shape (n_samples,), dtype int64
-        Code of each row's user, in ``0..n_users-1``; ``users[codes]`` gives the ids.
+        Code of each row's user; ``users[codes]`` gives the ids.
     counts : ndarray of shape (n_users,), dtype int64
-        Number of rows of each user (all ``>= 1`` for an index built by
-        :meth:`from_groups`).
+        Number of rows of each user.
     order : ndarray of shape (n_samples,), dtype int64
         Stable argsort of ``codes``: ``order[offsets[u]:offsets[u + 1]]`` are the
-        rows of user ``u`` in their original order.
+        rows of user ``u``.
     offsets : ndarray of shape (n_users + 1,), dtype int64
         Start of each user's block in ``order``; ``offsets[-1] == n_samples``.
-    n_users : int
-        Number of users.
-    n_samples : int
-        Number of rows.
+    n_users, n_samples : int
 
     Examples
     --------
@@ -242,17 +213,8 @@ class UserIndex:
     array([ 2, -1])
     """
 
-    __slots__ = (
-        "users",
-        "codes",
-        "counts",
-        "order",
-        "offsets",
-        "n_users",
-        "n_samples",
-        "_mixed",
-        "_lookup_table",
-    )
+    __slots__ = ("users", "codes", "counts", "order", "offsets", "n_users", "n_samples",
+                 "_mixed", "_lookup_table")
 
     def __init__(self, users, codes, *, _mixed=False):
         users = np.asarray(users)
@@ -262,15 +224,12 @@ class UserIndex:
         offsets = np.zeros(n_users + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         order = np.argsort(codes, kind="stable").astype(np.int64, copy=False)
-        object.__setattr__(self, "users", _readonly(users))
-        object.__setattr__(self, "codes", _readonly(codes))
-        object.__setattr__(self, "counts", _readonly(counts))
-        object.__setattr__(self, "order", _readonly(order))
-        object.__setattr__(self, "offsets", _readonly(offsets))
-        object.__setattr__(self, "n_users", n_users)
-        object.__setattr__(self, "n_samples", int(codes.shape[0]))
-        object.__setattr__(self, "_mixed", bool(_mixed))
-        object.__setattr__(self, "_lookup_table", None)
+        for name, value in [("users", _readonly(users)), ("codes", _readonly(codes)),
+                            ("counts", _readonly(counts)), ("order", _readonly(order)),
+                            ("offsets", _readonly(offsets)), ("n_users", n_users),
+                            ("n_samples", int(codes.shape[0])), ("_mixed", bool(_mixed)),
+                            ("_lookup_table", None)]:
+            object.__setattr__(self, name, value)
 
     def __reduce__(self):
         # Immutable slots: pickle by rebuilding from the ids and codes.
@@ -293,13 +252,11 @@ class UserIndex:
         Parameters
         ----------
         groups : array-like of shape (n_samples,) or None
-            User id of each row: integers, floats, strings or any hashable
-            objects (a pandas Series is accepted).  ``None`` means every row is
-            its own user (ids ``0..n_samples-1``): user-level privacy becomes
-            row-level privacy.
+            User id of each row (numbers, strings or any hashable objects; a
+            pandas Series is accepted). ``None``: every row is its own user
+            (ids ``0..n_samples-1``; user-level becomes row-level privacy).
         n_samples : int, default=None
-            Number of rows of the data; required when ``groups`` is None, and
-            checked against ``len(groups)`` otherwise.
+            Number of rows; required when ``groups`` is None, else checked.
 
         Returns
         -------
@@ -315,23 +272,19 @@ class UserIndex:
         Notes
         -----
         **Input domain.** User ids must all be numbers (bool, int, float,
-        numpy numbers) or all be strings (or all bytes, or all of one other
-        hashable type). An array mixing kinds -- the int ``7`` and the string
-        ``"7"`` in one pandas object Series -- raises a ``ValueError`` before
-        any computation: the two never compare equal, so one person would
-        silently become two users. The rule depends on the ids' types only
-        (:func:`id_kinds`), never on their values. Every path that turns ids
-        into users goes through this method (``fit``, ``personalize``, the
+        numpy numbers) or all strings (or all bytes, or all of one other
+        hashable type). A mix -- the int ``7`` and the string ``"7"`` -- raises
+        before any computation: the two never compare equal, so one person
+        would silently become two users. The rule depends on the ids' types
+        only (:func:`id_kinds`), never on their values. Every path that turns
+        ids into users goes through this method (``fit``, ``personalize``, the
         private search, the distributed blocks, whose driver also checks the
         union of the partitions' kinds).
 
-        Numeric, string and datetime ids are factorised with
-        ``np.unique(return_inverse=True)``.  Object arrays are factorised with
-        ``np.unique`` when their elements are mutually orderable; otherwise
-        (ids of one type whose values numpy cannot sort together, e.g. tuples
-        mixing types) they are ordered by ``repr`` and ``users`` is an object
-        array.  Ids are compared with Python equality, so ``1``, ``1.0`` and
-        ``True`` in an object array of numbers are the same user.
+        Ids are factorised with ``np.unique``; object ids numpy cannot sort
+        together are ordered by ``repr`` (``users`` is then an object array).
+        Ids are compared with Python equality (``1``, ``1.0`` and ``True`` are
+        one user).
         """
         if groups is None:
             if n_samples is None:
@@ -412,19 +365,12 @@ class UserIndex:
         Parameters
         ----------
         groups : array-like of shape (n,)
-            User ids (any type).  Ids whose type cannot match the index (e.g.
-            string ids asked of an index of integer ids) are unseen, not errors.
+            User ids (any type; ids of another type or missing are unseen).
 
         Returns
         -------
         codes : ndarray of shape (n,), dtype int64
-            Code of each id in ``0..n_users-1``, or ``-1`` if unseen.
-
-        Notes
-        -----
-        Vectorised with ``np.searchsorted`` on the sorted ids; object ids that
-        cannot be compared with the index ids fall back to a hash table
-        (one dictionary lookup per id).  Missing ids (NaN, None) are unseen.
+            Code of each id, or ``-1`` if unseen.
         """
         ids = _as_id_array(groups)
         n = ids.shape[0]
@@ -460,10 +406,8 @@ class UserIndex:
         Returns
         -------
         index : UserIndex
-            Index of the kept rows (in their original order).  Users that keep
-            at least one row are kept, in the same sorted order, and renumbered
-            ``0..n_kept-1``; users with no kept row are dropped.  Map the new
-            codes to the old ones with ``self.lookup(index.users)``.
+            The kept rows (original order); kept users renumbered
+            ``0..n_kept-1`` (old codes: ``self.lookup(index.users)``).
         """
         rows = np.asarray(mask)
         if rows.dtype == bool:
@@ -505,14 +449,7 @@ def _check_rows(values, index, name="values"):
 def segment_counts(index):
     """Number of rows of each user.
 
-    Parameters
-    ----------
-    index : UserIndex
-
-    Returns
-    -------
-    counts : ndarray of shape (n_users,), dtype int64
-        A writable copy of ``index.counts``.
+    Returns a writable int64 copy of ``index.counts``, shape (n_users,).
 
     Examples
     --------
@@ -530,19 +467,14 @@ def segment_sum(values, index):
     Parameters
     ----------
     values : array-like of shape (n_samples, ...)
-        One row per sample (aligned with the ``groups`` the index was built from).
+        Rows aligned with the ``groups`` of ``index``.
     index : UserIndex
 
     Returns
     -------
     sums : ndarray of shape (n_users, ...)
         ``sums[u] = values[index.codes == u].sum(axis=0)``; zero for a user
-        without rows (possible only for indexes built by hand).
-
-    Notes
-    -----
-    1-D float values use ``np.bincount`` with weights; other values use
-    ``np.add.reduceat`` over the rows sorted by user (one copy of ``values``).
+        without rows.
 
     Examples
     --------
@@ -579,7 +511,7 @@ def segment_mean(values, index):
     Returns
     -------
     means : ndarray of shape (n_users, ...), float
-        NaN for a user without rows (possible only for indexes built by hand).
+        NaN for a user without rows.
 
     Examples
     --------
@@ -616,17 +548,10 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
 
     Notes
     -----
-    Computed as one matrix product per user, ``A_u^T B_u`` (``A_u``: the
-    user's rows), batched: users are grouped by their number of rows,
-    rounded up to a geometric ladder of sizes when there are more than 64
-    distinct counts (ratio at most 1.25, so at most 25% zero padding and
-    ``O(log max_rows)`` groups); each group's rows are
-    gathered into a ``(users, size, p)`` stack (padding rows are zero) and
-    multiplied with ``np.matmul`` in memory chunks of about ``max_bytes``.
-    The cost is ``O(n_samples p q)`` flops in BLAS, linear in the rows per
-    user; no ``p x q`` matrix is formed per row. Peak extra memory is about
-    ``max_bytes`` plus the output (``n_users x p x q`` floats). Results agree
-    with the row-by-row sum up to rounding (a different summation order).
+    One batched ``np.matmul`` ``A_u^T B_u`` per group of users of equal
+    :func:`padded_sizes` (zero padding rows), in memory chunks of about
+    ``max_bytes``: ``O(n_samples p q)`` flops, no ``p x q`` matrix per row.
+    Equal to the row-by-row sum up to rounding.
 
     Examples
     --------
@@ -690,14 +615,11 @@ LADDER_RATIO = 1.125
 def padded_sizes(counts):
     """Batch size of each segment (user, item) for batched per-segment products.
 
-    Segments are batched by their number of rows: exactly up to
-    ``EXACT_SIZES`` rows; above that, padded with zero rows up to the next
-    size of a fixed geometric ladder (``EXACT_SIZES``, then a factor
-    ``LADDER_RATIO`` per step, rounded up), so at most 12.5% of a batch is
-    padding and there are ``O(log max count)`` sizes. A segment's size is a
-    function of its own row count only, so the batch a user's rows are
-    summed in -- and the rounding of the sum -- does not depend on the other
-    users of its block (nor on how users are partitioned into blocks).
+    The row count itself up to ``EXACT_SIZES``, above it the next size of the
+    geometric ladder ``EXACT_SIZES * LADDER_RATIO**j`` (rounded up): at most
+    12.5% padding, ``O(log max count)`` sizes. A function of the segment's own
+    count only, so the rounding of a user's sums does not depend on the other
+    users of its block (nor on the partition into blocks).
 
     Parameters
     ----------
@@ -739,9 +661,8 @@ def _uniform_keys(rng, n):
 def argsort_within(codes, keys):
     """Order of rows sorted by ``(code, key)`` for ``keys`` in ``[0, 1)``.
 
-    One stable argsort of ``code + key`` replaces ``np.lexsort((keys, codes))``
-    (about 10x faster on 10^7 rows). Keys closer than the float spacing at
-    ``code`` (< 1e-9 for a million users) tie and keep their row order.
+    One stable argsort of ``code + key`` (about 10x faster than ``np.lexsort``
+    on 10^7 rows); keys closer than the float spacing at ``code`` tie.
 
     Parameters
     ----------
@@ -764,15 +685,13 @@ def rank_within_user(index, rng=None):
     ----------
     index : UserIndex
     rng : None, int, numpy.random.RandomState or numpy.random.Generator, default=None
-        ``None``: rows are ranked in their original order.  Otherwise each
-        user's rows are ranked in a uniformly random order (one uniform key per
-        row, ties broken by row order).
+        ``None``: rows are ranked in their original order; otherwise in a
+        uniformly random order within each user.
 
     Returns
     -------
     rank : ndarray of shape (n_samples,), dtype int64
-        ``rank[r]`` in ``0..counts[codes[r]] - 1``; the ranks of one user's rows
-        are a permutation.
+        A permutation of ``0..counts[u] - 1`` over the rows of each user ``u``.
 
     Examples
     --------
@@ -802,22 +721,16 @@ def split_within_users(index, fraction, rng=None):
     fraction : float in (0, 1)
         Target fraction of each user's rows in the first part.
     rng : None, int, RandomState or Generator, default=None
-        Randomness of the choice of rows (``None``: each user's first rows in
-        row order).
+        Randomness of the choice of rows (``None``: each user's first rows).
 
     Returns
     -------
     mask : ndarray of shape (n_samples,), dtype bool
-        ``True`` for the rows of the first part (e.g. ``S^0`` of Snedeker et
-        al. 2025, Alg. 1), ``False`` for the second.
+        ``True`` for the rows of the first part (e.g. ``S^0``).
 
     Notes
     -----
-    A user with ``n >= 2`` rows puts ``ceil(fraction * n)`` rows in the first
-    part, clipped to ``[1, n - 1]`` so both parts are non-empty (10 rows and
-    ``fraction=0.5`` give 5 and 5).  A user with one row puts it in the first
-    part.  ``fraction * n`` is rounded to 9 decimals before the ceiling so
-    that, e.g., ``0.3 * 10`` gives 3, not 4.
+    The first part sizes are :func:`first_part_sizes`.
 
     Examples
     --------
@@ -831,19 +744,23 @@ def split_within_users(index, fraction, rng=None):
         raise ValueError(
             f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}."
         )
-    counts = index.counts
-    n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
-    n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
-                       counts)
     rank = rank_within_user(index, rng)
-    return rank < n_first[index.codes]
+    return rank < first_part_sizes(index.counts, fraction)[index.codes]
 
 
-# --------------------------------------------------------------------------- #
-# Blocks of whole users in canonical order
-# --------------------------------------------------------------------------- #
-# Rows per block of the in-process fits: a block's working set (its rows, their
-# products with a d x k matrix) stays in cache between the passes of a round.
+def first_part_sizes(counts, fraction):
+    """Rows of each user in the first part of a within-user split.
+
+    ``ceil(fraction * n)`` (``fraction * n`` rounded to 9 decimals first, so
+    ``0.3 * 10`` gives 3), clipped to ``[1, n - 1]`` for ``n >= 2`` so both
+    parts are non-empty; a one-row user keeps its row in the first part.
+    """
+    n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
+    return np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)), counts)
+
+
+# Blocks of whole users in canonical order.
+# Rows per block of the in-process fits (a block's working set stays in cache).
 DEFAULT_BLOCK_ROWS = 32768
 
 
@@ -855,40 +772,18 @@ def canonical_order(codes, n_users, row_keys):
     codes : ndarray of shape (n_samples,), int
         User code of each row.
     n_users : int
+        Unused (the callers' signature).
     row_keys : ndarray of shape (n_samples,), unsigned or non-negative int
         A function of each row's content (:func:`skdpp.utils._random.row_hashes`,
-        or e.g. item codes), so that the order does not depend on the input
-        order of the rows.
+        or e.g. item codes): the order does not depend on the input order.
 
     Returns
     -------
     order : ndarray of shape (n_samples,), int64
-        The exact lexicographic order by ``(code, key)``; rows with equal
-        code and key keep their input order (stable).
-
-    Notes
-    -----
-    The user code and the top bits of the key are packed into one uint64 and
-    sorted once (stable; 20-30x faster than ``np.lexsort`` on 10^7 rows). Runs
-    of rows whose packed values tie (keys equal in their top bits: rare for
-    hashes, the rule for small integer keys) are then re-sorted by their full
-    keys, so the result equals ``np.lexsort((row_keys, codes))``.
+        ``np.lexsort((row_keys, codes))`` (stable).
     """
-    codes = np.asarray(codes, dtype=np.int64)
     keys = np.asarray(row_keys).astype(np.uint64, copy=False)
-    bits = max(1, int(max(n_users - 1, 1)).bit_length())
-    if bits > 32:
-        return np.lexsort((keys, codes)).astype(np.int64, copy=False)
-    shift = np.uint64(64 - bits)
-    composite = (codes.astype(np.uint64) << shift) | (keys >> np.uint64(bits))
-    order = np.argsort(composite, kind="stable").astype(np.int64, copy=False)
-    packed = composite[order]
-    tie = packed[1:] == packed[:-1]
-    if tie.any():
-        pos = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # whole tied runs
-        sub = order[pos]
-        order[pos] = sub[np.lexsort((keys[sub], packed[pos]))]
-    return order
+    return np.lexsort((keys, np.asarray(codes, dtype=np.int64))).astype(np.int64, copy=False)
 
 
 def _as_rows(rows, n):
@@ -907,41 +802,28 @@ def _as_rows(rows, n):
 class UserBlock:
     """The rows of a set of whole users, grouped by user in canonical order.
 
-    A block is the unit of work of every skdpp algorithm: its ``map``
-    functions turn a block into a partial sum of clipped per-user
-    contributions (see :class:`~skdpp.utils._executor.LocalExecutor`). A
-    block refers to *source* arrays (the fit's ``X`` and ``y``, or arrays
-    owned by the block) and lists its rows in canonical order: user by user
-    (users sorted by id), and within a user by a function of the row's content
-    (:func:`canonical_order`). Everything an algorithm computes from a block
-    is therefore a function of the *set* of records.
+    The unit of work of every algorithm (run by the executors of
+    :mod:`skdpp.utils._executor`). A block refers to *source* arrays and lists
+    its rows in canonical order (:func:`canonical_order`).
 
     Parameters
     ----------
     X, y : ndarray
-        Source arrays (row-aligned; ``y`` may be 2-D).
+        Row-aligned source arrays (``y`` may be 2-D).
     rows : None, slice or ndarray of int
-        The block's rows of the sources in canonical order (``None``: all of
-        them, already in canonical order).
-    users : ndarray of shape (n_users,)
-        The users' ids (sorted).
-    user_hash : ndarray of shape (n_users,), uint64
-        Stable hashes of the ids (:func:`skdpp.utils._random.hash_ids`).
-    counts : ndarray of shape (n_users,), int
-        Rows of each user.
+        The block's source rows in canonical order (``None``: all).
+    users, user_hash, counts : ndarray of shape (n_users,)
+        Sorted user ids, their :func:`skdpp.utils._random.hash_ids` and row counts.
     first_user : int, default=0
-        Position of the block's first user among all users of the fit (blocks
-        of an in-process fit tile ``0 .. n_users - 1``).
+        Position of the block's first user among all users of the fit.
 
     Attributes
     ----------
     n_users, n_rows : int
     offsets : ndarray of shape (n_users + 1,)
         Start of each user's rows within the block.
-    row_user : ndarray of shape (n_rows,)
-        Local code (``0 .. n_users - 1``) of each row's user.
-    rank : ndarray of shape (n_rows,)
-        Position of each row within its user (canonical order).
+    row_user, rank : ndarray of shape (n_rows,)
+        Local user code of each row, and its position within its user.
     """
 
     def __init__(self, X, y, rows, users, user_hash, counts, first_user=0):
@@ -956,7 +838,6 @@ class UserBlock:
         self.first_user = int(first_user)
         self._row_user = None
         self._rank = None
-        self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -984,11 +865,8 @@ class UserBlock:
 
     # ------------------------------------------------------------- rows
     def take(self, A, out=None):
-        """The block's rows of a source-aligned array ``A``, in canonical order.
-
-        A view when the rows are contiguous in the source, else a gather
-        (into ``out`` when given, e.g. a buffer reused across rounds).
-        """
+        """The block's rows of a source-aligned ``A`` (a view if contiguous, else a
+        gather, into ``out`` when given)."""
         if self.rows is None:
             return A
         if isinstance(self.rows, slice):
@@ -1008,13 +886,7 @@ class UserBlock:
         return self.rows
 
     def select(self, mask):
-        """The block restricted to the rows where ``mask`` (same users; counts may drop to 0).
-
-        Parameters
-        ----------
-        mask : ndarray of shape (n_rows,), bool
-            Rows to keep, aligned with the block's canonical rows.
-        """
+        """The block restricted to the rows where ``mask`` (same users; counts may drop to 0)."""
         mask = np.asarray(mask, dtype=bool)
         counts = np.bincount(self.row_user[mask], minlength=self.n_users)
         return UserBlock(self.X, self.y, self.source_rows()[mask], self.users,
@@ -1056,13 +928,6 @@ class UserBlock:
             out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
         return out
 
-    def uniform_count(self):
-        """The number of rows of every user when all users have the same (else 0)."""
-        if self._uniform is None:
-            c = int(self.counts[0]) if self.n_users else 0
-            self._uniform = c if c and bool((self.counts == c).all()) else 0
-        return self._uniform
-
     def segment_max(self, values, initial=-np.inf):
         """Per-user maximum of row-aligned ``values`` over all trailing axes."""
         values = np.ascontiguousarray(values)
@@ -1086,33 +951,12 @@ class UserBlock:
                 out[:, b, a] = s
         return out
 
-    def weighted_row_sum(self, weights, M):
-        """``out[u] = sum_{r in u} weights_r M_r`` for row-aligned ``M`` (one sparse product)."""
-        import scipy.sparse as sp
-
-        W = sp.csr_matrix((np.asarray(weights, dtype=np.float64),
-                           np.arange(self.n_rows), self.offsets),
-                          shape=(self.n_users, self.n_rows))
-        return np.asarray(W @ M)
-
     def segment_sum_wide(self, values, dtype=np.float64):
-        """Per-user sums of a wide row-aligned 2-D array, as one sparse product.
+        """Per-user sums of a wide row-aligned ``(n_rows, p)`` array, one sparse product.
 
-        Much faster than :meth:`segment_sum` (``np.add.reduceat``) when
-        ``values`` has many columns (e.g. 0/1 losses of many candidates).
-        Each user's rows are added in canonical order in the result type of
-        ``dtype`` and ``values``: ``dtype=np.float32`` with bool values gives
-        float32 counts (exact up to ``2**24`` rows per user). Users without
-        rows get 0.
-
-        Parameters
-        ----------
-        values : ndarray of shape (n_rows, p)
-        dtype : dtype, default=np.float64
-
-        Returns
-        -------
-        sums : ndarray of shape (n_users, p)
+        Faster than :meth:`segment_sum` for many columns. Rows are added in
+        canonical order in the result type of ``dtype`` and ``values``
+        (float32 counts of bools are exact up to ``2**24`` rows per user).
         """
         import scipy.sparse as sp
 
@@ -1135,40 +979,17 @@ class UserBlock:
         return keyed_uniform(key, stream, self.user_hash, *words)
 
     def ranks_by(self, keys):
-        """Rank of each row within its user when the user's rows are sorted by ``keys``.
-
-        ``keys`` in ``[0, 1)`` (e.g. :meth:`row_uniforms`); ties keep the
-        canonical order. Users of equal size are sorted row by row of an
-        ``(n_users, c)`` array of the same sort values ``code + key`` (a user's
-        values lie in ``[code, code + 1]``, so the stable per-user sorts give
-        exactly the order of :func:`argsort_within`), which is several times
-        faster than one sort of the whole block.
-        """
-        c = self.uniform_count()
-        if c > 1:
-            values = np.arange(self.n_users, dtype=np.float64)[:, None] \
-                + np.asarray(keys, dtype=np.float64).reshape(self.n_users, c)
-            order = np.argsort(values, axis=1, kind="stable")
-            out = np.empty((self.n_users, c), dtype=np.int64)
-            np.put_along_axis(out, order, np.arange(c, dtype=np.int64)[None, :], axis=1)
-            return out.reshape(-1)
+        """Rank of each row within its user when the user's rows are sorted by ``keys``
+        in ``[0, 1)`` (:func:`argsort_within`; ties keep the canonical order)."""
         perm = argsort_within(self.row_user, keys)
         out = np.empty(self.n_rows, dtype=np.int64)
         out[perm] = self.rank
         return out
 
     def split_users_rows(self, fraction, keys):
-        """``True`` for the first part of each user's rows (e.g. ``S^0``).
-
-        A user with ``m >= 2`` rows puts ``ceil(fraction * m)`` rows, clipped
-        to ``[1, m - 1]``, in the first part: those with the smallest
-        ``keys``; a one-row user puts its row in the first part.
-        """
-        counts = self.counts
-        n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
-        n_first = np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)),
-                           counts)
-        return self.ranks_by(keys) < self.expand(n_first)
+        """``True`` for the first part of each user's rows (e.g. ``S^0``): the
+        :func:`first_part_sizes` rows with the smallest ``keys``."""
+        return self.ranks_by(keys) < self.expand(first_part_sizes(self.counts, fraction))
 
 
 def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
@@ -1177,20 +998,18 @@ def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
     Parameters
     ----------
     X, y : ndarray
-        Row-aligned source arrays (not copied: blocks list their rows).
+        Row-aligned source arrays (not copied).
     index : UserIndex
-        The users of the rows.
     row_keys : ndarray of shape (n_samples,), default=None
-        Keys ordering each user's rows; default: a hash of the content of the
-        row of ``X`` and ``y`` (:func:`skdpp.utils._random.row_hashes`).
+        Keys ordering each user's rows; default: :func:`skdpp.utils._random.row_hashes`
+        of ``X`` and ``y``.
     max_rows : int or None, default=32768
         Rows per block (``None``: one block).
 
     Returns
     -------
     blocks : list of UserBlock
-        Consecutive users (sorted ids); block ``j`` starts at user
-        ``blocks[j].first_user``.
+        Consecutive users (sorted ids).
     """
     from ._random import hash_ids, row_hashes
 

@@ -5,12 +5,10 @@ One rule for all estimators (DESIGN §4):
 * **Noise and public randomness** come from generators seeded by a 128-bit
   :class:`numpy.random.SeedSequence` built once per fit from ``random_state``
   (:class:`FitRandomness`). ``random_state=None`` draws fresh entropy from the
-  operating system -- never numpy's global ``RandomState``, which any
-  ``np.random.seed(...)`` elsewhere would make reproducible. An int seeds the
-  fit deterministically (reproducible, as scikit-learn's checks require; it
-  also lets anyone who knows the int reproduce the noise, so deployments use
-  ``random_state=None``). :attr:`FitRandomness.seeded` records which case a
-  fit is in, and its privacy report says so.
+  operating system (never numpy's global ``RandomState``). An int seeds the
+  fit deterministically (as scikit-learn's checks require; whoever knows it
+  reproduces the noise, so deployments use ``None``); the privacy report says
+  which (:attr:`FitRandomness.seeded`).
 * **No seed on an observed object.** Nothing that outlives a fit (fitted
   attributes, parameters, reports, pickles) holds a generator, a seed
   sequence or the key: they rebuild the noise. A meta-estimator that hands a
@@ -18,11 +16,9 @@ One rule for all estimators (DESIGN §4):
   sub-fit is done.
 * **Per-user and per-row randomness** (data splits, minibatches, client
   sampling, per-entry uniforms) is a keyed hash of ``(fit key, stream, user id,
-  position within the user, round)`` (:func:`keyed_uniform`), never a draw
-  from a stream in global row order. A user's random choices therefore depend
-  only on the fit key and that user's own id and rows: permuting rows,
-  replacing another user, or partitioning users across machines leaves them
-  unchanged, so a fit is a function of the *set* of records.
+  position within the user, round)`` (:func:`keyed_uniform`): a user's random
+  choices depend only on the key and that user's id and rows, whatever the
+  row order, the other users or the partition across machines.
 
 The hash is a keyed SplitMix64 cascade (Steele, Lea & Flood 2014), a
 non-cryptographic mixer: like the PCG64 noise generator it is not hardened
@@ -81,9 +77,7 @@ def _tag(name):
                                "little"))
 
 
-# --------------------------------------------------------------------------- #
 # Seeds and generators
-# --------------------------------------------------------------------------- #
 def seed_sequence(random_state):
     """The 128-bit seed sequence of one fit.
 
@@ -121,12 +115,9 @@ def seed_sequence(random_state):
 def noise_is_seeded(random_state):
     """Whether a fit's noise is reproducible from the user's ``random_state``.
 
-    ``True`` for an int, a ``RandomState``, a ``Generator`` or a
-    ``SeedSequence`` passed by the user: anyone who learns it (or the
-    generator's state) regenerates every noise draw, so the guarantee holds
-    only while it stays secret. ``False`` for ``None`` (fresh operating-system
-    entropy). A :class:`DerivedRandomState` carries the answer of the
-    ``random_state`` it was derived from.
+    ``True`` for anything but ``None``: whoever learns it regenerates every
+    noise draw, so the guarantee holds only while it stays secret. A
+    :class:`DerivedRandomState` carries the answer of its origin.
 
     Parameters
     ----------
@@ -150,13 +141,11 @@ def noise_is_seeded(random_state):
 class DerivedRandomState(np.random.RandomState):
     """A ``RandomState`` a meta-estimator hands to a sub-fit (e.g. a search trial).
 
-    It carries 128 bits of the meta-estimator's seed sequence (an int
-    ``random_state`` has only 32), and whether that seed came from the user
-    (:func:`noise_is_seeded`), so that the sub-fit's report tells the truth
-    about its noise. The sub-fit draws its seed from it like from any
-    ``RandomState``; the state left in the object then still rebuilds the
-    noise (the Mersenne Twister can be rewound), so the meta-estimator must
-    take it back (reset the parameter) before the sub-fit is observed.
+    It carries 128 bits of the meta-estimator's seed sequence and whether
+    that seed came from the user (:func:`noise_is_seeded`), so the sub-fit's
+    report tells the truth. Its state still rebuilds the noise after the
+    sub-fit (the Mersenne Twister can be rewound): the meta-estimator must
+    reset the parameter before the sub-fit is observed.
 
     Parameters
     ----------
@@ -197,22 +186,18 @@ class FitRandomness:
         Whether the noise is reproducible from the user's ``random_state``
         (:func:`noise_is_seeded`); the fit's privacy report says so.
     noise : numpy.random.Generator
-        The privacy-noise stream. Only :mod:`skdpp.privacy` draws from it
-        (through the release helper), in the fixed order of the releases.
+        The privacy-noise stream (drawn only by :mod:`skdpp.privacy`, in the
+        fixed order of the releases).
     public : numpy.random.Generator
-        Algorithmic, data-independent randomness (random initialisations, JL
-        matrices, candidate sets): drawn before any data-dependent step, so
-        its draws never depend on the data.
+        Data-independent randomness (initialisations, JL matrices, candidates).
     key : ndarray of shape (2,), dtype uint64
-        The secret 128-bit key of the keyed per-user randomness
-        (:func:`keyed_uniform`).
+        The secret key of :func:`keyed_uniform`.
 
     Notes
     -----
-    The three are independent children of one 128-bit
-    :class:`numpy.random.SeedSequence` (``spawn``), so no draw from one stream
-    shifts another. The object lives only for the duration of a fit: no
-    estimator keeps it, its generators or its key in an attribute.
+    The three are independent ``spawn`` children of one 128-bit
+    :class:`numpy.random.SeedSequence`. The object lives only during a fit:
+    no estimator keeps it, its generators or its key.
     """
 
     def __init__(self, random_state):
@@ -232,8 +217,6 @@ class FitRandomness:
         return "FitRandomness(<secret>)"
 
     def __reduce__(self):
-        # Never sent to another process (e.g. a Dask worker): privacy noise is
-        # drawn once, by the driver's Releaser; workers get the key only.
         raise TypeError(
             "FitRandomness holds the fit's privacy-noise stream and cannot be pickled: "
             "noise is drawn once, in the fitting (driver) process. Send its `key` "
@@ -241,9 +224,7 @@ class FitRandomness:
         )
 
 
-# --------------------------------------------------------------------------- #
 # Keyed hashing
-# --------------------------------------------------------------------------- #
 def keyed_bits(key, stream, *words):
     """64 pseudo-random bits per element, a keyed hash of ``(stream, *words)``.
 
@@ -252,11 +233,9 @@ def keyed_bits(key, stream, *words):
     key : array-like of shape (2,), uint64
         The fit key (:attr:`FitRandomness.key`).
     stream : str
-        Purpose of the randomness (e.g. ``"split"``, ``"batch"``,
-        ``"sample"``): different streams are independent.
+        Purpose (e.g. ``"split"``); different streams are independent.
     *words : int or array-like of int
-        The coordinates, broadcast together (e.g. user hash, position within
-        the user, round).
+        Coordinates, broadcast together (e.g. user hash, rank, round).
 
     Returns
     -------
@@ -291,9 +270,7 @@ def keyed_uniform(key, stream, *words):
     return (keyed_bits(key, stream, *words) >> _U64(11)).astype(np.float64) * (1.0 / 2**53)
 
 
-# --------------------------------------------------------------------------- #
 # Stable hashes of user ids and of rows
-# --------------------------------------------------------------------------- #
 def _hash_ints(values):
     return _mix(np.asarray(values, dtype=np.int64).view(_U64) ^ _tag("int"))
 
@@ -331,12 +308,10 @@ def hash_ids(ids):
 
     Notes
     -----
-    Integral floats hash like the equal integers (``1.0`` and ``1``), so ids
-    read as floats by one tool and as ints by another agree. Strings hash
-    their code points (whatever the numpy width). Object arrays of ints or of
-    strings use the same hashes; any other object is hashed from its type
-    name and ``repr`` (one Python call per distinct id: only for object ids).
-    Python's built-in ``hash`` is not used: it is salted per process.
+    Integral floats hash like the equal integers; strings hash their code
+    points (any numpy width); object arrays of ints or strings alike, other
+    objects by type name and ``repr``. Python's ``hash`` (salted per
+    process) is not used.
 
     Examples
     --------
@@ -413,21 +388,15 @@ def row_hashes(*columns):
 
     Notes
     -----
-    The bit patterns of a row's entries are combined linearly modulo
-    ``2**64`` with fixed odd multipliers (one integer matrix-vector product
-    per chunk of rows: exact, so equal rows always hash equally), then mixed
-    by SplitMix64. Distinct rows collide with probability about ``2**-64``;
-    a collision only affects the order of two rows of the same user.
+    The entries' bits are combined linearly modulo ``2**64`` with fixed odd
+    multipliers (exact), then mixed by SplitMix64; a collision (probability
+    about ``2**-64``) only swaps two rows of one user.
 
-    Every entry is hashed as its float64 value, never by its dtype's bit
-    pattern: the dtype of ``X`` or ``y`` is a property of the whole array,
-    which one user can change (a single rating of 3.5 makes integer ratings
-    float), and a dtype-dependent hash would then reorder every user's rows
-    and move every keyed split, hence every release and every other user's
-    personal part (DESIGN section 7). Integers beyond ``2**53`` that round
-    to the same float hash alike (their rows' order within a user is then
-    the input order). One pass
-    over the data, in chunks of rows (temporaries ``O(chunk * p)``).
+    Every entry is hashed as its float64 value, never by its dtype's bits:
+    the dtype is a property of the whole array, which one user can change
+    (one rating of 3.5 makes integer ratings float), and would then reorder
+    every user's rows and move every keyed split (DESIGN section 7).
+    Integers beyond ``2**53`` that round alike hash alike.
     """
     cols = []
     n = None
@@ -449,7 +418,6 @@ def row_hashes(*columns):
         offset += c.shape[1]
     out = np.zeros(n, dtype=np.int64)
     # one reused buffer per float64 column group: -0.0 -> 0.0 in a single pass
-    # (``astype`` + ``+ 0.0`` made two fresh copies of every chunk)
     bufs = [np.empty((min(n, _HASH_CHUNK_ROWS), c.shape[1])) if c.dtype == np.float64
             else None for c in cols]
     with np.errstate(over="ignore"):

@@ -142,12 +142,15 @@ def scaled_rows(est, X):
         return X * np.where(np.isfinite(scales), 1.0 / scales, 0.0)
 
 
-def clamped(est, pred, known=None):
+def clamped(est, pred, codes=None):
     """Predictions after ``predict``'s post-processing: clamped to the released
-    ``label_range_``; for a useless fit (``local_only_``) known users' as they are and
-    new users (all rows when ``known`` is None) the prior 0."""
+    ``label_range_``; for a useless fit (``local_only_``) known users' (``codes``: each
+    row's user position, -1 for new) clamped to their own label range and new users
+    (all rows when ``codes`` is None) the prior 0."""
     if getattr(est, "local_only_", False):
-        known = np.zeros(np.shape(pred), dtype=bool) if known is None else known
-        return np.where(known, pred, 0.0)
+        codes = np.full(np.shape(pred), -1) if codes is None else np.asarray(codes)
+        known = codes >= 0
+        own = est.own_label_ranges_[np.maximum(codes, 0)]
+        return np.where(known, np.clip(pred, own[:, 0], own[:, 1]), 0.0)
     lo, hi = getattr(est, "label_range_", None) or (-np.inf, np.inf)
     return np.where(np.isfinite(pred), np.clip(pred, lo, hi), pred)

@@ -156,19 +156,8 @@ def test_byte_counters_overflow_without_pieces(monkeypatch):
     assert_array_equal(want, 1.0)
     assert_array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 1e9), want)
     monkeypatch.setattr(ms._GridCounter, "CAP", 300)
-    monkeypatch.setattr(ms, "_dot3", lambda F, U: np.full(F.shape[:2], np.inf))  # own loses never
+    monkeypatch.setattr(ms, "_dot", lambda F, U: np.full(F.shape[:2], np.inf))  # own loses never
     assert not np.array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 1e9), want)
-
-
-def test_dot3_adds_in_the_einsum_order():
-    """The k = 3 own-direction dots (one path, the faster) equal einsum bit for bit
-    on values of every magnitude; the natural order (a broken variant) does not."""
-    rng = np.random.default_rng(0)
-    F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
-    U = rng.standard_normal((64, 64, 3))
-    assert_array_equal(ms._dot3(F.copy(), U), ms._dot_einsum(F, U))
-    natural = (F[..., 0] * U[..., 0] + F[..., 1] * U[..., 1]) + F[..., 2] * U[..., 2]
-    assert not np.array_equal(natural, ms._dot_einsum(F, U))
 
 
 def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):
@@ -179,22 +168,13 @@ def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):
         first, key = ms._distinct_rows(A)
         assert first.size == 5      # 0.0 and -0.0 differ bitwise; NaN rows are equal
         assert_array_equal(A[first][key].view(np.uint64), A.view(np.uint64))
-        order, n_pairs = ms._negation_order(A[first].view(np.uint64))
-        rows = A[first][order]
-        mirror = first.size - n_pairs
-        assert_array_equal(rows[mirror:].view(np.uint64), (-rows[:n_pairs]).view(np.uint64))
-        if multiplier:              # (0, 1) and (-0, -1) are negations of each other
-            assert n_pairs == 1
 
 
-def test_negated_rows_are_paired_on_ratings_data_and_a_wrong_pairing_is_caught(monkeypatch):
-    """Items rated both ways give pairs of negated rows, whose grid losses come from
-    one product (-g <= t iff g >= -t, exact ties included); pairing rows that are
-    not negations of each other changes the scores."""
+def test_negated_rows_on_ratings_data_and_a_wrong_key_is_caught(monkeypatch):
+    """Items rated both ways (negated distinct rows, exact ties g = 0 included) score
+    as the reference; a broken distinct-row key changes the scores."""
     rng = np.random.default_rng(5)
     codes, yZ = ratings_like(rng, np.array([20, 31, 12]), n_items=6)
-    first, key = ms._distinct_rows(yZ)
-    assert ms._negation_order(yZ[first].view(np.uint64))[1] >= 3
     seg = block(codes, 3)
     cands = candidates_for(rng, yZ.shape[1], 3, 5)
     dirs = jlc.direction_grid(3, 16, np.random.default_rng(5))
@@ -204,14 +184,13 @@ def test_negated_rows_are_paired_on_ratings_data_and_a_wrong_pairing_is_caught(m
     cands_i = candidates_for(rng, yZ.shape[1], 3, 5, integer=True)  # exact ties g = 0
     assert_array_equal(ms.candidate_user_losses(block(codes_i, 3), yZ_i, cands_i, dirs, 0.0),
                        reference_losses(block(codes_i, 3), yZ_i, cands_i, dirs, 0.0))
-    real = ms._negation_order
+    real = ms._distinct_rows
 
-    def shifted(words):             # broken: the negations in the reverse order
-        order, n = real(words)
-        order[order.size - n:] = order[order.size - n:][::-1].copy()
-        return order, n
+    def shifted(A):                 # broken: every row takes the next distinct row
+        first, key = real(A)
+        return first, (key + 1) % first.size
 
-    monkeypatch.setattr(ms, "_negation_order", shifted)
+    monkeypatch.setattr(ms, "_distinct_rows", shifted)
     assert not np.array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 0.0), want)
 
 

@@ -469,7 +469,7 @@ def test_cold_start_uses_global_model():
     expected = (Xs @ est.coef_ + est.intercept_
                 + np.einsum("ij,ij->i", Xs, est.offsets_[groups])
                 + est.intercept_offsets_[groups])
-    assert_allclose(known, clamped(est, expected, known=True), rtol=1e-12)
+    assert_allclose(known, clamped(est, expected, codes=groups), rtol=1e-12)
 
 
 def test_personalize_fits_new_users_without_touching_shared_part():
@@ -849,7 +849,9 @@ def test_deterministic_given_random_state():
     assert_array_equal(a.coef_, b.coef_)
     assert_array_equal(a.offsets_, b.offsets_)
     c = PPSGDRegressor(**{**params, "random_state": 4}).fit(X, y, groups)
-    assert not np.array_equal(a.coef_, c.coef_)
+    # 30 users at epsilon 1: a useless fit whose coef_ may be 0 for both seeds; the
+    # released intercept still carries the seed's noise
+    assert not (np.array_equal(a.coef_, c.coef_) and a.intercept_ == c.intercept_)
 
 
 def test_client_sampling_rate():

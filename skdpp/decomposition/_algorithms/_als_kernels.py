@@ -1,20 +1,13 @@
 """Block kernels of private alternating minimisation (Krichene et al. 2023, Alg. 1-3).
 
-Pure functions over one :class:`~skdpp.utils._grouped.UserBlock` of whole users,
-called by the driver :func:`.adaptive_mf.run` through the executor:
-``fn(block, state, broadcast) -> (partial, state)`` returns the block's partial
-sum of clipped per-user contributions and keeps the per-user state (residuals,
-task weights, user embeddings) in the block. The data are *entries*: one row
-per distinct (user, item) pair with the mean of the user's ratings of that item
-(:func:`aggregate_entries`), each user's rows sorted by item code
-(:func:`entry_blocks`), so a fit is a function of the set of ratings.
-
-The user step (Alg. 3, line 4) is an exact ridge solve per user (embedding and
-bias) over *all* the user's ratings: local, free in privacy, its result stays in
-the block. Per-user Gram matrices and per-item statistics are batched BLAS
-products on gathered embedding rows (users, resp. items, grouped by their number
-of entries: :func:`_batches`). Ratings of items outside the published catalogue
-only move the user's bias (their item has no embedding and no bias).
+Block functions ``fn(block, state, broadcast) -> (partial, state)`` run by the
+driver :func:`.adaptive_mf.run`; the per-user state (residuals, task weights,
+user embeddings) stays in the block. The data are *entries*: one row per
+distinct (user, item) pair (:func:`aggregate_entries`), each user's rows sorted
+by item code (:func:`entry_blocks`): a fit is a function of the set of ratings.
+The user step (Alg. 3, line 4) is an exact local ridge solve per user over all
+its ratings; Gram matrices and item statistics are batched BLAS products
+(:func:`_batches`). Ratings of unpublished items only move the user's bias.
 """
 
 import numpy as np
@@ -26,54 +19,39 @@ from ...privacy._quantile import cumulative_counts
 from ...utils._grouped import UserIndex, make_blocks, padded_sizes
 from ._task_weights import task_weights
 
-# Entries per block. Every block returns a dense partial Gram stack of
-# n_items x k x k floats (82 MB for 10^4 items at k = 32), and the
-# fixed-order tree sum holds about log2(n_blocks) of them: large blocks keep
-# that memory (and the cost of adding partials) small next to the per-entry work.
+# Entries per block: each block returns a dense n_items x k x k partial (82 MB
+# for 10^4 items at k = 32), so blocks are large.
 BLOCK_ROWS = 2**20
-# Systems per batched solve of the user step (bounds the chunk x k x k stack
-# of Gram matrices: 71 MB at k = 32 plus the bias coordinate).
+# Systems per batched solve of the user step (71 MB of Gram matrices at k = 32).
 _USER_CHUNK = 8192
-# Bytes of one gathered (segments, size, k) stack of embedding rows in the
-# batched products of the user and item steps.
+# Bytes of one gathered (segments, size, k) stack of embedding rows.
 _GATHER_BYTES = 2**24
-# Users with at most this many entries are solved in the dual (an n x n system
-# per user instead of k x k; push-through identity) when their values are in a
-# safe range (_DUAL_SAFE); the others, and any non-finite dual solution, go
-# through the k x k solve. Measured: 2.1x on the whole fit of
-# benchmarks/bench_adaptive_mf.py --n-ratings 1000000 (4.8 s vs 10.2 s CPU).
+# Users with at most this many entries (and values within _DUAL_SAFE) are solved
+# in the dual, an n x n system: 2.1x on a whole fit
+# (benchmarks/bench_adaptive_mf.py --n-ratings 1000000, 4.8 s vs 10.2 s CPU).
 _DUAL_MAX_ROWS = 32
 _DUAL_SAFE = 1e100
 # Entries per chunk of the row-wise dot products of the gradient step.
 _ENTRY_CHUNK = 2**17
-# rating_clip="auto" is a quantile of twice the users' RMS deviation from the
-# DP mean: with the default median, twice a typical user's deviation covers
-# most ratings' deviations.
+# rating_clip="auto" is a quantile of AUTO_SCALE x the users' RMS deviation.
 AUTO_SCALE = 2.0
 # Smallest ridge of a user's embedding coordinates (all item embeddings zero).
 _TINY_RIDGE = 1e-300
-# embedding_ridge="auto": the public grid of embedding ridges (pseudo-ratings
-# of an average item of the user's) scored on held-out ratings; the last value
-# is the safe default (heavy shrinkage toward the bias-only model), kept unless
-# another one is better by VALIDATION_MARGIN standard deviations of the noisy
-# difference; the iterations use the first value.
+# embedding_ridge="auto": the public grid (pseudo-ratings) scored on held-out
+# ratings; the last (safe) value is kept unless another beats it by
+# VALIDATION_MARGIN noise std; VALIDATION_FRACTION of each user's published
+# ratings is held out (round(fraction * n): none below 5).
 RIDGE_GRID = np.array([1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0])
 VALIDATION_MARGIN = 3.0
-# Fraction of each user's published ratings held out of the item step to score
-# the ridges (round(fraction * n), so users with fewer than 5 have none).
 VALIDATION_FRACTION = 0.1
 
-# --------------------------------------------------------------------------- #
-# Entries and blocks
-# --------------------------------------------------------------------------- #
 def aggregate_entries(user, item, y, n_items):
     """Merge duplicate (user, item) rows into one entry with their mean rating.
 
     A user then contributes at most once to each item's statistics, as the
-    sensitivity analysis requires. The mean is a sum of ``y / count`` (no
-    overflow for finite ratings) in increasing rating order within each pair,
-    so it does not depend on the order of the rows. Returns the ``user``,
-    ``item`` and ``rating`` of the entries, sorted by user, then item.
+    sensitivities require. The mean is a sum of ``y / count`` in increasing
+    rating order (independent of the row order). Returns ``(user, item,
+    rating)`` sorted by user, then item.
     """
     y = np.asarray(y, dtype=np.float64)
     pair = np.asarray(user, dtype=np.int64) * np.int64(n_items) + np.asarray(item, np.int64)
@@ -93,16 +71,11 @@ def aggregate_entries(user, item, y, n_items):
 
 
 def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
-    """Blocks of whole users over the entries, each user's rows sorted by item.
-
-    ``user, item, rating``: entries from :func:`aggregate_entries`; ``users``:
-    the sorted user ids (users without entries are kept). The blocks' ``X``
-    holds the item codes ``(n_entries, 1)``, ``y`` the ratings.
-    """
+    """Blocks of whole users over the entries (:func:`aggregate_entries`), each
+    user's rows sorted by item; ``X`` holds the item codes, ``y`` the ratings."""
     item = np.asarray(item, dtype=np.int64)
     index = UserIndex(users, user)
-    # Item codes are the row keys (in the top bits, which canonical_order keeps);
-    # the entries are already in (user, item) order, which the stable sort keeps.
+    # item codes as row keys, in the top bits (canonical_order keeps them)
     shift = np.uint64(64 - max(1, int(n_items - 1).bit_length()))
     keys = item.astype(np.uint64) << shift
     return make_blocks(item[:, None], np.asarray(rating, dtype=np.float64), index,
@@ -118,13 +91,8 @@ def _state(block, state):
 
 
 def _batches(counts, rows):
-    """Segments (``counts[s]`` consecutive ``rows`` each) grouped by padded size.
-
-    Returns, for each size ``s`` of :func:`~skdpp.utils._grouped.padded_sizes`
-    (increasing), the segments of that size and their rows as an ``(n, s)``
-    int array padded with ``-1`` (gather from arrays extended by one padding
-    element).
-    """
+    """``(segments, rows)`` per :func:`~skdpp.utils._grouped.padded_sizes` size ``s``:
+    the rows an ``(n, s)`` array padded with ``-1``."""
     counts = np.asarray(counts, dtype=np.int64)
     starts = np.zeros(counts.shape[0], dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
@@ -156,13 +124,8 @@ def _windows(size, k, item_bytes=8):
 
 
 def _batched_gram(E, index, weights, targets, out_G, out_b):
-    """``out_G[n] = X_n^T diag(w_n) X_n`` and ``out_b[n] = X_n^T t_n`` for ``X_n = E[index[n]]``.
-
-    One BLAS product per segment on its gathered rows (batched with
-    ``np.matmul``); padding rows point at a zero row of ``E`` (and have zero
-    weight and target). ``weights=None`` means unit weights. Huge segments
-    are gathered in row windows of at most ``_GATHER_BYTES``.
-    """
+    """``out_G[n] = X_n^T diag(w_n) X_n``, ``out_b[n] = X_n^T t_n`` for ``X_n = E[index[n]]``
+    (batched ``np.matmul``; padding rows point at a zero row of ``E``)."""
     k = E.shape[1]
     for j, w in enumerate(_windows(index.shape[1], k)):
         X = E[index[:, w]]                     # (n, rows, k)
@@ -183,9 +146,7 @@ def _eligible(block, rows):
     return block.select(mask)
 
 
-# --------------------------------------------------------------------------- #
 # Pre-processing (Alg. 3, line 2): clip bounds, mean, counts, catalogue
-# --------------------------------------------------------------------------- #
 def _user_means(block, state):
     """Each user's mean rating (a sum of ``y / n_j``: no overflow to NaN; 0 if no entries)."""
     counts = np.maximum(block.counts, 1)
@@ -195,10 +156,8 @@ def _user_means(block, state):
 
 
 def user_mean_statistic(block, state, fn):
-    """``fn`` (a partial count or clipped sum) of the block's users' mean ratings.
-
-    The ``reduce`` of :func:`~skdpp.privacy._quantile.private_location`.
-    """
+    """``fn`` of the block's users' mean ratings (for
+    :func:`~skdpp.privacy._quantile.private_location`)."""
     state = _state(block, state)
     return fn(_user_means(block, state)), state
 
@@ -227,14 +186,11 @@ def mean_partial(block, state, radius):
 
 
 def count_partial(block, state, broadcast):
-    """Item counts from at most ``count_cap`` items per user (App. B, D.1).
+    """Item counts (codes ``< n_count``) from at most ``cap`` items per user (App. B, D.1).
 
-    ``broadcast = (key, cap, n_count)``: items with code ``< n_count`` (the
-    public catalogue, or every item). A user with more than ``cap`` of them
-    keeps the ``cap`` with the smallest keyed per-row uniforms (stream
-    ``"mf-count-sample"``, keyed by the item's rank among the user's items: a
-    function of the user's set of items; ``cap=None``: all) and adds their 0/1
-    indicator.
+    ``broadcast = (key, cap, n_count)``. A user keeps the ``cap`` items with
+    the smallest keyed uniforms (a function of its set of items) and adds
+    their 0/1 indicators.
     """
     key, cap, n_count = broadcast
     state = _state(block, state)
@@ -254,9 +210,7 @@ def select_items(block, state, broadcast):
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
-    # Compact per-entry indices (the state lives as long as the fit).
     index = np.int32 if max(m + 1, block.n_rows) < 2**31 else np.int64
-    # The internal codes are not needed after this step (counts come before).
     state["pub"] = remap[state.pop("item")].astype(index)
     state["sel"] = np.flatnonzero(state["pub"] < m).astype(index)
     return None, state
@@ -283,9 +237,7 @@ def prepare_weights(block, state, broadcast):
 
     ``broadcast = (config, key, log_omega, counts)``. With
     ``embedding_ridge="auto"`` a keyed ``VALIDATION_FRACTION`` of each user's
-    published entries (stream ``"mf-validation"``) is held out of the item
-    step (:func:`ridge_scores`) and the weights are computed over the others.
-    Entries of nonzero weight are stored, with their batches by item.
+    entries is held out (:func:`ridge_scores`) first.
     """
     cfg, key, log_omega, counts = broadcast
     sel, m = state["sel"], state["m"]
@@ -310,8 +262,7 @@ def prepare_weights(block, state, broadcast):
     np.cumsum(np.bincount(user, minlength=block.n_users), out=indptr[1:])
     state.update(keep=keep, keep_user=user, keep_item=state["pub"][keep], w=w[w > 0],
                  indptr=indptr)
-    # Entries by item (stable: users in order within an item), batched by
-    # the item's number of entries; padding (-1) gathers a zero row and weight.
+    # entries by item, batched by the item's count; padding (-1): zero row and weight
     by_item = np.argsort(state["keep_item"], kind="stable")
     users = np.append(user, -1)
     weights = np.append(state["w"], 0.0)
@@ -322,13 +273,8 @@ def prepare_weights(block, state, broadcast):
 
 
 def _user_batches(block, state, rows):
-    """The user step's batches of ``rows`` (``None``: all; ``"fit"``: not held out).
-
-    Users grouped by their number of entries (:func:`_batches`), each with
-    the published codes of its entries (``m``: an unpublished item, ``m +
-    1``: padding) and their residuals ``r`` (padding: 0); built once and kept
-    in the state.
-    """
+    """The user step's batches (cached) of ``rows`` (``None``: all; ``"fit"``: not
+    held out): users, published codes (``m``: unpublished, ``m + 1``: padding), ``r``."""
     name = "batches" if rows is None else "batches_" + rows
     if name not in state:
         if rows is None:
@@ -347,31 +293,20 @@ def _solve_users(block, state, V, cfg, rho, rows=None):
     """Every user's embedding and bias: ridge least squares over their ratings.
 
     ``[u_j, b_j] = argmin sum_{i in j} (r_ij - b_j - <u_j, v_i>)^2 +
-    personal_ridge b_j^2 + lambda_j ||u_j||^2``, the ridges in pseudo-ratings
-    (scale-free): the bias gets ``personal_ridge``; the embedding ``lambda_j
-    = rho e_j`` with ``e_j = mean ||v_i||^2 / k`` over the user's published
-    items (an average item of the user's, so the ridge rescales with the
-    ratings and with the embeddings' gauge). Unpublished items have a zero
-    embedding (the dummy row ``m``), so they only move the bias. With
-    ``user_bias`` every item embedding is extended by a constant 1. A user
-    whose solve is not finite (huge ratings or item embeddings) gets 0.
-
-    ``rows="fit"``: only the ratings outside the held-out set; ``None``: all.
-    Returns ``U`` of shape ``(block.n_users, k)`` and ``bias`` ``(block.n_users,)``.
+    personal_ridge b_j^2 + lambda_j ||u_j||^2`` with ``lambda_j = rho mean_i
+    ||v_i||^2 / k`` over the user's published items (scale-free). Unpublished
+    items (zero embedding) only move the bias; a non-finite solve gives 0.
+    ``rows="fit"``: without the held-out ratings. Returns ``(U, bias)``.
     """
     (U, bias), = _solve_users_grid(block, state, V, cfg, [rho], rows=rows)
     return U, bias
 
 
 def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
-    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``, one per ridge.
+    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``.
 
-    Each user's ``X_j^T X_j`` and ``X_j^T r_j`` come from one BLAS product on
-    the gathered embeddings of the user's items, batched over users with the
-    same number of entries; the ``k x k`` systems are solved in stacks of up
-    to ``_USER_CHUNK`` (:func:`gram_ridge_solve`), users with few entries in
-    the dual. ``users`` (a mask over the block's users) restricts the solves,
-    and the rows of the solutions, to those users.
+    ``k x k`` systems in stacks of ``_USER_CHUNK`` (:func:`gram_ridge_solve`),
+    users with few entries in the dual; ``users`` (a mask) restricts the solves.
     """
     k0, m = V.shape[1], V.shape[0]
     n_pub = state["n_pub" + ("" if rows is None else "_" + rows)]
@@ -473,21 +408,17 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
 def ridge_scores(block, state, broadcast):
     """Held-out error of every ridge of ``RIDGE_GRID`` (``embedding_ridge="auto"``).
 
-    ``broadcast = (V, config, rating_clip)``. Each user, fitted on the ratings
-    outside the held-out set (never seen by the item step) with every ridge,
-    contributes its mean squared held-out errors, residuals clipped to ``C_r``:
-    entries in ``[0, C_r^2]``, sensitivity ``sqrt(len(grid)) C_r^2``. Users
-    without held-out ratings contribute 0.
+    ``broadcast = (V, config, rating_clip)``. Each user, fitted without its
+    held-out ratings (never seen by the item step), contributes its mean
+    squared held-out errors, residuals clipped to ``C_r``: entries in ``[0,
+    C_r^2]``, sensitivity ``sqrt(len(grid)) C_r^2`` (0 without held-out ratings).
     """
     V, cfg, rating_clip = broadcast
     val = state["val"]
     user = block.row_user[val]
     n_val = np.bincount(user, minlength=block.n_users)
     per_user = np.zeros((RIDGE_GRID.shape[0], block.n_users))
-    # The grid's solutions for users in slices of at most _USER_CHUNK solved
-    # users (not len(RIDGE_GRID) x n_users x k at once: 3.3x the input at 20
-    # ratings per user, k = 32). Each user's solution and error are the same
-    # whatever the slicing (one small solve per user, per-user sums).
+    # slices of _USER_CHUNK users (memory); per-user results do not depend on it
     solved = np.flatnonzero(n_val > 0)
     for lo in range(0, solved.size, _USER_CHUNK):
         users = np.zeros(block.n_users, dtype=bool)
@@ -512,12 +443,8 @@ def ridge_scores(block, state, broadcast):
 
 
 def choose_ridge(noisy_scores, noise_std):
-    """The grid ridge with the smallest noisy held-out error, or the safe default.
-
-    The default (the last, largest ridge) is kept unless the best one beats
-    it by ``VALIDATION_MARGIN`` standard deviations of the difference of two
-    noisy scores (post-processing of the ``"ridge"`` release).
-    """
+    """The grid ridge with the smallest noisy held-out error if it beats the last
+    by ``VALIDATION_MARGIN`` noise std of the difference (post-processing)."""
     best = int(np.argmin(noisy_scores))
     margin = VALIDATION_MARGIN * np.sqrt(2.0) * noise_std
     if noisy_scores[-1] - noisy_scores[best] > margin:
@@ -534,35 +461,23 @@ def _item_targets(state, bias, rating_clip):
 
 
 def own_mean_parts(block, state, k):
-    """Local-only personal parts: a zero embedding and each user's own mean rating.
-
-    The parts of a fit predicted useless (``AdaptiveWeightMF.local_only_``):
-    they depend on the user's own ratings only (for :meth:`LocalExecutor.collect`).
-    """
+    """Parts of a useless fit (``local_only_``): zero embedding, own mean rating."""
     state = _state(block, state)
     return (np.zeros((block.n_users, int(k))), _user_means(block, state))
 
 
 def personal_parts(block, state, broadcast):
-    """Each user's embedding and bias from the released items (App. D, Remark D.1).
-
-    ``broadcast = (V, config, rho)`` (``rho``: the embedding ridge). Not clipped:
-    personal, never released.
-    """
+    """Each user's embedding and bias from the released items (App. D, Remark D.1);
+    ``broadcast = (V, config, rho)``. Not clipped: personal, never released."""
     V, cfg, rho = broadcast
     state.pop("batches_fit", None)  # the iterations are over: free their batches
     return _solve_users(block, state, V, cfg, rho)
 
 
-# --------------------------------------------------------------------------- #
 # Private item step (Alg. 3, line 5)
-# --------------------------------------------------------------------------- #
 def _clipped_users(block, state, broadcast):
-    """The user step (Alg. 3, line 4), embeddings clipped to ``C_u`` (Alg. 1, line 2), targets.
-
-    ``broadcast = (V, config, rho, rating_clip)``; the held-out ratings (if
-    any) are left out of the solves.
-    """
+    """The user step (Alg. 3, line 4) without held-out ratings: embeddings clipped
+    to ``C_u`` (Alg. 1, line 2) and targets."""
     V, cfg, rho, rating_clip = broadcast
     U, bias = _solve_users(block, state, V, cfg, rho, rows="fit" if "val" in state else None)
     return clip_by_norm(U, cfg.clip_norm), _item_targets(state, bias, rating_clip)
@@ -571,12 +486,9 @@ def _clipped_users(block, state, broadcast):
 def als_statistics(block, state, broadcast):
     """User step, then the block's weighted item statistics (Alg. 1, lines 2, 5-6).
 
-    ``broadcast = (V, config, rho, rating_clip)``. Every user embedding is
-    clipped to ``C_u`` (line 2) before it enters ``A_i = sum_j w_ij u_j
-    u_j^T`` and ``b_i = sum_j
-    w_ij t_ij u_j`` with targets ``|t_ij| <= C_r``: one product per item
-    on its users' gathered embeddings, batched over items with the same
-    number of entries in the block.
+    ``broadcast = (V, config, rho, rating_clip)``. ``A_i = sum_j w_ij u_j
+    u_j^T`` and ``b_i = sum_j w_ij t_ij u_j`` with ``||u_j|| <= C_u`` and
+    ``|t_ij| <= C_r``, batched over items of equal entry counts.
 
     Returns
     -------
@@ -591,8 +503,6 @@ def als_statistics(block, state, broadcast):
     wt = np.append(state["w"] * target, 0.0)
     A = np.zeros((m, k, k))
     b = np.zeros((m, k))
-    # One product per item on its users' gathered embeddings, batched over
-    # items with the same number of entries in the block.
     for items, pos, users, weights in state["item_batches"]:
         for c in _chunks(items.shape[0], pos.shape[1], k):
             Ac, bc = np.empty((c.stop - c.start, k, k)), np.empty((c.stop - c.start, k))
@@ -602,10 +512,7 @@ def als_statistics(block, state, broadcast):
 
 
 def user_step(block, state, broadcast):
-    """User step of the gradient solver: clipped embeddings and targets kept in the state.
-
-    ``broadcast = (V, config, rho, rating_clip)``; returns no partial.
-    """
+    """User step of the gradient solver: clipped embeddings and targets kept in the state."""
     state["U"], state["target"] = _clipped_users(block, state, broadcast)
     state["unit"], state["norm"] = unit_rows(state["U"])
     return None, state

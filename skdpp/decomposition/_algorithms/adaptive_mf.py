@@ -56,32 +56,25 @@ from . import _als_kernels as K
 from ._item_biases import bias_sums, bias_weights, item_bias_sensitivities, shrunk_item_biases
 from ._task_weights import log_adaptive_item_weights
 
-# mean_clip="auto": the clip radius of the DP mean is this quantile of the
-# users' |mean - median|. The median (not 0.9): its search compares counts with
-# n / 2, so far candidates (count 0 or n) stay n / 2 away from the target even
-# when the count noise is a sizeable fraction of n (305 users at epsilon = 1:
-# std 50 users); the mean only offsets the personal user biases, so clipping
-# half the users' means costs nothing measurable (MovieLens, even ids).
+# mean_clip="auto": the radius is this quantile of the users' |mean - median|
+# (the median's search stays robust to count noise of a sizeable fraction of n;
+# clipping half the users' means costs nothing measurable, MovieLens even ids).
 _RADIUS_QUANTILE = 0.5
-# Public candidate grid of rating_clip="auto" (64 log-spaced values, 1e-8 ..
-# 1e8), refined by a search over _FINE_SIZE equal steps of the selected cell.
+# rating_clip="auto": the public log grid, refined in _FINE_SIZE steps of a cell.
 _GRID = quantile_grid()
 _FINE_SIZE = 16
 #: Releases of the "clip" phase for rating_clip="auto".
 CLIP_SEARCH_STEPS = search_steps(_GRID) + search_steps(_FINE_SIZE)
-# Default count_cap (items counted per user, and the item-bias weight budget)
-# when the plan adds noise; measured on MovieLens (even user ids) and App. C.
+# Default count_cap with noise (measured on MovieLens, even user ids, and App. C).
 DEFAULT_COUNT_CAP = 50
-#: Default shares of the zCDP budget (``budget_shares``); "items" takes the rest.
-#: "clip": the public rule of every estimator (resolve_clip_share); "counts":
-#: 0.3 when the counts select the catalogue, else 0.1 (the paper spends 12-20 %).
+#: Default shares (``budget_shares``; "items" takes the rest; "counts" is
+#: PRIVATE_CATALOGUE_COUNT_SHARE when the counts select the catalogue).
 DEFAULT_SHARES = {"clip": "auto", "mean": 0.05, "counts": 0.1, "item_bias": 0.25,
                   "ridge": 0.05}
 PRIVATE_CATALOGUE_COUNT_SHARE = 0.3
 # Share of delta reserved for the threshold of the private catalogue selection.
 _THRESHOLD_DELTA_FRACTION = 0.25
-# A private catalogue with fewer published items than this is "tiny": it cannot
-# fill one top-10 list. Compared with the released number of published items only.
+# A private catalogue below this released size cannot fill one top-10 list.
 TINY_CATALOGUE = 10
 
 
@@ -89,18 +82,12 @@ TINY_CATALOGUE = 10
 class MFConfig:
     """Public configuration of one fit (the estimator's resolved parameters).
 
-    ``mean_clip`` and ``rating_clip`` may be ``"auto"`` (resolved by the
-    ``"clip"`` phase); ``count_cap=None`` means no cap (only at
-    ``epsilon=inf``). ``catalogue`` is ``"public"`` (given ``items``),
-    ``"private"`` (selected under DP) or ``"observed"`` (every item present,
-    not covered by the guarantee). ``shares`` maps phase names to shares (the
-    resolved ``budget_shares``). The fields with defaults are documented
-    constants, not parameters: ``noise_ridge`` (extra item ridge in units of
-    the Gram noise's spectral scale ``sigma_A sqrt(k)``), ``bias_ridge``
-    (pseudo-ratings of item-bias shrinkage), ``bias_iter`` (item-bias passes),
-    ``clip_quantile`` (of ``rating_clip="auto"``), ``gd_steps``,
-    ``learning_rate`` (per-item steps ``learning_rate / (C_u^2 omega_i n_i +
-    ridge)``) and ``grad_clip`` (``None``: ``C_u C_r``) of ``solver="sgd"``.
+    ``catalogue``: ``"public"``, ``"private"`` or ``"observed"``. The fields
+    with defaults are constants, not parameters: ``noise_ridge`` (item ridge
+    in units of ``sigma_A sqrt(k)``), ``bias_ridge`` and ``bias_iter`` (item
+    biases), ``clip_quantile`` (``rating_clip="auto"``), and for
+    ``solver="sgd"`` ``gd_steps``, ``learning_rate`` and ``grad_clip``
+    (``None``: ``C_u C_r``).
     """
 
     epsilon: float
@@ -152,17 +139,10 @@ class MFConfig:
         return self.n_iter * (2 if self.solver == "als" else self.gd_steps)
 
 
-# --------------------------------------------------------------------------- #
 # The budget plan
-# --------------------------------------------------------------------------- #
 def plan(config, meta):
-    """The fit's :class:`~skdpp.privacy.BudgetPlan`, from ``config`` and public ``meta``.
-
-    Phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"ridge"``
-    (each if needed) at their shares; ``"items"`` takes the rest. The
-    ``"clip"`` share ``"auto"`` is the public rule of every estimator
-    (:func:`~skdpp.privacy._plan.resolve_clip_share`).
-    """
+    """The fit's :class:`~skdpp.privacy.BudgetPlan` (phases as needed; ``"items"``
+    takes the rest; ``"clip"`` by :func:`~skdpp.privacy._plan.resolve_clip_share`)."""
     cfg, shares = config, config.shares
     clip_count = (LOCATION_SEARCH_STEPS * int(cfg.center and cfg.mean_clip == "auto")
                   + CLIP_SEARCH_STEPS * int(cfg.rating_clip == "auto"))
@@ -191,9 +171,7 @@ def plan(config, meta):
     return build(resolve_clip_share(shares["clip"], build, meta["n_users"]))
 
 
-# --------------------------------------------------------------------------- #
 # Pre-processing releases (Alg. 3, line 2)
-# --------------------------------------------------------------------------- #
 def _dp_mean(executor, release, n_users, mean_clip):
     """The ``"mean"`` release (and, for ``mean_clip="auto"``, its ``"clip"`` searches).
 
@@ -217,13 +195,9 @@ def _dp_mean(executor, release, n_users, mean_clip):
 
 
 def _rating_clip(executor, release, mean, quantile, n_users):
-    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation.
-
-    A noisy binary search on the public log grid (cells a factor 1.79 wide),
-    then on ``_FINE_SIZE`` equal steps inside the selected cell: the bound
-    follows a rescaling of the ratings to within ``1.79^(1 / _FINE_SIZE)``.
-    ``CLIP_SEARCH_STEPS`` releases of sensitivity 1.
-    """
+    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation,
+    searched on the log grid then in ``_FINE_SIZE`` steps of the selected cell
+    (``CLIP_SEARCH_STEPS`` releases of sensitivity 1)."""
     def search(grid):
         counts = executor.map(K.deviation_counts, (mean, grid))
         return private_quantile(release, "clip", counts, grid, quantile=quantile,
@@ -271,10 +245,8 @@ def _catalogue(executor, release, meta, cfg, key):
 
 
 def _item_sensitivities(cfg, rating_clip):
-    """Sensitivities of the ``"items"`` releases (``None``: no clipping, epsilon=inf).
-
-    Overflow gives ``inf``; the release then raises if it adds noise.
-    """
+    """Sensitivities of the ``"items"`` releases (``None``: no clipping; an overflow
+    gives ``inf`` and the release raises if it adds noise)."""
     sqrt_beta = np.sqrt(np.float64(cfg.user_budget))
     cu, cr, grad_clip = cfg.clip_norm, rating_clip, cfg.grad_clip
     with np.errstate(over="ignore"):
@@ -290,17 +262,13 @@ def _item_sensitivities(cfg, rating_clip):
     return sens_A, sens_b, sens_g, grad_clip
 
 
-# --------------------------------------------------------------------------- #
 # The driver (Alg. 3)
-# --------------------------------------------------------------------------- #
 def run(executor, release, randomness, meta, config):
     """Alternating minimisation with a private item step (Alg. 3), over user blocks.
 
-    ``executor`` holds blocks of entries (:func:`~._als_kernels.entry_blocks`);
-    ``meta`` the public ``n_users``, ``n_items`` (size of the public catalogue,
-    ``None`` when chosen from the data) and ``n_item_codes`` (internal codes,
-    never released). Returns the :class:`~skdpp.base.FitResult` (with
-    ``_published``, the internal codes of the published items).
+    ``meta``: the public ``n_users``, ``n_items`` (public catalogue size or
+    ``None``) and ``n_item_codes`` (internal, never released). The
+    :class:`~skdpp.base.FitResult` holds ``_published`` (internal codes).
     """
     cfg, n_users, k, key = config, int(meta["n_users"]), config.n_components, randomness.key
     log = print if cfg.verbose else (lambda message: None)
@@ -489,16 +457,10 @@ def _warn_tiny_catalogue(n_published, n_users, epsilon):
         "more users.", UserWarning, stacklevel=_caller_stacklevel())
 
 
-# --------------------------------------------------------------------------- #
 # The personal-part fit (App. D, Remark D.1)
-# --------------------------------------------------------------------------- #
 def fit_personal(blocks, n_codes, fitted, config):
-    """Every user's embedding and bias ``(U, bias)`` from the releases and the user's ratings.
-
-    ``blocks`` hold the users' entries, internal codes ``0 .. m - 1`` for the
-    published items and ``m .. n_codes - 1`` for the others (which inform the
-    bias only); ``fitted``: the fitted estimator. The kernels of :func:`run`.
-    """
+    """Every user's ``(U, bias)`` from ``fitted``'s releases and the user's entries
+    (codes ``>= m``: unpublished items, bias only), with the kernels of :func:`run`."""
     executor, m = LocalExecutor(blocks), fitted.n_items_
     executor.map(K.select_items, (np.minimum(np.arange(n_codes), m), m))
     executor.map(K.prepare_residuals, (fitted.mean_, np.append(fitted.item_biases_, 0.0)))

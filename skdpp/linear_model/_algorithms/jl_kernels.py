@@ -6,11 +6,10 @@ canonical order); block functions ``fn(block, state, broadcast)`` (named
 :mod:`skdpp.linear_model._algorithms.jl_margin`, which sums their partials and
 releases them. Every per-user term of a score lies in ``[0, 1]`` and depends
 only on that user's rows, whatever the (finite) values: this bounds the score
-sensitivity by ``1 / n``. Data-dependent over/underflow never warns and never
-raises: non-finite intermediates only decide which 0/1 losses a user's own
-rows get (or that the user gets the cold-start head). Every temporary is
-block-sized (the rows the releases see are recomputed per use,
-:class:`BlockState`) and chunked to ``_CHUNK_BYTES``.
+sensitivity by ``1 / n``. Over/underflow never warns or raises: non-finite
+intermediates only decide which 0/1 losses a user's own rows get (or that the
+user gets the cold-start head). Temporaries are block-sized and chunked to
+``_CHUNK_BYTES``.
 """
 
 from dataclasses import dataclass
@@ -26,38 +25,28 @@ from .._auto import user_means
 from .._heads import batched_solve
 from .._labels import binary_problems, label_codes
 
-# Memory budget (bytes) of the temporary (candidates x rows x directions)
-# margin tensors; the candidate axis (and for the cold start the users) is chunked.
+# Memory (bytes) of the temporary margin tensors (chunked over candidates or users).
 _CHUNK_BYTES = 64 * 2**20
-# (row, candidate, direction) triples per step of the direction-grid counts:
-# the step's dot products (8 bytes each) stay in the L2/L3 cache.
+# (row, candidate, direction) triples per cache-sized step of the grid counts.
 _GRID_STEP_ELEMENTS = 2**17
-# Bytes of the distinct rows' 0/1 grid losses per candidate chunk (the
-# table the users' sparse count product reads; chunked over candidates).
+# Bytes of the distinct rows' 0/1 grid losses per candidate chunk.
 _GRID_TABLE_BYTES = 2**22
-# Projections per step of the users' own-direction dots (row, candidate, k).
+# (row, candidate, k) projections per step of the own-direction dots.
 _OWN_STEP_ELEMENTS = 2**17
-# A block whose distinct rows are more than this fraction of its rows is
-# scored row by row (:func:`_row_user_losses`): the distinct-row table and the
-# sparse counts pay off only when rows repeat (public constant, measured).
+# A block whose distinct rows exceed this fraction of its rows is scored row by
+# row (the distinct-row table pays off only when rows repeat; measured).
 _DISTINCT_FRACTION = 0.5
 
-# Silence data-dependent floating-point warnings (a warning that appears for
-# one user's values but not for another's would leak; DESIGN section 7).
+# Data-dependent floating-point warnings would leak (DESIGN section 7).
 _QUIET = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
 
-# Newton steps of the personal logistic heads, the largest root-mean-square
-# change of a user's decision values per step (logit units: a trust region
-# that keeps Newton stable on separable rows) and the numerical ridge in
-# standardised units (public constants).
+# Personal heads: Newton steps, the largest RMS change of a user's decision
+# values per step (a trust region, logit units), the numerical ridge in
+# standardised units, and the gain (nats) an intercept must bring
+# (:func:`intercept_heads`: a likelihood-ratio test, p ~ 0.05).
 _NEWTON_STEPS = 15
 _MAX_STEP = 4.0
 _NUMERICAL_RIDGE = 1e-6
-# With an intercept, a user keeps it only if it lowers the logistic loss on
-# the user's own rows by more than this many nats (a likelihood-ratio test,
-# statistic 2 * 2 = 4 for one parameter, p ~ 0.05); otherwise the head passes
-# through the origin (public constant, measured on even-id MovieLens users and
-# the paper's bias-free synthetic setting, see :func:`intercept_heads`).
 _INTERCEPT_GAIN = 2.0
 
 
@@ -65,7 +54,6 @@ def circle_grid(n_directions):
     """The ``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
     angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
     return np.column_stack([np.cos(angles), np.sin(angles)])
-
 
 
 def row_keys(X, y):
@@ -81,9 +69,8 @@ def row_keys(X, y):
 # Array functions (rows of one block, sorted by user)
 # --------------------------------------------------------------------------- #
 def finite_rows(X):
-    """The rows the releases see: a float64 copy of ``X`` in which a row with a
-    non-finite entry becomes 0 (it then has a margin loss at every direction and
-    no direction, a function of its user's rows only)."""
+    """A float64 copy of ``X`` whose rows with a non-finite entry are 0 (a loss at
+    every direction: a function of its user's rows only)."""
     X = np.array(X, dtype=np.float64)
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
@@ -92,16 +79,10 @@ def finite_rows(X):
 
 
 def user_rms_norms(seg, V):
-    """Root-mean-square row norm of every user, ``sqrt(mean_j ||v_j||^2)`` (overflow-safe).
+    """Root-mean-square row norm ``sqrt(mean_j ||v_j||^2)`` of every user, shape (n_users,).
 
-    The statistic whose private quantile is ``clip_norm="auto"`` (on the
-    centred rows). Norms are divided by the user's largest norm before they
-    are squared; a user whose largest norm overflows gets NaN (above every
-    grid value of the private quantile), a user without rows 0.
-
-    Returns
-    -------
-    rms : ndarray of shape (seg.n_users,)
+    The statistic of ``clip_norm="auto"``; overflow-safe (norms scaled by the
+    user's largest first); NaN if the largest overflows, 0 without rows.
     """
     norms = row_norms(V)
     top = seg.segment_max(norms, initial=0.0)
@@ -112,12 +93,8 @@ def user_rms_norms(seg, V):
 
 
 def _unit(v):
-    """Unit vectors along the last axis, for any magnitude (0 and NaN give 0).
-
-    One pass ``v / ||v||`` where the norm lies in ``[1e-100, 1e100]``;
-    the other vectors (tiny, huge, non-finite) go through
-    :func:`~skdpp.privacy.unit_rows`.
-    """
+    """Unit vectors along the last axis for any magnitude (0 and NaN give 0); norms
+    outside ``[1e-100, 1e100]`` go through :func:`~skdpp.privacy.unit_rows`."""
     flat = v.reshape(-1, v.shape[-1])
     with np.errstate(**_QUIET):
         norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))
@@ -143,20 +120,12 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
 
-    Cost: ``O(n_rows * n_candidates * k + n_distinct * n_candidates *
-    n_directions * k + n_rows * n_candidates * n_directions / 8)`` with
-    ``n_distinct`` the number of distinct rows of ``yZ`` (rated items and
-    labels on ratings data): the projections and the grid's 0/1 losses are
-    computed once per distinct row (:func:`_distinct_rows`; a row and its
-    negation share one product, :func:`_negation_order`), the users' loss
-    counts by one sparse product with byte counters (:class:`_GridCounter`).
-    A block whose distinct rows are more than ``_DISTINCT_FRACTION`` of its
-    rows, and ``k = 2`` with the circle grid
-    (:func:`circle_grid_min_loss_counts`), are scored row by row
-    (:func:`_row_user_losses`). The results are bit-identical to computing
-    every row (every product is the same floating-point operation on the
-    same operands) and do not depend on the chunk and step sizes or on the
-    path.
+    The projections and grid losses are computed once per distinct row
+    (:func:`_distinct_rows`) and counted per user by :class:`_GridCounter`;
+    blocks of mostly distinct rows and the ``k = 2`` circle grid are scored
+    row by row (:func:`_row_user_losses`). Every product is the same
+    floating-point operation on the same operands on every path and for any
+    chunk and step size: the results are bit-identical.
 
     Parameters
     ----------
@@ -190,23 +159,15 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     first, key = _distinct_rows(yZ)
     if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
         return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, False)
-    order, n_pairs = _negation_order(yZ[first].view(np.uint64).reshape(first.shape[0], -1))
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    first, key = first[order], rank[key]
     distinct = yZ[first]                                     # (n_distinct, k')
     n_keys = first.shape[0]
-    # candidates per chunk: the projections and own-direction losses within
-    # the memory budget (outer), the distinct rows' grid losses in cache (inner)
+    # candidate chunks: projections within memory (outer), grid losses in cache (inner)
     per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
     outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
     inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
-    grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
+    grid = _GridCounter(seg, n_dir, key, n_keys)
     row_user = seg.row_user
-    dot = _dot(k)
-    # numpy sends a single-row product to another BLAS routine: the distinct
-    # rows' products are padded to two rows when the block has more than one
-    # row, and the grid's dot products when there is more than one (row, candidate)
+    # numpy sends a single-row product to another BLAS routine: pad it to two rows
     pad = n_keys == 1 and n_rows > 1
     multi = n_rows * n_cand > 1
     with np.errstate(**_QUIET):
@@ -223,7 +184,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
             step = max(1, _OWN_STEP_ELEMENTS // (b * k))
             for r0 in range(0, n_rows, step):  # cache-sized steps of rows
                 r1 = min(n_rows, r0 + step)
-                np.less_equal(dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
+                np.less_equal(_dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
                               out=loss_own[r0:r1, :b])
             best = grid.user_counts(loss_own)[:, :b]         # (n_users, b) counts, float32
             # ... and for the grid directions (0/1 losses of the distinct rows)
@@ -245,7 +206,6 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
     outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
     inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
     grid = None if circle else _RowGridCounter(seg, n_dir)
-    dot = _dot(k)
     with np.errstate(**_QUIET):
         row_user = seg.row_user
         sums = seg.segment_sum_wide(yZ)
@@ -255,7 +215,7 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
             yF = (yZ @ flat).reshape(n_rows, b, k)
             own = _unit((sums @ flat).reshape(n_users, b, k))
-            loss_own = dot(own[row_user], yF) <= threshold     # (the gathered copy is scratch)
+            loss_own = _dot(own[row_user], yF) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)
             if circle:
                 for j in range(0, b, inner):
@@ -269,26 +229,9 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
     return np.clip(out, 0.0, 1.0, out=out)
 
 
-def _dot_einsum(F, U):
-    """``<F, U>`` along the last axis (the reference arithmetic)."""
+def _dot(F, U):
+    """``<F, U>`` along the last axis."""
     return np.einsum("nbk,nbk->nb", F, U)
-
-
-def _dot3(F, U):
-    """``<F, U>`` for ``k = 3`` (in place in ``F``), added as ``(p0 + p2) + p1``.
-
-    The order ``einsum`` uses on numpy 2.x (the released values are those of
-    the einsum there). A whole default fit on MovieLens-sized ratings takes
-    1.24x the CPU time with the einsum instead (median of 2 fits each, issue 21).
-    """
-    F *= U
-    s = F[..., 0] + F[..., 2]
-    s += F[..., 1]
-    return s
-
-
-def _dot(k):
-    return _dot3 if k == 3 else _dot_einsum
 
 
 _HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -305,16 +248,10 @@ def _row_hashes(words):
 
 
 def _distinct_rows(A):
-    """Bitwise-distinct rows of a 2-D float array: ``first`` indices and each row's ``key``.
+    """Bitwise-distinct rows of a 2-D float array: ``first`` indices, each row's ``key``.
 
-    ``A[first][key]`` equals ``A`` bit for bit. Rows are hashed (64-bit
-    multiplicative hash of their words) and sorted by hash; a collision
-    (checked) falls back on ``np.unique`` of the rows' bytes.
-
-    Returns
-    -------
-    first : ndarray of shape (n_distinct,)
-    key : ndarray of shape (n_rows,)
+    ``A[first][key]`` equals ``A`` bit for bit (rows hashed; a collision,
+    checked, falls back on ``np.unique`` of the rows' bytes).
     """
     words = np.ascontiguousarray(A).view(np.uint64).reshape(A.shape[0], -1)
     _, first, key = np.unique(_row_hashes(words), return_index=True, return_inverse=True)
@@ -323,76 +260,34 @@ def _distinct_rows(A):
     return first, key.reshape(-1)
 
 
-_SIGN_BITS = np.uint64(1 << 63)
-
-
-def _negation_order(words):
-    """Order distinct rows so that the last ``n_pairs`` are the negations of the first.
-
-    ``words`` (n_distinct, p) are the bits of distinct float rows; the order
-    puts the rows whose negation (every sign bit flipped) is also a row
-    first (``n_pairs`` of them), then the rows without one, then the
-    negations in the order of the first: ``rows[order][-n_pairs:] ==
-    -rows[order][:n_pairs]`` bit for bit (on ratings data ``y x`` with
-    ``y = +-1``: an item rated both ways). A hash collision only loses a pair.
-
-    Returns
-    -------
-    order : ndarray of shape (n_distinct,)
-    n_pairs : int
-    """
-    n = words.shape[0]
-    h = _row_hashes(words)
-    by_hash = np.argsort(h, kind="stable")
-    hn = _row_hashes(words ^ _SIGN_BITS)
-    pos = np.minimum(np.searchsorted(h[by_hash], hn), max(n - 1, 0))
-    partner = by_hash[pos] if n else pos
-    ok = (h[partner] == hn) & (words[partner] == (words ^ _SIGN_BITS)).all(axis=1)
-    index = np.arange(n)
-    ok &= ok[partner] & (partner[partner] == index)      # mutual pairs only
-    first = np.flatnonzero(ok & (index < partner))
-    second = partner[first]
-    alone = np.flatnonzero(~ok)
-    return np.concatenate([first, alone, second]), int(first.shape[0])
-
-
 class _GridCounter:
     """Per-user minimum over the direction grid of the margin-loss counts.
 
-    For every user ``i`` and candidate ``c`` of a chunk it lowers
-    ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``. The
-    0/1 losses are computed once per *distinct* row of the block (``key``:
-    each row's distinct row; on ratings data a block's rows are a few
-    thousand items rated by hundreds of users), in cache-sized steps of
-    ``_GRID_STEP_ELEMENTS`` (row, candidate, direction) triples, and stored
-    as bytes. The users' counts are one sparse product ``A @ losses`` with
-    ``A[p, key]`` the number of rows of *piece* ``p`` (a run of at most
-    :attr:`CAP` consecutive rows of one user) equal to distinct row ``key``,
-    the losses of a distinct row viewed as 64-bit words: each byte counts
-    one (candidate, direction) and no byte can carry into the next because
-    a piece has at most 255 rows; pieces of a user with more rows are added
-    in ``int64`` afterwards.
-
-    The dot products are the same ``(rows * candidates, k) @ (k, D)``
-    products as one product over every row of the block (rows of the left
-    operand do not interact; a single-row product, which numpy sends to a
-    different BLAS routine, is padded to two rows), and equal rows give
-    equal products, so the counts are exact and equal to the row-by-row
-    computation.
+    Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``.
+    The 0/1 losses are computed once per distinct row (``key``), stored as
+    bytes, and counted by one sparse product ``A @ losses`` with ``A[p, key]``
+    the rows of *piece* ``p`` (at most :attr:`CAP` rows of one user) equal to
+    ``key``, the bytes viewed as 64-bit words: no byte carries below 256;
+    pieces of longer users are added in ``int64``. The counts are exact.
     """
 
     CAP = 255
 
-    def __init__(self, seg, n_dir, key, n_keys, n_pairs=0):
-        counts = seg.counts
+    @staticmethod
+    def pieces(seg):
+        """``(n_pieces, piece_user, piece_start)``: each user's rows cut in runs of
+        at most :attr:`CAP` (no piece for a user without rows)."""
+        n_pieces = -(-seg.counts // _GridCounter.CAP)
+        piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
+        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        piece_start = seg.offsets[:-1][piece_user] \
+            + (np.arange(piece_user.shape[0]) - first) * _GridCounter.CAP
+        return n_pieces, piece_user, piece_start
+
+    def __init__(self, seg, n_dir, key, n_keys):
         self.n_dir = n_dir
         self.n_keys = n_keys
-        self.n_pairs = n_pairs
-        n_pieces = -(-counts // self.CAP)                     # 0 for users without rows
-        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
-        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-        piece_start = seg.offsets[:-1][self.piece_user] \
-            + (np.arange(self.piece_user.shape[0]) - first) * self.CAP
+        n_pieces, self.piece_user, piece_start = self.pieces(seg)
         self.owner = sp.csr_matrix(
             (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
             shape=(self.piece_user.shape[0], n_keys))
@@ -408,12 +303,7 @@ class _GridCounter:
         self.split_runs = np.flatnonzero(np.r_[True, np.diff(self.piece_user[split]) != 0])
 
     def user_counts(self, lost):
-        """Per-user counts of row-aligned 0/1 values, as float32 (exact).
-
-        ``lost`` (n_rows, p) bool with ``p`` a multiple of 8: the rows of a
-        piece are added as 64-bit words (byte counters, at most :attr:`CAP`
-        rows: no carry), the pieces of longer users in int64.
-        """
+        """Per-user counts (float32, exact) of row-aligned bools ``lost`` (n_rows, 8 j)."""
         out = np.zeros((self.n_users, lost.shape[1]), dtype=np.float32)
         if self.piece_start.shape[0] == 0:
             return out
@@ -426,11 +316,8 @@ class _GridCounter:
         return out
 
     def min_loss_counts(self, yF, dirs_t, threshold, best, multi=True):
-        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts.
-
-        ``yF`` holds the distinct rows' projections, shape (n_keys, b, k);
-        ``multi``: pad a single-row product to two rows.
-        """
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts
+        (``yF``: the distinct rows' projections; ``multi``: pad single-row products)."""
         n_keys, b, k = yF.shape
         n_dir = self.n_dir
         n_pieces = self.piece_user.shape[0]
@@ -442,18 +329,11 @@ class _GridCounter:
             self._buffers[b] = (np.zeros((n_keys, width), dtype=bool),  # padding stays 0
                                 np.empty((max(min(step, n_keys) * b, 2), n_dir)))
         losses, dots = self._buffers[b]
-        pairs = self.n_pairs
-        mirror = n_keys - pairs     # distinct row mirror + i is the negation of row i
-        for r0 in range(0, mirror, step):  # cache-sized steps of distinct rows
-            r1 = min(mirror, r0 + step)
+        for r0 in range(0, n_keys, step):  # cache-sized steps of distinct rows
+            r1 = min(n_keys, r0 + step)
             m = r1 - r0
             g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
-            g = g.reshape(m, b * n_dir)
-            np.less_equal(g, threshold, out=losses[r0:r1, :b * n_dir])
-            if r0 < pairs:  # the negated rows' products are exactly -g: -g <= t iff g >= -t
-                e = min(r1, pairs)
-                np.greater_equal(g[:e - r0], -threshold,
-                                 out=losses[mirror + r0:mirror + e, :b * n_dir])
+            np.less_equal(g.reshape(m, b * n_dir), threshold, out=losses[r0:r1, :b * n_dir])
         # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
         counts = (self.owner @ losses.view(np.uint64)).view(np.uint8)
         counts = counts[:, :b * n_dir].reshape(n_pieces, b, n_dir)
@@ -466,25 +346,13 @@ class _GridCounter:
 
 
 class _RowGridCounter:
-    """Row-by-row :class:`_GridCounter` (blocks with few equal rows).
-
-    The same counts (the same products, bytes as counters of pieces of at most
-    ``CAP`` rows, longer users' pieces added in ``int64``), computed for every
-    row in cache-sized steps of whole pieces (about ``_GRID_STEP_ELEMENTS``
-    triples) with buffers allocated once per call.
-    """
-
-    CAP = 255  # (tests set _GridCounter.CAP: both counters read it)
+    """Row-by-row :class:`_GridCounter` (blocks with few equal rows): the same
+    counts, in cache-sized steps of whole pieces."""
 
     def __init__(self, seg, n_dir):
-        counts = seg.counts
         self.n_dir = n_dir
         self.n_rows = seg.n_rows
-        n_pieces = -(-counts // _GridCounter.CAP)                     # 0 for users without rows
-        self.piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
-        first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-        self.piece_start = seg.offsets[:-1][self.piece_user] \
-            + (np.arange(self.piece_user.shape[0]) - first) * _GridCounter.CAP
+        n_pieces, self.piece_user, self.piece_start = _GridCounter.pieces(seg)
         # users with more than CAP rows: their pieces' counts are added in int64
         self.split_users = np.flatnonzero(n_pieces > 1)
         slot = np.full(seg.n_users, -1)
@@ -493,15 +361,9 @@ class _RowGridCounter:
         self._steps = {}
 
     def steps(self, b):
-        """The steps for chunks of ``b`` candidates (cached per ``b``).
-
-        Each step is ``(row0, row1, piece0, piece1, offsets, split)``:
-        ``offsets`` the pieces' first rows relative to ``row0`` and ``split``
-        either None (no piece of a user with more than :attr:`CAP` rows) or
-        ``(part, runs, slots)``: the mask of such pieces within the step, the
-        starts of their runs of equal slots, and each run's slot (the pieces
-        of one user are consecutive, so a slot has one run per step).
-        """
+        """Steps ``(row0, row1, piece0, piece1, offsets, split)`` for chunks of ``b``
+        candidates (cached); ``split`` is None or ``(part, runs, slots)`` of the
+        step's pieces of users with more than :attr:`CAP` rows."""
         if b not in self._steps:
             rows = max(1, _GRID_STEP_ELEMENTS // (b * self.n_dir))
             step = self.piece_start // rows
@@ -535,9 +397,7 @@ class _RowGridCounter:
         width = -(-(b * n_dir) // 8) * 8                    # bytes per row, whole words
         dots = np.empty((max(most * b, 2), n_dir))
         losses = np.zeros((most, width), dtype=bool)        # padding bytes stay 0
-        # per piece, the minimum over the directions of its loss counts (the
-        # user's when the piece is the whole user; pieces of longer users are
-        # summed into ``totals`` first)
+        # per piece, the minimum over the directions (longer users: ``totals``)
         piece_min = np.empty((self.piece_user.shape[0], b), dtype=np.uint8)
         split = self.split_users.shape[0] > 0
         if split:
@@ -563,28 +423,13 @@ class _RowGridCounter:
 
 
 def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
-    """Per-user minimum over the circle grid of the margin-loss counts.
+    """Per-user minimum over the circle grid (:func:`circle_grid`) of the loss counts.
 
-    ``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` over the ``n_dir`` equally
-    spaced directions ``u_d = (cos 2 pi d / D, sin 2 pi d / D)``, in ``O(rows
-    + users * D)`` per candidate instead of ``O(rows * D)``: row ``j`` has
-    zero loss exactly at the directions within the open arc of half-width
-    ``arccos(t / |yF_j|)`` around its angle (none if ``|yF_j| <= t``); the
-    arcs are accumulated per user with a circular difference array, swept
-    over the directions keeping the largest number of zero-loss rows. Rows
-    with a non-finite value have a loss at every direction.
-
-    Parameters
-    ----------
-    seg : UserBlock
-    yF : ndarray of shape (n_rows, n_cand, 2)
-        ``y U~^T z`` of every row and candidate.
-    n_dir : int
-    threshold : float
-
-    Returns
-    -------
-    loss_counts : ndarray of shape (n_users, n_cand), int
+    ``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` for ``yF`` (n_rows, n_cand, 2)
+    in ``O(rows + users * D)`` per candidate: row ``j`` has zero loss exactly
+    on the open arc of half-width ``arccos(t / |yF_j|)`` around its angle; the
+    arcs are accumulated per user in a circular difference array and swept.
+    Non-finite rows lose at every direction. Returns (n_users, n_cand) ints.
     """
     n_rows, n_cand, _ = yF.shape
     n_users = seg.n_users
@@ -625,15 +470,10 @@ def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
 
 
 def direction_user_losses(seg, yF, directions, threshold):
-    """Per-user margin losses ``(1/|S_i|) sum_j 1[y_j <F_j, u> <= t]`` at every direction.
+    """Per-user margin losses ``(1/|S_i|) sum_j 1[y_j <F_j, u> <= t]``, (n_users, n_directions).
 
-    The terms of the cold-start score: each lies in ``[0, 1]`` and depends on
-    user ``i``'s rows only (0 for a user without rows). Users are chunked to
-    ``_CHUNK_BYTES``.
-
-    Returns
-    -------
-    losses : ndarray of shape (n_users, n_directions)
+    The cold-start score's terms: each in ``[0, 1]``, a function of user
+    ``i``'s rows only (0 without rows).
     """
     out = np.zeros((seg.n_users, directions.shape[0]))
     for u0, rows, sub in _user_chunks(seg, directions.shape[0]):
@@ -645,16 +485,11 @@ def direction_user_losses(seg, yF, directions, threshold):
 
 
 def subspace_contributions(seg, yZ):
-    """Unit directions ``u_i`` of every user's ``sum_j y_j M x_j`` (0 if it is 0).
+    """Unit directions ``u_i`` (n_users, k') of every user's ``sum_j y_j M x_j``.
 
-    Each user's contribution ``u_i u_i^T`` to the ``subspace`` statistic has
-    Frobenius norm 1 or 0, for any magnitude of the rows (normalised by
-    :func:`~skdpp.privacy.unit_rows`: no underflow to 0, no overflow; a
+    Each contribution ``u_i u_i^T`` to the ``subspace`` statistic has Frobenius
+    norm 1 or 0 for any magnitude (:func:`~skdpp.privacy.unit_rows`; a zero or
     non-finite sum gives 0).
-
-    Returns
-    -------
-    units : ndarray of shape (n_users, k')
     """
     with np.errstate(**_QUIET):
         return unit_rows(seg.segment_sum_wide(yZ))[0]
@@ -672,14 +507,10 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     ``lambda = personal_ridge``: the second term is the quadratic
     approximation (curvature 1/4 of the logistic loss at 0) of the loss of
     ``lambda`` pseudo-rows labelled by the cold-start decision ``b_0``
-    (``prior_bias``; 0 without intercept), spread over the user's own rows.
-    It depends on the rows only through decision values, so the head is
-    scale- and shift-free (equivariant to ``F -> a F + c``). It is solved in
-    per-user standardised coordinates (``F`` centred at the user's mean and
-    divided by its root-mean-square norm) by ``_NEWTON_STEPS`` damped Newton
-    steps from the prior (each step moves the decision values on the user's
-    rows by at most ``_MAX_STEP`` in root-mean-square), plus a numerical ridge
-    ``_NUMERICAL_RIDGE`` in those coordinates.
+    (``prior_bias``; 0 without intercept), spread over the user's own rows:
+    the head is equivariant to ``F -> a F + c``. Solved in per-user
+    standardised coordinates by ``_NEWTON_STEPS`` damped Newton steps from
+    the prior (trust region ``_MAX_STEP``, ridge ``_NUMERICAL_RIDGE``).
 
     Parameters
     ----------
@@ -697,16 +528,12 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     heads : ndarray of shape (seg.n_users, k)
     intercepts : ndarray of shape (seg.n_users,)
     ok : ndarray of shape (seg.n_users,), bool
-        False for users without rows or with non-finite projections (the
-        caller gives them the cold-start head).
+        False without rows or with non-finite projections (cold-start head).
 
     Notes
     -----
-    Alg. 3 fits ``v_i`` by minimising the empirical 0-1 loss over
-    ``||v|| <= Gamma``. On real labels (noisy, few rows, a per-user bias) the
-    0-1 minimiser overfits; the regularised logistic head is what the
-    estimator's utility measurements use. Only the local step changes: the
-    releases and their sensitivities do not depend on it.
+    Alg. 3's 0-1 minimiser over ``||v|| <= Gamma`` overfits real labels (noisy,
+    few rows, a per-user bias). Local only: no release depends on it.
     """
     n_users, k = seg.n_users, F.shape[1]
     m = seg.counts
@@ -744,10 +571,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
         theta -= step
     with np.errstate(**_QUIET):
-        # Back to the user's own coordinates: a user whose rows are tiny
-        # (scale ~1e-300, or subnormal) gets a head beyond the float range;
-        # it is caught by ``ok`` below, a decision from that user's values
-        # only (the user gets the cold-start head).
+        # Back to the user's own coordinates: tiny rows give a head beyond the
+        # float range, caught by ``ok`` below (from that user's values only)
         heads = theta[:, :k] / scale[:, None]
         intercepts = theta[:, k] - np.einsum("uk,uk->u", mean, heads) if fit_intercept \
             else np.zeros(n_users)
@@ -756,18 +581,10 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
 
 
 def intercept_heads(seg, F, y, *, prior_bias, ridge):
-    """Personal heads with an intercept where the user's own rows call for one.
-
-    Fits :func:`logistic_heads` with and without the intercept and keeps the
-    intercept for a user only if it lowers the logistic loss on the user's
-    rows by more than ``_INTERCEPT_GAIN`` nats (otherwise ``b = 0``: a head
-    through the origin, as in Alg. 3). With 10 rows per user a free
-    intercept costs the paper's bias-free model 0.02 accuracy; users with a
-    real bias (MovieLens: most users' positive rate is far from 1/2) keep
-    it. Local only (no release depends on it).
-
-    Returns ``(heads, intercepts, ok)`` as :func:`logistic_heads`.
-    """
+    """:func:`logistic_heads` with an intercept only where it lowers the user's
+    logistic loss by more than ``_INTERCEPT_GAIN`` nats (else through the
+    origin, as in Alg. 3: a free intercept costs the paper's bias-free model
+    0.02 accuracy at 10 rows per user). Local only."""
     v1, b1, ok1 = logistic_heads(seg, F, y, prior_bias=prior_bias, ridge=ridge,
                                  fit_intercept=True)
     v0, b0, ok0 = logistic_heads(seg, F, y, prior_bias=0.0, ridge=ridge,
@@ -787,20 +604,16 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
 
 
 def _grid_dots(left, dirs_t, dots, multi):
-    """``left @ dirs_t`` into the buffer ``dots``; a single row of a product that is
-    multi-row when unchunked (``multi``) is computed as two rows, so that BLAS
-    uses the same (multi-row) routine and rounding as the whole product."""
+    """``left @ dirs_t`` into ``dots``; a single row is padded to two when ``multi``
+    (the same BLAS routine and rounding as the whole product)."""
     if left.shape[0] == 1 and multi:
         return np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
     return np.matmul(left, dirs_t, out=dots[:left.shape[0]])
 
 
 def _user_chunks(seg, n_cols):
-    """``(first user, row slice, sub-block)`` of consecutive users within the memory budget.
-
-    A loop over chunks of users (memory), not over users: a chunk holds
-    about ``_CHUNK_BYTES / (8 * n_cols)`` rows (at least one user).
-    """
+    """``(first user, row slice, sub-block)`` of consecutive users, about
+    ``_CHUNK_BYTES / (8 * n_cols)`` rows each (at least one user)."""
     max_rows = max(1, _CHUNK_BYTES // (8 * max(n_cols, 1)))
     if seg.n_rows <= max_rows:
         yield 0, slice(0, seg.n_rows), seg
@@ -817,20 +630,14 @@ def _user_chunks(seg, n_cols):
 class BlockState:
     """Per-block state of a fit, built by :func:`prepare_block` and :func:`project_block`.
 
-    Only row-aligned labels and index arrays are kept: the rows the releases
-    see (``Xc``) and their projections (``Z``) are recomputed from the
-    block's source rows at every use (a gather, a clip and one ``n x d x k'``
-    product per block, cheap next to the candidate scores), so a fit holds no
-    copy of ``X`` (at ``k' = d`` the projections alone would be one).
+    ``Xc`` and ``Z`` are recomputed from the source rows at every use (cheap
+    next to the scores), so a fit holds no copy of ``X``.
 
     Attributes
     ----------
-    score : UserBlock
-        The rows of ``S^0`` (the releases' rows; all rows with
-        ``personal_rows="all"``).
-    head : UserBlock
-        The rows of ``S^1`` (the personal heads' rows; all rows with
-        ``personal_rows="all"``).
+    score, head : UserBlock
+        The rows of ``S^0`` (releases) and ``S^1`` (personal heads); both all
+        rows with ``personal_rows="all"``.
     head_codes : ndarray of shape (head.n_rows,)
         Label codes of the head rows (``-1``: outside the label set).
     Y : ndarray of shape (score.n_rows, n_problems)
@@ -847,12 +654,8 @@ class BlockState:
 
     @property
     def Xc(self):
-        """The score rows as the releases see them, recomputed.
-
-        Uncentred (float64, non-finite rows as in :func:`finite_rows`):
-        centring each user's ~10 rows at their mean shrinks the margins the
-        selection scores (measured: 0.01-0.12 accuracy on the paper's setting).
-        """
+        """The score rows as the releases see them (:func:`finite_rows`), uncentred:
+        centring ~10 rows per user costs 0.01-0.12 accuracy on the paper's setting."""
         return finite_rows(self.score.take(self.score.X))
 
     @property
@@ -874,16 +677,12 @@ class Prepare:
 
 
 def prepare_block(block, state, bc):
-    """Label codes, the ``S^0 / S^1`` split and the rows the releases see.
+    """Label codes and the ``S^0 / S^1`` split; returns ``(None, BlockState)``.
 
-    With ``holdout`` (``personal_rows="holdout"``, Alg. 3 as written) a user
-    with ``m >= 2`` rows puts ``ceil(m / 2)`` rows (at most ``m - 1``) in
-    ``S^0``, chosen by keyed per-row uniforms (``hash(fit key, "split", user
-    id, position within the user)``): a user's split depends only on the key
-    and that user's rows. A one-row user puts its row in ``S^0`` (no ``S^1``:
-    it gets the cold-start head). Otherwise both are all rows.
-
-    Returns ``(None, BlockState)``.
+    With ``holdout`` (Alg. 3 as written) a user's rows are split in half
+    (:meth:`~skdpp.utils._grouped.UserBlock.split_users_rows`) by keyed per-row
+    uniforms: a function of the key and that user's rows only. A one-row user
+    has no ``S^1`` (cold-start head).
     """
     codes = label_codes(block.take(block.y), bc.classes)
     if bc.holdout:
@@ -911,11 +710,7 @@ class Project:
 
 
 def project_block(block, state, bc):
-    """Sets the projection ``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2).
-
-    ``state.Z`` is then computed from the block's rows at every use (no copy
-    of the rows is kept).
-    """
+    """Sets the projection ``Z = M clip(x, r)`` of the score rows (Alg. 3, line 2)."""
     state.project = bc
     return None, state
 
@@ -982,17 +777,10 @@ class Heads:
 
 
 def heads_block(block, state, bc):
-    """Every user's personal heads and intercepts (Alg. 3, line 6; :func:`intercept_heads`).
+    """Every user's heads (n_users, P, k) and intercepts (n_users, P) (Alg. 3, line 6).
 
-    Fitted on ``S^1`` (``state.head``) after a fit's :func:`prepare_block`,
-    on all of the block's rows otherwise (:meth:`personalize`). A user
-    without rows there (or with non-finite projections) gets the cold-start
-    head.
-
-    Returns
-    -------
-    heads : ndarray of shape (n_users, n_problems, k)
-    intercepts : ndarray of shape (n_users, n_problems)
+    On ``S^1`` after :func:`prepare_block`, on all rows otherwise
+    (``personalize``); users without rows there get the cold-start head.
     """
     if state is None:
         seg = block

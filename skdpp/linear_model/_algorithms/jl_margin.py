@@ -38,29 +38,19 @@ THRESHOLD_DELTA_FRACTION = 0.25
 
 # Rows per block of a fit (whole users; tests lower it to get many blocks).
 BLOCK_ROWS = 32768
-
-# Failure probability beta of the JL transform in the ``jl_dim="auto"`` rule
-# (a public constant; Alg. 3, Require, and Lemma 15).
+# ``jl_dim="auto"``: failure probability beta of the JL transform (Alg. 3,
+# Require, Lemma 15) and the cap (memory/time guard).
 JL_FAILURE_PROBABILITY = 0.05
-
-# Upper cap of ``jl_dim="auto"`` (memory/time guard; documented).
 JL_AUTO_MAX = 256
-
-# Relative ridge of the preconditioner of the subspace candidates (public constant).
+# Relative ridge of the preconditioner of the subspace candidates.
 RIDGE = 0.03
 
 
 def auto_jl_dim(n_users, n_features, n_components, *, margin):
-    """``k' = ceil(log(n / beta) / margin^2)``, clipped (Alg. 3, Require).
-
-    Alg. 3 asks for ``k' >= r^2 Gamma^2 log(nm / beta) / rho^2``. Here the
-    margin is relative (``rho = margin * r`` for unit directions, i.e.
-    ``Gamma = 1``), so the rule depends only on public quantities: the number
-    of users ``n`` (public under replace-one-user; the paper's ``nm``, the
-    number of rows, is private), ``n_features`` and the parameters. The result
-    is clipped to ``[n_components, min(n_features, 256)]`` (a JL dimension
-    above ``d`` does not reduce anything; the cap bounds memory and time).
-    """
+    """``k' = ceil(log(n / beta) / margin^2)`` clipped to ``[n_components,
+    min(n_features, 256)]`` (Alg. 3's ``r^2 Gamma^2 log(nm / beta) / rho^2``
+    with ``rho = margin * r``, ``Gamma = 1`` and the public ``n`` for the
+    private ``nm``): public values only."""
     square = margin * margin
     raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / square if square > 0 \
         else math.inf
@@ -69,21 +59,15 @@ def auto_jl_dim(n_users, n_features, n_components, *, margin):
 
 
 def jl_matrix(jl_dim, n_features, rng):
-    """Alg. 3, line 1: ``M`` in ``R^{k' x d}``, i.i.d. entries uniform on ``{+-1/sqrt(k')}``.
-
-    Public randomness (not privacy noise): ``M`` is released as ``jl_matrix_``.
-    """
+    """Alg. 3, line 1: ``M`` in ``R^{k' x d}``, i.i.d. entries uniform on ``{+-1/sqrt(k')}``
+    (public randomness, released as ``jl_matrix_``)."""
     signs = rng.integers(0, 2, size=(jl_dim, n_features), dtype=np.int8)
     return (2.0 * signs - 1.0) / math.sqrt(jl_dim)
 
 
 def direction_grid(n_components, n_directions, rng):
-    """Public unit directions ``u`` on the sphere ``S^{k-1}``, shape ``(D, k)``.
-
-    ``k = 1``: ``{+1, -1}``; ``k = 2``: ``n_directions`` equally spaced angles
-    (no draw); ``k >= 3``: ``n_directions`` i.i.d. uniform directions drawn
-    from ``rng`` (public randomness, independent of the data).
-    """
+    """Public unit directions ``(D, k)``: ``{+1, -1}`` for ``k = 1``, the
+    :func:`circle_grid` for ``k = 2``, i.i.d. uniform (public randomness) above."""
     if n_components == 1:
         return np.array([[1.0], [-1.0]])
     if n_components == 2:
@@ -93,11 +77,8 @@ def direction_grid(n_components, n_directions, rng):
 
 
 def orthonormalize(mats):
-    """Batched thin QR: an orthonormal basis of the columns of each ``(k', k)`` matrix.
-
-    The signs are fixed (positive diagonal of ``R``) so that the result is a
-    deterministic function of the input.
-    """
+    """Batched thin QR with the signs fixed (positive diagonal of ``R``): a
+    deterministic orthonormal basis of the columns of each ``(k', k)`` matrix."""
     q, r = np.linalg.qr(mats)
     signs = np.sign(np.diagonal(r, axis1=-2, axis2=-1))
     signs[signs == 0] = 1.0
@@ -105,24 +86,17 @@ def orthonormalize(mats):
 
 
 def random_candidates(perturbations):
-    """Data-independent candidates: Haar-random orthonormal ``k' x k`` frames.
-
-    ``orth(G_c)`` for the public standard normal ``G_c``. Every candidate has
-    orthonormal columns, so ``||U~||_F = sqrt(k) <= sqrt(2k)``: a finite
-    subset of the Frobenius ball ``B_F`` of Alg. 3, line 3.
-    """
+    """Data-independent Haar-random frames ``orth(G_c)``: ``||U~||_F = sqrt(k)``, a
+    finite subset of the Frobenius ball of Alg. 3, line 3."""
     return orthonormalize(perturbations)
 
 
 def precondition(basis, M, *, ridge=RIDGE):
     """``orth((M M^T + lambda I)^{-1} P)``: frames whose embedding follows ``span(P)``.
 
-    The subspace release estimates ``span(M U*)``; the classifier of a
-    candidate is ``<x, M^T U~ v>``, and ``M^T U~`` is proportional to ``U*``
-    for ``U~ = (M M^T)^+ M U*`` (exactly when ``k' >= d``, up to the JL error
-    otherwise). A small ridge ``lambda = 0.03 max(d / k', 1)`` (the scale of
-    the non-zero eigenvalues of ``M M^T``) keeps the inverse stable when
-    ``k'`` is close to ``d``. Post-processing of ``P`` and the public ``M``.
+    ``M^T U~`` is proportional to ``U*`` for ``U~ = (M M^T)^+ M U*`` (up to
+    the JL error), and the release estimates ``span(M U*)``; the ridge
+    ``RIDGE max(d / k', 1)`` keeps the inverse stable. Post-processing.
     """
     jl_dim, n_features = M.shape
     lam = ridge * max(n_features / jl_dim, 1.0)
@@ -131,13 +105,8 @@ def precondition(basis, M, *, ridge=RIDGE):
 
 
 def subspace_candidates(basis, perturbations, *, max_spread=1.0):
-    """Candidates around an orthonormal basis ``P`` (``k' x k``).
-
-    Candidate ``c`` is ``orth(P + s_c G_c / sqrt(k'))`` with the public
-    standard normal ``G_c`` and spreads ``s_c`` evenly spaced in
-    ``[0, max_spread]`` (``s_0 = 0``: ``P`` itself). A function of the DP
-    release and public randomness only (post-processing).
-    """
+    """Candidates ``orth(P + s_c G_c / sqrt(k'))`` around an orthonormal ``P``, the
+    spreads ``s_c`` evenly in ``[0, max_spread]`` (post-processing)."""
     n_candidates, jl_dim, _ = perturbations.shape
     spreads = np.linspace(0.0, max_spread, n_candidates)
     return orthonormalize(basis[None] + (spreads / math.sqrt(jl_dim))[:, None, None]
@@ -147,13 +116,8 @@ def subspace_candidates(basis, perturbations, *, max_spread=1.0):
 def spread_from_release(eigenvalues, n_components, noise_std, jl_dim):
     """Largest candidate spread, from the released spectrum (post-processing).
 
-    Davis-Kahan: the angle between the released top-``k`` eigenspace and the
-    noiseless one is at most ``||E||_2 / gap`` with ``||E||_2 ~ 2 sigma
-    sqrt(k')`` for the symmetric Gaussian noise ``E`` of std ``sigma`` and
-    ``gap`` the released eigengap ``lambda_k - lambda_{k+1}``. The spread is
-    twice that bound, clipped to ``[0.1, 1]`` (0.1 covers the sampling error
-    that the noise-free bound ignores). Uses only the DP release and public
-    constants.
+    Twice the Davis-Kahan bound ``||E||_2 / gap`` (``||E||_2 ~ 2 sigma
+    sqrt(k')``, ``gap`` the released eigengap), clipped to ``[0.1, 1]``.
     """
     if eigenvalues.shape[0] <= n_components:
         return 1.0
@@ -162,8 +126,7 @@ def spread_from_release(eigenvalues, n_components, noise_std, jl_dim):
     return float(min(1.0, max(0.1, 2.0 * bound)))
 
 
-# Public bounds of the released cold-start positive rate (its logit is the
-# cold-start intercept): a rate of 0 or 1 would give an infinite intercept.
+# Public floor of the released cold-start rate (its logit is the intercept).
 _RATE_FLOOR = 1e-3
 
 
@@ -251,9 +214,7 @@ def plan(config, meta):
     return build(resolve_clip_share(shares["clip"], build, meta["n_users"]))
 
 
-def _log(config, message):
-    # Only public values are ever printed: phase names, shapes, plan constants
-    # and released values' sizes.
+def _log(config, message):  # public values only
     if config.verbose:
         print(f"[JLMarginClassifier] {message}")
 
@@ -268,27 +229,17 @@ def resolve_jl_dim(config, n_users, n_features):
 
 
 def margin_threshold(margin, radius):
-    """``rho / Gamma`` of the score: ``margin * r`` (``r = 1`` without clipping), or 0.
-
-    ``margin="auto"`` is the limit ``rho -> 0+`` of Alg. 3's margin loss,
-    ``1[y <U~^T z, u> <= 0]`` (the paper's ``l_0``): invariant to any positive
-    scaling of the rows, so the score needs no data-dependent scale. Public
-    (a function of parameters and of the released radius only).
-    """
+    """``rho / Gamma`` of the score: ``margin * r`` (``r = 1`` without clipping), or 0
+    for ``margin="auto"`` (``rho -> 0+``, scale-free). Public."""
     if margin == "auto":
         return 0.0
     return float(margin) * (1.0 if radius is None else radius)
 
 
 def _label_set(executor, release, config):
-    """The label set and whether it is covered by the guarantee.
-
-    Alg. 3 has one binary problem; this is the classifier's wrapper. With
-    ``classes=None`` the label set is selected privately; if fewer than two
-    labels are published (few users or a small epsilon), the fit falls back
-    on the observed labels with a warning, and the report marks ``classes_``
-    as not covered (the fallback is decided by the DP release only).
-    """
+    """The label set and whether the guarantee covers it (``classes=None``: the
+    private selection, or the observed labels with a warning if it publishes
+    fewer than two: a decision of the DP release only)."""
     if isinstance(config.classes, np.ndarray):
         return config.classes, True
     counts = executor.map(label_counts_block, config.max_classes_per_user)
@@ -323,24 +274,18 @@ def run(executor, release, randomness, meta, config):
     n_users, n_features = meta["n_users"], meta["n_features"]
     k = config.n_components
     jl_dim = resolve_jl_dim(config, n_users, n_features)
-    # Public randomness first (Alg. 3, line 1; the direction grid): its draws
-    # never depend on the data. The candidate perturbations are drawn once the
-    # number of problems is released.
+    # public randomness (Alg. 3, line 1), never dependent on the data
     M = jl_matrix(jl_dim, n_features, randomness.public)
     directions = direction_grid(k, config.n_directions, randomness.public)
 
     classes, covered = _label_set(executor, release, config)
     n_problems = n_problems_of(classes.shape[0])
     _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
-    # Public algorithmic randomness (candidate perturbations), not privacy noise:
-    # its shape depends only on public sizes and the released label set.
+    # public randomness; its shape depends on the released label set only
     perturbations = randomness.public.standard_normal(
         (n_problems, config.n_candidates, jl_dim, k))
 
-    # S^0 / S^1 split (Alg. 3, Require); labels as {-1, +1} per problem; the
-    # rows the releases see (not centred: centring each user's rows at its
-    # mean of ~10 rows shrinks the margins the selection scores, and cost
-    # 0.01-0.12 accuracy on the paper's setting; only the heads centre).
+    # S^0 / S^1 split (Alg. 3, Require); labels as {-1, +1} per problem
     executor.map(prepare_block, Prepare(classes, randomness.key, config.holdout))
     radius = config.clip_norm
     if radius == "auto":
@@ -354,8 +299,7 @@ def run(executor, release, randomness, meta, config):
 
     all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
     if config.candidates == "subspace":
-        # Practical stage (not in the paper): a DP estimate of the relevant
-        # k-dim subspace of the JL space per problem; candidates around it.
+        # not in the paper: candidates around a DP estimate of the subspace
         stats = executor.map(subspace_block)
         noisy = release.gaussian("subspace", stats,
                                  sensitivity=subspace_sensitivity(n_problems),
@@ -394,8 +338,7 @@ def run(executor, release, randomness, meta, config):
     cold_heads = np.zeros((n_problems, k))
     cold_intercepts = np.zeros(n_problems)
     if config.fit_intercept:
-        # The population's positive rate per problem (users weighted equally);
-        # the cold-start decision is its logit, and the personal heads' prior.
+        # the population's positive rate per problem; its logit is the prior
         sums = executor.map(label_fractions_block)
         noisy = release.gaussian("cold_start", sums,
                                  sensitivity=cold_start_sensitivity(n_problems),
@@ -470,8 +413,8 @@ def make_jl_blocks(X, y, index):
 
 
 def fit_personal(X, y, index, config, estimator):
-    """Heads of the users of ``index`` from their rows and ``estimator``'s released
-    values (``personalize``; the same block function as line 6 of :func:`run`)."""
+    """Heads of the users of ``index`` from their rows and ``estimator``'s releases
+    (``personalize``; line 6 of :func:`run`)."""
     y = np.asarray(y)
     executor = LocalExecutor(make_jl_blocks(X, y, index))
     cold = estimator.cold_start_intercepts_

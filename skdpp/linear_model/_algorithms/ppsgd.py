@@ -22,9 +22,9 @@ from ...utils._random import FitRandomness
 from .. import _auto
 from .._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
                      VARIANCE_FLOOR, at_grid_edge, auto_bound, cold_start_levels,
-                     feature_scales,
-                     gradient_bound_inconsistent, inverse_scales, label_range, scaling_notes,
-                     standardize, standardize_block, useless_fit_message)
+                     feature_scales, gradient_bound_inconsistent, inverse_scales,
+                     label_range, own_label_ranges, scaling_notes, standardize,
+                     standardize_block, useless_fit_message)
 from .._scratch import release_scratch
 from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
                             gradient_norm_statistic, make_sgd_blocks, offset_values,
@@ -257,9 +257,9 @@ def _run(executor, release, randomness, meta, config):
     if config.cold_start:
         # keeps w only when it narrows the users' spread of mean levels (else w = 0,
         # as for a bound astray): post-processing of the two released locations
-        w, intercept, intercept_scale = cold_start_levels(
+        w, intercept, intercept_scale, labels = cold_start_levels(
             release, lambda v, fn: executor.map(offset_values, (v, fn)), w,
-            n_users=n_users, clip_quantile=quantile)
+            n_users=n_users, clip_quantile=quantile, labels=labels)
     prior = PersonalPrior(w, float(intercept), intercept_scale,
                           float(config.personal_ridge or 0.0), sgd,
                           VARIANCE_FLOOR if scaled else 0.0, local_only)
@@ -271,7 +271,8 @@ def _run(executor, release, randomness, meta, config):
                   "clip_norm_": None if clip_norm is None else float(clip_norm),
                   "feature_scale_": float(scale) if isinstance(scale, Real) else None,
                   "intercept_clip_": intercept_scale, "feature_scales_": scales,
-                  "label_range_": labels, "local_only_": bool(local_only)}
+                  "label_range_": labels, "local_only_": bool(local_only),
+                  "own_label_ranges_": executor.collect(own_label_ranges)}
     released = ()
     if releases:
         released = ("coef_",) + (("intercept_",) if config.cold_start else ()) + tuple(
@@ -289,7 +290,8 @@ def _run(executor, release, randomness, meta, config):
                 "search went astray, so coef_ is set to 0 and the cold start is the "
                 "released intercept (post-processing, no privacy cost).",)
     return FitResult(attributes, released=released,
-                     local=("offsets_", "intercept_offsets_"), notes=notes)
+                     local=("offsets_", "intercept_offsets_", "own_label_ranges_"),
+                     notes=notes)
 
 
 def _personal(executor, config, prior, n_rounds):
@@ -335,7 +337,8 @@ def fit_personal(X, y, index, config, estimator):
         theta, b = _personal(executor, config, prior, n_steps)
     finally:
         release_scratch()
-    return {"offsets_": theta, "intercept_offsets_": b - intercept}
+    return {"offsets_": theta, "intercept_offsets_": b - intercept,
+            "own_label_ranges_": executor.collect(own_label_ranges)}
 
 
 def _notes(config, z):

@@ -46,6 +46,7 @@ from .._auto import (
     feature_scales,
     inverse_scales,
     label_range,
+    own_label_ranges,
     rms_per_user,
     scaling_notes,
     shrink_levels,
@@ -496,7 +497,8 @@ def cold_head_shrinkage(head, sigma):
 
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False):
+                personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False,
+                labels=None):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
 
     1. Each user's least-squares head (Alg. 1, line 14) on its final rows
@@ -516,7 +518,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
 
     Returns
     -------
-    heads, intercepts, cold_head, cold_intercept, head_clip
+    heads, intercepts, cold_head, cold_intercept, head_clip, prior, labels
+        ``labels``: the label range after :func:`~skdpp.linear_model._auto.cold_start_levels`.
     """
     k = U.shape[1]
     executor.map(final_statistics, (U, rows, fit_intercept))
@@ -538,14 +541,14 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
             sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
             cold_head = cold_head_shrinkage(cold_head, sigma)
         if fit_intercept:
-            cold_head, cold_intercept, intercept_scale = cold_start_levels(
+            cold_head, cold_intercept, intercept_scale, labels = cold_start_levels(
                 release, lambda v, fn: executor.map(_offsets, (v, fn)), cold_head,
-                n_users=n_users, clip_quantile=clip_quantile)
+                n_users=n_users, clip_quantile=clip_quantile, labels=labels)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
                           float(personal_ridge), bool(fit_intercept), float(variance_floor),
                           bool(local_only))
     heads, intercepts = executor.collect(_personal_block, prior)
-    return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior
+    return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior, labels
 
 
 def _init_statistic(block, state, init):
@@ -770,18 +773,20 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
     """
     fit_intercept = bool(config.fit_intercept)
     bounds = {**begun.bounds, **bounds}
-    heads, intercepts, head, intercept, head_clip, prior = final_heads(
+    heads, intercepts, head, intercept, head_clip, prior, labels = final_heads(
         executor, release, U, rows=config.personal_rows, fit_intercept=fit_intercept,
         head_clip_norm=config.head_clip_norm, cold_start=config.cold_start,
         personal_ridge=float(config.personal_ridge),
         clip_quantile=float(config.clip_quantile), n_users=meta["n_users"],
-        variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, local_only=begun.local_only)
+        variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, local_only=begun.local_only,
+        labels=begun.labels)
     bounds["head_clip_norm"] = head_clip
     attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
                   "cold_start_head_": head, "cold_start_intercept_": intercept,
                   "intercept_clip_": prior.intercept_scale, "n_iter_": int(config.max_iter),
-                  "feature_scales_": begun.scales, "label_range_": begun.labels,
-                  "local_only_": begun.local_only}
+                  "feature_scales_": begun.scales, "label_range_": labels,
+                  "local_only_": begun.local_only,
+                  "own_label_ranges_": executor.collect(own_label_ranges)}
     for name in config.clip_names + config.scale_names:
         value = bounds.get(name, getattr(config, name))
         attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
@@ -805,10 +810,10 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
             + _auto.COLD_START_NOTE.format(head="the cold-start head"),)
     if config.label_range:
         released += ("feature_scales_",) * begun.scaled + ("label_range_",)
-        notes += scaling_notes(begun.scaled, begun.dropped, begun.labels, bounds,
+        notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds,
                                begun.message)
-    return FitResult(attributes, released=released, local=("heads_", "intercepts_"),
-                     notes=notes)
+    return FitResult(attributes, released=released,
+                     local=("heads_", "intercepts_", "own_label_ranges_"), notes=notes)
 
 
 def fit_personal(estimator, X, y, index):
@@ -830,4 +835,5 @@ def fit_personal(estimator, X, y, index):
     executor.map(final_statistics, (estimator.components_, "all",
                                     bool(estimator.fit_intercept)))
     heads, intercepts = executor.collect(_personal_block, prior)
-    return {"heads_": heads, "intercepts_": intercepts}
+    return {"heads_": heads, "intercepts_": intercepts,
+            "own_label_ranges_": executor.collect(own_label_ranges)}
