@@ -26,12 +26,8 @@ __all__ = ["personalize", "to_dense", "transform_then"]
 
 
 def to_dense(X):
-    """``X`` as a dense ndarray (``X.toarray()`` for scipy.sparse input).
-
-    For ``FunctionTransformer(to_dense, accept_sparse=True)`` in front of an
-    estimator of skdpp, which needs dense ``X`` (a named function, unlike a
-    lambda, pickles).
-    """
+    """``X`` as a dense ndarray, for ``FunctionTransformer(to_dense, accept_sparse=True)``
+    in front of an skdpp estimator (a named function, unlike a lambda, pickles)."""
     return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
 
 
@@ -54,10 +50,8 @@ def transform_then(pipe, method, X, *args, groups=None, **kwargs):
 def personalize(pipe, X, y, groups):
     """Personalize a fitted Pipeline: transform ``X``, then the final step's ``personalize``.
 
-    The transform steps are used as fitted (their released parameters; no
-    refit); the final estimator fits the personal parts of the users of
-    ``groups`` from their own rows and the released shared part. No
-    privacy cost, the shared part and the reports are unchanged.
+    The transform steps are used as fitted (no refit): no privacy cost, the
+    shared part and the reports are unchanged.
 
     Parameters
     ----------
@@ -67,18 +61,19 @@ def personalize(pipe, X, y, groups):
     X : array-like of shape (n_samples, n_features)
         The users' raw rows (as given to ``pipe.fit``).
     y : array-like of shape (n_samples,)
+        Their targets.
     groups : array-like of shape (n_samples,)
         User id of each row.
 
     Returns
     -------
-    pipe : the same object, personalized.
+    pipe : object
+        The same object, personalized.
     """
-    head, last = _split(pipe)
+    last = _split(pipe)[1]
     if not hasattr(last, "personalize"):
         raise TypeError(
             f"The final step of the pipeline ({type(last).__name__}) has no personalize "
             "method; it must be an estimator of skdpp (or PrivateRandomizedSearchCV).")
-    Xt = X if head is None or len(head) == 0 else head.transform(X)
-    last.personalize(Xt, y, groups)
+    transform_then(pipe, "personalize", X, y, groups=groups)
     return pipe

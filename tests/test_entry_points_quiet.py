@@ -26,7 +26,7 @@ from skdpp import (AdaptiveWeightMF, JLMarginClassifier, PPSGDRegressor, PrivAlt
                    PrivateFedRepRegressor)
 from skdpp.base import ENTRY_POINTS
 from skdpp.exceptions import UselessFitWarning
-from skdpp.linear_model import _ppsgd as ppsgd_module
+from skdpp.linear_model import _representation as linear_predict_module
 from tests.privacy.harness import assert_same_observables
 
 N_USERS, N_ROWS, N_FEATURES, N_ITEMS = 40, 6, 4, 30
@@ -226,7 +226,7 @@ def test_prediction_overflowing_only_in_an_intermediate_is_exact():
 
 
 def test_broken_without_overflow_safe_evaluation_is_caught(monkeypatch):
-    monkeypatch.setattr(ppsgd_module, "linear_predictions", lambda X, plain, parts: plain)
+    monkeypatch.setattr(linear_predict_module, "linear_predictions", lambda X, plain, parts: plain)
     with pytest.raises(ValueError, match=TOO_LARGE):
         test_prediction_overflowing_only_in_an_intermediate_is_exact()
 

@@ -1,33 +1,15 @@
 """The label set of a classifier: public, observed, or selected under DP.
 
-A classifier's label set ``classes_`` is released with the model. When the
-caller does not give it, it depends on the users' labels: a label held by one
-user only appears or disappears with that user. This module provides
+Unless given, ``classes_`` depends on each user (a label held by one user comes
+and goes with it): it is selected privately (:func:`select_classes`, partition
+selection, Gopi et al. 2020; Desfontaines et al. 2022) from distinct-user
+counts (:class:`LabelCounts`). :func:`label_codes` and :func:`binary_problems`
+are the one place where labels become ``{-1, +1}`` columns.
 
-* :class:`LabelCounts`, a partial sum over blocks of users: for every label
-  present, the number of *distinct users* holding it (each user counted at
-  most once per label, for at most ``max_per_user`` of its labels);
-* :func:`label_counts_block`, the block function computing it;
-* :func:`select_classes`, which turns the summed counts into the label set:
-  privately (partition selection, :meth:`~skdpp.privacy.Releaser.select_partitions`,
-  Gopi et al. 2020; Desfontaines et al. 2022) or, on explicit request, as
-  observed (not covered by the guarantee);
-* :func:`label_codes` and :func:`binary_problems`, the one place where labels
-  become ``{-1, +1}`` columns (one per binary problem).
-
-Labels outside the label set (not selected, or not in a given ``classes``)
-are *negatives in every one-vs-rest problem* ("not this class"); for two
-classes, where the one problem is ``classes_[1]`` against the rest, they
-count as not ``classes_[1]``. Raising an error instead would make whether
-``fit`` succeeds depend on one user's labels.
-
-Labels have a stated input domain, checked by :func:`check_label_domain`
-before any computation (a documented rule, never an incidental numeric
-exception): labels are numbers or strings, all of one kind; with a given
-label set they are compared to it by equality (a label equal to no class, such
-as ``1.5`` for ``classes=[0, 1]``, is "not this class" in every problem);
-without one (private selection or ``"observed"``) numbers must be integers
-(``1.0`` is the integer label 1; ``1.5`` is rejected as a continuous target).
+Labels outside the label set are *negatives in every problem* ("not this
+class"; for two classes, not ``classes_[1]``): raising instead would make
+whether ``fit`` succeeds depend on one user's labels. The labels' input
+domain is checked by :func:`check_label_domain` before any computation.
 
 Examples
 --------
@@ -55,47 +37,20 @@ __all__ = ["LabelCounts", "binary_problems", "check_label_domain", "label_codes"
 
 
 def _label_kinds(values):
-    """The kinds of the labels in ``values``: a subset of {"number", "str", "bytes", other}.
-
-    A function of the dtype, or for object arrays of each element's Python
-    type (booleans, integers and floats are all "number": they compare equal
-    across types).
-    """
+    """The kinds of the labels (``id_kinds``: "number" for bool/int/float, "str", ...)."""
     return id_kinds(np.asarray(values).reshape(-1))
 
 
 def check_label_domain(y, classes, *, estimator):
-    """Check that the labels ``y`` are in the input domain (raise before any computation).
+    """Raise a ``ValueError`` naming the broken rule if ``y`` is outside the input domain.
 
-    The rules (documented in :class:`~skdpp.linear_model.JLMarginClassifier`'s
-    Notes and the README's privacy model) depend on the labels' kinds and
-    values only through these fixed predicates:
-
-    1. every label is a number (bool, integer or float) or every label is a
-       string: mixed kinds (in an object array) are rejected;
-    2. with a given label set (``classes`` an array), the labels' kind must be
-       the kind of ``classes`` (a number never equals a string); *values* are
-       not restricted: a label equal to no class is handled (negative in every
-       problem), never rejected;
-    3. without one (``classes`` None or ``"observed"``), number labels must be
-       integers (finite floats with an integral value count: ``1.0`` is 1);
-       a non-integral label is a continuous (regression) target and is
-       rejected.
-
-    Non-finite labels are rejected earlier by scikit-learn's
-    ``validate_data`` (rule "y finite").
-
-    Parameters
-    ----------
-    y : ndarray of shape (n_samples,)
-    classes : ndarray, None or "observed"
-    estimator : str
-        Name for the messages.
-
-    Raises
-    ------
-    ValueError
-        Naming the rule that the labels break.
+    The rules (:class:`~skdpp.linear_model.JLMarginClassifier`'s Notes): (1)
+    all labels are numbers or all are strings; (2) with a given label set
+    (``classes`` an array) of the same kind, values are not restricted (a
+    label equal to no class is negative in every problem); (3) without one
+    (``classes`` None or ``"observed"``) numbers must be integral (``1.0`` is
+    1; ``1.5`` is a regression target). Non-finite labels are rejected
+    earlier by ``validate_data``. ``estimator`` names the caller.
     """
     y = np.asarray(y)
     kinds = _label_kinds(y) if y.size else frozenset()
@@ -139,12 +94,8 @@ def _sorted_unique(values):
 
 @dataclass(frozen=True, eq=False)
 class LabelCounts:
-    """Distinct-user counts of labels: a partial that adds up over blocks.
-
-    ``a + b`` merges two partials (labels of either; counts added), so the
-    executor's tree sum (:func:`~skdpp.utils._executor.tree_add`) gives the
-    counts of all users whatever the partition into blocks; the result is
-    sorted by label.
+    """Distinct-user counts of labels; ``a + b`` merges two partials (sorted by label),
+    so the executor's tree sum gives the same counts whatever the blocks.
 
     Attributes
     ----------
@@ -169,15 +120,11 @@ class LabelCounts:
 
 
 def label_counts_block(block, state, max_per_user):
-    """Partial :class:`LabelCounts` of a block: users holding each label.
+    """Block function: ``(LabelCounts or None, state)`` of the users holding each label.
 
-    A user counts once for each of its labels, and for at most
-    ``max_per_user`` of them: its most frequent labels (ties broken by label
-    order), a function of that user's rows only. The contribution of one
-    user to the vector of counts is thus a 0/1 vector with at most
-    ``max_per_user`` ones.
-
-    Returns ``(LabelCounts or None, state)`` (``None`` for a block without rows).
+    A user counts once for each of its ``max_per_user`` most frequent labels
+    (ties by label order; its own rows only): a 0/1 vector with at most
+    ``max_per_user`` ones. ``None`` for a block without rows.
     """
     y = np.asarray(block.take(block.y))
     if y.shape[0] == 0:
@@ -201,32 +148,17 @@ def label_counts_block(block, state, max_per_user):
 
 
 def labels_sensitivity(max_per_user):
-    """L2 sensitivity of the distinct-user counts under replace-one-user.
-
-    The replaced user's 0/1 vector (at most ``L = max_per_user`` ones) is
-    subtracted and the new user's added: at most ``2 L`` entries change, each
-    by 1, so the sensitivity is ``sqrt(2 L)``.
-    """
+    """L2 sensitivity ``sqrt(2 L)`` of the distinct-user counts under replace-one-user:
+    two 0/1 vectors of at most ``L = max_per_user`` ones change ``2 L`` entries by 1."""
     return math.sqrt(2.0 * max_per_user)
 
 
 def select_classes(release, phase, counts, *, max_per_user):
     """The label set from the summed counts, selected under DP.
 
-    Parameters
-    ----------
-    release : Releaser
-    phase : str
-        A Gaussian phase of the plan with ``threshold_delta > 0``.
-    counts : LabelCounts or None
-        The distinct-user counts of all users.
-    max_per_user : int
-        The cap used by :func:`label_counts_block`.
-
-    Returns
-    -------
-    classes : ndarray
-        The published labels, sorted (all present labels at ``epsilon=inf``).
+    ``phase`` is a Gaussian phase with ``threshold_delta > 0``; ``counts`` the
+    summed :class:`LabelCounts` (or None); ``max_per_user`` the cap of
+    :func:`label_counts_block`. Returns the published labels, sorted.
     """
     if counts is None:  # no rows at all: nothing to select, the release still happens
         counts = LabelCounts(np.empty(0), np.empty(0))
@@ -249,16 +181,8 @@ def label_codes(y, classes):
 
 
 def binary_problems(codes, n_classes):
-    """Labels in ``{-1, +1}``, one column per binary problem.
-
-    Two classes: one problem (``+1`` for ``classes[1]``); more: one-vs-rest
-    (column ``p`` is ``+1`` for class ``p``). Code ``-1`` (a label outside the
-    label set) is ``-1`` in every column.
-
-    Returns
-    -------
-    Y : ndarray of shape (n_samples, n_problems)
-    """
+    """Labels in ``{-1, +1}``, shape (n_samples, n_problems): one problem (``+1`` for
+    ``classes[1]``) for two classes, else one-vs-rest; code ``-1`` is ``-1`` everywhere."""
     codes = np.asarray(codes)
     if n_classes == 2:
         return np.where(codes == 1, 1.0, -1.0)[:, None]

@@ -1,12 +1,8 @@
-"""What :class:`PrivateFedRepRegressor` and :class:`PrivAltMinRegressor` share as estimators.
-
-The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
-orthonormal columns, released under user-level DP), a personal head ``v_i``
-and intercept ``b_i`` per user, computed from the released values and that
-user's rows only. :class:`_RepresentationRegressor` holds the two estimators'
-common constraints, data validation, configuration, ``personalize`` hook and
-``predict``; the algorithms live in :mod:`skdpp.linear_model._algorithms`
-(``fedrep``, ``altmin`` and their shared kernels in ``representation``).
+"""What the linear regressors share as estimators: ``predict`` (:class:`_LinearRegressor`)
+and, for the model ``y ≈ b_i + <x, U v_i>`` of :class:`PrivateFedRepRegressor` and
+:class:`PrivAltMinRegressor`, constraints, validation, configuration and the
+``personalize`` hook (:class:`_RepresentationRegressor`); the algorithms are in
+:mod:`skdpp.linear_model._algorithms`.
 """
 
 from numbers import Integral, Real
@@ -29,12 +25,51 @@ def _clip_constraint():
     return [Interval(Real, 0, None, closed="neither"), None, StrOptions({"auto"})]
 
 
-class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
-    """Parameters, validation and predictions shared by the two regressors (not public).
+class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
+    """``predict`` of the linear regressors: subclasses give ``_linear_scores(X, codes)
+    -> (pred, linear_parts)`` (see :func:`skdpp.base.linear_predictions`)."""
 
-    Subclasses set ``_algorithm`` (a module of :mod:`skdpp.linear_model._algorithms`
-    with ``Config``, ``plan`` and ``run``) and their own parameters.
-    """
+    def predict(self, X, groups=None):
+        """Predict with each known user's personal model, the cold start for other users.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row. Rows of users seen in ``fit`` (or added by
+            ``personalize``) use their personal parts; other rows (all rows
+            when ``groups=None``) the released cold-start parts.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            If a prediction exceeds the float64 range for finite ``X``
+            (:func:`skdpp.base.linear_predictions`).
+        """
+        return self._predict_unchecked(X, groups)
+
+    def _predict_unchecked(self, X, groups=None):
+        """:meth:`predict` without the floating-point guard and the finiteness check."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        if getattr(self, "feature_scales_", None) is not None:
+            X = standardize(X, inverse_scales(self.feature_scales_))
+        codes = self._user_codes(groups, X.shape[0])
+        pred, linear_parts = self._linear_scores(X, codes)
+        return released_predictions(linear_predictions(X, pred, linear_parts), codes,
+                                    getattr(self, "label_range_", None),
+                                    getattr(self, "local_only_", False),
+                                    getattr(self, "own_label_ranges_", None))
+
+
+class _RepresentationRegressor(_LinearRegressor):
+    """Constraints, validation and personal parts of the two regressors; subclasses
+    set ``_algorithm`` (``Config``, ``plan``, ``run``) and their own parameters."""
 
     _personal_attributes = ("heads_", "intercepts_", "own_label_ranges_")
     _parameter_constraints = {
@@ -60,12 +95,7 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
         return self._algorithm.Config.from_params(self.get_params(deep=False), shares)
 
     def _validate_fit_data(self, X, y, groups):
-        # scikit-learn's finiteness check sums X first (overflow ignored, but
-        # inf + -inf warns "invalid value"): a warning that would depend on one
-        # user's near-maximal values. The element-wise check that follows still
-        # rejects NaN and inf.
-        with np.errstate(over="ignore", invalid="ignore"):
-            data = super()._validate_fit_data(X, y, groups)
+        data = super()._validate_fit_data(X, y, groups)
         data.y = np.asarray(data.y, dtype=np.float64)
         n_features, k = data.meta["n_features"], self.n_components
         if k > n_features:
@@ -95,72 +125,23 @@ class _RepresentationRegressor(PersonalizedRegressorMixin, BasePersonalizedEstim
     def _fit_personal(self, X, y, index):
         return representation.fit_personal(self, X, y, index)
 
-    def predict(self, X, groups=None):
-        """Predict with each known user's part, the cold-start part for unseen users.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row. Rows of users seen in ``fit`` (or added by
-            ``personalize``) use ``b_i + x^T U v_i``; other rows (and all rows
-            when ``groups=None``) use the cold-start part
-            ``b_cold + x^T U v_cold``.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-
-        Raises
-        ------
-        ValueError
-            If a prediction exceeds the float64 range (about 1.8e308) for
-            finite ``X``; the error names the rows. Products that overflow
-            only in an intermediate (``x^T U``) are re-evaluated on the row
-            divided by its largest entry
-            (:func:`skdpp.base.linear_predictions`).
-        """
-        return self._predict_unchecked(X, groups)
-
-    def _predict_unchecked(self, X, groups=None):
-        """:meth:`predict` without the floating-point guard and the finiteness check."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        if getattr(self, "feature_scales_", None) is not None:
-            X = standardize(X, inverse_scales(self.feature_scales_))
-        codes = self._user_codes(groups, X.shape[0])
+    def _linear_scores(self, X, codes):
+        """``b_i + x^T U v_i`` (known users) or ``b_cold + x^T U v_cold``."""
         known = codes >= 0
         H = np.empty((X.shape[0], self.components_.shape[1]))
         H[known] = self.heads_[codes[known]]
         H[~known] = self.cold_start_head_
         b = np.where(known, self.intercepts_[np.maximum(codes, 0)], self.cold_start_intercept_)
         pred = np.einsum("ij,ij->i", X @ self.components_, H) + b
-        return released_predictions(linear_predictions(
-            X, pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])),
-            codes, getattr(self, "label_range_", None), getattr(self, "local_only_", False),
-            getattr(self, "own_label_ranges_", None))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.regressor_tags.poor_score = True
-        return tags
+        return pred, lambda rows: ((H[rows] @ self.components_.T)[:, None, :], b[rows, None])
 
 
 def subspace_distance(U1, U2):
     """Principal-angle distance between column spaces (Snedeker et al. 2025, Def. 2).
 
-    ``dist(U1, U2) = ||(I - Q1 Q1^T) Q2||_2`` where ``Q1``, ``Q2`` are orthonormal
-    bases of the column spaces: the sine of the largest principal angle, in
-    ``[0, 1]``.
-
-    Parameters
-    ----------
-    U1, U2 : array-like of shape (d, k)
-
-    Returns
-    -------
-    dist : float
+    ``||(I - Q1 Q1^T) Q2||_2`` for orthonormal bases ``Q1``, ``Q2`` of the
+    columns of ``U1``, ``U2`` (shape (d, k)): the sine of the largest
+    principal angle, a float in ``[0, 1]``.
 
     Examples
     --------
@@ -173,5 +154,3 @@ def subspace_distance(U1, U2):
     Q2, _ = np.linalg.qr(np.asarray(U2, dtype=np.float64))
     R = Q2 - Q1 @ (Q1.T @ Q2)
     return float(min(1.0, np.linalg.norm(R, 2)))
-
-

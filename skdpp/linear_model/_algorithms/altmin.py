@@ -1,19 +1,12 @@
 """Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
 
 The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`:
-
-* :class:`Config`, :func:`plan` (phases ``clip``, ``init``, ``iterations``: two
-  releases per round, ``cold_start``) and :func:`run` (the driver);
-* :func:`prepare_altmin` (block function, once): the rows for the heads and
-  for the statistics (keyed randomness);
-* :func:`altmin_round` (block function, one per round): each active user's
-  exact head (Alg. 1, line 5) and its clipped per-user-mean contributions to
-  the Gram matrix and the moment vector of Alg. 2, line 1;
-* :func:`run` releases the two sums (Alg. 2, line 2), solves (line 3) and
-  orthonormalises (line 4).
-
-The split, the initialisation (:mod:`.spectral_init`), the final heads, the
-cold start and the personal parts are shared with FedRep (:mod:`.representation`).
+:class:`Config`, :func:`plan`, the driver :func:`run` (releases the two sums of
+Alg. 2, line 2, solves, line 3, and orthonormalises, line 4) and the block
+functions :func:`prepare_altmin` (rows of the heads and of the statistics) and
+:func:`altmin_round` (exact heads, Alg. 1, line 5, and the clipped per-user-mean
+contributions of Alg. 2, line 1). Split, initialisation, final heads, cold
+start and personal parts are shared with FedRep (:mod:`.representation`).
 """
 
 from dataclasses import dataclass
@@ -44,9 +37,8 @@ class Config(rep.RepresentationConfig):
 
 
 def _iteration_releases(config):
-    """Phase ``iterations``: the Gram and the moments of each round (Alg. 2, line 2 in
-    :func:`run`); ``schedule="disjoint"``: the first round's only (parallel
-    composition)."""
+    """Phase ``iterations``: each round's Gram and moments (Alg. 2, line 2 in :func:`run`);
+    the first round's only with ``schedule="disjoint"`` (parallel composition)."""
     rounds = config.max_iter if config.schedule == "full" else min(config.max_iter, 1)
     return 2 * int(rounds)
 
@@ -60,9 +52,6 @@ def plan(config, meta):
 _CHUNK_BYTES = 16 * 2**20
 
 
-# --------------------------------------------------------------------------- #
-# Alg. 1-2 as block functions
-# --------------------------------------------------------------------------- #
 @dataclass(frozen=True, eq=False)
 class _Round:
     """The broadcast of one round: the current ``U`` and the public configuration."""
@@ -77,25 +66,16 @@ class _Round:
 
 
 def user_rounds(block, key, n_rounds):
-    """The round of each of the block's users with ``schedule="disjoint"`` (Alg. 1, lines 2, 4).
-
-    ``floor(T u_i)`` with the keyed uniform ``u_i = hash(key, "altmin_round",
-    user id)``: every user takes part in exactly one round, chosen from its
-    own id only (not from a permutation of all users, which would move other
-    users between rounds when one user is replaced).
-    """
+    """Each user's round ``floor(T u_i)`` with ``schedule="disjoint"`` (Alg. 1, lines 2, 4),
+    ``u_i = hash(key, "altmin_round", user id)``: from its own id only (a permutation
+    of all users would move others between rounds when one user is replaced)."""
     u = block.user_uniforms(key, "altmin_round")
     return np.minimum((u * n_rounds).astype(np.int64), n_rounds - 1)
 
 
 def prepare_altmin(block, state, config):
-    """Block function (once): rows for the heads and for the ``U`` statistics.
-
-    ``batch_mode="same"``: both are ``S^0``. ``"disjoint"``: each user's
-    ``S^0`` rows are cut in two keyed random halves, ``ceil(m/2)`` rows for
-    the heads and the rest for the statistics (Jain et al.'s rows
-    ``[1, m/4]`` and ``[m/4 + 1, m/2]``).
-    """
+    """Block function (once): rows of the heads and of the ``U`` statistics: ``S^0``
+    for both (``"same"``), or two keyed random halves of ``S^0`` (``"disjoint"``)."""
     key, batch_mode = config
     local = state.local
     if batch_mode == "same":
@@ -109,10 +89,8 @@ def prepare_altmin(block, state, config):
 def _kron_blocks(Xu, Vr, w):
     """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``: shape ``(d, d, k(k+1)/2)``.
 
-    With column-major ``vec``, ``vec(x v^T) = v ⊗ x`` and
-    ``vec(x v^T) vec(x v^T)^T = (v v^T) ⊗ (x x^T)``: block ``(a, b)`` of the
-    ``dk × dk`` Gram is ``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T``; all blocks come
-    from one chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
+    Block ``(a, b)`` of the ``dk × dk`` Gram (``vec(x v^T) = v ⊗ x``), from one
+    chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
     """
     n, d = Xu.shape
     k = Vr.shape[1]
@@ -141,31 +119,14 @@ def _assemble_gram(blocks, k):
 
 
 def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
-    """A block's partial sums of Alg. 2, line 1 (per-user means of clipped rows).
+    """A block's partial sums of Alg. 2, line 1: ``(gram_blocks, moments)``.
 
-    Each row gives ``W_r = clip(vec(x_r v_i^T); η)`` and ``ỹ_r = clip(y_r; ζ)``,
-    formed as ``min(||x|| ||v||, η) vec(x̂ v̂^T)`` from the unit vectors ``x̂``,
-    ``v̂`` so that ``||W_r|| <= η`` holds for any magnitudes. Each user
-    contributes the *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``)
-    and of ``ỹ_r W_r`` (norm ``<= ζ η``), whatever its number of rows.
-
-    Parameters
-    ----------
-    stats : UserBlock
-        The rows of the statistics (a selection of the block's ``S^0`` rows).
-    X0, y0 : ndarray
-        The block's ``S^0`` rows of ``X`` and ``y`` (sources of ``stats``).
-    V : ndarray of shape (n_users, k)
-        The users' heads.
-    clip_norm, label_clip : float or None
-        ``η`` and ``ζ``.
-
-    Returns
-    -------
-    gram_blocks : ndarray of shape (d, d, k(k+1)/2)
-        Kronecker blocks of ``sum_i mean_r W_r W_r^T`` (:func:`_assemble_gram`).
-    moments : ndarray of shape (d, k)
-        ``unvec(sum_i mean_r ỹ_r W_r)``.
+    On the rows ``stats`` (of the ``S^0`` rows ``X0``, ``y0``) with heads ``V``:
+    ``W_r = min(||x|| ||v||, η) vec(x̂ v̂^T)`` from unit vectors (``||W_r|| <= η``
+    for any magnitudes) and ``ỹ_r = clip(y_r; ζ)``; each user contributes the
+    *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``; the Kronecker
+    blocks of :func:`_assemble_gram`) and of ``ỹ_r W_r`` (norm ``<= ζ η``;
+    ``unvec``, shape (d, k)).
     """
     xu, xn = unit_rows(take_rows(stats, X0))
     vu, vn = unit_rows(V)
@@ -220,16 +181,9 @@ def label_statistic(block, state, rnd):
 
 
 def run(executor, release, randomness, meta, config):
-    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
-    Alg. 1 lines 1-6 with Alg. 2 as the private ``U`` step, then
-    :func:`.representation.finish` (final heads, cold start, personal parts).
-
-    ``clip_norm="auto"`` (``η``) and ``label_clip="auto"`` (``ζ``): the
-    ``clip_quantile`` of :func:`row_norm_statistic` and :func:`label_statistic`
-    at ``U_0`` (phase ``"clip"``). Eigenvalues of the noisy Gram are raised to
-    at least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
-    solve. With ``max_iter=0`` no bound is resolved (``clip_norm_`` and
-    ``label_clip_`` are None).
+    """The fit: :func:`.representation.start`, Alg. 1 lines 1-6 with Alg. 2 as the
+    private ``U`` step, then :func:`.representation.finish`. With ``max_iter=0``
+    no bound is resolved (``clip_norm_`` and ``label_clip_`` are None).
     """
     begun = rep.start(executor, release, randomness, meta, config)
     executor.map(prepare_altmin, (randomness.key, config.batch_mode))
@@ -253,9 +207,7 @@ def run(executor, release, randomness, meta, config):
             else 2.0 * label_clip * clip_norm
         floor = float(config.psd_floor) * release.noise_std("iterations", sens_G) \
             * np.sqrt(d * k)
-    # Parallel composition (schedule="disjoint"): every user's data enter one round
-    # only (keyed by its id), so the loop costs one round: branch 0 is charged, the
-    # later rounds repeat its releases on disjoint users (see the Notes).
+    # schedule="disjoint": parallel composition, branch 0 charged (estimator Notes)
     for t in range(n_rounds):  # line 3
         grams, moments = executor.map(altmin_round, _Round(
             U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
@@ -270,8 +222,7 @@ def run(executor, release, randomness, meta, config):
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)
         if config.verbose:
-            # Public quantities only: the number of rows, of users with rows and of
-            # clipped rows are statistics of the private data and are never printed.
+            # public quantities only (no row counts, no share of clipped rows)
             users = "all users" if schedule == "full" else f"the users of round {t + 1}"
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
                   f"and moment statistics (noise multiplier "

@@ -1,18 +1,12 @@
 """Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
 
 The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`:
-
-* :class:`Config`, :func:`plan` (phases ``clip``, ``init``, ``iterations``: one
-  release per round, ``cold_start``) and :func:`run` (the driver);
-* :func:`fedrep_round` (block function, one per round): each user's head on
-  its batch ``B_{i,t}`` (line 6) and its clipped gradient on ``B'_{i,t}``
-  (lines 7-9); the block returns the partial sum ``sum_i clip(∇_{i,t}, ψ)``;
-* :func:`run` releases each round's sum (line 10) and takes the
-  projected gradient step (lines 10-11).
-
-The split, the initialisation (:mod:`.spectral_init`), the final heads, the
-cold start and the personal parts are shared with Priv-AltMin
-(:mod:`.representation`).
+:class:`Config`, :func:`plan`, the driver :func:`run` (releases each round's
+sum, line 10, and steps, lines 10-11) and the block function
+:func:`fedrep_round` (heads on ``B_{i,t}``, line 6; the partial sum of clipped
+gradients on ``B'_{i,t}``, lines 7-9). Split, initialisation, final heads,
+cold start and personal parts are shared with Priv-AltMin
+(:mod:`.representation`, :mod:`.spectral_init`).
 """
 
 from dataclasses import dataclass
@@ -51,9 +45,6 @@ def plan(config, meta):
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
 
 
-# --------------------------------------------------------------------------- #
-# Alg. 1 as block functions
-# --------------------------------------------------------------------------- #
 @dataclass(frozen=True, eq=False)
 class _Round:
     """The broadcast of one round: the current ``U`` and the public configuration."""
@@ -69,24 +60,11 @@ class _Round:
 def fedrep_batches(local, key, t, batch_mode, batch_size):
     """The two batches of round ``t`` (Alg. 1, line 5): ``(head_block, grad_block)``.
 
-    Parameters
-    ----------
-    local : UserBlock
-        The block's ``S^0`` rows (:attr:`BlockState.local`).
-    key : ndarray
-        The fit key; each row's position in round ``t`` is ranked by the keyed
-        uniform ``hash(key, "fedrep_batch", user id, rank of the row in S^0, t)``.
-    batch_mode : {"same", "disjoint"}
-    batch_size : int or None
-
-    Returns
-    -------
-    head_block, grad_block : UserBlock
-        Selections of ``local``. ``"same"``: both are ``S^0`` (``batch_size=None``)
-        or one batch of ``min(batch_size, |S^0_i|)`` rows per user.
-        ``"disjoint"``: each user's ``S^0`` rows in keyed random order; ``B`` =
-        the first ``b_i`` and ``B'`` the next ``b_i``, with ``b_i = floor(|S^0_i|
-        / 2)`` (``batch_size=None``) or ``min(batch_size, floor(|S^0_i| / 2))``.
+    Selections of the ``S^0`` rows ``local``, ranked by the keyed uniform
+    ``hash(key, "fedrep_batch", user id, rank in S^0, t)``. ``"same"``: both
+    are ``S^0`` (``batch_size=None``) or one batch of ``min(batch_size,
+    |S^0_i|)`` rows. ``"disjoint"``: the first ``b_i`` and the next ``b_i``
+    rows, ``b_i = floor(|S^0_i| / 2)``, capped by ``batch_size``.
     """
     if batch_mode == "same" and batch_size is None:
         return local, local
@@ -109,8 +87,7 @@ def _user_gradients(grad, X0, P, y0, V):
                                                 grad.expand(V))
         w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
     g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
-    # A gradient that is not a number (inf - inf or inf * 0 for magnitudes near the
-    # float maximum) contributes zero: a function of that user's rows and the public U.
+    # not a number (magnitudes near the float maximum): zero, a function of the user's rows
     with np.errstate(invalid="ignore", over="ignore"):
         suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
     if suspect.any():
@@ -120,27 +97,9 @@ def _user_gradients(grad, X0, P, y0, V):
 
 
 def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
-    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) without per-user ``d × k`` arrays.
-
-    The gradient ``g_i v_i^T`` is rank one;
-    :func:`~skdpp.privacy._clipping.clipped_outer_sum` clips it with one scalar
-    factor per user (unit vectors for extreme norms).
-
-    Parameters
-    ----------
-    grad : UserBlock
-        The gradient batch ``B'`` (a selection of the block's ``S^0`` rows).
-    X0, P, y0 : ndarray
-        The block's ``S^0`` rows of ``X``, ``X U`` and ``y`` (sources of ``grad``).
-    V : ndarray of shape (n_users, k)
-        The users' heads.
-    clip_norm : float or None
-        ``ψ``.
-
-    Returns
-    -------
-    total : ndarray of shape (d, k)
-    """
+    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) on the batch ``grad`` of the ``S^0``
+    rows ``X0``, ``P = X0 U``, ``y0`` with heads ``V``: the rank-one ``g_i v_i^T``
+    clipped by one factor per user (:func:`~skdpp.privacy._clipping.clipped_outer_sum`)."""
     return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 
@@ -173,16 +132,12 @@ def label_statistic(block, state, _):
 
 
 def run(executor, release, randomness, meta, config):
-    """The fit: :func:`.representation.start` (label range, scales, split, ``U_0``),
-    Alg. 1 lines 1-12 on ``S^0``, then :func:`.representation.finish` (line 14, the
-    cold start, the personal parts).
+    """The fit: :func:`.representation.start`, Alg. 1 lines 1-12 on ``S^0``, then
+    :func:`.representation.finish` (line 14, cold start, personal parts).
 
-    ``clip_norm="auto"`` (``ψ``): the ``clip_quantile`` of the users' gradient
-    norms at ``U_0`` (round 0's batches); ``label_scale="auto"`` (``s_y``): of
-    their root mean square centred ``S^0`` targets; both in phase ``"clip"``.
-    The step is ``U - (η / s_y^2) (1/n) sum clip(∇)``: the loss's curvature in
-    ``U`` is of the order of the targets' variance whatever the scale of ``X``
-    (rescaling ``X`` rescales the heads inversely), so the step is scale-free.
+    The step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free: the loss's
+    curvature in ``U`` is of the order of the targets' variance whatever the
+    scale of ``X`` (which rescales the heads inversely).
     """
     begun = rep.start(executor, release, randomness, meta, config)
     key, n_users, n_iter = randomness.key, meta["n_users"], int(config.max_iter)
@@ -204,14 +159,10 @@ def run(executor, release, randomness, meta, config):
                                                    config.batch_size, clip_norm))  # lines 3-9
         noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
-        # U_hat = U - eta (1/n sum clip + xi): the division by the public n is
-        # post-processing of the release; line 11: QR.
+        # dividing by the public n is post-processing; line 11: QR
         U, _ = np.linalg.qr(U - step * (noisy / n_users))
         if config.verbose:
-            # Data-independent quantities only: the share of clipped users, the
-            # number of rows etc. are statistics of the private data, and the noise
-            # std depends on an "auto" clip_norm (released, but printing it in every
-            # line adds nothing to clip_norm_): never printed.
+            # public quantities only (no share of clipped users, row counts)
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
                   f"gradient sum (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")

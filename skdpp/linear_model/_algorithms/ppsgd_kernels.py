@@ -1,22 +1,13 @@
 """Block functions of PPSGD (Bietti et al. 2022, Alg. 1-3), driven by :mod:`.ppsgd`.
 
-Over blocks of whole users (:class:`~skdpp.utils._grouped.UserBlock`), so the
-same functions run in-process and on a cluster. :func:`sgd_round` is the map
-of one round: the block's participants (Alg. 2/3, line 4,
-:func:`skdpp.privacy.mechanisms.poisson_sample`), their minibatches (line 6,
-:class:`MinibatchStream`), gradients at ``(w, theta_i)`` (line 7), local steps
-on ``theta_i`` (line 8) and the sum of the gradients clipped to ``C`` (line 9,
-one clip per user and round). ``theta_i`` lives in the block state
-(:class:`BlockState`). Randomness is keyed by the fit key and the user's own
-id (and, for minibatches, the pass and the canonical rank of the row), so a
-user's choices depend neither on other users nor on the row order. The
-intercept, when fitted, is profiled out (rows centred per user). ``X`` is
-never copied whole: each round gathers the minibatch rows into per-thread
-scratch buffers (:func:`gather_rows`) and centres them in place.
+:func:`sgd_round` is one round on a block of whole users: participants (Alg.
+2/3, line 4), minibatches (line 6, :class:`MinibatchStream`), gradients at
+``(w, theta_i)`` (line 7), local steps (line 8) and the sum of the gradients
+clipped to ``C`` (line 9, one clip per user and round); ``theta_i`` lives in
+:class:`BlockState`. Randomness is keyed by the fit key and the user's own id,
+so a user's choices depend neither on other users nor on the row order. The
+intercept is profiled out (rows centred per user).
 """
-
-# Authors: skdpp developers
-# License: BSD 3 clause
 
 from dataclasses import dataclass
 
@@ -49,9 +40,6 @@ class SGDConfig:
     local_scale: bool = False  # local step over the user's own mean squared row norm
 
 
-# --------------------------------------------------------------------------- #
-# Per-user minibatches (Alg. 2/3, line 6)
-# --------------------------------------------------------------------------- #
 def _ranges(starts, lengths):
     """Concatenation of ``arange(s, s + l)`` for each ``(s, l)``, without a loop."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -66,30 +54,12 @@ def _ranges(starts, lengths):
 class MinibatchStream:
     """Each user's rows as an endless stream of random permutations (one block).
 
-    User ``u`` reads its rows as a stream: pass ``p`` of the stream is a
-    permutation of the user's rows, and each participation takes the next
-    ``m_u = min(batch_size, n_u)`` rows. A minibatch that crosses the end of a
-    pass takes the last rows of pass ``p`` and the first rows of pass
-    ``p + 1`` (within one pass every row is used once; a row appears at most
-    twice in one minibatch, only at a pass boundary). A user whose minibatch
-    is all of its rows reads them in canonical order and is never reshuffled
-    (the order of the rows of a sum does not matter).
-
-    The permutation of pass ``p`` of user ``u`` sorts the user's rows by the
-    keyed hash ``(fit key, "batch", hash(u), p, canonical rank of the row)``
-    (:func:`skdpp.utils._random.keyed_bits`): a function of the key and of the
-    user's own rows only.
-
-    Parameters
-    ----------
-    block : UserBlock
-    batch_size : int or None
-    key : ndarray of shape (2,), uint64
-
-    Attributes
-    ----------
-    batch : ndarray of shape (n_users,)
-        Minibatch size ``m_u`` of each user of the block.
+    Each participation takes the next ``m_u = min(batch_size, n_u)`` rows of
+    the stream (a minibatch may cross from pass ``p`` to ``p + 1``). Pass
+    ``p`` sorts the user's rows by the keyed hash ``(fit key, "batch",
+    hash(u), p, canonical rank)``: a function of the key and the user's own
+    rows. A user whose minibatch is all of its rows keeps canonical order.
+    ``batch`` holds each user's ``m_u``.
     """
 
     def __init__(self, block, batch_size, key):
@@ -119,21 +89,8 @@ class MinibatchStream:
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
     def draw(self, users):
-        """Block positions of the next minibatch of each of ``users``.
-
-        Parameters
-        ----------
-        users : ndarray of int or None
-            Local codes of the participants, sorted (``None``: every user).
-
-        Returns
-        -------
-        positions : ndarray of int
-            Rows of the block (canonical positions), grouped by user in the
-            order of ``users``.
-        m : ndarray of shape (n_participants,)
-            Minibatch size of each participant.
-        """
+        """``(positions, m)``: block positions of the next minibatch of each of the sorted
+        local codes ``users`` (``None``: all), grouped by user, and their sizes."""
         if users is None:
             users = np.arange(self.counts.shape[0], dtype=np.int64)
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
@@ -154,17 +111,8 @@ class MinibatchStream:
 
 
 def make_sgd_blocks(X, y, index, *, batch_size, sample_rate, max_rows=DEFAULT_BLOCK_ROWS):
-    """Blocks of whole users (canonical order) sized by the rows a round reads.
-
-    A round reads ``m_u = min(batch_size, n_u)`` rows of each participant, so
-    blocks hold about ``max_rows`` expected minibatch rows
-    (``q * sum_u m_u``), not ``max_rows`` stored rows: fewer blocks, the same
-    working set per block and round.
-
-    Returns
-    -------
-    blocks : list of UserBlock
-    """
+    """Blocks of whole users holding about ``max_rows`` expected minibatch rows
+    (``q * sum_u min(batch_size, n_u)``) rather than stored rows."""
     (whole,) = make_blocks(X, y, index, max_rows=None)
     m = whole.counts if batch_size is None else np.minimum(whole.counts, int(batch_size))
     expected = np.cumsum(m) * float(sample_rate)
@@ -173,30 +121,12 @@ def make_sgd_blocks(X, y, index, *, batch_size, sample_rate, max_rows=DEFAULT_BL
     return [whole.user_range(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-# --------------------------------------------------------------------------- #
-# Block state and block functions
-# --------------------------------------------------------------------------- #
 class BlockState:
-    """Per-user state of one block, kept between rounds.
-
-    Attributes
-    ----------
-    theta : ndarray of shape (n_users, d)
-        The users' current offsets ``theta_i`` (Alg. 1, line 2: zeros).
-    theta_avg : ndarray of shape (n_users, d) or None
-        ``sum_{s <= last} theta_{i,s} / T`` (running average of the iterates).
-    last : ndarray of shape (n_users,) or None
-        Last round accounted in ``theta_avg``.
-    stream : MinibatchStream or None
-        The users' minibatch streams (built at the first draw).
-    x_means, y_means : ndarray of shape (n_users, d) and (n_users,) or None
-        The users' mean rows and targets (``config.center``).
-    mean_sq : ndarray of shape (n_users,) or None
-        The users' mean squared (centred) row norms (``center`` or
-        ``local_scale``; :func:`user_moments`).
-    inv_scale : ndarray of shape (n_users,) or None
-        ``1 / mean_sq`` (0 where not finite; ``config.local_scale``).
-    """
+    """Per-user state of one block between rounds: ``theta`` (offsets, zeros at
+    first), ``theta_avg`` / ``last`` (running average of the iterates up to round
+    ``last``), the minibatch ``stream``, and from :func:`user_moments` ``x_means``,
+    ``y_means`` (with ``center``), ``mean_sq`` and ``inv_scale = 1 / mean_sq``
+    (0 where not finite; with ``local_scale``)."""
 
     def __init__(self, block, config):
         shape = (block.n_users, config.n_features)
@@ -219,18 +149,8 @@ class BlockState:
 
 
 def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
-    """Each user's mean row, mean target and mean squared (centred) row norm.
-
-    Over all of the user's rows, gathered by sub-blocks of about ``max_rows``
-    rows. Overflow-free for finite values (``sum_r x_r / m``); a user whose
-    centred norms overflow gets ``inf``.
-
-    Returns
-    -------
-    x_means : ndarray of shape (n_users, d)
-    y_means : ndarray of shape (n_users,)
-    mean_sq_norms : ndarray of shape (n_users,)
-    """
+    """``(x_means, y_means, mean_sq_norms)`` of each user over all its rows (by
+    sub-blocks of ``max_rows``; overflow-free, ``inf`` if centred norms overflow)."""
     d = block.X.shape[1]
     x_means = np.zeros((block.n_users, d))
     y_means = np.zeros(block.n_users)
@@ -250,18 +170,8 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
 
 
 def draw_minibatches(block, state, round_index, config):
-    """The round's participants and their minibatches (Alg. 2/3, lines 4-6).
-
-    Returns
-    -------
-    users : ndarray of int or None
-        Local codes of the participants (``None``: every user of the block).
-    positions : ndarray of int or None
-        Their minibatch rows (block positions, grouped by user; ``None``: all
-        rows of the block in canonical order).
-    m : ndarray
-        Minibatch size of each participant.
-    """
+    """``(users, positions, m)``: the round's participants (``None``: all), their
+    minibatch rows and sizes (Alg. 2/3, lines 4-6)."""
     users = None
     if config.sample_rate < 1.0:
         users = np.flatnonzero(mechanisms.poisson_sample(
@@ -273,11 +183,8 @@ def draw_minibatches(block, state, round_index, config):
 
 
 def gather_rows(block, positions):
-    """Rows of ``X`` and ``y`` at block ``positions`` (``None``: all, canonical).
-
-    Float64 copies in this thread's scratch buffers (:mod:`.._scratch`), valid
-    until the next call: the caller may modify them in place.
-    """
+    """Float64 ``X``, ``y`` rows at ``positions`` (``None``: all) in this thread's
+    scratch buffers (:mod:`.._scratch`), valid until the next call."""
     rows = block.rows
     if positions is not None:
         if rows is None:
@@ -287,8 +194,7 @@ def gather_rows(block, positions):
         else:
             rows = rows[positions]
     n = block.n_rows if positions is None else positions.shape[0]
-    # This thread's buffers, reused by every block and round: fresh arrays every
-    # round made a MovieLens-sized fit 1.2x slower (page faults; issue 21).
+    # fresh arrays every round made a MovieLens-sized fit 1.2x slower (page faults)
     Xb = scratch("ppsgd_X", n, block.X.shape[1], np.float64)
     y_width = int(np.prod(block.y.shape[1:], dtype=np.int64))
     yb = scratch("ppsgd_y", n, y_width, np.float64).reshape((n,) + block.y.shape[1:])
@@ -296,8 +202,7 @@ def gather_rows(block, positions):
         if rows is None or isinstance(rows, slice):
             np.copyto(out, source if rows is None else source[rows], casting="unsafe")
         elif source.dtype == np.float64:
-            # mode="clip": the rows are valid by construction (mode="raise"
-            # buffers ``out``)
+            # mode="clip": rows valid by construction (mode="raise" buffers ``out``)
             np.take(source, rows, axis=0, out=out, mode="clip")
         else:
             np.copyto(out, np.take(source, rows, axis=0, mode="clip"), casting="unsafe")
@@ -305,11 +210,8 @@ def gather_rows(block, positions):
 
 
 def center_rows(A, users, means, m):
-    """``A -= means`` of each row's user, in place (rows grouped by user, ``m`` each).
-
-    ``users``: the local codes of the users of the rows (``None``: all users
-    of ``means``). The same values as ``A - means[owner of each row]``.
-    """
+    """``A -= means`` of each row's user in place (rows grouped by ``users``, ``m``
+    each; ``None``: all users of ``means``)."""
     means = means if users is None else means[users]
     n = m.shape[0]
     if n and A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # no repeated copy
@@ -324,21 +226,12 @@ _EINSUM_MAX_FEATURES = 16
 
 
 def _user_gradients(Xb, yb, m, coef):
-    """Per-user sums ``sum_rows x (<x, c> - y)`` of the squared-loss row gradients.
+    """Per-user sums ``sum_rows x (<x, c> - y)``, shape (n, d), of ``Xb``/``yb`` (rows
+    grouped by user, ``m`` each) at ``coef`` of shape (n, d) or (d,).
 
-    ``Xb`` (``sum(m)`` rows grouped by user, ``m[j]`` for the ``j``-th user),
-    ``yb``, and ``coef`` of shape (n, d) (each user's ``w + theta_i``) or (d,)
-    (the shared ``w``); returns shape (n, d).
-
-    Notes
-    -----
-    Users are grouped by minibatch size and each group is one batched product
-    (:func:`_equal_gradients`), so a user's gradient is computed the same way
-    whatever the other users' minibatch sizes: numpy's stacked products treat
-    each user's slice alone, so its bits depend on its own rows and
-    coefficients only. (A stack-wide switch between a batched and a
-    segment-sum path when one user's minibatch size differs would change
-    every other user's offsets in the last bits: joint differential privacy.)
+    One batched product per minibatch size (:func:`_equal_gradients`), so a
+    user's bits depend on its own rows and coefficients only, whatever the
+    other users' sizes (joint DP; a stack-wide switch of method would not).
     """
     n, d = m.shape[0], Xb.shape[1]
     if n == 0:
@@ -374,34 +267,22 @@ def _equal_gradients(Xb, yb, n, k, coef):
     return np.matmul(residual[:, None, :], X3)[:, 0, :]
 
 
-def _clipped_sum(grad, clip_norm):
-    """Sum of the per-user gradients, each clipped to ``clip_norm`` (Alg. 1, line 8)."""
+def _clipped_sum(grad, clip_norm):  # a name of its own: tests patch it
     return clip_by_norm(grad, clip_norm).sum(axis=0)
 
 
 def local_steps(state, users, Xb, yb, m, w, round_index, config):
-    """Gradients at ``(w, theta_i)``, local steps on ``theta_i``, clipped partial sum.
+    """Alg. 2/3, lines 7-9 for ``users`` (``None``: all) on their minibatches ``Xb``,
+    ``yb``: gradients, local steps, and the clipped sum (``None`` without ``release``).
 
-    Alg. 2/3, lines 7-9 for the participants ``users`` (local codes, ``None``:
-    every user of the block) whose minibatches are ``Xb``, ``yb`` (grouped by
-    user, ``m`` rows each).
-
-    A user whose gradient is not finite (its local model diverged, or its
-    values overflow) contributes 0, a point of the clipping ball, and keeps
-    its ``theta_i``; so does a user whose step would overflow. The
-    sensitivity is unchanged and nothing fails.
-
-    Returns
-    -------
-    partial : ndarray of shape (d,) or None
-        Sum of the participants' gradients clipped to ``clip_norm`` (``None``
-        when ``config.release`` is false).
+    A user whose gradient is not finite contributes 0 (a point of the clipping
+    ball) and keeps its ``theta_i``, as does one whose step would overflow:
+    the sensitivity is unchanged and nothing fails.
     """
     idx = slice(None) if users is None else users
     personal = config.lr_local > 0
     theta = state.theta[idx] if personal else None
-    # Alg. 1, line 6: for the additive model the gradients in w and in theta_i
-    # are equal.
+    # Alg. 1, line 6: the gradients in w and in theta_i are equal (additive model)
     grad = _user_gradients(Xb, yb, m, w if theta is None else theta + w)
     if config.weighting == "user":  # Alg. 3, line 7: minibatch means
         grad /= m[:, None]
@@ -429,13 +310,7 @@ def local_steps(state, users, Xb, yb, m, w, round_index, config):
 
 
 def sgd_round(block, state, broadcast, *, config):
-    """One round on one block: ``fn(block, state, (round, w)) -> (partial, state)``.
-
-    Draws the participants and their minibatches, steps their offsets and
-    returns the block's sum of clipped per-user gradients (see
-    :func:`local_steps`). Data-dependent floating-point over/underflow is
-    silent: whether a warning appears must not depend on one user's data.
-    """
+    """One round on one block (broadcast ``(round, w)``; :func:`local_steps`)."""
     round_index, w = broadcast
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if state is None:
@@ -459,17 +334,12 @@ def final_offsets(block, state, n_rounds, *, config):
         return state.theta_avg + state.theta * ((n_rounds - state.last) / n_rounds)[:, None]
 
 
-# --------------------------------------------------------------------------- #
-# Per-user statistics: "auto" bounds, cold-start offsets, personal parts
-# --------------------------------------------------------------------------- #
 def _with_state(block, state, config):
     return BlockState(block, config) if state is None else state
 
 
 def _centred_rows(sub, state, offset, config):
-    """A sub-block's rows and targets (float64), centred on the users' means when ``center``.
-
-    """
+    """A sub-block's float64 rows and targets, centred on the users' means with ``center``."""
     X, y = gather_rows(sub, None)
     if config.center:
         u = slice(offset, offset + sub.n_users)
@@ -479,43 +349,27 @@ def _centred_rows(sub, state, offset, config):
     return X, y
 
 
-def _user_grams(sub, X):
-    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user)."""
-    return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
-
-
 def gradient_norm_statistic(block, state, config):
-    """Block function: each user's gradient norm at ``w = 0``, ``theta_i = 0`` (all its rows).
-
-    The per-user statistic of an ``"auto"`` ``clip_norm``: the norm of the
-    user's contribution of round 1 with its whole data as the minibatch
-    (``weighting="sample"``: scaled by ``min(m_i, batch_size) / batch_size``).
-    """
+    """Block function (``"auto"`` ``clip_norm``): each user's round-1 contribution norm at
+    ``w = theta_i = 0`` with all its rows as minibatch (``"sample"``: times
+    ``min(m_i, batch_size) / batch_size``)."""
     norms = np.zeros(block.n_users)
     coef = np.zeros(config.n_features)
-
-    def statistic(sub, X, y):  # X, y: the sub-block's (centred) rows and targets
-        offset = sub.first_user - block.first_user
-        m = sub.counts.astype(np.float64)
-        grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
-        if config.weighting == "sample":
-            grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
-        norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
-
     state = _with_state(block, state, config)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         for sub in block.split():
-            statistic(sub, *_centred_rows(sub, state, sub.first_user - block.first_user,
-                                          config))
+            offset = sub.first_user - block.first_user
+            X, y = _centred_rows(sub, state, offset, config)
+            m = sub.counts.astype(np.float64)
+            grad = _user_gradients(X, y, sub.counts, coef) / m[:, None]
+            if config.weighting == "sample":
+                grad *= (np.minimum(m, config.batch_size) / config.batch_size)[:, None]
+            norms[offset:offset + sub.n_users] = unit_row_norms(grad)  # unit_rows' norms
     return norms, state
 
 
 def feature_scale_statistic(block, state, config):
-    """Block function: each user's root mean squared (centred) row norm.
-
-    The per-user statistic of an ``"auto"`` ``feature_scale`` (the scale the
-    step sizes are relative to).
-    """
+    """Block function (``"auto"`` ``feature_scale``): users' RMS centred row norms."""
     state = _with_state(block, state, config)
     sq = state.mean_sq  # computed with the state (the same user_moments call)
     if sq is None:
@@ -538,10 +392,10 @@ class PersonalPrior:
     w: np.ndarray             # released global weights (prior mean of every w + theta_i)
     intercept: float          # released cold-start intercept
     intercept_scale: object   # R_b: prior std of a user's level is R_b / sqrt(kappa)
-    ridge: float              # kappa (personal_ridge)
+    ridge: float              # kappa
     config: SGDConfig
-    variance_floor: float = 0.0  # floor of the penalty's feature variances (scaled fits)
-    local_only: bool = False  # the released part is noise: shrink towards 0 and own mean
+    variance_floor: float = 0.0  # floor of the penalty's feature variances
+    local_only: bool = False  # shrink towards 0 and the user's own mean
 
 
 # Bytes of the per-chunk d x d statistics of the personal refit.
@@ -549,30 +403,14 @@ _REFIT_BYTES = 64 * 2**20
 
 
 def personal_refit(block, state, prior):
-    """Each user's ``theta_i`` and intercept from all its rows, shrunk towards the prior.
+    """``(theta, intercepts)`` of each user from all its rows, shrunk towards the prior.
 
-    ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j
-    v_ij theta_j^2`` (rows centred on the user's means when ``center``), with
-    ``v_ij`` the user's own variance of feature ``j`` (the penalty is in units
-    of the prediction variance each offset adds: invariant to rescaling any
-    feature) and ``λ_i = κ d min(1, σ_i^2 / s_i^2)`` pseudo-rows
-    (:func:`~skdpp.linear_model._auto.shrinkage_penalty`): ``σ_i^2`` is the
-    user's residual variance (of its own least-squares fit when it has more
-    rows than parameters, else of the global model) and ``s_i^2`` the variance
-    of its targets, so a user whose own fit explains its targets is hardly
-    shrunk and a user whose data look like noise gets ``κ d`` pseudo-rows of
-    the global model. The user's mean level is shrunk towards the cold-start
-    prediction as in a normal-normal model with between-user variance
-    ``2 R_b^2`` (:func:`~skdpp.linear_model._auto.shrink_levels`; ``R_b`` the
-    released radius of the cold-start intercept). A user whose parts are not
-    finite gets ``theta_i = 0`` and the cold-start intercept.
-
-    Returns
-    -------
-    theta : ndarray of shape (n_users, n_features)
-    intercepts : ndarray of shape (n_users,)
-        The users' personal intercepts ``b_i`` (predictions ``<x, w + theta_i> +
-        b_i``; 0 without centring).
+    ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j v_ij
+    theta_j^2`` (``v_ij``: the user's feature variances; ``λ_i``:
+    :func:`~skdpp.linear_model._auto.shrinkage_penalty` of the residual
+    variance of the user's own fit, or of the global model's with too few
+    rows); levels by :func:`~skdpp.linear_model._auto.shrink_levels`.
+    Non-finite parts give ``theta_i = 0`` and the cold-start intercept.
     """
     from .._heads import _solve_stack, shrunk_heads
 
@@ -580,8 +418,7 @@ def personal_refit(block, state, prior):
     state = _with_state(block, state, config)
     d = config.n_features
     w_released = np.asarray(prior.w, dtype=np.float64)
-    # local_only: the released part is noise -- each user's own ridge fit, shrunk
-    # towards zero weights and its own mean level (local data only)
+    # local_only: shrink towards zero weights and the user's own mean level
     w = np.zeros(d) if prior.local_only else w_released
     intercept_scale = None if prior.local_only else prior.intercept_scale
     kappa = float(prior.ridge)
@@ -597,7 +434,7 @@ def personal_refit(block, state, prior):
             X, y = _centred_rows(sub, state, offset, config)
             m = sub.counts.astype(np.float64)
             with np.errstate(all="ignore"):
-                A = _user_grams(sub, X)
+                A = segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
                 r = sub.segment_sum(X * y[:, None])
                 yy = sub.segment_sum(y * y)
                 Aw = A @ w
@@ -639,10 +476,7 @@ def personal_refit(block, state, prior):
 
 
 def personal_sgd(block, state, config):
-    """Block function: the users' SGD offsets and intercepts ``ȳ_i - <x̄_i, w + theta_i>``.
-
-    (Intercepts 0 without centring.)
-    """
+    """Block function: SGD offsets, intercepts ``ȳ_i - <x̄_i, w + theta_i>`` (or 0)."""
     w, n_rounds, sgd_config = config
     theta = final_offsets(block, state, n_rounds, config=sgd_config)
     d = sgd_config.n_features

@@ -1,17 +1,10 @@
-"""Private initialisations of the shared embedding ``U`` as block functions.
+"""Private initialisations of the shared embedding ``U``.
 
-* ``"private_spectral"`` -- Snedeker, Zhou & Bassily (2025), Alg. 2: each user's
-  U-statistic ``Z_i`` of its ``S^0`` rows, clipped to ``ψ_init`` (lines 4-5);
-  the sum is released with symmetric Gaussian noise (line 6) and ``U`` is its
-  top-``k`` eigenvectors (line 7).
-* ``"private_pairwise"`` -- Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3:
-  normalised products of pairs of a user's rows with clipped labels (line 1),
-  released with symmetric Gaussian noise (line 2), top-``k`` eigenvectors (line 3).
-* ``"random"`` -- a random orthonormal matrix (public randomness, free).
-
-:func:`spectral_statistic` and :func:`pairwise_statistic` compute a block's
-partial sum of clipped per-user contributions; :func:`initial_components` is
-the driver (one release through the fit's :class:`~skdpp.privacy.Releaser`).
+``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2 (clipped
+per-user U-statistics, :func:`spectral_statistic`); ``"private_pairwise"``:
+Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3 (products of row pairs,
+:func:`pairwise_statistic`); both released once with symmetric noise, ``U``
+the top-``k`` eigenvectors (:func:`initial_components`). ``"random"``: free.
 """
 
 import numpy as np
@@ -24,19 +17,13 @@ __all__ = ["initial_components", "pairwise_statistic", "random_init", "spectral_
 # Bytes of the per-chunk temporaries (rows gathered per distinct row count).
 _CHUNK_BYTES = 16 * 2**20
 
-# Users with 2 <= m <= d rows whose U-statistic does not cancel, i.e.
-# ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2, and with ||A'||_F^2 >= _GRAM_MIN, are added
-# without a QR factorisation (see _spectral_few_rows); others use the thin QR.
-# _GRAM_MIN keeps every term of the Gram formula (~ ||A'||_F^4 >= 1e-200) far from
-# the subnormal range: with 1e-200, users with ||A'||_F^2 ~ 1e-160 had terms near
-# 1e-320 (a few significant bits), norms off by tens of percent and terms above psi.
+# The Gram route of _spectral_few_rows needs ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2
+# (no cancellation) and ||A'||_F^2 >= _GRAM_MIN, which keeps its terms (~||A'||_F^4)
+# far from subnormals (at 1e-200, norms were off by tens of percent, terms above psi).
 _RHO_MIN = 0.05
 _GRAM_MIN = 1e-100
 
 
-# --------------------------------------------------------------------------- #
-# Snedeker et al. (2025), Alg. 2: clipped per-user U-statistics
-# --------------------------------------------------------------------------- #
 def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
     """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
 
@@ -61,14 +48,8 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
       norm is ``min(||Z||, ψ)`` up to rounding whatever cancellation occurred in
       ``B``.
 
-    ``norms_only``: only the norms are needed (the sum is not formed when every
-    user takes the Gram route).
-
-    Returns
-    -------
-    total : ndarray of shape (d, d)
-    norms : ndarray of shape (n,)
-        ``||Z_u||_F`` before clipping.
+    Returns ``(total, norms)``: the ``d × d`` sum (not formed with
+    ``norms_only`` when every user takes the Gram route) and ``||Z_u||_F``.
     """
     n, c, d = Ap.shape
     cc = c * (c - 1.0)
@@ -101,8 +82,7 @@ def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
         rs = R.sum(axis=2)  # R 1
         B = (rs[:, :, None] * rs[:, None, :] - R @ R.transpose(0, 2, 1)) / cc
         f, norms[slow] = scaled_clip_factors(stack_norms(B), mu2[slow], clip_norm)
-        # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_s c) @ (n_s c, d) product of the
-        # stacked Q_u^T (one copy) and (f_u B_u) Q_u^T (B_u symmetric).
+        # sum_u Q_u (f_u B_u) Q_u^T as one (d, n_s c) @ (n_s c, d) product
         Qt = np.ascontiguousarray(Q.transpose(0, 2, 1)).reshape(-1, d)  # (n_s c, d)
         BQt = ((B * f[:, None, None]) @ Qt.reshape(-1, c, d)).reshape(-1, d)
         total += Qt.T @ BQt
@@ -113,8 +93,7 @@ def _user_scales(X_rows, y_rows, starts):
     """Per-user ``max |x|`` and ``max |y|`` over consecutive row segments (1 for zeros)."""
     d = X_rows.shape[1]
     if d:
-        # one flat reduction per user segment (rows of a user are consecutive);
-        # max |x| = max(max x, -min x) needs no |X| temporary
+        # max |x| = max(max x, -min x) per consecutive segment, no |X| temporary
         flat = np.ascontiguousarray(X_rows).reshape(-1)
         mx = np.maximum(np.maximum.reduceat(flat, starts * d),
                         -np.minimum.reduceat(flat, starts * d))
@@ -130,39 +109,21 @@ def spectral_statistic(block, clip_norm, *, norms_only=False):
     ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
     the user's ``m_i`` rows in ``block`` (zero when ``m_i < 2``).
 
-    Parameters
-    ----------
-    block : UserBlock
-        The rows to use (in a fit: each user's ``S^0`` rows).
-    clip_norm : float or None
-        ``ψ_init``.
-    norms_only : bool, default=False
-        Only the norms are needed (the per-user statistic of an ``"auto"``
-        ``ψ_init``): the sum is skipped where it is not needed for them.
-
-    Returns
-    -------
-    total : ndarray of shape (d, d)
-        The block's partial sum (symmetric; unspecified with ``norms_only``).
-    norms : ndarray of shape (block.n_users,)
-        ``||Z_i||_F`` before clipping.
+    Returns ``(total, norms)``: the block's symmetric partial sum (unspecified
+    with ``norms_only``, for the statistic of an ``"auto"`` ``ψ_init``) and
+    ``||Z_i||_F`` before clipping.
 
     Notes
     -----
-    Numerics (this is what makes the stated sensitivity hold in floating
-    point): each user's rows ``a_j = y_j x_j`` are first scaled by the user's
-    ``max |x|`` and ``max |y|`` (no overflow), and the clipping factor is
-    computed from the norm of the *same computed matrix* that is added to the
-    sum (:func:`~skdpp.privacy._clipping.scaled_clip_factors`). ``Z_i`` is a
-    difference ``s s^T - sum_j a_j a_j^T`` that can cancel catastrophically
-    (e.g. one row ``1e6 e_1`` and one row ``1e-4 e_2``): a norm obtained from an
-    expanded formula can then be 0 while ``||Z_i||`` is large. Users with at
-    most ``d`` rows whose ``Z_i`` cancels use a thin QR (exact norm of the
-    added term); the other users with at most ``d`` rows skip the QR (their
-    ``m_i × m_i`` Gram formula is accurate to ~1e-12 relative, see
-    :func:`_spectral_few_rows`); users with more rows form ``Z_i`` (``d × d``)
-    explicitly. Either way each added term has norm at most ``ψ`` (up to
-    rounding).
+    Why the sensitivity holds in floating point: each user's rows ``a_j = y_j
+    x_j`` are scaled by its ``max |x|`` and ``max |y|`` (no overflow), and the
+    clip factor is computed from the norm of the *same computed matrix* that
+    is added (:func:`~skdpp.privacy._clipping.scaled_clip_factors`). ``Z_i =
+    s s^T - sum_j a_j a_j^T`` can cancel catastrophically (rows ``1e6 e_1``
+    and ``1e-4 e_2``), so users with at most ``d`` rows whose ``Z_i`` cancels
+    use a thin QR, the others with at most ``d`` rows a Gram formula accurate
+    to ~1e-12 relative (:func:`_spectral_few_rows`); users with more rows
+    form ``Z_i`` explicitly.
     """
     X, y = block.X, block.y
     d = X.shape[1]
@@ -217,22 +178,12 @@ def _spectral_block(block, state, clip_norm):
     return spectral_statistic(state.local, clip_norm)[0], state
 
 
-# --------------------------------------------------------------------------- #
-# Jain et al. (2021), Alg. 3: pairs of rows
-# --------------------------------------------------------------------------- #
 def pairwise_statistic(block, label_clip):
-    """Sum over the block's users of the mean of their pair matrices (Alg. 3, line 1).
+    """The block's symmetric ``d × d`` sum of each user's mean pair matrix (Alg. 3, line 1).
 
-    Each user's rows (in the block's canonical order) are paired consecutively,
-    ``(0, 1), (2, 3), ...`` (an odd last row is unused); a pair gives
-    ``sym(x̂ x̂'^T) clip(y; ζ) clip(y'; ζ)`` with the unit rows ``x̂ = x / ||x||``
-    and ``sym(M) = (M + M^T) / 2``; each user contributes the mean over its
-    pairs, of Frobenius norm at most ``ζ^2``.
-
-    Returns
-    -------
-    total : ndarray of shape (d, d)
-        The block's partial sum (symmetric).
+    Rows paired consecutively in canonical order (an odd last row unused); a
+    pair gives ``sym(x̂ x̂'^T) clip(y; ζ) clip(y'; ζ)`` with unit rows ``x̂``:
+    each user's mean has Frobenius norm at most ``ζ^2``.
     """
     X, y = block.X, block.y
     d = X.shape[1]
@@ -248,8 +199,7 @@ def pairwise_statistic(block, label_clip):
     total = np.zeros((d, d))
     chunk = max(1, _CHUNK_BYTES // (8 * max(1, d)))
     for lo in range(0, p1.size, chunk):  # memory chunks of pairs
-        # Unit rows are formed directly (never x * (y y' / (||x|| ||x'||))), so each
-        # pair matrix has norm <= |y y'| for any magnitude of x (zero rows give 0).
+        # unit rows formed directly: norm <= |y y'| for any magnitude of x
         A = unit_rows(X[r1[lo:lo + chunk]])[0]
         B = unit_rows(X[r2[lo:lo + chunk]])[0]
         total += (A * w[lo:lo + chunk, None]).T @ B
@@ -260,15 +210,9 @@ def _pairwise_block(block, state, label_clip):
     return pairwise_statistic(state.local, label_clip), state
 
 
-# --------------------------------------------------------------------------- #
-# The driver
-# --------------------------------------------------------------------------- #
 def random_init(n_features, n_components, rng):
-    """A uniformly random orthonormal ``d × k`` matrix (QR of a Gaussian matrix).
-
-    ``rng`` is public algorithmic randomness (a data-independent start), not
-    privacy noise; the number of draws depends only on the public shape.
-    """
+    """A uniformly random orthonormal ``d × k`` matrix from the public ``rng`` (QR of a
+    Gaussian matrix; the number of draws depends only on the shape)."""
     G = rng.standard_normal((n_features, n_components))
     Q, _ = np.linalg.qr(G)
     return Q
@@ -285,30 +229,11 @@ def initial_components(executor, release, *, init, n_components, n_features, cli
                        label_clip, rng):
     """The initial embedding ``U_0`` (``d × k``, orthonormal columns).
 
-    Parameters
-    ----------
-    executor : LocalExecutor
-        Blocks whose states hold the ``S^0`` split (:func:`prepare_split`).
-    release : Releaser
-        Releases the private statistic in phase ``"init"``.
-    init : {"private_spectral", "private_pairwise", "random"} or array-like
-    n_components, n_features : int
-    clip_norm : float or None
-        ``ψ_init`` of Snedeker et al.'s Alg. 2.
-    label_clip : float or None
-        ``ζ`` of Jain et al.'s Alg. 3.
-    rng : numpy.random.Generator
-        Public randomness (``"random"``).
-
-    Returns
-    -------
-    U0 : ndarray of shape (n_features, n_components)
-
-    Notes
-    -----
-    Sensitivities (replace one user): ``2 ψ_init`` (each clipped ``Z_i`` has
-    norm ``<= ψ_init``) and ``2 ζ^2`` (each mean pair matrix has norm
-    ``<= ζ^2``). The released sum is symmetric and gets symmetric noise.
+    ``executor``'s block states hold the ``S^0`` split; the statistic is
+    released in phase ``"init"`` with symmetric noise, sensitivity (replace
+    one user) ``2 ψ_init`` (``clip_norm``; each clipped ``Z_i`` has norm ``<=
+    ψ_init``) or ``2 ζ^2`` (``label_clip``; each mean pair matrix has norm
+    ``<= ζ^2``). ``rng`` is public randomness (``"random"``).
     """
     k = n_components
     if isinstance(init, str) and init == "random":
