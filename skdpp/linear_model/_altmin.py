@@ -99,7 +99,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
         The bounds used (released when ``"auto"``; None when unused).
     cold_start_head_, cold_start_intercept_, intercept_clip_, feature_scales_, \
-            label_range_, local_only_, user_ids_, n_users_, n_iter_, \
+            label_range_, local_only_, own_label_ranges_, user_ids_, n_users_, n_iter_, \
             privacy_report_, n_features_in_
         As for :class:`PrivateFedRepRegressor` (``n_iter_``: rounds run).
 

@@ -117,6 +117,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Released range predictions are clamped to.
     local_only_ : bool
         Whether the plan predicted a useless fit (see Notes).
+    own_label_ranges_ : ndarray of shape (n_users_, 2)
+        Each user's own minimum and maximum label (local): a useless fit
+        clamps the user's predictions to it.
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` (and ``personalize``).
     n_users_ : int

@@ -108,7 +108,7 @@ class PPSGDRegressor(_LinearRegressor):
         Personal intercepts ``b_i`` (local; zeros when ``fit_intercept=False``).
     clip_norm_, feature_scale_ : float or None
         The clip norm and feature scale used (released when ``"auto"``).
-    intercept_clip_, feature_scales_, label_range_, local_only_
+    intercept_clip_, feature_scales_, label_range_, local_only_, own_label_ranges_
         As for :class:`~skdpp.linear_model.PrivateFedRepRegressor`.
     user_ids_ : ndarray of shape (n_users,)
         Sorted ids of the users seen in ``fit`` or ``personalize``.
