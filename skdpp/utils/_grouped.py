@@ -856,6 +856,7 @@ class UserBlock:
         self.first_user = int(first_user)
         self._row_user = None
         self._rank = None
+        self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -946,6 +947,13 @@ class UserBlock:
             out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
         return out
 
+    def uniform_count(self):
+        """The number of rows of every user when all users have the same (else 0)."""
+        if self._uniform is None:
+            c = int(self.counts[0]) if self.n_users else 0
+            self._uniform = c if c and bool((self.counts == c).all()) else 0
+        return self._uniform
+
     def segment_max(self, values, initial=-np.inf):
         """Per-user maximum of row-aligned ``values`` over all trailing axes."""
         values = np.ascontiguousarray(values)
@@ -997,8 +1005,20 @@ class UserBlock:
         return keyed_uniform(key, stream, self.user_hash, *words)
 
     def ranks_by(self, keys):
-        """Rank of each row within its user when the user's rows are sorted by ``keys``
-        in ``[0, 1)`` (:func:`argsort_within`; ties keep the canonical order)."""
+        """Rank of each row within its user when the user's rows are sorted by ``keys``.
+
+        ``keys`` in ``[0, 1)``; ties keep the canonical order. Users of equal
+        size sort the rows of an ``(n_users, c)`` array of ``code + key``:
+        exactly the order of :func:`argsort_within`, several times faster.
+        """
+        c = self.uniform_count()
+        if c > 1:
+            values = np.arange(self.n_users, dtype=np.float64)[:, None] \
+                + np.asarray(keys, dtype=np.float64).reshape(self.n_users, c)
+            order = np.argsort(values, axis=1, kind="stable")
+            out = np.empty((self.n_users, c), dtype=np.int64)
+            np.put_along_axis(out, order, np.arange(c, dtype=np.int64)[None, :], axis=1)
+            return out.reshape(-1)
         perm = argsort_within(self.row_user, keys)
         out = np.empty(self.n_rows, dtype=np.int64)
         out[perm] = self.rank
