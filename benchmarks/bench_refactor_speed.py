@@ -212,13 +212,16 @@ def main():
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--data", default=os.environ.get("SKDPP_MOVIELENS", DEFAULT_DATA))
     parser.add_argument("--tag", default="", help="suffix of the output files")
+    parser.add_argument("--before-label", default="", help="what --before holds (for the .md)")
+    parser.add_argument("--after-label", default="", help="what --after holds (for the .md)")
     args = parser.parse_args()
     for tree in (args.before, args.after):
         if not (tree / "skdpp" / "__init__.py").is_file():
             parser.error(f"{tree} holds no skdpp package")
     sys.path.insert(0, str(args.after.resolve()))  # the data: the after tree's datasets
 
-    cmd = "nice -n 5 python benchmarks/bench_refactor_speed.py " + " ".join(sys.argv[1:])
+    cmd = "nice -n 5 python benchmarks/bench_refactor_speed.py " + " ".join(
+        f"'{a}'" if " " in a else a for a in sys.argv[1:])
     load0 = os.getloadavg()[0]
     times = {name: {"before": [], "after": []} for name in args.cases}
     info = {}
@@ -260,6 +263,8 @@ def main():
     lines = [
         "# Whole-fit CPU time before / after the refactor (issue 21)", "",
         f"Command: `{cmd}`", "",
+        f"Before: `{args.before}`{' = ' + args.before_label if args.before_label else ''}. "
+        f"After: `{args.after}`{' = ' + args.after_label if args.after_label else ''}.", "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, numpy "
         f"{np.__version__}, 2 cores shared with other jobs (CPU seconds of the fit only, "
         f"`time.process_time` in the child). 1-minute load average at the start: "
