@@ -156,8 +156,19 @@ def test_byte_counters_overflow_without_pieces(monkeypatch):
     assert_array_equal(want, 1.0)
     assert_array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 1e9), want)
     monkeypatch.setattr(ms._GridCounter, "CAP", 300)
-    monkeypatch.setattr(ms, "_dot", lambda F, U: np.full(F.shape[:2], np.inf))  # own loses never
+    monkeypatch.setattr(ms, "_dot3", lambda F, U: np.full(F.shape[:2], np.inf))  # own loses never
     assert not np.array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 1e9), want)
+
+
+def test_dot3_adds_in_the_einsum_order():
+    """The k = 3 own-direction dots (one path, the faster) equal einsum bit for bit
+    on values of every magnitude; the natural order (a broken variant) does not."""
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((64, 64, 3)) * 2.0 ** rng.integers(-40, 40, (64, 64, 3))
+    U = rng.standard_normal((64, 64, 3))
+    assert_array_equal(ms._dot3(F.copy(), U), ms._dot_einsum(F, U))
+    natural = (F[..., 0] * U[..., 0] + F[..., 1] * U[..., 1]) + F[..., 2] * U[..., 2]
+    assert not np.array_equal(natural, ms._dot_einsum(F, U))
 
 
 def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):

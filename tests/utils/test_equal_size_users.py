@@ -1,5 +1,5 @@
 """Blocks of equal-size users: segment sums and per-user means are numpy's reductions,
-and ranks_by matches argsort_within."""
+and ranks_by (which keeps an equal-size path) matches argsort_within."""
 
 import numpy as np
 import pytest
@@ -26,11 +26,13 @@ def test_segment_sum_and_user_means_unchanged_for_equal_size_users(c):
     w = np.repeat(1.0 / np.full(300, c), c)
     np.testing.assert_array_equal(user_means(block, X),
                                   np.add.reduceat(X * w[:, None], offsets, axis=0))
+    assert block.uniform_count() == c
 
 
-def test_segment_sum_mixed_sizes():
+def test_uniform_count_mixed_sizes():
     X = np.ones((5, 8))
     block = UserBlock(X, np.zeros(5), None, np.arange(2), np.arange(2, dtype=np.uint64), [2, 3])
+    assert block.uniform_count() == 0
     np.testing.assert_array_equal(block.segment_sum(X), [[2.0] * 8, [3.0] * 8])
 
 

@@ -349,6 +349,19 @@ def _centred_rows(sub, state, offset, config):
     return X, y
 
 
+def _user_grams(sub, X):
+    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user): users with
+    equal row counts in one batched product on the reshaped rows (whole PPSGD fit
+    on the papers' setting 1.3x faster, ``benchmarks/bench_refactor_speed.py``),
+    else :func:`~skdpp.utils._grouped.segment_outer_sum` (the same products on a
+    gathered copy)."""
+    m = sub.counts
+    if sub.n_users and m[0] > 0 and (m == m[0]).all():
+        X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
+        return np.matmul(X3.transpose(0, 2, 1), X3)
+    return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
+
+
 def gradient_norm_statistic(block, state, config):
     """Block function (``"auto"`` ``clip_norm``): each user's round-1 contribution norm at
     ``w = theta_i = 0`` with all its rows as minibatch (``"sample"``: times
@@ -434,7 +447,7 @@ def personal_refit(block, state, prior):
             X, y = _centred_rows(sub, state, offset, config)
             m = sub.counts.astype(np.float64)
             with np.errstate(all="ignore"):
-                A = segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
+                A = _user_grams(sub, X)
                 r = sub.segment_sum(X * y[:, None])
                 yy = sub.segment_sum(y * y)
                 Aw = A @ w
