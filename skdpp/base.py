@@ -9,6 +9,7 @@ the numerical environment of every entry point, and the metadata requests that
 route ``groups`` once metadata routing is enabled.
 """
 
+import copy
 import functools
 import inspect
 import os
@@ -198,11 +199,16 @@ def _fit_environment(n_features):
             yield
 
 
+#: The fitted attributes scikit-learn's ``validate_data(reset=True)`` decides.
+_INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
+
+
 @dataclass
 class FitData:
     """Validated training data of one fit: ``X``, ``y``, the users' ``index``, the
     public ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the
-    algorithm sees) and the fitted ``attributes`` decided by validation."""
+    algorithm sees) and the fitted ``attributes`` decided by validation (all of
+    them: validation sets none on the estimator)."""
 
     X: object
     y: object
@@ -374,20 +380,30 @@ class BasePersonalizedEstimator(BaseEstimator):
         return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):
-        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`
-        (subclasses extend it via ``super()``)."""
+        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`.
+
+        A pure function of the parameters and the data: the estimator is left
+        as it was, and every fitted attribute validation decides is in
+        ``FitData.attributes`` (``fit`` and the distributed driver set them
+        once). Subclasses extend it via ``super()`` and add theirs there.
+        """
         self._validate_params()
         self._validate_privacy_params()
         _reject_sparse(self, X)
+        # validate_data(reset=True) sets n_features_in_ (and feature_names_in_ when X
+        # has column names) on the estimator it is given: a copy, read back below.
+        probe = copy.copy(self)
         # scikit-learn's finiteness check sums X: values near the float maximum
         # would warn about an overflow that depends on one user's data.
         with np.errstate(over="ignore", invalid="ignore"):
-            X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
+            X, y = validate_data(probe, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
+        inputs = {name: getattr(probe, name) for name in _INPUT_ATTRIBUTES
+                  if hasattr(probe, name)}
         return FitData(
             X=X, y=y, index=index,
             meta={"n_users": int(index.n_users), "n_features": int(X.shape[1])},
-            attributes={"user_ids_": index.users, "n_users_": int(index.n_users),
+            attributes={**inputs, "user_ids_": index.users, "n_users_": int(index.n_users),
                         "_fitted_with_groups": groups is not None},
         )
 
