@@ -23,7 +23,7 @@ import numpy as np
 from sklearn import get_config
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.metrics import accuracy_score, r2_score
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
@@ -187,6 +187,27 @@ def _quiet_entry_point(method, name):
     return entry_point
 
 
+def check_unclipped(estimator, names):
+    """Raise unless every bound of ``names`` set to ``None`` (no clipping: unbounded
+    sensitivity) comes with ``epsilon=np.inf`` (the non-private baseline).
+
+    The one check of "no clipping needs epsilon=inf" for every estimator; the
+    names ``estimator`` lacks are skipped.
+    """
+    if estimator.epsilon == np.inf:
+        return
+    for name in names:
+        if getattr(estimator, name, "absent") is None:
+            auto = any(isinstance(c, StrOptions) and "auto" in c.options
+                       for c in getattr(estimator, "_parameter_constraints", {}).get(name, ()))
+            remedy = f"a positive {name}, 'auto'" if auto else f"a positive {name}"
+            raise ValueError(
+                f"{name}=None (no clipping) gives unbounded sensitivity and is only "
+                f"allowed with epsilon=np.inf; got epsilon={estimator.epsilon!r}. Pass "
+                f"{remedy}, or epsilon=np.inf for the non-private baseline."
+            )
+
+
 @contextmanager
 def _fit_environment(n_features):
     """:func:`quiet_numerics` and the :func:`blas_threads` limit, restored after."""
@@ -270,6 +291,10 @@ class BasePersonalizedEstimator(BaseEstimator):
     # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
     _personal_attributes: tuple = ()
 
+    #: The clip-bound parameters whose ``None`` means "no clipping" (unbounded
+    #: sensitivity, only with ``epsilon=np.inf``; :func:`check_unclipped`).
+    _clip_bounds: tuple = ("clip_norm",)
+
     #: ``plan(config, meta) -> BudgetPlan`` and ``run(executor, release,
     #: randomness, meta, config) -> FitResult`` (docs/architecture.rst).
     _algorithm = None
@@ -300,7 +325,8 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express: no booleans for ``epsilon``
         / ``delta``, every numeric ``*clip*`` bound in ``[MIN_CLIP, inf)``, and
-        ``clip_norm=None`` only with ``epsilon=np.inf``."""
+        ``None`` for the bounds named in ``_clip_bounds`` only with ``epsilon=np.inf``
+        (:func:`check_unclipped`)."""
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -317,13 +343,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                     f"{value!r}: at smaller scales floating-point rounding can exceed the "
                     f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead."
                 )
-        clip_norm = getattr(self, "clip_norm", "absent")
-        if clip_norm is None and self.epsilon != np.inf:
-            raise ValueError(
-                f"clip_norm=None (no clipping) gives unbounded sensitivity and is only "
-                f"allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
-                f"positive clip_norm, or epsilon=np.inf for the non-private baseline."
-            )
+        check_unclipped(self, getattr(self, "_clip_bounds", ("clip_norm",)))
 
     def fit(self, X, y, groups=None):
         """Fit the shared part under user-level DP and every user's personal part.

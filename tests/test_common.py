@@ -145,3 +145,35 @@ def test_validation_is_pure_and_returns_what_it_decides(cls, frame, monkeypatch)
     monkeypatch.setattr(skdpp.base.copy, "copy", lambda est: est)
     changed, _ = _validation_side_effects(cls, frame)
     assert "n_features_in_" in changed
+
+
+def _unclipped_errors(est):
+    """The parameters whose ``None`` with a finite epsilon the estimator refuses."""
+    refused = []
+    for name, constraints in est._parameter_constraints.items():
+        if None not in constraints or "clip" not in name:
+            continue
+        try:
+            clone = est.__class__(**{**est.get_params(deep=False), name: None, "epsilon": 1.0})
+            clone._validate_privacy_params()
+        except ValueError as exc:
+            assert f"{name}=None" in str(exc) and "epsilon=np.inf" in str(exc)
+            refused.append(name)
+    return refused
+
+
+@pytest.mark.parametrize("cls", _exported_estimators() + [ToyPersonalizedMean],
+                         ids=lambda c: c.__name__)
+def test_every_clip_bound_none_needs_infinite_epsilon(cls, monkeypatch):
+    # "no clipping" is unbounded sensitivity: refused for every clip bound that
+    # accepts None (declared in _clip_bounds), allowed with epsilon=np.inf.
+    if not issubclass(cls, skdpp.base.BasePersonalizedEstimator):
+        pytest.skip("not a personalized estimator")
+    est = cls()
+    bounds = [n for n, c in est._parameter_constraints.items() if None in c and "clip" in n]
+    assert bounds and _unclipped_errors(est) == bounds
+    for name in bounds:
+        cls(**{name: None, "epsilon": np.inf})._validate_privacy_params()
+    # broken variant: the one check skipped
+    monkeypatch.setattr(skdpp.base, "check_unclipped", lambda est, names: None)
+    assert _unclipped_errors(est) == []
