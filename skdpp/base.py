@@ -9,6 +9,7 @@ the numerical environment of every entry point, and the metadata requests that
 route ``groups`` once metadata routing is enabled.
 """
 
+import copy
 import functools
 import inspect
 import os
@@ -22,7 +23,7 @@ import numpy as np
 from sklearn import get_config
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.metrics import accuracy_score, r2_score
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
@@ -186,6 +187,27 @@ def _quiet_entry_point(method, name):
     return entry_point
 
 
+def check_unclipped(estimator, names):
+    """Raise unless every bound of ``names`` set to ``None`` (no clipping: unbounded
+    sensitivity) comes with ``epsilon=np.inf`` (the non-private baseline).
+
+    The one check of "no clipping needs epsilon=inf" for every estimator; the
+    names ``estimator`` lacks are skipped.
+    """
+    if estimator.epsilon == np.inf:
+        return
+    for name in names:
+        if getattr(estimator, name, "absent") is None:
+            auto = any(isinstance(c, StrOptions) and "auto" in c.options
+                       for c in getattr(estimator, "_parameter_constraints", {}).get(name, ()))
+            remedy = f"a positive {name}, 'auto'" if auto else f"a positive {name}"
+            raise ValueError(
+                f"{name}=None (no clipping) gives unbounded sensitivity and is only "
+                f"allowed with epsilon=np.inf; got epsilon={estimator.epsilon!r}. Pass "
+                f"{remedy}, or epsilon=np.inf for the non-private baseline."
+            )
+
+
 @contextmanager
 def _fit_environment(n_features):
     """:func:`quiet_numerics` and the :func:`blas_threads` limit, restored after."""
@@ -198,11 +220,16 @@ def _fit_environment(n_features):
             yield
 
 
+#: The fitted attributes scikit-learn's ``validate_data(reset=True)`` decides.
+_INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
+
+
 @dataclass
 class FitData:
     """Validated training data of one fit: ``X``, ``y``, the users' ``index``, the
     public ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the
-    algorithm sees) and the fitted ``attributes`` decided by validation."""
+    algorithm sees) and the fitted ``attributes`` decided by validation (all of
+    them: validation sets none on the estimator)."""
 
     X: object
     y: object
@@ -264,6 +291,10 @@ class BasePersonalizedEstimator(BaseEstimator):
     # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
     _personal_attributes: tuple = ()
 
+    #: The clip-bound parameters whose ``None`` means "no clipping" (unbounded
+    #: sensitivity, only with ``epsilon=np.inf``; :func:`check_unclipped`).
+    _clip_bounds: tuple = ("clip_norm",)
+
     #: ``plan(config, meta) -> BudgetPlan`` and ``run(executor, release,
     #: randomness, meta, config) -> FitResult`` (docs/architecture.rst).
     _algorithm = None
@@ -294,7 +325,8 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express: no booleans for ``epsilon``
         / ``delta``, every numeric ``*clip*`` bound in ``[MIN_CLIP, inf)``, and
-        ``clip_norm=None`` only with ``epsilon=np.inf``."""
+        ``None`` for the bounds named in ``_clip_bounds`` only with ``epsilon=np.inf``
+        (:func:`check_unclipped`)."""
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -311,13 +343,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                     f"{value!r}: at smaller scales floating-point rounding can exceed the "
                     f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead."
                 )
-        clip_norm = getattr(self, "clip_norm", "absent")
-        if clip_norm is None and self.epsilon != np.inf:
-            raise ValueError(
-                f"clip_norm=None (no clipping) gives unbounded sensitivity and is only "
-                f"allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
-                f"positive clip_norm, or epsilon=np.inf for the non-private baseline."
-            )
+        check_unclipped(self, getattr(self, "_clip_bounds", ("clip_norm",)))
 
     def fit(self, X, y, groups=None):
         """Fit the shared part under user-level DP and every user's personal part.
@@ -374,20 +400,30 @@ class BasePersonalizedEstimator(BaseEstimator):
         return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):
-        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`
-        (subclasses extend it via ``super()``)."""
+        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`.
+
+        A pure function of the parameters and the data: the estimator is left
+        as it was, and every fitted attribute validation decides is in
+        ``FitData.attributes`` (``fit`` and the distributed driver set them
+        once). Subclasses extend it via ``super()`` and add theirs there.
+        """
         self._validate_params()
         self._validate_privacy_params()
         _reject_sparse(self, X)
+        # validate_data(reset=True) sets n_features_in_ (and feature_names_in_ when X
+        # has column names) on the estimator it is given: a copy, read back below.
+        probe = copy.copy(self)
         # scikit-learn's finiteness check sums X: values near the float maximum
         # would warn about an overflow that depends on one user's data.
         with np.errstate(over="ignore", invalid="ignore"):
-            X, y = validate_data(self, X, y, reset=True, **self._validate_data_kwargs())
+            X, y = validate_data(probe, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
+        inputs = {name: getattr(probe, name) for name in _INPUT_ATTRIBUTES
+                  if hasattr(probe, name)}
         return FitData(
             X=X, y=y, index=index,
             meta={"n_users": int(index.n_users), "n_features": int(X.shape[1])},
-            attributes={"user_ids_": index.users, "n_users_": int(index.n_users),
+            attributes={**inputs, "user_ids_": index.users, "n_users_": int(index.n_users),
                         "_fitted_with_groups": groups is not None},
         )
 

@@ -348,6 +348,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         "verbose": ["verbose"],
     }
     _personal_attributes = ("user_embeddings_", "user_biases_")
+    _clip_bounds = ("clip_norm", "rating_clip")
 
     def __init__(self, *, n_components=10, epsilon=1.0, delta=1e-6, weighting="adaptive",
                  mu=0.25, user_budget=20.0, weight_normalization="budget", solver="als",
@@ -390,12 +391,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     # Validation: parameters, the item catalogue, the rating entries
     # ------------------------------------------------------------------ #
     def _validate_privacy_params(self):
-        super()._validate_privacy_params()
-        if self.epsilon != np.inf and self.rating_clip is None:
-            raise ValueError(
-                f"rating_clip=None (no clipping of ratings) gives unbounded sensitivity and "
-                f"is only allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
-                "positive rating_clip (the largest |rating - mean| to keep) or 'auto'.")
+        super()._validate_privacy_params()  # clip_norm=None, rating_clip=None: epsilon=inf
         if not MIN_CLIP <= self.user_budget < np.inf:
             # a subnormal budget let rounding push one user's sum of w^2 to 1.4 x beta
             raise ValueError(

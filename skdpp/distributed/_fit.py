@@ -68,11 +68,10 @@ def _public_attributes(estimator, attributes):
 
 
 def _validate_partition(estimator, raw):
-    """One partition through a copy of the estimator's ``_validate_fit_data``: the
-    data (kept on the worker) and a summary for the driver (id range and kinds,
-    vocabulary, attributes validation set, warnings)."""
-    estimator = copy.deepcopy(estimator)  # never the driver's object (threads)
-    before = dict(vars(estimator))
+    """One partition through the estimator's ``_validate_fit_data`` (a pure function:
+    every attribute it decides is in the returned ``FitData.attributes``): the data
+    (kept on the worker) and a summary for the driver (id range and kinds,
+    vocabulary, warnings)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
@@ -82,11 +81,8 @@ def _validate_partition(estimator, raw):
     users = np.asarray(data.attributes.get("user_ids_", []))
     id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
         else None
-    set_by_validation = {k: v for k, v in vars(estimator).items()
-                         if k not in before or before[k] is not v}
     summary = {"id_range": id_range, "vocabulary": vocabulary,
                "id_kinds": id_kinds(users) if users.size else frozenset(),
-               "set_by_validation": set_by_validation,
                "warnings": [(w.category, str(w.message)) for w in caught]}
     return _Validated(data, summary)
 
@@ -98,9 +94,7 @@ def _prepare_partition(estimator, validated, vocabulary, randomness):
     if vocabulary is not None:
         data = estimator._apply_vocabulary(data, vocabulary)
     blocks = estimator._make_blocks(data, randomness)
-    summary = {"meta": data.meta,
-               "attributes": {**_public_attributes(estimator, data.attributes),
-                              **validated.summary["set_by_validation"]},
+    summary = {"meta": data.meta, "attributes": _public_attributes(estimator, data.attributes),
                "n_blocks": len(blocks), "n_users": int(sum(b.n_users for b in blocks))}
     return _Prepared(blocks, dict(data.attributes), summary)
 

@@ -72,6 +72,12 @@ class _RepresentationRegressor(_LinearRegressor):
     set ``_algorithm`` (``Config``, ``plan``, ``run``) and their own parameters."""
 
     _personal_attributes = ("heads_", "intercepts_", "own_label_ranges_")
+
+    @property
+    def _clip_bounds(self):
+        """Every clip bound of the algorithm (``None``: only with ``epsilon=np.inf``)."""
+        return self._algorithm.Config.clip_names
+
     _parameter_constraints = {
         **BasePersonalizedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
@@ -103,12 +109,6 @@ class _RepresentationRegressor(_LinearRegressor):
                 f"n_components={k} must be <= n_features={n_features} (the shared "
                 f"embedding U is n_features x n_components with orthonormal columns). "
                 f"Pass n_components <= {n_features}.")
-        for name in self._algorithm.Config.clip_names:
-            if getattr(self, name) is None and self.epsilon != np.inf:
-                raise ValueError(
-                    f"{name}=None (no clipping) gives unbounded sensitivity and is only "
-                    f"allowed with epsilon=np.inf; got epsilon={self.epsilon!r}. Pass a "
-                    f"positive {name}, or 'auto'.")
         if not isinstance(self.init, str):
             U0 = np.asarray(self.init, dtype=np.float64)
             if U0.shape != (n_features, k) or not np.all(np.isfinite(U0)):

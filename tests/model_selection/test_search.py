@@ -117,8 +117,7 @@ class OldStyleLaplaceMean(ToyPersonalizedMean):
                                 sensitivity=2.0)
         self.mean_ = float(total[0] / data.index.n_users)
         self.offsets_ = segment_mean(data.y - self.mean_, data.index)
-        self.user_ids_, self.n_users_ = data.index.users, data.index.n_users
-        self._fitted_with_groups = True
+        self._set_fitted_attributes(data.attributes)  # user_ids_, n_features_in_, ...
         self.privacy_report_ = release.report(n_users=data.index.n_users, released=("mean_",),
                                               local=("offsets_",))
         return self
