@@ -67,21 +67,11 @@ THRESHOLD = 1.10  # "slower by more than 10%"
 # --------------------------------------------------------------------------- #
 def _movielens(path):
     """Training rows of bench_real_data's split (seed 0): features, items, y, groups."""
-    from skdpp.datasets import load_movielens
-    from skdpp.model_selection import per_user_train_test_split
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_real_data import load, split
 
-    data = load_movielens(path)
-    pos = np.searchsorted(data.movie_ids, data.item_ids)
-    pos = np.minimum(pos, data.movie_ids.shape[0] - 1)
-    known = data.movie_ids[pos] == data.item_ids
-    genres = np.where(known[:, None], data.genres[pos], False).astype(np.float64)
-    year = np.where(known, data.years[pos], np.nan)
-    year = np.where(np.isnan(year), np.nanmedian(data.years), year)
-    X = np.column_stack([genres, year])
-    X_tr, _, I_tr, _, y_tr, _, g_tr, _ = per_user_train_test_split(
-        X, data.item_ids[:, None], data.ratings, groups=data.user_ids, test_size=0.2,
-        random_state=0)
-    return X_tr, I_tr, y_tr, g_tr
+    train, _ = split(load(path, "all"), 0)
+    return train["X"], train["I"], train["y"], train["g"]
 
 
 def _representation(n_users):
