@@ -179,13 +179,22 @@ def test_distinct_rows_are_bitwise_and_survive_hash_collisions(monkeypatch):
         first, key = ms._distinct_rows(A)
         assert first.size == 5      # 0.0 and -0.0 differ bitwise; NaN rows are equal
         assert_array_equal(A[first][key].view(np.uint64), A.view(np.uint64))
+        order, n_pairs = ms._negation_order(A[first].view(np.uint64))
+        rows = A[first][order]
+        mirror = first.size - n_pairs
+        assert_array_equal(rows[mirror:].view(np.uint64), (-rows[:n_pairs]).view(np.uint64))
+        if multiplier:              # (0, 1) and (-0, -1) are negations of each other
+            assert n_pairs == 1
 
 
-def test_negated_rows_on_ratings_data_and_a_wrong_key_is_caught(monkeypatch):
-    """Items rated both ways (negated distinct rows, exact ties g = 0 included) score
-    as the reference; a broken distinct-row key changes the scores."""
+def test_negated_rows_are_paired_on_ratings_data_and_a_wrong_pairing_is_caught(monkeypatch):
+    """Items rated both ways give pairs of negated rows, whose grid losses come from
+    one product (-g <= t iff g >= -t, exact ties included); pairing rows that are
+    not negations of each other changes the scores."""
     rng = np.random.default_rng(5)
     codes, yZ = ratings_like(rng, np.array([20, 31, 12]), n_items=6)
+    first, key = ms._distinct_rows(yZ)
+    assert ms._negation_order(yZ[first].view(np.uint64))[1] >= 3
     seg = block(codes, 3)
     cands = candidates_for(rng, yZ.shape[1], 3, 5)
     dirs = jlc.direction_grid(3, 16, np.random.default_rng(5))
@@ -195,13 +204,14 @@ def test_negated_rows_on_ratings_data_and_a_wrong_key_is_caught(monkeypatch):
     cands_i = candidates_for(rng, yZ.shape[1], 3, 5, integer=True)  # exact ties g = 0
     assert_array_equal(ms.candidate_user_losses(block(codes_i, 3), yZ_i, cands_i, dirs, 0.0),
                        reference_losses(block(codes_i, 3), yZ_i, cands_i, dirs, 0.0))
-    real = ms._distinct_rows
+    real = ms._negation_order
 
-    def shifted(A):                 # broken: every row takes the next distinct row
-        first, key = real(A)
-        return first, (key + 1) % first.size
+    def shifted(words):             # broken: the negations in the reverse order
+        order, n = real(words)
+        order[order.size - n:] = order[order.size - n:][::-1].copy()
+        return order, n
 
-    monkeypatch.setattr(ms, "_distinct_rows", shifted)
+    monkeypatch.setattr(ms, "_negation_order", shifted)
     assert not np.array_equal(ms.candidate_user_losses(seg, yZ, cands, dirs, 0.0), want)
 
 

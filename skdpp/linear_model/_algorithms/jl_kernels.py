@@ -121,7 +121,8 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
 
     The projections and grid losses are computed once per distinct row
-    (:func:`_distinct_rows`) and counted per user by :class:`_GridCounter`;
+    (:func:`_distinct_rows`; a row and its negation share one product,
+    :func:`_negation_order`) and counted per user by :class:`_GridCounter`;
     blocks of mostly distinct rows and the ``k = 2`` circle grid are scored
     row by row (:func:`_row_user_losses`). Every product is the same
     floating-point operation on the same operands on every path and for any
@@ -159,13 +160,17 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     first, key = _distinct_rows(yZ)
     if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
         return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, False)
+    order, n_pairs = _negation_order(yZ[first].view(np.uint64).reshape(first.shape[0], -1))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    first, key = first[order], rank[key]
     distinct = yZ[first]                                     # (n_distinct, k')
     n_keys = first.shape[0]
     # candidate chunks: projections within memory (outer), grid losses in cache (inner)
     per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
     outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
     inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
-    grid = _GridCounter(seg, n_dir, key, n_keys)
+    grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
     row_user = seg.row_user
     dot = _dot(k)
     # numpy sends a single-row product to another BLAS routine: pad it to two rows
@@ -276,6 +281,28 @@ def _distinct_rows(A):
     return first, key.reshape(-1)
 
 
+_SIGN_BITS = np.uint64(1 << 63)
+
+
+def _negation_order(words):
+    """``(order, n_pairs)`` of distinct rows (bits ``words``) such that
+    ``rows[order][-n_pairs:] == -rows[order][:n_pairs]`` bit for bit (an item
+    rated both ways); a hash collision only loses a pair."""
+    n = words.shape[0]
+    h = _row_hashes(words)
+    by_hash = np.argsort(h, kind="stable")
+    hn = _row_hashes(words ^ _SIGN_BITS)
+    pos = np.minimum(np.searchsorted(h[by_hash], hn), max(n - 1, 0))
+    partner = by_hash[pos] if n else pos
+    ok = (h[partner] == hn) & (words[partner] == (words ^ _SIGN_BITS)).all(axis=1)
+    index = np.arange(n)
+    ok &= ok[partner] & (partner[partner] == index)      # mutual pairs only
+    first = np.flatnonzero(ok & (index < partner))
+    second = partner[first]
+    alone = np.flatnonzero(~ok)
+    return np.concatenate([first, alone, second]), int(first.shape[0])
+
+
 class _GridCounter:
     """Per-user minimum over the direction grid of the margin-loss counts.
 
@@ -300,9 +327,10 @@ class _GridCounter:
             + (np.arange(piece_user.shape[0]) - first) * _GridCounter.CAP
         return n_pieces, piece_user, piece_start
 
-    def __init__(self, seg, n_dir, key, n_keys):
+    def __init__(self, seg, n_dir, key, n_keys, n_pairs=0):
         self.n_dir = n_dir
         self.n_keys = n_keys
+        self.n_pairs = n_pairs
         n_pieces, self.piece_user, piece_start = self.pieces(seg)
         self.owner = sp.csr_matrix(
             (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
@@ -345,11 +373,18 @@ class _GridCounter:
             self._buffers[b] = (np.zeros((n_keys, width), dtype=bool),  # padding stays 0
                                 np.empty((max(min(step, n_keys) * b, 2), n_dir)))
         losses, dots = self._buffers[b]
-        for r0 in range(0, n_keys, step):  # cache-sized steps of distinct rows
-            r1 = min(n_keys, r0 + step)
+        pairs = self.n_pairs
+        mirror = n_keys - pairs     # distinct row mirror + i is the negation of row i
+        for r0 in range(0, mirror, step):  # cache-sized steps of distinct rows
+            r1 = min(mirror, r0 + step)
             m = r1 - r0
             g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
-            np.less_equal(g.reshape(m, b * n_dir), threshold, out=losses[r0:r1, :b * n_dir])
+            g = g.reshape(m, b * n_dir)
+            np.less_equal(g, threshold, out=losses[r0:r1, :b * n_dir])
+            if r0 < pairs:  # the negated rows' products are exactly -g: -g <= t iff g >= -t
+                e = min(r1, pairs)
+                np.greater_equal(g[:e - r0], -threshold,
+                                 out=losses[mirror + r0:mirror + e, :b * n_dir])
         # bytes of 64-bit words as counters: at most CAP rows per piece, no carry
         counts = (self.owner @ losses.view(np.uint64)).view(np.uint8)
         counts = counts[:, :b * n_dir].reshape(n_pieces, b, n_dir)
