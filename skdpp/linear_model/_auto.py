@@ -188,8 +188,8 @@ VARIANCE_FLOOR = 0.05
 #: candidates, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ`` the plan's count
 #: noise std: the search's rank error stays inside the tail it may cut), then
 #: widened by ``LABEL_SLACK`` of its width on each side.
-#: The grid's ratio between neighbours is 1.075 (``LABEL_GRID_SIZE = 128``, ratio
-#: 1.34, and a slack of 0.25 released 8.0 as the top of 1-5 ratings: MovieLens,
+#: The grid's ratio between neighbours is 1.075 (an earlier 128-point grid, ratio
+#: 1.34, with a slack of 0.25 released 8.0 as the top of 1-5 ratings: MovieLens,
 #: ``benchmarks/bench_defaults.py``); the outer end of the selected cell already
 #: errs on the wide side, so the slack is small.
 #: The upper end 0.5 (a median of the users' extremes) keeps every comparison of
