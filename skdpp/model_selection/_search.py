@@ -624,7 +624,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             finally:
                 final_seed = _take_back_seed(final)
             self._check_trial_budget(final, rho_last)
-            spent = sum(report_rho(leaf.privacy_report_) or math.inf for _, leaf in leaves)
+            spent = sum(_or_inf(report_rho(leaf.privacy_report_)) for _, leaf in leaves)
             if not math.isinf(rho_fit) and spent > rho_fit * (1.0 + 1e-9):
                 raise PrivacyBudgetError(
                     f"A Pipeline trial's steps spent rho={spent:.6g} (zCDP) together, more "
@@ -966,3 +966,8 @@ def _results(configs, scores, trial_eps):
     results["validation_score"] = np.asarray(scores, dtype=float)
     results["trial_epsilon"] = np.asarray(trial_eps, dtype=float)
     return results
+
+
+def _or_inf(rho):
+    """``rho``, or ``inf`` when undetermined (``None``); a fit that released nothing spent 0."""
+    return math.inf if rho is None else rho
