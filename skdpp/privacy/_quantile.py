@@ -15,6 +15,10 @@ every other phase at ε = 1).
 * :func:`private_location` -- the mean of one scalar per user, robust to the
   scale and the offset of the values: its noise is relative to their
   *spread*, not their magnitude (a column shifted by 10^4 is not noisier).
+* :func:`private_median` -- one exponential-mechanism selection of the median
+  over a fine public grid: pure ε-DP in one release, for a fit whose whole
+  budget is too small for the searches above (a fit predicted useless
+  releases only this, so no Gaussian ledger is loosened).
 
 Users' values enter only through sums over users: :func:`cumulative_counts`
 (and :func:`distance_counts`, :func:`clipped_deviation_sum`) of a block of
@@ -56,8 +60,8 @@ import numpy as np
 from ._clipping import clip_values
 
 __all__ = ["LOCATION_SEARCH_STEPS", "clipped_deviation_sum", "cumulative_counts",
-           "distance_counts", "private_location", "private_quantile", "quantile_grid",
-           "search_steps"]
+           "distance_counts", "median_found", "private_location", "private_median",
+           "private_quantile", "quantile_grid", "search_steps"]
 
 #: Public range of the candidate grids (values outside it are represented by
 #: the end points).
@@ -281,3 +285,66 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
     if return_shift:
         return center + shift, radius, shift / radius if radius > 0 else 0.0
     return center + shift, radius
+
+
+#: Positive candidates of :func:`private_median` (adjacent ones differ by a
+#: factor ``10**(16/1023) = 1.037``: 0.13 at a median of 3.5).
+MEDIAN_GRID_SIZE = 1024
+#: :func:`median_found` asks the public bound on the chance of a selection
+#: outside the users' values to be at most this.
+MEDIAN_FAILURE = 1e-5
+
+
+def private_median(release, phase, reduce, *, n_users):
+    """The median of one scalar per user: one exponential-mechanism selection.
+
+    Candidates: ``quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)``; score
+    of candidate ``c_j``: ``-|#{i : v_i <= c_j} - n/2|``. Replacing one user
+    changes every count, hence every score, by at most 1 (``n_users`` is
+    public): sensitivity 1, one release of ``phase`` (an ``"exponential"``
+    phase; its per-selection ε is the plan's). Pure ε-DP: the selection is
+    ``c_j`` with probability ``∝ exp(ε s_j / 2)``.
+
+    Every candidate below the smallest or above the largest value scores
+    ``-n/2``: the chance of such a selection is at most ``G exp(-ε n / 4)``
+    times ``1 / P(best candidate)``; :func:`median_found` is the public rule
+    that keeps the first factor below :data:`MEDIAN_FAILURE`.
+
+    Parameters
+    ----------
+    release : Releaser
+    phase : str
+    reduce : callable
+        ``reduce(fn)``: the sum over all users' blocks of ``fn(values)``
+        (as in :func:`private_location`; non-finite values count above every
+        candidate).
+    n_users : int
+        The public number of users.
+
+    Returns
+    -------
+    median : float
+    """
+    grid = quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)
+    below = np.asarray(reduce(functools.partial(value_counts, grid=grid)), dtype=np.float64)
+    scores = -np.abs(below - 0.5 * float(n_users))
+    return float(grid[release.exponential(phase, scores, sensitivity=1.0)])
+
+
+def median_found(epsilon, n_users):
+    """Whether :func:`private_median` at ``epsilon`` is predicted to land among the values.
+
+    Public rule (``n_users``, ``epsilon``): ``G exp(-ε n / 4) <= MEDIAN_FAILURE``
+    with ``G = 2 * MEDIAN_GRID_SIZE`` candidates, i.e. ``ε n >= 4 ln(G /
+    MEDIAN_FAILURE)`` (about 76: ε >= 0.26 with 300 users, 0.08 with 1 000).
+    Below, the users cannot outweigh the candidates where no user is, and
+    no scale-free location can be released.
+
+    Measured (MovieLens, 40 public 300-user subsets, the users' mean ratings):
+    a selection outside the users' means with mean probability 0.47 at
+    ε = 0.1, 1e-3 at 0.2, 1e-6 at 0.3.
+    """
+    if epsilon == np.inf:
+        return True
+    size = 2 * MEDIAN_GRID_SIZE
+    return float(epsilon) * max(int(n_users), 0) >= 4.0 * math.log(size / MEDIAN_FAILURE)
