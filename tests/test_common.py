@@ -85,9 +85,10 @@ def _released_values(est):
 
 @pytest.mark.parametrize("cls", _exported_estimators() + [ToyPersonalizedMean],
                          ids=lambda c: c.__name__)
-def test_random_state_none_draws_fresh_entropy_not_numpy_global_seed(cls):
+def test_random_state_none_draws_fresh_entropy_not_numpy_global_seed(cls, full_plan):
     # random_state=None must not be reproducible through np.random.seed (an
     # adversary who can seed numpy's global generator could subtract the noise).
+    # full_plan: 60 users at epsilon 1 would otherwise get the one-release fallback.
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(60), 4)
     X = rng.normal(size=(240, 3))

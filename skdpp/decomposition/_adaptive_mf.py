@@ -249,7 +249,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     local_only_ : bool
         True when the plan predicted a useless fit (public rule; a
         :class:`~skdpp.exceptions.UselessFitWarning` says so): known users
-        predict their own mean rating, new users 0.
+        predict their own mean rating, new users ``mean_`` (the users'
+        median mean rating by one exponential-mechanism selection, or 0 when
+        ``epsilon * n_users`` is too small for it); nothing else is released.
     user_ids_ : ndarray of shape (n_users,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_, n_items_, n_iter_, n_features_in_ : int
@@ -611,8 +613,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])
         items = _lookup_items(self._catalogue_keys, X)  # -1: not published
-        if getattr(self, "local_only_", False):  # useless: own means, 0 for new users
-            pred = np.zeros(X.shape[0])
+        if getattr(self, "local_only_", False):  # useless: own means; new users mean_
+            pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
             known = users >= 0
             pred[known] = self.user_biases_[users[known]]
             return pred

@@ -13,11 +13,16 @@ one statistic per user and charged in the plan's phase ``"clip"``:
 """
 
 import functools
+import warnings
 
 import numpy as np
 
+from ..base import _caller_stacklevel
+from ..exceptions import UselessFitWarning
+from ..privacy import BudgetPlan
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
-from ..privacy._quantile import (cumulative_counts, private_location, private_quantile,
+from ..privacy._quantile import (MEDIAN_GRID_SIZE, median_found, private_median,
+                                cumulative_counts, private_location, private_quantile,
                                 quantile_grid, search_steps)
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
@@ -458,12 +463,10 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
 
     ``codes``: each row's user position (``-1`` for a new user). A fit
     predicted useful: every prediction clamped to the released
-    ``label_range``. A useless fit (``local_only``): a known user's own ridge
-    prediction clamped to its own label range (``own_ranges``, its personal
-    attribute, :func:`own_label_ranges`), new users the prior 0 -- not the
-    cold-start part clamped to the label range, both of which come from
-    searches that the rule predicts to go astray (measured: a released range
-    up to 3e4 at epsilon 0.1).
+    ``label_range``. A useless fit (``local_only``, :class:`FallbackPlan`:
+    no label range): a known user's own ridge prediction clamped to its own
+    label range (``own_ranges``, its personal attribute,
+    :func:`own_label_ranges`); new users keep the cold-start level.
     """
     known = codes >= 0
     if not local_only:
@@ -472,7 +475,7 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
         own = np.asarray(own_ranges)[codes[known]]
         pred = pred.copy()
         pred[known] = clamp_predictions(pred[known], (own[:, 0], own[:, 1]))
-    return np.where(known, pred, 0.0)
+    return pred
 
 
 def clamp_predictions(pred, label_range, rows=None):
@@ -489,28 +492,111 @@ def clamp_predictions(pred, label_range, rows=None):
     return np.where(mask, np.clip(pred, lo, hi), pred)
 
 
-#: What a useless linear fit does instead (the text of its warning).
-LINEAR_FALLBACK = ("each known user gets its own ridge fit (local data) and new users the "
-                   "prior 0")
+#: What a useless linear fit does for its known users (the text of its warning).
+LINEAR_FALLBACK = "each known user gets its own ridge fit (local data only)"
+#: The one phase of a :class:`FallbackPlan` (an exponential-mechanism selection).
+LEVEL_PHASE = "cold_start"
 
 
-def useless_fit_message(clip_noise, n_users, name, fallback=LINEAR_FALLBACK):
+def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
     """A warning text when the plan predicts a useless fit, else None (public values only).
 
     ``clip_noise`` is the calibrated noise multiplier of the phase ``"clip"``
     (the std of each released count, sensitivity 1); the rule compares it to
-    ``USELESS_CLIP_NOISE * n_users``. ``fallback`` says what the estimator
-    does instead.
+    ``USELESS_CLIP_NOISE * n_users``. ``fallback`` says what the known users
+    get instead (``None``: the fit runs as planned); ``level``: whether the
+    fallback releases the users' median
+    (:func:`~skdpp.privacy._quantile.median_found`).
     """
     if clip_noise is None or not np.isfinite(clip_noise) or \
             clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
         return None
-    return (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
+    text = (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
             f"the fit's bounds count users with noise std {clip_noise:.3g} > "
-            f"{USELESS_CLIP_NOISE:g} * n_users: the released bounds and cold-start part "
-            f"are mostly noise; {fallback}. Use "
-            f"more users or a larger epsilon. (A data-independent rule: n_users, epsilon, "
-            f"delta and the plan.)")
+            f"{USELESS_CLIP_NOISE:g} * n_users, so the bounds and the model are mostly noise")
+    if fallback is not None:
+        new = ("new users the users' median mean label (the whole budget on one "
+               "exponential-mechanism selection)" if level else
+               "new users the prior 0 (too few users even for one private median: "
+               "epsilon * n_users below about 76)")
+        text = text.replace(" count users", " would count users").replace(
+            " are mostly noise", " would be mostly noise") + f". Instead, {fallback} and {new}"
+    return (f"{text}. Use more users or a larger epsilon. (A data-independent rule: "
+            f"n_users, epsilon, delta and the plan.)")
+
+
+class FallbackPlan(BudgetPlan):
+    """The plan of a fit predicted useless: at most one release (:func:`fallback_plan`).
+
+    Phase :data:`LEVEL_PHASE` (one exponential-mechanism selection, the whole
+    ε, pure DP) when :func:`~skdpp.privacy._quantile.median_found`, else no
+    phase: nothing is released.
+
+    Attributes
+    ----------
+    message : str
+        The :class:`~skdpp.exceptions.UselessFitWarning` of the fit.
+    """
+
+    def __init__(self, epsilon, delta, *, message, level):
+        super().__init__(epsilon, delta)
+        self.message = message
+        if level:
+            self.add_rest(LEVEL_PHASE, mechanism="exponential")
+
+
+def fallback_plan(plan, n_users, name, fallback=LINEAR_FALLBACK, *, level=True):
+    """``plan``, or the :class:`FallbackPlan` of a fit ``plan`` predicts useless.
+
+    The rule of :func:`useless_fit_message` on ``plan``'s phase ``"clip"``
+    (public: ``n_users``, ε, δ, the release counts). A useless fit's releases
+    would be mostly noise, and its budget is better spent on the one value
+    that is still within reach: the cold-start level (``level``: the model
+    has one, and :func:`~skdpp.privacy._quantile.median_found`). A plan with
+    a user-fixed noise multiplier, or without ``"clip"``, is kept.
+    """
+    if plan.fixed_noise or CLIP_PHASE not in plan:
+        return plan
+    level = bool(level) and median_found(plan.epsilon, n_users)
+    message = useless_fit_message(plan.calibrate()[CLIP_PHASE], n_users, name, fallback,
+                                  level)
+    if message is None:
+        return plan
+    return FallbackPlan(plan.epsilon, plan.delta, message=message, level=level)
+
+
+def fallback_level(release, reduce, n_users):
+    """A :class:`FallbackPlan` fit's cold-start level, after its warning.
+
+    The users' median of one value each (``reduce``, as for
+    :func:`~skdpp.privacy._quantile.private_median`: the mean labels), or the
+    prior 0 when the plan releases nothing.
+    """
+    warnings.warn(release.plan.message, UselessFitWarning, stacklevel=_caller_stacklevel())
+    if LEVEL_PHASE not in release.plan:
+        return 0.0
+    return private_median(release, LEVEL_PHASE, reduce, n_users=n_users)
+
+
+def mean_label_values(block, state, fn):
+    """Block function: ``fn`` of the block's users' mean labels (for :func:`fallback_level`)."""
+    return fn(user_means(block, np.asarray(block.take(block.y), dtype=np.float64))), state
+
+
+def fallback_note(release, level_attr):
+    """The report note of a :class:`FallbackPlan` fit (public values only)."""
+    what = (f"{level_attr} is the users' median mean label, one exponential-mechanism "
+            f"selection (phase {LEVEL_PHASE!r}, the whole epsilon, pure DP) over "
+            f"{2 * MEDIAN_GRID_SIZE} signed log-spaced candidates with score "
+            f"-|#(users' mean labels <= c) - n_users / 2| (sensitivity 1)"
+            if LEVEL_PHASE in release.plan else
+            f"nothing is released ({level_attr} is the prior 0: epsilon * n_users is too "
+            f"small for even one private median)")
+    return (f"Predicted useless (public rule: the count noise of the bounds' searches "
+            f"would exceed {USELESS_CLIP_NOISE:g} * n_users): the fit makes none of its "
+            f"usual releases; {what}; every known user's part is "
+            f"its own fit on its local data only (local_only_ = True). Use more users or "
+            f"a larger epsilon.")
 
 
 def at_grid_edge(value):
@@ -549,7 +635,7 @@ def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
     return float(clip_norm) > GRADIENT_BOUND_SLACK * float(feature_scale) * width
 
 
-def scaling_notes(scaled, dropped, labels, bounds, message):
+def scaling_notes(scaled, dropped, labels, bounds):
     """Report notes of the per-feature scales, the label range and grid-edge bounds."""
     notes = [
         f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
@@ -583,11 +669,4 @@ def scaling_notes(scaled, dropped, labels, bounds, message):
             f"statistics are about 0 in the standardised units, or noise): the shared "
             f"part learns nothing from them; predictions rest on the users' own means "
             f"and the cold-start intercept (post-processing, no privacy cost).")
-    if message is not None:
-        notes.append(
-            "Predicted useless (public rule: count noise of phase 'clip' above "
-            f"{USELESS_CLIP_NOISE:g} * n_users): every known user's part is its own ridge "
-            "fit shrunk towards zero weights and its own mean (local data only, not "
-            "clamped); new users get the prior 0, since the cold-start part and the label "
-            "range are mostly noise (post-processing).")
     return tuple(notes)

@@ -125,7 +125,8 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     n_users_ : int
         Number of users in ``fit``.
     n_iter_ : int
-        Number of iterations run.
+        Number of iterations run (1 in a fit predicted useless, ``local_only_``:
+        its one pass of personal fits).
     privacy_report_ : PrivacyReport
         Budget plan, sensitivities, noise multipliers and the spent (ε, δ).
     n_features_in_ : int
@@ -206,8 +207,13 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     the lower edge of its grid is dropped or ignored (post-processing). The
     cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)``. If the
     ``"clip"`` count noise exceeds ``USELESS_CLIP_NOISE * n_users`` (public),
-    a :class:`~skdpp.exceptions.UselessFitWarning` is raised and each known
-    user gets its own ridge fit towards zero and its mean (``local_only_``).
+    a :class:`~skdpp.exceptions.UselessFitWarning` is raised and the fit
+    makes none of its releases (``local_only_``): each known user gets its
+    own ridge fit towards zero and its mean on public random components
+    (local data only); the whole budget goes to one exponential-mechanism
+    selection of the users' median mean label (``cold_start_intercept_``,
+    pure ε-DP) when ``epsilon * n_users`` is large enough for it (about 76),
+    else new users get 0.
 
     References
     ----------

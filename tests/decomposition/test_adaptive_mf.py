@@ -36,6 +36,8 @@ from tests.privacy.harness import (
     record_releases,
 )
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 
 # --------------------------------------------------------------------------- #
 # Helpers

@@ -33,6 +33,8 @@ from skdpp.exceptions import PrivacyLeakWarning
 from skdpp.privacy import Releaser, mechanisms
 from tests.privacy.harness import record_releases
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 # Huge noise on the counts: every candidate clears any threshold.
 SHIFT = 1e12
 # Background: user u rates items (u + j) % N_POOL, j < PER_USER, so every

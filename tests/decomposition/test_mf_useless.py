@@ -3,8 +3,10 @@
 With 300 users at epsilon = 0.1 the count noise of the bounds' searches is
 larger than half the number of users: every noisy bisection turns at random and
 the released ``mean_`` was seen at 3e3 .. 4e6 on MovieLens. The public
-useless-fit rule (the linear models' rule) makes the fit local-only: each known
-user predicts its own mean, a new user the prior 0; a warning computed from
+useless-fit rule (the linear models' rule) replaces the plan by its fallback
+(local-only): each known user predicts its own mean, a new user the users'
+median mean rating (one exponential-mechanism release) or, below
+``epsilon * n_users`` of about 76, the prior 0; a warning computed from
 n_users, epsilon, delta and the plan says so.
 """
 
@@ -49,6 +51,15 @@ def test_useless_budget_predicts_own_means_and_the_prior():
     np.testing.assert_allclose(est.predict(items[:1], groups=[10_000]), y[:7].mean() + 1.0)
 
 
+def test_useless_budget_with_enough_users_for_the_median():
+    est, caught, (items, y, g) = _fit(0.3)
+    assert est.local_only_ and len(caught) == 1 and "median" in str(caught[0].message)
+    means = np.bincount(g, y) / np.bincount(g)
+    cold = est.predict(items, groups=np.full(g.size, -1))
+    assert np.all(cold == est.mean_) and means.min() <= est.mean_ <= means.max()
+    assert [p.name for p in est.privacy_report_.phases] == ["cold_start"]
+
+
 def test_useless_rule_is_data_independent():
     """Same warning text and local_only_ whatever the ratings (public rule)."""
     a = _fit(0.1)
@@ -76,7 +87,7 @@ def test_broken_rule_gives_garbage(monkeypatch):
     """Broken variant: without the rule the same fits predict far outside [0.5, 5]."""
     import skdpp.decomposition._algorithms.adaptive_mf as mod
 
-    monkeypatch.setattr(mod, "useless_fit_message", lambda *a, **k: None)
+    monkeypatch.setattr(mod, "fallback_plan", lambda plan, *a, **k: plan)
     worst = 0.0
     for seed in range(4):
         est, _, (items, y, g) = _fit(0.1, seed=seed)

@@ -148,7 +148,7 @@ def _fit_warnings(est, X, y, g):
     return [str(w.message) for w in caught if "private item catalogue" in str(w.message)]
 
 
-def test_tiny_catalogue_warns_at_fit_and_in_the_report():
+def test_tiny_catalogue_warns_at_fit_and_in_the_report(full_plan):
     X, y, g = _popular_ratings(n_users=30)
     est = _mf(epsilon=1.0, items=None)
     messages = _fit_warnings(est, X, y, g)
@@ -159,7 +159,7 @@ def test_tiny_catalogue_warns_at_fit_and_in_the_report():
     assert note and "0 item(s) published" in note[0] and "empty" in note[0]
 
 
-def test_tiny_catalogue_warning_is_a_function_of_the_release():
+def test_tiny_catalogue_warning_is_a_function_of_the_release(full_plan):
     # Neighbouring data sets (user 0 replaced by an extreme user) with the same
     # release (same number of published items): the same warning, word for word.
     X, y, g = _popular_ratings(n_users=30)

@@ -37,6 +37,8 @@ from tests.privacy.harness import (
     record_noise,
 )
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 
 def _ref_altmin(X, y, groups, U0, *, T, eta, zeta, schedule, batch_mode, seed):
     """Plain-loop Alg. 1 + Alg. 2 without noise, materialising every vec(x v^T).

@@ -21,6 +21,8 @@ from skdpp.privacy._quantile import cumulative_counts
 from tests.linear_model._reference import _canary_last
 from tests.privacy.harness import adversarial_neighbours, assert_sensitivity
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 ESTIMATORS = [PrivateFedRepRegressor, PrivAltMinRegressor, PPSGDRegressor]
 
 

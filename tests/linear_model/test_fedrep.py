@@ -39,6 +39,8 @@ from tests.privacy.harness import (
     record_noise,
 )
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 
 # --------------------------------------------------------------------------- #
 # Independent loop-based reference of the non-private algorithm

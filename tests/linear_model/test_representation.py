@@ -25,6 +25,8 @@ from skdpp.utils._grouped import make_blocks
 from skdpp.utils._random import FitRandomness
 from tests.privacy.harness import assert_sensitivity
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 
 def _toy(n_users=7, d=4, seed=0, max_rows=6):
     rng = np.random.default_rng(seed)

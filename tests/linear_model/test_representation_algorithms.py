@@ -11,6 +11,8 @@ from skdpp.exceptions import PrivacyBudgetError
 from skdpp.linear_model._algorithms import altmin, fedrep
 from skdpp.linear_model._algorithms import representation as rep
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 CASES = [
     (PrivateFedRepRegressor, {}),
     (PrivateFedRepRegressor, {"init": "private_pairwise", "clip_norm": 1.0, "max_iter": 3}),

@@ -121,20 +121,25 @@ def test_broken_feature_scale_counts_rows_not_users(monkeypatch):
 
 
 # ------------------------------------------------------- graceful degradation
+@pytest.mark.parametrize("epsilon", [0.1, 2.0])
 @pytest.mark.parametrize("cls", ESTIMATORS)
-def test_tiny_budget_degrades_to_local_fits_and_the_label_range(cls):
-    # 60 users at epsilon=0.1: the plan predicts a useless fit (public rule)
+def test_tiny_budget_degrades_to_local_fits_and_the_median(cls, epsilon):
+    # 60 users at epsilon 0.1 or 2: the plan predicts a useless fit (public rule)
     X, y, g, ts, _ = _data(n_users=60, m=10)
     X = np.c_[X, ts]
     with pytest.warns(UselessFitWarning, match="noise std"):
-        est = cls(epsilon=0.1, random_state=0).fit(X, y, groups=g)
-    assert est.local_only_
+        est = cls(epsilon=epsilon, random_state=0).fit(X, y, groups=g)
+    assert est.local_only_ and est.label_range_ is None
     known = est.predict(X, groups=g)
     # each known user's own ridge fit: no worse than predicting the global mean
     assert np.sqrt(np.mean((known - y) ** 2)) < np.std(y)
     cold = est.predict(X, groups=np.full(g.size, -1))
-    lo, hi = est.label_range_
-    assert np.all((cold >= lo) & (cold <= hi))  # never beyond the released range
+    means = np.bincount(g, y) / np.bincount(g)
+    if epsilon * 60 < 76:  # too few users even for the private median: the prior 0
+        np.testing.assert_array_equal(cold, 0.0)
+    else:  # the median of the users' mean labels: among them
+        assert np.all((cold >= means.min()) & (cold <= means.max()))
+        assert np.ptp(cold) == 0.0
     assert "Predicted useless" in str(est.privacy_report_)
 
 
@@ -183,5 +188,6 @@ def test_scaling_gate_is_public():
     pa = {p.name: p.count for p in a.privacy_report_.phases}
     pb = {p.name: p.count for p in b.privacy_report_.phases}
     assert pa == pb
-    shut = PPSGDRegressor(epsilon=1.0, random_state=0).fit(X, y, groups=g)
+    shut = PPSGDRegressor(epsilon=16.0, random_state=0).fit(X, y, groups=g)
+    assert not shut.local_only_
     assert shut.feature_scales_ is None and shut.label_range_ is not None

@@ -33,6 +33,8 @@ from tests.privacy.harness import (
     record_releases,
 )
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 SPACE = {"clip_norm": [0.1, 0.5, 1.0, 2.0]}
 
 

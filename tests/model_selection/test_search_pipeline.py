@@ -11,7 +11,8 @@ from skdpp.privacy._tuning import report_rho
 
 from ..privacy._toy_transformer import ToyPrivateCenterer
 
-pytestmark = pytest.mark.filterwarnings("ignore::skdpp.exceptions.UselessFitWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::skdpp.exceptions.UselessFitWarning"),
+              pytest.mark.usefixtures("full_plan")]  # the full plan (conftest.py)
 
 
 def _data(n_users=150, rows=6, d=3):

@@ -33,6 +33,8 @@ from tests.privacy.harness import (
     replacement_catalogue,
 )
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 USER = 3
 ATTAIN = 0.99
 

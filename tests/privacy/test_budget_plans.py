@@ -24,6 +24,8 @@ from scipy.stats import norm
 from skdpp.privacy import BudgetPlan
 from tests.privacy.test_one_user import ESTIMATORS, _data, _make
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 RTOL = 1e-6
 
 

@@ -20,7 +20,8 @@ from ._toy_transformer import ToyPrivateCenterer
 
 DELTA = 1e-6
 
-pytestmark = pytest.mark.filterwarnings("ignore::skdpp.exceptions.UselessFitWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::skdpp.exceptions.UselessFitWarning"),
+              pytest.mark.usefixtures("full_plan")]  # the full plan (conftest.py)
 
 
 @pytest.fixture(autouse=True)

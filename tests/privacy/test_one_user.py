@@ -85,30 +85,36 @@ DATA = {"regression": _regression, "classification": _classification, "mf": _rat
 CATALOGUE_ITEMS = np.arange(10)
 
 # Every estimator: its data kind and three configurations (its defaults, with
-# only the number of rounds cut; and two non-default ones).
+# only the number of rounds cut and, for the linear models on 30 users, an
+# epsilon at which the plan is predicted useful; and two non-default ones);
+# "fallback": a budget the plan predicts useless (the fallback plan's one
+# release, :func:`skdpp.linear_model._auto.fallback_plan`).
+USEFUL = {"epsilon": 16.0}
 ESTIMATORS = {
     "fedrep": (PrivateFedRepRegressor, "regression", {
-        "default": {},
+        "default": USEFUL,
         "disjoint_holdout": {"batch_mode": "disjoint", "personal_rows": "holdout",
-                             "fit_intercept": False, "n_components": 3},
+                             "fit_intercept": False, "n_components": 3, **USEFUL},
         "pairwise_fixed_clips": {"init": "private_pairwise", "clip_norm": 1.0,
                                  "head_clip_norm": 1.0, "init_clip_norm": 5.0,
                                  "budget_shares": {"clip": 0.1}},
+        "fallback": {"epsilon": 3.0},
     }),
     "altmin": (PrivAltMinRegressor, "regression", {
-        "default": {},
+        "default": USEFUL,
         "disjoint_holdout": {"schedule": "disjoint", "personal_rows": "holdout",
-                             "max_iter": 2},
+                             "max_iter": 2, **USEFUL},
         "pairwise_fixed_clips": {"init": "private_pairwise", "fit_intercept": False,
                                  "clip_norm": 5.0, "label_clip": 1.0, "head_clip_norm": 1.0,
                                  "init_clip_norm": 5.0},
     }),
     "ppsgd": (PPSGDRegressor, "regression", {
-        "default": {"n_rounds": 10},
+        "default": {"n_rounds": 10, **USEFUL},
         "sample_weighted_averaged": {"n_rounds": 10, "weighting": "sample", "average": True,
-                                     "batch_size": 4},
+                                     "batch_size": 4, **USEFUL},
         "no_intercept_fixed_clip": {"n_rounds": 10, "fit_intercept": False, "clip_norm": 1.0,
                                     "batch_size": None, "alpha": 0.5},
+        "fallback": {"n_rounds": 10, "epsilon": 3.0},
     }),
     "mf": (AdaptiveWeightMF, "mf", {
         "default": {"n_components": 3, "n_iter": 2},
@@ -117,6 +123,7 @@ ESTIMATORS = {
         "uniform_no_biases": {"n_components": 2, "n_iter": 2, "weighting": "uniform",
                               "center": False, "user_bias": False, "item_bias": False,
                               "items": CATALOGUE_ITEMS, "count_cap": 3},
+        "fallback": {"n_components": 3, "n_iter": 2, "epsilon": 0.05},
     }),
     "jl": (JLMarginClassifier, "classification", {
         "default": {"n_candidates": 32, "epsilon": 2.0},

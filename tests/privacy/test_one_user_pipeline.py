@@ -25,6 +25,8 @@ from tests.privacy.harness import (
 )
 from tests.privacy.test_one_user import USER, _neighbours, _regression
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 ENTRIES = ("rows_1e308", "rows_max_over_sqrt_d", "rows_5e-324", "targets_+1e305",
            "single_row", "tiny_rows_huge_targets", "huge", "zeros")
 

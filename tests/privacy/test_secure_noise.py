@@ -34,6 +34,8 @@ from skdpp.model_selection import PrivateRandomizedSearchCV
 from skdpp.privacy import mechanisms
 from skdpp.privacy._tuning import RandomStopping
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 
 def test_missing_extra_names_install_command(monkeypatch):
     """Without OpenDP, asking for secure mode raises an ImportError naming the extra."""

@@ -6,6 +6,8 @@ import pytest
 import skdpp
 from skdpp.privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
 
+pytestmark = pytest.mark.usefixtures("full_plan")  # small data: the full plan (conftest.py)
+
 ESTIMATORS = {
     "fedrep": lambda clip_share="auto", **kw: skdpp.PrivateFedRepRegressor(
         n_components=2, budget_shares={"clip": clip_share}, **kw),

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...base import FitResult, _caller_stacklevel
-from ...exceptions import UselessFitWarning
-from ...linear_model._auto import USELESS_CLIP_NOISE, useless_fit_message
+from ...linear_model._auto import (LEVEL_PHASE, FallbackPlan, fallback_level, fallback_note,
+                                   fallback_plan)
 from ...linear_model._heads import psd_ridge_solve
 from ...privacy import MIN_CLIP, BudgetPlan
 from ...privacy._plan import resolve_clip_share
@@ -168,7 +168,43 @@ def plan(config, meta):
 
     if not clip_count:
         return build(None)
-    return build(resolve_clip_share(shares["clip"], build, meta["n_users"]))
+    # predicted useless: _fallback's plan
+    return fallback_plan(build(resolve_clip_share(shares["clip"], build, meta["n_users"])),
+                         meta["n_users"], "AdaptiveWeightMF", _FALLBACK, level=cfg.center)
+
+
+#: What a useless fit's known users get (its warning's text).
+_FALLBACK = "each known user predicts its own mean rating (local data only)"
+
+
+def _fallback(executor, release, meta, cfg):
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
+
+    No model release: no item is published from a private catalogue (a
+    public one is kept, with zero embeddings and biases); each known user
+    predicts its own mean rating (local data only); a new user the users'
+    median mean rating (:func:`~skdpp.linear_model._auto.fallback_level`,
+    the plan's one release, as ``mean_``) or the prior 0.
+    """
+    n_users, k = int(meta["n_users"]), cfg.n_components
+    level = fallback_level(
+        release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
+    n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
+    published = np.arange(0 if cfg.catalogue == "private" else n_count)
+    m = published.shape[0]
+    U, bias = executor.collect(K.own_mean_parts, k)
+    attributes = {
+        "item_embeddings_": np.zeros((m, k)), "item_biases_": np.zeros(m),
+        "item_counts_": None, "item_weighted_counts_": None, "_popularity_noise": (0.0, 0.0),
+        "mean_": level, "mean_clip_": None, "rating_clip_": None, "count_cap_": cfg.count_cap,
+        "embedding_ridge_": None, "user_embeddings_": U, "user_biases_": bias,
+        "n_iter_": 0, "local_only_": True, "_published": published}
+    released = ("mean_",) * (LEVEL_PHASE in release.plan) \
+        + ("item_ids_",) * (cfg.catalogue == "private")
+    return FitResult(attributes=attributes, released=released,
+                     local=("user_embeddings_", "user_biases_"),
+                     notes=(fallback_note(release, "mean_"),),
+                     not_covered=("item_ids_",) if cfg.catalogue == "observed" else ())
 
 
 # Pre-processing releases (Alg. 3, line 2)
@@ -277,12 +313,8 @@ def run(executor, release, randomness, meta, config):
         f"weights, {cfg.catalogue} catalogue")
     # The public useless-fit rule of every estimator (count noise of the bounds'
     # searches against n_users): the bisections would turn at random.
-    message = useless_fit_message(
-        release.noise_multiplier("clip") if "clip" in release.plan else None, n_users,
-        "AdaptiveWeightMF", fallback="each known user predicts its own mean rating "
-        "(local data) and a new user the prior 0")
-    if message is not None:
-        warnings.warn(message, UselessFitWarning, stacklevel=_caller_stacklevel())
+    if isinstance(release.plan, FallbackPlan):
+        return _fallback(executor, release, meta, cfg)
 
     # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts
     # (which select the catalogue when it is not public).
@@ -378,11 +410,7 @@ def run(executor, release, randomness, meta, config):
         rho = K.choose_ridge(scores, release.noise_std("ridge", sens))
 
     # Personal parts (billboard model): exact least squares from the released items.
-    local_only = message is not None
-    if local_only:
-        U, bias = executor.collect(K.own_mean_parts, k)
-    else:
-        U, bias = executor.collect(K.personal_parts, (V, cfg, rho))
+    U, bias = executor.collect(K.personal_parts, (V, cfg, rho))
     if cfg.catalogue == "private" and cfg.epsilon != np.inf:  # no noise: the data's size
         _warn_tiny_catalogue(m, n_users, cfg.epsilon)
     attributes = {
@@ -391,7 +419,7 @@ def run(executor, release, randomness, meta, config):
         "mean_": mean, "mean_clip_": float(mean_clip) if cfg.center else None,
         "rating_clip_": rating_clip, "count_cap_": cfg.count_cap,
         "embedding_ridge_": float(rho), "user_embeddings_": U, "user_biases_": bias,
-        "n_iter_": cfg.n_iter, "local_only_": local_only, "_published": published}
+        "n_iter_": cfg.n_iter, "local_only_": False, "_published": published}
     released = [name for name, out in [
         ("item_embeddings_", True), ("item_biases_", cfg.item_bias), ("mean_", cfg.center),
         ("item_counts_", counts is not None), ("item_weighted_counts_", weights is not None),
@@ -399,11 +427,11 @@ def run(executor, release, randomness, meta, config):
         ("embedding_ridge_", auto_ridge), ("item_ids_", cfg.catalogue == "private")] if out]
     return FitResult(attributes=attributes, released=tuple(released),
                      local=("user_embeddings_", "user_biases_"),
-                     notes=_notes(cfg, m, local_only),
+                     notes=_notes(cfg, m),
                      not_covered=("item_ids_",) if cfg.catalogue == "observed" else ())
 
 
-def _notes(cfg, n_published, local_only):
+def _notes(cfg, n_published):
     """The report's notes (public values and the released catalogue size only)."""
     tiny = n_published < TINY_CATALOGUE and cfg.epsilon != np.inf
     catalogue = {
@@ -433,13 +461,6 @@ def _notes(cfg, n_published, local_only):
         notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
                      "sqrt(2 count_cap)) and, per pass, the weighted sums of user-centred "
                      "ratings (2 sqrt(count_cap) C_r).")
-    if local_only:
-        notes.append(
-            f"Predicted useless (public rule: count noise of phase 'clip' above "
-            f"{USELESS_CLIP_NOISE:g} * n_users): the released mean_, bounds and item parts are mostly noise and are "
-            "not used to predict: every known user predicts its own mean rating "
-            "(user_biases_, local data only) and a new user the prior 0 (local_only_ = "
-            "True). Use more users or a larger epsilon.")
     return tuple(notes)
 
 

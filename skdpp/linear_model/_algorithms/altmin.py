@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
-from .._auto import auto_bound, rms_per_user, user_weights
+from .._auto import FallbackPlan, auto_bound, rms_per_user, user_weights
 from .._heads import psd_floor_solve
 from . import representation as rep
 from .representation import fit_heads, take_rows
@@ -184,7 +184,10 @@ def run(executor, release, randomness, meta, config):
     """The fit: :func:`.representation.start`, Alg. 1 lines 1-6 with Alg. 2 as the
     private ``U`` step, then :func:`.representation.finish`. With ``max_iter=0``
     no bound is resolved (``clip_norm_`` and ``label_clip_`` are None).
+    A plan predicted useless: :func:`.representation.fallback_fit` instead.
     """
+    if isinstance(release.plan, FallbackPlan):
+        return rep.fallback_fit(executor, release, randomness, meta, config)
     begun = rep.start(executor, release, randomness, meta, config)
     executor.map(prepare_altmin, (randomness.key, config.batch_mode))
     key, n_users, n_rounds = randomness.key, meta["n_users"], int(config.max_iter)

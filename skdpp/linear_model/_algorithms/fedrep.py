@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...privacy._clipping import clipped_outer_sum, unit_rows
-from .._auto import auto_bound, rms_per_user
+from .._auto import FallbackPlan, auto_bound, rms_per_user
 from . import representation as rep
 from .representation import fit_heads, source_row_sum, take_rows
 
@@ -138,7 +138,10 @@ def run(executor, release, randomness, meta, config):
     The step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free: the loss's
     curvature in ``U`` is of the order of the targets' variance whatever the
     scale of ``X`` (which rescales the heads inversely).
+    A plan predicted useless: :func:`.representation.fallback_fit` instead.
     """
+    if isinstance(release.plan, FallbackPlan):
+        return rep.fallback_fit(executor, release, randomness, meta, config)
     begun = rep.start(executor, release, randomness, meta, config)
     key, n_users, n_iter = randomness.key, meta["n_users"], int(config.max_iter)
     quantile = float(config.clip_quantile)

@@ -21,10 +21,11 @@ from ...utils._executor import LocalExecutor
 from ...utils._random import FitRandomness
 from .. import _auto
 from .._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-                     VARIANCE_FLOOR, at_grid_edge, auto_bound, cold_start_levels,
+                     LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan, at_grid_edge, auto_bound,
+                     cold_start_levels, fallback_level, fallback_note, fallback_plan,
                      feature_scales, gradient_bound_inconsistent, inverse_scales,
-                     label_range, own_label_ranges, scaling_notes, standardize,
-                     standardize_block, useless_fit_message)
+                     label_range, mean_label_values, own_label_ranges, scaling_notes,
+                     standardize, standardize_block, useless_fit_message)
 from .._scratch import release_scratch
 from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
                             gradient_norm_statistic, make_sgd_blocks, offset_values,
@@ -147,6 +148,9 @@ def _plan(config, meta):
             _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
         # public rule: too noisy for the per-feature searches, run without them
         scaled, budget = False, resolved(n_base)
+    if config.labelled and config.fit_intercept:  # predicted useless: _fallback's plan
+        budget = fallback_plan(budget, meta["n_users"], "PPSGDRegressor",
+                               level=config.cold_start)
     return budget, scaled
 
 
@@ -211,6 +215,33 @@ def run(executor, release, randomness, meta, config):
         release_scratch()  # this thread's per-round buffers (see _scratch.py)
 
 
+def _fallback(executor, release, meta, config, sgd):
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
+
+    No model release: ``coef_ = 0``; each known user's parts are its own
+    ridge fit and mean (:func:`personal_refit` with ``local_only``: local
+    data only); the intercept of new users is the users' median mean label
+    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one
+    release) or the prior 0.
+    """
+    n_users, d = meta["n_users"], meta["n_features"]
+    level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
+    prior = PersonalPrior(np.zeros(d), level, None, float(config.personal_ridge or 0.0), sgd,
+                          0.0, True)
+    theta, b = _personal(executor, config, prior, int(config.n_rounds))
+    attributes = {"coef_": np.zeros(d), "intercept_": level, "offsets_": theta,
+                  "intercept_offsets_": b - level, "n_iter_": 0, "noise_multiplier_": 0.0,
+                  "clip_norm_": None, "feature_scale_": None, "intercept_clip_": None,
+                  "feature_scales_": None, "label_range_": None, "local_only_": True,
+                  "own_label_ranges_": executor.collect(own_label_ranges)}
+    return FitResult(attributes,
+                     released=("intercept_",) * (LEVEL_PHASE in release.plan),
+                     local=_LOCAL, notes=(fallback_note(release, "intercept_"),))
+
+
+_LOCAL = ("offsets_", "intercept_offsets_", "own_label_ranges_")
+
+
 def _run(executor, release, randomness, meta, config):
     lr_global, lr_local = step_sizes(config.alpha, config.learning_rate)
     n_users, d = meta["n_users"], meta["n_features"]
@@ -218,14 +249,15 @@ def _run(executor, release, randomness, meta, config):
     scaled = _plan(config, meta)[1]  # the public gate of the plan
     sgd = _sgd_config(config, randomness.key, d, sample_rate=config.sample_rate,
                       n_rounds=config.n_rounds, lr_local=lr_local, clip_norm=None)
+    if isinstance(release.plan, FallbackPlan):
+        return _fallback(executor, release, meta, config, sgd)
     clip_norm, scale = config.clip_norm, config.feature_scale
-    scales, dropped, labels, message = None, 0, None, None
+    scales, dropped, labels = None, 0, None
     if CLIP_PHASE in release.plan:
         message = useless_fit_message(release.noise_multiplier(CLIP_PHASE), n_users,
                                       "PPSGDRegressor")
         if message is not None:
             warnings.warn(message, UselessFitWarning, stacklevel=_caller_stacklevel())
-    local_only = config.labelled and message is not None and config.fit_intercept
     if config.labelled:
         labels = label_range(executor, release, n_users=n_users)
     if scaled:
@@ -262,7 +294,7 @@ def _run(executor, release, randomness, meta, config):
             n_users=n_users, clip_quantile=quantile, labels=labels)
     prior = PersonalPrior(w, float(intercept), intercept_scale,
                           float(config.personal_ridge or 0.0), sgd,
-                          VARIANCE_FLOOR if scaled else 0.0, local_only)
+                          VARIANCE_FLOOR if scaled else 0.0)
     theta, b = _personal(executor, config, prior, int(config.n_rounds))
     z = float(release.noise_multiplier(PHASE)) if PHASE in release.plan else 0.0
     attributes = {"coef_": w.copy(), "intercept_": float(intercept),
@@ -271,7 +303,7 @@ def _run(executor, release, randomness, meta, config):
                   "clip_norm_": None if clip_norm is None else float(clip_norm),
                   "feature_scale_": float(scale) if isinstance(scale, Real) else None,
                   "intercept_clip_": intercept_scale, "feature_scales_": scales,
-                  "label_range_": labels, "local_only_": bool(local_only),
+                  "label_range_": labels, "local_only_": False,
                   "own_label_ranges_": executor.collect(own_label_ranges)}
     released = ()
     if releases:
@@ -282,16 +314,14 @@ def _run(executor, release, randomness, meta, config):
     if config.labelled:
         released += ("feature_scales_",) * scaled + ("label_range_",)
         notes += scaling_notes(scaled, dropped, labels,
-                               {"clip_norm": clip_norm, "feature_scale": scale}, message)
+                               {"clip_norm": clip_norm, "feature_scale": scale})
         if astray:
             notes += (
                 "The released clip_norm exceeds what any user's gradient at w = 0 can "
                 "be (feature_scale_ x the width of label_range_, with slack): its noisy "
                 "search went astray, so coef_ is set to 0 and the cold start is the "
                 "released intercept (post-processing, no privacy cost).",)
-    return FitResult(attributes, released=released,
-                     local=("offsets_", "intercept_offsets_", "own_label_ranges_"),
-                     notes=notes)
+    return FitResult(attributes, released=released, local=_LOCAL, notes=notes)
 
 
 def _personal(executor, config, prior, n_rounds):

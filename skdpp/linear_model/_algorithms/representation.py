@@ -43,10 +43,15 @@ from .._auto import (
     VARIANCE_FLOOR,
     at_grid_edge,
     auto_bound,
+    LEVEL_PHASE,
     cold_start_levels,
+    fallback_level,
+    fallback_note,
+    fallback_plan,
     feature_scales,
     inverse_scales,
     label_range,
+    mean_label_values,
     own_label_ranges,
     rms_per_user,
     scaling_notes,
@@ -513,8 +518,7 @@ def cold_head_shrinkage(head, sigma):
 
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users, variance_floor=0.0, local_only=False,
-                labels=None):
+                personal_ridge, clip_quantile, n_users, variance_floor=0.0, labels=None):
     """The end of a fit: final heads, cold start (head and intercept), personal parts.
 
     1. Each user's least-squares head (Alg. 1, line 14) on its final rows
@@ -561,8 +565,7 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
                 release, lambda v, fn: executor.map(_offsets, (v, fn)), cold_head,
                 n_users=n_users, clip_quantile=clip_quantile, labels=labels)
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
-                          float(personal_ridge), bool(fit_intercept), float(variance_floor),
-                          bool(local_only))
+                          float(personal_ridge), bool(fit_intercept), float(variance_floor))
     heads, intercepts = executor.collect(_personal_block, prior)
     return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior, labels
 
@@ -718,6 +721,9 @@ def plan(config, meta, *, iteration_releases):
         scaled = False
         plans.clear()
         result = build(resolve_clip_share(config.shares["clip"], build, n_users))
+    if config.label_range:  # predicted useless: fallback_fit's plan
+        result = fallback_plan(result, n_users, config.owner,
+                               level=config.fit_intercept and config.cold_start)
     return result, scaled
 
 
@@ -732,7 +738,6 @@ class Start:
     scales: object
     dropped: int
     message: object
-    local_only: bool
 
 
 def start(executor, release, randomness, meta, config):
@@ -751,7 +756,7 @@ def start(executor, release, randomness, meta, config):
         config, meta["n_features"], True)
     clip_noise = release.noise_multiplier(CLIP_PHASE) if CLIP_PHASE in release.plan \
         else None
-    message = useless_fit_message(clip_noise, n_users, config.owner)
+    message = useless_fit_message(clip_noise, n_users, config.owner)  # (no fallback)
     if message is not None:
         warnings.warn(message, UselessFitWarning, stacklevel=5)
     labels, scales, dropped = None, None, 0
@@ -778,8 +783,7 @@ def start(executor, release, randomness, meta, config):
         clip_norm=init_clip if init_kind == "private_spectral" else None,
         label_clip=init_clip if init_kind == "private_pairwise" else None,
         rng=randomness.public)
-    return Start(U0, bounds, scaled, labels, scales, dropped, message,
-                 bool(config.label_range and message is not None))
+    return Start(U0, bounds, scaled, labels, scales, dropped, message)
 
 
 def finish(executor, release, meta, config, begun, U, bounds, notes):
@@ -794,19 +798,15 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
         head_clip_norm=config.head_clip_norm, cold_start=config.cold_start,
         personal_ridge=float(config.personal_ridge),
         clip_quantile=float(config.clip_quantile), n_users=meta["n_users"],
-        variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, local_only=begun.local_only,
-        labels=begun.labels)
+        variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, labels=begun.labels)
     bounds["head_clip_norm"] = head_clip
     attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
                   "cold_start_head_": head, "cold_start_intercept_": intercept,
                   "intercept_clip_": prior.intercept_scale, "n_iter_": int(config.max_iter),
                   "feature_scales_": begun.scales, "label_range_": labels,
-                  "local_only_": begun.local_only,
-                  "own_label_ranges_": executor.collect(own_label_ranges)}
-    for name in config.clip_names + config.scale_names:
-        value = bounds.get(name, getattr(config, name))
-        attributes[f"{name}_"] = None if value is None or isinstance(value, str) \
-            else float(value)
+                  "local_only_": False,
+                  "own_label_ranges_": executor.collect(own_label_ranges),
+                  **_bound_attributes(config, bounds)}
     intercept_released = fit_intercept and config.cold_start
     released = ("components_", "cold_start_head_") \
         + ("cold_start_intercept_",) * intercept_released \
@@ -826,10 +826,55 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
             + _auto.COLD_START_NOTE.format(head="the cold-start head"),)
     if config.label_range:
         released += ("feature_scales_",) * begun.scaled + ("label_range_",)
-        notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds,
-                               begun.message)
-    return FitResult(attributes, released=released,
-                     local=("heads_", "intercepts_", "own_label_ranges_"), notes=notes)
+        notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds)
+    return FitResult(attributes, released=released, local=_LOCAL, notes=notes)
+
+
+_LOCAL = ("heads_", "intercepts_", "own_label_ranges_")
+
+
+def _bound_attributes(config, bounds):
+    """``<name>_`` of every clip bound and scale: the resolved value, or None."""
+    values = {name: bounds.get(name, getattr(config, name))
+              for name in config.clip_names + config.scale_names}
+    return {f"{name}_": None if value is None or isinstance(value, str) else float(value)
+            for name, value in values.items()}
+
+
+def fallback_fit(executor, release, randomness, meta, config):
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
+
+    No model release. Components: ``init`` when it is an array, else public
+    random ones (:func:`~.spectral_init.initial_components` with
+    ``"random"``: the public stream, no data). Each known user's head and
+    intercept: its own ridge fit on its rows projected on them, shrunk
+    towards a zero head and its own mean (:func:`personal_parts`,
+    ``local_only``: local data only). New users: the users' median mean
+    label (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one
+    release) or the prior 0.
+    """
+    n_users, k = meta["n_users"], int(config.n_components)
+    fit_intercept = bool(config.fit_intercept)
+    level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
+    U = initial_components(
+        executor, release, init=config.init if not isinstance(config.init, str) else "random",
+        n_components=k, n_features=meta["n_features"], clip_norm=None, label_clip=None,
+        rng=randomness.public)
+    executor.map(prepare_split, (randomness.key, fit_intercept))
+    executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
+    prior = PersonalPrior(np.zeros(k), level, None, float(config.personal_ridge),
+                          fit_intercept, 0.0, True)
+    heads, intercepts = executor.collect(_personal_block, prior)
+    attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
+                  "cold_start_head_": np.zeros(k), "cold_start_intercept_": level,
+                  # n_iter_ >= 1 (scikit-learn's contract): the one pass of personal fits
+                  "intercept_clip_": None, "n_iter_": 1, "feature_scales_": None,
+                  "label_range_": None, "local_only_": True,
+                  "own_label_ranges_": executor.collect(own_label_ranges),
+                  **_bound_attributes(config, {})}
+    released = ("components_",) + ("cold_start_intercept_",) * (LEVEL_PHASE in release.plan)
+    return FitResult(attributes, released=released, local=_LOCAL,
+                     notes=(fallback_note(release, "cold_start_intercept_"),))
 
 
 def fit_personal(estimator, X, y, index):
