@@ -179,7 +179,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 162), ('init', 1), ('iterations', 2), ('cold_start', 3)]
+    [('clip', 163), ('init', 1), ('iterations', 2), ('cold_start', 3)]
     """
 
     _algorithm = altmin

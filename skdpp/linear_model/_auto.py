@@ -21,7 +21,8 @@ from ..base import _caller_stacklevel
 from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
-from ..privacy._quantile import (MEDIAN_GRID_SIZE, median_found, private_median,
+from ..privacy._quantile import (LOCATION_SEARCH_STEPS, MEDIAN_GRID_SIZE, median_found,
+                                private_median,
                                 cumulative_counts, private_location, private_quantile,
                                 quantile_grid, search_steps)
 
@@ -375,11 +376,37 @@ COLD_START_NOTE = (
     "and of their offsets from {head} (median and radius searches in phase 'clip', "
     "clipped means of sensitivity 2*radius in phase 'cold_start'); {head} is set to 0 "
     "when the offsets' released radius exceeds " + f"{COLD_SPREAD_FACTOR:g}" + " times the "
-    "mean labels' (post-processing).")
+    "mean labels', or when a noisy count (phase 'clip', sensitivity 1) of the users whose "
+    "own rows it fits better than the mean labels' location alone is at most n_users / 2 "
+    "(post-processing of released values).")
+
+
+#: Releases of phase ``"clip"`` of :func:`cold_start_levels`: two locations'
+#: searches and the vote on the head.
+COLD_START_CLIP_RELEASES = 2 * LOCATION_SEARCH_STEPS + 1
+
+
+def head_votes(block, state, config):
+    """Block function: how many of the block's users prefer the cold-start head.
+
+    ``config = (project, head, b_head, b_level)``: a user prefers the head
+    when its rows' squared error under ``b_head + <x_r project, head>`` is
+    below that under the level ``b_level`` alone (``project``: the released
+    components, or ``None``). One user adds 0 or 1; a non-finite error counts
+    as not preferring.
+    """
+    project, head, b_head, b_level = config
+    X = np.asarray(block.take(block.X), dtype=np.float64)
+    y = np.asarray(block.take(block.y), dtype=np.float64)
+    with np.errstate(all="ignore"):
+        pred = X @ (head if project is None else np.asarray(project) @ head)
+        with_head = block.segment_sum((y - b_head - pred) ** 2)
+        level = block.segment_sum((y - b_level) ** 2)
+    return float(np.count_nonzero(with_head < level)), state
 
 
 def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
-                      labels=None):
+                      labels=None, reduce_votes=None):
     """The cold-start intercept, and whether the released ``head`` is kept.
 
     Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
@@ -408,6 +435,16 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
     mean-labels location keeps it. At the smallest useful budgets the limit
     also flags about one central location in seven (the mean's noise); the
     fallback is then the other, equally private, location.
+
+    The head is also kept only if a majority of users prefer it: one noisy
+    count (phase ``"clip"``, sensitivity 1) of the users whose own rows the
+    head's prediction fits better than the mean labels' location alone
+    (``reduce_votes(head, b_head, b_level)``, :func:`head_votes`). The
+    spread rule compares users' mean rows; a head can pass it and still move
+    a user's *rows* by several rating points (a column shifted by 1e4 whose
+    coefficient is noise: 6-7 % of the users preferred such heads, against
+    50-75 % for useful ones, MovieLens 300-user draws; cold-start RMSE 1.66 and
+    1.49 with them against 1.08 and 1.10 without).
 
     ``labels``, the released label range, is checked against the mean labels'
     location: every user's mean label lies between its minimum and maximum,
@@ -453,6 +490,10 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
         keep = offsets_ok
     else:  # both central (or both flagged: no evidence either way)
         keep = radius <= COLD_SPREAD_FACTOR * level_radius
+    if reduce_votes is not None:  # always released: the plan's count is fixed
+        votes = release.gaussian(CLIP_PHASE, np.array([reduce_votes(head, intercept, level)]),
+                                 sensitivity=1.0)
+        keep = keep and float(votes[0]) > 0.5 * n_users
     if keep:
         return head, intercept, radius, labels
     return zeros, level, level_radius, labels

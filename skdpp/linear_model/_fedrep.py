@@ -205,7 +205,10 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     fit runs on ``X / feature_scales_``, each coordinate keeps at least
     ``VARIANCE_FLOOR`` of variance in the refit, and a column or bound on
     the lower edge of its grid is dropped or ignored (post-processing). The
-    cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)``. If the
+    cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)`` and kept
+    only if a noisy count (phase ``"clip"``, sensitivity 1) says most users'
+    own rows are fitted better with it than with the mean labels' location
+    alone (:func:`~skdpp.linear_model._auto.head_votes`). If the
     ``"clip"`` count noise exceeds ``USELESS_CLIP_NOISE * n_users`` (public),
     a :class:`~skdpp.exceptions.UselessFitWarning` is raised and the fit
     makes none of its releases (``local_only_``): each known user gets its
@@ -234,7 +237,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     >>> est.components_.shape, est.heads_.shape
     ((10, 2), (2000, 2))
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 162), ('init', 1), ('iterations', 5), ('cold_start', 3)]
+    [('clip', 163), ('init', 1), ('iterations', 5), ('cold_start', 3)]
     >>> est.intercepts_.shape, bool(est.clip_norm_ > 0)
     ((2000,), True)
     """

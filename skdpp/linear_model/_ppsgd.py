@@ -223,7 +223,7 @@ class PPSGDRegressor(_LinearRegressor):
     >>> round(est.score(X, y, groups=groups), 2) > 0.9
     True
     >>> [(p.name, p.count) for p in est.privacy_report_.phases]
-    [('clip', 120), ('iterations', 100), ('cold_start', 2)]
+    [('clip', 121), ('iterations', 100), ('cold_start', 2)]
     """
 
     _parameter_constraints: dict = {

@@ -9,7 +9,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model._algorithms import altmin as _altmin
 from skdpp.linear_model._altmin import PrivAltMinRegressor
-from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
+from skdpp.linear_model._auto import (AUTO_STEPS, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS,
+                                     LABEL_RANGE_STEPS)
 from skdpp.privacy._quantile import LOCATION_SEARCH_STEPS
 from skdpp.linear_model._algorithms.representation import fit_heads
 from skdpp.linear_model._representation import subspace_distance
@@ -198,7 +199,7 @@ def test_budget_plan_and_parallel_composition(schedule, count):
     # four 'auto' bounds (clip_norm, label_clip, init_clip_norm, head_clip_norm), the
     # searches of the cold start's two locations and the label range (the per-feature
     # scales only when the public gate opens)
-    assert phases["clip"].count == 4 * AUTO_STEPS + 2 * LOCATION_SEARCH_STEPS \
+    assert phases["clip"].count == 4 * AUTO_STEPS + COLD_START_CLIP_RELEASES \
         + LABEL_RANGE_STEPS + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
     assert phases["cold_start"].count == 3  # the head, the two locations' clipped means
     assert phases["iterations"].count == count
@@ -362,7 +363,7 @@ def test_noise_level_matches_report():
              + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
              + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 4 + ["clip"] * AUTO_STEPS + ["cold_start"]
-             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2)
+             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2 + ["clip"])  # the vote
     assert len(draws) == len(names) == _n_releases(est)
     pooled = []
     for draw, name in zip(draws, names):

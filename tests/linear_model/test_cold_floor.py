@@ -88,8 +88,50 @@ def test_broken_variant_head_always_kept(monkeypatch):
     """Keeping the head whatever the released spreads (the rule removed): the
     session column of a one-session-per-user data set breaks the cold start."""
     monkeypatch.setattr(_auto, "COLD_SPREAD_FACTOR", np.inf)
+    monkeypatch.setattr(rep, "head_votes", _everyone_prefers_the_head)
     with pytest.raises(AssertionError):
         test_session_column_does_not_break_the_cold_start(PrivateFedRepRegressor)
+
+
+def _everyone_prefers_the_head(block, state, config):
+    return float(block.n_users), state
+
+
+def _levels_with_a_row_moving_head(vote):
+    """A column that moves every user's rows by +-5 around a user mean of 0, and a
+    head of 1 on it (a noise coefficient): the users' offsets are their mean labels
+    (the spread rule keeps the head), each user's rows are fitted far worse."""
+    from skdpp.privacy import BudgetPlan, Releaser
+
+    rng = np.random.default_rng(0)
+    n_users, rows = 200, 10
+    g = np.repeat(np.arange(n_users), rows)
+    c = np.tile([5.0, -5.0], g.size // 2)
+    y = 3.0 + rng.normal(0, 0.5, n_users)[g] + rng.normal(0, 0.3, g.size)
+    X = c[:, None]
+    executor = LocalExecutor(make_blocks(X, y, UserIndex.from_groups(g, y.size)))
+    executor.map(rep.prepare_split, (FitRandomness(0).key, True))
+    executor.map(rep.final_statistics, (np.eye(1), "all", True))
+    plan = BudgetPlan(np.inf, 0.0)
+    plan.add_rest("clip", count=_auto.COLD_START_CLIP_RELEASES)
+    plan.add_rest("cold_start", count=2)
+    votes = (lambda v, b, b0: executor.map(_auto.head_votes, (np.eye(1), v, b, b0))) \
+        if vote else None
+    return _auto.cold_start_levels(
+        Releaser(plan.calibrate(), np.random.default_rng(0)),
+        lambda v, fn: executor.map(rep._offsets, (v, fn)), np.array([1.0]),
+        n_users=n_users, clip_quantile=0.5, reduce_votes=votes)
+
+
+@pytest.mark.parametrize("vote", [True, False])
+def test_head_that_moves_rows_is_dropped_by_the_users_vote(vote):
+    """The users' vote drops it; without the vote (broken) the spread rule keeps it."""
+    head, intercept, _, _ = _levels_with_a_row_moving_head(vote)
+    if vote:
+        assert_allclose(head, 0.0)
+    else:
+        assert_allclose(head, 1.0)
+    assert abs(intercept - 3.0) < 0.2
 
 
 @pytest.mark.parametrize("broken", [False, True])

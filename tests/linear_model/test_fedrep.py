@@ -9,7 +9,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from skdpp.datasets import make_shared_representation_regression
 from skdpp.linear_model._algorithms import fedrep as _fedrep
 from skdpp.linear_model._algorithms import representation as rep
-from skdpp.linear_model._auto import AUTO_STEPS, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS
+from skdpp.linear_model._auto import (AUTO_STEPS, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS,
+                                     LABEL_RANGE_STEPS)
 from skdpp.linear_model._fedrep import PrivateFedRepRegressor
 from skdpp.linear_model._representation import subspace_distance
 from skdpp.privacy._clipping import row_norms, unit_rows
@@ -265,7 +266,7 @@ def test_budget_plan_in_report():
     # four 'auto' bounds (label_scale, clip_norm, init_clip_norm, head_clip_norm) and the
     # searches of the cold start's two locations: noisy binary searches of sensitivity-1
     # counts (and the label range; the per-feature scales only when the public gate opens)
-    assert phases["clip"].count == 4 * AUTO_STEPS + 2 * LOCATION_SEARCH_STEPS \
+    assert phases["clip"].count == 4 * AUTO_STEPS + COLD_START_CLIP_RELEASES \
         + LABEL_RANGE_STEPS \
         + FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
     assert_allclose(phases["clip"].sensitivity, 1.0)
@@ -487,7 +488,7 @@ def test_noise_level_matches_report():
              + ["clip"] * FEATURE_SCALE_STEPS * X.shape[1] * (est.feature_scales_ is not None)
              + ["clip"] * AUTO_STEPS + ["init"] + ["clip"] * 2 * AUTO_STEPS
              + ["iterations"] * 3 + ["clip"] * AUTO_STEPS + ["cold_start"]
-             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2)
+             + (["clip"] * LOCATION_SEARCH_STEPS + ["cold_start"]) * 2 + ["clip"])  # the vote
     assert len(draws) == len(names) == _n_releases(est)
     sens = {name: list(np.atleast_1d(p.sensitivity)) for name, p in phases.items()}
     pooled = []

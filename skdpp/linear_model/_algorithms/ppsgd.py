@@ -16,14 +16,14 @@ from ...base import FitResult, _caller_stacklevel
 from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
 from ...privacy._plan import resolve_clip_share
-from ...privacy._quantile import LOCATION_SEARCH_STEPS
 from ...utils._executor import LocalExecutor
 from ...utils._random import FitRandomness
 from .. import _auto
-from .._auto import (AUTO_STEPS, CLIP_PHASE, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-                     LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan, at_grid_edge, auto_bound,
+from .._auto import (AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS,
+                     LABEL_RANGE_STEPS, LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan,
+                     at_grid_edge, auto_bound,
                      cold_start_levels, fallback_level, fallback_note, fallback_plan,
-                     feature_scales, gradient_bound_inconsistent, inverse_scales,
+                     feature_scales, gradient_bound_inconsistent, head_votes, inverse_scales,
                      label_range, mean_label_values, own_label_ranges, scaling_notes,
                      standardize, standardize_block, useless_fit_message)
 from .._scratch import release_scratch
@@ -102,8 +102,8 @@ def _plan(config, meta):
     """``(plan, scaled)``: the plan and whether it includes the per-feature scales.
 
     Phase ``"clip"``: ``AUTO_STEPS`` counts per ``"auto"`` bound (:func:`auto_bound`),
-    ``2 * LOCATION_SEARCH_STEPS`` for the searches of the cold start's two
-    locations (:func:`~skdpp.linear_model._auto.cold_start_levels`),
+    ``COLD_START_CLIP_RELEASES`` for the searches of the cold start's two
+    locations and its vote (:func:`~skdpp.linear_model._auto.cold_start_levels`),
     ``LABEL_RANGE_STEPS`` for the label range and ``FEATURE_SCALE_STEPS`` per
     feature for the scales (only when that phase's count noise stays at most
     ``SCALE_GATE_NOISE * n_users``: a public gate); ``"iterations"``: the
@@ -114,7 +114,7 @@ def _plan(config, meta):
     if not config.releases:  # alpha = 0: nothing is released
         return budget, False
     n_base = AUTO_STEPS * len(config.auto_names) \
-        + (2 * LOCATION_SEARCH_STEPS if config.cold_start else 0) \
+        + (COLD_START_CLIP_RELEASES if config.cold_start else 0) \
         + (LABEL_RANGE_STEPS if config.labelled else 0)
     rounds = dict(count=int(config.n_rounds), sampling_rate=float(config.sample_rate))
     if config.noise_multiplier is not None:  # every release at the given multiplier
@@ -291,7 +291,8 @@ def _run(executor, release, randomness, meta, config):
         # as for a bound astray): post-processing of the two released locations
         w, intercept, intercept_scale, labels = cold_start_levels(
             release, lambda v, fn: executor.map(offset_values, (v, fn)), w,
-            n_users=n_users, clip_quantile=quantile, labels=labels)
+            n_users=n_users, clip_quantile=quantile, labels=labels,
+            reduce_votes=lambda v, b, b0: executor.map(head_votes, (None, v, b, b0)))
     prior = PersonalPrior(w, float(intercept), intercept_scale,
                           float(config.personal_ridge or 0.0), sgd,
                           VARIANCE_FLOOR if scaled else 0.0)

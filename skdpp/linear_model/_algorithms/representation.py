@@ -31,13 +31,13 @@ from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
 from ...privacy._clipping import clip_by_norm, unit_rows
 from ...privacy._plan import resolve_clip_share
-from ...privacy._quantile import LOCATION_SEARCH_STEPS
 from ...utils._executor import LocalExecutor
 from ...utils._grouped import UserBlock, make_blocks
 from .. import _auto
 from .._auto import (
     AUTO_STEPS,
     CLIP_PHASE,
+    COLD_START_CLIP_RELEASES,
     FEATURE_SCALE_STEPS,
     LABEL_RANGE_STEPS,
     VARIANCE_FLOOR,
@@ -49,6 +49,7 @@ from .._auto import (
     fallback_note,
     fallback_plan,
     feature_scales,
+    head_votes,
     inverse_scales,
     label_range,
     mean_label_values,
@@ -563,7 +564,8 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
         if fit_intercept:
             cold_head, cold_intercept, intercept_scale, labels = cold_start_levels(
                 release, lambda v, fn: executor.map(_offsets, (v, fn)), cold_head,
-                n_users=n_users, clip_quantile=clip_quantile, labels=labels)
+                n_users=n_users, clip_quantile=clip_quantile, labels=labels,
+                reduce_votes=lambda v, b, b0: executor.map(head_votes, (U, v, b, b0)))
     prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
                           float(personal_ridge), bool(fit_intercept), float(variance_floor))
     heads, intercepts = executor.collect(_personal_block, prior)
@@ -666,7 +668,7 @@ def _clip_releases(config, n_features, scaled):
     return (AUTO_STEPS * len(config.auto_bound_names)
             + LABEL_RANGE_STEPS * config.label_range
             + FEATURE_SCALE_STEPS * int(n_features) * scaled
-            + 2 * LOCATION_SEARCH_STEPS * (bool(config.fit_intercept) and config.cold_start))
+            + COLD_START_CLIP_RELEASES * (bool(config.fit_intercept) and config.cold_start))
 
 
 def _plan(config, n_features, clip_share, scaled, iteration_releases):
