@@ -56,8 +56,7 @@ X4 = _xfail(4, "shift/scale invariance within 0.002 at epsilon=1 (the scales' ga
 # (name, variant, epsilon) of the invariance cases still open
 INVARIANCE_OPEN = {
     ("fedrep", "standardised", 1.0), ("altmin", "standardised", 1.0),
-    ("fedrep", "scale", np.inf), ("altmin", "scale", np.inf), ("ppsgd", "scale", 1.0),
-    ("ppsgd", "standardised", 1.0)}
+    ("fedrep", "scale", np.inf), ("altmin", "scale", np.inf)}
 
 
 # --------------------------------------------------------------------------- #

@@ -381,6 +381,9 @@ COLD_START_NOTE = (
     "(post-processing of released values).")
 
 
+#: The head is kept when more than ``n_users / 2`` plus this many count-noise
+#: stds of users prefer it (public).
+HEAD_VOTE_MARGIN = 1.0
 #: Releases of phase ``"clip"`` of :func:`cold_start_levels`: two locations'
 #: searches and the vote on the head.
 COLD_START_CLIP_RELEASES = 2 * LOCATION_SEARCH_STEPS + 1
@@ -493,7 +496,8 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
     if reduce_votes is not None:  # always released: the plan's count is fixed
         votes = release.gaussian(CLIP_PHASE, np.array([reduce_votes(head, intercept, level)]),
                                  sensitivity=1.0)
-        keep = keep and float(votes[0]) > 0.5 * n_users
+        margin = HEAD_VOTE_MARGIN * release.noise_std(CLIP_PHASE, 1.0)
+        keep = keep and float(votes[0]) > 0.5 * n_users + margin
     if keep:
         return head, intercept, radius, labels
     return zeros, level, level_radius, labels
