@@ -206,7 +206,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     ``VARIANCE_FLOOR`` of variance in the refit, and a column or bound on
     the lower edge of its grid is dropped or ignored (post-processing). The
     cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)`` and kept
-    only if a noisy count (phase ``"clip"``, sensitivity 1) says most users'
+    only if a noisy count (phase ``"clip"``, sensitivity 1) says most users
     own rows are fitted better with it than with the mean labels' location
     alone (:func:`~skdpp.linear_model._auto.head_votes`). If the
     ``"clip"`` count noise exceeds ``USELESS_CLIP_NOISE * n_users`` (public),
