@@ -560,16 +560,17 @@ def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
     if clip_noise is None or not np.isfinite(clip_noise) or \
             clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
         return None
+    would = "would " if fallback is not None else ""
+    be = "would be" if fallback is not None else "are"
     text = (f"{name}: with {n_users} users at this epsilon/delta the private searches of "
-            f"the fit's bounds count users with noise std {clip_noise:.3g} > "
-            f"{USELESS_CLIP_NOISE:g} * n_users, so the bounds and the model are mostly noise")
+            f"the fit's bounds {would}count users with noise std {clip_noise:.3g} > "
+            f"{USELESS_CLIP_NOISE:g} * n_users, so the bounds and the model {be} mostly noise")
     if fallback is not None:
         new = ("new users the users' median mean label (the whole budget on one "
                "exponential-mechanism selection)" if level else
                "new users the prior 0 (too few users even for one private median: "
                "epsilon * n_users below about 76)")
-        text = text.replace(" count users", " would count users").replace(
-            " are mostly noise", " would be mostly noise") + f". Instead, {fallback} and {new}"
+        text += f". Instead, {fallback} and {new}"
     return (f"{text}. Use more users or a larger epsilon. (A data-independent rule: "
             f"n_users, epsilon, delta and the plan.)")
 
