@@ -1,12 +1,11 @@
-"""Shared base of skdpp's personalized, user-level differentially private estimators.
+"""Base of skdpp's personalized, user-level differentially private estimators.
 
-Every estimator learns a *shared* part, released under user-level DP, and a
-*personal* part per user, computed from the shared part and that user's rows
-only (billboard model). Here: the fit template, ``epsilon`` / ``delta`` and
-their validation, ``groups`` (one user id per row; ``None``: every row its own
-user) and the cold start of unseen users, :meth:`~BasePersonalizedEstimator.personalize`,
-the numerical environment of every entry point, and the metadata requests that
-route ``groups`` once metadata routing is enabled.
+Every estimator releases a *shared* part under user-level DP and computes a
+*personal* part per user from the shared part and that user's rows only
+(billboard model). Here: the fit template, the privacy parameters and their
+validation, ``groups`` and the cold start of unseen users,
+:meth:`~BasePersonalizedEstimator.personalize` and the numerical environment
+of every entry point.
 """
 
 import copy
@@ -15,7 +14,7 @@ import inspect
 import os
 import sys
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
 
@@ -51,37 +50,32 @@ def blas_threads(n_features):
     """BLAS thread limit of ``fit`` / ``personalize``: 1 below 2048 features, else None.
 
     A function of the public problem size only. Every BLAS call of a fit is at
-    most ``32768 x d`` (one block of whole users), memory-bound or too small
-    for OpenBLAS's thread hand-off: on the 2-core machine two threads took
-    0.7-20x the one-thread time for ``d <= 1024``, and whole fits (10^5 users)
-    gained at most 12% wall for 1.6-1.7x the CPU, 1.8-1.9x slower beside a
-    busy process (``benchmarks/results/scaling.md``). ``None`` leaves the pool as
-    the caller set it; the limit never raises a caller's lower limit, and
-    the previous limits are restored afterwards. Dask workers already run
-    with ``OPENBLAS_NUM_THREADS=1`` (:func:`skdpp.distributed.local_cluster`).
+    most ``32768 x d`` (one block of users), too small for OpenBLAS's thread
+    hand-off: on 2 cores two threads took 0.7-20x the one-thread time for
+    ``d <= 1024`` and whole fits gained at most 12% wall for 1.6-1.7x the CPU
+    (``benchmarks/results/scaling.md``). ``None`` leaves the caller's pool as
+    it is; previous limits are restored afterwards. Dask workers run with
+    ``OPENBLAS_NUM_THREADS=1`` (:func:`skdpp.distributed.local_cluster`).
     """
     return 1 if n_features < MULTITHREAD_MIN_FEATURES else None
 
 
-#: ``np.errstate`` inside every entry point (and the search's trials, Dask tasks):
-#: all ignored, so no warning or exception depends on one user's values (DESIGN
-#: section 7). Computations that can overflow handle it or their output is checked.
+#: ``np.errstate`` of every entry point, search trial and Dask task: all ignored, so
+#: no warning or exception depends on one user's values (DESIGN section 7).
 FIT_ERRSTATE = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
 
 
 @contextmanager
 def quiet_numerics():
-    """Run a block under :data:`FIT_ERRSTATE` whatever the caller's ``np.errstate``.
-
-    A warning (or, under ``np.errstate(all="raise")``, an exception) that depends
-    on one user's values would leak outside the accounted releases.
-    """
+    """Run a block under :data:`FIT_ERRSTATE` whatever the caller's ``np.errstate``:
+    a warning or exception that depends on one user's values would leak outside
+    the accounted releases."""
     with np.errstate(**FIT_ERRSTATE):
         yield
 
 
 #: Public methods wrapped in :func:`quiet_numerics` in every subclass (by
-#: ``__init_subclass__``: a new estimator cannot forget the guard).
+#: ``__init_subclass__``).
 ENTRY_POINTS = ("fit", "personalize", "predict", "decision_function", "predict_proba",
                 "predict_log_proba", "score", "recommend", "transform")
 
@@ -90,8 +84,7 @@ CHECKED_OUTPUTS = ("predict", "decision_function", "predict_proba", "transform")
 
 
 def _caller_stacklevel():
-    """``stacklevel`` pointing a warning of the calling function at the first frame
-    outside skdpp (the user's call)."""
+    """``stacklevel`` of a warning pointing at the first frame outside skdpp."""
     package = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(1), 1  # the function that warns
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
@@ -100,10 +93,9 @@ def _caller_stacklevel():
 
 
 def _check_finite_output(estimator, method, values):
-    """Raise a ``ValueError`` naming the rows if float ``values`` (the output of
-    ``estimator.method`` on finite ``X``) are not finite: a prediction beyond
-    float64's range. Non-float outputs (labels) are returned as they are."""
-    values_arr = np.asarray(values) if not np.isscalar(values) else None
+    """Return float ``values`` (the output of ``estimator.method`` on finite ``X``)
+    or raise a ``ValueError`` naming the non-finite rows; other outputs pass."""
+    values_arr = None if np.isscalar(values) else np.asarray(values)
     if values_arr is None or values_arr.dtype.kind not in "fc":
         return values
     with quiet_numerics():
@@ -127,22 +119,13 @@ def _check_finite_output(estimator, method, values):
 def linear_predictions(X, plain, linear_parts):
     """Predictions ``<x, a_r> + c_r`` that do not overflow in their intermediates.
 
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-        Validated (finite) rows.
-    plain : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-        The predictions computed the ordinary way (kept bit for bit where finite).
-    linear_parts : callable
-        ``linear_parts(rows) -> (A, c)``, ``A`` of shape ``(len(rows), n_outputs,
-        n_features)`` and ``c`` of shape ``(len(rows), n_outputs)``.
-
-    Returns
-    -------
-    pred : ndarray like ``plain``
-        Each row of ``plain`` with a non-finite entry recomputed as ``s * (<x / s,
-        a> + c / s)``, ``s = max(1, max_j |x_j|)`` (a row's value depends on that
-        row only); a prediction really beyond the range stays non-finite.
+    ``plain`` (n_samples,) or (n_samples, n_outputs) holds the predictions
+    computed the ordinary way on the validated rows ``X``; each row with a
+    non-finite entry is recomputed as ``s * (<x / s, a> + c / s)``, ``s = max(1,
+    max_j |x_j|)`` (a function of that row only), from ``linear_parts(rows) ->
+    (A, c)`` of shapes (len(rows), n_outputs, n_features) and (len(rows),
+    n_outputs). Finite rows are kept bit for bit; a prediction really beyond
+    the range stays non-finite.
     """
     rows, scaled, s = scaled_linear_scores(X, plain, linear_parts)
     if rows is None:
@@ -176,8 +159,7 @@ def _quiet_entry_point(method, name):
 
     @functools.wraps(method)
     def entry_point(self, *args, **kwargs):
-        # looked up at call time: tests patch it
-        with quiet_numerics():
+        with quiet_numerics():  # looked up at call time: tests patch it
             result = method(self, *args, **kwargs)
         if name in CHECKED_OUTPUTS:
             _check_finite_output(self, name, result)
@@ -188,12 +170,8 @@ def _quiet_entry_point(method, name):
 
 
 def check_unclipped(estimator, names):
-    """Raise unless every bound of ``names`` set to ``None`` (no clipping: unbounded
-    sensitivity) comes with ``epsilon=np.inf`` (the non-private baseline).
-
-    The one check of "no clipping needs epsilon=inf" for every estimator; the
-    names ``estimator`` lacks are skipped.
-    """
+    """Raise unless every bound of ``names`` (those ``estimator`` has) set to ``None``
+    (no clipping: unbounded sensitivity) comes with ``epsilon=np.inf``."""
     if estimator.epsilon == np.inf:
         return
     for name in names:
@@ -211,13 +189,10 @@ def check_unclipped(estimator, names):
 @contextmanager
 def _fit_environment(n_features):
     """:func:`quiet_numerics` and the :func:`blas_threads` limit, restored after."""
-    with quiet_numerics():
-        limit = blas_threads(n_features)
-        if limit is None:
-            yield
-            return
-        with threadpool_limits(limits=limit, user_api="blas"):
-            yield
+    limit = blas_threads(n_features)
+    with quiet_numerics(), (nullcontext() if limit is None
+                            else threadpool_limits(limits=limit, user_api="blas")):
+        yield
 
 
 #: The fitted attributes scikit-learn's ``validate_data(reset=True)`` decides.
@@ -226,10 +201,9 @@ _INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
 
 @dataclass
 class FitData:
-    """Validated training data of one fit: ``X``, ``y``, the users' ``index``, the
-    public ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the
-    algorithm sees) and the fitted ``attributes`` decided by validation (all of
-    them: validation sets none on the estimator)."""
+    """Validated data of one fit: ``X``, ``y``, the users' ``index``, the public
+    ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the algorithm
+    sees) and the fitted ``attributes`` validation decides (it sets none itself)."""
 
     X: object
     y: object
@@ -241,9 +215,8 @@ class FitData:
 @dataclass
 class FitResult:
     """What an algorithm's ``run`` returns: the fitted ``attributes``, the names of the
-    ``released`` and ``local`` (personal, joint DP) ones, report ``notes``, and
-    ``not_covered``: released attributes outside the guarantee (e.g. a catalogue
-    inferred as is; the report names them and ``is_private`` is False)."""
+    ``released`` and ``local`` (personal, joint DP) ones, report ``notes``, and the
+    released attributes ``not_covered`` by the guarantee (``is_private`` is then False)."""
 
     attributes: dict
     released: tuple = ()
@@ -255,14 +228,13 @@ class FitResult:
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
-    Subclasses declare ``_algorithm`` (the module with ``plan`` and ``run``),
+    Subclasses declare ``epsilon``, ``delta`` and ``random_state`` in
+    ``__init__``, ``_algorithm`` (the module with ``plan`` and ``run``),
     ``_fit_config(meta)`` (its frozen configuration), ``_predict_unchecked(X,
-    groups)`` (raw predictions, no guard; the search scores its trials with it)
-    with a public ``predict`` returning it, ``_fit_personal(X, y, index) ->
-    dict`` (the personal parameters named in ``_personal_attributes`` of the
-    users of ``index``, from the released shared part and each user's rows
-    only) and optionally ``_validate_personal_input(X, y)``. Each declares
-    ``epsilon``, ``delta`` and ``random_state`` in its ``__init__``.
+    groups)`` (raw predictions; the search scores its trials with it) returned
+    by a public ``predict``, ``_fit_personal(X, y, index) -> dict`` (the
+    ``_personal_attributes`` of the users of ``index``, from the released shared
+    part and each user's rows only) and optionally ``_validate_personal_input``.
 
     Notes
     -----
@@ -270,10 +242,9 @@ class BasePersonalizedEstimator(BaseEstimator):
     *replace one user's entire data*; the number of users is public.
     ``groups=None`` makes every row its own user (row-level DP).
 
-    **Quiet numerics.** Every public entry point runs with all numpy
-    floating-point conditions ignored (:func:`quiet_numerics`), whatever the
-    caller's ``np.errstate`` or warnings filters: no warning or exception may
-    depend on one user's values. Predictions on finite inputs are finite
+    **Quiet numerics.** Every public entry point runs under
+    :func:`quiet_numerics`, whatever the caller's ``np.errstate`` or warnings
+    filters. Predictions on finite inputs are finite
     (:func:`linear_predictions`) or ``predict`` raises a ``ValueError`` naming
     the rows beyond the float64 range.
 
@@ -304,8 +275,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         :func:`quiet_numerics`, checking :data:`CHECKED_OUTPUTS` finite."""
         super().__init_subclass__(**kwargs)
         for hook in ("_fit_core", "_budget_plan", "_fit_executor"):
-            if hook in vars(cls):
-                # an override would be ignored, or plan other releases than the run makes
+            if hook in vars(cls):  # ignored, or a plan other than the run's releases
                 raise TypeError(
                     f"{cls.__name__} defines {hook}: the fit template of "
                     f"BasePersonalizedEstimator calls only _algorithm.plan(config, meta) and "
@@ -324,9 +294,8 @@ class BasePersonalizedEstimator(BaseEstimator):
 
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express: no booleans for ``epsilon``
-        / ``delta``, every numeric ``*clip*`` bound in ``[MIN_CLIP, inf)``, and
-        ``None`` for the bounds named in ``_clip_bounds`` only with ``epsilon=np.inf``
-        (:func:`check_unclipped`)."""
+        / ``delta``, numeric ``*clip*`` bounds in ``[MIN_CLIP, inf)``, and
+        :func:`check_unclipped` for ``_clip_bounds``."""
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -343,6 +312,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                     f"{value!r}: at smaller scales floating-point rounding can exceed the "
                     f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead."
                 )
+        # getattr: transformers of skdpp.preprocessing call this unbound
         check_unclipped(self, getattr(self, "_clip_bounds", ("clip_norm",)))
 
     def fit(self, X, y, groups=None):
@@ -368,7 +338,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         :class:`~skdpp.privacy.Releaser`; build and check the report from its
         ledger (overspending raises :class:`~skdpp.exceptions.PrivacyBudgetError`);
         then set the attributes (a fit that raises leaves the estimator
-        unfitted). See :func:`blas_threads` and :func:`quiet_numerics`.
+        unfitted). BLAS threads: :func:`blas_threads`.
         """
         try:
             self._discard_fitted_attributes()  # e.g. a distributed fit's handle
@@ -386,10 +356,8 @@ class BasePersonalizedEstimator(BaseEstimator):
         return self
 
     def _fit_executor(self, executor, randomness, meta):
-        """Config, plan, releaser, run, report: the fitted attributes (report included).
-
-        Shared by ``fit`` and the distributed driver (:mod:`skdpp.distributed`).
-        """
+        """Config, plan, releaser, run, report: the fitted attributes (report included),
+        for ``fit`` and the distributed driver."""
         config = self._fit_config(meta)
         release = Releaser(self._algorithm.plan(config, meta), randomness.noise,
                            seeded=randomness.seeded)
@@ -400,21 +368,14 @@ class BasePersonalizedEstimator(BaseEstimator):
         return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):
-        """Validate parameters, ``X``, ``y`` and ``groups``; return :class:`FitData`.
-
-        A pure function of the parameters and the data: the estimator is left
-        as it was, and every fitted attribute validation decides is in
-        ``FitData.attributes`` (``fit`` and the distributed driver set them
-        once). Subclasses extend it via ``super()`` and add theirs there.
-        """
+        """Validate parameters, ``X``, ``y`` and ``groups`` into :class:`FitData`,
+        leaving the estimator as it was (subclasses extend it via ``super()``)."""
         self._validate_params()
         self._validate_privacy_params()
         _reject_sparse(self, X)
-        # validate_data(reset=True) sets n_features_in_ (and feature_names_in_ when X
-        # has column names) on the estimator it is given: a copy, read back below.
+        # validate_data(reset=True) sets n_features_in_ (feature_names_in_) on a copy
         probe = copy.copy(self)
-        # scikit-learn's finiteness check sums X: values near the float maximum
-        # would warn about an overflow that depends on one user's data.
+        # the finiteness check sums X: an overflow warning would depend on one user
         with np.errstate(over="ignore", invalid="ignore"):
             X, y = validate_data(probe, X, y, reset=True, **self._validate_data_kwargs())
         index = UserIndex.from_groups(groups, X.shape[0])
@@ -460,9 +421,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: a mechanism "
                 f"that publishes one whole user's data at random would meet this "
                 f"guarantee. Use delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
-                PrivacyLeakWarning,
-                stacklevel=_caller_stacklevel(),
-            )
+                PrivacyLeakWarning, stacklevel=_caller_stacklevel())
 
     def _validate_personal_input(self, X, y):
         """Validate data for :meth:`personalize` as ``fit`` does, without a reset."""
@@ -477,11 +436,9 @@ class BasePersonalizedEstimator(BaseEstimator):
         """Map each row's user id to its position in ``user_ids_`` (-1: unseen, cold start).
 
         Three likely mistakes warn (``UserWarning``) and give the cold start:
-        ``groups=None`` on a model fitted with ids (e.g. a string scorer
-        dropping ``groups``); ids given to a model fitted without ids (never
-        compared with row numbers); unseen ids of a type no fitted id has
-        (``"3"`` for the integer ``3``; :meth:`personalize` raises instead).
-        Each decision depends only on the call and on ``user_ids_``.
+        ``groups=None`` on a model fitted with ids; ids given to a model fitted
+        without ids (never compared with row numbers); unseen ids of a type no
+        fitted id has (``"3"`` for ``3``; :meth:`personalize` raises instead).
         """
         if groups is None:
             if self._has_user_ids():
@@ -497,31 +454,24 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"cold-start prediction. To personalize, fit with groups=... (inside "
                 f"Pipeline, GridSearchCV or cross_validate call "
                 f"sklearn.set_config(enable_metadata_routing=True) so that groups "
-                f"reach fit).",
-                UserWarning,
-                stacklevel=_caller_stacklevel(),
-            )
+                f"reach fit).", UserWarning, stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
         known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
         codes = known.lookup(groups)
         unseen = codes < 0
-        if unseen.any():
-            mismatch = self._id_type_mismatch(groups[unseen])
-            if mismatch:
-                warnings.warn(
-                    f"{mismatch}: these rows get the cold-start prediction, as new "
-                    f"users. If they are users seen in fit, pass ids of the type used "
-                    f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
-                    UserWarning,
-                    stacklevel=_caller_stacklevel(),
-                )
+        mismatch = unseen.any() and self._id_type_mismatch(groups[unseen])
+        if mismatch:
+            warnings.warn(
+                f"{mismatch}: these rows get the cold-start prediction, as new "
+                f"users. If they are users seen in fit, pass ids of the type used "
+                f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
+                UserWarning, stacklevel=_caller_stacklevel())
         return codes
 
     def _id_type_mismatch(self, ids):
         """Describe the id types of ``ids`` that no fitted id has ("" if none); numbers
         are one type, strings another (``3`` is not ``"3"``)."""
-        fitted = id_kinds(self.user_ids_)
-        given = id_kinds(ids)
+        fitted, given = id_kinds(self.user_ids_), id_kinds(ids)
         if given <= fitted:
             return ""
         return (
@@ -560,10 +510,8 @@ class BasePersonalizedEstimator(BaseEstimator):
         """
         check_is_fitted(self)
         if groups is None:
-            raise ValueError(
-                "personalize requires groups (one user id per row); got groups=None. "
-                "Pass the user ids of the rows."
-            )
+            raise ValueError("personalize requires groups (one user id per row); got "
+                             "groups=None. Pass the user ids of the rows.")
         if not self._has_user_ids():
             raise ValueError(
                 f"{type(self).__name__} was fitted without user ids (groups=None: every "
@@ -571,8 +519,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"cannot add users to it: its user_ids_ are row numbers, which the new "
                 f"ids would be confused with. Refit with groups=...; if every training "
                 f"row is a different user, pass groups=np.arange(n_samples) (or your own "
-                f"row ids) to fit."
-            )
+                f"row ids) to fit.")
         _reject_sparse(self, X)
         X, y = self._validate_personal_input(X, y)
         index = UserIndex.from_groups(groups, X.shape[0])
@@ -583,8 +530,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 f"fitted ones and change the type of user_ids_. If they are users seen "
                 f"in fit, pass ids of the type used in fit, e.g. "
                 f"{_conversion_hint(self.user_ids_)}; give new users ids of that type "
-                f"too."
-            )
+                f"too.")
         with _fit_environment(X.shape[1]):
             personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
@@ -593,19 +539,17 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _merge_personal(self, new_ids, personal):
         """Insert or replace the personal parameters of ``new_ids`` (``user_ids_`` stays
         in :meth:`UserIndex.from_groups` order)."""
-        old_ids = self.user_ids_
-        merged_index = UserIndex.from_groups(np.concatenate([old_ids, new_ids]))
-        all_ids = merged_index.users
-        pos_old = merged_index.lookup(old_ids)
+        merged_index = UserIndex.from_groups(np.concatenate([self.user_ids_, new_ids]))
+        pos_old = merged_index.lookup(self.user_ids_)
         pos_new = merged_index.lookup(new_ids)
         for name in self._personal_attributes:
-            old = getattr(self, name)
-            new = np.asarray(personal[name])
-            merged = np.zeros((all_ids.shape[0],) + old.shape[1:], dtype=np.result_type(old, new))
+            old, new = getattr(self, name), np.asarray(personal[name])
+            merged = np.zeros((merged_index.n_users,) + old.shape[1:],
+                              dtype=np.result_type(old, new))
             merged[pos_old] = old
             merged[pos_new] = new
             setattr(self, name, merged)
-        self.user_ids_ = all_ids
+        self.user_ids_ = merged_index.users
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -667,9 +611,8 @@ class PersonalizedClassifierMixin(ClassifierMixin):
         score : float
             Mean accuracy of ``self.predict(X, groups=groups)``.
         """
-        return float(
-            accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight)
-        )
+        return float(accuracy_score(y, self.predict(X, groups=groups),
+                                    sample_weight=sample_weight))
 
 
 def _r2(y, pred, sample_weight):
@@ -698,26 +641,17 @@ def _reject_sparse(estimator, X):
 
 def _dropped_groups_message(name):
     """The warning for ``groups=None`` on a model fitted with ids (hint by routing config)."""
-    message = (
-        f"{name} was fitted with user ids (groups) but was called with groups=None: "
-        f"every row is treated as a new user and gets the cold-start prediction. "
-        f"Pass the rows' user ids as groups."
-    )
     if not get_config().get("enable_metadata_routing", False):
-        message += (
-            " Metadata routing is disabled (scikit-learn's default), so Pipeline, "
-            "GridSearchCV and cross_validate cannot pass groups on: call "
-            "sklearn.set_config(enable_metadata_routing=True)."
-        )
+        hint = ("Metadata routing is disabled (scikit-learn's default), so Pipeline, "
+                "GridSearchCV and cross_validate cannot pass groups on: call "
+                "sklearn.set_config(enable_metadata_routing=True).")
     else:
-        message += (
-            " Metadata routing is enabled, but string scorers (e.g. scoring='r2') never "
-            "pass groups: use scoring=None or skdpp.metrics.make_personalized_scorer."
-        )
-    return message + (
-        " scikit-learn's cross_val_predict never passes groups to predict: use "
-        "skdpp.model_selection.cross_val_predict."
-    )
+        hint = ("Metadata routing is enabled, but string scorers (e.g. scoring='r2') never "
+                "pass groups: use scoring=None or skdpp.metrics.make_personalized_scorer.")
+    return (f"{name} was fitted with user ids (groups) but was called with groups=None: "
+            f"every row is treated as a new user and gets the cold-start prediction. "
+            f"Pass the rows' user ids as groups. {hint} scikit-learn's cross_val_predict "
+            f"never passes groups to predict: use skdpp.model_selection.cross_val_predict.")
 
 
 def _conversion_hint(user_ids):
@@ -737,8 +671,6 @@ def _as_1d_ids(groups, n_samples):
         groups = groups.to_numpy()
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.shape[0] != n_samples:
-        raise ValueError(
-            f"groups must be 1-D with one user id per row of X: expected shape "
-            f"({n_samples},), got {groups.shape}. Pass one id per row."
-        )
+        raise ValueError(f"groups must be 1-D with one user id per row of X: expected "
+                         f"shape ({n_samples},), got {groups.shape}. Pass one id per row.")
     return groups
