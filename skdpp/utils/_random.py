@@ -16,9 +16,12 @@ One rule for all estimators (DESIGN §4):
   sub-fit is done.
 * **Per-user and per-row randomness** (data splits, minibatches, client
   sampling, per-entry uniforms) is a keyed hash of ``(fit key, stream, user id,
-  position within the user, round)`` (:func:`keyed_uniform`): a user's random
-  choices depend only on the key and that user's id and rows, whatever the
-  row order, the other users or the partition across machines.
+  position within the user, round)`` (:func:`keyed_uniform`), positions taken
+  in canonical order (:func:`row_hashes`,
+  :func:`skdpp.utils._grouped.canonical_order`): a user's random choices
+  depend only on the key and that user's id and rows, whatever the row order,
+  the other users or the partition across machines. With the noise drawn in
+  the fixed order of the releases, a fit is a function of the *set* of records.
 
 The hash is a keyed SplitMix64 cascade (Steele, Lea & Flood 2014), a
 non-cryptographic mixer: like the PCG64 noise generator it is not hardened
@@ -77,7 +80,6 @@ def _tag(name):
                                "little"))
 
 
-# Seeds and generators
 def seed_sequence(random_state):
     """The 128-bit seed sequence of one fit.
 
@@ -99,11 +101,9 @@ def seed_sequence(random_state):
         return random_state
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         return np.random.SeedSequence(int(random_state))
-    if isinstance(random_state, np.random.RandomState):
-        words = random_state.randint(0, 2**32, size=4, dtype=np.uint64)
-        return np.random.SeedSequence([int(w) for w in words])
-    if isinstance(random_state, np.random.Generator):
-        words = random_state.integers(0, 2**32, size=4, dtype=np.uint64)
+    if isinstance(random_state, (np.random.RandomState, np.random.Generator)):
+        draw = getattr(random_state, "integers", None) or random_state.randint
+        words = draw(0, 2**32, size=4, dtype=np.uint64)
         return np.random.SeedSequence([int(w) for w in words])
     raise ValueError(
         f"random_state must be None, an int, a numpy.random.RandomState or a "
@@ -118,14 +118,6 @@ def noise_is_seeded(random_state):
     ``True`` for anything but ``None``: whoever learns it regenerates every
     noise draw, so the guarantee holds only while it stays secret. A
     :class:`DerivedRandomState` carries the answer of its origin.
-
-    Parameters
-    ----------
-    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or SeedSequence
-
-    Returns
-    -------
-    seeded : bool
 
     Examples
     --------
@@ -210,7 +202,6 @@ class FitRandomness:
         noise, public, key = root.spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))
         self.public = np.random.Generator(np.random.PCG64(public))
-
         self.key = fit_key(key.generate_state(2, dtype=np.uint64), random_state)
 
     def __repr__(self):
@@ -224,7 +215,6 @@ class FitRandomness:
         )
 
 
-# Keyed hashing
 def keyed_bits(key, stream, *words):
     """64 pseudo-random bits per element, a keyed hash of ``(stream, *words)``.
 
@@ -270,7 +260,6 @@ def keyed_uniform(key, stream, *words):
     return (keyed_bits(key, stream, *words) >> _U64(11)).astype(np.float64) * (1.0 / 2**53)
 
 
-# Stable hashes of user ids and of rows
 def _hash_ints(values):
     return _mix(np.asarray(values, dtype=np.int64).view(_U64) ^ _tag("int"))
 
@@ -337,18 +326,13 @@ def hash_ids(ids):
         if integral.any():
             out[integral] = _hash_ints(f[integral].astype(np.int64))
         return out
-    if kind == "U":
+    if kind in "US":  # code points: 4-byte (str) or 1-byte (bytes) units
         a = np.ascontiguousarray(arr)
-        width = a.dtype.itemsize // 4
-        codes = a.view(np.uint32).reshape(a.shape[0], width) if width else \
-            np.zeros((a.shape[0], 0), dtype=np.uint32)
-        return _hash_codepoints(codes, np.char.str_len(a), "str")
-    if kind == "S":
-        a = np.ascontiguousarray(arr)
-        width = a.dtype.itemsize
-        codes = a.view(np.uint8).reshape(a.shape[0], width) if width else \
-            np.zeros((a.shape[0], 0), dtype=np.uint8)
-        return _hash_codepoints(codes, np.char.str_len(a), "bytes")
+        unit = np.dtype(np.uint32 if kind == "U" else np.uint8)
+        width = a.dtype.itemsize // unit.itemsize
+        codes = a.view(unit).reshape(a.shape[0], width) if width else \
+            np.zeros((a.shape[0], 0), dtype=unit)
+        return _hash_codepoints(codes, np.char.str_len(a), "str" if kind == "U" else "bytes")
     if kind in "mM":
         return _mix(arr.view(np.int64).view(_U64) ^ _tag("datetime"))
     # object ids: ints and strings like their numpy counterparts, others by repr
@@ -374,20 +358,11 @@ def _multipliers(width, offset):
 def row_hashes(*columns):
     """A 64-bit hash of the content of every row (keyless; for canonical order).
 
-    Parameters
-    ----------
-    *columns : array-like of shape (n,) or (n, p)
-        Numeric arrays with the same number of rows (e.g. ``X`` and ``y``).
+    ``columns``: numeric arrays of shape (n,) or (n, p) (e.g. ``X`` and ``y``).
+    Equal rows get equal hashes (uint64, shape (n,)); ``-0.0`` hashes like
+    ``0.0``; a value hashes the same whatever its numeric dtype (``1``,
+    ``True``, ``1.0`` and ``np.float32(1)`` are one value).
 
-    Returns
-    -------
-    hashes : ndarray of shape (n,), dtype uint64
-        Equal rows get equal hashes; ``-0.0`` hashes like ``0.0``; a value
-        hashes the same whatever its numeric dtype (``1``, ``True``, ``1.0``
-        and ``np.float32(1)`` are one value).
-
-    Notes
-    -----
     The entries' bits are combined linearly modulo ``2**64`` with fixed odd
     multipliers (exact), then mixed by SplitMix64; a collision (probability
     about ``2**-64``) only swaps two rows of one user.
@@ -398,22 +373,15 @@ def row_hashes(*columns):
     every user's rows and move every keyed split (DESIGN section 7).
     Integers beyond ``2**53`` that round alike hash alike.
     """
-    cols = []
-    n = None
-    for c in columns:
-        c = np.asarray(c)
-        c = c.reshape(c.shape[0], -1)
+    if not columns:
+        raise ValueError("row_hashes needs at least one array.")
+    cols = [a.reshape(a.shape[0], -1) for a in map(np.asarray, columns)]
+    n, mults, offset = cols[0].shape[0], [], 0
+    for c in cols:
         if c.dtype.kind not in "biuf":
             raise TypeError(f"row_hashes needs numeric arrays, got dtype {c.dtype}.")
-        if n is None:
-            n = c.shape[0]
-        elif c.shape[0] != n:
+        if c.shape[0] != n:
             raise ValueError("all columns must have the same number of rows.")
-        cols.append(c)
-    if n is None:
-        raise ValueError("row_hashes needs at least one array.")
-    mults, offset = [], 0
-    for c in cols:
         mults.append(_multipliers(c.shape[1], offset))
         offset += c.shape[1]
     out = np.zeros(n, dtype=np.int64)
