@@ -1,14 +1,11 @@
-"""A short tour of skdpp: ``python -m skdpp``.
-
-Fits each estimator on built-in synthetic data (seconds each), prints a score and
-its privacy report.
-"""
+"""A short tour of skdpp: ``python -m skdpp`` fits each estimator on synthetic data
+(seconds each) and prints a score and its privacy report."""
 
 import importlib
 import sys
 import time
 
-# One demo module per estimator family, in the order of the README's table.
+# One demo module per estimator family, in the order of the README's table
 _DEMOS = (
     ("PrivateFedRepRegressor / PrivAltMinRegressor", "skdpp._demo._representation"),
     ("PPSGDRegressor", "skdpp._demo._ppsgd"),
@@ -24,11 +21,7 @@ def main(argv=None):
     print(f"skdpp {skdpp.__version__}: user-level differentially private personalization")
     print("Each demo fits on synthetic data, prints a score and the privacy report.\n")
     for title, module in _DEMOS:
-        if importlib.util.find_spec(module) is None:
-            continue
-        print("=" * 78)
-        print(title)
-        print("=" * 78)
+        print(f"{'=' * 78}\n{title}\n{'=' * 78}")
         start = time.perf_counter()
         importlib.import_module(module).run(random_state=0)
         print(f"[{time.perf_counter() - start:.1f} s]\n")

@@ -1,21 +1,19 @@
 """Global configuration of skdpp, in the style of :func:`sklearn.set_config`.
 
-One option so far, ``noise``: where the privacy noise of every fit comes from.
+One option, ``noise``: where the privacy noise of every fit comes from.
 
 * ``"numpy"`` (default): numpy's PCG64 generator, seeded per fit from
   ``random_state`` (``None``: operating-system entropy). Fast; floating-point
   samplers, not hardened against floating-point side channels.
 * ``"secure"``: every privacy-relevant draw comes from OpenDP's exact samplers
-  (discrete Gaussian and discrete Laplace on a fine grid, Gumbel report-noisy-max)
-  or from the operating system's cryptographic source (:mod:`secrets`). Needs the
-  optional extra: ``pip install "skdpp[secure]"``.
+  (discrete Gaussian and Laplace on a fine grid, Gumbel report-noisy-max) or
+  from the operating system's cryptographic source (:mod:`secrets`). Needs
+  ``pip install "skdpp[secure]"``.
 
 The configuration is thread-local, like scikit-learn's: a fit reads it when it
-draws noise, so a fit must run in the thread (and the ``config_context``) that
-set it. New threads and processes start from the environment variable
+draws noise. New threads and processes start from the environment variable
 ``SKDPP_NOISE`` (``"numpy"`` when unset): set ``SKDPP_NOISE=secure`` for fits
-run by joblib workers (``n_jobs``) or other processes, which do not inherit
-``set_config``.
+run by joblib workers (``n_jobs``) or other processes.
 
 Examples
 --------
@@ -64,12 +62,7 @@ def _require_opendp():
 
 
 def get_config():
-    """Current values of the skdpp configuration (a copy).
-
-    Returns
-    -------
-    config : dict
-        ``{"noise": "numpy" | "secure"}``.
+    """Current values of the skdpp configuration: a copy of ``{"noise": ...}``.
 
     See Also
     --------
@@ -84,11 +77,9 @@ def set_config(noise=None):
     Parameters
     ----------
     noise : {"numpy", "secure"}, default=None
-        Source of the privacy noise. ``"numpy"``: numpy's PCG64 generator
-        (fast, reproducible from an int ``random_state``). ``"secure"``:
-        OpenDP's exact samplers and the operating system's cryptographic
-        source for every privacy-relevant draw (a fit's ``random_state`` then
-        seeds only its public randomness). ``None`` leaves it unchanged.
+        Source of the privacy noise: numpy's PCG64 generator, or OpenDP's exact
+        samplers and the OS's cryptographic source (a fit's ``random_state``
+        then seeds only its public randomness). ``None`` leaves it unchanged.
 
     Raises
     ------
@@ -122,16 +113,8 @@ def set_config(noise=None):
 
 @contextmanager
 def config_context(*, noise=None):
-    """Context manager that sets the skdpp configuration and restores it.
-
-    Parameters
-    ----------
-    noise : {"numpy", "secure"}, default=None
-        See :func:`set_config`.
-
-    Yields
-    ------
-    None
+    """Context manager that sets the skdpp configuration (:func:`set_config`) and
+    restores it.
 
     Examples
     --------

@@ -32,11 +32,10 @@ __all__ = ["ReleasedModel", "export_released"]
 class ReleasedModel:
     """The released part of a fitted estimator or Pipeline (safe to hand out).
 
-    Built by :func:`export_released`. Every step keeps its DP attributes and
-    its report; user ids and personal parts are gone (empty), so every user
-    is a new user: ``predict`` gives the cold-start prediction, and
-    ``personalize`` fits personal parts for the users whose rows it is given
-    (on the holder's side, from the released shared part).
+    Built by :func:`export_released`: without user ids and personal parts,
+    every user is new: ``predict`` gives the cold-start prediction, and
+    ``personalize`` fits personal parts on the holder's side from the
+    released shared part.
 
     Attributes
     ----------
@@ -53,8 +52,7 @@ class ReleasedModel:
         self.privacy_report = report
 
     def _call(self, method, X, groups):
-        with warnings.catch_warnings():
-            # every user is new in a released model: groups=None is cold start
+        with warnings.catch_warnings():  # every user is new: groups=None is cold start
             warnings.filterwarnings("ignore", message=".*called with groups=None")
             return transform_then(self.estimator, method, X, groups=groups)
 
@@ -81,39 +79,32 @@ class ReleasedModel:
 
 def _leaves(obj):
     children = _children(obj)
-    if children is None:
-        return [obj]
-    out = []
-    for _, child in children:
-        out += _leaves(child)
-    return out
+    return [obj] if children is None else [x for _, c in children for x in _leaves(c)]
 
 
 def _scrub(est):
     """Empty the user ids and every per-user attribute of a fitted leaf, in place."""
-    if hasattr(est, "get_params") and "random_state" in est.get_params(deep=False):
+    params = est.get_params(deep=False) if hasattr(est, "get_params") else {}
+    if "random_state" in params:
         est.set_params(random_state=None)  # a seed rebuilds the noise
     n_users = getattr(est, "n_users_", None)
     ids = getattr(est, "user_ids_", None)
     if ids is not None:
         ids = np.asarray(ids)
-        kind = "<U1" if ids.dtype.kind in "OUS" else ids.dtype
-        est.user_ids_ = np.empty(0, dtype=kind)
-    per_user = set(getattr(type(est), "_personal_attributes", ())) \
-        | set(getattr(type(est), "_per_user_data_attributes", ()))
+        est.user_ids_ = np.empty(0, dtype="<U1" if ids.dtype.kind in "OUS" else ids.dtype)
+    personal = set(getattr(type(est), "_personal_attributes", ()))
+    per_user = personal | set(getattr(type(est), "_per_user_data_attributes", ()))
     released = set(getattr(getattr(est, "privacy_report_", None), "released", ()))
-    params = set(est.get_params(deep=False)) if hasattr(est, "get_params") else set()
     for name, value in list(vars(est).items()):
         if name in params or name == "user_ids_":
             continue
         shape = getattr(value, "shape", None)
-        user_sized = (n_users and shape and len(shape) >= 1 and shape[0] == n_users
-                      and name not in released)
-        if name in getattr(type(est), "_personal_attributes", ()):
+        if name in personal:
             # one row of zeros, no id: predict's gathers stay in bounds, every user
             # is new (cold start), personalize replaces it by the new users' rows
             setattr(est, name, np.zeros((1,) + tuple(shape[1:]), dtype=value.dtype))
-        elif name in per_user or user_sized:
+        elif name in per_user or (n_users and shape and shape[0] == n_users
+                                  and name not in released):
             setattr(est, name, value[:0])  # keeps the public trailing shape
     return est
 
@@ -151,8 +142,7 @@ def export_released(obj):
             f"export_released refuses to publish steps outside the guarantee: "
             f"{', '.join(report.not_covered)}. Replace them with private transformers "
             f"(skdpp.preprocessing) or fit them on public data.")
-    model = getattr(obj, "best_estimator_", obj)
-    model = copy.deepcopy(model)
+    model = copy.deepcopy(getattr(obj, "best_estimator_", obj))
     for leaf in _leaves(model):
         if not isinstance(leaf, str) and leaf is not None:
             _scrub(leaf)

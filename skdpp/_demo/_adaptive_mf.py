@@ -19,7 +19,6 @@ def run(random_state=0):
           f"rank 5; RMSE of predicting 0: {rmse(yt, np.zeros_like(yt)):.3f}.")
     common = dict(n_components=5, epsilon=3.0, delta=1e-5, center=False, user_bias=False,
                   random_state=random_state)
-    last = None
     for name, params in [("uniform sampling (DPALS)", dict(weighting="uniform")),
                          ("tail sampling (Chien et al.)", dict(weighting="tail")),
                          ("adaptive weights, mu=1/2", dict(weighting="adaptive", mu=0.5))]:
@@ -27,8 +26,7 @@ def run(random_state=0):
         pred = est.predict(Xt, groups=gt)
         print(f"  epsilon=3 {name:<29}: test RMSE {rmse(yt, pred):.3f} "
               f"(rarer half of the items {rmse(yt[tail], pred[tail]):.3f})")
-        last = est
-    top = last.recommend(groups[:1], n_items=5)[0]
+    top = est.recommend(groups[:1], n_items=5)[0]
     print(f"  top-5 unseen items for user {groups[0]}: {top.tolist()}")
     print("Privacy report of AdaptiveWeightMF(weighting='adaptive', epsilon=3):")
-    print(last.privacy_report_)
+    print(est.privacy_report_)

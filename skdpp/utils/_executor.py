@@ -82,20 +82,9 @@ def _concat(parts):
 
 
 class LocalExecutor:
-    """Runs block functions in this process, over blocks in user order.
-
-    Parameters
-    ----------
-    blocks : sequence of UserBlock
-        Blocks of whole users, consecutive in user order.
-
-    Attributes
-    ----------
-    blocks : list of UserBlock
-    states : list
-        The state the last function returned for each block.
-    n_users : int
-    """
+    """Runs block functions in this process over ``blocks`` (``UserBlock`` of
+    consecutive users) in user order; ``states`` holds the state the last
+    function returned for each block."""
 
     def __init__(self, blocks):
         self.blocks = list(blocks)
