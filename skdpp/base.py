@@ -33,14 +33,8 @@ from .utils._executor import LocalExecutor
 from .utils._grouped import UserIndex, id_kinds, make_blocks
 from .utils._random import FitRandomness
 
-__all__ = [
-    "BasePersonalizedEstimator",
-    "FitData",
-    "FitResult",
-    "PersonalizedClassifierMixin",
-    "PersonalizedRegressorMixin",
-    "quiet_numerics",
-]
+__all__ = ["BasePersonalizedEstimator", "FitData", "FitResult",
+           "PersonalizedClassifierMixin", "PersonalizedRegressorMixin", "quiet_numerics"]
 
 #: Below this many features ``fit`` / ``personalize`` run BLAS on one thread.
 MULTITHREAD_MIN_FEATURES = 2048
@@ -112,8 +106,7 @@ def _check_finite_output(estimator, method, values):
         f"not finite although X is finite: the values of X are too large for float64 "
         f"arithmetic with this model (a prediction would exceed about 1.8e308 in "
         f"magnitude). Rescale X (e.g. divide it by a constant, or StandardScaler) and "
-        f"refit on the rescaled data."
-    )
+        f"refit on the rescaled data.")
 
 
 def linear_predictions(X, plain, linear_parts):
@@ -182,8 +175,7 @@ def check_unclipped(estimator, names):
             raise ValueError(
                 f"{name}=None (no clipping) gives unbounded sensitivity and is only "
                 f"allowed with epsilon=np.inf; got epsilon={estimator.epsilon!r}. Pass "
-                f"{remedy}, or epsilon=np.inf for the non-private baseline."
-            )
+                f"{remedy}, or epsilon=np.inf for the non-private baseline.")
 
 
 @contextmanager
@@ -301,8 +293,7 @@ class BasePersonalizedEstimator(BaseEstimator):
             if isinstance(value, (bool, np.bool_)):
                 raise ValueError(
                     f"The '{name}' parameter must be a float, got the boolean {value!r}. "
-                    f"Pass a number, e.g. {name}=1.0."
-                )
+                    f"Pass a number, e.g. {name}=1.0.")
         for name, value in self.get_params(deep=False).items():
             if "clip" not in name or value is None or isinstance(value, str):
                 continue
@@ -310,8 +301,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 raise ValueError(
                     f"The {name!r} parameter must be a finite bound >= {_MIN_CLIP:g}, got "
                     f"{value!r}: at smaller scales floating-point rounding can exceed the "
-                    f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead."
-                )
+                    f"stated sensitivity. Rescale the data (e.g. StandardScaler) instead.")
         # getattr: transformers of skdpp.preprocessing call this unbound
         check_unclipped(self, getattr(self, "_clip_bounds", ("clip_norm",)))
 
@@ -478,8 +468,7 @@ class BasePersonalizedEstimator(BaseEstimator):
             f"{type(self).__name__}: the user ids in groups are of type "
             f"{' and '.join(sorted(given - fitted))}, but the model's user ids (user_ids_) "
             f"are of type {' and '.join(sorted(fitted))} (dtype {self.user_ids_.dtype}). Ids of "
-            f"different types never match"
-        )
+            f"different types never match")
 
     def personalize(self, X, y, groups):
         """Fit personal parts for the given users from their own rows.

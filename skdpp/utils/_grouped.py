@@ -22,17 +22,9 @@ import numbers
 
 import numpy as np
 
-__all__ = [
-    "UserIndex",
-    "check_id_kinds",
-    "id_kinds",
-    "rank_within_user",
-    "segment_counts",
-    "segment_mean",
-    "segment_outer_sum",
-    "segment_sum",
-    "split_within_users",
-]
+__all__ = ["UserIndex", "check_id_kinds", "id_kinds", "rank_within_user",
+           "segment_counts", "segment_mean", "segment_outer_sum", "segment_sum",
+           "split_within_users"]
 
 # Memory budget (bytes) of the temporaries of ``segment_outer_sum``.
 _OUTER_SUM_MAX_BYTES = 64 * 2**20
@@ -68,8 +60,7 @@ def _as_id_array(groups, name="groups"):
         raise ValueError(
             f"`{name}` must be a 1-D array with one user id per row; got an array of "
             f"shape {arr.shape}. Pass a 1-D array-like (list, numpy array or pandas "
-            "Series) of user ids."
-        )
+            "Series) of user ids.")
     return arr
 
 
@@ -142,8 +133,7 @@ def check_id_kinds(kinds, *, name="groups"):
             f"be numbers or all be strings: the int 7 and the string '7' would be two "
             f"different users. Convert them to one type first, e.g. "
             f"np.asarray({name}).astype(str) (or astype(np.int64) if they are all "
-            f"integers written as text)."
-        )
+            f"integers written as text).")
 
 
 def _kind_family(kind):
@@ -165,24 +155,20 @@ class UserIndex:
     Parameters
     ----------
     users : array-like of shape (n_users,)
-        Sorted unique user ids.
+        Sorted unique user ids (``object`` for mixed types).
     codes : array-like of shape (n_samples,) of int
         Code of each row's user in ``0..n_users-1`` (not validated; users
         without rows get ``counts == 0``).
 
     Attributes
     ----------
-    users : ndarray of shape (n_users,)
-        Sorted unique user ids (``object`` for mixed types, see :meth:`from_groups`).
-    codes : ndarray of shape (n_samples,), dtype int64
-        Code of each row's user; ``users[codes]`` gives the ids.
+    users, codes : ndarray
+        As given (``codes`` int64; ``users[codes]`` gives the ids).
     counts : ndarray of shape (n_users,), dtype int64
         Number of rows of each user.
-    order : ndarray of shape (n_samples,), dtype int64
-        Stable argsort of ``codes``: ``order[offsets[u]:offsets[u + 1]]`` are the
-        rows of user ``u``.
-    offsets : ndarray of shape (n_users + 1,), dtype int64
-        Start of each user's rows in ``order``.
+    order, offsets : ndarray of dtype int64
+        Stable argsort of ``codes`` and the start of each user's rows in it:
+        ``order[offsets[u]:offsets[u + 1]]`` are the rows of user ``u``.
     n_users, n_samples : int
 
     Examples
@@ -218,16 +204,14 @@ class UserIndex:
                             ("_lookup_table", None)]:
             object.__setattr__(self, name, value)
 
-    def __reduce__(self):
-        # Immutable slots: pickle by rebuilding from the ids and codes.
+    def __reduce__(self):  # immutable slots: rebuilt from the ids and codes
         return (_rebuild_user_index, (np.asarray(self.users), np.asarray(self.codes),
                                       self._mixed))
 
     def __setattr__(self, name, value):
         raise AttributeError(
             f"UserIndex is immutable: cannot set {name!r}. Build a new index with "
-            "UserIndex.from_groups or UserIndex.subset_rows."
-        )
+            "UserIndex.from_groups or UserIndex.subset_rows.")
 
     def __repr__(self):
         return f"UserIndex(n_users={self.n_users}, n_samples={self.n_samples})"
@@ -241,13 +225,9 @@ class UserIndex:
         groups : array-like of shape (n_samples,) or None
             User id of each row (numbers, strings or any hashable objects; a
             pandas Series is accepted). ``None``: every row is its own user
-            (ids ``0..n_samples-1``; user-level becomes row-level privacy).
+            (ids ``0..n_samples-1``: row-level privacy).
         n_samples : int, default=None
             Number of rows; required when ``groups`` is None, else checked.
-
-        Returns
-        -------
-        index : UserIndex
 
         Raises
         ------
@@ -263,22 +243,19 @@ class UserIndex:
         hashable type). A mix -- the int ``7`` and the string ``"7"`` -- raises
         before any computation: the two never compare equal, so one person
         would silently become two users. The rule depends on the ids' types
-        only (:func:`id_kinds`), never on their values; the distributed driver
-        also checks the union of the partitions' kinds.
+        only (:func:`id_kinds`), never on their values.
 
-        Ids are factorised with ``np.unique`` and compared with Python
-        equality (``1``, ``1.0`` and ``True`` are one user); object ids numpy
-        cannot sort together are ordered by ``(type name, value or repr)``.
+        Ids are compared with Python equality (``1``, ``1.0`` and ``True`` are
+        one user); object ids numpy cannot sort together are ordered by
+        ``(type name, value or repr)``.
         """
         if groups is None:
             if n_samples is None:
                 raise ValueError(
                     "`n_samples` is required when `groups` is None (every row is its "
-                    "own user); pass n_samples=X.shape[0]."
-                )
-            n_samples = cls._check_n_samples(n_samples)
-            return cls(np.arange(n_samples, dtype=np.int64),
-                       np.arange(n_samples, dtype=np.int64))
+                    "own user); pass n_samples=X.shape[0].")
+            ids = np.arange(cls._check_n_samples(n_samples), dtype=np.int64)
+            return cls(ids, ids)
         arr = kinds_of = _as_id_array(groups)
         if arr.dtype.kind in "US" and not isinstance(groups, np.ndarray) \
                 and not hasattr(groups, "to_numpy"):
@@ -289,8 +266,7 @@ class UserIndex:
             if arr.shape[0] != n_samples:
                 raise ValueError(
                     f"`groups` has {arr.shape[0]} ids but the data have {n_samples} "
-                    "rows; pass exactly one user id per row of X."
-                )
+                    "rows; pass exactly one user id per row of X.")
         missing = _missing_mask(arr)
         if missing.any():
             first = int(np.flatnonzero(missing)[0])
@@ -298,8 +274,7 @@ class UserIndex:
                 f"`groups` contains {int(missing.sum())} missing user id(s) "
                 f"(None/NaN/NaT/NA; first at row {first}: {arr[first]!r}). Every row "
                 "must belong to a known user: drop those rows or give them explicit "
-                "ids (e.g. one new id per row to treat them as separate users)."
-            )
+                "ids (e.g. one new id per row to treat them as separate users).")
         check_id_kinds(id_kinds(kinds_of) if arr.size else (), name="groups")
         try:
             users, codes = np.unique(arr, return_inverse=True)
@@ -315,8 +290,7 @@ class UserIndex:
                 or n_samples < 0:
             raise ValueError(
                 f"`n_samples` must be a non-negative integer; got {n_samples!r}. "
-                "Pass n_samples=X.shape[0]."
-            )
+                "Pass n_samples=X.shape[0].")
         return int(n_samples)
 
     def _lookup_hash(self, ids):
@@ -369,8 +343,7 @@ class UserIndex:
             if rows.shape != (self.n_samples,):
                 raise ValueError(
                     f"`mask` must have shape ({self.n_samples},); got {rows.shape}. "
-                    "Pass one boolean per row of the index."
-                )
+                    "Pass one boolean per row of the index.")
             sub_codes = self.codes[rows]
         else:
             sub_codes = self.codes[rows.astype(np.int64, copy=False)]
@@ -387,8 +360,7 @@ def _check_index(index):
     if not isinstance(index, UserIndex):
         raise TypeError(
             f"`index` must be a UserIndex; got {type(index).__name__}. Build one with "
-            "UserIndex.from_groups(groups, n_samples)."
-        )
+            "UserIndex.from_groups(groups, n_samples).")
 
 
 def _check_rows(values, index, name="values"):
@@ -396,8 +368,7 @@ def _check_rows(values, index, name="values"):
     if values.ndim == 0 or values.shape[0] != index.n_samples:
         raise ValueError(
             f"`{name}` must have one row per sample ({index.n_samples}); got shape "
-            f"{values.shape}. Pass an array whose first axis is aligned with `groups`."
-        )
+            f"{values.shape}. Pass an array whose first axis is aligned with `groups`.")
     return values
 
 
@@ -415,10 +386,8 @@ def segment_counts(index):
 
 
 def segment_sum(values, index):
-    """Per-user sums of rows: ``sums[u] = values[index.codes == u].sum(axis=0)``.
-
-    ``values`` has shape (n_samples, ...) in input order; the result (n_users,
-    ...) is zero for a user without rows.
+    """Per-user sums ``values[index.codes == u].sum(axis=0)`` (0 for a user without
+    rows) of ``values`` of shape (n_samples, ...).
 
     Examples
     --------
@@ -466,26 +435,13 @@ def segment_mean(values, index):
 
 
 def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
-    """Per-user sums of row-wise outer products ``sum_r a_r b_r^T``.
+    """Per-user sums ``sum_r a_r b_r^T`` (n_users, p, q) of row-wise outer products.
 
-    Parameters
-    ----------
-    A : array-like of shape (n_samples, p)
-    B : array-like of shape (n_samples, q), default=None
-        ``None`` means ``B = A`` (per-user Gram matrices ``sum_r a_r a_r^T``).
-    index : UserIndex
-    max_bytes : int, default=64 MiB
-        Memory budget of the temporary gathered rows.
-
-    Returns
-    -------
-    sums : ndarray of shape (n_users, p, q)
-
-    Notes
-    -----
-    One batched ``np.matmul`` ``A_u^T B_u`` per group of users of equal
-    :func:`padded_sizes` (zero padding rows), in memory chunks of about
-    ``max_bytes``: ``O(n_samples p q)`` flops, no ``p x q`` matrix per row.
+    ``A`` (n_samples, p) and ``B`` (n_samples, q; ``None``: per-user Gram
+    matrices of ``A``) are aligned with ``index``. One batched ``np.matmul``
+    ``A_u^T B_u`` per group of users of equal :func:`padded_sizes` (zero
+    padding rows), in memory chunks of about ``max_bytes`` (default 64 MiB):
+    ``O(n_samples p q)`` flops, no ``p x q`` matrix per row.
 
     Examples
     --------
@@ -504,8 +460,7 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     if A.ndim != 2 or B.ndim != 2:
         raise ValueError(
             f"`A` and `B` must be 2-D (n_samples, p) and (n_samples, q); got shapes "
-            f"{A.shape} and {B.shape}. Reshape 1-D arrays with a[:, None]."
-        )
+            f"{A.shape} and {B.shape}. Reshape 1-D arrays with a[:, None].")
     p, q = A.shape[1], B.shape[1]
     dtype = np.result_type(A.dtype, B.dtype, np.float64)
     out = np.zeros((index.n_users, p, q), dtype=dtype)
@@ -591,19 +546,10 @@ def argsort_within(codes, keys):
 
 
 def rank_within_user(index, rng=None):
-    """Position of each row within its user's rows.
-
-    Parameters
-    ----------
-    index : UserIndex
-    rng : None, int, numpy.random.RandomState or numpy.random.Generator, default=None
-        ``None``: rows are ranked in their input order; otherwise in a
-        uniformly random order within each user.
-
-    Returns
-    -------
-    rank : ndarray of shape (n_samples,), dtype int64
-        A permutation of ``0..counts[u] - 1`` over the rows of each user ``u``.
+    """Position (int64) of each row within its user's rows: a permutation of
+    ``0..counts[u] - 1`` over the rows of each user ``u``, in input order
+    (``rng=None``) or uniformly random within each user (an int, ``RandomState``
+    or ``Generator``).
 
     Examples
     --------
@@ -622,20 +568,9 @@ def rank_within_user(index, rng=None):
 
 
 def split_within_users(index, fraction, rng=None):
-    """Split each user's rows in two parts; ``True`` marks the first part.
-
-    Parameters
-    ----------
-    index : UserIndex
-    fraction : float in (0, 1)
-        Target fraction of each user's rows in the first part.
-    rng : None, int, RandomState or Generator, default=None
-        Randomness of the choice of rows (``None``: each user's first rows).
-
-    Returns
-    -------
-    mask : ndarray of shape (n_samples,), dtype bool
-        ``True`` for the :func:`first_part_sizes` rows of the first part.
+    """Split each user's rows in two parts: ``True`` for the first part, the
+    :func:`first_part_sizes` (target ``fraction`` in (0, 1)) rows of lowest
+    :func:`rank_within_user` under ``rng`` (``None``: each user's first rows).
 
     Examples
     --------
@@ -647,8 +582,7 @@ def split_within_users(index, fraction, rng=None):
     _check_index(index)
     if not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
         raise ValueError(
-            f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}."
-        )
+            f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}.")
     rank = rank_within_user(index, rng)
     return rank < first_part_sizes(index.counts, fraction)[index.codes]
 
@@ -727,7 +661,6 @@ class UserBlock:
 
     Attributes
     ----------
-    n_users, n_rows : int
     offsets : ndarray of shape (n_users + 1,)
         Start of each user's rows within the block.
     row_user, rank : ndarray of shape (n_rows,)

@@ -25,8 +25,8 @@ One rule for all estimators (DESIGN §4):
 
 The hash is a keyed SplitMix64 cascade (Steele, Lea & Flood 2014), a
 non-cryptographic mixer: like the PCG64 noise generator it is not hardened
-against an adversary who attacks the generator itself (the documentation says
-so), but with a secret 128-bit key it is as unpredictable as the noise.
+against an adversary who attacks the generator itself, but with a secret
+128-bit key it is as unpredictable as the noise.
 
 Examples
 --------
@@ -42,16 +42,8 @@ import numbers
 
 import numpy as np
 
-__all__ = [
-    "DerivedRandomState",
-    "FitRandomness",
-    "hash_ids",
-    "keyed_bits",
-    "keyed_uniform",
-    "noise_is_seeded",
-    "row_hashes",
-    "seed_sequence",
-]
+__all__ = ["DerivedRandomState", "FitRandomness", "hash_ids", "keyed_bits",
+           "keyed_uniform", "noise_is_seeded", "row_hashes", "seed_sequence"]
 
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
@@ -81,19 +73,12 @@ def _tag(name):
 
 
 def seed_sequence(random_state):
-    """The 128-bit seed sequence of one fit.
+    """The 128-bit :class:`numpy.random.SeedSequence` of one fit.
 
-    Parameters
-    ----------
-    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or SeedSequence
-        ``None``: fresh entropy from the operating system. An int: a
-        deterministic seed. A ``RandomState`` (scikit-learn's convention for
-        a shared generator) or a ``Generator``: 128 bits are drawn from it, so
-        successive fits with the same instance differ.
-
-    Returns
-    -------
-    seed_sequence : numpy.random.SeedSequence
+    ``random_state``: ``None`` (fresh entropy from the operating system), an
+    int (a deterministic seed), a ``SeedSequence`` (used as is), or a
+    ``RandomState`` / ``Generator`` (128 bits are drawn from it, so successive
+    fits with the same instance differ).
     """
     if random_state is None:
         return np.random.SeedSequence()
@@ -108,8 +93,7 @@ def seed_sequence(random_state):
     raise ValueError(
         f"random_state must be None, an int, a numpy.random.RandomState or a "
         f"numpy.random.Generator; got {random_state!r}. Pass e.g. random_state=0 for a "
-        "reproducible fit, or None for fresh entropy (deployments)."
-    )
+        "reproducible fit, or None for fresh entropy (deployments).")
 
 
 def noise_is_seeded(random_state):
@@ -133,18 +117,12 @@ def noise_is_seeded(random_state):
 class DerivedRandomState(np.random.RandomState):
     """A ``RandomState`` a meta-estimator hands to a sub-fit (e.g. a search trial).
 
-    It carries 128 bits of the meta-estimator's seed sequence and whether
-    that seed came from the user (:func:`noise_is_seeded`), so the sub-fit's
-    report tells the truth. Its state still rebuilds the noise after the
-    sub-fit (the Mersenne Twister can be rewound): the meta-estimator must
-    reset the parameter before the sub-fit is observed.
-
-    Parameters
-    ----------
-    seed : numpy.random.SeedSequence
-        The sub-fit's seed.
-    user_seeded : bool
-        Whether ``seed`` derives from a user-supplied ``random_state``.
+    Seeded by ``seed`` (a ``SeedSequence`` drawn from the meta-estimator's),
+    it carries ``user_seeded``: whether that seed derives from a user-given
+    ``random_state`` (:func:`noise_is_seeded`), so the sub-fit's report tells
+    the truth. Its state still rebuilds the noise after the sub-fit (the
+    Mersenne Twister can be rewound): the meta-estimator must reset the
+    parameter before the sub-fit is observed.
     """
 
     def __init__(self, seed, *, user_seeded):
@@ -167,10 +145,7 @@ def _derived_random_state(state, user_seeded):
 class FitRandomness:
     """All randomness of one fit, derived once from ``random_state``.
 
-    Parameters
-    ----------
-    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
-        See :func:`seed_sequence`.
+    ``random_state`` as in :func:`seed_sequence`.
 
     Attributes
     ----------
@@ -187,9 +162,8 @@ class FitRandomness:
 
     Notes
     -----
-    The three are independent ``spawn`` children of one 128-bit
-    :class:`numpy.random.SeedSequence`. The object lives only during a fit:
-    no estimator keeps it, its generators or its key.
+    The three are independent ``spawn`` children of :func:`seed_sequence`. The
+    object lives only during a fit: no estimator keeps it, its generators or its key.
     """
 
     def __init__(self, random_state):
@@ -211,25 +185,15 @@ class FitRandomness:
         raise TypeError(
             "FitRandomness holds the fit's privacy-noise stream and cannot be pickled: "
             "noise is drawn once, in the fitting (driver) process. Send its `key` "
-            "(keyed per-user randomness) to other processes instead."
-        )
+            "(keyed per-user randomness) to other processes instead.")
 
 
 def keyed_bits(key, stream, *words):
-    """64 pseudo-random bits per element, a keyed hash of ``(stream, *words)``.
+    """64 pseudo-random bits (uint64) per element, a keyed hash of ``(stream, *words)``.
 
-    Parameters
-    ----------
-    key : array-like of shape (2,), uint64
-        The fit key (:attr:`FitRandomness.key`).
-    stream : str
-        Purpose (e.g. ``"split"``); different streams are independent.
-    *words : int or array-like of int
-        Coordinates, broadcast together (e.g. user hash, rank, round).
-
-    Returns
-    -------
-    bits : ndarray of uint64
+    ``key``: the fit key (:attr:`FitRandomness.key`); ``stream``: its purpose
+    (e.g. ``"split"``; streams are independent); ``words``: int coordinates,
+    broadcast together (e.g. user hash, rank, round).
     """
     key = np.asarray(key, dtype=_U64)
     h = _mix(np.asarray(key[0] ^ _tag(stream), dtype=_U64))
@@ -243,9 +207,7 @@ def keyed_bits(key, stream, *words):
 
 
 def keyed_uniform(key, stream, *words):
-    """Uniforms in ``[0, 1)``, a keyed hash of ``(stream, *words)`` (53 bits each).
-
-    See :func:`keyed_bits` for the parameters.
+    """Uniforms in ``[0, 1)`` (53 bits each) of :func:`keyed_bits`.
 
     Examples
     --------
@@ -283,24 +245,13 @@ def _hash_object(value):
 
 
 def hash_ids(ids):
-    """A 64-bit hash of every id, the same in every process and on every machine.
+    """A 64-bit hash (uint64) of every id, the same in every process and machine.
 
-    Parameters
-    ----------
-    ids : array-like of shape (n,)
-        User ids: integers, floats, strings, bytes, datetimes or other
-        hashable objects.
-
-    Returns
-    -------
-    hashes : ndarray of shape (n,), dtype uint64
-
-    Notes
-    -----
-    Integral floats hash like the equal integers; strings hash their code
-    points (any numpy width); object arrays of ints or strings alike, other
-    objects by type name and ``repr``. Python's ``hash`` (salted per
-    process) is not used.
+    ``ids`` (shape (n,)): integers, floats, strings, bytes, datetimes or other
+    hashable objects. Integral floats hash like the equal integers; strings
+    hash their code points (any numpy width); object arrays of ints or
+    strings alike, other objects by type name and ``repr``. Python's ``hash``
+    (salted per process) is not used.
 
     Examples
     --------
