@@ -112,13 +112,13 @@ def _scrub(est):
 def export_released(obj):
     """The released part of a fitted object: a picklable :class:`ReleasedModel`.
 
-    Keeps every step's DP attributes (shared parts, released bounds, a
-    private transformer's parameters) and the composed privacy report;
-    removes every user id and personal part (per-user arrays are emptied,
-    their trailing shape kept; a personal part becomes one row of zeros that
-    belongs to no user) and every step's ``random_state``. Works on a
-    bare estimator of skdpp, a ``Pipeline`` (or composite) of private steps,
-    and :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its
+    Keeps every step's DP attributes (shared parts, released bounds, a private
+    transformer's parameters) and the composed privacy report; removes every
+    user id, personal part (per-user arrays are emptied, their trailing shape
+    kept; a personal part becomes one row of zeros of no user) and
+    ``random_state``. Works on an estimator of skdpp, a ``Pipeline`` (or
+    composite) of private steps and
+    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its
     ``best_estimator_`` with the search's report).
 
     Parameters

@@ -32,9 +32,7 @@ def to_dense(X):
 
 
 def _split(pipe):
-    if isinstance(pipe, Pipeline):
-        return pipe[:-1], pipe[-1]
-    return None, pipe
+    return (pipe[:-1], pipe[-1]) if isinstance(pipe, Pipeline) else (None, pipe)
 
 
 def transform_then(pipe, method, X, *args, groups=None, **kwargs):
@@ -48,10 +46,8 @@ def transform_then(pipe, method, X, *args, groups=None, **kwargs):
 
 
 def personalize(pipe, X, y, groups):
-    """Personalize a fitted Pipeline: transform ``X``, then the final step's ``personalize``.
-
-    The transform steps are used as fitted (no refit): no privacy cost, the
-    shared part and the reports are unchanged.
+    """Personalize a fitted Pipeline: transform ``X`` with the fitted steps (no refit,
+    no privacy cost, reports unchanged), then call the final step's ``personalize``.
 
     Parameters
     ----------

@@ -21,6 +21,10 @@ numpy cannot sort (mixed-type object arrays).
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_random_state
+
+from ._random import hash_ids, keyed_uniform, row_hashes
 
 __all__ = ["UserIndex", "check_id_kinds", "id_kinds", "rank_within_user",
            "segment_counts", "segment_mean", "segment_outer_sum", "segment_sum",
@@ -525,16 +529,6 @@ def padded_sizes(counts):
     return sizes
 
 
-def _uniform_keys(rng, n):
-    if rng is None:
-        return None
-    if isinstance(rng, np.random.Generator):
-        return rng.random(n)
-    from sklearn.utils import check_random_state
-
-    return check_random_state(rng).random_sample(n)
-
-
 def argsort_within(codes, keys):
     """Order of rows sorted by ``(codes, keys)``, for int user ``codes`` and float
     ``keys`` in ``[0, 1)``.
@@ -560,8 +554,12 @@ def rank_within_user(index, rng=None):
     """
     _check_index(index)
     n = index.n_samples
-    keys = _uniform_keys(rng, n)
-    perm = index.order if keys is None else argsort_within(index.codes, keys)
+    if rng is None:
+        perm = index.order
+    else:  # check_random_state does not take a Generator
+        keys = rng.random(n) if isinstance(rng, np.random.Generator) \
+            else check_random_state(rng).random_sample(n)
+        perm = argsort_within(index.codes, keys)
     rank = np.empty(n, dtype=np.int64)
     rank[perm] = np.arange(n, dtype=np.int64) - index.offsets[index.codes[perm]]
     return rank
@@ -583,8 +581,7 @@ def split_within_users(index, fraction, rng=None):
     if not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
         raise ValueError(
             f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}.")
-    rank = rank_within_user(index, rng)
-    return rank < first_part_sizes(index.counts, fraction)[index.codes]
+    return rank_within_user(index, rng) < first_part_sizes(index.counts, fraction)[index.codes]
 
 
 def first_part_sizes(counts, fraction):
@@ -668,8 +665,7 @@ class UserBlock:
     """
 
     def __init__(self, X, y, rows, users, user_hash, counts, first_user=0):
-        self.X = X
-        self.y = y
+        self.X, self.y = X, y
         self.rows = _as_rows(rows, X.shape[0])
         self.users = np.asarray(users)
         self.user_hash = np.asarray(user_hash, dtype=np.uint64)
@@ -677,9 +673,7 @@ class UserBlock:
         self.offsets = np.zeros(self.counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.offsets[1:])
         self.first_user = int(first_user)
-        self._row_user = None
-        self._rank = None
-        self._uniform = None
+        self._row_user = self._rank = self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -714,9 +708,8 @@ class UserBlock:
             return A[self.rows]
         # mode="clip": the rows are valid by construction, and numpy's default
         # mode="raise" buffers ``out`` (about 5x slower).
-        if out is not None:
-            return np.take(A, self.rows, axis=0, out=out[:self.rows.shape[0]], mode="clip")
-        return np.take(A, self.rows, axis=0, mode="clip")
+        return np.take(A, self.rows, axis=0, mode="clip",
+                       out=None if out is None else out[:self.rows.shape[0]])
 
     def source_rows(self):
         """Indices of the block's rows in the sources (int64 array)."""
@@ -793,9 +786,8 @@ class UserBlock:
         for a in range(k):  # loop over the k (k + 1) / 2 entries, not users or rows
             pa = P[:, a] if weights is None else P[:, a] * weights
             for b in range(a, k):
-                s = np.bincount(self.row_user, weights=pa * P[:, b], minlength=self.n_users)
-                out[:, a, b] = s
-                out[:, b, a] = s
+                out[:, a, b] = out[:, b, a] = np.bincount(
+                    self.row_user, weights=pa * P[:, b], minlength=self.n_users)
         return out
 
     def segment_sum_wide(self, values, dtype=np.float64):
@@ -805,8 +797,6 @@ class UserBlock:
         canonical order in the result type of ``dtype`` and ``values``
         (float32 counts of bools are exact up to ``2**24`` rows per user).
         """
-        import scipy.sparse as sp
-
         owner = sp.csr_matrix((np.ones(self.n_rows, dtype=dtype),
                                np.arange(self.n_rows), self.offsets),
                               shape=(self.n_users, self.n_rows))
@@ -814,14 +804,10 @@ class UserBlock:
 
     def row_uniforms(self, key, stream, *words):
         """Keyed uniforms per row: ``hash(key, stream, user id, rank, *words)``."""
-        from ._random import keyed_uniform
-
         return keyed_uniform(key, stream, self.expand(self.user_hash), self.rank, *words)
 
     def user_uniforms(self, key, stream, *words):
         """Keyed uniforms per user: ``hash(key, stream, user id, *words)``."""
-        from ._random import keyed_uniform
-
         return keyed_uniform(key, stream, self.user_hash, *words)
 
     def ranks_by(self, keys):
@@ -857,8 +843,6 @@ def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
     ``row_keys`` order each user's rows (default: :func:`skdpp.utils._random.row_hashes`
     of ``X`` and ``y``); ``max_rows`` rows per block (``None``: one block).
     """
-    from ._random import hash_ids, row_hashes
-
     _check_index(index)
     if row_keys is None:
         row_keys = row_hashes(X, y)
