@@ -546,6 +546,26 @@ class BasePersonalizedEstimator(BaseEstimator):
         return tags
 
 
+_SCORE_DOC = """Return the {what} of the personalized predictions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y : array-like of shape (n_samples,)
+            {y}
+        groups : array-like of shape (n_samples,), default=None
+            User id of each row (unseen users get the cold-start prediction).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the test rows in the score (evaluation only).
+
+        Returns
+        -------
+        score : float
+            {score}
+        """
+
+
 class PersonalizedRegressorMixin(RegressorMixin):
     """``score`` as the R² of ``predict(X, groups)`` (scikit-learn's convention)."""
 
@@ -556,52 +576,24 @@ class PersonalizedRegressorMixin(RegressorMixin):
         return tags
 
     def score(self, X, y, groups=None, sample_weight=None):
-        """Return the coefficient of determination R² of the personalized predictions.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Test rows.
-        y : array-like of shape (n_samples,)
-            True targets.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row (unseen users get the cold-start prediction).
-        sample_weight : array-like of shape (n_samples,), default=None
-            Weights of the test rows in the score (evaluation only).
-
-        Returns
-        -------
-        score : float
-            R² of ``self.predict(X, groups=groups)`` (computed on ``y`` and the
-            predictions divided by their largest magnitude if the sums overflow).
-        """
         return _r2(y, self.predict(X, groups=groups), sample_weight)
+
+    score.__doc__ = _SCORE_DOC.format(
+        what="coefficient of determination R²", y="True targets.",
+        score="R² of ``self.predict(X, groups=groups)`` (computed on ``y`` and the\n"
+              "            predictions divided by their largest magnitude if the sums "
+              "overflow).")
 
 
 class PersonalizedClassifierMixin(ClassifierMixin):
     """``score`` as the accuracy of ``predict(X, groups)``."""
 
     def score(self, X, y, groups=None, sample_weight=None):
-        """Return the accuracy of the personalized predictions.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Test rows.
-        y : array-like of shape (n_samples,)
-            True labels.
-        groups : array-like of shape (n_samples,), default=None
-            User id of each row (unseen users get the cold-start prediction).
-        sample_weight : array-like of shape (n_samples,), default=None
-            Weights of the test rows in the score (evaluation only).
-
-        Returns
-        -------
-        score : float
-            Mean accuracy of ``self.predict(X, groups=groups)``.
-        """
         return float(accuracy_score(y, self.predict(X, groups=groups),
                                     sample_weight=sample_weight))
+
+    score.__doc__ = _SCORE_DOC.format(what="accuracy", y="True labels.",
+                                      score="Mean accuracy of ``self.predict(X, groups=groups)``.")
 
 
 def _r2(y, pred, sample_weight):

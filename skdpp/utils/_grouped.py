@@ -140,10 +140,6 @@ def check_id_kinds(kinds, *, name="groups"):
             f"integers written as text).")
 
 
-def _kind_family(kind):
-    return "number" if kind in "biufc" else kind
-
-
 def _readonly(a):
     a = np.asarray(a)
     a.flags.writeable = False
@@ -177,7 +173,6 @@ class UserIndex:
 
     Examples
     --------
-    >>> import numpy as np
     >>> from skdpp.utils import UserIndex
     >>> index = UserIndex.from_groups(["b", "a", "b", "c"], n_samples=4)
     >>> index.users
@@ -323,8 +318,8 @@ class UserIndex:
         users = self.users
         if self._mixed:
             return self._lookup_hash(ids)
-        ukind, ikind = users.dtype.kind, ids.dtype.kind
-        if ukind != "O" and ikind != "O" and _kind_family(ukind) != _kind_family(ikind):
+        kinds = [_DTYPE_ID_KINDS.get(k, k) for k in (users.dtype.kind, ids.dtype.kind)]
+        if "O" not in kinds and kinds[0] != kinds[1]:
             return out  # e.g. str ids asked of an index of int ids: all unseen
         try:
             pos = np.searchsorted(users, ids)
