@@ -100,8 +100,7 @@ def search_steps(grid):
 def cumulative_counts(values, grid):
     """Partial cumulative histogram ``counts[j] = #{i : values[i] <= grid[j]}`` of the
     users of a block (NaN and +inf above every candidate): sums over blocks give
-    all users' counts; one user moves every entry by at most 1.
-    """
+    all users' counts; one user moves every entry by at most 1."""
     values = np.asarray(values, dtype=np.float64)
     first = np.searchsorted(grid, np.where(np.isnan(values), np.inf, values), side="left")
     hist = np.bincount(first, minlength=grid.shape[0] + 1)[:grid.shape[0]]

@@ -75,7 +75,6 @@ __all__ = ["DEFAULT_RDP_ORDERS", "LedgerEntry", "PrivacyAccountant", "gaussian_d
            "gaussian_epsilon", "gaussian_mu", "rdp_to_epsilon", "rdp_to_delta"]
 
 # --- The accountant ---
-
 @dataclass(frozen=True)
 class LedgerEntry:
     """One composed release (or block of identical releases).

@@ -65,7 +65,6 @@ __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
 
 
 # --- argument checks ---
-
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
@@ -95,7 +94,6 @@ def _as_float_array(value, name):
 
 
 # --- noise hooks (the only places randomness for privacy is drawn) ---
-
 def _mirror_upper(a, check=False):
     """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p).
 
@@ -166,8 +164,7 @@ def _opendp_additive(distribution, size, scale, k):
 
 def _calibrated(make, scale, sensitivity, charged, step):
     """``(measurement, scale)``: the first ``make(scale)`` (scale times ``step(used/charged)``
-    per try) whose OpenDP map is at most ``charged``; None after 8 tries (1-2 suffice).
-    """
+    per try) whose OpenDP map is at most ``charged``; None after 8 tries (1-2 suffice)."""
     for _ in range(8):
         meas = make(scale)
         used = float(meas.map(sensitivity))
@@ -181,8 +178,7 @@ def _calibrated(make, scale, sensitivity, charged, step):
 def _secure_measurement(distribution, size, sensitivity, scale):
     """``(measurement, opendp_scale, k, charged)`` of one release: OpenDP's map at
     ``sensitivity`` is at most ``charged`` (what the accountant composes). Cached:
-    measurements hold no randomness.
-    """
+    measurements hold no randomness."""
     if distribution not in ("gaussian", "laplace"):
         raise ValueError(
             f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
@@ -201,8 +197,7 @@ def _secure_measurement(distribution, size, sensitivity, scale):
 
 def _secure_additive(values, *, distribution, scale, sensitivity):
     """``values`` (1-d) rounded to OpenDP's grid plus exact discrete Gaussian (L2
-    ``sensitivity``) or Laplace (L1) noise from the OS source, in one OpenDP call.
-    """
+    ``sensitivity``) or Laplace (L1) noise from the OS source, in one OpenDP call."""
     values = np.ascontiguousarray(values, dtype=float).ravel()
     if values.size == 0:
         return values.copy()
@@ -308,7 +303,6 @@ def _numpy_gumbel(shape, rng):
 
 
 # --- mechanisms ---
-
 def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
     """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
 
@@ -528,7 +522,6 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
 
 
 # --- client sampling (privacy-relevant randomness) ---
-
 def poisson_sample(key, user_hash, round_index, sampling_rate):
     """Poisson client sampling: the mask (n_users,) of users in round ``round_index``.
 
@@ -602,8 +595,7 @@ class _OSRandom:
 
     def poisson(self, mean):
         """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of Poisson is
-        Poisson) so that ``exp(-mean)`` never underflows.
-        """
+        Poisson) so that ``exp(-mean)`` never underflows."""
         mean = float(mean)
         total = 0
         while mean > 0.0:
@@ -625,8 +617,7 @@ class _OSRandom:
 def sample_trial_count(stopping, rng):
     """The private search's random number of trials ``K`` (``stopping.sample``):
     from ``rng``, or from :mod:`secrets` with ``noise="secure"`` (the search's
-    privacy needs ``K`` secret and following its law).
-    """
+    privacy needs ``K`` secret and following its law)."""
     if _secure_mode():
         return int(stopping.sample(_OSRandom()))
     return int(stopping.sample(rng))
