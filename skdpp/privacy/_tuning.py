@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, special
 
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
@@ -186,8 +186,6 @@ class RandomStopping:
         out = np.zeros(kf.shape)
         pos = kf >= 1
         kp = kf[pos]
-        from scipy import special
-
         if eta == 0.0:
             logp = kp * math.log1p(-g) - np.log(kp) - math.log(-math.log(g))
         else:

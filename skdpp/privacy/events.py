@@ -46,6 +46,12 @@ def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
     return value
 
 
+def _check_multiplier(event):
+    object.__setattr__(event, "noise_multiplier", _check_real(
+        "noise_multiplier", event.noise_multiplier, cls=type(event).__name__, low=0.0,
+        remedy="Use noise_multiplier=0 only for a non-private release."))
+
+
 class DpEvent:
     """Base class of all privacy events (an event only *describes* a release)."""
 
@@ -77,9 +83,7 @@ class GaussianEvent(DpEvent):
     noise_multiplier: float
 
     def __post_init__(self):
-        object.__setattr__(self, "noise_multiplier", _check_real(
-            "noise_multiplier", self.noise_multiplier, cls="GaussianEvent", low=0.0,
-            remedy="Use noise_multiplier=0 only for a non-private release."))
+        _check_multiplier(self)
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,7 @@ class LaplaceEvent(DpEvent):
     noise_multiplier: float
 
     def __post_init__(self):
-        object.__setattr__(self, "noise_multiplier", _check_real(
-            "noise_multiplier", self.noise_multiplier, cls="LaplaceEvent", low=0.0,
-            remedy="Use noise_multiplier=0 only for a non-private release."))
+        _check_multiplier(self)
 
 
 @dataclass(frozen=True)

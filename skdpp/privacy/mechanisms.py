@@ -71,10 +71,9 @@ def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     value = float(value)
     if not ((value >= 0.0 if allow_zero else value > 0.0)
             and (allow_inf or not math.isinf(value))):
-        lo = "[0" if allow_zero else "(0"
-        hi = "inf]" if allow_inf else "inf)"
-        raise ValueError(
-            f"`{name}` must be in {lo}, {hi}, got {value!r}." + (f" {remedy}" if remedy else ""))
+        raise ValueError(f"`{name}` must be in {'[' if allow_zero else '('}0, "
+                         f"inf{']' if allow_inf else ')'}, got {value!r}."
+                         + (f" {remedy}" if remedy else ""))
     return value
 
 
