@@ -484,9 +484,8 @@ def _gaussian_only(step, delta):
 def _normalised_shares(names, shares):
     if shares is None:
         return {n: 1.0 / len(names) for n in names}
-    shares = dict(shares)
     resolved = {}
-    for key, value in shares.items():
+    for key, value in dict(shares).items():
         matches = [n for n in names if n == key or n.split("__")[-1] == key]
         if len(matches) != 1:
             raise ValueError(
