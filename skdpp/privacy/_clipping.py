@@ -1,27 +1,14 @@
 """Norms and clipping: the one place where per-user contributions are bounded.
 
-Every sensitivity in skdpp rests on a clip: a user's contribution is scaled so
-that its norm is at most a bound ``C``. The helpers here make that bound hold
-*in floating point* for any finite input: norms neither overflow (entries
-beyond ~1e154) nor lose precision in the subnormal range (norms below
-~1e-146, where ``sqrt(sum x**2)`` can round to 0).
-
-Each helper takes one fast pass for rows whose norm ``r`` lies in
-``[_SAFE_LOW, _SAFE_HIGH]`` and the robust path (:func:`unit_rows`: scale by
-the largest entry first) for the rare others. Both give the same bound: such
-a row has no entry whose square overflows, and the squares that underflow are
-below ``1e-308 <= 1e-108 r**2``, so the computed norm has relative error
-``O(d eps)`` and the scaled row norm ``C (1 + O(d eps))`` (the privacy tests
-compare the two on adversarial magnitudes).
-
-Examples
---------
->>> import numpy as np
->>> from skdpp.privacy import clip_by_norm
->>> clip_by_norm(np.array([[3.0, 4.0], [0.3, 0.4], [1e300, 1e300]]), 1.0)
-array([[0.6       , 0.8       ],
-       [0.3       , 0.4       ],
-       [0.70710678, 0.70710678]])
+Every sensitivity in skdpp rests on a clip to a norm ``C``. These helpers make
+the bound hold *in floating point* for any finite input: norms neither
+overflow (entries beyond ~1e154) nor lose precision in the subnormal range
+(norms below ~1e-146). Rows whose norm ``r`` lies in ``[_SAFE_LOW,
+_SAFE_HIGH]`` take a fast pass, the others the robust path (:func:`unit_rows`:
+scale by the largest entry first). Both give the same bound: such a row has no
+entry whose square overflows and the squares that underflow are below
+``1e-308 <= 1e-108 r**2``, so the scaled row norm is ``C (1 + O(d eps))``
+(the privacy tests compare the two on adversarial magnitudes).
 """
 
 import math
@@ -33,9 +20,8 @@ __all__ = ["MIN_CLIP", "clip_by_norm", "clip_factors", "clip_values",
            "clipped_magnitudes", "clipped_outer_sum", "row_norms",
            "scaled_clip_factors", "stack_norms", "unit_row_norms", "unit_rows"]
 
-#: Smallest clip bound accepted anywhere in skdpp: below it, rounding of
-#: subnormal numbers can make a clipped contribution exceed its bound (measured
-#: on FedRep's spectral initialisation).
+#: Smallest clip bound accepted in skdpp: below it, subnormal rounding can make a
+#: clipped contribution exceed its bound (measured on FedRep's initialisation).
 MIN_CLIP = 1e-100
 
 # Rows whose computed norm lies in this range take the fast path.
@@ -56,7 +42,6 @@ def _check_clip(clip_norm):
 
 
 def _as_rows(values):
-    """``values`` as a 2-D float64 array (not copied if it already is one)."""
     M = np.asarray(values, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"`values` must be 2-D, got shape {M.shape}.")
@@ -64,25 +49,13 @@ def _as_rows(values):
 
 
 def unit_rows(values):
-    """Unit vectors and norms of the rows of a 2-D array, for any magnitude.
+    """Unit vectors and norms of the rows of a 2-D array ``values`` (n, p), for any magnitude.
 
-    Each row is divided by its largest absolute entry before its norm is
-    taken, so the unit rows have norm 1 up to rounding whatever the magnitude
-    (``m / np.linalg.norm(m)`` is far from unit norm for subnormal or huge
-    rows). Zero rows give zero; rows with infinite entries give the
-    normalised sign pattern of those entries and norm ``inf``.
-
-    Parameters
-    ----------
-    values : array-like of shape (n, p)
-        Rows (not modified). NaN entries propagate.
-
-    Returns
-    -------
-    unit : ndarray of shape (n, p)
-        ``values[i] / ||values[i]||`` (0 for zero rows).
-    norms : ndarray of shape (n,)
-        ``||values[i]||`` (``inf`` if it overflows).
+    Each row is divided by its largest absolute entry before its norm is taken,
+    so the unit rows have norm 1 up to rounding (``m / np.linalg.norm(m)`` is not,
+    for subnormal or huge rows). Returns ``unit`` (n, p) (0 for zero rows; for
+    rows with infinite entries the normalised sign pattern of those) and
+    ``norms`` (n,) (``inf`` on overflow). NaN entries propagate.
 
     Examples
     --------
@@ -120,8 +93,8 @@ def unit_rows(values):
 
 
 def unit_row_norms(values):
-    """The norms of :func:`unit_rows` (shape (n,)), bit for bit, without the unit
-    vectors: about 3x faster (one division pass). NaN rows give NaN.
+    """The norms of :func:`unit_rows`, bit for bit, about 3x faster (no unit
+    vectors). NaN rows give NaN.
 
     Examples
     --------
@@ -148,9 +121,8 @@ def unit_row_norms(values):
 
 
 def row_norms(values):
-    """Euclidean norms (shape (n,)) of the rows of a 2-D array, overflow- and
-    underflow-safe: rows outside the fast range are recomputed by
-    :func:`unit_row_norms`.
+    """Euclidean norms (n,) of the rows of a 2-D array; rows outside the fast range
+    are recomputed by :func:`unit_row_norms`.
 
     Examples
     --------
@@ -183,10 +155,8 @@ def stack_norms(values):
 
 
 def clip_factors(norms, clip_norm):
-    """Per-contribution clipping factor ``min(1, C / norm)``, shaped like ``norms``.
-
-    Zero norms give 1, infinite norms 0, ``clip_norm=None`` gives 1 everywhere
-    (no clipping: only allowed with ``epsilon=np.inf``).
+    """Per-contribution clipping factor ``min(1, C / norm)`` (zero norms give 1,
+    infinite norms 0, ``clip_norm=None`` 1 everywhere).
 
     Examples
     --------
@@ -219,32 +189,27 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     Parameters
     ----------
     values : array-like of shape (n, ...)
-        One slice per user (or row). Never modified.
+        One slice per user (or row). Never modified; NaN raises ``ValueError``.
     clip_norm : float or None
         Clip norm ``C >= 1e-100``. ``None`` returns an unchanged copy.
     out_dtype : dtype, default=np.float64
-        Floating dtype of the result (with ``float32`` the bound holds up to
-        float32 rounding).
+        Floating dtype of the result (``float32``: the bound holds up to float32
+        rounding).
 
     Returns
     -------
     clipped : ndarray of shape (n, ...)
-        ``values[i] * min(1, C / ||values[i]||_F)`` (unchanged if the norm is
-        at most C).
-
-    Notes
-    -----
-    Fast and robust paths as in the module docstring; slices with infinite
-    entries are clipped to ``C`` times the normalised sign pattern of those
-    entries (the limit of scaling). NaN raises ``ValueError``.
+        ``values[i] * min(1, C / ||values[i]||_F)``; slices with infinite entries
+        become ``C`` times the normalised sign pattern of those entries.
 
     Examples
     --------
     >>> import numpy as np
     >>> from skdpp.privacy import clip_by_norm
-    >>> clip_by_norm(np.array([[3.0, 4.0], [0.3, 0.4]]), 1.0)
-    array([[0.6, 0.8],
-           [0.3, 0.4]])
+    >>> clip_by_norm(np.array([[3.0, 4.0], [0.3, 0.4], [1e300, 1e300]]), 1.0)
+    array([[0.6       , 0.8       ],
+           [0.3       , 0.4       ],
+           [0.70710678, 0.70710678]])
     """
     arr = np.asarray(values)
     if arr.ndim == 0:
@@ -289,32 +254,21 @@ def clip_values(values, clip):
 
 
 def clipped_outer_sum(A, B, clip_norm):
-    """``sum_i clip(a_i b_i^T, C)``: a sum of clipped rank-one contributions.
+    """``sum_i clip(a_i b_i^T, C)`` for rows ``a_i`` of ``A`` (n, p) and ``b_i`` of ``B``
+    (n, q), without an ``n x p x q`` temporary; shape (p, q).
 
-    ``||a b^T||_F = ||a|| ||b||``, so ``clip(a b^T, C) = min(||a|| ||b||, C) â b̂^T``
-    with the unit vectors ``â``, ``b̂``. The sum is formed without any
-    ``n x p x q`` temporary.
-
-    ``A`` (n, p) and ``B`` (n, q) hold one ``a_i``, ``b_i`` per contribution
-    (e.g. a user's gradient factor and head); ``clip_norm=None`` gives
-    ``A^T B`` (only with ``epsilon=np.inf``). Returns shape (p, q).
-
-    Notes
-    -----
-    Rows whose ``||a_i||`` and ``||b_i||`` both lie in ``[1e-100, 1e100]`` take
-    one factor ``min(||a|| ||b||, C) / (||a|| ||b||)`` in one ``(p, n) @ (n, q)``
-    product (norms and product accurate to rounding, so each term has norm
-    ``min(||a|| ||b||, C)``). Other rows are clipped through unit vectors
-    (:func:`unit_rows`) and never enter the fast product, so an infinite entry
-    never meets a zero factor (``inf * 0 = NaN``). NaN raises ``ValueError``.
+    ``||a b^T||_F = ||a|| ||b||``, so ``clip(a b^T, C) = min(||a|| ||b||, C) â b̂^T``.
+    Rows with both norms in ``[1e-100, 1e100]`` enter one ``(p, n) @ (n, q)``
+    product with factor ``min(||a|| ||b||, C) / (||a|| ||b||)``; the others go
+    through :func:`unit_rows` (an infinite entry never meets a zero factor).
+    ``clip_norm=None`` gives ``A^T B`` (only at ``epsilon=np.inf``); NaN raises.
 
     Examples
     --------
     >>> import numpy as np
     >>> from skdpp.privacy._clipping import clipped_outer_sum
-    >>> A = np.array([[3.0, 4.0], [1e300, 1e300]])
-    >>> B = np.array([[1.0], [1e300]])
-    >>> clipped_outer_sum(A, B, 1.0)
+    >>> clipped_outer_sum(np.array([[3.0, 4.0], [1e300, 1e300]]),
+    ...                   np.array([[1.0], [1e300]]), 1.0)
     array([[1.30710678],
            [1.50710678]])
     """
@@ -360,25 +314,18 @@ _TINY_SCALED_NORM = 1e-250
 
 
 def scaled_clip_factors(norms, scales, clip_norm):
-    """Clip factors of contributions stored scaled: ``f M = clip(s M, C)``.
+    """Clip factors ``f`` with ``f M = clip(s M, C)`` for contributions stored scaled.
 
-    ``s M``: a moderate matrix ``M`` and a scale ``s > 0`` that may over- or
-    underflow when multiplied out. ``f = min(s, C / ||M||)`` is computed
-    without forming ``s ||M||``; ``f M`` has norm ``min(s ||M||, C)`` up to
-    rounding when ``||M||`` is the norm of the *computed* ``M``.
-
-    ``norms`` are the Frobenius ``||M_i||`` of the computed ``M_i``, ``scales``
-    the ``s_i > 0`` (possibly inf), ``clip_norm`` validated by the caller
-    (``None``: ``f = s``). Returns the ``f_i`` (0 where ``||M_i|| < 1e-250``:
-    dropping so small a contribution is within any bound, and ``C / ||M||``
-    would overflow; 0 where not finite) and ``s_i ||M_i||`` (inf on overflow).
+    ``norms``: ``||M_i||_F`` of the computed ``M_i``; ``scales``: ``s_i > 0``
+    (possibly inf, ``s M`` may overflow when multiplied out); ``clip_norm``
+    validated by the caller (``None``: ``f = s``). ``f = min(s, C / ||M||)``,
+    0 where ``||M_i|| < 1e-250`` (dropping it is within any bound) or not
+    finite. Returns ``f`` and ``s_i ||M_i||`` (inf on overflow).
 
     Examples
     --------
-    >>> import numpy as np
     >>> from skdpp.privacy._clipping import scaled_clip_factors
-    >>> f, full = scaled_clip_factors([0.5, 0.5], [1.0, 1e300], 1.0)
-    >>> f, full
+    >>> scaled_clip_factors([0.5, 0.5], [1.0, 1e300], 1.0)
     (array([1., 2.]), array([5.e-001, 5.e+299]))
     """
     norms = np.asarray(norms, dtype=np.float64)

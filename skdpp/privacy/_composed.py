@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ._gdp import gaussian_mu
 from .accounting import PrivacyAccountant
 from .calibration import plan_events
 from .events import GaussianEvent, NonPrivateEvent
@@ -55,10 +56,10 @@ class StepReport:
     estimator : str
         The step's class name.
     status : {"covered", "NOT COVERED", "stateless"}
-        Composed in the report; fitted on the data without a (usable) privacy
-        report, outside the guarantee; or learns nothing from the data.
+        Composed in the report; fitted on the data without a usable privacy
+        report (outside the guarantee); or learns nothing from the data.
     epsilon, delta : float or None
-        The step's own (ε, δ) (its report), if covered.
+        The step's own (ε, δ), if covered.
     n_fits : int
         Number of fits composed (searches: candidates x splits, plus the refit).
     how : str
@@ -78,8 +79,8 @@ class StepReport:
 class PipelinePrivacyReport(PrivacyReport):
     """:class:`~skdpp.privacy.PrivacyReport` of a whole fitted object (its steps composed).
 
-    ``epsilon`` (the "requested" budget) is the composed ε: a composition has
-    no target of its own (:func:`split_budget` sets one on the steps).
+    ``epsilon`` (the "requested" budget) is the composed ε: a composition has no
+    target of its own (:func:`split_budget` sets one on the steps).
 
     Attributes
     ----------
@@ -136,7 +137,6 @@ class PipelinePrivacyReport(PrivacyReport):
         return out
 
 
-# --- Walking a fitted object ---
 @dataclass
 class _Part:
     """One step found by the walk: its report/events and how they were obtained."""
@@ -167,16 +167,14 @@ def _cls(obj):
 
 
 def _children(obj):
-    """The fitted sub-steps of a composite (name, step), or None for a leaf."""
+    """The fitted sub-steps (name, step) of a composite, or None for a leaf."""
     from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import FeatureUnion, Pipeline
 
     if isinstance(obj, Pipeline):
         return [(n, s) for n, s in obj.steps]
     if isinstance(obj, ColumnTransformer):
-        if hasattr(obj, "transformers_"):
-            return [(n, t) for n, t, _ in obj.transformers_]
-        return [(n, t) for n, t, _ in obj.transformers]
+        return [(n, t) for n, t, _ in getattr(obj, "transformers_", obj.transformers)]
     if isinstance(obj, FeatureUnion):
         return [(n, t) for n, t in obj.transformer_list]
     return None
@@ -224,10 +222,8 @@ def _private_leaves(obj, name=""):
     """(path, leaf) of every step with ``epsilon`` and ``delta`` parameters."""
     children = _children(obj)
     if children is not None:
-        leaves = []
-        for child_name, child in children:
-            leaves += _private_leaves(child, f"{name}__{child_name}" if name else child_name)
-        return leaves
+        return [leaf for n, child in children
+                for leaf in _private_leaves(child, f"{name}__{n}" if name else n)]
     if hasattr(obj, "get_params") and not isinstance(obj, type):
         params = obj.get_params(deep=False)
         if "epsilon" in params and "delta" in params:
@@ -266,8 +262,8 @@ def _plan_event(plan):
 
 
 def _planned_rows(step, fitted, prefix):
-    """A step's events re-planned from its parameters and the fitted step's
-    public ``n_users_`` / ``n_features_in_`` (None if impossible)."""
+    """A step's events re-planned from its parameters and the fitted step's public
+    ``n_users_`` / ``n_features_in_`` (None if impossible)."""
     plan_fn = getattr(step, "_budget_plan", None)
     if plan_fn is None or fitted is None:
         return None
@@ -291,8 +287,7 @@ def _compose(rows, delta):
 
 
 def _walk_sklearn_search(search, label, out):
-    """Every candidate x split fit of a scikit-learn search plus the refit (the
-    rule is in :func:`privacy_report`'s Notes)."""
+    """Every candidate x split fit of a scikit-learn search plus the refit."""
     from sklearn.base import clone
 
     params_list = list(search.cv_results_["params"])
@@ -363,19 +358,16 @@ def privacy_report(obj, *, delta=None):
     """One user-level privacy report for everything a fitted object releases.
 
     Walks a fitted ``Pipeline``, ``ColumnTransformer``, ``FeatureUnion``,
-    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`,
-    ``GridSearchCV`` / ``RandomizedSearchCV`` or a bare estimator, and
-    re-adds every step's ledger events to one fresh
-    :class:`~skdpp.privacy.PrivacyAccountant` (exact composition, converted
-    once, not a sum of ε's).
+    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`, ``GridSearchCV`` /
+    ``RandomizedSearchCV`` or a bare estimator, and re-adds every step's ledger
+    events to one fresh :class:`~skdpp.privacy.PrivacyAccountant` (exact
+    composition, converted once, not a sum of ε's).
 
     Parameters
     ----------
     obj : fitted estimator or meta-estimator
-        The object to report on.
     delta : float, default=None
-        δ of the composed ε; ``None``: the largest ``delta`` of the covered
-        steps.
+        δ of the composed ε; ``None``: the largest ``delta`` of the covered steps.
 
     Returns
     -------
@@ -387,22 +379,20 @@ def privacy_report(obj, *, delta=None):
 
     Notes
     -----
-    **Same users.** The composition is sequential: every step is assumed to
-    see the same users, so the guarantee is for one user of that common set
-    (a step fitted on other data composes as if on the same users: an upper
-    bound); ``n_users`` is the largest of the steps'.
+    **Same users.** The composition is sequential: every step is assumed to see
+    the same users (a step fitted on other data composes as if on the same
+    users: an upper bound); ``n_users`` is the largest of the steps'.
 
     **Search objects.** ``PrivateRandomizedSearchCV``'s own report (random
-    stopping) is used as is; with other steps it is added by basic
-    composition (ε and δ summed, an upper bound, said in the notes), as its
-    bound is not a ledger. ``GridSearchCV`` / ``RandomizedSearchCV`` spend one
-    fit's budget per candidate and split plus the refit, all composed: each
-    fit is re-planned from public values (its parameters, the refit's
-    ``n_users_`` and ``n_features_in_``), the best candidate's re-plan checked
-    against the refit's ledger; otherwise fits with the refit's
-    ``epsilon``/``delta`` are charged the refit's ledger and others are NOT
-    COVERED. Their selection (an argmax over non-private scores) is always
-    NOT COVERED. Each step's ``how`` says how its events were obtained.
+    stopping) is used as is; with other steps it is added by basic composition
+    (ε and δ summed, an upper bound, noted). ``GridSearchCV`` /
+    ``RandomizedSearchCV`` spend one fit's budget per candidate and split plus
+    the refit, all composed: each fit is re-planned from public values (its
+    parameters, the refit's ``n_users_`` and ``n_features_in_``), the best
+    candidate's re-plan checked against the refit's ledger; otherwise fits with
+    the refit's ``epsilon``/``delta`` are charged the refit's ledger and others
+    are NOT COVERED. Their selection (an argmax over non-private scores) is
+    always NOT COVERED. Each step's ``how`` says how its events were obtained.
     """
     parts = []
     _walk(obj, "", parts)
@@ -464,10 +454,9 @@ def privacy_report(obj, *, delta=None):
         ledger=acc.ledger, steps=steps)
 
 
-# --- One budget for a whole Pipeline ---
 def _step_rows(step, epsilon, delta, meta, name):
-    """Events of ``step`` fitted at ``(epsilon, delta)``: its plan when it is
-    buildable from ``meta``; else its μ-GDP equivalent (exact for Gaussian plans)."""
+    """Events of ``step`` fitted at ``(epsilon, delta)``: its plan when buildable from
+    ``meta``, else its μ-GDP equivalent (exact for Gaussian plans)."""
     if math.isinf(epsilon):
         return [(NonPrivateEvent(), 1, name, None, None, None)]
     if getattr(step, "_budget_plan", None) is not None:
@@ -495,9 +484,8 @@ def _gaussian_only(step, delta):
 def _normalised_shares(names, shares):
     if shares is None:
         return {n: 1.0 / len(names) for n in names}
-    shares = dict(shares)
     resolved = {}
-    for key, value in shares.items():
+    for key, value in dict(shares).items():
         matches = [n for n in names if n == key or n.split("__")[-1] == key]
         if len(matches) != 1:
             raise ValueError(
@@ -519,23 +507,21 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
                  n_features=None):
     """A clone of ``estimator`` whose private steps compose exactly to ``(epsilon, delta)``.
 
-    Every step with ``epsilon`` and ``delta`` parameters (at any depth)
-    gets ``epsilon_i = c * share_i * epsilon`` and ``delta``, with ``c``
-    solved so that the exact composition spends ``epsilon`` at ``delta``
-    (never more, within 1e-9 relative).
+    Every step with ``epsilon`` and ``delta`` parameters (at any depth) gets
+    ``epsilon_i = c * share_i * epsilon`` and ``delta``, with ``c`` solved so that
+    the exact composition spends ``epsilon`` at ``delta`` (never more, within
+    1e-9 relative).
 
     Parameters
     ----------
     estimator : estimator, Pipeline or composite
         Not modified.
     epsilon : float
-        Budget of the whole object, in ``(0, inf]`` (``inf``: every step
-        non-private).
+        Budget of the whole object in ``(0, inf]`` (``inf``: every step non-private).
     delta : float, default=1e-6
-        δ of the whole object, in ``(0, 1)``; every step is calibrated at it.
+        δ of the whole object in ``(0, 1)``; every step is calibrated at it.
     shares : dict of str to float, default=None
-        Relative ε of each private step (normalised), keyed by the step's
-        path (its scikit-learn parameter prefix, e.g.
+        Relative ε of each private step (normalised), keyed by its path (e.g.
         ``"columntransformer__num"``) or its own name when unambiguous.
         ``None``: equal shares.
     n_users, n_features : int, default=None
@@ -550,24 +536,22 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
     Raises
     ------
     ValueError
-        No private step; bad shares; a non-Gaussian plan without
-        ``n_users``.
+        No private step; bad shares; a non-Gaussian plan without ``n_users``.
 
     Notes
     -----
-    A step whose plan is made of Gaussian releases (every skdpp estimator's
-    default except ``JLMarginClassifier``) is exactly μ-GDP at its ε whatever
-    the data, and is composed as that Gaussian; other steps through their
-    plan on ``n_users``/``n_features``. Steps without ``epsilon`` are left as
-    they are (:func:`privacy_report` lists them NOT COVERED).
+    A step whose plan is all Gaussian releases (every skdpp estimator's default
+    except ``JLMarginClassifier``) is exactly μ-GDP at its ε whatever the data
+    and is composed as that Gaussian; other steps through their plan on
+    ``n_users``/``n_features``. Steps without ``epsilon`` are left as they are
+    (:func:`privacy_report` lists them NOT COVERED).
 
     Examples
     --------
     >>> from sklearn.pipeline import make_pipeline
     >>> from skdpp import PPSGDRegressor
     >>> from skdpp.privacy import split_budget
-    >>> pipe = split_budget(make_pipeline(PPSGDRegressor()), epsilon=2.0)
-    >>> pipe[-1].epsilon
+    >>> split_budget(make_pipeline(PPSGDRegressor()), epsilon=2.0)[-1].epsilon
     2.0
     """
     from sklearn.base import clone
@@ -612,8 +596,6 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
             if meta is not None and not _gaussian_only(leaf, delta):
                 rows += _step_rows(leaf, eps_i, delta, meta, name)
             else:
-                from ._gdp import gaussian_mu
-
                 rows.append((GaussianEvent(1.0 / gaussian_mu(eps_i, delta)), 1, name,
                              None, None, None))
         return _compose(rows, delta).get_epsilon(delta) - epsilon

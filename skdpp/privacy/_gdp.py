@@ -3,10 +3,9 @@
 A composition of Gaussian mechanisms with noise multipliers ``z_j`` is exactly
 ``μ``-GDP with ``μ = sqrt(Σ 1/z_j²)`` (Dong, Roth & Su 2019); its (ε, δ) curve is
 the analytic-Gaussian formula of Balle & Wang (2018),
-``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``, evaluated here in log space so
-that it stays accurate for tiny and large μ and ε. This module depends only on
-numpy and scipy; :class:`~skdpp.privacy.accounting.PrivacyAccountant` uses it
-for its ``"exact-gdp"`` path.
+``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``, evaluated in log space (accurate
+for tiny and large μ and ε): the ``"exact-gdp"`` path of
+:class:`~skdpp.privacy.accounting.PrivacyAccountant`.
 
 References
 ----------
@@ -23,10 +22,6 @@ import numpy as np
 from scipy import optimize, special
 
 __all__ = ["gaussian_delta", "gaussian_epsilon", "gaussian_mu"]
-
-# --------------------------------------------------------------------------
-# Exact GDP <-> (epsilon, delta) (analytic Gaussian, Balle & Wang 2018)
-# --------------------------------------------------------------------------
 
 # Gauss-Legendre nodes on [0, 1] for the short-interval integral below.
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(40)
@@ -75,13 +70,14 @@ def _check_mu(mu):
 
 
 def gaussian_delta(mu, epsilon):
-    """δ(ε) of a μ-GDP mechanism (exact, analytic Gaussian).
+    """δ(ε) of a μ-GDP mechanism (exact, analytic Gaussian; Balle & Wang 2018,
+    Theorem 8; Dong, Roth & Su 2019, Corollary 2.13).
 
     Parameters
     ----------
     mu : float
         GDP parameter μ >= 0 (a Gaussian mechanism with noise multiplier z is
-        ``1/z``-GDP; compositions add μ² ).
+        ``1/z``-GDP; compositions add μ²).
     epsilon : float
         Target ε >= 0.
 
@@ -89,11 +85,6 @@ def gaussian_delta(mu, epsilon):
     -------
     delta : float
         ``Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``.
-
-    References
-    ----------
-    .. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530, Theorem 8.
-    .. [2] Dong, J., Roth, A. and Su, W. (2019). arXiv:1905.02383, Corollary 2.13.
 
     Examples
     --------
@@ -136,9 +127,7 @@ def gaussian_epsilon(mu, delta):
         raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
     if mu == 0.0:
         return 0.0
-    if math.isinf(mu):
-        return math.inf
-    if delta == 0.0:
+    if math.isinf(mu) or delta == 0.0:
         return math.inf
     log_delta = math.log(delta)
     if _log_gaussian_delta(mu, 0.0) <= log_delta:
@@ -181,8 +170,7 @@ def gaussian_mu(epsilon, delta):
     >>> round(1 / gaussian_mu(1.0, 1e-5) * 10 ** 0.5, 4)   # sigma for 10 releases
     11.7973
     """
-    epsilon = float(epsilon)
-    delta = float(delta)
+    epsilon, delta = float(epsilon), float(delta)
     if not epsilon >= 0.0:
         raise ValueError(f"`epsilon` must be in [0, inf], got {epsilon!r}.")
     if not 0.0 <= delta <= 1.0:

@@ -1,8 +1,8 @@
 """The budget plan of a fit: named phases, their shares, calibrated once.
 
-Every estimator describes its releases as a :class:`BudgetPlan` of named
-phases (share of the zCDP budget, mechanism, number of releases), validated
-and calibrated once by :func:`~skdpp.privacy.calibration.calibrate`; the
+Every estimator describes its releases as a :class:`BudgetPlan` of named phases
+(share of the zCDP budget, mechanism, number of releases), calibrated once by
+:func:`~skdpp.privacy.calibration.calibrate`; the
 :class:`~skdpp.privacy.Releaser` reads each phase's noise from it.
 
 Examples
@@ -43,11 +43,10 @@ class BudgetPlan:
     Notes
     -----
     Shares fix the *ratios* of the phases' noise (share semantics of
-    :mod:`skdpp.privacy.calibration`). :meth:`add` takes a share from a
-    parameter (0 drops the phase); :meth:`add_rest` phases split what the
-    explicit shares leave, equally; :meth:`fix` phases have a user-chosen
-    noise multiplier: such a plan is not calibrated, the ε it spends is
-    reported.
+    :mod:`skdpp.privacy.calibration`). :meth:`add` takes a share from a parameter
+    (0 drops the phase); :meth:`add_rest` phases split what the explicit shares
+    leave, equally; :meth:`fix` phases have a user-chosen noise multiplier: such
+    a plan is not calibrated and the ε it spends is reported.
     """
 
     def __init__(self, epsilon, delta):
@@ -60,7 +59,6 @@ class BudgetPlan:
         self._params = None
         self._phases = None
 
-    # ------------------------------------------------------------ building
     def _check_new(self, name):
         if self._params is not None:
             raise RuntimeError("The plan is calibrated; it cannot be changed.")
@@ -69,12 +67,10 @@ class BudgetPlan:
 
     def add(self, name, *, share, mechanism="gaussian", count=1, sampling_rate=1.0,
             param=None, threshold_delta=0.0):
-        """Add a phase with an explicit share (from parameter ``param``); 0 drops it.
-
-        ``threshold_delta`` > 0 marks a private partition selection (see
-        :meth:`~skdpp.privacy.Releaser.select_partitions`): that δ is reserved
-        for its threshold and the rest of the plan is calibrated to the rest.
-        """
+        """Add a phase with an explicit share (from parameter ``param``; 0 drops it).
+        ``threshold_delta > 0`` marks a private partition selection
+        (:meth:`~skdpp.privacy.Releaser.select_partitions`): that δ is reserved for
+        its threshold and the rest of the plan is calibrated to the rest."""
         self._check_new(name)
         if isinstance(share, bool) or not isinstance(share, numbers.Real) \
                 or not 0.0 <= float(share) < 1.0:
@@ -106,7 +102,6 @@ class BudgetPlan:
         self._fixed[name] = float(noise_multiplier)
         self._order.append(name)
 
-    # --------------------------------------------------------- calibration
     def calibrate(self):
         """Validate the shares and solve every phase's noise (once); returns ``self``."""
         if self._params is not None:
@@ -138,14 +133,11 @@ class BudgetPlan:
         return self
 
     def leaves_rest(self, share_tol=_SHARE_TOL):
-        """bool: the explicit shares leave the rest phases a positive share (or there are none).
-
-        Available before calibration; :meth:`calibrate` raises when it is False.
-        """
+        """bool: the explicit shares leave the rest phases a positive share (or there
+        are none). Available before calibration; :meth:`calibrate` raises if False."""
         explicit = math.fsum(kw["share"] for kw, _ in self._explicit)
         return not self._rest or explicit < 1.0 - max(share_tol, _SHARE_TOL)
 
-    # -------------------------------------------------------------- reading
     def _check_calibrated(self):
         if self._params is None:
             raise RuntimeError("Call BudgetPlan.calibrate() before reading the plan.")
@@ -180,11 +172,8 @@ class BudgetPlan:
 
     @property
     def selection_phases(self):
-        """tuple of str: phases with a partition-selection threshold (``threshold_delta > 0``).
-
-        Available before calibration. Such phases are (ε, δ)-DP with a δ
-        that is not part of a zCDP/GDP curve.
-        """
+        """tuple of str: phases with a partition-selection threshold (available before
+        calibration); they are (ε, δ)-DP with a δ outside any zCDP/GDP curve."""
         return tuple(kw["name"] for kw, _ in self._explicit if kw["threshold_delta"] > 0)
 
     @property
@@ -198,28 +187,25 @@ class BudgetPlan:
                 f"phases={self.names}, {state})")
 
 
-# --- The share of the automatic bounds (one public rule for every estimator) ---
 #: Candidate shares of the ``"clip"`` phase's ``"auto"`` share (increasing).
 AUTO_CLIP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.5)
-#: ``"auto"`` takes the smallest candidate share whose count noise std is at
-#: most this fraction of the users: the noisy binary search then errs by about
-#: ``n / 8`` users in rank (300 users at ε = 1 with share 0.05 gave count noise
-#: 0.45 n and bounds off by up to 10^5).
+#: ``"auto"`` takes the smallest share whose count noise std is at most this
+#: fraction of the users (the search then errs by about ``n / 8`` in rank; 300
+#: users at ε = 1 with share 0.05 gave noise 0.45 n and bounds off by 10^5).
 AUTO_CLIP_NOISE = 1.0 / 8.0
 
 
 def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
     """The share of the automatic bounds' phase: ``clip_share``, or the ``"auto"`` rule.
 
-    The one rule of every estimator for ``budget_shares={"clip": "auto"}``
-    (the Gaussian counts, sensitivity 1, of the searches behind ``"auto"``
-    bounds). ``build(share)`` returns the fit's uncalibrated plan with
-    ``phase`` at ``share``. ``"auto"`` gives the smallest of
-    :data:`AUTO_CLIP_SHARES` whose noise multiplier of ``phase`` (accounting
-    for its release count and the other phases) is at most ``AUTO_CLIP_NOISE
-    * n_users``, else the largest that leaves the other phases a positive
-    share; the smallest at ``epsilon=inf``. A function of public values only
-    (ε, δ, release counts, ``n_users``): no privacy cost.
+    The one rule of every estimator for ``budget_shares={"clip": "auto"}`` (the
+    sensitivity-1 Gaussian counts of the searches behind ``"auto"`` bounds).
+    ``build(share)`` returns the fit's uncalibrated plan with ``phase`` at
+    ``share``. ``"auto"`` gives the smallest of :data:`AUTO_CLIP_SHARES` whose
+    noise multiplier of ``phase`` (given its release count and the other phases)
+    is at most ``AUTO_CLIP_NOISE * n_users``, else the largest that leaves the
+    other phases a positive share; the smallest at ``epsilon=inf``. A function of
+    public values only (ε, δ, release counts, ``n_users``): no privacy cost.
     """
     if not (isinstance(clip_share, str) and clip_share == "auto"):
         return float(clip_share)
@@ -237,12 +223,10 @@ def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
 
 def phase_shares(budget_shares, defaults, *, owner):
     """``defaults`` (phase -> share in ``[0, 1)`` or ``"auto"``) updated with an
-    estimator's ``budget_shares`` parameter (``None``: all defaults).
-
-    The one way every estimator exposes the split of its budget, keyed by the
-    phase names its ``privacy_report_`` shows. ``ValueError`` (naming
-    ``owner``) for an unknown key or a share not in ``[0, 1)`` (``"auto"`` only
-    where the default is ``"auto"``).
+    estimator's ``budget_shares`` parameter (``None``: all defaults), keyed by the
+    phase names of its ``privacy_report_``. ``ValueError`` (naming ``owner``) for
+    an unknown key or a share not in ``[0, 1)`` (``"auto"`` only where the
+    default is ``"auto"``).
 
     Examples
     --------

@@ -1,20 +1,17 @@
 """Several selections as one exponential mechanism over their product.
 
-A fit that selects one candidate for each of ``P`` problems (e.g. one per
-one-vs-rest class), where ``P`` is only known during the fit (a privately
-selected label set), cannot give each selection its own phase of a budget
-plan calibrated beforehand. :func:`product_exponential` makes the ``P``
-selections *one* exponential mechanism over the product of the candidate
-sets, with the summed score ``S(c_1, ..., c_P) = sum_p s_p(c_p)``: if every
-``s_p`` has sensitivity ``Δ``, ``S`` has sensitivity ``P Δ``, and
+A fit selecting one candidate for each of ``P`` problems (e.g. one-vs-rest
+classes), ``P`` known only during the fit (a privately selected label set),
+cannot give each selection a phase of a plan calibrated beforehand.
+:func:`product_exponential` makes them *one* exponential mechanism over the
+product of the candidate sets with summed score ``S(c_1, ..., c_P) = sum_p
+s_p(c_p)``: if every ``s_p`` has sensitivity ``Δ``, ``S`` has ``P Δ``, and
 
     P(c_1, ..., c_P) ∝ exp(ε S / (2 P Δ)) = prod_p exp((ε / P) s_p(c_p) / (2 Δ)),
 
-so the product mechanism is sampled exactly by ``P`` independent exponential
-mechanisms at ``ε / P`` each. The release is charged once, as the ε-DP (and
-ε-bounded-range) exponential mechanism it is. For ``P = 1`` it is the
-exponential mechanism of
-:meth:`Releaser.exponential <skdpp.privacy.Releaser.exponential>`.
+so it is sampled exactly by ``P`` independent exponential mechanisms at
+``ε / P`` each, and charged once as the ε-DP (ε-bounded-range) exponential
+mechanism it is (for ``P = 1``: :meth:`skdpp.privacy.Releaser.exponential`).
 
 Examples
 --------

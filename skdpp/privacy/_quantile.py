@@ -1,29 +1,23 @@
 """Private quantiles and locations of per-user statistics (scale-free bounds).
 
-Clip bounds, offsets and step sizes whose right value depends on the data's
-units must be chosen from the private data, and that choice is a release.
-skdpp makes it with Gaussian releases only, so a fit whose other releases are
-Gaussian keeps the exact μ-GDP accounting (an exponential-mechanism quantile
-moves the whole ledger to the looser RDP conversion: measured +8 % noise on
-every other phase at ε = 1).
+Clip bounds, offsets and step sizes in the data's units are chosen from the
+private data, and that choice is a release. skdpp makes it with Gaussian
+releases only, so a Gaussian fit keeps the exact μ-GDP accounting (an
+exponential-mechanism quantile moves the ledger to the looser RDP conversion:
+measured +8 % noise on every other phase at ε = 1):
 
-* :func:`private_quantile` -- a quantile of one value per user over a public
-  candidate grid by *noisy binary search* (Smith 2011; Karwa & Vadhan 2018):
-  ``s`` Gaussian counts for ``2**s`` candidates whatever the data. A wrong
-  turn happens only where the count is within the noise of ``q n``, so the
-  rank error is of the order of the noise std (in users).
-* :func:`private_location` -- the mean of one scalar per user, robust to the
-  scale and the offset of the values: its noise is relative to their
-  *spread*, not their magnitude (a column shifted by 10^4 is not noisier).
-* :func:`private_median` -- one exponential-mechanism selection of the median
-  over a fine public grid: pure ε-DP in one release, for a fit whose whole
-  budget is too small for the searches above (a fit predicted useless
-  releases only this, so no Gaussian ledger is loosened).
+* :func:`private_quantile` -- noisy binary search over a public grid (Smith
+  2011; Karwa & Vadhan 2018): ``s`` Gaussian counts for ``2**s`` candidates;
+  the rank error is of the order of the noise std (in users).
+* :func:`private_location` -- the mean of one scalar per user, with noise
+  relative to the values' *spread*, not their magnitude or offset.
+* :func:`private_median` -- one exponential-mechanism selection (pure ε-DP),
+  for a fit whose budget is too small for the searches (a fit predicted
+  useless releases only this, so no Gaussian ledger is loosened).
 
-Users' values enter only through sums over users: :func:`cumulative_counts`
-(and :func:`distance_counts`, :func:`clipped_deviation_sum`) of a block of
-whole users are partial sums that add up over blocks (``executor.map``), and
-:func:`private_location` takes them through a ``reduce(fn)`` callable.
+Users' values enter only through sums over blocks of whole users
+(:func:`cumulative_counts`, :func:`distance_counts`,
+:func:`clipped_deviation_sum`; ``reduce(fn)`` callables).
 
 References
 ----------
@@ -63,36 +57,29 @@ __all__ = ["LOCATION_SEARCH_STEPS", "clipped_deviation_sum", "cumulative_counts"
            "distance_counts", "median_found", "private_location", "private_median",
            "private_quantile", "quantile_grid", "search_steps"]
 
-#: Public range of the candidate grids (values outside it are represented by
-#: the end points).
+#: Public range of the candidate grids (values outside it map to the end points).
 GRID_RANGE = (1e-8, 1e8)
-#: Candidates of the positive grid (2**6: adjacent candidates differ by a
-#: factor 10**(16/63) = 1.79).
+#: Candidates of the positive grid (adjacent ones differ by 10**(16/63) = 1.79).
 GRID_SIZE = 64
 #: Candidates of each linear refinement of :func:`private_location`.
 FINE_SIZE = 256
-#: Linear refinements of the median in :func:`private_location`: after two, the
-#: median's resolution is ``|median| * 0.79 / 256**2`` (a value shifted by
-#: 10^4 is resolved to 0.1), below the spread of most real columns.
+#: Linear refinements of the median in :func:`private_location`: after two the
+#: resolution is ``|median| * 0.79 / 256**2`` (0.1 at 10^4).
 FINE_LEVELS = 2
 
 
 def quantile_grid(*, signed=False, size=GRID_SIZE, low=GRID_RANGE[0], high=GRID_RANGE[1]):
-    """The public candidate grid of :func:`private_quantile`.
+    """The public candidate grid of :func:`private_quantile` (increasing).
 
     Parameters
     ----------
     signed : bool, default=False
-        ``False``: ``size`` log-spaced values in ``[low, high]``. ``True``: the
-        same values and their negatives (``2 * size`` candidates, increasing).
+        ``False``: ``size`` log-spaced values in ``[low, high]``; ``True``: the
+        same values and their negatives (``2 * size`` candidates).
     size : int, default=64
         A power of two.
     low, high : float, default=1e-8, 1e8
         Public range, ``0 < low < high < inf``.
-
-    Returns
-    -------
-    grid : ndarray, increasing
     """
     if size < 2 or size & (size - 1):
         raise ValueError(f"size must be a power of two >= 2, got {size!r}.")
@@ -103,10 +90,7 @@ def quantile_grid(*, signed=False, size=GRID_SIZE, low=GRID_RANGE[0], high=GRID_
 
 
 def search_steps(grid):
-    """Number of releases of :func:`private_quantile` on ``grid`` (public).
-
-    ``grid`` may also be its length (a power of two).
-    """
+    """Number of releases of :func:`private_quantile` on ``grid`` (or its length)."""
     n = grid if isinstance(grid, (int, np.integer)) else len(grid)
     if n < 2 or n & (n - 1):
         raise ValueError(f"the grid must hold a power of two >= 2 of candidates, got {n}.")
@@ -114,12 +98,9 @@ def search_steps(grid):
 
 
 def cumulative_counts(values, grid):
-    """Partial cumulative histogram ``counts[j] = #{i : values[i] <= grid[j]}``.
-
-    ``values``: one per user of a block (NaN and +inf count above every
-    candidate). Sums over blocks give all users' counts; one user changes
-    every entry by at most 1.
-    """
+    """Partial cumulative histogram ``counts[j] = #{i : values[i] <= grid[j]}`` of the
+    users of a block (NaN and +inf above every candidate): sums over blocks give
+    all users' counts; one user moves every entry by at most 1."""
     values = np.asarray(values, dtype=np.float64)
     first = np.searchsorted(grid, np.where(np.isnan(values), np.inf, values), side="left")
     hist = np.bincount(first, minlength=grid.shape[0] + 1)[:grid.shape[0]]
@@ -130,20 +111,17 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     """The ``quantile`` of one value per user, on ``grid``, by noisy binary search.
 
     Finds (up to the noise) the smallest ``grid[j]`` with at least ``quantile *
-    n_users`` values ``<= grid[j]``. Each of the ``search_steps(grid)`` steps
-    (a public number) releases ``counts[mid]`` with Gaussian noise (phase
-    ``phase``, L2 sensitivity 1 under replace-one-user: one user moves a
-    count by at most 1) and keeps the half it points to.
+    n_users`` values ``<= grid[j]``. Each of the ``search_steps(grid)`` steps (a
+    public number) releases ``counts[mid]`` with Gaussian noise in ``phase`` (L2
+    sensitivity 1 under replace-one-user) and keeps the half it points to.
 
     Parameters
     ----------
     release : Releaser
-        The fit's release helper; ``phase`` must plan ``search_steps(grid)``
-        Gaussian releases for this call.
+        ``phase`` must plan ``search_steps(grid)`` Gaussian releases for this call.
     phase : str
     counts : ndarray of shape (len(grid),)
-        :func:`cumulative_counts` over all users (only visited entries are
-        released).
+        :func:`cumulative_counts` over all users (only visited entries are released).
     grid : ndarray
         Public, increasing candidates; a power-of-two number of them.
     quantile : float in (0, 1]
@@ -153,9 +131,9 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     Returns
     -------
     value : float
-        A point of the selected cell ``(grid[j - 1], grid[j]]`` (geometric
-        midpoint for ends of one sign, else arithmetic; ``grid[0]`` for
-        ``j = 0``): post-processing. Exact at ``epsilon=np.inf``.
+        A point of the selected cell ``(grid[j - 1], grid[j]]`` (geometric midpoint
+        for ends of one sign, else arithmetic; ``grid[0]`` for ``j = 0``):
+        post-processing. Exact at ``epsilon=np.inf``.
     """
     steps = search_steps(grid)
     counts = np.asarray(counts, dtype=np.float64)
@@ -184,14 +162,13 @@ def _cell_point(grid, j):
 
 
 def _cell(grid, j):
-    """The grid cell ``[grid[j - 1], grid[j]]`` holding a quantile selected as ``grid[j]``."""
+    """The cell ``[grid[j - 1], grid[j]]`` of a quantile selected as ``grid[j]``."""
     if j == 0:
         return 2.0 * grid[0] - grid[1], grid[0]  # below the grid: one cell further
     return grid[j - 1], grid[j]
 
 
-#: Releases of the searches of :func:`private_location` (coarse median, refined
-#: median, radius); its mean is one more release.
+#: Releases of the searches of :func:`private_location` (its mean is one more).
 LOCATION_SEARCH_STEPS = (search_steps(2 * GRID_SIZE) + FINE_LEVELS * search_steps(FINE_SIZE)
                          + search_steps(GRID_SIZE))
 
@@ -202,7 +179,7 @@ def _finite_or(values, fill):
 
 
 def value_counts(values, grid):
-    """:func:`cumulative_counts` where any non-finite value counts above all candidates."""
+    """:func:`cumulative_counts` with every non-finite value above all candidates."""
     return cumulative_counts(_finite_or(values, np.inf), grid)
 
 
@@ -224,42 +201,37 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
                      radius_quantile=0.9, return_shift=False):
     """DP mean of one scalar per user, clipped around a private median.
 
-    1. coarse median: :func:`private_quantile` (q = 0.5) on the signed log grid
-       (``quantile_grid(signed=True)``, 7 steps);
+    1. coarse median: :func:`private_quantile` (q = 0.5) on
+       ``quantile_grid(signed=True)`` (7 steps);
     2. refined median ``m``: the same search on ``FINE_SIZE`` linearly spaced
-       candidates inside the selected grid cell (8 steps), then again inside
-       the selected fine cell (``FINE_LEVELS = 2`` refinements);
+       candidates inside the selected cell (8 steps), ``FINE_LEVELS = 2`` times;
     3. radius ``R``: the ``radius_quantile`` of ``|v_i - m|`` on the positive
        grid (6 steps);
-    4. mean: ``m + (sum_i clip(v_i - m, R) + N(0, (2 R z)^2)) / n_users``
-       (L2 sensitivity ``2 R`` under replace-one-user; ``n_users`` is public).
+    4. mean: ``m + (sum_i clip(v_i - m, R) + N(0, (2 R z)^2)) / n_users`` (L2
+       sensitivity ``2 R`` under replace-one-user; ``n_users`` is public).
 
-    Steps 1-3 are releases of phase ``search_phase``
-    (:data:`LOCATION_SEARCH_STEPS` of them, sensitivity 1), step 4 one release
-    of ``mean_phase``.
+    Steps 1-3 are the :data:`LOCATION_SEARCH_STEPS` releases (sensitivity 1) of
+    ``search_phase``, step 4 one release of ``mean_phase``.
 
     Parameters
     ----------
     release : Releaser
     reduce : callable
-        ``reduce(fn)`` returns the sum over all users' blocks of
-        ``fn(values_of_the_block)`` (``fn`` maps a 1-D array of the block's
-        per-user values to a partial sum). A non-finite value counts as above
-        every candidate in the searches and contributes 0 to the mean.
+        ``reduce(fn)``: the sum over all users' blocks of ``fn(values)`` (``fn``
+        maps a block's 1-D per-user values to a partial sum). A non-finite value
+        counts above every candidate and contributes 0 to the mean.
     n_users : int
         The public number of users.
     search_phase, mean_phase : str
     radius_quantile : float in (0, 1], default=0.9
     return_shift : bool, default=False
-        Also return ``(mean - m) / R`` (post-processing): about ``±1`` when
-        the median search went astray (the users' values then lie on one side
-        of ``m``, beyond ``R``, and each contributes ``±R``), near 0 for a
-        central ``m`` up to the mean's noise.
+        Also return ``(mean - m) / R`` (post-processing): about ``±1`` when the
+        median search went astray (all values on one side of ``m``, beyond
+        ``R``), near 0 for a central ``m``.
 
     Returns
     -------
     mean : float
-        The released location.
     radius : float
         The released radius ``R`` (a scale of the values' spread).
     shift : float
@@ -287,43 +259,23 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
     return center + shift, radius
 
 
-#: Positive candidates of :func:`private_median` (adjacent ones differ by a
-#: factor ``10**(16/1023) = 1.037``: 0.13 at a median of 3.5).
+#: Positive candidates of :func:`private_median` (ratio ``10**(16/1023) = 1.037``).
 MEDIAN_GRID_SIZE = 1024
-#: :func:`median_found` asks the public bound on the chance of a selection
-#: outside the users' values to be at most this.
+#: :func:`median_found`'s bound on the chance of a selection outside the values.
 MEDIAN_FAILURE = 1e-5
 
 
 def private_median(release, phase, reduce, *, n_users):
     """The median of one scalar per user: one exponential-mechanism selection.
 
-    Candidates: ``quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)``; score
-    of candidate ``c_j``: ``-|#{i : v_i <= c_j} - n/2|``. Replacing one user
-    changes every count, hence every score, by at most 1 (``n_users`` is
-    public): sensitivity 1, one release of ``phase`` (an ``"exponential"``
-    phase; its per-selection ε is the plan's). Pure ε-DP: the selection is
-    ``c_j`` with probability ``∝ exp(ε s_j / 2)``.
-
-    Every candidate below the smallest or above the largest value scores
-    ``-n/2``: the chance of such a selection is at most ``G exp(-ε n / 4)``
-    times ``1 / P(best candidate)``; :func:`median_found` is the public rule
-    that keeps the first factor below :data:`MEDIAN_FAILURE`.
-
-    Parameters
-    ----------
-    release : Releaser
-    phase : str
-    reduce : callable
-        ``reduce(fn)``: the sum over all users' blocks of ``fn(values)``
-        (as in :func:`private_location`; non-finite values count above every
-        candidate).
-    n_users : int
-        The public number of users.
-
-    Returns
-    -------
-    median : float
+    Candidates ``c_j``: ``quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)``;
+    score ``-|#{i : v_i <= c_j} - n/2|``. Replacing one user moves every count,
+    hence every score, by at most 1 (``n_users`` is public): sensitivity 1, one
+    release of the ``"exponential"`` phase ``phase``, pure ε-DP. Candidates
+    outside the values score ``-n/2``: the chance of selecting one is at most
+    ``G exp(-ε n / 4) / P(best candidate)``; :func:`median_found` is the public
+    rule that keeps ``G exp(-ε n / 4)`` below :data:`MEDIAN_FAILURE`.
+    ``reduce`` and ``n_users`` as in :func:`private_location`. Returns a float.
     """
     grid = quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)
     below = np.asarray(reduce(functools.partial(value_counts, grid=grid)), dtype=np.float64)
@@ -334,15 +286,11 @@ def private_median(release, phase, reduce, *, n_users):
 def median_found(epsilon, n_users):
     """Whether :func:`private_median` at ``epsilon`` is predicted to land among the values.
 
-    Public rule (``n_users``, ``epsilon``): ``G exp(-ε n / 4) <= MEDIAN_FAILURE``
-    with ``G = 2 * MEDIAN_GRID_SIZE`` candidates, i.e. ``ε n >= 4 ln(G /
-    MEDIAN_FAILURE)`` (about 76: ε >= 0.26 with 300 users, 0.08 with 1 000).
-    Below, the users cannot outweigh the candidates where no user is, and
-    no scale-free location can be released.
-
-    Measured (MovieLens, 40 public 300-user subsets, the users' mean ratings):
-    a selection outside the users' means with mean probability 0.47 at
-    ε = 0.1, 1e-3 at 0.2, 1e-6 at 0.3.
+    Public rule: ``G exp(-ε n / 4) <= MEDIAN_FAILURE`` with ``G = 2 *
+    MEDIAN_GRID_SIZE``, i.e. ``ε n >= 4 ln(G / MEDIAN_FAILURE)`` (about 76: ε >=
+    0.26 with 300 users). Measured (MovieLens, 40 public 300-user subsets): a
+    selection outside the users' mean ratings with probability 0.47 at ε = 0.1,
+    1e-3 at 0.2, 1e-6 at 0.3.
     """
     if epsilon == np.inf:
         return True

@@ -4,9 +4,9 @@ RDP curves of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019;
 integer orders by the binomial expansion, fractional orders by their two
 series), the Laplace mechanism (Mironov 2017), pure ε-DP and ε-bounded-range
 selections (Cesar & Rogers 2021), and the tight RDP → (ε, δ) conversion of
-Canonne, Kamath & Steinke (2020). Used by
-:class:`~skdpp.privacy.accounting.PrivacyAccountant` for every ledger that is
-not a plain composition of Gaussian mechanisms. Depends only on numpy and scipy.
+Canonne, Kamath & Steinke (2020), for every ledger of
+:class:`~skdpp.privacy.accounting.PrivacyAccountant` that is not a plain
+composition of Gaussian mechanisms.
 
 References
 ----------
@@ -27,9 +27,8 @@ from scipy import optimize, special
 
 __all__ = ["DEFAULT_RDP_ORDERS", "rdp_to_delta", "rdp_to_epsilon", "zcdp_delta", "zcdp_epsilon"]
 
-#: Rényi orders used by the RDP path (the same set as dp-accounting's
-#: ``RdpAccountant`` default): 1.1, 1.2, ..., 10.9, 11, ..., 63, 128, 256,
-#: 512, 1024.
+#: Rényi orders of the RDP path (dp-accounting's ``RdpAccountant`` default):
+#: 1.1, 1.2, ..., 10.9, 11, ..., 63, 128, 256, 512, 1024.
 DEFAULT_RDP_ORDERS = np.array(
     [1.0 + x / 10.0 for x in range(1, 100)]
     + [float(x) for x in range(11, 64)]
@@ -38,7 +37,6 @@ DEFAULT_RDP_ORDERS = np.array(
 
 
 # --- RDP of the individual mechanisms ---
-
 def _log_abs_binom(alpha, i):
     """log|C(alpha, i)| and its sign (alpha real, i integer array >= 0)."""
     i = np.asarray(i, dtype=float)
@@ -59,13 +57,9 @@ def _log_a_int(q, sigma, alpha):
 
 
 def _log_a_frac(q, sigma, alpha, max_terms=10_000_000):
-    """log A_α for fractional α by the two series of MTZ 2019 (Sec. 3.3).
-
-    The terms are summed in log space with their signs (binomial coefficients
-    of a fractional α alternate in sign). The series decay only polynomially
-    (like i^(-α-2)) when q is large, so chunks grow geometrically and the sum
-    stops once the remaining tail is below ~e^-36 of the total.
-    """
+    """log A_α for fractional α by the two series of MTZ 2019 (Sec. 3.3), summed in
+    log space with their signs. For large q the series decay only polynomially,
+    so chunks grow geometrically until the tail is below ~e^-36 of the total."""
     z0 = sigma * sigma * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
     inv2s2 = 1.0 / (2.0 * sigma * sigma)
@@ -116,9 +110,8 @@ def _rdp_poisson_gaussian(q, sigma, orders):
         if float(alpha).is_integer():
             log_a = _log_a_int(q, sigma, alpha)
         elif q > _FRACTIONAL_SERIES_MAX_Q:
-            # The fractional series decays only polynomially for large q (tens of
-            # seconds per order). Rényi divergence is non-decreasing in the order,
-            # so the RDP at ceil(alpha) is a valid (slightly looser) bound.
+            # The series decays only polynomially for large q (tens of seconds per
+            # order); RDP is non-decreasing in the order: ceil(alpha) bounds it.
             out[k] = max(_log_a_int(q, sigma, math.ceil(alpha)), 0.0) / (math.ceil(alpha) - 1.0)
             continue
         else:
@@ -147,8 +140,7 @@ def _rdp_laplace(noise_multiplier, orders):
 
 def _rdp_pure(epsilon, orders):
     """Tight RDP bound implied by pure ε-DP (randomized response is extremal)."""
-    orders = np.asarray(orders, dtype=float)
-    a = orders
+    a = np.asarray(orders, dtype=float)
     val = (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.log1p(np.exp(epsilon))) \
         / (a - 1.0)
     return np.minimum(val, epsilon)
@@ -161,7 +153,6 @@ def _rdp_exponential(epsilon, orders):
 
 
 # --- The conversion of Canonne, Kamath & Steinke (2020), Proposition 12 ---
-
 def _cks_penalty(orders, log_delta):
     """``log1p(-1/α) - (log δ + log α)/(α - 1)``: ε at δ is ``min_α rdp(α) + this``."""
     return np.log1p(-1.0 / orders) - (log_delta + np.log(orders)) / (orders - 1.0)
@@ -183,19 +174,12 @@ def _check_curve(orders, rdp):
 
 
 def rdp_to_epsilon(orders, rdp, delta):
-    """Convert an RDP curve to ε at a given δ (Canonne, Kamath & Steinke 2020).
-
-    ``ε = min_α rdp(α) + log1p(−1/α) − (log δ + log α)/(α − 1)`` over the
-    orders ``α > 1`` of the curve, floored at 0; ``delta`` in ``[0, 1]``.
-
-    References
-    ----------
-    .. [1] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010,
-           Proposition 12.
+    """ε at δ in ``[0, 1]`` of an RDP curve (Canonne, Kamath & Steinke 2020,
+    arXiv:2004.00010, Proposition 12): ``ε = min_α rdp(α) + log1p(−1/α) − (log δ
+    + log α)/(α − 1)`` over the orders ``α > 1`` of the curve, floored at 0.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from skdpp.privacy.accounting import rdp_to_epsilon, DEFAULT_RDP_ORDERS
     >>> rdp = DEFAULT_RDP_ORDERS / (2 * 5.0 ** 2) * 10
     >>> round(rdp_to_epsilon(DEFAULT_RDP_ORDERS, rdp, 1e-5), 6)
@@ -218,11 +202,9 @@ def rdp_to_epsilon(orders, rdp, delta):
 
 
 def rdp_to_delta(orders, rdp, epsilon):
-    """Convert an RDP curve to δ at a given ε (Canonne, Kamath & Steinke 2020).
-
-    ``log δ = min_α (α − 1)(rdp(α) − ε + log1p(−1/α)) − log α`` (for α > 1.01),
-    also bounded by ``δ <= sqrt(1 − exp(−rdp(α)))`` (total variation via
-    Bretagnolle–Huber, since KL <= D_α), and by 1; ``epsilon >= 0``.
+    """δ at ε >= 0 of an RDP curve (Canonne, Kamath & Steinke 2020): ``log δ = min_α
+    (α − 1)(rdp(α) − ε + log1p(−1/α)) − log α`` (α > 1.01), also bounded by
+    ``sqrt(1 − exp(−rdp(α)))`` (Bretagnolle–Huber, KL <= D_α) and by 1.
 
     Examples
     --------
@@ -254,29 +236,22 @@ _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
 
 
 # --- zCDP conversions ---
-
 def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
-    """min over orders λ > 1 of ``rdp(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``.
-
-    ``rdp_at`` is an RDP bound valid at every real order > 1 (vectorised). The
-    minimum is taken over ``grid`` and then refined over continuous orders
-    around the best grid point (every value is a valid ε; the refinement only
-    tightens it).
-    """
+    """min over orders λ > 1 of ``rdp_at(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``
+    for an RDP bound ``rdp_at`` valid at every real order (vectorised): over
+    ``grid``, then refined over continuous orders around the best grid point
+    (every value is a valid ε; the refinement only tightens it)."""
     log_delta = math.log(delta)
-
-    def penalty(lam):
-        return _cks_penalty(lam, log_delta)
 
     def conv(lam):
         lam = np.asarray(lam, dtype=float)
-        return rdp_at(lam) + penalty(lam)
+        return rdp_at(lam) + _cks_penalty(lam, log_delta)
 
     grid = np.sort(np.asarray(grid, dtype=float))
     grid = np.concatenate([grid, np.geomspace(grid[-1] * 2.0, max_order, 14)])
     # On the grid, a bound at a higher order is also a bound at a lower one.
     rdp = np.minimum.accumulate(np.asarray(rdp_at(grid), dtype=float)[::-1])[::-1]
-    values = rdp + penalty(grid)
+    values = rdp + _cks_penalty(grid, log_delta)
     i = int(np.nanargmin(values))
     best = float(values[i])
     lo = grid[i - 1] if i > 0 else _MIN_ORDER
@@ -289,9 +264,7 @@ def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
 
 
 def zcdp_epsilon(rho, delta):
-    """ε at δ of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
-
-    ``rho >= 0`` (RDP ``ρλ`` at every order λ), ``delta`` in ``(0, 1)``.
+    """ε at δ in ``(0, 1)`` of a ρ-zCDP mechanism (RDP ``ρλ``; CKS 2020 conversion).
 
     Examples
     --------
@@ -308,17 +281,14 @@ def zcdp_epsilon(rho, delta):
 
 
 def zcdp_delta(rho, epsilon):
-    """δ at ε of a ρ-zCDP mechanism (Canonne, Kamath & Steinke 2020 conversion).
-
-    ``log δ = min_{λ>1} (λ − 1)(ρλ − ε + log1p(−1/λ)) − log λ`` (a convex
-    function of λ), minimised over continuous orders; also bounded by
+    """δ at ε of a ρ-zCDP mechanism: ``log δ = min_{λ>1} (λ − 1)(ρλ − ε +
+    log1p(−1/λ)) − log λ`` (convex in λ) over continuous orders, also bounded by
     ``sqrt(1 − e^{−ρ})`` (Bretagnolle–Huber, KL <= ρ) and by 1.
 
     Examples
     --------
     >>> from skdpp.privacy._rdp import zcdp_delta, zcdp_epsilon
-    >>> eps = zcdp_epsilon(0.01, 1e-6)
-    >>> bool(abs(zcdp_delta(0.01, eps) - 1e-6) < 1e-9)
+    >>> bool(abs(zcdp_delta(0.01, zcdp_epsilon(0.01, 1e-6)) - 1e-6) < 1e-9)
     True
     """
     rho, epsilon = float(rho), float(epsilon)

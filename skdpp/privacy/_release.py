@@ -3,14 +3,11 @@
 :class:`Releaser` binds a fit's calibrated :class:`~skdpp.privacy.BudgetPlan`,
 its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`. Each
 method calls the mechanism of :mod:`skdpp.privacy.mechanisms` (the only place
-noise is drawn) and composes the resulting event into the accountant with the
-*same* sensitivity and clip norm, so the two can never disagree. Estimators
-never call a mechanism or ``accountant.compose`` themselves.
-
-``epsilon=inf`` needs no special case: the plan's noise multipliers are then
-0, the mechanisms return the exact value with a ``NonPrivateEvent`` and the
-report says the fit is not private. A release whose sensitivity is ``None``
-(no clipping) is only possible in that case.
+noise is drawn) and composes the resulting event with the *same* sensitivity
+and clip norm, so the two never disagree; estimators never call a mechanism
+or ``accountant.compose`` themselves. At ``epsilon=inf`` the plan's noise
+multipliers are 0 and the mechanisms return the exact value with a
+``NonPrivateEvent``; only then may a sensitivity be ``None`` (no clipping).
 
 Examples
 --------
@@ -46,20 +43,16 @@ class Releaser:
     plan : BudgetPlan
         The calibrated budget plan of the fit.
     rng : numpy.random.Generator
-        The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`).
+        The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`);
+        the Releaser lives only for the duration of a fit.
     seeded : bool, default=False
-        Whether ``rng`` is seeded from a user-supplied ``random_state``
-        (:attr:`skdpp.utils._random.FitRandomness.seeded`); the report then
-        says that the noise is reproducible from it.
+        ``rng`` is seeded from a user-supplied ``random_state``
+        (:attr:`skdpp.utils._random.FitRandomness.seeded`): the report says so.
 
     Attributes
     ----------
     accountant : PrivacyAccountant
         The fit's ledger: one entry per release.
-
-    Notes
-    -----
-    It holds the noise stream, so it lives only for the duration of a fit.
     """
 
     def __init__(self, plan, rng, *, seeded=False):
@@ -70,7 +63,6 @@ class Releaser:
         self._branch0 = {}    # phase -> events of branch 0, in order
         self._branch_pos = {}  # (phase, branch) -> number of releases seen
 
-    # ---------------------------------------------------------------- helpers
     def noise_multiplier(self, phase):
         """The noise multiplier (or per-selection ε) the plan gives ``phase``."""
         return self.plan[phase]
@@ -121,7 +113,6 @@ class Releaser:
         self.accountant.compose(event, count, phase=phase, mechanism=mechanism,
                                 sensitivity=sensitivity, clip_norm=clip)
 
-    # --------------------------------------------------------------- releases
     def gaussian(self, phase, value, *, sensitivity, clip_norm=None, symmetric=False,
                  sampling_rate=1.0, branch=None):
         """Gaussian mechanism: ``value + N(0, (z Δ)²)`` with ``z`` from the plan.
@@ -129,29 +120,27 @@ class Releaser:
         Parameters
         ----------
         phase : str
-            The plan's phase this release belongs to.
         value : array-like
             The exact value (not modified).
         sensitivity : float or None
-            Its L2 sensitivity Δ under replace-one-user (``None``: unbounded,
-            only with ``epsilon=inf``).
+            Its L2 sensitivity Δ under replace-one-user (``None``: unbounded, only
+            with ``epsilon=inf``).
         clip_norm : float, default=None
             The clip norm that bounds Δ (for the report).
         symmetric : bool, default=False
             ``value`` is a stack of symmetric matrices; the noise is symmetric.
         sampling_rate : float, default=1.0
-            Poisson rate at which users took part in ``value`` (client
-            sampling); ``< 1`` charges a sampled Gaussian.
+            Poisson rate at which users took part in ``value`` (client sampling);
+            ``< 1`` charges a sampled Gaussian.
         branch : int, default=None
-            Parallel composition: the index of a set of users disjoint from
-            the sets of the phase's other branches. Branch 0 is charged; every
-            other branch must repeat branch 0's sequence of releases (same
-            event and sensitivity) and is recorded in the ledger at no cost
-            (mechanism ``"gaussian (parallel)"``). The caller's Notes must
-            justify that the sets are disjoint under replace-one-user (a
-            replacing user with another id may fall in another branch: then
-            two branches each see one user added or removed, which must cost
-            no more than the replacement charged for branch 0).
+            Parallel composition: the index of a set of users disjoint from the
+            phase's other branches. Branch 0 is charged; every other branch must
+            repeat branch 0's releases (same event and sensitivity) and is recorded
+            at no cost (mechanism ``"gaussian (parallel)"``). The caller's Notes must
+            justify disjointness under replace-one-user (a replacing user with
+            another id may fall in another branch: then two branches each see one
+            user added or removed, which must cost no more than the replacement
+            charged for branch 0).
 
         Returns
         -------
@@ -210,21 +199,19 @@ class Releaser:
 
         For partitions (items, labels) whose universe is not public: each user
         contributes at most ``max_contribution`` to each of at most
-        ``max_partitions`` partitions, and the vector of contributions has L2
-        sensitivity ``sensitivity`` under replace-one-user. Every partition
-        present in the data gets independent Gaussian noise of std
-        ``σ = z · sensitivity`` (``z`` from the plan) and is kept iff its noisy
-        count exceeds ``τ = max_contribution + σ Φ⁻¹(1 - δ_t / max_partitions)``,
-        with ``δ_t`` the phase's ``threshold_delta``: a partition held by the
-        replaced user only is then kept with probability at most
-        ``δ_t / max_partitions``, so at most ``δ_t`` for all of them
-        (:class:`~skdpp.privacy.events.ThresholdEvent`); the noisy counts of
-        the other partitions are an ordinary Gaussian release.
+        ``max_partitions`` partitions, with L2 sensitivity ``sensitivity`` under
+        replace-one-user. Every present partition gets Gaussian noise of std ``σ =
+        z · sensitivity`` and is kept iff its noisy count exceeds ``τ =
+        max_contribution + σ Φ⁻¹(1 - δ_t / max_partitions)`` (``δ_t``: the phase's
+        ``threshold_delta``): a partition held by the replaced user only is kept
+        with probability at most ``δ_t / max_partitions``, at most ``δ_t`` for all
+        (:class:`~skdpp.privacy.events.ThresholdEvent`); the other partitions'
+        noisy counts are an ordinary Gaussian release.
 
-        ``phase`` is a Gaussian phase added with ``threshold_delta > 0``;
-        ``counts`` (n_partitions,) the exact bounded-contribution counts of the
-        partitions present. Returns ``keep`` (bool, all present partitions at
-        ``epsilon=inf``) and the noisy counts (published only where ``keep``).
+        ``phase``: a Gaussian phase with ``threshold_delta > 0``; ``counts``
+        (n_partitions,): the exact bounded-contribution counts of the present
+        partitions. Returns ``keep`` (bool; all present at ``epsilon=inf``) and the
+        noisy counts (published only where ``keep``).
 
         References
         ----------
@@ -232,8 +219,7 @@ class Releaser:
                Yekhanin, S. (2020). Differentially Private Set Union. ICML.
                arXiv:2002.09745.
         .. [2] Desfontaines, D., Voss, J., Gipson, B. and Mandayam, C. (2022).
-               Differentially private partition selection. PoPETs.
-               arXiv:2006.03684.
+               Differentially private partition selection. PoPETs. arXiv:2006.03684.
         """
         delta_t = next((p.threshold_delta for p in self.plan.phases if p.name == phase), 0.0)
         z, sens = self._checked(phase, sensitivity)
@@ -268,10 +254,9 @@ class Releaser:
         self._compose(phase, event, mechanism=mechanism, sensitivity=sensitivity,
                       clip_norm=clip_norm, count=count)
 
-    # ----------------------------------------------------------------- report
     def report(self, *, n_users, released, local, notes=(), not_covered=()):
-        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError``
-        if the releases spent more than the plan's ε at its δ)."""
+        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError`` if
+        the releases spent more than the plan's ε at its δ)."""
         epsilon = self.plan.epsilon
         notes = tuple(notes)
         if self.plan.fixed_noise:

@@ -1,53 +1,39 @@
 """Privacy of hyperparameter search with random stopping (Rényi DP).
 
-A private search runs a DP *trial* ``Q`` a random number of times ``K`` and
-releases only the best output (Liu & Talwar 2019). This module holds the law
-of ``K``, the RDP bounds of the search (Papernot & Steinke 2022,
-arXiv:2110.03620v2, arXiv numbering), the calibration of the per-trial budget
-to a target (ε, δ), and the zCDP budget of a :class:`~skdpp.privacy.BudgetPlan`.
+A private search runs a DP trial ``Q`` a random number ``K`` of times and
+releases only the best output (Liu & Talwar 2019). Bounds of Papernot &
+Steinke (2022, arXiv:2110.03620v2 numbering):
 
-* **Truncated negative binomial** ``D_{η,γ}`` (Definition 1): for ``η > -1``
-  and ``γ ∈ (0, 1)``, ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
-  for ``k >= 1`` (``η = 0``: the logarithmic distribution
-  ``(1 − γ)^k / (k log(1/γ))``; ``η = 1``: the geometric distribution of Liu &
-  Talwar), with mean ``E[K] = η(1 − γ)/(γ(1 − γ^η))`` (``(1/γ − 1)/log(1/γ)``
-  at ``η = 0``) and probability generating function
-  ``f(x) = ((1 − (1 − γ)x)^{−η} − 1)/(γ^{−η} − 1)``.
-* **Theorem 2** (truncated negative binomial). If ``Q`` is ``(λ, ε)``-RDP and
-  ``(λ̂, ε̂)``-RDP (``λ > 1``, ``λ̂ >= 1``), the search is ``(λ, ε')``-RDP with
-  ``ε' = ε + (1 + η)(1 − 1/λ̂) ε̂ + (1 + η) log(1/γ)/λ̂ + log(E[K])/(λ − 1)``.
-  :meth:`RandomStopping.rdp` applies it to an RDP curve on a grid of orders
-  (``λ̂`` minimised over the grid, as dp-accounting's
-  ``RepeatAndSelectDpEvent`` does).
-* **Theorem 6** (Poisson ``K`` with mean ``μ``). If ``Q`` is ``(λ, ε)``-RDP and
-  ``(ε̂, δ̂)``-DP with ``e^ε̂ <= 1 + 1/(λ − 1)``, the search is ``(λ, ε')``-RDP
-  with ``ε' = ε + μ δ̂ + log(μ)/(λ − 1)``; ``ε̂ = log(1 + 1/(λ − 1))`` is used
-  (the largest allowed), ``δ̂`` from the RDP curve of ``Q``. ``K = 0`` has
-  probability ``e^{−μ}``; the search then outputs nothing (``⊥``).
-* **ρ-zCDP trials** (the case skdpp uses): with ``ε(λ) = ρλ`` for every order,
-  the minimum of Theorem 2 over ``λ̂ >= 1`` is in closed form (derived here
-  from Theorem 2, not quoted): ``λ̂* = sqrt(log(1/γ)/ρ)`` and, if ``λ̂* >= 1``,
-  ``ε' = ρλ + (1 + η)(2 sqrt(ρ log(1/γ)) − ρ) + log(E[K])/(λ − 1)``, otherwise
-  (``λ̂ = 1``) ``ε' = ρλ + (1 + η) log(1/γ) + log(E[K])/(λ − 1)``. For Theorem 6,
-  ``δ̂`` is the (ε̂, δ̂) conversion of ``ρ``-zCDP. ``K ≡ 1`` (mean 1) gives
-  ``ε' = ρλ``: the search is exactly one trial. As ``λ, λ̂ → ∞`` a pure
-  ``ε``-DP trial gives the ``(2 + η)ε``-DP bound (``3ε`` for the geometric
-  distribution, Liu & Talwar 2019).
+* **Truncated negative binomial** ``D_{η,γ}`` (Definition 1; ``η > -1``,
+  ``γ ∈ (0, 1)``): ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
+  for ``k >= 1`` (``η = 0``: logarithmic, ``η = 1``: geometric), mean
+  ``E[K] = η(1 − γ)/(γ(1 − γ^η))`` (``(1/γ − 1)/log(1/γ)`` at ``η = 0``).
+* **Theorem 2.** If ``Q`` is ``(λ, ε)``- and ``(λ̂, ε̂)``-RDP (``λ > 1``,
+  ``λ̂ >= 1``), the search is ``(λ, ε')``-RDP with ``ε' = ε + (1 + η)(1 −
+  1/λ̂) ε̂ + (1 + η) log(1/γ)/λ̂ + log(E[K])/(λ − 1)`` (``λ̂`` minimised over
+  the grid, as dp-accounting's ``RepeatAndSelectDpEvent``).
+* **Theorem 6** (Poisson ``K`` of mean ``μ``; ``K = 0`` outputs nothing). If
+  ``Q`` is ``(λ, ε)``-RDP and ``(ε̂, δ̂)``-DP with ``e^ε̂ <= 1 + 1/(λ − 1)``,
+  the search is ``(λ, ε + μ δ̂ + log(μ)/(λ − 1))``-RDP (largest ``ε̂`` used,
+  ``δ̂`` from the RDP curve of ``Q``).
+* **ρ-zCDP trials** (skdpp's case; derived here from Theorem 2, not quoted):
+  ``λ̂* = sqrt(log(1/γ)/ρ)``; if ``λ̂* >= 1``, ``ε' = ρλ + (1 + η)(2
+  sqrt(ρ log(1/γ)) − ρ) + log(E[K])/(λ − 1)``, else ``ε' = ρλ + (1 + η)
+  log(1/γ) + log(E[K])/(λ − 1)``. ``K ≡ 1`` gives ``ε' = ρλ``. As ``λ, λ̂ →
+  ∞`` a pure ε-DP trial gives ``(2 + η)ε``-DP (``3ε`` for the geometric law).
 
-The search's RDP is converted to (ε, δ) by Canonne, Kamath & Steinke (2020),
-over continuous orders (the closed forms hold for every real ``λ > 1``).
+The search's RDP is converted to (ε, δ) by Canonne, Kamath & Steinke (2020)
+over continuous orders.
 
-**Per-trial budget.** Every trial must satisfy one RDP curve whatever
+**Per-trial budget.** Every trial must meet one RDP curve whatever
 configuration it samples (a data-independent mixture is no less private than
 its least private component: joint quasi-convexity of Rényi divergence).
 skdpp uses a common **ρ-zCDP** budget, exact for Gaussian compositions
-(``μ``-GDP: ``ρ = μ²/2``). Every mechanism has a zCDP bound: a Gaussian
-release with multiplier ``z`` is ``1/(2z²)``-zCDP (also Poisson-subsampled,
-without amplification: for a fixed sample two sums differ by at most the
-sensitivity), a Laplace release (pure ``1/z``-DP) ``1/(2z²)``, an exponential
-selection with parameter ``ε`` ``ε²/8`` (bounded range, Cesar & Rogers 2021).
-:func:`plan_rho` adds them up; :func:`epsilon_for_rho` finds the ``epsilon``
-at which a plan spends exactly ``ρ`` (no configuration is enumerated).
+(``ρ = μ²/2``): a Gaussian release with multiplier ``z`` is ``1/(2z²)``-zCDP
+(also Poisson-subsampled, without amplification), a Laplace release
+``1/(2z²)``, an exponential selection at ``ε`` ``ε²/8`` (bounded range, Cesar
+& Rogers 2021). :func:`plan_rho` adds them up; :func:`epsilon_for_rho` finds
+the ``epsilon`` at which a plan spends exactly ``ρ``.
 
 References
 ----------
@@ -83,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, special
 
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
@@ -100,7 +86,6 @@ STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
 # --- Numerically stable helpers ---
-
 def _expm1_over_x(x):
     """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
     if abs(x) < 1e-5:
@@ -119,7 +104,7 @@ def _tnb_mean(gamma, eta):
 
 
 def _tnb_gamma(mean, eta):
-    """The γ of ``D_{η,γ}`` with the given mean (solved by ``brentq`` on log γ)."""
+    """The γ of ``D_{η,γ}`` with the given mean (``brentq`` on log γ)."""
     if mean == 1.0:
         return 1.0
 
@@ -136,17 +121,15 @@ def _tnb_gamma(mean, eta):
 
 
 # --- The distribution of the number of trials and the search's RDP ---
-
 @dataclass(frozen=True)
 class RandomStopping:
     """Random number of trials ``K`` of a private search, and the search's privacy.
 
     ``distribution``: the truncated negative binomial ``D_{η,γ}`` (``K >= 1``;
-    ``mean=1`` is ``K ≡ 1``) with shape ``eta > -1``, or Poisson (``K = 0``
-    possible, ``eta`` ignored); ``mean = E[K] >= 1``. Attribute ``gamma``: the
-    ``γ`` with that mean (``1.0`` for ``mean=1``, ``nan`` for Poisson). The
-    bounds (module docstring) cover the best trial only: ``K`` and the other
-    trials must stay secret.
+    ``mean=1`` is ``K ≡ 1``) of shape ``eta > -1``, or Poisson (``K = 0``
+    possible, ``eta`` ignored); ``mean = E[K] >= 1``. ``gamma``: the ``γ`` with
+    that mean (1.0 for ``mean=1``, nan for Poisson). The bounds (module
+    docstring) cover the best trial only: ``K`` and the other trials stay secret.
 
     Examples
     --------
@@ -203,8 +186,6 @@ class RandomStopping:
         out = np.zeros(kf.shape)
         pos = kf >= 1
         kp = kf[pos]
-        from scipy import special
-
         if eta == 0.0:
             logp = kp * math.log1p(-g) - np.log(kp) - math.log(-math.log(g))
         else:
@@ -233,13 +214,9 @@ class RandomStopping:
         return np.expm1(-eta * y) / math.expm1(-eta * math.log(g))
 
     def sample(self, rng):
-        """Draw ``K`` (one uniform or one Poisson draw from ``rng``).
-
-        Inversion of the CDF by the recursion ``P[K = k + 1] / P[K = k] =
-        (1 − γ)(k + η)/(k + 1)``, stopped when a term is below 1e-17 of the
-        CDF: the tail cut is about ``1e-17/γ`` in total variation (``1e-16``
-        for ``n_iter=10``), negligible next to any δ.
-        """
+        """Draw ``K`` (one uniform or one Poisson draw from ``rng``) by CDF inversion with
+        ``P[K = k + 1] / P[K = k] = (1 − γ)(k + η)/(k + 1)``, stopped when a term is
+        below 1e-17 of the CDF (a tail cut of about ``1e-17/γ`` in total variation)."""
         if self.distribution == "poisson":
             return int(rng.poisson(self.mean))
         if self._is_constant:
@@ -258,13 +235,9 @@ class RandomStopping:
 
     # --- Theorems 2 and 6 ---
     def rdp(self, orders, rdp, *, monotone=True):
-        """RDP of the search given one trial's RDP curve on orders > 1.
-
-        Theorem 2 (``λ̂`` minimised over the grid) or Theorem 6 (``δ̂`` by
-        :func:`~skdpp.privacy.accounting.rdp_to_delta`); ``monotone``: each
-        value lowered to the smallest at a larger order (Rényi divergence is
-        non-decreasing in the order).
-        """
+        """RDP of the search given one trial's RDP curve on orders > 1: Theorem 2
+        (``λ̂`` minimised over the grid) or Theorem 6 (``δ̂`` by :func:`rdp_to_delta`);
+        ``monotone``: each value lowered to the smallest at a larger order."""
         orders = np.asarray(orders, dtype=float)
         rdp = np.asarray(rdp, dtype=float)
         if orders.shape != rdp.shape or np.any(orders <= 1.0):
@@ -292,11 +265,9 @@ class RandomStopping:
         return result
 
     def zcdp_rdp(self, rho, orders):
-        """RDP of the search at real orders ``λ > 1`` when every trial is ρ-zCDP.
-
-        The closed form of the module docstring (Theorem 2), or Theorem 6 with
-        ``δ̂`` the zCDP conversion at ``ε̂ = log(1 + 1/(λ − 1))``.
-        """
+        """RDP of the search at real orders ``λ > 1`` when every trial is ρ-zCDP: the
+        closed form of the module docstring, or Theorem 6 with ``δ̂`` the zCDP
+        conversion at ``ε̂ = log(1 + 1/(λ − 1))``."""
         lam = np.asarray(orders, dtype=float)
         rho = float(rho)
         if self._is_constant:
@@ -320,8 +291,7 @@ class RandomStopping:
         return (1.0 + self.eta) * value
 
     def epsilon(self, rho, delta):
-        """ε at δ in ``(0, 1)`` of the search when every trial is ρ-zCDP (``inf``
-        for ``rho=inf``)."""
+        """ε at δ in ``(0, 1)`` of the search with ρ-zCDP trials (``inf`` for ``rho=inf``)."""
         rho, delta = float(rho), float(delta)
         if math.isinf(rho):
             return math.inf
@@ -330,9 +300,8 @@ class RandomStopping:
         return _cks_epsilon(lambda lam: self.zcdp_rdp(rho, lam), delta)
 
     def calibrate(self, epsilon, delta):
-        """The largest per-trial ρ (to ~1e-10 relative) with
-        ``self.epsilon(rho, delta) <= epsilon`` (``inf`` for ``epsilon=inf``);
-        ``ValueError`` unless ``epsilon > 0`` and ``delta`` in ``(0, 1)``."""
+        """The largest per-trial ρ (to ~1e-10 relative) with ``self.epsilon(rho, delta)
+        <= epsilon`` (``inf`` for ``epsilon=inf``)."""
         epsilon, delta = float(epsilon), float(delta)
         if math.isinf(epsilon):
             return math.inf
@@ -359,7 +328,7 @@ class RandomStopping:
         return math.exp(largest_root_below(f, lo, hi))
 
     def describe(self):
-        """A short human-readable description (for the report)."""
+        """A short description (for the report)."""
         if self.distribution == "poisson":
             return f"Poisson(mean={self.mean:g})"
         if self._is_constant:
@@ -369,7 +338,6 @@ class RandomStopping:
 
 
 # --- Per-trial budgets: the zCDP of a plan, and of a report ---
-
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
     value = float(value)
@@ -382,10 +350,9 @@ def _phase_rho(mechanism, value, count):
 
 
 def plan_rho(plan):
-    """zCDP parameter ρ of a (calibrable) :class:`~skdpp.privacy.BudgetPlan`.
-
-    The sum of the per-mechanism bounds of the module docstring: ``0`` for a
-    plan without releases, ``inf`` for a non-private one.
+    """zCDP ρ of a (calibrable) :class:`~skdpp.privacy.BudgetPlan`: the sum of the
+    per-mechanism bounds of the module docstring (0 without releases, ``inf`` if
+    non-private).
 
     Examples
     --------
@@ -393,25 +360,22 @@ def plan_rho(plan):
     >>> from skdpp.privacy._tuning import plan_rho
     >>> plan = BudgetPlan(epsilon=1.0, delta=1e-6)
     >>> plan.add_rest("mean", count=4)
-    >>> round(plan_rho(plan.calibrate()), 6)   # Gaussian releases: mu^2 / 2
-    0.028014
-    >>> round(gaussian_mu(1.0, 1e-6) ** 2 / 2, 6)
-    0.028014
+    >>> round(plan_rho(plan.calibrate()), 6), round(gaussian_mu(1.0, 1e-6) ** 2 / 2, 6)
+    (0.028014, 0.028014)
     """
     plan = plan.calibrate()
     return float(sum(_phase_rho(p.mechanism, plan[p.name], p.count) for p in plan.phases))
 
 
 def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
-    """The ``epsilon`` at which a plan spends a zCDP budget ``ρ`` (at most).
+    """The ``epsilon`` at which a plan spends at most a zCDP budget ``ρ``.
 
-    ``plan_at(epsilon)`` returns the data-independent budget plan of a fit at
-    ``(epsilon, delta)``. The result spends ``plan_rho <= rho`` (within
-    ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)`` (exact GDP) for Gaussian
-    plans, else the accountant's ε of the plan with its scale at ``ρ``
+    ``plan_at(epsilon)`` returns a fit's data-independent plan. The result spends
+    ``plan_rho <= rho`` (within ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)`` (exact
+    GDP) for Gaussian plans, else the accountant's ε of the plan at scale ``ρ``
     (:func:`~skdpp.privacy.calibration.params_for_rho`), checked, or solved by
-    ``brentq`` when the plan's structure changes with epsilon. ``ValueError``
-    if the plan spends more than ``ρ`` at every ``epsilon`` (fixed noise).
+    ``brentq`` when the plan's structure changes with epsilon. ``ValueError`` if
+    the plan spends more than ``ρ`` at every ``epsilon`` (fixed noise).
     """
     rho, delta = float(rho), float(delta)
     if math.isinf(rho):
@@ -473,12 +437,9 @@ _REPORT_MECHANISMS = {"gaussian": "gaussian", "sampled-gaussian": "gaussian",
 
 
 def report_rho(report):
-    """An upper bound on the zCDP ρ of a fit from its privacy report (None if
-    undetermined, e.g. a phase mixing mechanisms).
-
-    ``"exact-gdp"`` reports give ``ρ = μ²/2`` exactly; others are bounded
-    phase by phase from the worst noise multiplier (largest ε) and the count.
-    """
+    """An upper bound on a fit's zCDP ρ from its report (None if undetermined):
+    ``μ²/2`` for ``"exact-gdp"``, else phase by phase from the worst noise
+    multiplier (largest ε) and the count."""
     if report.accountant == "none":
         return 0.0
     if report.accountant == "non-private" or not math.isfinite(report.epsilon_spent):
@@ -505,13 +466,10 @@ def report_rho(report):
 
 
 # --- The DP validation score ---
-
 def release_validation_score(release, phase, user_losses, *, score_clip):
-    """Release (``release.gaussian`` in ``phase``) the sum of the users' mean
-    held-out losses clipped to ``[0, score_clip]``; a non-finite loss counts
-    as ``score_clip``. One user's contribution moves in ``[0, C]`` under
-    replace-one-user, so the L2 sensitivity of the sum is ``C``.
-    """
+    """Release (``release.gaussian`` in ``phase``) the sum of the users' mean held-out
+    losses clipped to ``[0, score_clip]`` (non-finite: ``score_clip``). One user's
+    term moves in ``[0, C]``: L2 sensitivity ``C`` under replace-one-user."""
     losses = np.asarray(user_losses, dtype=np.float64)
     clipped = np.where(np.isfinite(losses), losses, score_clip)
     clipped = np.clip(clipped, 0.0, score_clip)
@@ -521,15 +479,12 @@ def release_validation_score(release, phase, user_losses, *, score_clip):
 
 
 # --- The report of a search ---
-
 @dataclass(frozen=True, kw_only=True)
 class SearchPrivacyReport(PrivacyReport):
-    """:class:`~skdpp.privacy.PrivacyReport` of a private search (random stopping).
-
-    Adds ``stopping`` (the law of ``K``), ``trial_rho`` (zCDP budget of every
-    trial, fit and score), ``trial_epsilon`` (ε at ``delta`` of one trial
-    alone) and ``chosen_trial`` (the selected fit's report, released with it).
-    """
+    """:class:`~skdpp.privacy.PrivacyReport` of a private search (random stopping):
+    adds ``stopping`` (the law of ``K``), ``trial_rho`` (zCDP of every trial),
+    ``trial_epsilon`` (ε at ``delta`` of one trial) and ``chosen_trial`` (the
+    selected fit's report)."""
 
     stopping: str = ""
     trial_rho: float = 0.0
@@ -555,7 +510,7 @@ class SearchPrivacyReport(PrivacyReport):
         return "".join(parts)
 
     def to_dict(self):
-        """The report as plain Python types (the chosen trial's report nested)."""
+        """The report as plain Python types (``chosen_trial`` nested)."""
         out = super().to_dict()
         out["chosen_trial"] = None if self.chosen_trial is None else self.chosen_trial.to_dict()
         return out

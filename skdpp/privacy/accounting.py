@@ -1,58 +1,46 @@
 """Privacy accounting: compose events and convert them to (ε, δ).
 
-One :class:`PrivacyAccountant` is used per fit. Every release is composed into
-its ledger; :meth:`PrivacyAccountant.get_epsilon` then picks the tightest
-available analysis:
+One :class:`PrivacyAccountant` per fit; every release is composed into its
+ledger and :meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis:
 
 ``"exact-gdp"``
-    All events are non-subsampled Gaussian mechanisms. Their composition is
-    exactly μ-GDP with ``μ = sqrt(Σ count / z²)`` (Dong, Roth & Su 2019) and
-    the (ε, δ) curve of μ-GDP is the analytic-Gaussian formula of Balle &
-    Wang (2018), ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``. This is exact,
-    not an upper bound.
+    Only non-subsampled Gaussian mechanisms: exactly μ-GDP with ``μ = sqrt(Σ
+    count / z²)`` (Dong, Roth & Su 2019), whose (ε, δ) curve is the
+    analytic-Gaussian formula ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``
+    (Balle & Wang 2018): exact, not an upper bound (:mod:`skdpp.privacy._gdp`).
 ``"pure"``
-    Only pure-ε events (Laplace, exponential): basic composition
-    ``ε = Σ ε_i`` with δ = 0; for δ > 0 the RDP bound is also computed and the
-    smaller ε is reported.
+    Only pure-ε events (Laplace, exponential): ``ε = Σ ε_i`` with δ = 0; for
+    δ > 0 the RDP bound too, and the smaller ε is reported.
 ``"rdp"``
-    Anything else without subsampling (mixtures of Gaussian, Laplace and
-    exponential events): Rényi DP over the same default orders as
-    dp-accounting's ``RdpAccountant`` and the conversion to (ε, δ) of Canonne,
-    Kamath & Steinke (2020).
+    Other events without subsampling: Rényi DP over dp-accounting's default
+    orders and the (ε, δ) conversion of Canonne, Kamath & Steinke (2020)
+    (:mod:`skdpp.privacy._rdp`).
 ``"rdp-zero-out"``
-    The ledger holds Poisson-subsampled Gaussians, whose RDP bound (Mironov,
-    Talwar & Zhang 2019) is an *add/remove* analysis. skdpp charges them
-    through *zero-out* neighbours: ``D`` and ``D'`` differing in one user are
-    both neighbours of ``D0``, where that user contributes zero to every
-    sampled sum. Against ``D0`` a sum of contributions clipped to ``C`` has
-    sensitivity ``C`` (half the replace-one ``2C``), so ``PoissonSampledEvent(q,
-    GaussianEvent(z))`` is charged as the add/remove sampled Gaussian with
-    multiplier ``2 z``; other events keep their replace-one analysis (the null
-    user is a replacement). ``(ε0, δ0)``-DP against ``D0`` gives
-    ``(2 ε0, (1 + e^ε0) δ0)``-DP under replace-one-user (group privacy of 2),
-    with the best split of δ.
+    Poisson-subsampled Gaussians, whose RDP bound (Mironov, Talwar & Zhang
+    2019) is an *add/remove* analysis, charged through *zero-out* neighbours:
+    ``D`` and ``D'`` differing in one user are both neighbours of ``D0``, where
+    that user contributes zero to every sampled sum. Against ``D0`` a sum of
+    contributions clipped to ``C`` has sensitivity ``C`` (half the replace-one
+    ``2C``), so ``PoissonSampledEvent(q, GaussianEvent(z))`` is charged as the
+    add/remove sampled Gaussian with multiplier ``2 z``; other events keep
+    their replace-one analysis. ``(ε0, δ0)``-DP against ``D0`` gives ``(2 ε0,
+    (1 + e^ε0) δ0)``-DP under replace-one-user (group privacy of 2), with the
+    best split of δ.
 ``"non-private"``
     Some release was made without noise: ε = inf.
 ``"none"``
     Nothing touching the data was released: ε = 0.
 
-Whatever the method, a private partition selection adds a
+A private partition selection adds a
 :class:`~skdpp.privacy.events.ThresholdEvent`: if the rest is ``(ε', δ')``-DP,
-the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP (see that event's
-Notes). The analyses are in :mod:`skdpp.privacy._gdp` (exact μ-GDP) and
-:mod:`skdpp.privacy._rdp` (RDP curves and conversions).
-
-The full references are in :class:`PrivacyAccountant`, :mod:`skdpp.privacy._gdp`
-and :mod:`skdpp.privacy._rdp`.
+the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP.
 
 Examples
 --------
 >>> from skdpp.privacy import GaussianEvent, PrivacyAccountant
 >>> acc = PrivacyAccountant().compose(GaussianEvent(5.0), count=10, phase="iterations")
->>> acc.method
-'exact-gdp'
->>> round(acc.get_epsilon(1e-5), 6)
-2.594383
+>>> acc.method, round(acc.get_epsilon(1e-5), 6)
+('exact-gdp', 2.594383)
 """
 
 from __future__ import annotations
@@ -74,26 +62,19 @@ from .events import (ComposedEvent, DpEvent, ExponentialEvent, GaussianEvent,
 __all__ = ["DEFAULT_RDP_ORDERS", "LedgerEntry", "PrivacyAccountant", "gaussian_delta",
            "gaussian_epsilon", "gaussian_mu", "rdp_to_epsilon", "rdp_to_delta"]
 
-# --- The accountant ---
-
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One composed release (or block of identical releases).
+    """One composed release (or block of ``count`` identical releases of ``event``).
 
     Attributes
     ----------
     phase : str
-        Name of the budget phase the release belongs to.
+        The budget phase charged.
     event : DpEvent
-        The release's privacy event.
     count : int
-        Number of times ``event`` is composed.
-    mechanism : str or None
-        Human-readable mechanism name (for the report).
-    sensitivity : float or None
-        Stated sensitivity of the released value.
-    clip_norm : float or None
-        Clip norm used to bound the sensitivity.
+    mechanism, sensitivity, clip_norm : str, float, float or None
+        For the report: mechanism name, stated sensitivity of the released value
+        and the clip norm bounding it.
     """
 
     phase: str
@@ -112,7 +93,7 @@ def _noiseless(event):
 
 
 def _flatten(event, count, out):
-    """Append (atom, multiplicity) pairs of ``event`` repeated ``count`` times."""
+    """Append the (atom, multiplicity) pairs of ``event`` repeated ``count`` times."""
     if count == 0 or isinstance(event, NoOpEvent):
         return
     if isinstance(event, SelfComposedEvent):
@@ -151,25 +132,21 @@ class PrivacyAccountant:
     Parameters
     ----------
     orders : array-like of float, default=None
-        Rényi orders for the RDP path; ``None`` uses :data:`DEFAULT_RDP_ORDERS`
-        (dp-accounting's default set).
+        Rényi orders of the RDP path; ``None``: :data:`DEFAULT_RDP_ORDERS`.
 
     Attributes
     ----------
     ledger : tuple of LedgerEntry
         Every composed release, in order.
     method : str
-        The analysis :meth:`get_epsilon` uses: ``"exact-gdp"``, ``"pure"``,
-        ``"rdp"``, ``"rdp-zero-out"``, ``"non-private"`` or ``"none"``.
+        The analysis of :meth:`get_epsilon` (module docstring).
 
     Notes
     -----
-    The methods are described in the module docstring. The RDP curves
-    (:mod:`skdpp.privacy._rdp`): ``α/(2z²)`` for Gaussians, the
-    sampled-Gaussian bound (integer orders by the binomial expansion,
-    fractional orders by the two series of Mironov, Talwar & Zhang), the
-    Laplace closed form (Mironov 2017), ``min(αε²/8, pure-DP bound)`` for the
-    exponential mechanism (ε-bounded range ⇒ ε²/8-zCDP, Cesar & Rogers 2021).
+    RDP curves (:mod:`skdpp.privacy._rdp`): ``α/(2z²)`` for Gaussians, the
+    sampled-Gaussian bound (Mironov, Talwar & Zhang), the Laplace closed form
+    (Mironov 2017), ``min(αε²/8, pure-DP bound)`` for the exponential mechanism
+    (ε-bounded range ⇒ ε²/8-zCDP, Cesar & Rogers 2021).
 
     References
     ----------
@@ -182,35 +159,26 @@ class PrivacyAccountant:
 
     Examples
     --------
-    >>> from skdpp.privacy import (GaussianEvent, PoissonSampledEvent,
-    ...                            PrivacyAccountant)
-    >>> acc = PrivacyAccountant()
-    >>> _ = acc.compose(PoissonSampledEvent(0.01, GaussianEvent(1.0)), count=1000,
-    ...                 phase="sgd")
-    >>> acc.method
-    'rdp-zero-out'
-    >>> round(acc.get_epsilon(1e-5), 3)
-    1.471
+    >>> from skdpp.privacy import GaussianEvent, PoissonSampledEvent, PrivacyAccountant
+    >>> acc = PrivacyAccountant().compose(PoissonSampledEvent(0.01, GaussianEvent(1.0)),
+    ...                                   count=1000, phase="sgd")
+    >>> acc.method, round(acc.get_epsilon(1e-5), 3)
+    ('rdp-zero-out', 1.471)
     """
 
     def __init__(self, orders=None):
-        if orders is None:
-            orders = DEFAULT_RDP_ORDERS
-        orders = np.asarray(orders, dtype=float).ravel()
+        orders = np.asarray(DEFAULT_RDP_ORDERS if orders is None else orders,
+                            dtype=float).ravel()
         if orders.size == 0 or np.any(~(orders > 1.0)):
             raise ValueError("`orders` must be a non-empty array of Rényi orders > 1.")
         self._orders = orders.copy()
         self._ledger = []
 
-    # -- ledger ------------------------------------------------------------
     def compose(self, event, count=1, *, phase, mechanism=None, sensitivity=None,
                 clip_norm=None):
-        """Add ``count`` (>= 0) repetitions of ``event`` to the ledger; return self.
-
-        ``phase`` is the budget phase charged; ``mechanism`` (inferred from the
-        event if None), ``sensitivity`` and ``clip_norm`` are for the report
-        (:class:`LedgerEntry`).
-        """
+        """Add ``count`` (>= 0) repetitions of ``event`` to the ledger in ``phase``;
+        ``mechanism`` (inferred if None), ``sensitivity`` and ``clip_norm`` are for
+        the report. Returns self."""
         if not isinstance(event, DpEvent):
             raise TypeError(f"`event` must be a DpEvent, got {event!r}.")
         if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
@@ -260,8 +228,7 @@ class PrivacyAccountant:
 
     @property
     def method(self):
-        """str: ``"exact-gdp"``, ``"pure"``, ``"rdp"``, ``"rdp-zero-out"``, ``"non-private"``
-        or ``"none"`` (see the module docstring)."""
+        """str: the analysis used (module docstring)."""
         atoms = self._atoms()
         if not atoms:
             return "none"
@@ -275,7 +242,6 @@ class PrivacyAccountant:
             return "rdp-zero-out"
         return "rdp"
 
-    # -- summaries ---------------------------------------------------------
     def gdp_mu(self):
         """μ of the composition when ``method == "exact-gdp"`` (0 when empty)."""
         method = self.method
@@ -298,12 +264,8 @@ class PrivacyAccountant:
         return total
 
     def rdp(self):
-        """Composed RDP guarantee at each of :attr:`orders` (ndarray).
-
-        For ``method == "rdp-zero-out"`` this is the RDP against the zero-out
-        neighbour (sampled Gaussians at noise multiplier ``2 z``), see the
-        module docstring; it is *not* a replace-one-user RDP guarantee.
-        """
+        """Composed RDP at each of :attr:`orders`; for ``"rdp-zero-out"`` it is against
+        the zero-out neighbour (module docstring), *not* a replace-one-user RDP."""
         orders = self._orders
         total = np.zeros_like(orders)
         cache = {}
@@ -326,10 +288,9 @@ class PrivacyAccountant:
             total = total + c * cache[a]
         return total
 
-    # -- conversions -------------------------------------------------------
     def get_epsilon(self, delta):
-        """Smallest ε at δ in ``[0, 1]`` by the best available analysis (``inf``
-        with a :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
+        """Smallest ε at δ in ``[0, 1]`` by the best available analysis (``inf`` with a
+        :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
         delta = float(delta)
         if not 0.0 <= delta <= 1.0:
             raise ValueError(
@@ -400,12 +361,10 @@ class PrivacyAccountant:
 
 
 def _zero_out_epsilon(orders, rdp, delta):
-    """Replace-one ε from RDP against the zero-out neighbour (group privacy of 2).
-
-    Returns ``min 2 ε0(δ0)`` over ``δ0`` with ``(1 + e^ε0(δ0)) δ0 <= delta``,
-    searched on a fine logarithmic grid of ``δ0 / delta`` (any feasible point
-    gives a valid guarantee; the grid only affects tightness).
-    """
+    """Replace-one ε from RDP against the zero-out neighbour (group privacy of 2):
+    ``min 2 ε0(δ0)`` over ``δ0`` with ``(1 + e^ε0(δ0)) δ0 <= delta``, on a log
+    grid of ``δ0 / delta`` (every feasible point is valid; the grid only affects
+    tightness)."""
     if delta <= 0.0:
         return math.inf
     best = math.inf
@@ -425,11 +384,6 @@ def _mechanism_name(event):
     if isinstance(event, ComposedEvent):
         names = {_mechanism_name(e) for e in event.events}
         return names.pop() if len(names) == 1 else "composed"
-    return {
-        GaussianEvent: "gaussian",
-        LaplaceEvent: "laplace",
-        ExponentialEvent: "exponential",
-        NoOpEvent: "none",
-        NonPrivateEvent: "non-private",
-        ThresholdEvent: "threshold",
-    }.get(type(event), type(event).__name__)
+    return {GaussianEvent: "gaussian", LaplaceEvent: "laplace", ExponentialEvent: "exponential",
+            NoOpEvent: "none", NonPrivateEvent: "non-private",
+            ThresholdEvent: "threshold"}.get(type(event), type(event).__name__)

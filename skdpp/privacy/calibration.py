@@ -1,25 +1,18 @@
 """Calibrate noise to a target (ε, δ) over a named budget plan.
 
-An estimator describes its releases as a tuple of :class:`Phase` objects
-(e.g. ``init``, ``iterations``, ``cold_start``, ``counts``). :func:`calibrate`
-returns, for every phase, the noise multiplier of each release (Gaussian,
-Laplace) or the per-selection ε (exponential mechanism) such that composing
-all planned events gives exactly the target ε at the target δ (never more).
+An estimator describes its releases as :class:`Phase` objects (e.g. ``init``,
+``iterations``, ``counts``); :func:`calibrate` returns for every phase the
+noise multiplier of each release (Gaussian, Laplace) or the per-selection ε
+(exponential) such that all planned events compose to exactly the target ε at
+δ (never more).
 
-Share semantics
----------------
-``share`` is the fraction of a zero-concentrated-DP budget ρ given to a phase
-(shares are normalised to sum to one). With a global scale ``s``, phase ``j``
-receives ``ρ_j = share_j · s``, split evenly over its ``count`` releases:
-
-* Gaussian: each release has noise multiplier ``z = sqrt(count / (2 ρ_j))``
-  (a Gaussian release with multiplier z is ``1/(2z²)``-zCDP);
-* exponential: each selection has ``ε = sqrt(8 ρ_j / count)`` (ε-bounded range
-  is ε²/8-zCDP, Cesar & Rogers 2021);
-* Laplace: each release is pure ``e = sqrt(2 ρ_j / count)``-DP (ε-DP is
-  ε²/2-zCDP), i.e. ``z = 1/e``.
-
-This only fixes the *ratios* between phases: ``s`` is solved by ``brentq`` on
+**Share semantics.** ``share`` is the fraction of a zCDP budget given to a
+phase (shares normalised). With a global scale ``s``, phase ``j`` receives
+``ρ_j = share_j · s``, split evenly over its ``count`` releases: Gaussian
+``z = sqrt(count / (2 ρ_j))`` (``1/(2z²)``-zCDP per release); exponential
+``ε = sqrt(8 ρ_j / count)`` (ε-bounded range is ε²/8-zCDP, Cesar & Rogers
+2021); Laplace pure ``e = sqrt(2 ρ_j / count)``-DP (ε-DP is ε²/2-zCDP),
+``z = 1/e``. This fixes only the *ratios*: ``s`` is solved by ``brentq`` on
 ``log s`` so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`
 (its tightest analysis of the actual events) reports exactly ε at δ.
 
@@ -33,9 +26,8 @@ References
 Examples
 --------
 >>> from skdpp.privacy.calibration import Phase, calibrate
->>> plan = calibrate([Phase("iterations", 1.0, "gaussian", count=5)],
-...                  epsilon=1.0, delta=1e-6)
->>> round(plan["iterations"], 6)
+>>> round(calibrate([Phase("iterations", 1.0, "gaussian", count=5)],
+...                 epsilon=1.0, delta=1e-6)["iterations"], 6)
 9.446669
 """
 
@@ -66,25 +58,25 @@ class Phase:
     name : str
         Phase name, e.g. ``"init"``, ``"iterations"``, ``"cold_start"``.
     share : float
-        Fraction (> 0) of the zCDP budget ρ given to the phase; shares of a
-        plan are normalised to sum to one.
+        Fraction (> 0) of the zCDP budget ρ given to the phase (a plan's shares
+        are normalised to sum to one).
     mechanism : {"gaussian", "laplace", "exponential"}
         Mechanism of every release in the phase.
     count : int, default=1
         Number of (adaptively composed) releases in the phase.
     sampling_rate : float, default=1.0
-        Poisson sampling rate of each release in ``(0, 1]`` (Gaussian only;
-        ``< 1`` makes the accountant use the RDP path).
+        Poisson sampling rate in ``(0, 1]`` of each release (Gaussian only; ``< 1``
+        makes the accountant use the RDP path).
     threshold_delta : float, default=0.0
-        δ of a partition-selection threshold attached to each release (a
-        :class:`~skdpp.privacy.events.ThresholdEvent`; Gaussian only). It is
+        δ of a partition-selection threshold attached to each release
+        (:class:`~skdpp.privacy.events.ThresholdEvent`; Gaussian only),
         subtracted from the plan's δ before the rest is calibrated.
 
     Examples
     --------
     >>> from skdpp.privacy.calibration import Phase
-    >>> Phase("counts", 0.1, "laplace")
-    Phase(name='counts', share=0.1, mechanism='laplace', count=1, sampling_rate=1.0, threshold_delta=0.0)
+    >>> Phase("counts", 0.1, "laplace").count
+    1
     """
 
     name: str
@@ -98,18 +90,11 @@ class Phase:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Phase: `name` must be a non-empty str, got {self.name!r}.")
         for attr, kind, ok, what in (
-                ("share", numbers.Real, lambda v: 0.0 < v < math.inf,
-                 "a finite number > 0"),
-                ("mechanism", None, None, None),
+                ("share", numbers.Real, lambda v: 0.0 < v < math.inf, "a finite number > 0"),
                 ("count", numbers.Integral, lambda v: v >= 1, "an int >= 1"),
                 ("sampling_rate", numbers.Real, lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
                 ("threshold_delta", numbers.Real, lambda v: 0.0 <= v < 1.0, "in [0, 1)")):
             value = getattr(self, attr)
-            if attr == "mechanism":
-                if value not in _MECHANISMS:
-                    raise ValueError(f"Phase {self.name!r}: `mechanism` must be one of "
-                                     f"{_MECHANISMS}, got {value!r}.")
-                continue
             if isinstance(value, bool) or not isinstance(value, kind) \
                     or not ok(float(value)):
                 raise ValueError(
@@ -117,6 +102,9 @@ class Phase:
                     + (" Drop the phase instead of giving it share 0."
                        if attr == "share" else ""))
             object.__setattr__(self, attr, int(value) if attr == "count" else float(value))
+        if self.mechanism not in _MECHANISMS:
+            raise ValueError(f"Phase {self.name!r}: `mechanism` must be one of "
+                             f"{_MECHANISMS}, got {self.mechanism!r}.")
         if self.threshold_delta > 0.0 and self.mechanism != "gaussian":
             raise ValueError(
                 f"Phase {self.name!r}: `threshold_delta` > 0 needs the gaussian mechanism, "
@@ -165,15 +153,14 @@ def plan_events(phases, params):
     Parameters
     ----------
     phases : sequence of Phase
-        The plan.
     params : dict of str to float
         Per phase, the noise multiplier (gaussian/laplace) or per-selection ε
-        (exponential), e.g. the output of :func:`calibrate`.
+        (exponential), e.g. from :func:`calibrate`.
 
     Returns
     -------
     event : ComposedEvent
-        One ``SelfComposedEvent(base, count)`` per phase, in order. A noise
+        One ``SelfComposedEvent(base, count)`` per phase, in order; a noise
         multiplier of 0 or an infinite ε gives a :class:`NonPrivateEvent`.
 
     Examples
@@ -211,27 +198,26 @@ def _epsilon_of(phases, params, delta):
 
 
 def calibrate(phases, *, epsilon, delta):
-    """Noise parameters of every phase so the whole plan is (ε, δ)-DP.
+    """Noise parameters of every phase so that the whole plan is (ε, δ)-DP.
 
     Parameters
     ----------
     phases : sequence of Phase
         The budget plan (unique names).
     epsilon : float
-        Target ε in ``(0, inf]``. ``np.inf`` returns noise multipliers ``0.0``
-        and infinite per-selection ε (the non-private baseline).
+        Target ε in ``(0, inf]``; ``np.inf`` gives noise multipliers ``0.0`` and
+        infinite per-selection ε (the non-private baseline).
     delta : float
-        Target δ in ``[0, 1)``. ``0`` requires every phase to be pure-ε
-        (laplace or exponential).
+        Target δ in ``[0, 1)``; ``0`` needs every phase pure-ε (laplace or
+        exponential).
 
     Returns
     -------
     params : dict of str to float
-        Per phase name: the noise multiplier z of each release (gaussian,
-        laplace) or the ε of each selection (exponential). Composing
-        :func:`plan_events` ``(phases, params)`` in a fresh accountant gives
-        ``ε(δ) <= epsilon`` (equal up to ~1e-10 relative; the root of the
-        module docstring's ``brentq`` is nudged down, never above).
+        Per phase: the noise multiplier z of each release (gaussian, laplace) or
+        the ε of each selection (exponential). A fresh accountant of
+        :func:`plan_events` ``(phases, params)`` gives ``ε(δ) <= epsilon``, equal
+        up to ~1e-10 relative (the ``brentq`` root is nudged down, never above).
 
     Raises
     ------
@@ -241,13 +227,11 @@ def calibrate(phases, *, epsilon, delta):
     Examples
     --------
     >>> from skdpp.privacy.calibration import Phase, calibrate
-    >>> phases = [Phase("init", 0.2, "gaussian"),
-    ...           Phase("iterations", 0.8, "gaussian", count=10)]
-    >>> params = calibrate(phases, epsilon=2.0, delta=1e-6)
-    >>> sorted(params)
-    ['init', 'iterations']
-    >>> params["iterations"] > params["init"]
-    True
+    >>> params = calibrate([Phase("init", 0.2, "gaussian"),
+    ...                     Phase("iterations", 0.8, "gaussian", count=10)],
+    ...                    epsilon=2.0, delta=1e-6)
+    >>> sorted(params), params["iterations"] > params["init"]
+    (['init', 'iterations'], True)
     """
     phases = _check_phases(phases)
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) \
@@ -305,12 +289,9 @@ def calibrate(phases, *, epsilon, delta):
 
 
 def params_for_rho(phases, rho):
-    """Noise parameters at which a plan spends exactly a zCDP budget ``ρ``.
-
-    :func:`calibrate` with the global scale set to ``rho`` (``> 0``; ``inf``:
-    non-private), so the plan is ``ρ``-zCDP by the share semantics of the
-    module docstring. Used by the private search (:mod:`skdpp.privacy._tuning`),
-    whose trials must meet one Rényi-DP curve.
+    """Noise parameters at which a plan spends exactly a zCDP budget ``ρ`` (``> 0``;
+    ``inf``: non-private): the share semantics at global scale ``rho``. Used by
+    the private search (:mod:`skdpp.privacy._tuning`).
 
     Examples
     --------

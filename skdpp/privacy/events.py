@@ -1,9 +1,10 @@
 """Privacy events: immutable descriptions of differentially private releases.
 
-Every noisy release of a fit is described by a :class:`DpEvent` (a frozen
-dataclass validated on construction), composed into the fit's
-:class:`~skdpp.privacy.accounting.PrivacyAccountant`. The vocabulary follows
-dp-accounting (``GaussianDpEvent``, ...), which skdpp does not depend on.
+Every noisy release is described by a :class:`DpEvent` (a frozen dataclass
+validated on construction) composed into the fit's
+:class:`~skdpp.privacy.accounting.PrivacyAccountant`, which turns events into
+an (ε, δ) guarantee. The vocabulary follows dp-accounting, which skdpp does
+not depend on.
 
 References
 ----------
@@ -45,10 +46,14 @@ def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
     return value
 
 
+def _check_multiplier(event):
+    object.__setattr__(event, "noise_multiplier", _check_real(
+        "noise_multiplier", event.noise_multiplier, cls=type(event).__name__, low=0.0,
+        remedy="Use noise_multiplier=0 only for a non-private release."))
+
+
 class DpEvent:
-    """Base class of all privacy events (an event only *describes* a release;
-    the :class:`~skdpp.privacy.accounting.PrivacyAccountant` turns events into
-    an (ε, δ) guarantee)."""
+    """Base class of all privacy events (an event only *describes* a release)."""
 
     __slots__ = ()
 
@@ -70,22 +75,15 @@ class GaussianEvent(DpEvent):
     Parameters
     ----------
     noise_multiplier : float
-        Ratio z of the noise standard deviation to the L2 sensitivity, in
-        ``[0, inf)``. ``0`` means no noise (the accountant treats it as
-        non-private).
-
-    Notes
-    -----
-    A single release is ``1/z``-GDP (Dong, Roth & Su 2019) and
-    ``α/(2z²)``-RDP of every order α (Mironov 2017).
+        Ratio z in ``[0, inf)`` of the noise std to the L2 sensitivity; ``0``:
+        no noise (non-private). A release is ``1/z``-GDP (Dong, Roth & Su 2019)
+        and ``α/(2z²)``-RDP at every order α (Mironov 2017).
     """
 
     noise_multiplier: float
 
     def __post_init__(self):
-        object.__setattr__(self, "noise_multiplier", _check_real(
-            "noise_multiplier", self.noise_multiplier, cls="GaussianEvent", low=0.0,
-            remedy="Use noise_multiplier=0 only for a non-private release."))
+        _check_multiplier(self)
 
 
 @dataclass(frozen=True)
@@ -95,16 +93,14 @@ class LaplaceEvent(DpEvent):
     Parameters
     ----------
     noise_multiplier : float
-        Ratio z of the Laplace scale to the L1 sensitivity, in ``[0, inf)``.
-        A release is pure ``1/z``-DP; ``0`` means no noise.
+        Ratio z in ``[0, inf)`` of the Laplace scale to the L1 sensitivity: a
+        release is pure ``1/z``-DP; ``0``: no noise.
     """
 
     noise_multiplier: float
 
     def __post_init__(self):
-        object.__setattr__(self, "noise_multiplier", _check_real(
-            "noise_multiplier", self.noise_multiplier, cls="LaplaceEvent", low=0.0,
-            remedy="Use noise_multiplier=0 only for a non-private release."))
+        _check_multiplier(self)
 
 
 @dataclass(frozen=True)
@@ -114,13 +110,9 @@ class ExponentialEvent(DpEvent):
     Parameters
     ----------
     epsilon : float
-        The selection is ε-DP and ε-bounded-range, in ``(0, inf]``;
-        ``inf`` is a non-private argmax.
-
-    Notes
-    -----
-    ε-bounded range implies ε²/8-zCDP (Cesar & Rogers 2021,
-    arXiv:2004.07223), which the RDP accountant uses.
+        In ``(0, inf]`` (``inf``: non-private argmax): the selection is ε-DP and
+        ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021, arXiv:2004.07223),
+        which the RDP accountant uses.
     """
 
     epsilon: float
@@ -170,13 +162,8 @@ class ComposedEvent(DpEvent):
 @dataclass(frozen=True)
 class PoissonSampledEvent(DpEvent):
     """``event`` on a Poisson subsample (each unit kept w.p. ``sampling_probability``).
-
-    Notes
-    -----
-    As in dp-accounting, the noise multiplier of a sampled Gaussian is relative
-    to the add/remove sensitivity; :mod:`skdpp.privacy.accounting` explains
-    how replace-one-user is charged.
-    """
+    As in dp-accounting, a sampled Gaussian's noise multiplier is relative to the
+    add/remove sensitivity (:mod:`skdpp.privacy.accounting` explains the charge)."""
 
     sampling_probability: float
     event: DpEvent
@@ -194,29 +181,22 @@ class PoissonSampledEvent(DpEvent):
 class ThresholdEvent(DpEvent):
     """Partitions held by one user only pass a noisy threshold w.p. at most ``delta``.
 
-    The second half of a private partition selection (e.g. choosing which
-    items or labels are published): noisy counts of the partitions present in
-    both neighbouring data sets are an ordinary Gaussian release (composed as
-    a :class:`GaussianEvent`), while the partitions unique to the replaced
-    user are published only if their noisy count clears the threshold, which
-    happens with probability at most ``delta``, independently of every other
-    random choice of the fit.
-
-    Parameters
-    ----------
-    delta : float
-        Probability bound in ``[0, 1)``.
+    The second half of a private partition selection (e.g. which items or labels
+    are published): noisy counts of the partitions present in both neighbouring
+    data sets are an ordinary Gaussian release, while those unique to the
+    replaced user are published only if their noisy count clears the threshold,
+    with probability at most ``delta`` in ``[0, 1)``, independently of every
+    other random choice of the fit.
 
     Notes
     -----
-    If the rest of the fit (with unique partitions suppressed) is
-    ``(ε, δ')``-DP, the fit is ``(ε + log(1/(1 - delta)), δ' + delta)``-DP:
-    on ``D`` the output differs from the suppressed one only on an event of
-    probability ``<= delta``; on ``D'`` that event's complement has probability
-    ``>= 1 - delta`` and is independent of the rest, so the suppressed output's
-    probabilities are at most ``1/(1 - delta)`` times the actual ones (see
-    Gopi et al. 2020, arXiv:2002.09745, and Desfontaines, Voss, Gipson &
-    Mandayam 2022, arXiv:2006.03684, for partition selection).
+    If the rest of the fit (unique partitions suppressed) is ``(ε, δ')``-DP, the
+    fit is ``(ε + log(1/(1 - delta)), δ' + delta)``-DP: on ``D`` the output
+    differs from the suppressed one only on an event of probability ``<=
+    delta``; on ``D'`` that event's complement has probability ``>= 1 - delta``
+    and is independent of the rest, so the suppressed output's probabilities are
+    at most ``1/(1 - delta)`` times the actual ones (Gopi et al. 2020,
+    arXiv:2002.09745; Desfontaines et al. 2022, arXiv:2006.03684).
     """
 
     delta: float

@@ -1,32 +1,27 @@
 """Privacy mechanisms: the only place in skdpp where privacy noise is drawn.
 
 Every mechanism is a pure function of ``(value, *, sensitivity, ..., rng)``
-returning the release and its :mod:`~skdpp.privacy.events` event, to be
-composed into the fit's accountant. Noise is drawn by exactly two private
-hooks, looked up as module globals at call time so that the privacy test
-harness can monkeypatch them:
+returning the release and its :mod:`~skdpp.privacy.events` event. Noise is
+drawn by two private hooks, looked up at call time so that the privacy test
+harness can monkeypatch them: :func:`_add_noise` (Gaussian or Laplace noise)
+and :func:`_sample_index` (the exponential mechanism's selection).
 
-* :func:`_add_noise` -- Gaussian or Laplace noise added to a value;
-* :func:`_sample_index` -- the exponential mechanism's random selection.
+Neighbouring relation: replace one user's entire data, so a sum of per-user
+contributions each clipped to Frobenius norm ``C`` has L2 sensitivity ``2C``
+(:func:`gaussian_sum`).
 
-Neighbouring relation: replace one user's entire data. A sum of per-user
-contributions each clipped to Frobenius norm ``C`` therefore has L2
-sensitivity ``2C`` (:func:`gaussian_sum`).
-
-Two noise sources (:func:`skdpp.set_config`, option ``noise``):
+Noise sources (:func:`skdpp.set_config`, option ``noise``):
 
 * ``"numpy"`` (default): numpy's floating-point samplers on the fit's PCG64
-  stream. Not hardened against floating-point side channels (Mironov 2012);
+  stream. Not hardened against floating-point side channels (Mironov 2012):
   the guarantees are those of the idealised real-valued mechanisms.
-* ``"secure"``: OpenDP's exact samplers from the operating system's
-  cryptographic source (:func:`_secure_additive`, :func:`_secure_index`):
-  discrete Gaussian / discrete Laplace noise on a grid of ``2^k`` (one OpenDP
-  call per release vector), Gumbel report-noisy-max for the exponential
-  mechanism, and :mod:`secrets` for the client-sampling key
-  (:func:`fit_key`) and the private search's number of trials
-  (:func:`sample_trial_count`). Every OpenDP measurement is calibrated so that
-  OpenDP's own privacy map (including the rounding to its grid) is at most
-  what the accountant charges for the release; a release it cannot match
+* ``"secure"``: OpenDP's exact samplers from the OS cryptographic source:
+  discrete Gaussian / Laplace noise on a grid of ``2^k`` (one OpenDP call per
+  release vector), Gumbel report-noisy-max for the exponential mechanism, and
+  :mod:`secrets` for the client-sampling key (:func:`fit_key`) and the private
+  search's number of trials (:func:`sample_trial_count`). Every OpenDP
+  measurement is calibrated so that OpenDP's own privacy map (grid rounding
+  included) is at most what the accountant charges; a release it cannot match
   raises instead of under-charging.
 
 References
@@ -42,10 +37,8 @@ Examples
 --------
 >>> import numpy as np
 >>> from skdpp.privacy.mechanisms import gaussian_sum
->>> rng = np.random.default_rng(0)
->>> contributions = np.array([[3.0, 4.0], [0.3, 0.4]])
->>> release, event = gaussian_sum(contributions, clip_norm=1.0, noise_multiplier=2.0,
-...                               rng=rng)
+>>> release, event = gaussian_sum(np.array([[3.0, 4.0], [0.3, 0.4]]), clip_norm=1.0,
+...                               noise_multiplier=2.0, rng=np.random.default_rng(0))
 >>> release.shape, event
 ((2,), GaussianEvent(noise_multiplier=2.0))
 """
@@ -72,17 +65,15 @@ __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
 
 
 # --- argument checks ---
-
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
     value = float(value)
     if not ((value >= 0.0 if allow_zero else value > 0.0)
             and (allow_inf or not math.isinf(value))):
-        lo = "[0" if allow_zero else "(0"
-        hi = "inf]" if allow_inf else "inf)"
-        raise ValueError(
-            f"`{name}` must be in {lo}, {hi}, got {value!r}." + (f" {remedy}" if remedy else ""))
+        raise ValueError(f"`{name}` must be in {'[' if allow_zero else '('}0, "
+                         f"inf{']' if allow_inf else ')'}, got {value!r}."
+                         + (f" {remedy}" if remedy else ""))
     return value
 
 
@@ -102,7 +93,6 @@ def _as_float_array(value, name):
 
 
 # --- noise hooks (the only places randomness for privacy is drawn) ---
-
 def _mirror_upper(a, check=False):
     """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p).
 
@@ -172,9 +162,8 @@ def _opendp_additive(distribution, size, scale, k):
 
 
 def _calibrated(make, scale, sensitivity, charged, step):
-    """``(measurement, scale)``: the first ``make(scale)``, scale multiplied by
-    ``step(used/charged)``, whose OpenDP map is at most ``charged`` (None if 8
-    steps do not get there; one or two do)."""
+    """``(measurement, scale)``: the first ``make(scale)`` (scale times ``step(used/charged)``
+    per try) whose OpenDP map is at most ``charged``; None after 8 tries (1-2 suffice)."""
     for _ in range(8):
         meas = make(scale)
         used = float(meas.map(sensitivity))
@@ -186,12 +175,9 @@ def _calibrated(make, scale, sensitivity, charged, step):
 
 @functools.lru_cache(maxsize=256)
 def _secure_measurement(distribution, size, sensitivity, scale):
-    """The OpenDP measurement of one release, calibrated to our charge.
-
-    Returns ``(measurement, opendp_scale, k, charged)``: OpenDP's privacy map
-    at ``sensitivity`` is at most ``charged`` (what the accountant composes).
-    Cached: measurements hold no randomness (every call samples afresh).
-    """
+    """``(measurement, opendp_scale, k, charged)`` of one release: OpenDP's map at
+    ``sensitivity`` is at most ``charged`` (what the accountant composes). Cached:
+    measurements hold no randomness."""
     if distribution not in ("gaussian", "laplace"):
         raise ValueError(
             f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
@@ -209,12 +195,8 @@ def _secure_measurement(distribution, size, sensitivity, scale):
 
 
 def _secure_additive(values, *, distribution, scale, sensitivity):
-    """``values`` (1-d) plus OpenDP's exact noise: one OpenDP call per release.
-
-    The vector is rounded to OpenDP's grid and gets discrete Gaussian
-    (L2 ``sensitivity``) or discrete Laplace (L1 ``sensitivity``) noise,
-    sampled from the operating system's cryptographic source.
-    """
+    """``values`` (1-d) rounded to OpenDP's grid plus exact discrete Gaussian (L2
+    ``sensitivity``) or Laplace (L1) noise from the OS source, in one OpenDP call."""
     values = np.ascontiguousarray(values, dtype=float).ravel()
     if values.size == 0:
         return values.copy()
@@ -228,16 +210,14 @@ def _secure_additive(values, *, distribution, scale, sensitivity):
 
 
 def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):
-    """Return ``value`` plus noise of std / Laplace scale ``scale`` (a new array).
+    """``value`` plus noise of std / Laplace scale ``scale`` (a new array).
 
-    THE function every mechanism calls to draw additive noise; the privacy
-    test harness monkeypatches it (noise off, record and replay).
-    ``sensitivity`` (L2 gaussian, L1 laplace) calibrates the secure source;
-    ``rng`` is used with ``noise="numpy"`` only. ``symmetric``: the upper
-    triangle of a (..., p, p) value gets iid noise and is mirrored; in secure
-    mode only the upper triangles enter OpenDP, in one call for the stack
-    (their L2 sensitivity is at most the Frobenius one, see
-    :func:`gaussian_mechanism`).
+    THE function every mechanism calls to draw additive noise (monkeypatched by
+    the privacy test harness). ``sensitivity`` (L2 gaussian, L1 laplace)
+    calibrates the secure source; ``rng`` serves ``noise="numpy"`` only.
+    ``symmetric``: iid noise on the upper triangle of a (..., p, p) value,
+    mirrored; in secure mode only the upper triangles enter OpenDP, in one call
+    (their L2 sensitivity is at most the Frobenius one, see :func:`gaussian_mechanism`).
     """
     value = np.asarray(value, dtype=float)
     if symmetric:
@@ -273,12 +253,11 @@ def _uniform_tie(best, rng):
 
 @functools.lru_cache(maxsize=256)
 def _secure_selection(size, sensitivity, epsilon):
-    """OpenDP's Gumbel report-noisy-max, calibrated to the charge ``ε²/8`` (zCDP).
+    """OpenDP's Gumbel report-noisy-max calibrated to the charge ``ε²/8`` (zCDP).
 
-    Gumbel noise of scale ``2Δ/ε`` is the exponential mechanism
-    (``P(i) ∝ exp(ε s_i / (2Δ))``): ε-DP and ε-bounded-range, whose zCDP
-    bound ``ε²/8`` is what OpenDP's map gives; the accountant composes
-    ``ExponentialEvent(ε)``. Returns ``(measurement, scale, charged)``.
+    Gumbel noise of scale ``2Δ/ε`` is the exponential mechanism: ε-DP and
+    ε-bounded-range, whose zCDP bound ``ε²/8`` is OpenDP's map; the accountant
+    composes ``ExponentialEvent(ε)``. Returns ``(measurement, scale, charged)``.
     """
     dp, domain = _opendp_domain(size)
     charged = epsilon ** 2 / 8.0
@@ -300,11 +279,10 @@ def _secure_index(scores, *, sensitivity, epsilon):
 
 
 def _sample_index(scores, *, sensitivity, epsilon, rng):
-    """The exponential mechanism's random draw (Gumbel-max); returns an int.
+    """The exponential mechanism's draw (Gumbel-max, ``P(i) ∝ exp(ε s_i / (2Δ))``).
 
-    ``P(i) ∝ exp(ε s_i / (2Δ))``. With ``epsilon=inf`` the argmax is
-    returned, ties broken uniformly at random. Monkeypatched by the harness.
-    With ``noise="secure"`` the draw is OpenDP's (:func:`_secure_index`).
+    ``epsilon=inf``: the argmax, ties broken uniformly. Monkeypatched by the
+    harness; OpenDP's draw with ``noise="secure"`` (:func:`_secure_index`).
     """
     scores = np.asarray(scores, dtype=float)
     if math.isinf(epsilon):
@@ -324,7 +302,6 @@ def _numpy_gumbel(shape, rng):
 
 
 # --- mechanisms ---
-
 def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
     """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
 
@@ -333,14 +310,13 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
     value : array-like
         Pre-noise value (not modified).
     sensitivity : float
-        L2 sensitivity Δ of ``value`` under replace-one-user, >= 0.
+        L2 sensitivity Δ >= 0 of ``value`` under replace-one-user.
     noise_multiplier : float
         z >= 0; 0 releases ``value`` without noise (non-private).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        ``value`` has shape (..., p, p): the release is symmetric, built from
-        the upper triangle (incl. diagonal) of ``value`` plus iid noise,
-        mirrored.
+        ``value`` has shape (..., p, p): the release mirrors the upper triangle
+        (incl. diagonal) of ``value`` plus iid noise.
 
     Returns
     -------
@@ -349,20 +325,17 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
 
     Notes
     -----
-    Symmetric noise: the release mirrors the upper triangle ``u(value)`` plus
-    iid ``N(0, (zΔ)²)`` noise. For any difference ``D`` between neighbouring
-    values ``||u(D)||_2 <= ||D||_F`` (off-diagonal entries count twice in
-    ``||D||_F``), so the stated Frobenius sensitivity Δ bounds that of
+    Symmetric noise: for any difference ``D`` between neighbouring values
+    ``||u(D)||_2 <= ||D||_F`` (``u`` the upper triangle; off-diagonal entries
+    count twice in ``||D||_F``), so the Frobenius sensitivity Δ bounds that of
     ``u(value)`` and the guarantee with multiplier z holds.
 
     Examples
     --------
     >>> import numpy as np
     >>> from skdpp.privacy.mechanisms import gaussian_mechanism
-    >>> rng = np.random.default_rng(0)
-    >>> release, event = gaussian_mechanism(np.eye(2), sensitivity=1.0,
-    ...                                     noise_multiplier=1.0, rng=rng,
-    ...                                     symmetric=True)
+    >>> release, event = gaussian_mechanism(np.eye(2), sensitivity=1.0, noise_multiplier=1.0,
+    ...                                     rng=np.random.default_rng(0), symmetric=True)
     >>> bool(np.array_equal(release, release.T)), event
     (True, GaussianEvent(noise_multiplier=1.0))
     """
@@ -386,14 +359,14 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     contributions : array-like of shape (n_users, ...)
         One contribution per user (leading axis). Not modified.
     clip_norm : float or None
-        Frobenius clip norm C > 0 of each user's slice. ``None`` (no clipping)
-        is only allowed with ``noise_multiplier=0``.
+        Frobenius clip norm C > 0 of each user's slice; ``None`` (no clipping)
+        only with ``noise_multiplier=0``.
     noise_multiplier : float
         z >= 0; the noise std is ``z · 2C`` (replace-one-user sensitivity 2C).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        Contributions are (n_users, ..., p, p) symmetric matrices; the noise
-        is symmetric (see :func:`gaussian_mechanism`).
+        Symmetric (n_users, ..., p, p) contributions and noise (see
+        :func:`gaussian_mechanism`).
 
     Returns
     -------
@@ -489,15 +462,9 @@ def _check_scores(scores):
 
 
 def exponential_mechanism_probabilities(scores, *, sensitivity, epsilon):
-    """Selection probabilities of the exponential mechanism.
-
-    Parameters as :func:`exponential_mechanism`; ``epsilon=inf`` gives the
-    uniform distribution over the argmax set.
-
-    Returns
-    -------
-    probabilities : ndarray of shape (n_candidates,)
-        ``softmax(ε s / (2Δ))``, computed with log-sum-exp.
+    """Selection probabilities ``softmax(ε s / (2Δ))`` of the exponential mechanism
+    (log-sum-exp), shape (n_candidates,); parameters as
+    :func:`exponential_mechanism`; ``epsilon=inf``: uniform over the argmax set.
 
     Examples
     --------
@@ -539,9 +506,8 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     --------
     >>> import numpy as np
     >>> from skdpp.privacy.mechanisms import exponential_mechanism
-    >>> index, event = exponential_mechanism([0.0, 0.0, 50.0], sensitivity=1.0,
-    ...                                      epsilon=1.0, rng=np.random.default_rng(0))
-    >>> index, event
+    >>> exponential_mechanism([0.0, 0.0, 50.0], sensitivity=1.0, epsilon=1.0,
+    ...                       rng=np.random.default_rng(0))
     (2, ExponentialEvent(epsilon=1.0))
     """
     scores = _check_scores(scores)
@@ -555,18 +521,15 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
 
 
 # --- client sampling (privacy-relevant randomness) ---
-
 def poisson_sample(key, user_hash, round_index, sampling_rate):
-    """Poisson client sampling: which users (mask of shape (n_users,)) take part
-    in round ``round_index``.
+    """Poisson client sampling: the mask (n_users,) of users in round ``round_index``.
 
-    Each user takes part independently with probability ``sampling_rate``
-    (``q`` in ``(0, 1]``), decided by a keyed hash of ``(key, user id,
-    round)`` (:func:`skdpp.utils._random.keyed_uniform`): a function of the
-    fit's secret ``key`` (uint64, shape (2,)) and the user's own id hash only,
-    never of another user's data or of the partition. Amplification by
-    subsampling (``PoissonSampledEvent``) requires the sample to stay secret:
-    it is never printed, logged or released.
+    Each user takes part independently with probability ``sampling_rate`` in
+    ``(0, 1]``, decided by a keyed hash of (``key``, user id, round)
+    (:func:`skdpp.utils._random.keyed_uniform`): a function of the fit's secret
+    ``key`` (uint64, shape (2,)) and the user's own id hash only. Amplification
+    by subsampling (``PoissonSampledEvent``) needs the sample to stay secret: it
+    is never printed, logged or released.
 
     Examples
     --------
@@ -588,11 +551,10 @@ def poisson_sample(key, user_hash, round_index, sampling_rate):
 def fit_key(key, random_state=None):
     """The secret key of a fit's keyed per-user randomness (client sampling).
 
-    With ``noise="numpy"`` it is ``key`` (derived from ``random_state``). With
-    ``noise="secure"`` it is 128 fresh bits from the operating system's
-    cryptographic source (:func:`secrets.token_bytes`): no seed reproduces the
-    Poisson client sample; an int ``random_state`` then warns once
-    (:class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
+    ``key`` (from ``random_state``) with ``noise="numpy"``; 128 fresh bits of
+    :func:`secrets.token_bytes` with ``noise="secure"`` (no seed reproduces the
+    client sample; an int ``random_state`` then warns,
+    :class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
 
     Examples
     --------
@@ -608,10 +570,7 @@ def fit_key(key, random_state=None):
 
 
 def warn_seeded_secure(random_state):
-    """Warn (once per call) that an int ``random_state`` cannot seed secure noise.
-
-    Depends on the parameter and the configuration only, never on the data.
-    """
+    """Warn that an int ``random_state`` cannot seed secure noise (data-independent)."""
     if _secure_mode() and isinstance(random_state, numbers.Integral) \
             and not isinstance(random_state, bool):
         from ..exceptions import SecureNoiseSeedWarning
@@ -634,8 +593,8 @@ class _OSRandom:
         return secrets.randbits(53) * 2.0 ** -53
 
     def poisson(self, mean):
-        """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of
-        Poisson is Poisson) so that ``exp(-mean)`` never underflows."""
+        """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of Poisson is
+        Poisson) so that ``exp(-mean)`` never underflows."""
         mean = float(mean)
         total = 0
         while mean > 0.0:
@@ -655,12 +614,9 @@ class _OSRandom:
 
 
 def sample_trial_count(stopping, rng):
-    """The private search's random number of trials ``K`` (``stopping.sample``).
-
-    ``rng`` with ``noise="numpy"``; with ``noise="secure"`` the operating
-    system's cryptographic source (:mod:`secrets`): the search's privacy
-    depends on ``K`` staying secret and following its law.
-    """
+    """The private search's random number of trials ``K`` (``stopping.sample``):
+    from ``rng``, or from :mod:`secrets` with ``noise="secure"`` (the search's
+    privacy needs ``K`` secret and following its law)."""
     if _secure_mode():
         return int(stopping.sample(_OSRandom()))
     return int(stopping.sample(rng))
@@ -669,15 +625,13 @@ def sample_trial_count(stopping, rng):
 def gaussian_threshold(sigma, tail, *, sensitivity, size):
     """Noise level above which a count is kept, exceeded with probability <= ``tail``.
 
-    ``sigma Φ⁻¹(1 - tail)`` for numpy's continuous Gaussian. With
-    ``noise="secure"`` the noise is OpenDP's discrete Gaussian of scale
-    ``s >= sigma`` on the grid ``g = 2^k`` added to the count rounded to that
-    grid; its tail satisfies ``P[X >= t] <= P[N(0, s²) >= t - g]`` (Canonne,
-    Kamath and Steinke 2020, discrete Gaussian tail bound), and rounding moves
-    the count by at most ``g/2``, so the threshold is ``s Φ⁻¹(1 - tail) + 2g``.
-
-    ``sigma`` is the planned std ``z Δ``, ``tail`` in (0, 1), ``sensitivity``
-    the L2 sensitivity of the ``size`` counts released in the one call.
+    ``sigma Φ⁻¹(1 - tail)`` for numpy's continuous Gaussian (``sigma = z Δ``,
+    ``tail`` in (0, 1)). With ``noise="secure"`` the noise is OpenDP's discrete
+    Gaussian of scale ``s >= sigma`` on the grid ``g = 2^k``, added to the count
+    rounded to that grid; its tail satisfies ``P[X >= t] <= P[N(0, s²) >= t - g]``
+    (Canonne, Kamath and Steinke 2020, arXiv:2004.00010) and rounding moves the
+    count by at most ``g/2``, so the threshold is ``s Φ⁻¹(1 - tail) + 2g``
+    (``sensitivity``: the L2 sensitivity of the ``size`` counts of the call).
     """
     q = float(special.ndtri(1.0 - tail))
     if not _secure_mode():

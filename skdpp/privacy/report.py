@@ -2,9 +2,9 @@
 
 :class:`PrivacyReport` is built from a fit's
 :class:`~skdpp.privacy.accounting.PrivacyAccountant` ledger by
-:meth:`PrivacyReport.from_accountant`, which also checks the spent budget
-against the requested one (raising
-:class:`~skdpp.exceptions.PrivacyBudgetError` when it is exceeded).
+:meth:`PrivacyReport.from_accountant`, which raises
+:class:`~skdpp.exceptions.PrivacyBudgetError` when the spent budget exceeds
+the requested one.
 
 References
 ----------
@@ -15,16 +15,12 @@ References
 Examples
 --------
 >>> from skdpp.privacy import GaussianEvent, PrivacyAccountant, PrivacyReport
->>> acc = PrivacyAccountant().compose(GaussianEvent(9.45), count=5,
-...                                   phase="iterations", sensitivity=2.0,
-...                                   clip_norm=1.0)
->>> report = PrivacyReport.from_accountant(acc, epsilon=1.0, delta=1e-6,
-...                                        n_users=1000, released=("V",),
-...                                        local=("U",))
->>> report.accountant, round(report.epsilon_spent, 4)
-('exact-gdp', 0.9996)
->>> report.phases[0].count
-5
+>>> acc = PrivacyAccountant().compose(GaussianEvent(9.45), count=5, phase="iterations",
+...                                   sensitivity=2.0, clip_norm=1.0)
+>>> report = PrivacyReport.from_accountant(acc, epsilon=1.0, delta=1e-6, n_users=1000,
+...                                        released=("V",), local=("U",))
+>>> report.accountant, round(report.epsilon_spent, 4), report.phases[0].count
+('exact-gdp', 0.9996, 5)
 """
 
 from __future__ import annotations
@@ -44,13 +40,10 @@ __all__ = ["NON_PRIVATE_NOTE", "PhaseReport", "PrivacyReport", "non_private_word
 
 _REL_TOL = 1e-9
 
-#: The note of every report whose noise is seeded from a user-supplied
-#: ``random_state`` (:attr:`PrivacyReport.noise_seeded`).
+#: The note of every report whose noise is seeded (:attr:`PrivacyReport.noise_seeded`).
 SEEDED_NOISE_NOTE = (
     "noise reproducible from random_state: the guarantee holds only while the seed is "
     "secret; use random_state=None in deployment.")
-
-
 #: The note of every non-private (``epsilon=inf``) report.
 NON_PRIVATE_NOTE = (
     "Non-private: epsilon=inf was requested; no noise is added (delta spent 0), every "
@@ -83,17 +76,13 @@ _EXACT_WORDING = (
 
 
 def non_private_wording(note):
-    """A fit's note as it holds without noise (``epsilon=inf``): no "noisy", no private quantile.
-
-    At ``epsilon=inf`` every release is exact (a "noisy bisection" finds the
-    exact quantile on the public grid). Applied to every estimator's notes by
-    :meth:`PrivacyReport.from_accountant`.
+    """A fit's note as it holds without noise (``epsilon=inf``, every release exact):
+    no "noisy", no private quantile. Applied by :meth:`PrivacyReport.from_accountant`.
 
     Examples
     --------
-    >>> non_private_wording("the 0.5-quantile, released by a noisy bisection over a "
-    ...                     "public log grid (6 Gaussian counts of sensitivity 1)")
-    'the 0.5-quantile, computed exactly (no noise) by bisection over a public log grid (6 exact counts of sensitivity 1)'
+    >>> non_private_wording("the 0.5-quantile, released by a noisy bisection")
+    'the 0.5-quantile, computed exactly (no noise) by bisection'
     """
     for pattern, replacement in _EXACT_WORDING:
         note = pattern.sub(replacement, note)
@@ -107,25 +96,22 @@ class PhaseReport:
     Attributes
     ----------
     name : str
-        Phase name.
     share : float or None
         Planned fraction of the zCDP budget (normalised), if known.
     mechanism : str
         Mechanism(s) used, e.g. ``"gaussian"``.
-    sensitivity : float, tuple of float or None
-        Stated sensitivity of each release (a tuple when it varies).
+    sensitivity, clip_norm : float, tuple of float or None
+        Stated sensitivity of each release and the clip norm bounding it (a
+        tuple when it varies).
     noise_multiplier : float, tuple of float or None
-        Noise multiplier z of each release (Gaussian/Laplace), or the
-        per-selection ε for the exponential mechanism; ``0.0`` when no noise.
+        Noise multiplier z of each release (Gaussian/Laplace) or the
+        per-selection ε (exponential); ``0.0`` without noise.
     count : int
         Total number of releases in the phase.
     sampling_rate : float or tuple of float
         Poisson sampling rate (1.0 when not subsampled).
-    clip_norm : float, tuple of float or None
-        Clip norm bounding the sensitivity.
     epsilon : float or None
-        ε of the phase on its own at the report's δ (not additive across
-        phases; the total is composed jointly).
+        ε of the phase alone at the report's δ (not additive across phases).
     """
 
     name: str
@@ -153,39 +139,33 @@ class PrivacyReport:
         δ actually used (0 for pure-ε plans met by basic composition and for a
         non-private fit, ``epsilon=inf``: nothing spent, no guarantee).
     accountant : str
-        Analysis used: ``"exact-gdp"``, ``"rdp"``, ``"rdp-zero-out"``,
-        ``"pure"``, ``"non-private"`` or ``"none"`` (see
-        :mod:`skdpp.privacy.accounting`).
+        Analysis used (:mod:`skdpp.privacy.accounting`): ``"exact-gdp"``,
+        ``"rdp"``, ``"rdp-zero-out"``, ``"pure"``, ``"non-private"`` or ``"none"``.
     unit : str, default="user"
-        Privacy unit.
     neighbouring : str, default="replace-one-user"
-        Neighbouring relation.
     n_users : int
         Number of users (public).
     phases : tuple of PhaseReport
         The budget plan as executed.
-    released : tuple of str
-        What is released (the DP "billboard").
-    local : tuple of str
-        What is kept local (per-user parameters, joint DP).
+    released, local : tuple of str
+        What is released (the DP "billboard") and what is kept local (per-user
+        parameters, joint DP).
     notes : tuple of str
         Free-text notes (deviations, conventions).
     not_covered : tuple of str
-        Released quantities the guarantee does NOT cover (e.g. an item
-        catalogue inferred from the data); the headline says so and
-        :attr:`is_private` is False.
+        Released quantities the guarantee does NOT cover (e.g. an item catalogue
+        inferred from the data); the headline says so and :attr:`is_private` is
+        False.
     noise_seeded : bool, default=False
-        The noise was seeded from a user-supplied ``random_state``: the
-        guarantee holds only while the seed is secret, and (for a private fit)
-        ``notes`` starts with :data:`SEEDED_NOISE_NOTE`. ``random_state=None``
-        is the deployment setting.
+        The noise was seeded from a user-supplied ``random_state``: the guarantee
+        holds only while the seed is secret (``notes`` then starts with
+        :data:`SEEDED_NOISE_NOTE`); ``random_state=None`` in deployment.
     noise_source : str, default=""
-        Where the noise came from (the ``noise:`` line); empty: the configured
-        source (:func:`skdpp.privacy.mechanisms.noise_source`).
+        Where the noise came from; empty: the configured source
+        (:func:`skdpp.privacy.mechanisms.noise_source`).
     ledger : tuple of LedgerEntry, default=()
-        The fit's ledger (public: it holds only what the phases show), so that
-        :func:`skdpp.privacy.privacy_report` composes several fits exactly.
-        Not part of ``to_dict``, ``str`` or equality.
+        The fit's (public) ledger, so that :func:`skdpp.privacy.privacy_report`
+        composes several fits exactly. Not in ``to_dict``, ``str`` or equality.
     """
 
     epsilon: float
@@ -227,11 +207,11 @@ class PrivacyReport:
                         local=(), shares=None, notes=(), not_covered=(), noise_seeded=False):
         """Build the report from an accountant's ledger and check the budget.
 
-        ``epsilon`` in ``(0, inf]`` and ``delta`` in ``[0, 1)`` are the
-        requested budget; ``shares`` the planned share of each phase
-        (normalised); the other arguments fill the attributes of the same
-        name. Raises :class:`~skdpp.exceptions.PrivacyBudgetError` if the spent
-        ε exceeds ``epsilon`` (relative tolerance 1e-9).
+        ``epsilon`` in ``(0, inf]`` and ``delta`` in ``[0, 1)`` are the requested
+        budget, ``shares`` each phase's planned share; the other arguments fill the
+        attributes of the same name. Raises
+        :class:`~skdpp.exceptions.PrivacyBudgetError` if the spent ε exceeds
+        ``epsilon`` (relative tolerance 1e-9).
         """
         if not isinstance(accountant, PrivacyAccountant):
             raise TypeError(
