@@ -1,36 +1,34 @@
 """Private alternating minimisation for matrix completion (Krichene et al. 2023, Alg. 1-3).
 
-The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: its frozen
-configuration (:class:`MFConfig`), budget plan (:func:`plan`), driver
-(:func:`run`) and personal-part fit (:func:`fit_personal`); block kernels in
-:mod:`._als_kernels`, item biases in :mod:`._item_biases`, task weights (eq.
-(11)-(12), sampling baselines) in :mod:`._task_weights`. Releases, in order,
-each charged to its phase (replace-one-user L2 sensitivities; ``C_u`` =
-``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` = ``user_budget``):
+The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: configuration
+(:class:`MFConfig`), budget plan (:func:`plan`), driver (:func:`run`) and personal fit
+(:func:`fit_personal`); block kernels in :mod:`._als_kernels`, item biases in
+:mod:`._item_biases`, task weights (eq. (11)-(12), sampling baselines) in
+:mod:`._task_weights`. Releases, in order, each charged to its phase (replace-one-user L2
+sensitivities; ``C_u`` = ``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` =
+``user_budget``):
 
-0. ``"clip"``: noisy binary searches over public grids, each step a count of
-   users (1): median and radius of the users' mean ratings
-   (``mean_clip="auto"``), median of twice their RMS deviation from the DP
-   mean (``rating_clip="auto"``: a log grid, then 16 steps in its cell);
-1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private
-   median (``2 R``), or their means of ratings clipped to ``[-b, b]`` over the
-   public ``n_users`` (``2 b / n_users``);
-2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user
-   (``sqrt(2 count_cap)``); with a private catalogue they select it: the
-   candidates are the items some user counted (at most ``count_cap`` per
-   user) and a candidate is published iff its noisy count exceeds ``1 + sigma
-   Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``, so an item only
-   the replaced user rated (count <= 1) passes with probability <= ``delta_t``;
-3. ``"item_bias"``: weighted counts, then per pass weighted sums of
-   user-centred ratings (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2
-   sqrt(count_cap) C_r``;
-4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j
-   u_j^T`` (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij
-   t_ij u_j`` (``2 sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step,
-   the weighted per-entry clipped gradients (Alg. 2, line 5: ``2 sqrt(beta)
-   Gamma``);
-5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared
-   errors for the 6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
+0. ``"clip"``: noisy binary searches over public grids, each step a count of users (1):
+   median and radius of the users' mean ratings (``mean_clip="auto"``), median of twice
+   their RMS deviation from the DP mean (``rating_clip="auto"``: a log grid, then 16
+   steps in its cell);
+1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private median (``2 R``),
+   or their means of ratings clipped to ``[-b, b]`` over the public ``n_users`` (``2 b /
+   n_users``);
+2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user (``sqrt(2
+   count_cap)``); with a private catalogue they select it: the candidates are the items
+   some user counted (at most ``count_cap`` per user) and a candidate is published iff its
+   noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta /
+   4``, so an item only the replaced user rated (count <= 1) passes with probability <=
+   ``delta_t``;
+3. ``"item_bias"``: weighted counts, then per pass weighted sums of user-centred ratings
+   (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2 sqrt(count_cap) C_r``;
+4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j u_j^T``
+   (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij t_ij u_j`` (``2
+   sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step, the weighted per-entry
+   clipped gradients (Alg. 2, line 5: ``2 sqrt(beta) Gamma``);
+5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared errors for the
+   6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
 """
 
 import warnings
