@@ -27,6 +27,7 @@ _PREDICT_CHUNK = 2**17
 # Weight of the log popularity in recommend(ranking="blend"): chosen on
 # MovieLens small, even user ids (benchmarks/bench_mf_recommend.py); public.
 _POPULARITY_WEIGHT = 1.0
+_POSITIVE = Interval(Real, 0, None, closed="neither")
 
 
 def _item_keys(X):
@@ -91,23 +92,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
     Alternating minimisation for private matrix completion (Krichene et al. 2023, Alg. 3):
-    every iteration solves each user's embedding and bias exactly from the current item
-    embeddings (locally, free), then updates all item embeddings under user-level DP with
-    **task-weighted** sufficient statistics perturbation (``solver="als"``, Alg. 1,
-    "AdaDPALS") or noisy gradient descent (``solver="sgd"``, Alg. 2, "AdaDPSGD"). Each
-    user's weights satisfy ``sum_i w_ij^2 <= user_budget`` (the paper's ``beta``); the
-    adaptive weights ``omega_i ~ n_i^-mu`` (eq. (11)) from DP item counts give rare items a
-    larger share of every user's budget. The model is ``rating = mean_ + item_biases_[i] +
-    user_biases_[j] + <user_embeddings_[j], item_embeddings_[i]>``, so raw ratings on any
-    scale work with the defaults.
+    each iteration solves every user's embedding and bias exactly and locally, then updates
+    the item embeddings under user-level DP by **task-weighted** sufficient statistics
+    perturbation (``solver="als"``, Alg. 1) or noisy gradient descent (``"sgd"``, Alg. 2).
+    Each user's weights satisfy ``sum_i w_ij^2 <= user_budget``; adaptive weights
+    ``omega_i ~ n_i^-mu`` (eq. (11)) from DP item counts give rare items a larger share.
+    Model: ``rating = mean_ + item_biases_[i] + user_biases_[j] + <user_embeddings_[j],
+    item_embeddings_[i]>`` (raw ratings on any scale work with the defaults).
 
-    Data: ``fit(X, y, groups)`` with ``X`` one column of item ids, ``y`` the ratings and
-    ``groups`` the user ids (the privacy unit). A multi-column ``X`` is keyed by whole rows
-    (it warns with ``groups``: ``X = [user, item]`` is a common mistake). Duplicate (user,
-    item) rows are merged (mean rating).
-
-    Read more in the :ref:`User Guide <adaptive_mf>` (budget plan, sensitivities,
-    deviations from the paper).
+    ``fit(X, y, groups)``: ``X`` one column of item ids, ``y`` ratings, ``groups`` user ids
+    (the privacy unit). A multi-column ``X`` is keyed by whole rows (warns with
+    ``groups``); duplicate (user, item) rows are merged (mean rating). Read more (budget
+    plan, sensitivities, deviations from the paper) in the :ref:`User Guide <adaptive_mf>`.
 
     Parameters
     ----------
@@ -116,51 +112,44 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     epsilon : float, default=1.0
         Privacy budget in ``(0, inf]``; ``np.inf`` runs the same algorithm without noise.
     delta : float, default=1e-6
-        In ``[0, 1)``, ``<< 1 / n_users``. Must be > 0 when the catalogue is selected
-        privately (``items=None``): a quarter of it bounds the selection's threshold.
+        In ``[0, 1)``, ``<< 1 / n_users``; > 0 when the catalogue is selected privately
+        (``items=None``): a quarter of it bounds the selection's threshold.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Budget allocation across a user's items. ``"adaptive"``: ``omega_i ~ n_hat_i^-mu``
-        from DP counts (eq. (11)), rescaled per user (``weight_normalization``).
-        ``"uniform"``: weight 1 on ``floor(user_budget)`` items sampled per user (DPALS).
-        ``"tail"``: on the user's ``floor(user_budget)`` items with the smallest DP counts
-        (Chien et al. 2021).
+        Budget allocation over a user's items: ``"adaptive"`` ``omega_i ~ n_hat_i^-mu``
+        from DP counts (eq. (11)) rescaled per user; ``"uniform"`` weight 1 on
+        ``floor(user_budget)`` sampled items (DPALS); ``"tail"`` on those with the smallest
+        DP counts (Chien et al. 2021).
     mu : float, default=0.25
-        Exponent of the adaptive weights, ``>= 0`` (``0``: uniform; the paper finds
-        ``[1/4, 1/2]`` best).
+        Exponent of the adaptive weights, ``>= 0`` (0: uniform; the paper finds ``[1/4,
+        1/2]`` best).
     user_budget : float, default=20.0
-        Per-user weight budget ``beta > 0``: ``sum_i w_ij^2 <= beta`` (the noise is
+        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta`` (the noise is
         calibrated to it); for ``"uniform"`` / ``"tail"`` the items kept per user (``>= 1``).
     weight_normalization : {"budget", "clip"}, default="budget"
         ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``, ``B_j = sum_i
-        omega_i^2`` over the user's items. ``"budget"``: ``w_ij = omega_i sqrt(beta /
-        B_j)``, every user spends exactly ``beta`` (App. C; as good or better on the
-        paper's data).
+        omega_i^2`` over the user's items; ``"budget"``: ``w_ij = omega_i sqrt(beta /
+        B_j)``, every user spends exactly ``beta`` (App. C; as good or better).
     solver : {"als", "sgd"}, default="als"
         Private item update: sufficient statistics perturbation (Alg. 1) or noisy
         full-batch gradient descent (Alg. 2: 5 steps per iteration, public per-item step
         sizes, per-rating gradients clipped to ``C_u C_r``).
     n_iter : int, default=5
-        Alternations ``T`` (Alg. 3); each costs budget (5 was best or within 10 % of best
-        on the paper's data).
+        Alternations ``T`` (Alg. 3), each costing budget (5 was best or within 10 %).
     reg : float, default=1.0
         Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7) in units of ``C_u^2``,
         plus ``sigma_A sqrt(k)``, the spectral scale of the Gram noise (public).
     personal_ridge : float, default=5.0
-        Shrinkage of every user's personal part toward the cold start, in pseudo-ratings
-        (added to the bias coordinate of the user solve).
+        Shrinkage of every user's personal part toward the cold start, in pseudo-ratings.
     embedding_ridge : float or "auto", default="auto"
-        Ridge of the user embeddings in pseudo-ratings of an average item of the user's
-        (scale-free). ``"auto"``: the best of a public grid on held-out ratings (phase
-        ``"ridge"``). Resolved: ``embedding_ridge_``.
+        Ridge of the user embeddings in pseudo-ratings of an average item of the user's.
+        ``"auto"``: the best of a public grid on held-out ratings (phase ``"ridge"``).
     clip_norm : float or None, default=0.1
-        ``C_u``: user embeddings are scaled to norm at most ``C_u`` in the item statistics
-        (a gauge: item embeddings scale as ``1 / C_u``). ``None`` only with
-        ``epsilon=np.inf``.
+        ``C_u``: user embeddings are scaled to norm ``<= C_u`` in the item statistics (a
+        gauge: item embeddings scale as ``1 / C_u``). ``None`` only with ``epsilon=np.inf``.
     rating_clip : float, "auto" or None, default="auto"
-        ``C_r``: the item releases' targets, the item biases and the predicted factor part
-        are clipped to ``[-C_r, C_r]``. ``"auto"``: the private median of twice each
-        user's RMS deviation from the DP mean (phase ``"clip"``). ``None`` only with
-        ``epsilon=np.inf``. Resolved: ``rating_clip_``.
+        ``C_r``: item-release targets, item biases and the predicted factor part are
+        clipped to ``[-C_r, C_r]``. ``"auto"``: the private median of twice each user's RMS
+        deviation from the DP mean (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``); if False it is 0.
     user_bias : bool, default=True
@@ -169,20 +158,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Release DP item biases (phase ``"item_bias"``: Alg. 1 with ``d = 1`` on
         per-user-centred ratings, shrunk toward 0).
     mean_clip : float or "auto", default="auto"
-        Bound of the DP mean. A number ``b``: the users' mean ratings clipped to ``[-b,
-        b]``. ``"auto"`` (shift- and scale-free): clipped to ``[c - R, c + R]`` around a
-        private median ``c`` with a private radius ``R`` (phase ``"clip"``). Resolved
-        (``b`` or ``R``): ``mean_clip_``.
+        Bound of the DP mean: a number ``b`` clips the users' mean ratings to ``[-b, b]``;
+        ``"auto"`` clips them to ``[c - R, c + R]`` around a private median ``c`` with a
+        private radius ``R`` (phase ``"clip"``).
     count_cap : int or "auto", default="auto"
         Items counted per user (sampled when more), also in the item-bias weights ``min(1,
-        sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at ``epsilon=np.inf``. Resolved:
-        ``count_cap_``.
+        sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at ``epsilon=np.inf``.
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase (names of ``privacy_report_.phases``); left
-        out: ``"clip"`` ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`),
-        ``"mean"`` 0.05, ``"counts"`` 0.3 when the counts select the catalogue else 0.1,
-        ``"item_bias"`` 0.25, ``"ridge"`` 0.05; ``"items"`` takes the rest. A phase runs
-        only if needed; 0 drops it.
+        Shares of the zCDP budget by phase (``privacy_report_.phases``); left out:
+        ``"clip"`` ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`), ``"mean"``
+        0.05, ``"counts"`` 0.3 if they select the catalogue else 0.1, ``"item_bias"`` 0.25,
+        ``"ridge"`` 0.05; ``"items"`` takes the rest. Phases run only if needed; 0 drops one.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
         The item catalogue. ``None``: chosen under DP (an item is published iff its noisy
@@ -191,11 +177,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         are kept). ``"observed"``: every item in ``X``, NOT covered by the guarantee.
         Ratings of other items only inform their user's bias.
     verbose : int, default=0
-        Print progress when > 0 (public sizes, the number of published items and the
-        iteration only).
+        Print progress when > 0 (public sizes, published items, iterations only).
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, the keyed per-entry sampling and the noise (``None``:
-        OS entropy).
+        Seeds the initialisation, keyed per-entry sampling and noise (``None``: OS entropy).
 
     Attributes
     ----------
@@ -210,7 +194,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
-        The resolved values (``count_cap_=None``: no cap).
+        The resolved values (``mean_clip_``: ``b`` or ``R``; ``count_cap_=None``: no cap).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
         The published item catalogue, sorted.
     user_embeddings_ : ndarray of shape (n_users, n_components)
@@ -218,11 +202,10 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_biases_ : ndarray of shape (n_users,)
         Personal user biases (each user's own mean when ``local_only_``).
     local_only_ : bool
-        True when the plan predicted a useless fit (public rule; a
-        :class:`~skdpp.exceptions.UselessFitWarning` says so): known users predict their
-        own mean rating, new users ``mean_`` (the users' median mean rating by one
-        exponential-mechanism selection, or 0 when ``epsilon * n_users`` is too small for
-        it); nothing else is released.
+        True when the plan predicted a useless fit (public rule, with a
+        :class:`~skdpp.exceptions.UselessFitWarning`): known users predict their own mean
+        rating, new users ``mean_`` (the users' median mean rating by one exponential
+        mechanism, or 0 when ``epsilon * n_users`` is too small); nothing else is released.
     user_ids_ : ndarray of shape (n_users,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_, n_items_, n_iter_, n_features_in_ : int
@@ -244,22 +227,21 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     public, and so is ``items`` when given; with ``items="observed"`` the report lists
     ``item_ids_`` as not covered and ``is_private`` is False. User embeddings and biases
     depend on the releases and the user's own ratings only: jointly DP (billboard model,
-    App. D, Remark D.1), solved from *all* the user's ratings. Float noise is not hardened
-    against floating-point side channels. Per-user random choices are keyed hashes: a fit
-    is a function of the *set* of ratings.
+    App. D, Remark D.1). Float noise is not hardened against floating-point side channels.
+    Per-user random choices are keyed hashes: a fit is a function of the *set* of ratings.
 
     **Small data.** An item is published only if enough users rated it to clear the count
     noise (MovieLens small, 610 users: none at ``epsilon <= 2``, about 30 at 8); a
-    ``UserWarning`` fires below 10 (post-processing of the released number). Below a few
-    thousand users pass a public catalogue.
+    ``UserWarning`` fires below 10 (post-processing). Below a few thousand users pass a
+    public catalogue.
 
     **Cold start.** Unseen users get ``mean_`` plus the item's bias; items outside the
     catalogue get ``mean_`` plus the user's bias. A user whose exact solve is not finite
     (astronomical ratings) gets zero parts.
 
-    **Input domain.** ``X``: hashable numbers or strings; ``y``: finite ratings. Every
-    finite rating is handled without a data-dependent warning or exception; ``predict``
-    raises a ``ValueError`` naming the rows of a non-finite prediction.
+    **Input domain.** ``X``: hashable numbers or strings; ``y``: finite ratings, each
+    handled without a data-dependent warning or exception; ``predict`` raises a
+    ``ValueError`` naming the rows of a non-finite prediction.
 
     References
     ----------
@@ -295,23 +277,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     _algorithm = adaptive_mf
     _parameter_constraints = {
         **BasePersonalizedEstimator._parameter_constraints,
+        **{name: [_POSITIVE] for name in ("user_budget", "reg", "personal_ridge")},
+        **{name: ["boolean"] for name in ("center", "user_bias", "item_bias")},
         "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_iter": [Interval(Integral, 1, None, closed="left")],
         "weighting": [StrOptions({"adaptive", "uniform", "tail"})],
-        "mu": [Interval(Real, 0, None, closed="left")],
-        "user_budget": [Interval(Real, 0, None, closed="neither")],
         "weight_normalization": [StrOptions({"clip", "budget"})],
         "solver": [StrOptions({"als", "sgd"})],
-        "n_iter": [Interval(Integral, 1, None, closed="left")],
-        "reg": [Interval(Real, 0, None, closed="neither")],
-        "personal_ridge": [Interval(Real, 0, None, closed="neither")],
-        "embedding_ridge": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "clip_norm": [Interval(Real, 0, None, closed="neither"), None],
-        "rating_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}),
-                        None],
-        "center": ["boolean"],
-        "user_bias": ["boolean"],
-        "item_bias": ["boolean"],
-        "mean_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "mu": [Interval(Real, 0, None, closed="left")],
+        "embedding_ridge": [_POSITIVE, StrOptions({"auto"})],
+        "clip_norm": [_POSITIVE, None],
+        "rating_clip": [_POSITIVE, StrOptions({"auto"}), None],
+        "mean_clip": [_POSITIVE, StrOptions({"auto"})],
         "count_cap": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "budget_shares": [dict, None],
         "items": ["array-like", StrOptions({"observed"}), None],
