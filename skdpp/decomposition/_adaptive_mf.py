@@ -588,15 +588,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             Skip the items each user rated in ``fit`` / ``personalize`` (kept with the
             personal parts: personal data, not a release).
         ranking : {"blend", "rating", "popularity"}, default="blend"
-            Score of item ``i`` for user ``j``, with ``s_ij = b_i + <u_j, v_i>`` (the
-            predicted rating minus the user's constant part):
+            Score of item ``i`` for user ``j``:
 
             - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight * log(max(n_i,
-              1))``: the factor part of the predicted rating plus the log of the released
+              1))``, the factor part of the predicted rating plus the log of the released
               popularity ``n_i`` (the inverse-variance combination of ``item_counts_`` and
-              ``item_weighted_counts_``). The item bias is left out (it favours niche
+              ``item_weighted_counts_``); the item bias is left out (it favours niche
               items: up to 0.02 recall@10 on MovieLens).
-            - ``"rating"``: ``s_ij``, the predicted rating.
+            - ``"rating"``: ``b_i + <u_j, v_i>``, the predicted rating.
             - ``"popularity"``: ``n_i``, the most popular unseen items.
 
             Unseen users get ``n_i`` (``"blend"``, ``"popularity"``) or ``item_counts_``
@@ -614,9 +613,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         Notes
         -----
-        Post-processing: a user's list depends on the released values (and the plan's noise
-        levels) and that user's own personal part and rated items only: jointly DP
-        (billboard model).
+        Post-processing: a user's list depends on the released values, the plan's noise
+        levels and that user's own personal part and rated items only (billboard model).
         """
         check_is_fitted(self)
         groups = np.asarray(groups)

@@ -403,9 +403,8 @@ def ridge_scores(block, state, broadcast):
         mine = users[user]
         e_user, e_val = user[mine], val[mine]
         x = V[state["pub"][e_val]]
-        solutions = _solve_users_grid(block, state, V, cfg, RIDGE_GRID, rows="fit",
-                                      users=users)
-        for g, (U, bias) in enumerate(solutions):  # a few public grid values
+        for g, (U, bias) in enumerate(_solve_users_grid(  # a few public grid values
+                block, state, V, cfg, RIDGE_GRID, rows="fit", users=users)):
             with np.errstate(over="ignore", invalid="ignore"):
                 at = row_of[e_user]
                 resid = state["r"][e_val] - bias[at] - np.einsum("ek,ek->e", U[at], x)
@@ -413,8 +412,7 @@ def ridge_scores(block, state, broadcast):
                 sq[np.isnan(sq)] = 0.0 if rating_clip is None else np.float64(rating_clip) ** 2
                 per_user[g] += np.bincount(e_user, weights=sq, minlength=block.n_users)
     with np.errstate(over="ignore", invalid="ignore"):
-        per_user = np.divide(per_user, n_val, out=np.zeros_like(per_user),
-                             where=n_val > 0)
+        per_user = np.divide(per_user, n_val, out=np.zeros_like(per_user), where=n_val > 0)
     return per_user.sum(axis=1), state
 
 
