@@ -27,80 +27,73 @@ def _read_text(path):
         return raw.decode("latin-1")
 
 
+def _lines(path, sep):
+    return [line.split(sep) for line in _read_text(path).splitlines() if line.strip()]
+
+
 def _read_ratings(path, delimiter, header):
     text = _read_text(path)
     if delimiter == "::":
-        text = text.replace("::", "\t")
-        delimiter = "\t"
+        text, delimiter = text.replace("::", "\t"), "\t"
     try:
         table = np.loadtxt(io.StringIO(text), delimiter=delimiter,
                            skiprows=1 if header else 0, ndmin=2, dtype=np.float64)
     except ValueError as exc:
         raise ValueError(
-            f"Could not parse the ratings file {str(path)!r} as MovieLens "
-            f"'userId{delimiter}movieId{delimiter}rating{delimiter}timestamp' rows: "
-            f"{exc}. Check that the file is an unmodified MovieLens ratings file."
-        ) from exc
+            f"Could not parse the ratings file {str(path)!r} as MovieLens 'userId{delimiter}"
+            f"movieId{delimiter}rating{delimiter}timestamp' rows: {exc}. Check that the file "
+            "is an unmodified MovieLens ratings file.") from exc
     if table.shape[0] == 0:
         table = np.empty((0, 4))
     if table.shape[1] != 4:
-        raise ValueError(
-            f"The ratings file {str(path)!r} has {table.shape[1]} columns; MovieLens "
-            "ratings files have 4 (user id, movie id, rating, timestamp)."
-        )
+        raise ValueError(f"The ratings file {str(path)!r} has {table.shape[1]} columns; "
+                         "MovieLens ratings files have 4 (user id, movie id, rating, "
+                         "timestamp).")
     return (table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
             table[:, 2].copy(), table[:, 3].astype(np.int64))
 
 
-def _multi_hot(genre_lists):
-    """Multi-hot matrix from a list of genre-name lists (loop over movies)."""
+def _movies(rows, genre_lists):
+    """``(ids, titles, genres, names)``: the multi-hot genre matrix of ``genre_lists``."""
     names = sorted({g for gl in genre_lists for g in gl if g != _NO_GENRE})
     col = {g: j for j, g in enumerate(names)}
     matrix = np.zeros((len(genre_lists), len(names)), dtype=bool)
-    rows = [i for i, gl in enumerate(genre_lists) for g in gl if g in col]
-    cols = [col[g] for gl in genre_lists for g in gl if g in col]
-    matrix[rows, cols] = True
-    return matrix, np.array(names, dtype=object)
+    matrix[[i for i, gl in enumerate(genre_lists) for g in gl if g in col],
+           [col[g] for gl in genre_lists for g in gl if g in col]] = True
+    return (np.array([int(r[0]) for r in rows], dtype=np.int64),
+            np.array([r[1] for r in rows], dtype=object), matrix,
+            np.array(names, dtype=object))
 
 
 def _read_movies_csv(path):
     reader = csv.reader(io.StringIO(_read_text(path)))
     header = next(reader, None)
     if header is None or [h.strip() for h in header[:3]] != ["movieId", "title", "genres"]:
-        raise ValueError(
-            f"{str(path)!r} must start with the header 'movieId,title,genres'."
-        )
+        raise ValueError(f"{str(path)!r} must start with the header 'movieId,title,genres'.")
     rows = [r for r in reader if r]
-    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
-    titles = np.array([r[1] for r in rows], dtype=object)
-    genres, names = _multi_hot([r[2].split("|") for r in rows])
-    return ids, titles, genres, names
+    return _movies(rows, [r[2].split("|") for r in rows])
 
 
 def _read_movies_dat(path):
-    rows = [line.split("::") for line in _read_text(path).splitlines() if line.strip()]
-    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
-    titles = np.array([r[1] for r in rows], dtype=object)
-    genres, names = _multi_hot([r[2].strip().split("|") for r in rows])
-    return ids, titles, genres, names
+    rows = _lines(path, "::")
+    return _movies(rows, [r[2].strip().split("|") for r in rows])
 
 
 def _read_u_item(path, genre_path):
-    rows = [line.split("|") for line in _read_text(path).splitlines() if line.strip()]
-    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
-    titles = np.array([r[1] for r in rows], dtype=object)
+    rows = _lines(path, "|")
     flags = np.array([[int(v) for v in r[5:]] for r in rows], dtype=np.int64)
     if genre_path.is_file():
-        pairs = [line.split("|") for line in _read_text(genre_path).splitlines()
-                 if line.strip()]
+        pairs = _lines(genre_path, "|")
         names = [None] * len(pairs)
         for name, idx in pairs:
             names[int(idx)] = name
     else:
         names = [f"genre_{j}" for j in range(flags.shape[1])]
-    keep = np.array([n not in (None, "unknown") for n in names[: flags.shape[1]]])
-    return (ids, titles, flags[:, keep].astype(bool),
-            np.array(names[: flags.shape[1]], dtype=object)[keep])
+    names = names[: flags.shape[1]]
+    keep = np.array([n not in (None, "unknown") for n in names])
+    return (np.array([int(r[0]) for r in rows], dtype=np.int64),
+            np.array([r[1] for r in rows], dtype=object), flags[:, keep].astype(bool),
+            np.array(names, dtype=object)[keep])
 
 
 def load_movielens(path):
@@ -109,18 +102,16 @@ def load_movielens(path):
     Parameters
     ----------
     path : str or path-like
-        A folder holding a ratings file, or the ratings file itself.  Formats:
+        A folder holding a ratings file, or the ratings file itself. Formats:
 
-        - ml-latest / ml-latest-small / ml-20m / ml-25m: ``ratings.csv`` with
-          the header ``userId,movieId,rating,timestamp``; genres from
-          ``movies.csv`` (``movieId,title,genres``) if present;
-        - ml-1m / ml-10m: ``ratings.dat`` (``::``-separated); genres from
-          ``movies.dat`` if present;
-        - ml-100k: ``u.data`` (tab-separated); genres from ``u.item`` and
-          ``u.genre`` if present.
+        - ml-latest / ml-latest-small / ml-20m / ml-25m: ``ratings.csv`` with the header
+          ``userId,movieId,rating,timestamp``; genres from ``movies.csv``
+          (``movieId,title,genres``) if present;
+        - ml-1m / ml-10m: ``ratings.dat`` (``::``-separated); genres from ``movies.dat``;
+        - ml-100k: ``u.data`` (tab-separated); genres from ``u.item`` and ``u.genre``.
 
-        A folder is searched for ``ratings.csv``, ``ratings.dat`` and
-        ``u.data`` in this order.
+        A folder is searched for ``ratings.csv``, ``ratings.dat`` and ``u.data`` in this
+        order.
 
     Returns
     -------
@@ -128,18 +119,17 @@ def load_movielens(path):
         - ``user_ids``, ``item_ids`` : ndarray of shape (n_ratings,), int64
         - ``ratings`` : ndarray of shape (n_ratings,), float64
         - ``timestamps`` : ndarray of shape (n_ratings,), int64 (Unix seconds)
-        - ``X`` : ``item_ids[:, None]``, ``y`` : ``ratings``, ``groups`` :
-          ``user_ids`` (the inputs of ``AdaptiveWeightMF.fit(X, y, groups)``)
+        - ``X`` : ``item_ids[:, None]``, ``y`` : ``ratings``, ``groups`` : ``user_ids``
+          (the inputs of ``AdaptiveWeightMF.fit(X, y, groups)``)
         - ``n_users``, ``n_items`` : number of distinct users and rated items
-        - ``format`` : "ml-latest", "ml-1m/ml-10m" or "ml-100k";
-          ``ratings_file`` : the file read
-        - if a movie file is present: ``movie_ids`` (n_movies,), ``titles``
-          (n_movies,), ``genres`` (n_movies, n_genres) bool multi-hot matrix
-          with rows aligned to ``movie_ids``, ``genre_names`` (n_genres,).
-          "(no genres listed)" (ml-latest) and "unknown" (ml-100k) are not
-          genres: such movies have an all-false row. ``years`` (n_movies,)
-          float: the release year parsed from the title ("Toy Story (1995)"),
-          NaN when the title has none.
+        - ``format`` : "ml-latest", "ml-1m/ml-10m" or "ml-100k"; ``ratings_file`` : the
+          file read
+        - if a movie file is present: ``movie_ids`` (n_movies,), ``titles`` (n_movies,),
+          ``genres`` (n_movies, n_genres) bool multi-hot matrix with rows aligned to
+          ``movie_ids``, ``genre_names`` (n_genres,). "(no genres listed)" (ml-latest)
+          and "unknown" (ml-100k) are not genres: such movies have an all-false row.
+          ``years`` (n_movies,) float: the release year parsed from the title ("Toy Story
+          (1995)"), NaN when the title has none.
 
     Raises
     ------
@@ -148,14 +138,13 @@ def load_movielens(path):
 
     Notes
     -----
-    Nothing is downloaded: get the data from https://grouplens.org/datasets/movielens/
-    and respect its license.  Ratings are parsed with ``np.loadtxt``; the
-    movie files (a few thousand lines) are parsed line by line.
+    Nothing is downloaded: get the data from https://grouplens.org/datasets/movielens/ and
+    respect its license.
 
     References
     ----------
-    .. [1] Harper, Konstan. "The MovieLens Datasets: History and Context",
-       ACM TiiS 5(4), 2015.
+    .. [1] Harper, Konstan. "The MovieLens Datasets: History and Context", ACM TiiS 5(4),
+       2015.
 
     Examples
     --------
@@ -170,39 +159,31 @@ def load_movielens(path):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"`path`={str(path)!r} does not exist. Pass the folder of a MovieLens data "
-            "set (e.g. ml-latest-small/) or its ratings file; skdpp never downloads "
-            "data (see https://grouplens.org/datasets/movielens/)."
-        )
+            f"`path`={str(path)!r} does not exist. Pass the folder of a MovieLens data set "
+            "(e.g. ml-latest-small/) or its ratings file; skdpp never downloads data (see "
+            "https://grouplens.org/datasets/movielens/).")
     if path.is_dir():
-        for name, fmt, delim, header in _RATING_FILES:
-            if (path / name).is_file():
-                ratings_file = path / name
-                break
-        else:
+        match = [f for f in _RATING_FILES if (path / f[0]).is_file()]
+        if not match:
             raise FileNotFoundError(
                 f"No MovieLens ratings file in {str(path)!r}: expected one of "
-                f"{[f[0] for f in _RATING_FILES]}. Pass the folder that holds it."
-            )
+                f"{[f[0] for f in _RATING_FILES]}. Pass the folder that holds it.")
+        ratings_file = path / match[0][0]
     else:
-        ratings_file = path
-        suffix = path.name
+        ratings_file, suffix = path, path.name
         match = [f for f in _RATING_FILES if suffix == f[0]] or \
             [f for f in _RATING_FILES if suffix.endswith(Path(f[0]).suffix)]
         if not match:
             raise ValueError(
-                f"Unrecognised ratings file {suffix!r}; expected ratings.csv, "
-                "ratings.dat or u.data (or a .csv/.dat/.data file in those formats)."
-            )
-        _, fmt, delim, header = match[0]
+                f"Unrecognised ratings file {suffix!r}; expected ratings.csv, ratings.dat or "
+                "u.data (or a .csv/.dat/.data file in those formats).")
+    _, fmt, delim, header = match[0]
     user_ids, item_ids, ratings, timestamps = _read_ratings(ratings_file, delim, header)
     data = Bunch(
         user_ids=user_ids, item_ids=item_ids, ratings=ratings, timestamps=timestamps,
         X=item_ids[:, None], y=ratings, groups=user_ids,
-        n_users=int(np.unique(user_ids).shape[0]),
-        n_items=int(np.unique(item_ids).shape[0]),
-        format=fmt, ratings_file=str(ratings_file),
-    )
+        n_users=int(np.unique(user_ids).shape[0]), n_items=int(np.unique(item_ids).shape[0]),
+        format=fmt, ratings_file=str(ratings_file))
     folder = ratings_file.parent
     movies = None
     if fmt == "ml-latest" and (folder / "movies.csv").is_file():

@@ -1,10 +1,9 @@
 """Synthetic personalized data sets matching the papers' experiments.
 
-Every generator returns ``X, y, groups, info``: one row per sample, ``groups``
-the user id of each row (rows sorted by user) and ``info`` a
-:class:`sklearn.utils.Bunch` with the ground truth and, when requested,
-held-out rows of the same users (``X_test, y_test, groups_test``).  All
-randomness comes from ``random_state``.
+Every generator returns ``X, y, groups, info``: one row per sample, ``groups`` the user id
+of each row (rows sorted by user) and ``info`` a :class:`sklearn.utils.Bunch` with the
+ground truth and, when requested, held-out rows of the same users (``X_test, y_test,
+groups_test``). All randomness comes from ``random_state``.
 """
 
 import numbers
@@ -32,23 +31,17 @@ def _check_int(name, value, minimum):
 
 def _check_float(name, value, low, high, *, low_open=False, high_open=True):
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) \
-        and not np.isnan(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and \
-             (value < high if high_open else value <= high)
+        and not np.isnan(value) and (value > low if low_open else value >= low) \
+        and (value < high if high_open else value <= high)
     if not ok:
-        lb = "(" if low_open else "["
-        rb = ")" if high_open else "]"
-        raise ValueError(
-            f"`{name}` must be a number in {lb}{low}, {high}{rb}; got {value!r}."
-        )
+        raise ValueError(f"`{name}` must be a number in {'([' [not low_open]}{low}, "
+                         f"{high}{')]' [not high_open]}; got {value!r}.")
     return float(value)
 
 
 def _orthonormal(rng, d, k):
     """U* from the QR decomposition of a d x k standard Gaussian matrix."""
-    q, _ = np.linalg.qr(rng.standard_normal((d, k)))
-    return q
+    return np.linalg.qr(rng.standard_normal((d, k)))[0]
 
 
 def _draw_features(rng, shape, feature_dist):
@@ -65,23 +58,15 @@ def _unit_rows(V):
 
 
 def make_shared_representation_regression(
-    n_users=20000,
-    n_features=50,
-    n_components=2,
-    n_samples_per_user=10,
-    *,
-    noise=0.01,
-    head_norm="unit",
-    feature_dist="gaussian",
-    n_test_samples_per_user=10,
-    random_state=None,
+    n_users=20000, n_features=50, n_components=2, n_samples_per_user=10, *, noise=0.01,
+    head_norm="unit", feature_dist="gaussian", n_test_samples_per_user=10, random_state=None,
 ):
     """Linear regression with a shared low-rank representation and personal heads.
 
-    User ``i``'s labels are ``y = <x, U* v_i*> + noise * N(0, 1)`` with a
-    shared ``U*`` (``n_features x n_components``, orthonormal columns) and a
-    personal head ``v_i*``: the synthetic setting of Snedeker et al. (2025),
-    Section 3.4 and App. B.4, and of Jain et al. (2021), Section 6.
+    User ``i``'s labels are ``y = <x, U* v_i*> + noise * N(0, 1)`` with a shared ``U*``
+    (``n_features x n_components``, orthonormal columns) and a personal head ``v_i*``: the
+    synthetic setting of Snedeker et al. (2025), Section 3.4 and App. B.4, and of Jain et
+    al. (2021), Section 6.
 
     Parameters
     ----------
@@ -96,12 +81,12 @@ def make_shared_representation_regression(
     noise : float, default=0.01
         Standard deviation ``R`` of the Gaussian label noise.
     head_norm : {"unit", "gaussian"}, default="unit"
-        ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as in the papers; ``"unit"``: that
-        draw normalised, as in the authors' code (App. B.4 is tuned for it).
+        ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as in the papers; ``"unit"``: that draw
+        normalised, as in the authors' code (App. B.4 is tuned for it).
     feature_dist : {"gaussian", "uniform", "rademacher"}, default="gaussian"
-        I.i.d. feature coordinates: ``N(0, 1)`` (the papers), uniform on
-        ``[-sqrt(3), sqrt(3)]`` or ``±1`` (all 1-sub-Gaussian, identity
-        covariance: Snedeker et al., Assumption 5).
+        I.i.d. feature coordinates: ``N(0, 1)`` (the papers), uniform on ``[-sqrt(3),
+        sqrt(3)]`` or ``±1`` (all 1-sub-Gaussian, identity covariance: Snedeker et al.,
+        Assumption 5).
     n_test_samples_per_user : int, default=10
         Held-out rows per user from the same distributions; 0 for none.
     random_state : int, RandomState instance or None, default=None
@@ -114,16 +99,15 @@ def make_shared_representation_regression(
     groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
         User id of each row (``0..n_users-1``, rows sorted by user).
     info : Bunch
-        ``U`` (n_features, n_components) ``U*``, the Q factor of a Gaussian
-        matrix (App. B.4); ``V`` (n_users, n_components) heads ``v_i*``;
-        ``coef`` (n_users, n_features) ``U* v_i*``; ``noise`` (the Bayes risk
-        is ``noise ** 2``); and, with test rows, ``X_test``, ``y_test``,
-        ``groups_test``.
+        ``U`` (n_features, n_components) ``U*``, the Q factor of a Gaussian matrix (App.
+        B.4); ``V`` (n_users, n_components) heads ``v_i*``; ``coef`` (n_users,
+        n_features) ``U* v_i*``; ``noise`` (the Bayes risk is ``noise ** 2``); and, with
+        test rows, ``X_test``, ``y_test``, ``groups_test``.
 
     References
     ----------
-    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited",
-       ICML 2025, arXiv:2506.19220, Section 3.4 and App. B.4.
+    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited", ICML 2025,
+       arXiv:2506.19220, Section 3.4 and App. B.4.
     .. [2] Jain, Rush, Smith, Song, Thakurta. "Differentially Private Model
        Personalization", NeurIPS 2021, Section 6.
 
@@ -141,18 +125,16 @@ def make_shared_representation_regression(
     d = _check_int("n_features", n_features, 1)
     k = _check_int("n_components", n_components, 1)
     if k > d:
-        raise ValueError(
-            f"`n_components` must be <= n_features={d}; got {k}. Lower n_components."
-        )
+        raise ValueError(f"`n_components` must be <= n_features={d}; got {k}. Lower "
+                         "n_components.")
     m = _check_int("n_samples_per_user", n_samples_per_user, 1)
     m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
     noise = _check_float("noise", noise, 0, np.inf)
     if head_norm not in ("unit", "gaussian"):
         raise ValueError(f"`head_norm` must be 'unit' or 'gaussian'; got {head_norm!r}.")
     if feature_dist not in _FEATURE_DISTS:
-        raise ValueError(
-            f"`feature_dist` must be one of {list(_FEATURE_DISTS)}; got {feature_dist!r}."
-        )
+        raise ValueError(f"`feature_dist` must be one of {list(_FEATURE_DISTS)}; got "
+                         f"{feature_dist!r}.")
     rng = check_random_state(random_state)
     U = _orthonormal(rng, d, k)
     V = rng.standard_normal((n_users, k))
@@ -174,25 +156,17 @@ def make_shared_representation_regression(
 
 
 def make_additive_personalized_regression(
-    n_users=1000,
-    n_features=100,
-    n_samples_per_user=100,
-    *,
-    n_personal_features=5,
-    personal_scale=0.01,
-    global_scale=10.0,
-    noise=0.01,
-    n_test_samples_per_user=0,
+    n_users=1000, n_features=100, n_samples_per_user=100, *, n_personal_features=5,
+    personal_scale=0.01, global_scale=10.0, noise=0.01, n_test_samples_per_user=0,
     random_state=None,
 ):
     """Linear regression with a global model plus personal offsets (additive model).
 
-    The synthetic experiment of Bietti et al. (2022), Section 6:
-    ``theta_0 ~ N(0, global_scale^2 I_d)``; user ``i``'s parameters
-    ``theta_i* = theta_0 + delta_i`` where ``delta_i`` is zero on the first
-    ``d - n_personal_features`` coordinates and
-    ``N(0, personal_scale^2)`` on the last ones; ``x ~ N(0, Sigma)`` with
-    ``Sigma = diag(1/k)``, ``k = 1..d``; ``y = <theta_i*, x> + noise * N(0, 1)``.
+    The synthetic experiment of Bietti et al. (2022), Section 6: ``theta_0 ~ N(0,
+    global_scale^2 I_d)``; user ``i``'s parameters ``theta_i* = theta_0 + delta_i`` where
+    ``delta_i`` is zero on the first ``d - n_personal_features`` coordinates and ``N(0,
+    personal_scale^2)`` on the last ones; ``x ~ N(0, Sigma)`` with ``Sigma = diag(1/k)``,
+    ``k = 1..d``; ``y = <theta_i*, x> + noise * N(0, 1)``.
 
     Parameters
     ----------
@@ -221,22 +195,21 @@ def make_additive_personalized_regression(
     y : ndarray of shape (n_users * n_samples_per_user,)
     groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
     info : Bunch
-        ``w`` (n_features,) ``theta_0``; ``theta`` (n_users, n_features)
-        offsets ``delta_i``; ``coef`` ``w + theta``; ``feature_variances``
-        the diagonal of ``Sigma``; ``bayes_risk`` ``noise ** 2``; and, if
-        requested, ``X_test``, ``y_test``, ``groups_test``.
+        ``w`` (n_features,) ``theta_0``; ``theta`` (n_users, n_features) offsets
+        ``delta_i``; ``coef`` ``w + theta``; ``feature_variances`` the diagonal of
+        ``Sigma``; ``bayes_risk`` ``noise ** 2``; and, if requested, ``X_test``,
+        ``y_test``, ``groups_test``.
 
     Notes
     -----
-    The paper's excess risk of a model ``(w, theta)`` is ``mean(((w + theta
-    - info.coef) ** 2) @ info.feature_variances)``; add ``bayes_risk`` for
-    the population MSE.
+    The paper's excess risk of a model ``(w, theta)`` is ``mean(((w + theta - info.coef)
+    ** 2) @ info.feature_variances)``; add ``bayes_risk`` for the population MSE.
 
     References
     ----------
-    .. [1] Bietti, Wei, Dudík, Langford, Wu. "Personalization Improves
-       Privacy-Accuracy Tradeoffs in Federated Learning", ICML 2022,
-       arXiv:2202.05318, Section 6 (synthetic dataset) and App. A.
+    .. [1] Bietti, Wei, Dudík, Langford, Wu. "Personalization Improves Privacy-Accuracy
+       Tradeoffs in Federated Learning", ICML 2022, arXiv:2202.05318, Section 6
+       (synthetic dataset) and App. A.
 
     Examples
     --------
@@ -255,9 +228,7 @@ def make_additive_personalized_regression(
     m = _check_int("n_samples_per_user", n_samples_per_user, 1)
     p = _check_int("n_personal_features", n_personal_features, 0)
     if p > d:
-        raise ValueError(
-            f"`n_personal_features` must be <= n_features={d}; got {p}."
-        )
+        raise ValueError(f"`n_personal_features` must be <= n_features={d}; got {p}.")
     m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
     personal_scale = _check_float("personal_scale", personal_scale, 0, np.inf)
     global_scale = _check_float("global_scale", global_scale, 0, np.inf)
@@ -285,30 +256,21 @@ def make_additive_personalized_regression(
 
 
 def _project_unit_ball(A):
-    norms = np.linalg.norm(A, axis=1, keepdims=True)
-    return A / np.maximum(norms, 1.0)
+    return A / np.maximum(np.linalg.norm(A, axis=1, keepdims=True), 1.0)
 
 
 def make_skewed_ratings(
-    n_users=10000,
-    n_items=100,
-    n_components=5,
-    *,
-    power=1.0,
-    mean_items_per_user=20.0,
-    noise=1e-3,
-    test_size=0.2,
-    random_state=None,
+    n_users=10000, n_items=100, n_components=5, *, power=1.0, mean_items_per_user=20.0,
+    noise=1e-3, test_size=0.2, random_state=None,
 ):
     """Ratings with a skewed (power-law) item frequency: multi-task regression.
 
-    The synthetic experiment of Krichene et al. (2023), App. C: ``m`` tasks
-    (items) with parameters ``theta_i``, ``n`` users with vectors ``u_j``,
-    both ``N(0, I_d)`` projected onto the unit ball; item ``i`` has a
-    frequency ``q_i`` drawn from the power law with density ``a x^(a-1)`` on
-    ``[0, 1]``, normalised so that ``sum_i q_i = mean_items_per_user``; every
-    (user, item) pair is observed independently with probability ``q_i``, with
-    rating ``y_ij = <theta_i, u_j> + noise * N(0, 1)``.
+    The synthetic experiment of Krichene et al. (2023), App. C: ``m`` tasks (items) with
+    parameters ``theta_i``, ``n`` users with vectors ``u_j``, both ``N(0, I_d)`` projected
+    onto the unit ball; item ``i`` has a frequency ``q_i`` drawn from the power law with
+    density ``a x^(a-1)`` on ``[0, 1]``, normalised so that ``sum_i q_i =
+    mean_items_per_user``; every (user, item) pair is observed independently with
+    probability ``q_i``, with rating ``y_ij = <theta_i, u_j> + noise * N(0, 1)``.
 
     Parameters
     ----------
@@ -339,16 +301,14 @@ def make_skewed_ratings(
     groups : ndarray of shape (n_ratings,), dtype int64
         User id of each rating (rows sorted by user).
     info : Bunch
-        ``user_factors`` ``u_j``; ``item_factors`` ``theta_i``;
-        ``item_probabilities`` ``q_i``; ``item_counts`` the training ratings
-        per item; ``noise``; and, if ``test_size > 0``, ``X_test``,
-        ``y_test``, ``groups_test``.
+        ``user_factors`` ``u_j``; ``item_factors`` ``theta_i``; ``item_probabilities``
+        ``q_i``; ``item_counts`` the training ratings per item; ``noise``; and, if
+        ``test_size > 0``, ``X_test``, ``y_test``, ``groups_test``.
 
     References
     ----------
-    .. [1] Krichene, Jain, Song, Sundararajan, Thakurta, Zhang. "Multi-Task
-       Differential Privacy Under Distribution Skew", ICML 2023,
-       arXiv:2302.07975, App. C.
+    .. [1] Krichene, Jain, Song, Sundararajan, Thakurta, Zhang. "Multi-Task Differential
+       Privacy Under Distribution Skew", ICML 2023, arXiv:2302.07975, App. C.
 
     Examples
     --------
@@ -373,44 +333,31 @@ def make_skewed_ratings(
     q = rng.random_sample(n_items) ** (1.0 / power)  # inverse CDF of a x^(a-1)
     q = np.minimum(q * (mean_items / q.sum()), 1.0)
     observed = rng.random_sample((n_users, n_items)) < q
-    users, items = np.nonzero(observed)  # row-major: sorted by user
-    users = users.astype(np.int64)
-    items = items.astype(np.int64)
+    users, items = (a.astype(np.int64) for a in np.nonzero(observed))  # sorted by user
     y = np.einsum("ij,ij->i", user_factors[users], item_factors[items])
     y += noise * rng.standard_normal(users.shape[0])
     info = Bunch(user_factors=user_factors, item_factors=item_factors,
                  item_probabilities=q, noise=noise)
     if test_size > 0 and users.shape[0] > 0:
         train = split_within_users(UserIndex.from_groups(users), 1.0 - test_size, rng)
-        info.X_test = items[~train][:, None]
-        info.y_test = y[~train]
-        info.groups_test = users[~train]
+        info.X_test, info.y_test, info.groups_test = items[~train][:, None], y[~train], \
+            users[~train]
         users, items, y = users[train], items[train], y[train]
     info.item_counts = np.bincount(items, minlength=n_items)
     return items[:, None], y, users, info
 
 
 def make_personalized_margin_classification(
-    n_users=1000,
-    n_features=50,
-    n_components=2,
-    n_samples_per_user=10,
-    *,
-    radius=1.0,
-    margin=0.05,
-    head_norm=1.0,
-    flip_y=0.0,
-    n_test_samples_per_user=0,
-    random_state=None,
+    n_users=1000, n_features=50, n_components=2, n_samples_per_user=10, *, radius=1.0,
+    margin=0.05, head_norm=1.0, flip_y=0.0, n_test_samples_per_user=0, random_state=None,
 ):
     """Binary classification with a shared representation and a margin.
 
-    The setting of Snedeker et al. (2025), Section 4: features in the
-    Euclidean ball of radius ``r``, a shared ``U*`` (``d x k``, orthonormal
-    columns), personal heads ``v_i*`` with ``||v_i*|| = Gamma`` and labels
-    ``y = sign(<x, U* v_i*>)`` in ``{-1, +1}``; points with
-    ``|<x, U* v_i*>| < rho`` are rejected and redrawn, so the true model has
-    margin ``rho`` (zero margin loss ``l_rho``).
+    The setting of Snedeker et al. (2025), Section 4: features in the Euclidean ball of
+    radius ``r``, a shared ``U*`` (``d x k``, orthonormal columns), personal heads
+    ``v_i*`` with ``||v_i*|| = Gamma`` and labels ``y = sign(<x, U* v_i*>)`` in ``{-1,
+    +1}``; points with ``|<x, U* v_i*>| < rho`` are rejected and redrawn, so the true
+    model has margin ``rho`` (zero margin loss ``l_rho``).
 
     Parameters
     ----------
@@ -424,14 +371,14 @@ def make_personalized_margin_classification(
     radius : float, default=1.0
         Radius ``r`` of the feature ball (features uniform in it).
     margin : float, default=0.05
-        Margin ``rho`` in ``[0, radius * head_norm)``; much above ``radius *
-        head_norm / sqrt(n_features + 2)`` (the score's std) the rejection
-        sampling raises (fewer than ~0.1% of the draws accepted).
+        Margin ``rho`` in ``[0, radius * head_norm)``; much above ``radius * head_norm /
+        sqrt(n_features + 2)`` (the score's std) the rejection sampling raises (fewer
+        than ~0.1% of the draws accepted).
     head_norm : float, default=1.0
         Norm ``Gamma`` of the heads (``v_i* ~ N(0, I_k)`` rescaled).
     flip_y : float in [0, 0.5], default=0.0
-        Probability of flipping each label after the margin selection
-        (training and test rows); flipped rows are in ``info``.
+        Probability of flipping each label after the margin selection (training and
+        test rows); flipped rows are in ``info``.
     n_test_samples_per_user : int, default=0
         Held-out rows per user; 0 for none.
     random_state : int, RandomState instance or None, default=None
@@ -445,13 +392,13 @@ def make_personalized_margin_classification(
     groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
         Rows sorted by user.
     info : Bunch
-        ``U``, ``V``, ``margin``, ``flipped`` (bool per row) and, if
-        requested, ``X_test``, ``y_test``, ``groups_test``, ``flipped_test``.
+        ``U``, ``V``, ``margin``, ``flipped`` (bool per row) and, if requested,
+        ``X_test``, ``y_test``, ``groups_test``, ``flipped_test``.
 
     References
     ----------
-    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited",
-       ICML 2025, arXiv:2506.19220, Section 4 (Definition 13, Algorithm 3).
+    .. [1] Snedeker, Zhou, Bassily. "Private Model Personalization Revisited", ICML 2025,
+       arXiv:2506.19220, Section 4 (Definition 13, Algorithm 3).
 
     Examples
     --------
@@ -483,9 +430,8 @@ def make_personalized_margin_classification(
 
     def draw(m_rows):
         pending = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
-        n_total = pending.shape[0]
+        n_total, n_draws = pending.shape[0], 0
         X_parts, g_parts = [], []
-        n_draws = 0
         while pending.shape[0] > 0:  # rounds of rejection sampling
             n = pending.shape[0]
             g = rng.standard_normal((n, d))
@@ -500,12 +446,10 @@ def make_personalized_margin_classification(
                 raise ValueError(
                     f"`margin`={margin} rejects almost every point (radius={radius}, "
                     f"head_norm={head_norm}, n_features={d}); use a margin below "
-                    f"~{radius * head_norm / np.sqrt(d + 2):.3g} or a larger radius."
-                )
-        X = np.concatenate(X_parts)
+                    f"~{radius * head_norm / np.sqrt(d + 2):.3g} or a larger radius.")
         groups = np.concatenate(g_parts)
         order = np.argsort(groups, kind="stable")
-        X, groups = X[order], groups[order]
+        X, groups = np.concatenate(X_parts)[order], groups[order]
         y = np.where(np.einsum("ij,ij->i", X, W[groups]) >= 0, 1, -1).astype(np.int64)
         flipped = rng.random_sample(n_total) < flip_y
         y[flipped] *= -1

@@ -1,9 +1,8 @@
 """User-level DP matrix factorisation with adaptive per-item budget allocation.
 
-The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): its
-parameters, the validation of the data (the item catalogue, duplicate ratings)
-and the prediction methods. The algorithm (Alg. 1-3: configuration, budget
-plan, driver, personal fit) is in :mod:`._algorithms.adaptive_mf`.
+The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): parameters, data validation
+(item catalogue, duplicate ratings) and prediction. The algorithm (Alg. 1-3) is in
+:mod:`._algorithms.adaptive_mf`.
 """
 
 import warnings
@@ -28,6 +27,8 @@ _PREDICT_CHUNK = 2**17
 # Weight of the log popularity in recommend(ranking="blend"): chosen on
 # MovieLens small, even user ids (benchmarks/bench_mf_recommend.py); public.
 _POPULARITY_WEIGHT = 1.0
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+
 
 def _item_keys(X):
     """1-D item keys of the rows of validated ``X``: the column (numbers as float64),
@@ -35,22 +36,13 @@ def _item_keys(X):
     if X.dtype.kind == "O" and X.shape[1] > 1:
         X = X.astype(np.float64)  # TypeError for non-numeric multi-column ids
     if X.dtype.kind not in "biufO" and X.shape[1] > 1:
-        raise ValueError(
-            f"A multi-column X must be numeric (each distinct row is an item); got "
-            f"dtype {X.dtype}. Pass one column of item ids instead."
-        )
+        raise ValueError(f"A multi-column X must be numeric (each distinct row is an item); "
+                         f"got dtype {X.dtype}. Pass one column of item ids instead.")
     if X.shape[1] == 1:
         col = X[:, 0]
         return col.astype(np.float64) if col.dtype.kind in "biuf" else col
     Xf = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
     return Xf.view(np.dtype((np.void, Xf.dtype.itemsize * Xf.shape[1]))).ravel()
-
-
-def _keys_to_ids(keys, n_features):
-    """Inverse of :func:`_item_keys` for the catalogue (item ids shown to users)."""
-    if keys.dtype.kind == "V":
-        return keys.view(np.float64).reshape(-1, n_features).copy()
-    return np.asarray(keys).copy()
 
 
 def _lookup_items(catalogue_keys, X):
@@ -63,28 +55,21 @@ def _lookup_items(catalogue_keys, X):
 
 
 def _encode_items(catalogue_keys, X):
-    """``(codes, other_keys)``: catalogue items get ``0 .. m - 1``, the other items
-    ``m + j`` (``j`` their rank in the sorted ``other_keys``), so duplicates
-    merge and ratings outside the catalogue still inform their user's bias."""
-    keys = _item_keys(X)
+    """``(codes, other_keys)``: catalogue items get ``0 .. m - 1``, the others ``m + j``
+    (``j`` their rank in the sorted ``other_keys``), so duplicates merge and ratings
+    outside the catalogue still inform their user's bias."""
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
-    other_keys, other_codes = _factorise_keys(keys[outside])
+    other_keys, other_codes = _factorise_keys(_item_keys(X)[outside])
     codes[outside] = catalogue_keys.shape[0] + other_codes
     return codes, other_keys
 
 
 def _factorise_keys(keys):
-    """Sorted unique ``keys`` and each key's position (a function of the set of
-    keys: the distributed fit merges its partitions' items this way)."""
+    """Sorted unique ``keys`` and each key's position (a function of the set of keys:
+    the distributed fit merges its partitions' items this way)."""
     index = UserIndex.from_groups(keys, keys.shape[0])
     return np.asarray(index.users), index.codes
-
-
-def _entries(codes, y, user_codes, n_codes):
-    """(user, item, rating) entries; duplicate (user, item) rows merged."""
-    return aggregate_entries(np.asarray(user_codes), codes, np.asarray(y, dtype=np.float64),
-                             n_codes)
 
 
 def _seen_matrix(user, item, n_users, n_items):
@@ -106,125 +91,95 @@ def _entry_data(data, entries, users, n_items, code_keys, code_ids):
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
-    Alternating minimisation for private matrix completion (Krichene et al.
-    2023, Alg. 3): every iteration solves each user's embedding and bias
-    exactly from the current item embeddings (locally, no privacy cost), then
-    updates all item embeddings under user-level DP with **task-weighted**
-    sufficient statistics perturbation (``solver="als"``, Alg. 1, "AdaDPALS")
-    or noisy gradient descent (``solver="sgd"``, Alg. 2, "AdaDPSGD"). Each
-    user's weights ``w_ij`` over their items satisfy ``sum_i w_ij^2 <=
-    user_budget`` (the paper's ``beta``); the adaptive weights ``omega_i ~
-    n_i^-mu`` (eq. (11)) from DP item counts give rare items a larger share of
-    every user's budget. The model is ``rating = mean_ + item_biases_[i] +
-    user_biases_[j] + <user_embeddings_[j], item_embeddings_[i]>``, so raw
-    ratings on any scale work with the defaults.
+    Alternating minimisation for private matrix completion (Krichene et al. 2023, Alg. 3):
+    each iteration solves every user's embedding and bias exactly and locally, then updates
+    the item embeddings under user-level DP by **task-weighted** sufficient statistics
+    perturbation (``solver="als"``, Alg. 1) or noisy gradient descent (``"sgd"``, Alg. 2).
+    Each user's weights satisfy ``sum_i w_ij^2 <= user_budget``; adaptive weights
+    ``omega_i ~ n_i^-mu`` (eq. (11)) from DP item counts give rare items a larger share.
+    Model: ``rating = mean_ + item_biases_[i] + user_biases_[j] + <user_embeddings_[j],
+    item_embeddings_[i]>`` (raw ratings on any scale work with the defaults).
 
-    Data: ``fit(X, y, groups)`` with ``X`` one column of item ids, ``y`` the
-    ratings and ``groups`` the user ids (the privacy unit). A multi-column
-    ``X`` is keyed by whole rows (it warns with ``groups``: ``X = [user,
-    item]`` is a common mistake). Duplicate (user, item) rows are merged (mean
-    rating).
-
-    Read more in the :ref:`User Guide <adaptive_mf>` (budget plan,
-    sensitivities, deviations from the paper); the algorithm is in
-    ``skdpp/decomposition/_algorithms/adaptive_mf.py``.
+    ``fit(X, y, groups)``: ``X`` one column of item ids, ``y`` ratings, ``groups`` user ids
+    (the privacy unit). A multi-column ``X`` is keyed by whole rows (warns with
+    ``groups``); duplicate (user, item) rows are merged (mean rating). Read more (budget
+    plan, sensitivities, deviations from the paper) in the :ref:`User Guide <adaptive_mf>`.
 
     Parameters
     ----------
     n_components : int, default=10
         Embedding dimension ``k`` (the paper's ``d``).
     epsilon : float, default=1.0
-        Privacy budget, in ``(0, inf]``. ``np.inf`` runs the same algorithm
-        without noise: the non-private baseline.
+        Privacy budget in ``(0, inf]``; ``np.inf`` runs the same algorithm without noise.
     delta : float, default=1e-6
-        Privacy parameter delta, in ``[0, 1)``; use ``delta << 1 / n_users``.
-        Must be > 0 when the catalogue is selected privately (``items=None``):
-        a quarter of it bounds the selection's threshold.
+        In ``[0, 1)``, ``<< 1 / n_users``; > 0 when the catalogue is selected privately
+        (``items=None``): a quarter of it bounds the selection's threshold.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Budget allocation across a user's items. ``"adaptive"``: ``omega_i ~
-        n_hat_i^-mu`` from DP counts (eq. (11)), rescaled per user
-        (``weight_normalization``). ``"uniform"``: weight 1 on
-        ``floor(user_budget)`` items sampled per user (DPALS). ``"tail"``: on
-        the user's ``floor(user_budget)`` items with the smallest DP counts
-        (Chien et al. 2021).
+        Budget allocation over a user's items: ``"adaptive"`` ``omega_i ~ n_hat_i^-mu``
+        from DP counts (eq. (11)) rescaled per user; ``"uniform"`` weight 1 on
+        ``floor(user_budget)`` sampled items (DPALS); ``"tail"`` on those with the smallest
+        DP counts (Chien et al. 2021).
     mu : float, default=0.25
-        Exponent of the adaptive weights, ``>= 0`` (``0``: uniform; the
-        paper finds ``[1/4, 1/2]`` best).
+        Exponent of the adaptive weights, ``>= 0`` (0: uniform; the paper finds ``[1/4,
+        1/2]`` best).
     user_budget : float, default=20.0
-        Per-user weight budget ``beta > 0``: ``sum_i w_ij^2 <= beta`` (the
-        noise is calibrated to it); for ``"uniform"`` / ``"tail"`` the items
-        kept per user (``>= 1``).
+        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta`` (the noise is
+        calibrated to it); for ``"uniform"`` / ``"tail"`` the items kept per user (``>= 1``).
     weight_normalization : {"budget", "clip"}, default="budget"
-        ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``,
-        ``B_j = sum_i omega_i^2`` over the user's items. ``"budget"``: ``w_ij
-        = omega_i sqrt(beta / B_j)``, every user spends exactly ``beta``
-        (App. C; as good as or better than eq. (12) on the paper's data).
+        ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``, ``B_j = sum_i
+        omega_i^2`` over the user's items; ``"budget"``: ``w_ij = omega_i sqrt(beta /
+        B_j)``, every user spends exactly ``beta`` (App. C; as good or better).
     solver : {"als", "sgd"}, default="als"
-        Private item update: sufficient statistics perturbation (Alg. 1) or
-        noisy full-batch gradient descent (Alg. 2: 5 steps per iteration,
-        public per-item step sizes, per-rating gradients clipped to ``C_u C_r``).
+        Private item update: sufficient statistics perturbation (Alg. 1) or noisy
+        full-batch gradient descent (Alg. 2: 5 steps per iteration, public per-item step
+        sizes, per-rating gradients clipped to ``C_u C_r``).
     n_iter : int, default=5
-        Number of alternations ``T`` (Alg. 3); each costs budget (5 was best
-        or within 10 % of best on the paper's data).
+        Alternations ``T`` (Alg. 3), each costing budget (5 was best or within 10 %).
     reg : float, default=1.0
-        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7) in units of
-        ``C_u^2``, plus ``sigma_A sqrt(k)``, the spectral scale of the Gram
-        noise (public).
+        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7) in units of ``C_u^2``,
+        plus ``sigma_A sqrt(k)``, the spectral scale of the Gram noise (public).
     personal_ridge : float, default=5.0
-        Shrinkage of every user's personal part toward the cold start, in
-        pseudo-ratings: added to the bias coordinate of the user solve.
+        Shrinkage of every user's personal part toward the cold start, in pseudo-ratings.
     embedding_ridge : float or "auto", default="auto"
-        Ridge of the user embeddings in pseudo-ratings of an average item of
-        the user's (scale-free). ``"auto"``: the best of a public grid on
-        held-out ratings (phase ``"ridge"``). Resolved: ``embedding_ridge_``.
+        Ridge of the user embeddings in pseudo-ratings of an average item of the user's.
+        ``"auto"``: the best of a public grid on held-out ratings (phase ``"ridge"``).
     clip_norm : float or None, default=0.1
-        ``C_u``: user embeddings are scaled to norm at most ``C_u`` in the
-        item statistics (a gauge: item embeddings scale as ``1 / C_u``).
-        ``None`` only with ``epsilon=np.inf``.
+        ``C_u``: user embeddings are scaled to norm ``<= C_u`` in the item statistics (a
+        gauge: item embeddings scale as ``1 / C_u``). ``None`` only with ``epsilon=np.inf``.
     rating_clip : float, "auto" or None, default="auto"
-        ``C_r``: the item releases' targets, the item biases and the
-        predicted factor part are clipped to ``[-C_r, C_r]``. ``"auto"``: the
-        private median of twice each user's RMS deviation from the DP mean
-        (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``. Resolved:
-        ``rating_clip_``.
+        ``C_r``: item-release targets, item biases and the predicted factor part are
+        clipped to ``[-C_r, C_r]``. ``"auto"``: the private median of twice each user's RMS
+        deviation from the DP mean (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``); if False it is 0.
     user_bias : bool, default=True
-        Give every user a personal bias, solved jointly with their embedding
-        from all their ratings (free in privacy).
+        Give every user a personal bias, solved jointly with their embedding (free).
     item_bias : bool, default=True
-        Release DP item biases (phase ``"item_bias"``: Alg. 1 with ``d = 1``
-        on per-user-centred ratings, shrunk toward 0).
+        Release DP item biases (phase ``"item_bias"``: Alg. 1 with ``d = 1`` on
+        per-user-centred ratings, shrunk toward 0).
     mean_clip : float or "auto", default="auto"
-        Bound of the DP mean. A number ``b``: the users' mean ratings clipped
-        to ``[-b, b]``. ``"auto"`` (shift- and scale-free): clipped to ``[c -
-        R, c + R]`` around a private median ``c`` with a private radius ``R``
-        (phase ``"clip"``). Resolved (``b`` or ``R``): ``mean_clip_``.
+        Bound of the DP mean: a number ``b`` clips the users' mean ratings to ``[-b, b]``;
+        ``"auto"`` clips them to ``[c - R, c + R]`` around a private median ``c`` with a
+        private radius ``R`` (phase ``"clip"``).
     count_cap : int or "auto", default="auto"
-        Items counted per user (sampled when more), also in the item-bias
-        weights ``min(1, sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at
-        ``epsilon=np.inf``. Resolved: ``count_cap_``.
+        Items counted per user (sampled when more), also in the item-bias weights ``min(1,
+        sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at ``epsilon=np.inf``.
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase (names of
-        ``privacy_report_.phases``); left out: ``"clip"`` ``"auto"`` (the
-        public rule of :func:`~skdpp.privacy._plan.resolve_clip_share`),
-        ``"mean"`` 0.05, ``"counts"`` 0.3 when the counts select the
-        catalogue else 0.1, ``"item_bias"`` 0.25, ``"ridge"`` 0.05;
-        ``"items"`` takes the rest. A phase runs only if needed; 0 drops it.
+        Shares of the zCDP budget by phase (``privacy_report_.phases``); left out:
+        ``"clip"`` ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`), ``"mean"``
+        0.05, ``"counts"`` 0.3 if they select the catalogue else 0.1, ``"item_bias"`` 0.25,
+        ``"ridge"`` 0.05; ``"items"`` takes the rest. Phases run only if needed; 0 drops one.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
-        The item catalogue. ``None``: chosen under DP (an item is published
-        iff its noisy count clears a threshold; an item rated by one user is
-        published with probability at most ``delta / 4``). An array: a public
-        catalogue (free; items without ratings are kept). ``"observed"``:
-        every item in ``X``, NOT covered by the guarantee. Ratings of other
-        items only inform their user's bias.
+        The item catalogue. ``None``: chosen under DP (an item is published iff its noisy
+        count clears a threshold; an item rated by one user is published with probability
+        at most ``delta / 4``). An array: a public catalogue (free; items without ratings
+        are kept). ``"observed"``: every item in ``X``, NOT covered by the guarantee.
+        Ratings of other items only inform their user's bias.
     verbose : int, default=0
-        Print progress when > 0 (public sizes, the number of published items
-        and the iteration only).
+        Print progress when > 0 (public sizes, published items, iterations only).
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, the keyed per-entry sampling and the noise
-        (``None``: OS entropy).
+        Seeds the initialisation, keyed per-entry sampling and noise (``None``: OS entropy).
 
     Attributes
     ----------
@@ -239,7 +194,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
-        The resolved values (``count_cap_=None``: no cap).
+        The resolved values (``mean_clip_``: ``b`` or ``R``; ``count_cap_=None``: no cap).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
         The published item catalogue, sorted.
     user_embeddings_ : ndarray of shape (n_users, n_components)
@@ -247,11 +202,10 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_biases_ : ndarray of shape (n_users,)
         Personal user biases (each user's own mean when ``local_only_``).
     local_only_ : bool
-        True when the plan predicted a useless fit (public rule; a
-        :class:`~skdpp.exceptions.UselessFitWarning` says so): known users
-        predict their own mean rating, new users ``mean_`` (the users'
-        median mean rating by one exponential-mechanism selection, or 0 when
-        ``epsilon * n_users`` is too small for it); nothing else is released.
+        True when the plan predicted a useless fit (public rule, with a
+        :class:`~skdpp.exceptions.UselessFitWarning`): known users predict their own mean
+        rating, new users ``mean_`` (the users' median mean rating by one exponential
+        mechanism, or 0 when ``epsilon * n_users`` is too small); nothing else is released.
     user_ids_ : ndarray of shape (n_users,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_, n_items_, n_iter_, n_features_in_ : int
@@ -267,42 +221,38 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Privacy guarantee.** ``(epsilon, delta)`` user-level DP, replace-one-user,
-    for every released value: ``item_ids_`` (when chosen from the data), the
-    item embeddings, biases, counts and weighted counts, ``mean_`` and the
-    ``"auto"`` values. The number of users is public, and so is ``items``
-    when given; with ``items="observed"`` the report lists ``item_ids_`` as not
-    covered and ``is_private`` is False. User embeddings and biases depend on
-    the releases and the user's own ratings only: jointly DP (billboard
-    model, App. D, Remark D.1), solved from *all* the user's ratings. Float
-    noise is not hardened against floating-point side channels. Per-user
-    random choices are keyed hashes: a fit is a function of the *set* of
-    ratings.
+    **Privacy guarantee.** ``(epsilon, delta)`` user-level DP, replace-one-user, for every
+    released value: ``item_ids_`` (when chosen from the data), the item embeddings, biases,
+    counts and weighted counts, ``mean_`` and the ``"auto"`` values. The number of users is
+    public, and so is ``items`` when given; with ``items="observed"`` the report lists
+    ``item_ids_`` as not covered and ``is_private`` is False. User embeddings and biases
+    depend on the releases and the user's own ratings only: jointly DP (billboard model,
+    App. D, Remark D.1). Float noise is not hardened against floating-point side channels.
+    Per-user random choices are keyed hashes: a fit is a function of the *set* of ratings.
 
-    **Small data.** An item is published only if enough users rated it to
-    clear the count noise (MovieLens small, 610 users: none at ``epsilon <=
-    2``, about 30 at 8); a ``UserWarning`` fires below 10 (post-processing of
-    the released number). Below a few thousand users pass a public catalogue.
+    **Small data.** An item is published only if enough users rated it to clear the count
+    noise (MovieLens small, 610 users: none at ``epsilon <= 2``, about 30 at 8); a
+    ``UserWarning`` fires below 10 (post-processing). Below a few thousand users pass a
+    public catalogue.
 
-    **Cold start.** Unseen users get ``mean_`` plus the item's bias; items
-    outside the catalogue get ``mean_`` plus the user's bias. A user whose
-    exact solve is not finite (astronomical ratings) gets zero parts.
+    **Cold start.** Unseen users get ``mean_`` plus the item's bias; items outside the
+    catalogue get ``mean_`` plus the user's bias. A user whose exact solve is not finite
+    (astronomical ratings) gets zero parts.
 
-    **Input domain.** ``X``: hashable numbers or strings; ``y``: finite
-    ratings. Every finite rating is handled without a data-dependent warning
-    or exception; ``predict`` raises a ``ValueError`` naming the rows of a
-    non-finite prediction.
+    **Input domain.** ``X``: hashable numbers or strings; ``y``: finite ratings, each
+    handled without a data-dependent warning or exception; ``predict`` raises a
+    ``ValueError`` naming the rows of a non-finite prediction.
 
     References
     ----------
-    .. [1] W. Krichene, P. Jain, S. Song, M. Sundararajan, A. Thakurta,
-       L. Zhang. "Multi-Task Differential Privacy Under Distribution Skew".
-       ICML 2023. arXiv:2302.07975. Alg. 1-3, eq. (11)-(12), App. B-D.
-    .. [2] S. Chien, P. Jain, W. Krichene, S. Rendle, S. Song, A. Thakurta,
-       L. Zhang. "Private Alternating Least Squares: Practical Private Matrix
-       Completion with Tighter Rates". ICML 2021.
-    .. [3] S. Gopi, P. Gulhane, J. Kulkarni, J. H. Shen, M. Shokouhi,
-       S. Yekhanin. "Differentially Private Set Union". ICML 2020.
+    .. [1] W. Krichene, P. Jain, S. Song, M. Sundararajan, A. Thakurta, L. Zhang.
+       "Multi-Task Differential Privacy Under Distribution Skew". ICML 2023.
+       arXiv:2302.07975. Alg. 1-3, eq. (11)-(12), App. B-D.
+    .. [2] S. Chien, P. Jain, W. Krichene, S. Rendle, S. Song, A. Thakurta, L. Zhang.
+       "Private Alternating Least Squares: Practical Private Matrix Completion with
+       Tighter Rates". ICML 2021.
+    .. [3] S. Gopi, P. Gulhane, J. Kulkarni, J. H. Shen, M. Shokouhi, S. Yekhanin.
+       "Differentially Private Set Union". ICML 2020.
 
     Examples
     --------
@@ -327,23 +277,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     _algorithm = adaptive_mf
     _parameter_constraints = {
         **BasePersonalizedEstimator._parameter_constraints,
+        **{name: [_POSITIVE] for name in ("user_budget", "reg", "personal_ridge")},
+        **{name: ["boolean"] for name in ("center", "user_bias", "item_bias")},
         "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_iter": [Interval(Integral, 1, None, closed="left")],
         "weighting": [StrOptions({"adaptive", "uniform", "tail"})],
-        "mu": [Interval(Real, 0, None, closed="left")],
-        "user_budget": [Interval(Real, 0, None, closed="neither")],
         "weight_normalization": [StrOptions({"clip", "budget"})],
         "solver": [StrOptions({"als", "sgd"})],
-        "n_iter": [Interval(Integral, 1, None, closed="left")],
-        "reg": [Interval(Real, 0, None, closed="neither")],
-        "personal_ridge": [Interval(Real, 0, None, closed="neither")],
-        "embedding_ridge": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "clip_norm": [Interval(Real, 0, None, closed="neither"), None],
-        "rating_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"}),
-                        None],
-        "center": ["boolean"],
-        "user_bias": ["boolean"],
-        "item_bias": ["boolean"],
-        "mean_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "mu": [Interval(Real, 0, None, closed="left")],
+        "embedding_ridge": [_POSITIVE, StrOptions({"auto"})],
+        "clip_norm": [_POSITIVE, None],
+        "rating_clip": [_POSITIVE, StrOptions({"auto"}), None],
+        "mean_clip": [_POSITIVE, StrOptions({"auto"})],
         "count_cap": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "budget_shares": [dict, None],
         "items": ["array-like", StrOptions({"observed"}), None],
@@ -389,29 +334,26 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         tags.regressor_tags.poor_score = True
         return tags
 
-    # ------------------------------------------------------------------ #
     # Validation: parameters, the item catalogue, the rating entries
-    # ------------------------------------------------------------------ #
     def _validate_privacy_params(self):
         super()._validate_privacy_params()  # clip_norm=None, rating_clip=None: epsilon=inf
         if not MIN_CLIP <= self.user_budget < np.inf:
             # a subnormal budget let rounding push one user's sum of w^2 to 1.4 x beta
             raise ValueError(
-                f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, "
-                f"got {self.user_budget!r}: at smaller scales floating-point rounding "
-                "can exceed the stated sensitivity. Only its ratio to `reg` matters "
-                "for adaptive weights: rescale both instead.")
+                f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, got "
+                f"{self.user_budget!r}: at smaller scales floating-point rounding can exceed "
+                "the stated sensitivity. Only its ratio to `reg` matters for adaptive "
+                "weights: rescale both instead.")
         if self.weighting in ("uniform", "tail") and self.user_budget < 1:
             raise ValueError(
-                f"weighting={self.weighting!r} keeps floor(user_budget) items per user "
-                f"with weight 1, so user_budget must be >= 1; got {self.user_budget!r}. "
-                "Pass user_budget=k to sample k items per user.")
+                f"weighting={self.weighting!r} keeps floor(user_budget) items per user with "
+                f"weight 1, so user_budget must be >= 1; got {self.user_budget!r}. Pass "
+                "user_budget=k to sample k items per user.")
         if self.items is None and self.epsilon != np.inf and self.delta <= 0:
             raise ValueError(
-                f"items=None selects the item catalogue privately, which needs delta > "
-                f"0 (an item rated by one user is published with probability at most "
-                f"delta / 4); got delta={self.delta!r}. Pass delta > 0, or a public "
-                f"catalogue items=[...].")
+                f"items=None selects the item catalogue privately, which needs delta > 0 (an "
+                f"item rated by one user is published with probability at most delta / 4); "
+                f"got delta={self.delta!r}. Pass delta > 0, or a public catalogue items=[...].")
 
     def _validate_data_kwargs(self):
         return {"dtype": None, "y_numeric": True}
@@ -423,21 +365,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         catalogue = np.asarray(self.items)
         if catalogue.ndim == 1:
             catalogue = catalogue[:, None]
-        if catalogue.ndim != 2 or catalogue.shape[0] == 0 \
-                or catalogue.shape[1] != X.shape[1]:
-            raise ValueError(
-                f"`items` must hold at least one id, each with {X.shape[1]} "
-                f"column(s) like X; got shape {np.asarray(self.items).shape}."
-            )
+        if catalogue.ndim != 2 or catalogue.shape[0] == 0 or catalogue.shape[1] != X.shape[1]:
+            raise ValueError(f"`items` must hold at least one id, each with {X.shape[1]} "
+                             f"column(s) like X; got shape {np.asarray(self.items).shape}.")
         return _factorise_keys(_item_keys(catalogue))[0].copy()
 
     @staticmethod
-    def _ids(keys, X, id_dtype):
+    def _ids(keys, n_features, id_dtype):
         """The ids shown to users for sorted item keys (integer ids stay ints)."""
-        item_ids = _keys_to_ids(keys, X.shape[1])
-        if X.shape[1] == 1 and np.dtype(id_dtype).kind in "biu":
-            item_ids = item_ids.astype(id_dtype)
-        return item_ids
+        if keys.dtype.kind == "V":  # multi-column rows (see _item_keys)
+            return keys.view(np.float64).reshape(-1, n_features).copy()
+        item_ids = np.asarray(keys).copy()
+        return item_ids.astype(id_dtype) if np.dtype(id_dtype).kind in "biu" else item_ids
 
     def _validate_fit_data(self, X, y, groups):
         # sklearn's finiteness check sums y: an overflow warning would leak (DESIGN 7)
@@ -446,11 +385,10 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X, index = data.X, data.index
         if groups is not None and X.shape[1] > 1:  # public shapes only (issue 13, item 4)
             warnings.warn(
-                f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one "
-                "column of item ids, with the user ids in groups= (e.g. "
-                "fit(df[['item']], df['rating'], groups=df['user'])). With several "
-                "columns every distinct row of X is treated as one item.",
-                UserWarning, stacklevel=3)
+                f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one column of "
+                "item ids, with the user ids in groups= (e.g. fit(df[['item']], df['rating'], "
+                "groups=df['user'])). With several columns every distinct row of X is "
+                "treated as one item.", UserWarning, stacklevel=3)
         # Internal codes (public catalogue first); only the published catalogue is released.
         public_keys = self._public_catalogue_keys(X)
         codes, other_keys = _encode_items(
@@ -458,12 +396,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         code_keys = other_keys if public_keys is None else np.concatenate(
             [public_keys, other_keys])
         n_codes = int(code_keys.shape[0])
-        user, item, rating = _entries(codes, data.y, index.codes, n_codes)
+        entries = aggregate_entries(index.codes, codes, data.y, n_codes)
         n_public = None if public_keys is None else int(public_keys.shape[0])
         if isinstance(self.items, str):  # "observed": every item, released as is
             n_public = n_codes
-        return _entry_data(data, (user, item, rating), index.users, n_public, code_keys,
-                           self._ids(code_keys, X, X.dtype))
+        return _entry_data(data, entries, index.users, n_public, code_keys,
+                           self._ids(code_keys, X.shape[1], X.dtype))
 
     # skdpp.distributed validates each partition separately; these three make its
     # item codes those of validating all rows at once, whatever the partitioning.
@@ -488,13 +426,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         remap = np.concatenate([np.arange(n_public, dtype=np.int64),
                                 n_public + position[merged.lookup(code_keys[n_public:])]])
         n_codes = n_public + int(vocabulary.shape[0])
-        users = data.index.users
-        user, item, rating = aggregate_entries(data.index.codes, remap[data.X[:, 0]],
-                                               data.y, n_codes)
+        entries = aggregate_entries(data.index.codes, remap[data.X[:, 0]], data.y, n_codes)
         code_keys = np.concatenate([code_keys[:n_public], vocabulary])
         n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
-        return _entry_data(data, (user, item, rating), users, n_items, code_keys,
-                           self._ids(code_keys, np.empty((0, data.meta["n_features"])),
+        return _entry_data(data, entries, data.index.users, n_items, code_keys,
+                           self._ids(code_keys, data.meta["n_features"],
                                      data.attributes["_code_ids"].dtype))
 
     def _make_blocks(self, data, randomness):
@@ -506,17 +442,13 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         # Keep only the published items (ids, lookup keys, seen-matrix columns).
         attributes = dict(attributes)
         published = attributes.pop("_published")
-        code_keys = attributes.pop("_code_keys")
-        code_ids = attributes.pop("_code_ids")
-        attributes["_catalogue_keys"] = code_keys[published]
-        attributes["item_ids_"] = code_ids[published]
+        attributes["_catalogue_keys"] = attributes.pop("_code_keys")[published]
+        attributes["item_ids_"] = attributes.pop("_code_ids")[published]
         attributes["n_items_"] = int(published.shape[0])
         attributes["_seen"] = attributes["_seen"].tocsc()[:, published].tocsr()
         super()._set_fitted_attributes(attributes)
 
-    # ------------------------------------------------------------------ #
     # The algorithm configuration and the personal fit
-    # ------------------------------------------------------------------ #
     def _catalogue_kind(self):
         if self.items is None:
             return "private"
@@ -552,7 +484,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         """User embeddings and biases from the released values and each user's ratings."""
         codes, other = _encode_items(self._catalogue_keys, X)
         n_codes = self.n_items_ + int(other.shape[0])
-        user, item, rating = _entries(codes, y, index.codes, n_codes)
+        user, item, rating = aggregate_entries(index.codes, codes, y, n_codes)
         published = item < self.n_items_
         self._pending_seen = _seen_matrix(user[published], item[published], index.n_users,
                                           self.n_items_)
@@ -561,29 +493,21 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             self._fit_config(None))
         return {"user_embeddings_": U, "user_biases_": bias}
 
-    def _validate_personal_input(self, X, y):
-        return validate_data(self, X, y, reset=False, dtype=None, y_numeric=True)
-
     def _merge_personal(self, new_ids, personal):
-        old_ids = self.user_ids_
-        old_seen = self._seen.tocoo()
+        old_ids, old_seen = self.user_ids_, self._seen.tocoo()
         new_seen = self._pending_seen.tocoo()
         super()._merge_personal(new_ids, personal)
         all_ids = self.user_ids_
         pos_old = np.searchsorted(all_ids, old_ids)
         pos_new = np.searchsorted(all_ids, new_ids)
-        replaced = np.isin(old_ids, new_ids)
-        keep = ~replaced[old_seen.row]
+        keep = ~np.isin(old_ids, new_ids)[old_seen.row]
         rows = np.concatenate([pos_old[old_seen.row[keep]], pos_new[new_seen.row]])
         cols = np.concatenate([old_seen.col[keep], new_seen.col])
-        self._seen = sp.csr_matrix(
-            (np.ones(rows.shape[0]), (rows, cols)), shape=(all_ids.shape[0], self.n_items_)
-        )
+        self._seen = sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)),
+                                   shape=(all_ids.shape[0], self.n_items_))
         del self._pending_seen
 
-    # ------------------------------------------------------------------ #
     # Prediction
-    # ------------------------------------------------------------------ #
     def predict(self, X, groups=None):
         """Predict ratings: ``mean_ + b_item + b_user + <u_user, v_item>``.
 
@@ -592,8 +516,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X : array-like of shape (n_samples, 1) or (n_samples, n_features)
             Item ids, as in :meth:`fit`.
         groups : array-like of shape (n_samples,), default=None
-            User id of each row. Unseen users get ``mean_`` plus the item's
-            bias; items outside the published catalogue get no item term.
+            User id of each row. Unseen users get ``mean_`` plus the item's bias; items
+            outside the published catalogue get no item term.
 
         Returns
         -------
@@ -602,8 +526,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Raises
         ------
         ValueError
-            If a prediction is not finite (it would exceed the float64 range);
-            the error names the rows.
+            If a prediction is not finite (beyond the float64 range); names the rows.
         """
         return self._predict_unchecked(X, groups)
 
@@ -613,34 +536,31 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X = validate_data(self, X, reset=False, dtype=None)
         users = self._user_codes(groups, X.shape[0])
         items = _lookup_items(self._catalogue_keys, X)  # -1: not published
+        pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
+        known = users >= 0
         if getattr(self, "local_only_", False):  # useless: own means; new users mean_
-            pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
-            known = users >= 0
             pred[known] = self.user_biases_[users[known]]
             return pred
-        pred = np.full(X.shape[0], self.mean_, dtype=np.float64)
         published = items >= 0
         pred[published] += self.item_biases_[items[published]]
-        known = users >= 0
         pred[known] += self.user_biases_[users[known]]
         both = known & published
         if both.any():
             u, i = users[both], items[both]
             score = np.empty(u.shape[0])
             for start in range(0, u.shape[0], _PREDICT_CHUNK):  # memory chunks
-                stop = min(u.shape[0], start + _PREDICT_CHUNK)
-                score[start:stop] = np.einsum(
-                    "ek,ek->e", self.user_embeddings_[u[start:stop]],
-                    self.item_embeddings_[i[start:stop]])
+                part = slice(start, start + _PREDICT_CHUNK)
+                score[part] = np.einsum("ek,ek->e", self.user_embeddings_[u[part]],
+                                        self.item_embeddings_[i[part]])
             if self.rating_clip_ is not None:
                 score = np.clip(score, -self.rating_clip_, self.rating_clip_)
             pred[both] += score
         return pred
 
     def _item_popularity(self):
-        """Popularity of the published items (or None): the inverse-variance
-        combination of ``item_counts_`` and ``item_weighted_counts_ / r``, ``r =
-        sum W / sum n`` (post-processing of releases and public noise levels)."""
+        """Popularity of the published items (or None): the inverse-variance combination of
+        ``item_counts_`` and ``item_weighted_counts_ / r``, ``r = sum W / sum n``
+        (post-processing of releases and public noise levels)."""
         counts, weighted = self.item_counts_, self.item_weighted_counts_
         if counts is None:
             return None
@@ -665,29 +585,26 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         n_items : int, default=10
             Number of items per user (at most the catalogue size).
         exclude_seen : bool, default=True
-            Skip the items each user rated in ``fit`` / ``personalize`` (kept
-            with the personal parts: personal data, not a release).
+            Skip the items each user rated in ``fit`` / ``personalize`` (kept with the
+            personal parts: personal data, not a release).
         ranking : {"blend", "rating", "popularity"}, default="blend"
-            Score of item ``i`` for user ``j``, with ``s_ij = b_i + <u_j, v_i>``
-            (the predicted rating minus the user's constant part):
+            Score of item ``i`` for user ``j``:
 
-            - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight *
-              log(max(n_i, 1))``: the factor part of the predicted rating plus
-              the log of the released popularity ``n_i`` (the inverse-variance
-              combination of ``item_counts_`` and ``item_weighted_counts_``).
-              The item bias is left out (it favours niche items: up to 0.02
-              recall@10 on MovieLens).
-            - ``"rating"``: ``s_ij``, the predicted rating.
+            - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight * log(max(n_i,
+              1))``, the factor part of the predicted rating plus the log of the released
+              popularity ``n_i`` (the inverse-variance combination of ``item_counts_`` and
+              ``item_weighted_counts_``); the item bias is left out (it favours niche
+              items: up to 0.02 recall@10 on MovieLens).
+            - ``"rating"``: ``b_i + <u_j, v_i>``, the predicted rating.
             - ``"popularity"``: ``n_i``, the most popular unseen items.
 
-            Unseen users get ``n_i`` (``"blend"``, ``"popularity"``) or
-            ``item_counts_`` (``"rating"``; catalogue order without counts).
-            Without released counts (a public catalogue, ``"uniform"``
-            weights and ALS) ``"blend"`` is ``"rating"`` and ``"popularity"``
-            raises.
+            Unseen users get ``n_i`` (``"blend"``, ``"popularity"``) or ``item_counts_``
+            (``"rating"``; catalogue order without counts). Without released counts (a
+            public catalogue, ``"uniform"`` weights and ALS) ``"blend"`` is ``"rating"``
+            and ``"popularity"`` raises.
         popularity_weight : float, default=1.0
-            Weight of the log popularity in ``"blend"``, per unit of
-            ``<u_j, v_i> / rating_clip_`` (``0``: the affinity alone).
+            Weight of the log popularity in ``"blend"``, per unit of ``<u_j, v_i> /
+            rating_clip_`` (``0``: the affinity alone).
 
         Returns
         -------
@@ -696,9 +613,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
         Notes
         -----
-        Post-processing: a user's list depends on the released values (and the
-        plan's noise levels) and that user's own personal part and rated
-        items only: jointly DP (billboard model).
+        Post-processing: a user's list depends on the released values, the plan's noise
+        levels and that user's own personal part and rated items only (billboard model).
         """
         check_is_fitted(self)
         groups = np.asarray(groups)
@@ -715,16 +631,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                              f"{popularity_weight!r}.")
         if ranking == "popularity" and self.item_counts_ is None:
             raise ValueError(
-                "ranking='popularity' needs the released item counts, and this fit "
-                "released none (a public catalogue with weighting='uniform' and "
-                "solver='als'). Use ranking='rating'."
-            )
+                "ranking='popularity' needs the released item counts, and this fit released "
+                "none (a public catalogue with weighting='uniform' and solver='als'). Use "
+                "ranking='rating'.")
         if self.n_items_ == 0:
             raise ValueError(
                 "The published item catalogue is empty (no item cleared the private "
-                "selection threshold): there is nothing to recommend. Use a larger "
-                "epsilon or pass a public catalogue items=[...]."
-            )
+                "selection threshold): there is nothing to recommend. Use a larger epsilon "
+                "or pass a public catalogue items=[...].")
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
         known = codes >= 0
@@ -732,8 +646,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         if ranking == "rating" or popularity is None:
             ranking = "rating"  # "blend" without released counts
             # Cold users: the noisy counts (catalogue order without counts).
-            cold = (-np.arange(self.n_items_, dtype=np.float64)
-                    if self.item_counts_ is None
+            cold = (-np.arange(self.n_items_, dtype=np.float64) if self.item_counts_ is None
                     else np.asarray(self.item_counts_, dtype=np.float64))
         elif ranking == "popularity":
             cold = popularity
@@ -744,8 +657,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         block = max(1, (2**24) // max(1, self.n_items_))
         for start in range(0, groups.shape[0], block):  # memory blocks
             stop = min(groups.shape[0], start + block)
-            c = codes[start:stop]
-            kn = known[start:stop]
+            c, kn = codes[start:stop], known[start:stop]
             scores = np.tile(cold, (stop - start, 1))
             if kn.any():
                 if ranking == "popularity":
@@ -757,8 +669,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                     sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T) / unit
                     sub += cold
                 if exclude_seen:
-                    seen = self._seen[c[kn]].toarray() > 0
-                    sub[seen] = -np.inf
+                    sub[self._seen[c[kn]].toarray() > 0] = -np.inf
                 scores[kn] = sub
             top = np.argpartition(-scores, n_top - 1, axis=1)[:, :n_top]
             order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1,

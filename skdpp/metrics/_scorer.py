@@ -9,42 +9,33 @@ _RESPONSE_METHODS = ("predict", "predict_proba", "decision_function")
 
 
 class _PersonalizedScorer:
-    """Scorer calling ``estimator.<response_method>(X, groups=groups)``.
-
-    Built by :func:`make_personalized_scorer`; see its documentation.
-    """
+    """Scorer calling ``estimator.<response_method>(X, groups=groups)``; built by
+    :func:`make_personalized_scorer`."""
 
     def __init__(self, metric, sign, response_method, kwargs):
-        self._metric = metric
-        self._sign = sign
+        self._metric, self._sign, self._kwargs = metric, sign, kwargs
         self._response_method = response_method
-        self._kwargs = kwargs
         self._groups_request = True
 
     def __call__(self, estimator, X, y_true, groups=None):
-        """``sign * metric(y_true, y_pred)`` with ``y_pred`` from the response
-        method called with ``groups=groups`` (without it for ``None``)."""
+        """``sign * metric(y_true, y_pred)`` with ``y_pred`` from the response method
+        called with ``groups=groups`` (without it for ``None``)."""
         methods = self._response_method
-        if isinstance(methods, str):
-            methods = (methods,)
-        for name in methods:
-            method = getattr(estimator, name, None)
-            if method is not None:
-                break
-        else:
-            raise AttributeError(
-                f"{type(estimator).__name__} has none of the response methods "
-                f"{list(methods)} required by this scorer.")
+        methods = (methods,) if isinstance(methods, str) else methods
+        method = next((getattr(estimator, name) for name in methods
+                       if getattr(estimator, name, None) is not None), None)
+        if method is None:
+            raise AttributeError(f"{type(estimator).__name__} has none of the response "
+                                 f"methods {list(methods)} required by this scorer.")
         y_pred = method(X) if groups is None else method(X, groups=groups)
         return self._sign * float(self._metric(y_true, y_pred, **self._kwargs))
 
-    def _accept_sample_weight(self):
-        # consulted by scikit-learn when routing is disabled
+    def _accept_sample_weight(self):  # consulted by scikit-learn when routing is disabled
         return False
 
     def set_score_request(self, *, groups=True):
-        """Set how ``groups`` is requested for scoring (``True``: requested, the
-        default; ``False``: not; ``None``: error if passed; str: alias)."""
+        """Set how ``groups`` is requested for scoring (``True``: requested, the default;
+        ``False``: not; ``None``: error if passed; str: alias)."""
         self._groups_request = groups
         return self
 
@@ -67,27 +58,26 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
                              **kwargs):
     """Make a scorer that passes the rows' user ids to the estimator.
 
-    scikit-learn's string scorers call ``estimator.predict(X)`` without
-    ``groups``, so a personalized estimator would treat every test row as a
-    new (cold-start) user.  The scorer returned here calls
-    ``estimator.predict(X, groups=groups)`` and requests ``groups`` through
-    metadata routing, so ``GridSearchCV(..., scoring=scorer)`` and
-    ``cross_validate(..., scoring=scorer, params={"groups": g})`` with
-    ``sklearn.set_config(enable_metadata_routing=True)`` score each test row
-    with its user's personal model.
+    scikit-learn's string scorers call ``estimator.predict(X)`` without ``groups``, so a
+    personalized estimator would treat every test row as a new (cold-start) user. This
+    scorer calls ``estimator.predict(X, groups=groups)`` and requests ``groups`` through
+    metadata routing, so ``GridSearchCV(..., scoring=scorer)`` and ``cross_validate(...,
+    scoring=scorer, params={"groups": g})`` with
+    ``sklearn.set_config(enable_metadata_routing=True)`` score each test row with its
+    user's personal model.
 
     Parameters
     ----------
     metric : callable
-        ``metric(y_true, y_pred, **kwargs) -> float``, e.g.
-        :func:`skdpp.metrics.rmse` or ``sklearn.metrics.r2_score``.
+        ``metric(y_true, y_pred, **kwargs) -> float``, e.g. :func:`skdpp.metrics.rmse` or
+        ``sklearn.metrics.r2_score``.
     greater_is_better : bool, default=True
-        Whether a higher metric is better; if False the scorer returns
-        ``-metric`` (scikit-learn maximises scores).
+        Whether a higher metric is better; if False the scorer returns ``-metric``
+        (scikit-learn maximises scores).
     response_method : {"predict", "predict_proba", "decision_function"} or \
             tuple of them, default="predict"
-        Estimator method producing ``y_pred``; with a tuple, the first one the
-        estimator has.
+        Estimator method producing ``y_pred``; with a tuple, the first one the estimator
+        has.
     **kwargs : dict
         Extra keyword arguments of ``metric``.
 
@@ -100,11 +90,10 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
 
     Notes
     -----
-    With metadata routing disabled (scikit-learn's default), meta-estimators
-    never pass ``groups`` to scorers; the scorer then calls
-    ``estimator.predict(X)`` and skdpp estimators fitted with user ids warn
-    that the rows are treated as new users.  Tuning on private data costs
-    privacy: each fit of a search spends its own budget.
+    With metadata routing disabled (scikit-learn's default), meta-estimators never pass
+    ``groups`` to scorers; the scorer then calls ``estimator.predict(X)`` and skdpp
+    estimators fitted with user ids warn that the rows are treated as new users. Tuning on
+    private data costs privacy: each fit of a search spends its own budget.
 
     Examples
     --------
@@ -119,17 +108,13 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
     -1.0
     """
     if not callable(metric):
-        raise TypeError(
-            f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}.")
+        raise TypeError(f"`metric` must be a callable metric(y_true, y_pred); got {metric!r}.")
     methods = (response_method,) if isinstance(response_method, str) \
         else tuple(response_method)
-    bad = [m for m in methods if m not in _RESPONSE_METHODS]
-    if bad or not methods:
-        raise ValueError(
-            f"`response_method` must be one of {list(_RESPONSE_METHODS)} or a tuple of "
-            f"them; got {response_method!r}.")
+    if not methods or any(m not in _RESPONSE_METHODS for m in methods):
+        raise ValueError(f"`response_method` must be one of {list(_RESPONSE_METHODS)} or a "
+                         f"tuple of them; got {response_method!r}.")
     if not isinstance(greater_is_better, (bool, np.bool_)):
-        raise TypeError(
-            f"`greater_is_better` must be True or False; got {greater_is_better!r}.")
-    sign = 1 if greater_is_better else -1
-    return _PersonalizedScorer(metric, sign, response_method, kwargs)
+        raise TypeError(f"`greater_is_better` must be True or False; got "
+                        f"{greater_is_better!r}.")
+    return _PersonalizedScorer(metric, 1 if greater_is_better else -1, response_method, kwargs)

@@ -1,13 +1,12 @@
 """Block kernels of private alternating minimisation (Krichene et al. 2023, Alg. 1-3).
 
-Block functions ``fn(block, state, broadcast) -> (partial, state)`` run by the
-driver :func:`.adaptive_mf.run`; the per-user state (residuals, task weights,
-user embeddings) stays in the block. The data are *entries*: one row per
-distinct (user, item) pair (:func:`aggregate_entries`), each user's rows sorted
-by item code (:func:`entry_blocks`): a fit is a function of the set of ratings.
-The user step (Alg. 3, line 4) is an exact local ridge solve per user over all
-its ratings; Gram matrices and item statistics are batched BLAS products
-(:func:`_batches`). Ratings of unpublished items only move the user's bias.
+Block functions ``fn(block, state, broadcast) -> (partial, state)`` run by
+:func:`.adaptive_mf.run`; per-user state (residuals, task weights, user embeddings) stays
+in the block. Data are *entries*: one row per distinct (user, item) pair
+(:func:`aggregate_entries`), each user's rows sorted by item code (:func:`entry_blocks`).
+The user step (Alg. 3, line 4) is an exact local ridge solve per user over all its
+ratings; Gram matrices and item statistics are batched BLAS products (:func:`_batches`).
+Ratings of unpublished items only move the user's bias.
 """
 
 import numpy as np
@@ -45,13 +44,13 @@ RIDGE_GRID = np.array([1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0])
 VALIDATION_MARGIN = 3.0
 VALIDATION_FRACTION = 0.1
 
-def aggregate_entries(user, item, y, n_items):
-    """Merge duplicate (user, item) rows into one entry with their mean rating.
 
-    A user then contributes at most once to each item's statistics, as the
-    sensitivities require. The mean is a sum of ``y / count`` in increasing
-    rating order (independent of the row order). Returns ``(user, item,
-    rating)`` sorted by user, then item.
+def aggregate_entries(user, item, y, n_items):
+    """Merge duplicate (user, item) rows into one entry with their mean rating, so a user
+    contributes at most once to each item's statistics (as the sensitivities require).
+
+    The mean is a sum of ``y / count`` in increasing rating order (independent of the row
+    order). Returns ``(user, item, rating)`` sorted by user, then item.
     """
     y = np.asarray(y, dtype=np.float64)
     pair = np.asarray(user, dtype=np.int64) * np.int64(n_items) + np.asarray(item, np.int64)
@@ -74,12 +73,11 @@ def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
     """Blocks of whole users over the entries (:func:`aggregate_entries`), each
     user's rows sorted by item; ``X`` holds the item codes, ``y`` the ratings."""
     item = np.asarray(item, dtype=np.int64)
-    index = UserIndex(users, user)
     # item codes as row keys, in the top bits (canonical_order keeps them)
     shift = np.uint64(64 - max(1, int(n_items - 1).bit_length()))
-    keys = item.astype(np.uint64) << shift
-    return make_blocks(item[:, None], np.asarray(rating, dtype=np.float64), index,
-                       row_keys=keys, max_rows=max_rows)
+    return make_blocks(item[:, None], np.asarray(rating, dtype=np.float64),
+                       UserIndex(users, user), row_keys=item.astype(np.uint64) << shift,
+                       max_rows=max_rows)
 
 
 def _state(block, state):
@@ -109,25 +107,20 @@ def _batches(counts, rows):
     return batches
 
 
-def _chunks(n, size, k, max_n=None, item_bytes=8):
-    """Slices of ``n`` segments of ``size`` rows of ``k`` floats within ``_GATHER_BYTES``."""
-    step = max(1, _GATHER_BYTES // max(1, size * k * item_bytes))
+def _chunks(n, size, k, max_n=None):
+    """Slices of ``n`` segments of ``size`` rows of ``k`` floats within ``_GATHER_BYTES``
+    (``size=1``: the row windows of one batch)."""
+    step = max(1, _GATHER_BYTES // max(1, size * k * 8))
     if max_n is not None:
         step = min(step, max_n)
     return [slice(a, min(n, a + step)) for a in range(0, n, step)]
-
-
-def _windows(size, k, item_bytes=8):
-    """Row windows of one batch (one window unless a single segment is huge)."""
-    step = max(1, _GATHER_BYTES // max(1, k * item_bytes))
-    return [slice(a, min(size, a + step)) for a in range(0, size, step)]
 
 
 def _batched_gram(E, index, weights, targets, out_G, out_b):
     """``out_G[n] = X_n^T diag(w_n) X_n``, ``out_b[n] = X_n^T t_n`` for ``X_n = E[index[n]]``
     (batched ``np.matmul``; padding rows point at a zero row of ``E``)."""
     k = E.shape[1]
-    for j, w in enumerate(_windows(index.shape[1], k)):
+    for j, w in enumerate(_chunks(index.shape[1], 1, k)):
         X = E[index[:, w]]                     # (n, rows, k)
         Xt = X.transpose(0, 2, 1)
         Xw = Xt if weights is None else (X * weights[:, w, None]).transpose(0, 2, 1)
@@ -156,17 +149,14 @@ def _user_means(block, state):
 
 
 def user_mean_statistic(block, state, fn):
-    """``fn`` of the block's users' mean ratings (for
-    :func:`~skdpp.privacy._quantile.private_location`)."""
+    """``fn`` of the block's users' mean ratings (for ``private_location``)."""
     state = _state(block, state)
     return fn(_user_means(block, state)), state
 
 
 def deviation_counts(block, state, broadcast):
-    """Cumulative counts over ``grid`` of ``2 sqrt(mean_i (y_ij - mean)^2)``, one per user.
-
-    ``broadcast = (mean, grid)`` (``rating_clip="auto"``; overflow: ``inf``).
-    """
+    """Cumulative counts over ``grid`` of ``2 sqrt(mean_i (y_ij - mean)^2)``, one per user;
+    ``broadcast = (mean, grid)`` (``rating_clip="auto"``; overflow: ``inf``)."""
     mean, grid = broadcast
     state = _state(block, state)
     counts = np.maximum(block.counts, 1)
@@ -188,9 +178,8 @@ def mean_partial(block, state, radius):
 def count_partial(block, state, broadcast):
     """Item counts (codes ``< n_count``) from at most ``cap`` items per user (App. B, D.1).
 
-    ``broadcast = (key, cap, n_count)``. A user keeps the ``cap`` items with
-    the smallest keyed uniforms (a function of its set of items) and adds
-    their 0/1 indicators.
+    ``broadcast = (key, cap, n_count)``. A user keeps the ``cap`` items with the smallest
+    keyed uniforms (a function of its set of items) and adds their 0/1 indicators.
     """
     key, cap, n_count = broadcast
     state = _state(block, state)
@@ -203,10 +192,8 @@ def count_partial(block, state, broadcast):
 
 
 def select_items(block, state, broadcast):
-    """Store ``pub = remap[item]`` per entry (``m``: an unpublished item) and ``sel``.
-
-    ``broadcast = (remap, m)``; ``sel`` are the rows of published items.
-    """
+    """Store ``pub = remap[item]`` per entry (``m``: an unpublished item) and ``sel``, the
+    rows of published items; ``broadcast = (remap, m)``."""
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
@@ -217,15 +204,12 @@ def select_items(block, state, broadcast):
 
 
 def prepare_residuals(block, state, broadcast):
-    """Store the user-side targets ``r_ij = y_ij - mean - b_i`` (not clipped: personal).
-
-    ``broadcast = (mean, item_biases)``, ``item_biases`` of shape ``(m + 1,)``
-    (last: the unpublished item, 0); also each user's number of published entries.
-    """
+    """Store the user-side targets ``r_ij = y_ij - mean - b_i`` (not clipped: personal)
+    and each user's number of published entries; ``broadcast = (mean, item_biases)``,
+    ``item_biases`` of shape ``(m + 1,)`` (last: the unpublished item, 0)."""
     mean, item_biases = broadcast
     with np.errstate(over="ignore", invalid="ignore"):  # huge ratings: inf, solved as 0
-        r = state["rating"] - mean - item_biases[state["pub"]]
-    state["r"] = r
+        state["r"] = state["rating"] - mean - item_biases[state["pub"]]
     state["n_pub"] = np.bincount(block.row_user[state["sel"]], minlength=block.n_users)
     for name in ("batches", "batches_fit"):  # residuals changed: rebuild on use
         state.pop(name, None)
@@ -235,9 +219,8 @@ def prepare_residuals(block, state, broadcast):
 def prepare_weights(block, state, broadcast):
     """Task weights of the published entries (eq. (11)-(12) or a sampling baseline).
 
-    ``broadcast = (config, key, log_omega, counts)``. With
-    ``embedding_ridge="auto"`` a keyed ``VALIDATION_FRACTION`` of each user's
-    entries is held out (:func:`ridge_scores`) first.
+    ``broadcast = (config, key, log_omega, counts)``. With ``embedding_ridge="auto"`` a
+    keyed ``VALIDATION_FRACTION`` of each user's entries is held out first.
     """
     cfg, key, log_omega, counts = broadcast
     sel, m = state["sel"], state["m"]
@@ -260,15 +243,13 @@ def prepare_weights(block, state, broadcast):
     user = block.row_user[keep].astype(keep.dtype)
     indptr = np.zeros(block.n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user, minlength=block.n_users), out=indptr[1:])
-    state.update(keep=keep, keep_user=user, keep_item=state["pub"][keep], w=w[w > 0],
-                 indptr=indptr)
+    item = state["pub"][keep]
+    state.update(keep=keep, keep_user=user, keep_item=item, w=w[w > 0], indptr=indptr)
     # entries by item, batched by the item's count; padding (-1): zero row and weight
-    by_item = np.argsort(state["keep_item"], kind="stable")
-    users = np.append(user, -1)
-    weights = np.append(state["w"], 0.0)
+    users, weights = np.append(user, -1), np.append(state["w"], 0.0)
     state["item_batches"] = [
-        (items, pos, users[pos].astype(pos.dtype), weights[pos])
-        for items, pos in _batches(np.bincount(state["keep_item"], minlength=m), by_item)]
+        (items, pos, users[pos].astype(pos.dtype), weights[pos]) for items, pos in
+        _batches(np.bincount(item, minlength=m), np.argsort(item, kind="stable"))]
     return None, state
 
 
@@ -290,24 +271,19 @@ def _user_batches(block, state, rows):
 
 
 def _solve_users(block, state, V, cfg, rho, rows=None):
-    """Every user's embedding and bias: ridge least squares over their ratings.
-
-    ``[u_j, b_j] = argmin sum_{i in j} (r_ij - b_j - <u_j, v_i>)^2 +
-    personal_ridge b_j^2 + lambda_j ||u_j||^2`` with ``lambda_j = rho mean_i
-    ||v_i||^2 / k`` over the user's published items (scale-free). Unpublished
-    items (zero embedding) only move the bias; a non-finite solve gives 0.
-    ``rows="fit"``: without the held-out ratings. Returns ``(U, bias)``.
-    """
+    """Every user's ``(U, bias)``: ``[u_j, b_j] = argmin sum_{i in j} (r_ij - b_j - <u_j,
+    v_i>)^2 + personal_ridge b_j^2 + lambda_j ||u_j||^2``, ``lambda_j = rho mean_i
+    ||v_i||^2 / k`` over the user's published items (scale-free). Unpublished items (zero
+    embedding) only move the bias; a non-finite solve gives 0. ``rows="fit"``: without
+    the held-out ratings."""
     (U, bias), = _solve_users_grid(block, state, V, cfg, [rho], rows=rows)
     return U, bias
 
 
 def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
-    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``.
-
-    ``k x k`` systems in stacks of ``_USER_CHUNK`` (:func:`gram_ridge_solve`),
-    users with few entries in the dual; ``users`` (a mask) restricts the solves.
-    """
+    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``. ``k x k``
+    systems in stacks of ``_USER_CHUNK`` (:func:`gram_ridge_solve`), users with few
+    entries in the dual; ``users`` (a mask) restricts the solves."""
     k0, m = V.shape[1], V.shape[0]
     n_pub = state["n_pub" + ("" if rows is None else "_" + rows)]
     k = k0 + int(bool(cfg.user_bias))
@@ -408,10 +384,10 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
 def ridge_scores(block, state, broadcast):
     """Held-out error of every ridge of ``RIDGE_GRID`` (``embedding_ridge="auto"``).
 
-    ``broadcast = (V, config, rating_clip)``. Each user, fitted without its
-    held-out ratings (never seen by the item step), contributes its mean
-    squared held-out errors, residuals clipped to ``C_r``: entries in ``[0,
-    C_r^2]``, sensitivity ``sqrt(len(grid)) C_r^2`` (0 without held-out ratings).
+    ``broadcast = (V, config, rating_clip)``. Each user, fitted without its held-out
+    ratings (never seen by the item step), contributes its mean squared held-out errors,
+    residuals clipped to ``C_r``: entries in ``[0, C_r^2]``, sensitivity ``sqrt(len(grid))
+    C_r^2`` (0 without held-out ratings).
     """
     V, cfg, rating_clip = broadcast
     val = state["val"]
@@ -427,9 +403,8 @@ def ridge_scores(block, state, broadcast):
         mine = users[user]
         e_user, e_val = user[mine], val[mine]
         x = V[state["pub"][e_val]]
-        solutions = _solve_users_grid(block, state, V, cfg, RIDGE_GRID, rows="fit",
-                                      users=users)
-        for g, (U, bias) in enumerate(solutions):  # a few public grid values
+        for g, (U, bias) in enumerate(_solve_users_grid(  # a few public grid values
+                block, state, V, cfg, RIDGE_GRID, rows="fit", users=users)):
             with np.errstate(over="ignore", invalid="ignore"):
                 at = row_of[e_user]
                 resid = state["r"][e_val] - bias[at] - np.einsum("ek,ek->e", U[at], x)
@@ -437,17 +412,15 @@ def ridge_scores(block, state, broadcast):
                 sq[np.isnan(sq)] = 0.0 if rating_clip is None else np.float64(rating_clip) ** 2
                 per_user[g] += np.bincount(e_user, weights=sq, minlength=block.n_users)
     with np.errstate(over="ignore", invalid="ignore"):
-        per_user = np.divide(per_user, n_val, out=np.zeros_like(per_user),
-                             where=n_val > 0)
+        per_user = np.divide(per_user, n_val, out=np.zeros_like(per_user), where=n_val > 0)
     return per_user.sum(axis=1), state
 
 
 def choose_ridge(noisy_scores, noise_std):
-    """The grid ridge with the smallest noisy held-out error if it beats the last
-    by ``VALIDATION_MARGIN`` noise std of the difference (post-processing)."""
+    """The grid ridge with the smallest noisy held-out error if it beats the last by
+    ``VALIDATION_MARGIN`` noise std of the difference (post-processing)."""
     best = int(np.argmin(noisy_scores))
-    margin = VALIDATION_MARGIN * np.sqrt(2.0) * noise_std
-    if noisy_scores[-1] - noisy_scores[best] > margin:
+    if noisy_scores[-1] - noisy_scores[best] > VALIDATION_MARGIN * np.sqrt(2.0) * noise_std:
         return float(RIDGE_GRID[best])
     return float(RIDGE_GRID[-1])
 
@@ -467,8 +440,8 @@ def own_mean_parts(block, state, k):
 
 
 def personal_parts(block, state, broadcast):
-    """Each user's embedding and bias from the released items (App. D, Remark D.1);
-    ``broadcast = (V, config, rho)``. Not clipped: personal, never released."""
+    """Each user's embedding and bias from the released items (App. D, Remark D.1), not
+    clipped (personal, never released); ``broadcast = (V, config, rho)``."""
     V, cfg, rho = broadcast
     state.pop("batches_fit", None)  # the iterations are over: free their batches
     return _solve_users(block, state, V, cfg, rho)
@@ -486,23 +459,16 @@ def _clipped_users(block, state, broadcast):
 def als_statistics(block, state, broadcast):
     """User step, then the block's weighted item statistics (Alg. 1, lines 2, 5-6).
 
-    ``broadcast = (V, config, rho, rating_clip)``. ``A_i = sum_j w_ij u_j
-    u_j^T`` and ``b_i = sum_j w_ij t_ij u_j`` with ``||u_j|| <= C_u`` and
-    ``|t_ij| <= C_r``, batched over items of equal entry counts.
-
-    Returns
-    -------
-    partial : tuple (A, b)
-        ``A`` of shape ``(m, k, k)`` (symmetric up to rounding: the release
-        uses its upper triangle), ``b`` of shape ``(m, k)``.
-    state
+    ``broadcast = (V, config, rho, rating_clip)``. Returns ``(A, b)``: ``A_i = sum_j w_ij
+    u_j u_j^T`` of shape ``(m, k, k)`` (symmetric up to rounding: the release uses its
+    upper triangle) and ``b_i = sum_j w_ij t_ij u_j`` of shape ``(m, k)``, with ``||u_j||
+    <= C_u`` and ``|t_ij| <= C_r``, batched over items of equal entry counts.
     """
     U, target = _clipped_users(block, state, broadcast)
     k, m = U.shape[1], broadcast[0].shape[0]
     Uz = np.vstack([U, np.zeros((1, k))])  # row -1: padding
     wt = np.append(state["w"] * target, 0.0)
-    A = np.zeros((m, k, k))
-    b = np.zeros((m, k))
+    A, b = np.zeros((m, k, k)), np.zeros((m, k))
     for items, pos, users, weights in state["item_batches"]:
         for c in _chunks(items.shape[0], pos.shape[1], k):
             Ac, bc = np.empty((c.stop - c.start, k, k)), np.empty((c.stop - c.start, k))
@@ -521,19 +487,17 @@ def user_step(block, state, broadcast):
 def item_gradient(block, state, broadcast):
     """Weighted sum of per-entry clipped gradients of the item loss (Alg. 2, line 5).
 
-    ``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)``, i.e. ``sign(e)
-    min(|e| ||u||, Gamma) u / ||u||`` (a huge ``e`` still gives norm at most
-    ``Gamma``, NaN gives 0). ``broadcast = (V, grad_clip)``; an ``(m, k)`` partial.
+    ``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)``, i.e. ``sign(e) min(|e|
+    ||u||, Gamma) u / ||u||`` (a huge ``e`` still gives norm at most ``Gamma``, NaN gives
+    0). ``broadcast = (V, grad_clip)``; an ``(m, k)`` partial.
     """
     V, grad_clip = broadcast
-    user, item = state["keep_user"], state["keep_item"]
-    U = state["U"]
+    user, item, U = state["keep_user"], state["keep_item"], state["U"]
     resid = np.empty(user.shape[0])
     with np.errstate(over="ignore", invalid="ignore"):
         for start in range(0, user.shape[0], _ENTRY_CHUNK):  # memory chunks
-            stop = min(user.shape[0], start + _ENTRY_CHUNK)
-            resid[start:stop] = np.einsum("ek,ek->e", U[user[start:stop]],
-                                          V[item[start:stop]])
+            part = slice(start, start + _ENTRY_CHUNK)
+            resid[part] = np.einsum("ek,ek->e", U[user[part]], V[item[part]])
         resid -= state["target"]
         magnitude, _ = clipped_magnitudes(np.abs(resid) * state["norm"][user], grad_clip)
         coef = state["w"] * np.sign(resid) * magnitude

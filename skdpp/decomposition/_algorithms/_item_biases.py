@@ -1,13 +1,12 @@
 """DP item biases of :class:`~skdpp.decomposition.AdaptiveWeightMF` (phase ``"item_bias"``).
 
-Alg. 1 of Krichene et al. (2023) with ``d = 1`` (feature 1, label the
-user-centred rating): the weighted counts ``W_i = sum_j w_ij`` (once), then per
-pass the weighted sums ``S_i = sum_j w_ij t_ij``, ``t_ij = clip(y_ij - mean -
-c_j, C_r)`` with ``c_j`` user ``j``'s ridge-shrunk mean of ``y_ij - mean - b_i``
-under the previous pass's released biases. ``w_ij = min(1, sqrt(cap / n_j))``
-on the user's ``n_j`` published items (``cap=None``: 1): user ``j``'s vector of
-weights is non-negative with norm at most ``sqrt(cap)``, so ``W`` moves by at
-most ``sqrt(2 cap)`` and ``S`` by ``2 sqrt(cap) C_r``. The biases are
+Alg. 1 of Krichene et al. (2023) with ``d = 1`` (feature 1, label the user-centred
+rating): the weighted counts ``W_i = sum_j w_ij`` (once), then per pass the weighted sums
+``S_i = sum_j w_ij t_ij``, ``t_ij = clip(y_ij - mean - c_j, C_r)`` with ``c_j`` user
+``j``'s ridge-shrunk mean of ``y_ij - mean - b_i`` under the previous pass's released
+biases. ``w_ij = min(1, sqrt(cap / n_j))`` on the user's ``n_j`` published items
+(``cap=None``: 1): user ``j``'s weights are non-negative with norm at most ``sqrt(cap)``,
+so ``W`` moves by at most ``sqrt(2 cap)`` and ``S`` by ``2 sqrt(cap) C_r``. The biases are
 post-processing (:func:`shrunk_item_biases`).
 """
 
@@ -35,11 +34,9 @@ def item_bias_sensitivities(cap, rating_clip):
 
 
 def bias_weights(block, state, broadcast):
-    """Per-entry weights ``min(1, sqrt(cap / n_j))`` and the block's weighted counts.
-
-    ``broadcast = (cap, m)``. Stores ``bias_w`` (aligned with the published
-    rows ``state["sel"]``); returns ``W`` partial of shape ``(m,)``.
-    """
+    """Per-entry weights ``min(1, sqrt(cap / n_j))`` (stored as ``bias_w``, aligned with
+    ``state["sel"]``) and the block's weighted counts ``W`` of shape ``(m,)``;
+    ``broadcast = (cap, m)``."""
     cap, m = broadcast
     sel = state["sel"]
     user = block.row_user[sel]
@@ -53,17 +50,12 @@ def bias_weights(block, state, broadcast):
 
 
 def bias_sums(block, state, broadcast):
-    """The block's weighted sums of user-centred, clipped ratings (one pass).
+    """The block's weighted sums ``S`` (shape ``(m,)``) of user-centred, clipped ratings.
 
-    ``broadcast = (mean, item_biases, rating_clip, ridge)`` with
-    ``item_biases`` of shape ``(m + 1,)`` (the previous pass; last entry: the
-    dummy item, 0). User ``j``'s centring is ``c_j = sum_i (y_ij - mean -
-    b_i) / (n_j + ridge)`` over all the user's ratings; the targets of the
-    published entries are ``clip(y_ij - mean - c_j, C_r)``.
-
-    Returns
-    -------
-    S : ndarray of shape (m,)
+    ``broadcast = (mean, item_biases, rating_clip, ridge)``, ``item_biases`` of shape ``(m
+    + 1,)`` (the previous pass; last: the dummy item, 0). User ``j``'s centring is ``c_j =
+    sum_i (y_ij - mean - b_i) / (n_j + ridge)`` over all the user's ratings; the targets of
+    the published entries are ``clip(y_ij - mean - c_j, C_r)``.
     """
     mean, item_biases, rating_clip, ridge = broadcast
     m = item_biases.shape[0] - 1
@@ -81,14 +73,12 @@ def bias_sums(block, state, broadcast):
 def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
     """Item biases from the released ``S`` and ``W`` (post-processing).
 
-    ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with
-    ``W_i`` floored at 1, clipped to ``[-C_r, C_r]``: the posterior mean of
-    ``b_i`` under a prior ``N(0, s^2 / ridge)`` when each residual has variance
-    ``s^2``, ``s = C_r / 2`` (the ``"auto"`` bound is twice a typical
-    deviation), and ``S_i`` carries Gaussian noise of std ``sigma_S =
-    noise_std`` (0 at ``epsilon=inf``): an item whose sum is mostly noise gets
-    a bias near 0. Scale-free (``S``, ``sigma_S`` and ``C_r`` share the ratings'
-    units); ``rating_clip=None``: no clipping, no noise.
+    ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with ``W_i`` floored at
+    1, clipped to ``[-C_r, C_r]``: the posterior mean of ``b_i`` under a prior ``N(0, s^2 /
+    ridge)`` when each residual has variance ``s^2``, ``s = C_r / 2`` (the ``"auto"`` bound
+    is twice a typical deviation), and ``S_i`` carries Gaussian noise of std ``sigma_S =
+    noise_std`` (0 at ``epsilon=inf``): an item whose sum is mostly noise gets a bias near
+    0. Scale-free; ``rating_clip=None``: no clipping, no noise.
     """
     w = np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     denom = w + ridge

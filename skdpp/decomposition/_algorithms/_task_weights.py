@@ -1,14 +1,12 @@
 """Task-user weights of Krichene et al. (2023): eq. (11)-(12) and the sampling baselines.
 
-Every user ``j`` spends a budget ``beta``: the weights of the items (tasks) the
-user rated satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3), which bounds the
-sensitivity of the weighted item statistics of Alg. 1 and 2. ``"adaptive"``:
-public ``omega_i ~ n_hat_i^-mu`` (eq. (11)) rescaled per user (eq. (12) or the
-budget normalisation of App. C); ``"uniform"`` / ``"tail"``: weight 1 on
-``floor(beta)`` of the user's items, at random or with the smallest DP counts
-(Chien et al. 2021). On one block of whole users; a user's weights depend on
-that user's items, the public counts and the fit key only (keyed per-row
-uniforms, never draws from a stream in row order).
+Every user ``j`` spends a budget ``beta``: the weights of the items (tasks) the user rated
+satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3), which bounds the sensitivity of the
+weighted item statistics of Alg. 1 and 2. ``"adaptive"``: public ``omega_i ~
+n_hat_i^-mu`` (eq. (11)) rescaled per user (eq. (12) or the budget normalisation of App.
+C); ``"uniform"`` / ``"tail"``: weight 1 on ``floor(beta)`` of the user's items, at random
+or with the smallest DP counts (Chien et al. 2021). A user's weights depend on that user's
+items, the public counts and the fit key only (keyed per-row uniforms).
 """
 
 import numpy as np
@@ -23,11 +21,10 @@ _SAFETY = 1.0 - 1e-12
 def log_adaptive_item_weights(counts, *, mu, budget, n_users):
     """``log(omega_i)`` of eq. (11) with exponent ``mu`` (finite, never underflows).
 
-    ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the
-    noisy ``counts`` floored at 1 (post-processing), so that a user whose items
-    are drawn in proportion to the counts spends ``beta = budget`` in
-    expectation (``c(n) = 1``); ``n = n_users`` is public. The sum is taken in
-    log space.
+    ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the noisy
+    ``counts`` floored at 1 (post-processing), so that a user whose items are drawn in
+    proportion to the counts spends ``beta = budget`` in expectation (``c(n) = 1``); ``n =
+    n_users`` is public. The sum is taken in log space.
     """
     n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
     log_n = np.log(n_hat)
@@ -36,16 +33,12 @@ def log_adaptive_item_weights(counts, *, mu, budget, n_users):
 
 
 def adaptive_weights(block, item, log_omega, *, budget, normalization):
-    """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation.
-
-    ``item``: the item code of each row of ``block``; ``log_omega``: the
-    public :func:`log_adaptive_item_weights`. Every user's ``sum w^2 <=
-    budget`` holds in floating point.
-    """
-    # Work relative to each user's largest omega_i: rel = omega_i / top_j lies in
-    # (0, 1] and B_j / top_j^2 = sum_i rel^2 in [1, n^j], so neither underflows
-    # (B_j = sum_i omega_i^2 itself underflows for large mu, and beta / B_j = inf
-    # would give infinite weights).
+    """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation; ``item``: the
+    item code of each row of ``block``; ``log_omega``: :func:`log_adaptive_item_weights`.
+    Every user's ``sum w^2 <= budget`` holds in floating point."""
+    # Relative to each user's largest omega_i: rel = omega_i / top_j lies in (0, 1] and
+    # B_j / top_j^2 = sum_i rel^2 in [1, n^j], so neither underflows (B_j itself underflows
+    # for large mu, and beta / B_j = inf would give infinite weights).
     log_om = log_omega[item]
     top = block.segment_max(log_om)
     rel = np.exp(log_om - block.expand(top))
@@ -72,10 +65,9 @@ def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=
                  normalization="budget"):
     """Per-entry task weights ``w_ij`` of one block (zero weight: row not used).
 
-    ``item``: the item code of each row; ``key``: the fit key (tie-breaks and
-    uniform sampling are keyed per row); ``log_omega`` for ``"adaptive"``,
-    the DP ``counts`` for ``"tail"``; ``floor(budget)`` items per user for the
-    sampling baselines.
+    ``item``: the item code of each row; ``key``: the fit key (tie-breaks and uniform
+    sampling are keyed per row); ``log_omega`` for ``"adaptive"``, the DP ``counts`` for
+    ``"tail"``; ``floor(budget)`` items per user for the sampling baselines.
     """
     if weighting == "adaptive":
         return adaptive_weights(block, item, log_omega, budget=budget,

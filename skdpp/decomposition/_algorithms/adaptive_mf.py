@@ -1,36 +1,34 @@
 """Private alternating minimisation for matrix completion (Krichene et al. 2023, Alg. 1-3).
 
-The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: its frozen
-configuration (:class:`MFConfig`), budget plan (:func:`plan`), driver
-(:func:`run`) and personal-part fit (:func:`fit_personal`); block kernels in
-:mod:`._als_kernels`, item biases in :mod:`._item_biases`, task weights (eq.
-(11)-(12), sampling baselines) in :mod:`._task_weights`. Releases, in order,
-each charged to its phase (replace-one-user L2 sensitivities; ``C_u`` =
-``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` = ``user_budget``):
+The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: configuration
+(:class:`MFConfig`), budget plan (:func:`plan`), driver (:func:`run`) and personal fit
+(:func:`fit_personal`); block kernels in :mod:`._als_kernels`, item biases in
+:mod:`._item_biases`, task weights (eq. (11)-(12), sampling baselines) in
+:mod:`._task_weights`. Releases, in order, each charged to its phase (replace-one-user L2
+sensitivities; ``C_u`` = ``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` =
+``user_budget``):
 
-0. ``"clip"``: noisy binary searches over public grids, each step a count of
-   users (1): median and radius of the users' mean ratings
-   (``mean_clip="auto"``), median of twice their RMS deviation from the DP
-   mean (``rating_clip="auto"``: a log grid, then 16 steps in its cell);
-1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private
-   median (``2 R``), or their means of ratings clipped to ``[-b, b]`` over the
-   public ``n_users`` (``2 b / n_users``);
-2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user
-   (``sqrt(2 count_cap)``); with a private catalogue they select it: the
-   candidates are the items some user counted (at most ``count_cap`` per
-   user) and a candidate is published iff its noisy count exceeds ``1 + sigma
-   Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``, so an item only
-   the replaced user rated (count <= 1) passes with probability <= ``delta_t``;
-3. ``"item_bias"``: weighted counts, then per pass weighted sums of
-   user-centred ratings (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2
-   sqrt(count_cap) C_r``;
-4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j
-   u_j^T`` (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij
-   t_ij u_j`` (``2 sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step,
-   the weighted per-entry clipped gradients (Alg. 2, line 5: ``2 sqrt(beta)
-   Gamma``);
-5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared
-   errors for the 6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
+0. ``"clip"``: noisy binary searches over public grids, each step a count of users (1):
+   median and radius of the users' mean ratings (``mean_clip="auto"``), median of twice
+   their RMS deviation from the DP mean (``rating_clip="auto"``: a log grid, then 16
+   steps in its cell);
+1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private median (``2 R``),
+   or their means of ratings clipped to ``[-b, b]`` over the public ``n_users`` (``2 b /
+   n_users``);
+2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user (``sqrt(2
+   count_cap)``); with a private catalogue they select it: the candidates are the items
+   some user counted (at most ``count_cap`` per user) and a candidate is published iff its
+   noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta /
+   4``, so an item only the replaced user rated (count <= 1) passes with probability <=
+   ``delta_t``;
+3. ``"item_bias"``: weighted counts, then per pass weighted sums of user-centred ratings
+   (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2 sqrt(count_cap) C_r``;
+4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j u_j^T``
+   (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij t_ij u_j`` (``2
+   sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step, the weighted per-entry
+   clipped gradients (Alg. 2, line 5: ``2 sqrt(beta) Gamma``);
+5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared errors for the
+   6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
 """
 
 import warnings
@@ -82,12 +80,11 @@ TINY_CATALOGUE = 10
 class MFConfig:
     """Public configuration of one fit (the estimator's resolved parameters).
 
-    ``catalogue``: ``"public"``, ``"private"`` or ``"observed"``. The fields
-    with defaults are constants, not parameters: ``noise_ridge`` (item ridge
-    in units of ``sigma_A sqrt(k)``), ``bias_ridge`` and ``bias_iter`` (item
-    biases), ``clip_quantile`` (``rating_clip="auto"``), and for
-    ``solver="sgd"`` ``gd_steps``, ``learning_rate`` and ``grad_clip``
-    (``None``: ``C_u C_r``).
+    ``catalogue``: ``"public"``, ``"private"`` or ``"observed"``. The fields with defaults
+    are constants, not parameters: ``noise_ridge`` (item ridge in units of ``sigma_A
+    sqrt(k)``), ``bias_ridge`` and ``bias_iter`` (item biases), ``clip_quantile``
+    (``rating_clip="auto"``), and for ``solver="sgd"`` ``gd_steps``, ``learning_rate`` and
+    ``grad_clip`` (``None``: ``C_u C_r``).
     """
 
     epsilon: float
@@ -141,8 +138,8 @@ class MFConfig:
 
 # The budget plan
 def plan(config, meta):
-    """The fit's :class:`~skdpp.privacy.BudgetPlan` (phases as needed; ``"items"``
-    takes the rest; ``"clip"`` by :func:`~skdpp.privacy._plan.resolve_clip_share`)."""
+    """The fit's :class:`~skdpp.privacy.BudgetPlan` (phases as needed; ``"items"`` takes the
+    rest; ``"clip"`` by :func:`~skdpp.privacy._plan.resolve_clip_share`)."""
     cfg, shares = config, config.shares
     clip_count = (LOCATION_SEARCH_STEPS * int(cfg.center and cfg.mean_clip == "auto")
                   + CLIP_SEARCH_STEPS * int(cfg.rating_clip == "auto"))
@@ -180,25 +177,23 @@ _FALLBACK = "each known user predicts its own mean rating (local data only)"
 def _fallback(executor, release, meta, cfg):
     """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
 
-    No model release: no item is published from a private catalogue (a
-    public one is kept, with zero embeddings and biases); each known user
-    predicts its own mean rating (local data only); a new user the users'
-    median mean rating (:func:`~skdpp.linear_model._auto.fallback_level`,
-    the plan's one release, as ``mean_``) or the prior 0.
+    No model release: no item is published from a private catalogue (a public one is kept,
+    with zero embeddings and biases); each known user predicts its own mean rating (local
+    data only); a new user the users' median mean rating
+    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one release, as
+    ``mean_``) or the prior 0.
     """
     n_users, k = int(meta["n_users"]), cfg.n_components
-    level = fallback_level(
-        release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
+    level = fallback_level(release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
     n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
-    published = np.arange(0 if cfg.catalogue == "private" else n_count)
-    m = published.shape[0]
+    m = 0 if cfg.catalogue == "private" else n_count
     U, bias = executor.collect(K.own_mean_parts, k)
     attributes = {
         "item_embeddings_": np.zeros((m, k)), "item_biases_": np.zeros(m),
         "item_counts_": None, "item_weighted_counts_": None, "_popularity_noise": (0.0, 0.0),
         "mean_": level, "mean_clip_": None, "rating_clip_": None, "count_cap_": cfg.count_cap,
         "embedding_ridge_": None, "user_embeddings_": U, "user_biases_": bias,
-        "n_iter_": 0, "local_only_": True, "_published": published}
+        "n_iter_": 0, "local_only_": True, "_published": np.arange(m)}
     released = ("mean_",) * (LEVEL_PHASE in release.plan) \
         + ("item_ids_",) * (cfg.catalogue == "private")
     return FitResult(attributes=attributes, released=released,
@@ -209,15 +204,14 @@ def _fallback(executor, release, meta, cfg):
 
 # Pre-processing releases (Alg. 3, line 2)
 def _dp_mean(executor, release, n_users, mean_clip):
-    """The ``"mean"`` release (and, for ``mean_clip="auto"``, its ``"clip"`` searches).
+    """``(mean, mean_clip)``: the ``"mean"`` release (and for ``mean_clip="auto"`` its
+    ``"clip"`` searches).
 
-    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the users'
-    mean ratings: a private median ``c`` and radius ``R``, then ``c`` plus the
-    noisy mean of ``m_j - c`` clipped to ``R`` (its noise follows the spread of
-    the users' means, not their magnitude). A number ``b``: the noisy mean of
-    each user's mean of ratings clipped to ``[-b, b]``, kept in ``[-b, b]``.
-
-    Returns ``(mean, mean_clip)``.
+    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the users' mean
+    ratings: a private median ``c`` and radius ``R``, then ``c`` plus the noisy mean of
+    ``m_j - c`` clipped to ``R`` (its noise follows the spread of the users' means, not
+    their magnitude). A number ``b``: the noisy mean of each user's mean of ratings clipped
+    to ``[-b, b]``, kept in ``[-b, b]``.
     """
     if mean_clip == "auto":
         mean, radius = private_location(
@@ -232,8 +226,8 @@ def _dp_mean(executor, release, n_users, mean_clip):
 
 def _rating_clip(executor, release, mean, quantile, n_users):
     """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation,
-    searched on the log grid then in ``_FINE_SIZE`` steps of the selected cell
-    (``CLIP_SEARCH_STEPS`` releases of sensitivity 1)."""
+    on the log grid then in ``_FINE_SIZE`` steps of the selected cell (``CLIP_SEARCH_STEPS``
+    releases of sensitivity 1)."""
     def search(grid):
         counts = executor.map(K.deviation_counts, (mean, grid))
         return private_quantile(release, "clip", counts, grid, quantile=quantile,
@@ -246,21 +240,20 @@ def _rating_clip(executor, release, mean, quantile, n_users):
 def catalogue_candidates(counts):
     """Candidates of the private catalogue: the items some user counted.
 
-    ``counts`` is the exact total of :func:`~._als_kernels.count_partial`: an
-    item is a candidate iff some user's capped selection holds it, so one user
-    creates at most ``count_cap`` candidates, each of count at most 1 without
-    that user -- what the selection threshold assumes
-    (:meth:`~skdpp.privacy.Releaser.select_partitions` with ``max_partitions =
-    count_cap``). Were every rated item a candidate, a user rating ``R`` items
-    nobody else rated would create ``R`` candidates: a selection delta growing
-    with ``R``.
+    ``counts`` is the exact total of :func:`~._als_kernels.count_partial`: an item is a
+    candidate iff some user's capped selection holds it, so one user creates at most
+    ``count_cap`` candidates, each of count at most 1 without that user -- what the
+    selection threshold assumes (:meth:`~skdpp.privacy.Releaser.select_partitions` with
+    ``max_partitions = count_cap``). Were every rated item a candidate, a user rating ``R``
+    items nobody else rated would create ``R`` candidates: a selection delta growing with
+    ``R``.
     """
     return np.asarray(counts) > 0
 
 
 def _catalogue(executor, release, meta, cfg, key):
-    """The ``"counts"`` phase: the published items' internal codes (increasing) and
-    their noisy counts (``None`` if no counts are released)."""
+    """The ``"counts"`` phase: the published items' internal codes (increasing) and their
+    noisy counts (``None`` if no counts are released)."""
     n_codes = int(meta["n_item_codes"])
     n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
     if not cfg.needs_counts:
@@ -281,14 +274,13 @@ def _catalogue(executor, release, meta, cfg, key):
 
 
 def _item_sensitivities(cfg, rating_clip):
-    """Sensitivities of the ``"items"`` releases (``None``: no clipping; an overflow
-    gives ``inf`` and the release raises if it adds noise)."""
+    """Sensitivities of the ``"items"`` releases (``None``: no clipping; an overflow gives
+    ``inf`` and the release raises if it adds noise)."""
     sqrt_beta = np.sqrt(np.float64(cfg.user_budget))
     cu, cr, grad_clip = cfg.clip_norm, rating_clip, cfg.grad_clip
     with np.errstate(over="ignore"):
         if grad_clip is None and cu is not None and cr is not None:
-            # Default Gamma = C_u C_r: the bound of |t_ij| ||u_j||, the
-            # per-entry gradient at v_i = 0.
+            # Default Gamma = C_u C_r: the bound of |t_ij| ||u_j||, the gradient at v_i = 0.
             grad_clip = float(np.float64(cu) * cr)
         sens_A = None if cu is None else float(2.0 * sqrt_beta * np.float64(cu) ** 2)
         sens_b = None if cu is None or cr is None else float(2.0 * sqrt_beta * cu * cr)
@@ -302,22 +294,20 @@ def _item_sensitivities(cfg, rating_clip):
 def run(executor, release, randomness, meta, config):
     """Alternating minimisation with a private item step (Alg. 3), over user blocks.
 
-    ``meta``: the public ``n_users``, ``n_items`` (public catalogue size or
-    ``None``) and ``n_item_codes`` (internal, never released). The
-    :class:`~skdpp.base.FitResult` holds ``_published`` (internal codes).
+    ``meta``: the public ``n_users``, ``n_items`` (public catalogue size or ``None``) and
+    ``n_item_codes`` (internal, never released). The :class:`~skdpp.base.FitResult` holds
+    ``_published`` (internal codes).
     """
     cfg, n_users, k, key = config, int(meta["n_users"]), config.n_components, randomness.key
     log = print if cfg.verbose else (lambda message: None)
     # Public sizes only (the number of ratings and of items present are private).
     log(f"[AdaptiveWeightMF] {n_users} users; {cfg.solver} solver, {cfg.weighting} "
         f"weights, {cfg.catalogue} catalogue")
-    # The public useless-fit rule of every estimator (count noise of the bounds'
-    # searches against n_users): the bisections would turn at random.
+    # The public useless-fit rule (count noise of the bounds' searches against n_users).
     if isinstance(release.plan, FallbackPlan):
         return _fallback(executor, release, meta, cfg)
-
-    # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts
-    # (which select the catalogue when it is not public).
+    # Alg. 3, line 2: pre-processing -- clip bounds, DP mean, DP item counts (which
+    # select the catalogue when it is not public).
     mean, mean_clip = 0.0, cfg.mean_clip
     if cfg.center:
         mean, mean_clip = _dp_mean(executor, release, n_users, mean_clip)
@@ -333,17 +323,14 @@ def run(executor, release, randomness, meta, config):
     remap[published] = np.arange(m)
     executor.map(K.select_items, (remap, m))
     log(f"[AdaptiveWeightMF] {m} items published")
-
-    # Alg. 3, line 1: data-independent initialisation v_i ~ N(0, I / k) of the
-    # published items, from the public stream (its only draw; m is released).
+    # Alg. 3, line 1: data-independent initialisation v_i ~ N(0, I / k) of the published
+    # items, from the public stream (its only draw; m is released).
     V = randomness.public.standard_normal((m, k)) / np.sqrt(k)
-
     # Item biases (Alg. 1 with d = 1, own phase), then the factor model's residuals.
     biases, weights = np.zeros(m + 1), None
     if cfg.item_bias:
         sens_w, sens_s = item_bias_sensitivities(cfg.count_cap, rating_clip)
-        weights = release.gaussian("item_bias",
-                                   executor.map(bias_weights, (cfg.count_cap, m)),
+        weights = release.gaussian("item_bias", executor.map(bias_weights, (cfg.count_cap, m)),
                                    sensitivity=sens_w, clip_norm=rating_clip)
         weight_std = release.noise_std("item_bias", sens_w)
         for _ in range(cfg.bias_iter):
@@ -355,29 +342,26 @@ def run(executor, release, randomness, meta, config):
                 sums, weights, ridge=cfg.bias_ridge, rating_clip=rating_clip,
                 noise_std=release.noise_std("item_bias", sens_s))
     executor.map(K.prepare_residuals, (mean, biases))
-
     # Task weights (eq. (11)-(12)): public omega from the DP counts, then per user.
     log_omega = None
     if cfg.weighting == "adaptive":
         log_omega = log_adaptive_item_weights(counts, mu=cfg.mu, budget=cfg.user_budget,
                                               n_users=n_users)
     executor.map(K.prepare_weights, (cfg, key, log_omega, counts))
-
     sens_A, sens_b, sens_g, grad_clip = _item_sensitivities(cfg, rating_clip)
-    # Item-side ridge: reg plus noise_ridge times sigma_A sqrt(k), the spectral
-    # scale of the symmetric Gram noise of this phase (public: post-processing).
+    # Item-side ridge: reg plus noise_ridge times sigma_A sqrt(k), the spectral scale of
+    # the symmetric Gram noise of this phase (public: post-processing).
     z = release.noise_multiplier("items")
     item_ridge = float(cfg.reg)
     if z > 0 and sens_A is not None:
         item_ridge += cfg.noise_ridge * z * sens_A * np.sqrt(k)
     if cfg.solver == "sgd":
-        # Per-item steps from public quantities: a curvature estimate
-        # sum_j w_ij ||u_j||^2 <= C_u^2 omega_i n_i.
+        # Per-item steps from public quantities: curvature sum_j w_ij ||u_j||^2 <= C_u^2
+        # omega_i n_i.
         scale = np.ones(m) if log_omega is None else np.exp(log_omega)
         c2 = 1.0 if cfg.clip_norm is None else np.float64(cfg.clip_norm) ** 2
         with np.errstate(over="ignore"):  # absurd clip norms: step -> 0
             step = cfg.learning_rate / (c2 * scale * np.maximum(counts, 1.0) + item_ridge)
-
     auto_ridge = cfg.embedding_ridge == "auto"
     rho = float(K.RIDGE_GRID[0]) if auto_ridge else float(cfg.embedding_ridge)
     for t in range(cfg.n_iter):
@@ -398,7 +382,6 @@ def run(executor, release, randomness, meta, config):
                 # Alg. 2, line 6 (the ridge gradient is data-independent).
                 V = V - step[:, None] * (g_hat + item_ridge * V)
         log(f"[AdaptiveWeightMF] iteration {t + 1}/{cfg.n_iter} done")
-
     # The personal parts' embedding ridge, chosen on held-out ratings (charged).
     if auto_ridge:
         sens = None
@@ -408,7 +391,6 @@ def run(executor, release, randomness, meta, config):
         scores = release.gaussian("ridge", executor.map(K.ridge_scores, (V, cfg, rating_clip)),
                                   sensitivity=sens, clip_norm=rating_clip)
         rho = K.choose_ridge(scores, release.noise_std("ridge", sens))
-
     # Personal parts (billboard model): exact least squares from the released items.
     U, bias = executor.collect(K.personal_parts, (V, cfg, rho))
     if cfg.catalogue == "private" and cfg.epsilon != np.inf:  # no noise: the data's size
@@ -435,32 +417,31 @@ def _notes(cfg, n_published):
     """The report's notes (public values and the released catalogue size only)."""
     tiny = n_published < TINY_CATALOGUE and cfg.epsilon != np.inf
     catalogue = {
-        "private": "The item catalogue item_ids_ was selected under DP: an item is published "
-                   "iff its noisy count (phase 'counts') clears a threshold; an item rated by "
-                   "one user only is published with probability at most delta/4. "
+        "private": "The item catalogue item_ids_ was selected under DP: an item is published iff "
+                   "its noisy count (phase 'counts') clears a threshold; an item rated by one "
+                   "user only is published with probability at most delta/4. "
                    f"{n_published} item(s) published." + (
                        f" The catalogue is {'empty' if n_published == 0 else 'tiny'} (fewer "
                        f"than {TINY_CATALOGUE} items): most predictions are the DP mean plus "
                        "each user's bias, and recommend() cannot fill a top-10 list."
                        if tiny else ""),
         "public": "The item catalogue item_ids_ is public (given by `items`).",
-        "observed": "NOT COVERED: items='observed' releases the item catalogue item_ids_ "
-                    "(every item present in X) as is: an item rated by a single user appears "
-                    "or disappears with that user. Use items=None (selected under DP) or a "
-                    "public catalogue items=[...]."}[cfg.catalogue]
-    notes = [catalogue,
-             "The number of users is public. Ratings of items outside the published "
-             "catalogue only inform their user's personal bias.",
+        "observed": "NOT COVERED: items='observed' releases the item catalogue item_ids_ (every "
+                    "item present in X) as is: an item rated by a single user appears or "
+                    "disappears with that user. Use items=None (selected under DP) or a public "
+                    "catalogue items=[...]."}[cfg.catalogue]
+    notes = [catalogue, "The number of users is public. Ratings of items outside the "
+             "published catalogue only inform their user's personal bias.",
              f"Every user's task weights satisfy sum_i w_ij^2 <= user_budget="
              f"{cfg.user_budget:g} ({cfg.weighting} weights)."]
     if cfg.solver == "als":
-        notes.append("Phase 'items' alternates two releases per iteration: the per-item "
-                     "Gram matrices (sensitivity 2 sqrt(beta) C_u^2) and right-hand sides "
-                     "(2 sqrt(beta) C_u C_r).")
+        notes.append("Phase 'items' alternates two releases per iteration: the per-item Gram "
+                     "matrices (sensitivity 2 sqrt(beta) C_u^2) and right-hand sides (2 "
+                     "sqrt(beta) C_u C_r).")
     if cfg.item_bias:
-        notes.append("Phase 'item_bias' releases the weighted counts (sensitivity "
-                     "sqrt(2 count_cap)) and, per pass, the weighted sums of user-centred "
-                     "ratings (2 sqrt(count_cap) C_r).")
+        notes.append("Phase 'item_bias' releases the weighted counts (sensitivity sqrt(2 "
+                     "count_cap)) and, per pass, the weighted sums of user-centred ratings (2 "
+                     "sqrt(count_cap) C_r).")
     return tuple(notes)
 
 
@@ -470,18 +451,18 @@ def _warn_tiny_catalogue(n_published, n_users, epsilon):
         return
     what = "no item" if n_published == 0 else f"only {n_published} item(s)"
     warnings.warn(
-        f"The private item catalogue published {what} ({n_users} users at "
-        f"epsilon={epsilon:g}): an item is published only if enough users rated it "
-        "to clear the noise. Predictions are then mostly the DP mean plus each user's "
-        "bias, and recommend() has little or nothing to offer. Pass a public catalogue "
-        "items=[...] (e.g. the ids of a public movie list), raise epsilon, or fit on "
-        "more users.", UserWarning, stacklevel=_caller_stacklevel())
+        f"The private item catalogue published {what} ({n_users} users at epsilon="
+        f"{epsilon:g}): an item is published only if enough users rated it to clear the "
+        "noise. Predictions are then mostly the DP mean plus each user's bias, and "
+        "recommend() has little or nothing to offer. Pass a public catalogue items=[...] "
+        "(e.g. the ids of a public movie list), raise epsilon, or fit on more users.",
+        UserWarning, stacklevel=_caller_stacklevel())
 
 
 # The personal-part fit (App. D, Remark D.1)
 def fit_personal(blocks, n_codes, fitted, config):
-    """Every user's ``(U, bias)`` from ``fitted``'s releases and the user's entries
-    (codes ``>= m``: unpublished items, bias only), with the kernels of :func:`run`."""
+    """Every user's ``(U, bias)`` from ``fitted``'s releases and the user's entries (codes
+    ``>= m``: unpublished items, bias only), with the kernels of :func:`run`."""
     executor, m = LocalExecutor(blocks), fitted.n_items_
     executor.map(K.select_items, (np.minimum(np.arange(n_codes), m), m))
     executor.map(K.prepare_residuals, (fitted.mean_, np.append(fitted.item_biases_, 0.0)))
