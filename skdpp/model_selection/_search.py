@@ -349,9 +349,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         self._check_params()
         if groups is None:
             raise ValueError(
-                "PrivateRandomizedSearchCV needs groups (one user id per row): the "
-                "validation score holds out rows within users, and with groups=None every "
-                "row is its own user. Pass fit(X, y, groups=groups) (inside a Pipeline, "
+                "PrivateRandomizedSearchCV needs groups (one user id per row) to hold out "
+                "rows within users. Pass fit(X, y, groups=groups) (inside a Pipeline, "
                 "enable sklearn.set_config(enable_metadata_routing=True)).")
         if sp.issparse(X):
             raise TypeError("PrivateRandomizedSearchCV does not support sparse X; pass a "
@@ -386,8 +385,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if n_trials == 0:
             raise RuntimeError(
                 f"The Poisson number of trials was K=0 (probability exp(-{self.n_iter:g})): "
-                "the search outputs nothing. Its privacy cost is spent all the same; a new "
-                "search (another random_state) spends it again. Use "
+                "nothing to output, the privacy cost spent all the same. Use "
                 "stopping='truncated_negative_binomial' to always run a trial.")
         configs = _sample_configurations(
             self._distributions(), n_trials, np.random.Generator(np.random.PCG64(ss_config)))
@@ -523,11 +521,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             # adds a delta outside any zCDP curve (a function of the configuration only).
             raise ValueError(
                 f"{type(est).__name__} with {est.get_params(deep=False)!r} selects a "
-                f"catalogue or label set privately (phase(s) {', '.join(selections)}: "
-                "partition selection with a threshold delta), which the private search "
-                "cannot account: its trials must be rho-zCDP. Pass the public catalogue or "
-                "label set explicitly (AdaptiveWeightMF(items=...), "
-                "JLMarginClassifier(classes=...)) in the estimator or the search space.")
+                f"catalogue or label set privately (phase(s) {', '.join(selections)}), "
+                "outside the rho-zCDP trials the search accounts. Pass the public catalogue "
+                "or label set (AdaptiveWeightMF(items=...), JLMarginClassifier(classes=...)).")
 
         def plan_at(eps):
             with _budget_set(est, eps, delta):
@@ -543,19 +539,16 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if not est.privacy_report_.is_private:
             raise PrivacyBudgetError(
                 f"A trial of {type(est).__name__} released values its guarantee does not "
-                f"cover ({', '.join(est.privacy_report_.not_covered)}): the search cannot "
-                "account them. Pass them explicitly (e.g. the public catalogue or label "
-                "set) so that every trial is fully private.")
+                f"cover ({', '.join(est.privacy_report_.not_covered)}): pass them explicitly "
+                "(e.g. the public catalogue or label set) so that every trial is private.")
         spent = report_rho(est.privacy_report_)
         if spent is None or spent > rho_fit * (1.0 + 1e-9):
             shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
             raise PrivacyBudgetError(
                 f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
-                f"per-trial budget rho={rho_fit:.6g}. An estimator that does not expose its "
-                "budget plan (_budget_plan) is calibrated as if it made Gaussian releases "
-                "only; its Poisson-subsampled, Laplace or exponential-mechanism releases "
-                "exceed the budget. The search refuses it (this depends on the "
-                "configuration, not on the data).")
+                f"per-trial budget rho={rho_fit:.6g}: without a budget plan (_budget_plan) "
+                "it is calibrated as if Gaussian, and its other releases exceed the budget "
+                "(a function of the configuration, not of the data). Expose its plan.")
 
     def _fit_pipeline_trial(self, pipe, rho_fit, delta, X, y, groups, seed):
         """Fit a Pipeline trial whose private steps share ``rho_fit`` (``step_shares``),
@@ -774,10 +767,9 @@ def _check_private_pipeline(pipe, path=""):
                 and {"epsilon", "delta"} <= set(step.get_params(deep=False))):
             raise ValueError(
                 f"Step {where!r} ({type(step).__name__}) of the Pipeline is fitted on the "
-                "private data without a privacy guarantee: the search cannot account it. "
-                "Replace it with a private transformer (skdpp.preprocessing, e.g. "
-                "PrivateStandardScaler for StandardScaler), fit it on public data and "
-                "pass it prefitted in a FunctionTransformer, or drop it.")
+                "private data without a privacy guarantee. Replace it with a private "
+                "transformer (skdpp.preprocessing, e.g. PrivateStandardScaler), fit it on "
+                "public data and pass it prefitted in a FunctionTransformer, or drop it.")
 
 
 def _replayable(caught):
