@@ -1,8 +1,5 @@
-"""Users' rows partitioned by user and persisted on a Dask cluster: :class:`UserBlocks`.
-
-The distributed counterpart of ``fit``'s ``X, y, groups``: *partitions* of
-whole users as numpy arrays persisted in the workers' memory.
-"""
+"""Users' rows partitioned by user and persisted on a Dask cluster: :class:`UserBlocks`
+(the distributed counterpart of ``fit``'s ``X, y, groups``)."""
 
 import numbers
 import operator
@@ -17,17 +14,9 @@ __all__ = ["UserBlocks"]
 
 
 class RawPartition:
-    """The rows of one partition as numpy arrays (lives on a worker).
-
-    Attributes
-    ----------
-    X : ndarray of shape (n_rows, n_features)
-    y : ndarray of shape (n_rows,)
-    groups : ndarray of shape (n_rows,)
-        User id of each row.
-    labels : ndarray or pandas.Index of shape (n_rows,)
-        Row labels of the predictions (the DataFrame's index, or row numbers).
-    """
+    """The rows of one partition as numpy arrays (on a worker): ``X``, ``y``,
+    ``groups`` and ``labels``, the row labels of the predictions (the DataFrame's
+    index, or row numbers)."""
 
     __slots__ = ("X", "y", "groups", "labels")
 
@@ -51,9 +40,7 @@ def _as_ids(groups):
 
 def _raw_from_arrays(X, y, groups, labels=None):
     """A :class:`RawPartition` from array-likes (pandas objects converted)."""
-    if hasattr(X, "to_numpy"):
-        X = X.to_numpy()
-    X = np.asarray(X)
+    X = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
     if X.ndim == 1:
         X = X[:, None]
     y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
@@ -62,9 +49,8 @@ def _raw_from_arrays(X, y, groups, labels=None):
         raise ValueError(
             f"X, y and groups must have the same number of rows; got {X.shape[0]}, "
             f"{y.shape[0]} and {groups.shape[0]}.")
-    if labels is None:
-        labels = np.arange(groups.shape[0], dtype=np.int64)
-    return RawPartition(X, y, groups, labels)
+    return RawPartition(X, y, groups, np.arange(groups.shape[0], dtype=np.int64)
+                        if labels is None else labels)
 
 
 def _raw_from_tuple(part):
@@ -78,7 +64,6 @@ def _raw_from_tuple(part):
 
 
 def _raw_from_pandas(df, groups, target, features, groups_in_index):
-    """A :class:`RawPartition` from one pandas partition."""
     ids = df.index.to_numpy() if groups_in_index else df[groups].to_numpy()
     return RawPartition(df[list(features)].to_numpy(), df[target].to_numpy(), ids,
                         df.index)
@@ -89,7 +74,7 @@ def _labels(raw):
 
 
 def _labels_dtype(raw):
-    return np.asarray(raw.labels).dtype
+    return _labels(raw).dtype
 
 
 def _summary(raw):
@@ -158,14 +143,13 @@ class UserBlocks:
     Notes
     -----
     **Every user's rows are in exactly one partition**: a split user would be
-    validated as two users, each contributing a clipped term to every sum
-    (twice the stated sensitivity). Construction checks it (disjoint id
-    ranges, else hashed ids compared across partitions) and raises a
-    ``ValueError``.
+    validated as two users (twice the stated sensitivity). Construction
+    checks it (disjoint id ranges, else hashed ids compared across
+    partitions) and raises a ``ValueError``.
 
     The cluster holds the private data: its workers, scheduler, dashboard and
-    logs see rows, partition sizes and task timings (statistics of private
-    data). Only the released values of a fit are differentially private.
+    logs see rows, partition sizes and task timings. Only the released values
+    of a fit are differentially private.
     """
 
     def __init__(self, client, partitions, *, n_features, id_ranges, n_rows,
@@ -184,13 +168,12 @@ class UserBlocks:
     def __repr__(self):
         return f"UserBlocks(n_partitions={self.n_partitions}, n_features={self.n_features})"
 
-    # ----------------------------------------------------------- constructors
     @classmethod
     def from_arrays(cls, X, y, groups, *, n_partitions, client=None):
         """Partition in-memory arrays by user and scatter them to the workers.
 
         Users (sorted by id) are cut into ``n_partitions`` ranges of about
-        equal numbers of rows (for data that fit on the driver).
+        equal numbers of rows.
 
         Parameters
         ----------
@@ -225,12 +208,9 @@ class UserBlocks:
         part_of_row = part_of_user[index.codes]
         order = np.argsort(part_of_row, kind="stable")
         cuts = np.searchsorted(part_of_row[order], np.arange(n_parts + 1))
-        parts = []
-        for a, b in zip(cuts[:-1], cuts[1:]):  # loop over partitions
-            rows = order[a:b]
-            parts.append(RawPartition(raw.X[rows], raw.y[rows], raw.groups[rows], rows))
-        futures = client.scatter(parts, hash=False)
-        return cls._from_futures(client, futures, check=True)
+        parts = [RawPartition(raw.X[rows], raw.y[rows], raw.groups[rows], rows)
+                 for rows in (order[a:b] for a, b in zip(cuts[:-1], cuts[1:]))]
+        return cls._from_futures(client, client.scatter(parts, hash=False), check=True)
 
     @classmethod
     def from_delayed(cls, parts, *, client=None):
@@ -301,9 +281,8 @@ class UserBlocks:
         if target not in ddf.columns:
             raise ValueError(f"target={target!r} is not a column of the DataFrame "
                              f"(columns: {list(ddf.columns)}).")
-        if features is None:
-            features = [c for c in ddf.columns if c not in (groups, target)]
-        features = list(features)
+        features = [c for c in ddf.columns if c not in (groups, target)] \
+            if features is None else list(features)
         missing = [c for c in features if c not in ddf.columns]
         if missing or not features:
             raise ValueError(f"features must be columns of the DataFrame; missing "
@@ -338,8 +317,8 @@ class UserBlocks:
             raise ValueError(f"the partitions have different numbers of features: "
                              f"{sorted(widths)}.")
         n_features = widths.pop() if widths else 0
-        id_ranges = [s["id_range"] for s in summaries]
-        blocks = cls(client, futures, n_features=n_features, id_ranges=id_ranges,
+        blocks = cls(client, futures, n_features=n_features,
+                     id_ranges=[s["id_range"] for s in summaries],
                      n_rows=[s["n_rows"] for s in summaries],
                      from_dataframe=from_dataframe, divisions=divisions)
         if check:
@@ -347,11 +326,10 @@ class UserBlocks:
         blocks._users_disjoint = True
         return blocks
 
-    # ------------------------------------------------------------- checks
     def _check_users_disjoint(self, id_ranges=None):
-        """Raise if a user has rows in more than one partition (disjoint
-        ``id_ranges``, default: those of construction, settle it; else hashed
-        ids are compared bucket by bucket on the workers)."""
+        """Raise if a user has rows in more than one partition: disjoint ``id_ranges``
+        (default: those of construction) settle it, else hashed ids are compared
+        bucket by bucket on the workers."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
         if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):
@@ -379,7 +357,6 @@ class UserBlocks:
             counts.append(submit_quiet(client, _shared_in_bucket, *pieces))
         return int(sum(client.gather(counts)))
 
-    # ------------------------------------------------------------- helpers
     def row_labels(self):
         """The row labels as a dask array aligned with
         :func:`~skdpp.distributed.predict_distributed`'s (input row numbers for

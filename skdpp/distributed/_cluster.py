@@ -16,8 +16,8 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
     memory_limit : str, float or int, default="auto"
         Memory limit per worker (see ``LocalCluster``).
     malloc_trim_threshold : int or None, default=None
-        The ``MALLOC_TRIM_THRESHOLD_`` of the worker processes. ``None``
-        (default): not set, glibc's own dynamic threshold. See Notes.
+        The workers' ``MALLOC_TRIM_THRESHOLD_`` (``None``: unset, glibc's
+        dynamic threshold; see Notes).
     **kwargs
         Passed on to ``distributed.LocalCluster``.
 
@@ -28,19 +28,18 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
 
     Notes
     -----
-    **Dashboard off** (``dashboard_address=None``): the dashboard and Dask's
-    other HTTP pages (Prometheus metrics, task and worker pages) show task
-    timings and partition sizes, statistics of the private data; with the
-    dashboard off none of them is served. Pass ``dashboard_address=":8787"``
-    to turn both on for a trusted session.
+    **Dashboard off** (``dashboard_address=None``), and with it Dask's other
+    HTTP pages (metrics, task and worker pages): they show task timings and
+    partition sizes, statistics of the private data. Pass
+    ``dashboard_address=":8787"`` to turn them on for a trusted session.
 
     **MALLOC_TRIM_THRESHOLD_.** Dask's nanny sets it to 65536, which turns
     off glibc's dynamic mmap threshold: every numpy temporary above 128 KiB
-    is then page-faulted in again each round, and the measured per-round CPU
-    time doubled. This helper unsets it for its workers (or sets the value
-    you pass); a value in this process's environment still wins. The
-    nanny's BLAS thread limits of 1 (skdpp's policy below 2048 features,
-    :func:`skdpp.base.blas_threads`) are kept.
+    is page-faulted in again each round (measured: per-round CPU time
+    doubled). This helper unsets it (or sets your value; one in this
+    process's environment still wins) and keeps the nanny's BLAS thread
+    limit of 1 (skdpp's policy below 2048 features,
+    :func:`skdpp.base.blas_threads`).
 
     Examples
     --------

@@ -1,13 +1,12 @@
 """Run an algorithm's block functions on a Dask cluster: :class:`DaskExecutor`.
 
-The interface of :class:`~skdpp.utils._executor.LocalExecutor`, one task per
-partition of users per call (blocks and states stay on the workers). Partials
-are combined on the workers, then on the driver, as nodes of the fixed pairwise
-tree over *all* blocks (:mod:`skdpp.distributed._tree`): with the same blocks
-the sum is bit for bit ``LocalExecutor``'s, whatever the scheduling. No noise
-is drawn here.
+Partials are combined on the workers, then on the driver, as nodes of the fixed
+pairwise tree over *all* blocks (:mod:`skdpp.distributed._tree`): with the same
+blocks the sum is bit for bit ``LocalExecutor``'s, whatever the scheduling.
 """
 
+import functools
+import operator
 import uuid
 
 import numpy as np
@@ -29,9 +28,8 @@ def _quiet_call(fn, *args, **kwargs):
 
 
 def submit_quiet(client, fn, *args, **kwargs):
-    """``client.submit(fn, *args, **kwargs)`` under :func:`~skdpp.base.quiet_numerics`:
-    a floating-point warning or exception on a worker that depends on one
-    user's values would leak (DESIGN section 7)."""
+    """``client.submit`` under :func:`~skdpp.base.quiet_numerics` (a floating-point
+    warning or error on a worker that depends on one user's values would leak)."""
     return client.submit(_quiet_call, fn, *args, **kwargs)
 
 
@@ -48,12 +46,10 @@ def _blocks_of(part):
 def _map_partition(fn, part, previous, broadcast, start):
     """``fn`` over one partition's blocks: (tree nodes of the partials, new states)."""
     blocks = _blocks_of(part)
-    states = [None] * len(blocks) if previous is None else list(previous[1])
-    partials = []
-    for i, block in enumerate(blocks):  # the partition's blocks, in order
-        partial, states[i] = fn(block, states[i], broadcast)
-        partials.append(partial)
-    return tree_nodes(partials, start), states
+    states = [None] * len(blocks) if previous is None else previous[1]
+    partials, states = zip(*[fn(b, s, broadcast) for b, s in zip(blocks, states)]) \
+        if blocks else ((), ())
+    return tree_nodes(partials, start), list(states)
 
 
 def _merge_nodes(*results):
@@ -78,9 +74,7 @@ def _spec(value):
 
 
 def _leaf(value, path):
-    for key in path:
-        value = value[key]
-    return value
+    return functools.reduce(operator.getitem, path, value)
 
 
 def _is_leaf(spec):
@@ -90,14 +84,15 @@ def _is_leaf(spec):
 class DaskExecutor:
     """Runs block functions on Dask workers, one task per partition of users.
 
+    The interface of :class:`~skdpp.utils._executor.LocalExecutor`; blocks and
+    their states stay on the workers. No noise is drawn here.
+
     Parameters
     ----------
     client : distributed.Client
     partitions : list of distributed.Future
-        One future per partition: a list of
-        :class:`~skdpp.utils._grouped.UserBlock` (or an object with a
-        ``blocks`` attribute holding one), consecutive in the fit's user
-        order.
+        One per partition: its list of :class:`~skdpp.utils._grouped.UserBlock`
+        (or an object with ``blocks``), consecutive in the fit's user order.
     n_blocks : list of int
         Number of blocks of each partition.
     n_users : list of int
@@ -126,10 +121,9 @@ class DaskExecutor:
         # task keys name the block function (public code names, never data)
         key = f"skdpp-{name or fn.__name__}-{p}-{uuid.uuid4().hex}"
         worker = self.workers[p]
-        if worker is None:
-            return submit_quiet(self.client, fn, *args, key=key)
-        return submit_quiet(self.client, fn, *args, key=key, workers=[worker],
-                                  allow_other_workers=True)
+        placement = {} if worker is None else {"workers": [worker],
+                                                "allow_other_workers": True}
+        return submit_quiet(self.client, fn, *args, key=key, **placement)
 
     def _broadcast(self, broadcast):
         from dask.sizeof import sizeof

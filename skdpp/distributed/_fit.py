@@ -1,14 +1,12 @@
 """Fit and predict on a Dask cluster with the estimators' own template.
 
-:func:`fit_distributed` runs the steps of ``fit``: the estimator's validation
-per partition on the workers (:func:`_validate_partition`), the merge of what
-validation derived from the rows (``_merge_vocabularies``), its
-``_make_blocks`` (:func:`_prepare_partition`), the partitions' public metadata
-combined (:func:`_combine_partitions`), then ``_fit_executor`` in the driver
-with a :class:`~skdpp.distributed.DaskExecutor`: noise is drawn only there.
-Personal parts stay on the workers (:class:`DistributedPersonalParts`).
-Nothing depends on the partitioning beyond the order of floating-point
-summation, and every task runs under :func:`~skdpp.base.quiet_numerics`.
+:func:`fit_distributed` runs the steps of ``fit``: validation per partition on
+the workers (:func:`_validate_partition`), the merge of what it derived from
+the rows (``_merge_vocabularies``), ``_make_blocks`` (:func:`_prepare_partition`),
+the partitions' public metadata combined (:func:`_combine_partitions`), then
+``_fit_executor`` in the driver with a :class:`~skdpp.distributed.DaskExecutor`
+(noise is drawn only there). Personal parts stay on the workers. Every task
+runs under :func:`~skdpp.base.quiet_numerics`.
 """
 
 import copy
@@ -23,15 +21,14 @@ from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..utils._grouped import UserIndex, check_id_kinds, id_kinds
 from ..utils._random import FitRandomness
 from ._blocks import UserBlocks, _get_client
-from ._executor import DaskExecutor, _quiet_call
+from ._executor import DaskExecutor, _quiet_call, _spec
 from ._executor import submit_quiet as _submit
 
 __all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
 
 
 class _KeyOnly:
-    """The fit's randomness on a worker: the key for keyed per-user randomness;
-    privacy noise and public randomness are drawn by the driver only."""
+    """The fit's randomness on a worker: only the key of the per-user randomness."""
 
     __slots__ = ("key",)
 
@@ -57,27 +54,18 @@ _Prepared = namedtuple("_Prepared", "blocks attributes summary")
 
 
 def _per_user_names(estimator):
-    """``user_ids_`` and the estimator's declared ``_per_user_data_attributes``
-    (never guessed from lengths); they stay on the workers."""
+    """``user_ids_`` and the declared ``_per_user_data_attributes`` (kept on the workers)."""
     return ("user_ids_",) + tuple(getattr(type(estimator), "_per_user_data_attributes", ()))
 
 
-def _public_attributes(estimator, attributes):
-    names = _per_user_names(estimator)
-    return {k: v for k, v in attributes.items() if k not in names}
-
-
 def _validate_partition(estimator, raw):
-    """One partition through the estimator's ``_validate_fit_data`` (a pure function:
-    every attribute it decides is in the returned ``FitData.attributes``): the data
-    (kept on the worker) and a summary for the driver (id range and kinds,
-    vocabulary, warnings)."""
+    """One partition through the pure ``_validate_fit_data``: the data (kept on the
+    worker) and a summary for the driver (id range and kinds, vocabulary, warnings)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = estimator._validate_fit_data(raw.X, raw.y, raw.groups)
-    vocabulary = None
-    if hasattr(estimator, "_partition_vocabulary"):
-        vocabulary = estimator._partition_vocabulary(data)
+    vocabulary = estimator._partition_vocabulary(data) \
+        if hasattr(estimator, "_partition_vocabulary") else None
     users = np.asarray(data.attributes.get("user_ids_", []))
     id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
         else None
@@ -88,13 +76,15 @@ def _validate_partition(estimator, raw):
 
 
 def _prepare_partition(estimator, validated, vocabulary, randomness):
-    """One partition's blocks: data recoded by ``_apply_vocabulary`` (the merge over
-    all partitions) if any, then the estimator's ``_make_blocks``."""
+    """One partition's blocks: data recoded by ``_apply_vocabulary`` (the merged
+    vocabulary) if any, then ``_make_blocks``."""
     data = validated.data
     if vocabulary is not None:
         data = estimator._apply_vocabulary(data, vocabulary)
     blocks = estimator._make_blocks(data, randomness)
-    summary = {"meta": data.meta, "attributes": _public_attributes(estimator, data.attributes),
+    names = _per_user_names(estimator)
+    summary = {"meta": data.meta,
+               "attributes": {k: v for k, v in data.attributes.items() if k not in names},
                "n_blocks": len(blocks), "n_users": int(sum(b.n_users for b in blocks))}
     return _Prepared(blocks, dict(data.attributes), summary)
 
@@ -107,9 +97,8 @@ def _same_value(a, b):
         return hasattr(a, "nnz") and hasattr(b, "nnz") and a.shape == b.shape \
             and (a != b).nnz == 0
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-            return False
-        return a.shape == b.shape and a.dtype == b.dtype \
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) \
+            and a.shape == b.shape and a.dtype == b.dtype \
             and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     try:
         return bool(a == b)
@@ -118,31 +107,25 @@ def _same_value(a, b):
 
 
 def _combine_partitions(estimator, metas, attributes):
-    """The public metadata and validation attributes of all partitions together.
-
-    ``n_users`` (``n_users_``) are summed; every other value is public or
-    merged, hence equal in every partition by construction: a difference is
-    a defect of the estimator's validation, never a property of the data.
-    """
-    summed = {"n_users", "n_users_"}
+    """The public metadata and validation attributes of all partitions together:
+    ``n_users`` (``n_users_``) summed; every other value is public or merged, so a
+    difference between partitions is a defect of the estimator's validation."""
     combined = []
     for dicts in (metas, attributes):
         out = {}
         for key in dicts[0]:
             values = [d.get(key) for d in dicts]
-            if key in summed:
+            if key in ("n_users", "n_users_"):
                 out[key] = int(sum(values))
                 continue
             if not all(_same_value(values[0], v) for v in values[1:]):
                 raise RuntimeError(
                     f"{type(estimator).__name__}: validation derived {key!r} from each "
-                    f"partition's rows without merging it over the partitions, so a "
-                    f"distributed fit would differ from fit. This is a bug of the "
-                    f"estimator's validation (declare the value's vocabulary with "
-                    f"_partition_vocabulary / _merge_vocabularies / _apply_vocabulary, or "
-                    f"its per-user attribute in _per_user_data_attributes); fit in-process "
-                    f"meanwhile."
-                )
+                    f"partition's rows without merging it, so a distributed fit would "
+                    f"differ from fit: a bug of the estimator's validation (declare its "
+                    f"vocabulary with _partition_vocabulary / _merge_vocabularies / "
+                    f"_apply_vocabulary, or its per-user attribute in "
+                    f"_per_user_data_attributes); fit in-process meanwhile.")
             out[key] = values[0]
         combined.append(out)
     return combined[0], combined[1]
@@ -154,20 +137,12 @@ def _summary(prepared):
 
 def _reemit(warning_lists):
     """Re-emit the workers' warnings on the driver, each distinct one once."""
-    seen = set()
-    for caught in warning_lists:
-        for category, message in caught:
-            if (category, message) not in seen:
-                seen.add((category, message))
-                warnings.warn(message, category, stacklevel=3)
+    for category, message in dict.fromkeys(w for caught in warning_lists for w in caught):
+        warnings.warn(message, category, stacklevel=3)
 
 
 def _personal_chunks(client, array, users_per_partition):
     """Futures of the per-partition chunks of a collected dask array."""
-    import dask.array as da
-
-    if not isinstance(array, da.Array):
-        raise TypeError(f"expected a dask array, got {type(array).__name__}")
     if tuple(array.chunks[0]) != tuple(users_per_partition):
         array = array.rechunk({0: tuple(users_per_partition)})
     if array.ndim > 1 and any(len(c) > 1 for c in array.chunks[1:]):
@@ -176,8 +151,8 @@ def _personal_chunks(client, array, users_per_partition):
 
 
 def _assemble(prepared, per_user_names, names, setter, *chunks):
-    """One partition's personal parts; ``setter`` (or None): ``(estimator, public)``
-    whose overridden ``_set_fitted_attributes`` runs on them as in ``fit``."""
+    """One partition's personal parts, through ``setter = (estimator, public)``'s
+    overridden ``_set_fitted_attributes`` (as in ``fit``) if not None."""
     parts = {k: prepared.attributes[k] for k in per_user_names}
     parts.update(zip(names, chunks))
     if setter is not None:
@@ -193,23 +168,13 @@ def _empty_slices(prepared, names):
     return {k: prepared.attributes[k][:0] for k in names}
 
 
-def _overrides_set_fitted_attributes(estimator):
-    return type(estimator)._set_fitted_attributes \
-        is not BasePersonalizedEstimator._set_fitted_attributes
-
-
-def _split_rows(value, counts):
-    cuts = np.cumsum([0] + list(counts))
-    return [value[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
-
-
 def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     """Fit ``estimator`` on a cluster: the same release as ``fit``, noise on the driver.
 
     Runs the estimator's own fit template with a
-    :class:`~skdpp.distributed.DaskExecutor` (one task per partition per
-    step; partials summed in a fixed order); validation and blocks on the
-    workers, every release and the report in this process.
+    :class:`~skdpp.distributed.DaskExecutor` (one task per partition per step,
+    partials summed in a fixed order): validation and blocks on the workers,
+    every release and the report in this process.
 
     Parameters
     ----------
@@ -233,19 +198,18 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     Notes
     -----
     With the same ``random_state`` the released attributes equal those of
-    ``fit`` up to the order of floating-point summation, with the same
-    report and noise draws: noise and public randomness are drawn only
-    here, in the same order; per-user randomness is a keyed hash of each
-    user's id and rows, whichever partition holds them.
+    ``fit`` up to the order of floating-point summation, with the same report
+    and noise draws: noise and public randomness are drawn only here, in the
+    same order; per-user randomness is a keyed hash of each user's id and
+    rows, whichever partition holds them.
 
     Values validation derives from the rows (the items of
     :class:`~skdpp.decomposition.AdaptiveWeightMF`) are merged over the
-    partitions by the estimator (``_partition_vocabulary``,
-    ``_merge_vocabularies``, ``_apply_vocabulary``) into what ``fit``
-    computes from all rows, so whether the fit succeeds, its warnings
-    (re-emitted here, each once) and its result do not depend on the
-    partitioning; ``delta`` is checked here against the total number of
-    users. If the fit raises, the estimator is left unfitted.
+    partitions (``_partition_vocabulary``, ``_merge_vocabularies``,
+    ``_apply_vocabulary``) into what ``fit`` computes from all rows, so
+    whether the fit succeeds, its warnings (re-emitted here, each once) and
+    its result do not depend on the partitioning. If the fit raises, the
+    estimator is left unfitted.
     """
     if not isinstance(estimator, BasePersonalizedEstimator):
         raise TypeError(f"fit_distributed needs a skdpp estimator, got "
@@ -254,7 +218,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         raise TypeError(f"blocks must be a UserBlocks (UserBlocks.from_dask_dataframe, "
                         f"from_arrays or from_delayed), got {type(blocks).__name__}.")
     client = client if client is not None else (blocks.client or _get_client(None))
-    executor, prepared = None, []
+    executor = None
     try:
         estimator._discard_fitted_attributes()  # nothing stale is shipped to workers
         estimator._validate_params()
@@ -335,9 +299,11 @@ def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_na
         if isinstance(value, da.Array):
             chunks.append(_personal_chunks(client, value, users))
         else:  # the core computed it in this process: send each partition its users
-            chunks.append(client.scatter(_split_rows(np.asarray(value), users), hash=False))
+            chunks.append(client.scatter(np.split(np.asarray(value), np.cumsum(users)[:-1]),
+                                         hash=False))
     setter, empties = None, {}
-    if _overrides_set_fitted_attributes(estimator):
+    if type(estimator)._set_fitted_attributes \
+            is not BasePersonalizedEstimator._set_fitted_attributes:
         public = {**attributes, **{k: v for k, v in fitted.items() if k not in names}}
         setter = client.scatter([(estimator, public)], broadcast=True, hash=False)[0]
         empties = _submit(client, _empty_slices, prepared[0], tuple(per_user_names)).result()
@@ -346,7 +312,7 @@ def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_na
             empties[name] = value[:0].compute() if isinstance(value, da.Array) \
                 else np.asarray(value)[:0]
     parts = [_submit(client, _assemble, prep, tuple(per_user_names), tuple(names), setter,
-                           *[c[p] for c in chunks], pure=False)
+                     *[c[p] for c in chunks], pure=False)
              for p, prep in enumerate(prepared)]
     all_names = tuple(dict.fromkeys(list(per_user_names) + names))
     return DistributedPersonalParts(client, parts, all_names, users, id_ranges,
@@ -386,13 +352,8 @@ class DistributedPersonalParts:
             "collect_personal=True), or est.personal_parts_.collect()).")
 
     def collect(self):
-        """Gather the personal parts into this process, sorted by user id.
-
-        Returns
-        -------
-        parts : dict
-            ``{name: array}`` with the layout of an in-process ``fit``.
-        """
+        """Gather the personal parts into this process: ``{name: array}`` sorted by
+        user id, the layout of an in-process ``fit``."""
         return _merge_by_id(self.client.gather(self.parts), self.names)
 
     def to_dask(self, name):
@@ -401,7 +362,8 @@ class DistributedPersonalParts:
         import dask
         import dask.array as da
 
-        specs = self.client.gather([_submit(self.client, _leaf_spec, f, name) for f in self.parts])
+        specs = self.client.gather([_submit(self.client, _leaf_spec, f, name)
+                                    for f in self.parts])
         return da.concatenate([
             da.from_delayed(dask.delayed(_quiet_call)(operator.getitem, f, name),
                            shape=shape, dtype=dtype)
@@ -419,9 +381,7 @@ def _merge_by_id(parts, names):
     import scipy.sparse as sp
 
     ids = np.concatenate([np.asarray(p["user_ids_"]) for p in parts])
-    index = UserIndex.from_groups(ids, ids.shape[0])
-    order = np.empty(ids.shape[0], dtype=np.int64)
-    order[index.codes] = np.arange(ids.shape[0])
+    order = np.argsort(UserIndex.from_groups(ids, ids.shape[0]).codes)  # ids are unique
     out = {}
     for name in names:
         values = [p[name] for p in parts]
@@ -437,9 +397,7 @@ def _leaf_spec(parts, name):
     return value.shape, value.dtype
 
 
-# --------------------------------------------------------------------------- #
 # Prediction
-# --------------------------------------------------------------------------- #
 def _select(parts, raw):
     """The personal parts of the users of ``raw`` found in one partition's parts."""
     wanted = UserIndex.from_groups(raw.groups, raw.n_rows)
@@ -454,12 +412,10 @@ def _predict_partition(estimator, raw, names, as_series, *selected):
     predictions (a Series by row label when ``as_series``) and the warnings."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if raw.n_rows == 0:
-            pred = np.zeros(0)
-        else:
-            est = estimator
+        pred = np.zeros(0)
+        if raw.n_rows:
+            est = copy.copy(estimator) if names else estimator
             if names:
-                est = copy.copy(estimator)
                 for name, merged in _merge_by_id(selected, names).items():
                     setattr(est, name, merged)
             pred = est.predict(raw.X, groups=raw.groups)
@@ -468,10 +424,6 @@ def _predict_partition(estimator, raw, names, as_series, *selected):
 
         pred = pd.Series(pred, index=raw.labels)
     return pred, [(w.category, str(w.message)) for w in caught]
-
-
-def _dtype(value):
-    return np.asarray(value).dtype
 
 
 def _empty_like_series(series):
@@ -538,7 +490,7 @@ def predict_distributed(estimator, blocks, *, client=None):
                        if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
             selected = [_submit(client, _select, parts.parts[p], raw) for p in overlap or [0]]
         futures.append(_submit(client, _predict_partition, light, raw, names,
-                                     blocks.from_dataframe, *selected, pure=False))
+                               blocks.from_dataframe, *selected, pure=False))
     preds = [_submit(client, operator.getitem, f, 0) for f in futures]
     _reemit(client.gather([_submit(client, operator.getitem, f, 1) for f in futures]))
     if blocks.from_dataframe:
@@ -547,6 +499,7 @@ def predict_distributed(estimator, blocks, *, client=None):
         meta = _submit(client, _empty_like_series, preds[0]).result()
         return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
                                verify_meta=False)
-    dtype = np.result_type(*client.gather([_submit(client, _dtype, f) for f in preds]))
+    dtype = np.result_type(*[dt for _, dt in client.gather([_submit(client, _spec, f)
+                                                            for f in preds])])
     return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
                            for f, n in zip(preds, blocks._n_rows)])

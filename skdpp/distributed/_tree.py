@@ -1,17 +1,16 @@
 """The fixed pairwise sum of :class:`~skdpp.utils._executor.TreeSum`, computed in pieces.
 
-The tree of ``TreeSum`` over ``n`` partials has a node for every aligned dyadic
-range ``[a 2**j, (a + 1) 2**j)`` inside ``[0, n)`` (its value: left child +
-right child), and its result folds the maximal such ranges (the binary digits
-of ``n``) from the right. Any contiguous run of partials (e.g. the blocks of
-one partition of users, on one worker) can compute the nodes that lie inside
-it; merging the runs' nodes in any grouping gives the same nodes, hence bit for
-bit the same sum as ``tree_sum`` of all partials in one process.
+The tree over ``n`` partials has a node for every aligned dyadic range
+``[a 2**j, (a + 1) 2**j)`` inside ``[0, n)`` (left child + right child); its
+result folds the maximal such ranges from the right. A contiguous run of
+partials (one partition's blocks) computes the nodes inside it; merging the
+runs' nodes in any grouping gives bit for bit the sum of ``tree_sum``.
 """
 
 from ..utils._executor import tree_add
 
 __all__ = ["merge_tree_nodes", "tree_nodes", "tree_nodes_result"]
+
 
 def _siblings(left, right):
     (level_a, pos_a, _), (level_b, pos_b, _) = left, right
@@ -27,21 +26,9 @@ def _push(stack, node):
 
 
 def tree_nodes(partials, start=0):
-    """The nodes of the :func:`tree_sum` tree covered by consecutive partials.
-
-    Parameters
-    ----------
-    partials : sequence
-        Partials at global positions ``start, start + 1, ...`` of the full
-        sequence (e.g. the blocks of one partition of users).
-    start : int, default=0
-        Global position of ``partials[0]``.
-
-    Returns
-    -------
-    nodes : list of (level, position, value)
-        The maximal aligned dyadic ranges ``[position, position + 2**level)``
-        inside the run, summed as :class:`TreeSum` does.
+    """The nodes ``(level, position, value)`` of the :func:`tree_sum` tree covered by
+    ``partials`` at global positions ``start, start + 1, ...``: the maximal aligned
+    dyadic ranges ``[position, position + 2**level)`` inside the run.
 
     Examples
     --------
@@ -53,10 +40,7 @@ def tree_nodes(partials, start=0):
     >>> tree_nodes_result(merge_tree_nodes(*runs)) == tree_sum(x)
     True
     """
-    stack = []
-    for i, partial in enumerate(partials):
-        _push(stack, (0, int(start) + i, partial))
-    return stack
+    return merge_tree_nodes([(0, int(start) + i, p) for i, p in enumerate(partials)])
 
 
 def merge_tree_nodes(*node_lists):

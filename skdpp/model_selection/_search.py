@@ -8,9 +8,9 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 import sklearn
-from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.pipeline import Pipeline
-from sklearn.utils import indexable
+from sklearn.utils import get_tags, indexable
 from sklearn.utils._indexing import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
@@ -38,8 +38,7 @@ __all__ = ["PrivateRandomizedSearchCV"]
 _SCORE_PHASE = "validation_score"
 #: Phase of the private quantile behind ``score_clip="auto"`` (regression losses).
 _CLIP_PHASE = "score_clip"
-#: ``score_clip="auto"`` = factor x quantile of the users' own-mean losses: three
-#: times the median leaves most users of good configurations unclipped (on 1-5
+#: ``score_clip="auto"`` = 3 x the median of the users' own-mean losses (on 1-5
 #: ratings, 300-500 users, epsilon=1, the 0.9-quantile landed anywhere in
 #: [3.6, 2.4e5], the median within one grid cell of the truth).
 _AUTO_SCORE_QUANTILE = 0.5
@@ -58,42 +57,34 @@ def _estimator_has(name):
 class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     """Randomized hyperparameter search under user-level DP (random stopping).
 
-    Runs a random number ``K`` of *trials* and outputs the best one. A trial
-    samples a configuration from ``param_distributions`` (independently of
-    the data), fits a copy of ``estimator`` on the training rows, and
-    releases a DP validation score on held-out rows of every user. ``K``
-    follows a truncated negative binomial or a Poisson law with mean
-    ``n_iter``; the per-trial budget is solved so that the whole search
-    (every trial, score, the selection and the randomness of ``K``) is
-    ``(epsilon, delta)``-DP (Papernot & Steinke 2022). The output is the best
-    trial's fitted estimator (no refit: it would spend the budget again), its
-    parameters and its DP score.
+    Runs a random number ``K`` of *trials* (mean ``n_iter``): each samples a
+    configuration (independently of the data), fits a copy of ``estimator`` on
+    the training rows and releases a DP validation score on held-out rows of
+    every user. The whole search (trials, scores, selection, the randomness
+    of ``K``) is ``(epsilon, delta)``-DP (Papernot & Steinke 2022); it outputs
+    the best trial's fitted estimator (no refit: it would spend the budget
+    again), its parameters and its DP score.
 
     Parameters
     ----------
     estimator : skdpp estimator or Pipeline
-        A user-level DP estimator of skdpp, or a ``Pipeline`` ending in one
-        whose other fitted steps are private (at any depth of
-        ``ColumnTransformer`` / ``FeatureUnion``) or stateless. The search
-        sets every private step's ``epsilon``, ``delta`` and ``random_state``
-        (the per-trial budget, split by ``step_shares``) and ``verbose=0``
-        (trial output would reveal ``K``); the other parameters come from the
-        configuration or keep their values.
+        A skdpp estimator, or a ``Pipeline`` ending in one whose other fitted
+        steps (at any depth of ``ColumnTransformer`` / ``FeatureUnion``) are
+        private or stateless. The search sets every private step's
+        ``epsilon``, ``delta`` and ``random_state`` and ``verbose=0`` (trial
+        output would reveal ``K``).
     param_distributions : dict or list of dicts
-        Parameter names mapped to lists (sampled uniformly) or to
-        distributions with an ``rvs`` method. A list of dicts: each trial
-        first picks a dict uniformly. Configurations are drawn with
-        replacement, independently per trial, as the analysis requires.
+        Parameter names mapped to lists (sampled uniformly) or distributions
+        with an ``rvs`` method; a list of dicts: each trial first picks one
+        uniformly. Drawn independently per trial, with replacement.
         ``epsilon``, ``delta`` and ``random_state`` may not appear.
     epsilon : float, default=1.0
-        Budget of the whole search, in ``(0, inf]``; ``np.inf`` is the
-        non-private baseline.
+        Budget of the whole search, in ``(0, inf]`` (``np.inf``: non-private).
     delta : float, default=1e-6
-        δ of the whole search, in ``(0, 1)``; much smaller than
-        ``1 / n_users``.
+        δ of the whole search, in ``(0, 1)``; much smaller than ``1 / n_users``.
     n_iter : float, default=10
-        Mean number of trials ``E[K] >= 1``. ``n_iter=1`` with the truncated
-        negative binomial is ``K = 1`` (one fit, no search).
+        Mean number of trials ``E[K] >= 1`` (``1`` with the truncated negative
+        binomial: ``K = 1``).
     stopping : {"truncated_negative_binomial", "poisson"}, default="truncated_negative_binomial"
         Law of ``K``. With Poisson, ``K = 0`` (probability ``exp(-n_iter)``)
         makes :meth:`fit` raise; its cost is still spent.
@@ -103,48 +94,42 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         same mean but have heavier tails: with ``n_iter=10``, ``P[K = 1]`` is
         0.10 for ``η = 1`` and 0.27 for ``η = 0``, the 99th percentile 44 and 81.
     validation_size : float in (0, 1), default=0.2
-        Fraction of each user's rows held out for the score, as
+        Fraction of each user's rows held out, as
         :func:`~skdpp.model_selection.per_user_train_test_split` (a one-row
         user keeps its row for training and scores 0).
     loss : {"auto", "squared_error", "absolute_error", "zero_one"} or callable, default="auto"
-        Per-row loss of the score: squared error for regressors, zero-one
-        for classifiers (``"auto"``), or ``loss(y_true, y_pred)`` returning
-        non-negative per-row losses.
+        Per-row loss of the score (``"auto"``: squared error for regressors,
+        zero-one for classifiers) or ``loss(y_true, y_pred) >= 0`` per row.
     score_clip : float or "auto", default="auto"
         Bound ``C`` on each user's mean validation loss (larger or non-finite
-        losses count as ``C``); the score's noise is proportional to
-        ``C / n_users``. ``"auto"``: ``1`` for the zero-one loss, else a
-        private quantile (see Notes; a classifier with another loss needs a
-        number). A number is used as is, at no privacy cost (with public
-        labels in ``[low, high]``, ``((high - low) / 2) ** 2`` suits the
-        squared error).
+        losses count as ``C``; the score's noise is proportional to
+        ``C / n_users``). ``"auto"``: ``1`` for the zero-one loss, else a
+        private quantile (Notes; a classifier with another loss needs a
+        number). A number is public and free (labels in ``[low, high]``:
+        ``((high - low) / 2) ** 2`` suits the squared error).
     score_share : float in (0, 1), default=0.1
-        Share of each trial's zCDP budget spent on its score (the rest on
-        the fit).
+        Share of each trial's zCDP budget spent on its score.
     refit_personal : bool, default=True
-        After the selection, refit the best estimator's personal parts on
-        *all* of each user's rows (``personalize``): no privacy cost, shared
-        part and ``best_score_`` unchanged.
+        Refit the best estimator's personal parts on *all* of each user's
+        rows (``personalize``; free, shared part and ``best_score_`` unchanged).
     step_shares : dict of str to float, default=None
         With a ``Pipeline``: each private step's share of every trial's zCDP
-        fit budget, keyed as in :func:`~skdpp.privacy.split_budget`;
-        ``None``: equal shares. Step ``i`` gets ``rho_i = share_i * rho_fit``
-        (zCDP adds up: the trial spends exactly ``rho_fit``): the final
-        estimator's ``epsilon`` is solved from its plan on the transformed
-        data's public shape, the others' is ``eps_GDP(sqrt(2 rho_i), delta)``
-        (exact for Gaussian plans); each report is checked against ``rho_i``.
+        fit budget, keyed as in :func:`~skdpp.privacy.split_budget` (``None``:
+        equal). Step ``i`` gets ``rho_i = share_i * rho_fit`` (zCDP adds up):
+        the final estimator's ``epsilon`` is solved from its plan on the
+        transformed data's public shape, the others' is
+        ``eps_GDP(sqrt(2 rho_i), delta)``; each report is checked against
+        ``rho_i``.
     random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the split, every trial and the score
-        noise. ``None`` draws OS entropy (use it in deployments); a seed makes
-        the search reproducible and its guarantee holds only while the seed
-        is secret (``privacy_report_`` says so). ``best_estimator_`` is
-        returned with ``random_state=None`` (see Notes).
+        noise. ``None``: OS entropy (use it in deployments); with a seed the
+        guarantee holds only while it is secret (``privacy_report_`` says so).
 
     Attributes
     ----------
     best_estimator_ : estimator
-        The selected trial's fitted estimator (released: its shared part is
-        DP, its personal parts stay with their users).
+        The selected trial's fitted estimator (released: shared part DP,
+        personal parts with their users; ``random_state=None``).
     best_params_ : dict
         The selected configuration (released).
     best_score_ : float
@@ -155,7 +140,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         The bound ``C`` used (released).
     privacy_report_ : SearchPrivacyReport
         The guarantee of the whole search; ``chosen_trial`` nests the
-        selected trial's fit report.
+        selected trial's report.
     n_users_ : int
         Number of users (public).
     n_trials_ : int
@@ -164,8 +149,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         **Private, not a release.** Position of the best trial.
     cv_results_ : dict of ndarray
         **Private, not a release.** Per trial: ``params``, ``param_<name>``,
-        ``validation_score`` (noisy) and ``trial_epsilon``. For the data
-        holder's own diagnostics only.
+        ``validation_score`` (noisy) and ``trial_epsilon``.
 
     Notes
     -----
@@ -174,47 +158,43 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     ``score_clip_`` and ``privacy_report_`` (joint DP for the personal
     parts). ``n_trials_``, ``best_index_``, ``cv_results_``, the other trials
     and the running time are *not* covered: the analysis (Papernot & Steinke
-    2022, Theorems 2 and 6) needs ``K`` secret (knowing ``K = k``, the best
-    of ``k`` trials costs about ``k`` trials).
+    2022, Theorems 2 and 6) needs ``K`` secret (knowing ``K = k``, the best of
+    ``k`` trials costs about ``k`` trials).
 
     **Per-trial budget.** Every trial is held to one zCDP budget ``ρ``
     whatever its configuration (a data-independent mixture of mechanisms is
-    no less private than its least private component). ``ρ`` is the largest
-    value at which the search's RDP bound, converted to (ε, δ) (Canonne,
-    Kamath & Steinke 2020), meets ``(epsilon, delta)``. ``score_share * ρ``
-    goes to the score (Gaussian), the rest to the fit: each configuration's
-    ``epsilon`` is solved, before any data is used, so that its budget plan
-    spends exactly that (``ε_GDP(sqrt(2ρ), delta)`` for Gaussian plans; see
-    :mod:`skdpp.privacy._tuning`), and each fitted report is checked. An
-    estimator without a budget plan is calibrated as if Gaussian; a report
+    no less private than its least private component): the largest ``ρ`` at
+    which the search's RDP bound, converted to (ε, δ) (Canonne, Kamath &
+    Steinke 2020), meets ``(epsilon, delta)``. ``score_share * ρ`` goes to
+    the (Gaussian) score, the rest to the fit: each configuration's
+    ``epsilon`` is solved before any data is used so that its budget plan
+    spends exactly that (see :mod:`skdpp.privacy._tuning`). An estimator
+    without a budget plan is calibrated as if Gaussian; a fitted report
     showing more raises :class:`~skdpp.exceptions.PrivacyBudgetError`.
 
-    **Automatic score bound** (``score_clip="auto"``, regression losses).
-    ``C`` is three times the median of ``v_u``, each user's mean training
-    ``loss(y, ȳ_u)`` with ``ȳ_u`` its mean training label (the label variance
-    for the squared error), released by the noisy bisection of
-    :func:`~skdpp.privacy._quantile.private_quantile` (6 Gaussian counts of
-    sensitivity 1) at the cost ``score_share * ρ`` (phase ``"score_clip"``),
-    composed with the search's RDP bound (every trial is ρ-zCDP whatever
-    ``C``); ``ρ`` is solved with it included.
+    **Automatic score bound** (``score_clip="auto"``, regression losses):
+    ``C`` is 3 times the median of each user's mean training ``loss(y,
+    ȳ_u)`` (``ȳ_u`` its mean training label), released by the noisy
+    bisection of :func:`~skdpp.privacy._quantile.private_quantile` (6
+    Gaussian counts of sensitivity 1, phase ``"score_clip"``) at the cost
+    ``score_share * ρ``, composed with the search's RDP bound when solving
+    ``ρ``.
 
     **Validation score.** Rows are split within users by a keyed hash of the
     user id and the row's position among the user's rows (sorted by
-    content), the same split for every trial (a data-independent split, so
-    the guarantee holds for the mixture). A user's contribution is its mean
-    held-out loss clipped to ``[0, C]``, a function of the released shared
-    part and its own rows: the sum has sensitivity ``C`` under
-    replace-one-user; ``best_score_`` divides it by the public number of
-    users. Selection is the argmax of the noisy scores (ties: first trial).
+    content), the same data-independent split for every trial. A user's
+    contribution, its mean held-out loss clipped to ``[0, C]``, is a
+    function of the released shared part and its own rows: the sum has
+    sensitivity ``C`` under replace-one-user, divided by the public number
+    of users. Selection: the argmax of the noisy scores (ties: first trial).
 
     **Nothing observed depends on one user outside the releases.** Trials
     run under :func:`~skdpp.base.quiet_numerics`; held-out rows are predicted
-    without the finite-prediction check, and a non-finite loss counts as
-    ``C``. Only the selected trial's
-    :class:`~skdpp.exceptions.PrivacyLeakWarning` (functions of
-    ``best_params_`` and ``n_users``) are re-raised; other trial warnings
-    may depend on one user (or on ``K``) and are dropped. Each trial's noise
-    seed is taken back as soon as its fit has drawn from it: no parameter,
+    without the finite-prediction check (a non-finite loss counts as ``C``).
+    Only the selected trial's :class:`~skdpp.exceptions.PrivacyLeakWarning`
+    (functions of ``best_params_`` and ``n_users``) are re-raised; other
+    trial warnings may depend on one user (or on ``K``). Each trial's noise
+    seed is taken back once its fit has drawn from it: no parameter,
     attribute or pickle of the fitted search holds a generator or seed.
 
     References
@@ -309,12 +289,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                         f"param_distributions may not set {name!r}: the search sets each "
                         f"trial's epsilon, delta and random_state (the per-trial budget). "
                         f"Remove {name!r}; tune the search's epsilon instead.")
-                if not hasattr(values, "rvs"):
-                    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") \
-                            or len(values) == 0:
-                        raise ValueError(
-                            f"Parameter {name!r} must map to a non-empty list of values or "
-                            f"a distribution with an rvs method; got {values!r}.")
+                if not hasattr(values, "rvs") and (
+                        isinstance(values, (str, bytes)) or not hasattr(values, "__len__")
+                        or len(values) == 0):
+                    raise ValueError(
+                        f"Parameter {name!r} must map to a non-empty list of values or "
+                        f"a distribution with an rvs method; got {values!r}.")
         if isinstance(self.estimator, Pipeline):
             _check_private_pipeline(self.estimator)
             _normalised_shares([n for n, _ in _private_leaves(self.estimator)],
@@ -330,16 +310,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         """None (a number), "public" (1, zero-one loss) or "private" (a quantile)."""
         if not (isinstance(self.score_clip, str) and self.score_clip == "auto"):
             return None
-        from sklearn.base import is_classifier
-
-        loss = self.loss
-        if loss == "zero_one" or (loss == "auto" and is_classifier(self.estimator)):
+        if self.loss == "zero_one" or (self.loss == "auto" and is_classifier(self.estimator)):
             return "public"
         if is_classifier(self.estimator):
             raise ValueError(
                 f"score_clip='auto' bounds a classifier's loss only for the zero-one loss "
-                f"(its range is [0, 1]); got loss={loss!r}. Pass score_clip as a number: "
-                f"a public bound of your loss.")
+                f"(its range is [0, 1]); got loss={self.loss!r}. Pass score_clip as a "
+                f"number: a public bound of your loss.")
         return "private"
 
     def _distributions(self):
@@ -372,9 +349,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         self._check_params()
         if groups is None:
             raise ValueError(
-                "PrivateRandomizedSearchCV needs groups (one user id per row): the "
-                "validation score holds out rows within users, and with groups=None every "
-                "row is its own user. Pass fit(X, y, groups=groups) (inside a Pipeline, "
+                "PrivateRandomizedSearchCV needs groups (one user id per row) to hold out "
+                "rows within users. Pass fit(X, y, groups=groups) (inside a Pipeline, "
                 "enable sklearn.set_config(enable_metadata_routing=True)).")
         if sp.issparse(X):
             raise TypeError("PrivateRandomizedSearchCV does not support sparse X; pass a "
@@ -389,17 +365,16 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         delta = float(self.delta)
         BasePersonalizedEstimator._check_delta(self, n_users)
 
-        # --- the budget (data-independent) ---------------------------------
+        # the budget (data-independent)
         stopping = RandomStopping(self.stopping, float(self.n_iter),
                                   float(self.stopping_shape))
         auto_clip = self._auto_score_clip()
         rho_clip_share = float(self.score_share) if auto_clip == "private" else 0.0
         rho = _calibrate_search(stopping, float(self.epsilon), delta, rho_clip_share)
-        rho_score = self.score_share * rho
         rho_fit = (1.0 - self.score_share) * rho
-        z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * rho_score)
+        z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * (self.score_share * rho))
 
-        # --- randomness: K, configurations, split key, trial seeds ---------
+        # randomness: K, configurations, split key, trial seeds
         seeded = noise_is_seeded(self.random_state)
         root = seed_sequence(self.random_state)
         ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
@@ -410,15 +385,14 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if n_trials == 0:
             raise RuntimeError(
                 f"The Poisson number of trials was K=0 (probability exp(-{self.n_iter:g})): "
-                "the search outputs nothing. Its privacy cost is spent all the same; a new "
-                "search (another random_state) spends it again. Use "
+                "nothing to output, the privacy cost spent all the same. Use "
                 "stopping='truncated_negative_binomial' to always run a trial.")
         configs = _sample_configurations(
             self._distributions(), n_trials, np.random.Generator(np.random.PCG64(ss_config)))
         trial_seeds = ss_trials.spawn(n_trials)
         key = ss_key.generate_state(2, dtype=np.uint64)
 
-        # --- the split within users (keyed, permutation invariant) ---------
+        # the split within users (keyed, permutation invariant)
         with quiet_numerics():
             order, train, held_out = _split_within_users(X, y, index, key,
                                                          self.validation_size)
@@ -427,7 +401,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         codes_va = index.codes[held_out]
         n_held_out = np.bincount(codes_va, minlength=n_users)
 
-        # --- the bound of the users' losses (before any trial) --------------
+        # the bound of the users' losses (before any trial)
         z_clip = 0.0
         if auto_clip is None:
             score_clip = float(self.score_clip)
@@ -449,26 +423,25 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     quantile=_AUTO_SCORE_QUANTILE, n_users=n_users), MIN_CLIP)
             del release
 
-        # --- plan every trial before any fit (data-independent) ------------
+        # plan every trial before any fit (data-independent)
         estimators, trial_eps = [], []
         for params, seed in zip(configs, trial_seeds):  # loop over trials
             est = clone(self.estimator).set_params(**params)
             for leaf in _leaves(est):
                 if "verbose" in leaf.get_params(deep=False):
                     leaf.set_params(verbose=0)
-            if isinstance(est, Pipeline):  # budgets set step by step in the trial's fit
-                estimators.append(est)
-                trial_eps.append(np.nan)
-                continue
-            with warnings.catch_warnings(), quiet_numerics():
-                warnings.simplefilter("ignore")
-                eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr, g_tr)
-            est.set_params(epsilon=eps_k, delta=delta_k,
-                           random_state=self._trial_random_state(seed))
+            eps_k = np.nan  # a Pipeline's budgets are set step by step in its trial
+            if not isinstance(est, Pipeline):
+                with warnings.catch_warnings(), quiet_numerics():
+                    warnings.simplefilter("ignore")
+                    eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr,
+                                                        g_tr)
+                est.set_params(epsilon=eps_k, delta=delta_k,
+                               random_state=self._trial_random_state(seed))
             estimators.append(est)
             trial_eps.append(eps_k)
 
-        # --- run the trials (only the best so far is kept; see Notes) -------
+        # run the trials (only the best so far is kept; see Notes)
         loss = self._loss_function()
         scores = np.empty(n_trials)
         best, best_est, best_seed, best_warnings = 0, None, None, []
@@ -510,7 +483,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                     warnings.simplefilter("always")
                     personalize(best_est,
-                                 *(_safe_indexing(a, order) for a in (X, y, groups)))
+                                *(_safe_indexing(a, order) for a in (X, y, groups)))
             finally:
                 _take_back_seed(final)
             _replay(_replayable(caught))
@@ -531,12 +504,9 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     @staticmethod
     def _trial_budget(est, rho_fit, delta, X, y, groups):
-        """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP).
-
-        Solved from ``_budget_plan``, or assumed Gaussian without one (the
-        report is checked after the fit). ``delta`` shrinks while the trial's
-        epsilon would be 0 (any point of the curve describes the same noise).
-        """
+        """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP),
+        solved from ``_budget_plan`` (Gaussian without one; the report is checked
+        after the fit). ``delta`` shrinks while the trial's epsilon would be 0."""
         if math.isinf(rho_fit):
             return math.inf, delta
         mu = math.sqrt(2.0 * rho_fit)
@@ -547,16 +517,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         meta = est._validate_fit_data(X, y, groups).meta
         selections = est._budget_plan(meta).selection_phases
         if selections:
-            # Random stopping (Papernot & Steinke 2022) composes trials that are
-            # rho-zCDP; a private partition selection adds a delta outside any
-            # zCDP curve. The plan is a function of the configuration only.
+            # Random stopping composes rho-zCDP trials; a private partition selection
+            # adds a delta outside any zCDP curve (a function of the configuration only).
             raise ValueError(
                 f"{type(est).__name__} with {est.get_params(deep=False)!r} selects a "
-                f"catalogue or label set privately (phase(s) {', '.join(selections)}: "
-                "partition selection with a threshold delta), which the private search "
-                "cannot account: its trials must be rho-zCDP. Pass the public catalogue or "
-                "label set explicitly (AdaptiveWeightMF(items=...), "
-                "JLMarginClassifier(classes=...)) in the estimator or the search space.")
+                f"catalogue or label set privately (phase(s) {', '.join(selections)}), "
+                "outside the rho-zCDP trials the search accounts. Pass the public catalogue "
+                "or label set (AdaptiveWeightMF(items=...), JLMarginClassifier(classes=...)).")
 
         def plan_at(eps):
             with _budget_set(est, eps, delta):
@@ -572,29 +539,23 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if not est.privacy_report_.is_private:
             raise PrivacyBudgetError(
                 f"A trial of {type(est).__name__} released values its guarantee does not "
-                f"cover ({', '.join(est.privacy_report_.not_covered)}): the search cannot "
-                "account them. Pass them explicitly (e.g. the public catalogue or label "
-                "set) so that every trial is fully private.")
+                f"cover ({', '.join(est.privacy_report_.not_covered)}): pass them explicitly "
+                "(e.g. the public catalogue or label set) so that every trial is private.")
         spent = report_rho(est.privacy_report_)
         if spent is None or spent > rho_fit * (1.0 + 1e-9):
             shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
             raise PrivacyBudgetError(
                 f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
-                f"per-trial budget rho={rho_fit:.6g}. An estimator that does not expose its "
-                "budget plan (_budget_plan) is calibrated as if it made Gaussian releases "
-                "only; its Poisson-subsampled, Laplace or exponential-mechanism releases "
-                "exceed the budget. The search refuses it (this depends on the "
-                "configuration, not on the data).")
+                f"per-trial budget rho={rho_fit:.6g}: without a budget plan (_budget_plan) "
+                "it is calibrated as if Gaussian, and its other releases exceed the budget "
+                "(a function of the configuration, not of the data). Expose its plan.")
 
     def _fit_pipeline_trial(self, pipe, rho_fit, delta, X, y, groups, seed):
-        """Fit a Pipeline trial whose private steps share ``rho_fit`` (``step_shares``).
-
-        Every step's report is checked against its share and every seed taken
-        back. Returns the final step's seed and its epsilon.
-        """
+        """Fit a Pipeline trial whose private steps share ``rho_fit`` (``step_shares``),
+        check every step's report, take every seed back; return the final step's seed
+        and epsilon."""
         leaves = _private_leaves(pipe)
-        names = [n for n, _ in leaves]
-        weights = _normalised_shares(names, self.step_shares)
+        weights = _normalised_shares([n for n, _ in leaves], self.step_shares)
         final = pipe[-1]
         final_name = next(n for n, leaf in leaves if leaf is final)
         try:
@@ -604,11 +565,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                         math.sqrt(2.0 * (weights[name] * rho_fit)), delta)
                     leaf.set_params(epsilon=eps_i, delta=delta,
                                     random_state=self._trial_random_state(seed))
-            head = pipe[:-1]
             Xt = X
-            if len(head):
+            if len(pipe) > 1:
                 with sklearn.config_context(enable_metadata_routing=True):
-                    Xt = head.fit_transform(X, y, groups=groups)
+                    Xt = pipe[:-1].fit_transform(X, y, groups=groups)
             for name, leaf in leaves:
                 if leaf is not final:
                     _take_back_seed(leaf)
@@ -648,16 +608,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if callable(loss):
             return loss
         if loss == "auto":
-            from sklearn.base import is_classifier
-
             loss = "zero_one" if is_classifier(self.estimator) else "squared_error"
         if loss == "zero_one":
             return lambda y_true, y_pred: (np.asarray(y_true) != np.asarray(y_pred)).astype(float)
         if loss == "absolute_error":
-            return lambda y_true, y_pred: np.abs(np.asarray(y_true, dtype=float)
-                                                 - np.asarray(y_pred, dtype=float))
-        return lambda y_true, y_pred: (np.asarray(y_true, dtype=float)
-                                       - np.asarray(y_pred, dtype=float)) ** 2
+            return lambda y_true, y_pred: np.abs(_diff(y_true, y_pred))
+        return lambda y_true, y_pred: _diff(y_true, y_pred) ** 2
 
     def _report(self, stopping, rho, rho_fit, z_score, n_users, best_est, seeded,
                 score_clip, rho_clip_share, z_clip):
@@ -713,13 +669,13 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         )
         chosen = privacy_report(best_est) if isinstance(best_est, Pipeline) \
             else best_est.privacy_report_
-        local = tuple(getattr(chosen, "local", ()))
         return SearchPrivacyReport(
             epsilon=float(self.epsilon), delta=delta, epsilon_spent=float(spent),
             delta_spent=delta_spent, accountant=accountant, n_users=n_users, phases=phases,
             released=("best_estimator_ (shared part)", "best_params_", "best_score_",
                       "score_clip_"),
-            local=local, notes=notes, stopping=stopping.describe(), trial_rho=float(rho),
+            local=tuple(getattr(chosen, "local", ())), notes=notes,
+            stopping=stopping.describe(), trial_rho=float(rho),
             trial_epsilon=float(zcdp_epsilon(rho, delta)), chosen_trial=chosen,
             noise_seeded=seeded)
 
@@ -727,23 +683,22 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     def predict(self, X, groups=None):
         """Predict with the best estimator (``groups``: user id of each row)."""
         check_is_fitted(self)
-        return transform_then(self.best_estimator_, 'predict', X, groups=groups)
+        return transform_then(self.best_estimator_, "predict", X, groups=groups)
 
     @available_if(_estimator_has("predict_proba"))
     def predict_proba(self, X, groups=None):
         """Class probabilities of the best estimator."""
         check_is_fitted(self)
-        return transform_then(self.best_estimator_, 'predict_proba', X, groups=groups)
+        return transform_then(self.best_estimator_, "predict_proba", X, groups=groups)
 
     @available_if(_estimator_has("decision_function"))
     def decision_function(self, X, groups=None):
         """Decision function of the best estimator."""
         check_is_fitted(self)
-        return transform_then(self.best_estimator_, 'decision_function', X, groups=groups)
+        return transform_then(self.best_estimator_, "decision_function", X, groups=groups)
 
     def score(self, X, y, groups=None, sample_weight=None):
-        """The best estimator's ``score`` (R² or accuracy) on ``X, y`` (``groups``:
-        user id of each row)."""
+        """The best estimator's ``score`` (R² or accuracy) on ``X, y``."""
         check_is_fitted(self)
         return transform_then(self.best_estimator_, "score", X, y, groups=groups,
                               sample_weight=sample_weight)
@@ -767,25 +722,22 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return self.best_estimator_.n_features_in_
 
     def __sklearn_tags__(self):
-        from sklearn.utils import get_tags
-
         tags = super().__sklearn_tags__()
         sub = get_tags(self.estimator)
-        tags.estimator_type = sub.estimator_type
-        tags.classifier_tags = sub.classifier_tags
-        tags.regressor_tags = sub.regressor_tags
-        tags.input_tags = sub.input_tags
-        tags.target_tags = sub.target_tags
+        for name in ("estimator_type", "classifier_tags", "regressor_tags", "input_tags",
+                     "target_tags"):
+            setattr(tags, name, getattr(sub, name))
         tags.non_deterministic = False
         return tags
 
 
-def _take_back_seed(est):
-    """Reset a fitted trial's ``random_state`` to ``None``; return the old value.
+def _diff(y_true, y_pred):
+    return np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)
 
-    The seed rebuilds the trial's noise (a ``RandomState`` can be rewound),
-    so no observable estimator (``best_estimator_``, a pickle, a clone) keeps it.
-    """
+
+def _take_back_seed(est):
+    """Reset ``est``'s ``random_state`` to ``None`` (it rebuilds the trial's noise);
+    return the old value."""
     value = est.get_params(deep=False)["random_state"]
     est.set_params(random_state=None)
     return value
@@ -810,54 +762,43 @@ def _check_private_pipeline(pipe, path=""):
         where = f"{path}__{name}" if path else name
         if _children(step) is not None:
             _check_private_pipeline(step, where)
-        elif _is_stateless(step):
-            continue
-        elif not (hasattr(step, "get_params")
-                  and {"epsilon", "delta"} <= set(step.get_params(deep=False))):
+        elif not _is_stateless(step) and not (
+                hasattr(step, "get_params")
+                and {"epsilon", "delta"} <= set(step.get_params(deep=False))):
             raise ValueError(
                 f"Step {where!r} ({type(step).__name__}) of the Pipeline is fitted on the "
-                "private data without a privacy guarantee: the search cannot account it. "
-                "Replace it with a private transformer (skdpp.preprocessing, e.g. "
-                "PrivateStandardScaler for StandardScaler), fit it on public data and "
-                "pass it prefitted in a FunctionTransformer, or drop it.")
+                "private data without a privacy guarantee. Replace it with a private "
+                "transformer (skdpp.preprocessing, e.g. PrivateStandardScaler), fit it on "
+                "public data and pass it prefitted in a FunctionTransformer, or drop it.")
 
 
 def _replayable(caught):
-    """The recorded warnings to re-raise: :class:`PrivacyLeakWarning` only.
-
-    skdpp raises it only on the parameters and the public ``n_users``, so the
-    selected trial's are functions of released values; any other warning may
-    depend on one user's rows and is dropped.
-    """
+    """The recorded :class:`PrivacyLeakWarning` (raised by skdpp on parameters and
+    ``n_users`` only); any other warning may depend on one user's rows."""
     return [(w.message, w.category) for w in caught
             if issubclass(w.category, PrivacyLeakWarning)]
 
 
 def _replay(recorded):
     for message, category in recorded:
-        if "1/n_users" in str(message):
-            continue  # the search warned about its delta already
-        warnings.warn(message, category, stacklevel=3)
+        if "1/n_users" not in str(message):  # the search warned about its delta already
+            warnings.warn(message, category, stacklevel=3)
 
 
 def _trial_predictions(est, X, groups):
-    """A trial's raw held-out predictions: ``_predict_unchecked`` when present
-    (``predict`` without the non-finite check, whose error would depend on one
-    user's rows), else ``predict``."""
+    """Held-out predictions by ``_predict_unchecked`` when present (``predict``'s
+    non-finite check would raise on one user's rows), else ``predict``."""
     if isinstance(est, Pipeline):
         X = est[:-1].transform(X) if len(est) > 1 else X
         est = est[-1]
-    unchecked = getattr(est, "_predict_unchecked", None)
-    if unchecked is not None:
-        return unchecked(X, groups=groups)
-    return est.predict(X, groups=groups)
+    return (getattr(est, "_predict_unchecked", None) or est.predict)(X, groups=groups)
 
 
 def _user_losses(est, loss, X_va, y_va, g_va, codes_va, n_held_out):
     """Each user's mean held-out loss (0 without held-out rows; a non-finite loss
     makes only its own user's mean non-finite, released as ``score_clip``)."""
-    y_pred = _trial_predictions(est, X_va, g_va)
-    row_loss = np.asarray(loss(y_va, y_pred), dtype=np.float64).reshape(-1)
+    row_loss = np.asarray(loss(y_va, _trial_predictions(est, X_va, g_va)),
+                          dtype=np.float64).reshape(-1)
     sums = np.bincount(codes_va, weights=row_loss, minlength=n_held_out.shape[0])
     return sums / np.maximum(n_held_out, 1)
 
@@ -881,7 +822,6 @@ def _calibrate_search(stopping, epsilon, delta, clip_share):
     ``clip_share * ρ * λ`` (adaptive composition) meets (ε, δ)."""
     if not clip_share or math.isinf(epsilon):
         return stopping.calibrate(epsilon, delta)
-    stopping.calibrate(epsilon, delta)  # validates epsilon and delta
 
     def f(log_rho):
         return _search_epsilon(stopping, math.exp(log_rho), delta, clip_share) - epsilon
@@ -914,22 +854,16 @@ def _sample_configurations(distributions, n, rng):
     out = []
     for _ in range(n):  # loop over trials
         dist = distributions[int(rng.integers(len(distributions)))]
-        params = {}
-        for name in sorted(dist):
-            values = dist[name]
-            if hasattr(values, "rvs"):
-                params[name] = values.rvs(random_state=rng)
-            else:
-                params[name] = values[int(rng.integers(len(values)))]
-        out.append(params)
+        out.append({name: dist[name].rvs(random_state=rng) if hasattr(dist[name], "rvs")
+                    else dist[name][int(rng.integers(len(dist[name])))]
+                    for name in sorted(dist)})
     return out
 
 
 def _row_keys(X, y):
     """A hash of each row's content (numeric or not), for the canonical order."""
     try:
-        Xa = np.asarray(X)
-        ya = np.asarray(y)
+        Xa, ya = np.asarray(X), np.asarray(y)
         if Xa.dtype.kind in "biuf" and ya.dtype.kind in "biuf":
             return row_hashes(Xa, ya)
     except (TypeError, ValueError):
@@ -955,9 +889,8 @@ def _split_within_users(X, y, index, key, validation_size):
 
 
 def _results(configs, scores, trial_eps):
-    names = sorted({n for c in configs for n in c})
     results = {"params": [dict(c) for c in configs]}
-    for name in names:
+    for name in sorted({n for c in configs for n in c}):
         values = np.ma.masked_all(len(configs), dtype=object)
         for i, c in enumerate(configs):  # loop over trials
             if name in c:

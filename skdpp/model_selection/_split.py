@@ -23,21 +23,17 @@ __all__ = ["PerUserKFold", "PerUserShuffleSplit", "per_user_train_test_split"]
 def _check_groups(groups, X, owner):
     if groups is None:
         raise ValueError(
-            f"{owner} needs `groups` (one user id per row) to split rows within users; "
-            "got groups=None. With groups=None every row is its own user and no row "
-            "could be tested while its user stays in training. Pass "
-            "split(X, y, groups=groups); inside cross_validate/GridSearchCV call "
-            "sklearn.set_config(enable_metadata_routing=True) and pass "
+            f"{owner} needs `groups` (one user id per row) to split rows within users; got "
+            "groups=None. Pass split(X, y, groups=groups); inside cross_validate or "
+            "GridSearchCV call sklearn.set_config(enable_metadata_routing=True) and pass "
             "params={'groups': groups} (or fit(X, y, groups=groups)).")
     n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
     return UserIndex.from_groups(groups, n_samples)
 
 
 def _check_routing(splitter, groups, caller):
-    """Refuse to split for scikit-learn (``caller``: the frame that called
-    ``split``) with ``groups`` while metadata routing is off: the groups would
-    reach the splitter only (see :class:`PerUserKFold`). Direct calls are not
-    affected; the decision never uses the data."""
+    """Refuse a split for scikit-learn (``caller``: the frame calling ``split``) with
+    ``groups`` while metadata routing is off (see :class:`PerUserKFold`)."""
     if groups is None or get_config().get("enable_metadata_routing", False):
         return
     module = caller.f_globals.get("__name__", "") if caller is not None else ""
@@ -45,21 +41,17 @@ def _check_routing(splitter, groups, caller):
         return
     raise RuntimeError(
         f"{type(splitter).__name__} got groups from scikit-learn ({module}) while "
-        f"metadata routing is disabled (scikit-learn's default). Then groups reach the "
-        f"splitter only: every fit would treat each row as its own user (row-level DP, "
-        f"not user-level DP) and every score would be cold start (no personal parts). "
-        f"Call sklearn.set_config(enable_metadata_routing=True) (or use "
-        f"sklearn.config_context(enable_metadata_routing=True)) and pass groups the "
-        f"routed way: GridSearchCV(...).fit(X, y, groups=groups), cross_validate(..., "
-        f"params={{'groups': groups}}). scikit-learn's cross_val_predict never passes "
-        f"groups to predict: use skdpp.model_selection.cross_val_predict(estimator, X, "
-        f"y, groups=groups).")
+        f"metadata routing is disabled (scikit-learn's default): groups would reach the "
+        f"splitter only (every fit row-level DP, every score cold start). Call "
+        f"sklearn.set_config(enable_metadata_routing=True) and pass groups the routed way "
+        f"(GridSearchCV(...).fit(X, y, groups=groups), cross_validate(..., "
+        f"params={{'groups': groups}})); for out-of-fold predictions use "
+        f"skdpp.model_selection.cross_val_predict(estimator, X, y, groups=groups).")
 
 
 def _caller():
     """The frame that called the function calling this one (None if unknown)."""
-    getframe = getattr(sys, "_getframe", None)
-    return getframe(2) if getframe is not None else None
+    return sys._getframe(2) if hasattr(sys, "_getframe") else None
 
 
 def _n_test_per_user(counts, test_size, min_train_rows):
@@ -67,6 +59,10 @@ def _n_test_per_user(counts, test_size, min_train_rows):
     n_test = np.ceil(np.round(test_size * counts, 9)).astype(np.int64)
     cap = counts - min_train_rows
     return np.where(cap >= 1, np.clip(n_test, 1, np.maximum(cap, 1)), 0)
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check_test_size(test_size):
@@ -81,21 +77,19 @@ class PerUserKFold(BaseCrossValidator):
     """K-fold cross-validation of the rows *within* each user.
 
     Each user's rows are dealt into ``n_splits`` folds, so every fold tests
-    some rows of (almost) every user while the user's other rows stay in
-    training: the split personalized models need (test users are seen in
-    training).  Users with fewer than ``n_splits`` rows are never tested: their
-    rows are in the training set of every split.
+    some rows of (almost) every user while its other rows stay in training.
+    Users with fewer than ``n_splits`` rows are never tested (their rows are
+    in the training set of every split).
 
     Parameters
     ----------
     n_splits : int, default=5
         Number of folds, at least 2.
     shuffle : bool, default=False
-        Whether to shuffle each user's rows before dealing them into folds.
-        Without shuffling, a user's rows are dealt in their original order.
+        Shuffle each user's rows before dealing them (else original order).
     random_state : int, RandomState instance or None, default=None
-        Randomness of the shuffle (and of which fold each user starts with);
-        only used when ``shuffle=True``.
+        Randomness of the shuffle and of each user's first fold; only with
+        ``shuffle=True``.
 
     Notes
     -----
@@ -106,12 +100,10 @@ class PerUserKFold(BaseCrossValidator):
     one in training; the test folds partition the eligible users' rows.
 
     ``groups`` is required and requested by default for metadata routing.
-    Inside scikit-learn's meta-estimators (``GridSearchCV``,
-    ``cross_validate``, ...) routing must be enabled
-    (``sklearn.set_config(enable_metadata_routing=True)``): with it off,
-    ``groups`` reach the splitter only, so every fit would treat each row as
-    its own user (row-level DP) and every score would be cold start;
-    :meth:`split` then raises a ``RuntimeError``.
+    Inside scikit-learn's meta-estimators (``GridSearchCV``, ``cross_validate``)
+    routing must be enabled (``sklearn.set_config(enable_metadata_routing=True)``):
+    with it off, ``groups`` reach the splitter only (every fit row-level DP,
+    every score cold start) and :meth:`split` raises a ``RuntimeError``.
 
     Examples
     --------
@@ -128,10 +120,8 @@ class PerUserKFold(BaseCrossValidator):
     __metadata_request__split = {"groups": True}
 
     def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
-        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
-                or n_splits < 2:
-            raise ValueError(
-                f"`n_splits` must be an integer >= 2; got {n_splits!r}.")
+        if not _is_int(n_splits) or n_splits < 2:
+            raise ValueError(f"`n_splits` must be an integer >= 2; got {n_splits!r}.")
         if not isinstance(shuffle, bool):
             raise TypeError(f"`shuffle` must be True or False; got {shuffle!r}.")
         if not shuffle and random_state is not None:
@@ -165,11 +155,11 @@ class PerUserKFold(BaseCrossValidator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Data; only its number of rows is used.
-        y : array-like of shape (n_samples,), default=None
+            Only its number of rows is used.
+        y : None
             Ignored.
         groups : array-like of shape (n_samples,)
-            User id of each row.  Required: ``None`` raises a ``ValueError``.
+            User id of each row (required: ``None`` raises a ``ValueError``).
 
         Yields
         ------
@@ -196,10 +186,9 @@ class PerUserKFold(BaseCrossValidator):
 class PerUserShuffleSplit(BaseShuffleSplit):
     """Random train/test splits of the rows *within* each user.
 
-    In each split, every user with at least two rows puts
-    ``ceil(test_size * n)`` of its ``n`` rows (at least 1, at most ``n - 1``)
-    in the test set, chosen uniformly at random; users with one row stay in
-    training.  Test users are therefore always seen in training.
+    In each split, every user with ``n >= 2`` rows puts ``ceil(test_size * n)``
+    of them (at least 1, at most ``n - 1``), chosen uniformly at random, in the
+    test set; users with one row stay in training.
 
     Parameters
     ----------
@@ -208,8 +197,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     test_size : float in (0, 1), default=0.2
         Fraction of each user's rows to hold out.
     random_state : int, RandomState instance or None, default=None
-        Randomness of the splits; an int gives the same splits at each call of
-        :meth:`split`.
+        Randomness of the splits (an int: the same splits at each call).
 
     Notes
     -----
@@ -231,8 +219,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     __metadata_request__split = {"groups": True}
 
     def __init__(self, n_splits=5, *, test_size=0.2, random_state=None):
-        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
-                or n_splits < 1:
+        if not _is_int(n_splits) or n_splits < 1:
             raise ValueError(f"`n_splits` must be an integer >= 1; got {n_splits!r}.")
         _check_test_size(test_size)
         super().__init__(n_splits=n_splits, test_size=test_size, train_size=None,
@@ -281,9 +268,8 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
     -----
     A user with ``n`` rows holds out ``ceil(test_size * n)`` rows (rounded to 9
     decimals first), clipped to ``[1, n - min_train_rows]``; a user with
-    ``n <= min_train_rows`` rows (for whom one test row would leave fewer than
-    ``min_train_rows`` training rows) stays entirely in training.  Rows keep
-    their original order in both parts.
+    ``n <= min_train_rows`` rows stays entirely in training. Rows keep their
+    original order in both parts.
 
     Examples
     --------
@@ -301,9 +287,7 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
         raise ValueError("At least one array is required as input, e.g. "
                          "per_user_train_test_split(X, y, groups=groups).")
     _check_test_size(test_size)
-    if isinstance(min_train_rows, bool) or not isinstance(min_train_rows,
-                                                          numbers.Integral) \
-            or min_train_rows < 1:
+    if not _is_int(min_train_rows) or min_train_rows < 1:
         raise ValueError(
             f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}.")
     arrays = indexable(*arrays)
@@ -313,7 +297,4 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
     rank = rank_within_user(index, check_random_state(random_state))
     test_mask = rank < n_test[index.codes]
     train, test = np.flatnonzero(~test_mask), np.flatnonzero(test_mask)
-    out = []
-    for a in (*arrays, groups_arr):  # loop over the input arrays
-        out.extend((_safe_indexing(a, train), _safe_indexing(a, test)))
-    return out
+    return [_safe_indexing(a, rows) for a in (*arrays, groups_arr) for rows in (train, test)]

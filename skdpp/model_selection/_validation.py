@@ -28,10 +28,9 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
                       params=None, pre_dispatch="2*n_jobs", method="predict"):
     """Out-of-fold predictions, with each row's user id passed to ``predict``.
 
-    Like :func:`sklearn.model_selection.cross_val_predict` (which never passes
-    ``groups`` to ``predict``: every row would be cold start), but every fold
+    Like :func:`sklearn.model_selection.cross_val_predict`, but every fold
     predicts with its test rows' ``groups``: a held-out row gets its user's
-    personal prediction.
+    personal prediction (not the cold start).
 
     Parameters
     ----------
@@ -46,9 +45,8 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
         User id of each row (required, keyword-only).
     cv : int, cross-validation generator or iterable, default=None
         ``None``: ``PerUserKFold(n_splits=5)``; an int ``k``:
-        ``PerUserKFold(n_splits=k)``; otherwise a splitter object or an
-        iterable of ``(train, test)`` index arrays. The test sets must be a
-        partition of the rows (every row in exactly one test fold).
+        ``PerUserKFold(n_splits=k)``; else a splitter or an iterable of
+        ``(train, test)`` index arrays whose test sets partition the rows.
     n_jobs : int, default=None
         Folds fitted in parallel (joblib; scikit-learn's configuration, incl.
         metadata routing, reaches the workers).
@@ -166,9 +164,8 @@ def _check_partition(test_rows, n_samples, cv):
 
 def _fold(value, rows, n_samples):
     """Index ``value`` by ``rows`` if it has one entry per sample, else pass it."""
-    if hasattr(value, "shape") and len(value.shape) >= 1 and value.shape[0] == n_samples:
-        return _safe_indexing(value, rows)
-    if isinstance(value, (list, tuple)) and len(value) == n_samples:
+    if (hasattr(value, "shape") and len(value.shape) >= 1 and value.shape[0] == n_samples) \
+            or (isinstance(value, (list, tuple)) and len(value) == n_samples):
         return _safe_indexing(value, rows)
     return value
 

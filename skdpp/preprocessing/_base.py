@@ -1,11 +1,7 @@
 """What the private transformers share: the fit template and the private statistics.
 
-:class:`BasePrivateTransformer` is the preprocessing counterpart of
-:class:`skdpp.base.BasePersonalizedEstimator` (privacy parameters, ``groups``,
-entry points under :func:`skdpp.base.quiet_numerics`, and the ``fit`` order:
-validate, plan, release through one :class:`~skdpp.privacy.Releaser`, report,
-then set attributes). :func:`scale_free_location` and :func:`scale_free_median`
-first release a magnitude on a grid spanning the float range, so that
+:func:`scale_free_location` and :func:`scale_free_median` first release a
+magnitude on a grid spanning the float range, so that
 :mod:`skdpp.privacy._quantile` (grids ``1e-8 .. 1e8``) also locates e.g. a raw
 Unix timestamp.
 """
@@ -22,6 +18,7 @@ from sklearn.utils._param_validation import Interval
 from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..exceptions import UselessFitWarning
 from ..privacy import Releaser
+from ..privacy._plan import phase_shares, resolve_clip_share
 from ..privacy._quantile import (
     FINE_LEVELS,
     FINE_SIZE,
@@ -40,27 +37,24 @@ __all__ = ["BasePrivateTransformer", "MAGNITUDE_GRID", "MAGNITUDE_STEPS", "MEDIA
            "SCALE_FREE_STEPS", "saturate", "scale_free_location", "scale_free_median",
            "user_means"]
 
-#: Public log grid of the magnitude search (128 values, 1e-300 .. 1e300: the
-#: released magnitude is within a factor ~230 of the users' median ``|v_i|``).
+#: Public log grid of the magnitude search (128 values, 1e-300 .. 1e300: within a
+#: factor ~230 of the users' median ``|v_i|``).
 MAGNITUDE_GRID = quantile_grid(size=128, low=1e-300, high=1e300)
 #: Releases of one magnitude search.
 MAGNITUDE_STEPS = search_steps(MAGNITUDE_GRID)
-#: Count releases (phase ``"clip"``) of :func:`scale_free_location` (its mean
-#: is one more release, of the caller's mean phase).
+#: Count releases (phase ``"clip"``) of :func:`scale_free_location` (plus its mean).
 SCALE_FREE_STEPS = MAGNITUDE_STEPS + LOCATION_SEARCH_STEPS
 #: Count releases of :func:`scale_free_median`.
 MEDIAN_STEPS = (MAGNITUDE_STEPS + search_steps(2 * quantile_grid().shape[0])
                 + FINE_LEVELS * search_steps(FINE_SIZE))
 #: The phase of every noisy count of a search (sensitivity 1 each).
 CLIP_PHASE = "clip"
-#: Count noise std (fraction of the users) above which a fit falls back to the
-#: prior (``BasePrivateTransformer._useless_message``); a little above the share
-#: rule's target 1/8 (about 1 fit in 150 off at 0.14).
+#: Count noise std (fraction of the users) above which a fit falls back to the prior
+#: (``_useless_message``); a little above the share rule's target 1/8.
 USELESS_SEARCH_NOISE = 0.15
 _FLOAT_MAX = np.finfo(np.float64).max
 
 
-# Private statistics of one scalar per user
 def user_means(X, index, mask=None):
     """Per-user means (n_users, n_features) of the columns of ``X`` (entries where
     ``mask``; NaN without one), as ``sum_r x_r / m``: no overflow."""
@@ -93,28 +87,15 @@ def _magnitude(release, values, n_users):
 
 
 def scale_free_location(release, values, *, n_users, mean_phase):
-    """The DP location of one scalar per user, whatever its scale and offset.
+    """The DP location of one scalar per user (``values``; non-finite: above every
+    candidate, 0 in the sum), whatever its scale and offset; returns ``(location, c)``.
 
     ``c`` times :func:`~skdpp.privacy._quantile.private_location` of ``v_i /
     c`` (``LOCATION_SEARCH_STEPS`` counts of sensitivity 1, phase ``"clip"``,
     then the mean clipped to a released radius ``R``: sensitivity ``2 R`` in
-    ``mean_phase``), with ``c`` the median of ``|v_i|`` on
+    ``mean_phase``), with ``c`` the released median of ``|v_i|`` on
     :data:`MAGNITUDE_GRID` (:data:`MAGNITUDE_STEPS` counts of sensitivity 1).
-
-    Parameters
-    ----------
-    release : Releaser
-    values : ndarray of shape (n_users,)
-        One value per user (non-finite: above every candidate, 0 in the sum).
-    n_users : float
-        Public, or a released count.
-    mean_phase : str
-
-    Returns
-    -------
-    location : float
-    scale : float
-        ``c``, the released magnitude.
+    ``n_users`` is public or a released count.
     """
     c = _magnitude(release, values, n_users)
     scaled = np.asarray(values, dtype=np.float64) / c
@@ -124,32 +105,25 @@ def scale_free_location(release, values, *, n_users, mean_phase):
     return c * location, c
 
 
-#: Range of the quantile of the distances to the median that becomes the
-#: clip radius of :func:`scale_free_location` (see :func:`radius_quantile`).
+#: Range of the quantile of the distances to the median that becomes the clip radius.
 RADIUS_QUANTILES = (0.5, 0.9)
 
 
 def radius_quantile(release, n_users):
-    """The radius quantile ``q = clip(1 - 3 sigma / n, 0.5, 0.9)`` (public values only).
-
-    ``sigma``: the noise std of one count of phase ``"clip"``. A bisection
-    whose target ``q n`` is within the noise of ``n`` lands orders of
-    magnitude too far (2000 users at epsilon=1, ``q = 0.9``: a variance 36
-    times too large in one fit of three); the clipping bias is paid only
-    where the noise forces it.
-    """
+    """The radius quantile ``q = clip(1 - 3 sigma / n, 0.5, 0.9)`` (public values only),
+    ``sigma`` the noise std of one ``"clip"`` count: a bisection whose target ``q n``
+    is within the noise of ``n`` lands orders of magnitude off (2000 users at
+    epsilon=1, ``q = 0.9``: a variance 36 times too large in one fit of three)."""
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = 1.0 - 3.0 * sigma / max(float(n_users), 1.0)
     return float(np.clip(q, *RADIUS_QUANTILES))
 
 
 def scale_free_median(release, values, *, n_users):
-    """The DP median of one scalar per user (:data:`MEDIAN_STEPS` counts, phase ``"clip"``).
-
-    The magnitude of :func:`scale_free_location`, then a bisection on the
-    signed log grid refined ``FINE_LEVELS`` times (resolution ``|median| *
-    0.79 / 256**2`` plus the counts' rank error).
-    """
+    """The DP median of one scalar per user (:data:`MEDIAN_STEPS` counts, phase
+    ``"clip"``): the magnitude of :func:`scale_free_location`, then a bisection on
+    the signed log grid refined ``FINE_LEVELS`` times (resolution ``|median| *
+    0.79 / 256**2`` plus the counts' rank error)."""
     c = _magnitude(release, values, n_users)
     scaled = np.asarray(values, dtype=np.float64) / c
     grid = quantile_grid(signed=True)
@@ -168,7 +142,6 @@ def saturate(values):
     return np.clip(values, -_FLOAT_MAX, _FLOAT_MAX)
 
 
-# The base class
 #: Public methods of every private transformer that run under ``quiet_numerics``.
 ENTRY_POINTS = ("fit", "transform", "fit_transform", "inverse_transform")
 
@@ -186,18 +159,29 @@ def _quiet(method):
 class BasePrivateTransformer(TransformerMixin, BaseEstimator):
     """Base class of the user-level DP transformers of :mod:`skdpp.preprocessing`.
 
-    Subclasses implement ``_validate_fit_input(X)`` (returns the validated
-    data), ``_budget_plan(meta)`` (an uncalibrated
-    :class:`~skdpp.privacy.BudgetPlan`) and ``_fit_core(data, index, release,
-    n_users)`` returning ``(attributes, released, notes)``; and ``transform``.
+    The preprocessing counterpart of :class:`skdpp.base.BasePersonalizedEstimator`
+    (entry points under :func:`skdpp.base.quiet_numerics`; ``fit``: validate,
+    plan, release through one :class:`~skdpp.privacy.Releaser`, report, then
+    set attributes). Subclasses implement ``_validate_fit_input(X)``,
+    ``_plan(n_features, clip_share)`` (an uncalibrated
+    :class:`~skdpp.privacy.BudgetPlan`; or ``_budget_plan(meta)``),
+    ``_fit_core(data, index, release, n_users)`` returning ``(attributes,
+    released, notes)``, and ``transform``.
 
     Notes
     -----
-    **Privacy unit.** One user: all rows sharing a ``groups`` value; the
-    neighbouring relation is *replace one user's entire data*; the number of
-    users is public. ``groups=None``: every row is its own user (row-level
-    DP). Every fitted attribute is a DP release or a function of releases and
-    public parameters; the transformers keep nothing per user.
+    **budget_shares** (dict or None): shares by phase name; the key ``"clip"``
+    (the private searches) defaults to ``"auto"``
+    (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split
+    the rest.
+
+    **Guarantee.** ``(epsilon, delta)``-DP for everything the fitted
+    transformer holds; ``transform`` is post-processing. Privacy unit: one
+    user (all rows sharing a ``groups`` value; ``groups=None``: every row is
+    its own user, row-level DP); neighbouring relation: *replace one user's
+    entire data*; the number of users is public. Every fitted attribute is a
+    DP release or a function of releases and public parameters; nothing is
+    kept per user.
     """
 
     _parameter_constraints: dict = {
@@ -208,6 +192,8 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
 
     # Route ``groups`` to fit by default once metadata routing is enabled.
     __metadata_request__fit = {"groups": True}
+    #: What a useless fit falls back to (``_prior_attributes``), for its warning.
+    _prior_description = ""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -239,11 +225,10 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         BasePersonalizedEstimator._validate_privacy_params(self)
         with np.errstate(over="ignore", invalid="ignore"):
             data = self._validate_fit_input(X)
-        n_samples = _num_rows(data)
+        n_samples = data.shape[0] if hasattr(data, "shape") else data["n_samples"]
         index = UserIndex.from_groups(groups, n_samples)
         n_users = int(index.n_users)
-        # A warning on public values only (the number of users is public).
-        BasePersonalizedEstimator._check_delta(self, n_users)
+        BasePersonalizedEstimator._check_delta(self, n_users)  # public n_users only
         randomness = FitRandomness(self.random_state)
         meta = {"n_users": n_users, "n_features": self._n_columns(data)}
         release = Releaser(self._budget_plan(meta), randomness.noise,
@@ -261,10 +246,19 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         self.privacy_report_ = report
         return self
 
+    def _budget_plan(self, meta):
+        """``_plan`` at the clip share of ``budget_shares`` (``"auto"``: the share rule)."""
+        d = meta["n_features"]
+        shares = phase_shares(self.budget_shares, {CLIP_PHASE: "auto"},
+                              owner=type(self).__name__)
+        share = resolve_clip_share(shares[CLIP_PHASE], lambda s: self._plan(d, s),
+                                   meta["n_users"])
+        return self._plan(d, share)
+
     def _useless_message(self, plan, n_users):
         """The warning of a fit whose searches are predicted to go astray (else None):
-        count noise std above :data:`USELESS_SEARCH_NOISE` times ``n_users`` (a
-        public rule; 600 users, 150 seeds: 0.23 n put 17 means > 100 off, 0.14 n one)."""
+        count noise std above :data:`USELESS_SEARCH_NOISE` times ``n_users`` (a public
+        rule; 600 users, 150 seeds: 0.23 n put 17 means > 100 off, 0.14 n one)."""
         if CLIP_PHASE not in plan or not self._prior_attributes({}):
             return None
         sigma = float(plan[CLIP_PHASE])
@@ -274,16 +268,13 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
                 f"the private searches count users with noise std {sigma:.3g} > "
                 f"{USELESS_SEARCH_NOISE:g} * n_users, so the released statistics could be "
                 f"anywhere; the transformer uses its prior instead "
-                f"({self._prior_description()}). Give this step a larger share of the "
+                f"({self._prior_description}). Give this step a larger share of the "
                 f"budget (split_budget shares), a larger epsilon, or fit on more users. "
                 f"(A data-independent rule: n_users, epsilon, delta and the plan.)")
 
     def _prior_attributes(self, attributes):
         """Fitted attributes of the prior a useless fit falls back to ({}: none)."""
         return {}
-
-    def _prior_description(self):
-        return ""
 
     @staticmethod
     def _n_columns(data):
@@ -295,8 +286,4 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         tags.non_deterministic = False
         tags.requires_fit = True
         return tags
-
-
-def _num_rows(data):
-    return data.shape[0] if hasattr(data, "shape") else data["n_samples"]
 

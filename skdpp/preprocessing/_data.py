@@ -5,7 +5,6 @@ from sklearn.base import OneToOneFeatureMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import BudgetPlan
-from ..privacy._plan import phase_shares, resolve_clip_share
 from ._base import (
     CLIP_PHASE,
     SCALE_FREE_STEPS,
@@ -23,11 +22,10 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     The user-level private counterpart of
     :class:`sklearn.preprocessing.StandardScaler`: ``z = (x - mean_) /
-    scale_``, where ``mean_`` and ``scale_`` are statistics *of the users*
-    (each user contributes one bounded statistic per feature), released with
-    Gaussian noise. Every bound is chosen privately from the data (no clip
-    parameter in data units to tune), so raw columns of any scale and offset
-    -- a release year, a Unix timestamp -- work with the defaults.
+    scale_``, with ``mean_`` and ``scale_`` statistics *of the users* released
+    with Gaussian noise. Every bound is chosen privately (no clip parameter in
+    data units), so raw columns of any scale and offset -- a release year, a
+    Unix timestamp -- work with the defaults.
 
     Parameters
     ----------
@@ -35,17 +33,15 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         Center the data (subtract ``mean_``).
     with_std : bool, default=True
         Scale the data to unit variance (divide by ``scale_``). The scale is
-        measured around the released location, so ``with_std=True`` releases
-        the location too (it is then in ``mean_`` even with
-        ``with_mean=False``, as in scikit-learn).
+        measured around the released location, which is then in ``mean_``
+        even with ``with_mean=False`` (as in scikit-learn).
     epsilon : float, default=1.0
         Privacy budget ε in ``(0, inf]`` (``np.inf``: no noise).
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
     budget_shares : dict or None, default=None
-        Shares by phase name; the one key ``"clip"`` (the private searches)
-        defaults to ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`);
-        the other phases split the rest.
+        Shares by phase name (``"clip"``; see
+        :class:`~skdpp.preprocessing._base.BasePrivateTransformer`).
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise (``None``: fresh OS entropy).
 
@@ -61,12 +57,10 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         ``sqrt(var_)``, or 1 where ``var_ <= 0`` (scikit-learn's convention
         for a constant feature); ``None`` without ``with_std``.
     n_users_ : int
-        Number of users in ``fit``.
     privacy_report_ : PrivacyReport
-        The fit's user-level guarantee, budget plan and ledger.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined only when ``X`` has feature names that are all strings.
+        Only when ``X`` has feature names that are all strings.
 
     See Also
     --------
@@ -75,36 +69,31 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee.** ``(epsilon, delta)``-DP for the neighbouring relation
-    *replace one user's entire data* (the number of users is public), for
-    everything the fitted transformer holds; ``transform`` is
-    post-processing. Accounted exactly (μ-GDP, every release Gaussian).
+    **Guarantee** as for every private transformer
+    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`), accounted
+    exactly (μ-GDP, every release Gaussian).
 
-    **Statistics.** Per feature ``j`` and user ``i`` with ``m_i`` rows:
+    **Statistics.** Per feature ``j`` and user ``i``:
 
-    1. location: the user's mean ``a_ij = mean_r x_rj``; ``mean_j`` is the
-       DP location of the ``a_ij`` over users
-       (:func:`~skdpp.preprocessing._base.scale_free_location`: a released
-       magnitude ``c_j``, a released median ``m_j`` and radius ``R_j``, then
+    1. location: ``mean_j`` is the DP location of the users' means ``a_ij =
+       mean_r x_rj`` (:func:`~skdpp.preprocessing._base.scale_free_location`:
+       a released magnitude ``c_j``, median ``m_j`` and radius ``R_j``, then
        ``m_j + (sum_i clip(a_ij - m_j, R_j) + N(0, (2 R_j z)^2)) / n_users``);
-    2. scale: the user's mean squared deviation from the released location,
-       ``s_ij = mean_r (x_rj - mean_j)^2``, and ``var_j`` is the DP location
-       of the ``s_ij`` by the same procedure.
+    2. scale: ``var_j`` is the DP location, by the same procedure, of the
+       users' mean squared deviations ``s_ij = mean_r (x_rj - mean_j)^2``.
 
-    A user's rows enter only through ``a_ij`` and ``s_ij``: means *over
-    users* (each user weighs the same), not over rows as in scikit-learn.
+    Means *over users* (each user weighs the same), not over rows as in
+    scikit-learn.
 
-    **Sensitivities** (replace one user): each count of a noisy bisection
-    (magnitude, median, radius) moves by at most 1 (L2 sensitivity 1); each
-    clipped sum by at most ``2 R_j`` (its clip radius, released before). The
-    budget plan has three named phases, visible in ``privacy_report_``:
-    ``"clip"`` (``budget_shares["clip"]`` of the budget; ``36`` counts per released
-    location), ``"location"`` and ``"scale"`` (one Gaussian sum per feature
-    each, the rest of the budget split equally).
+    **Sensitivities** (replace one user): 1 for each count of a noisy
+    bisection (magnitude, median, radius); ``2 R_j`` for each clipped sum.
+    Phases: ``"clip"`` (``budget_shares["clip"]`` of the budget; 36 counts
+    per released location), ``"location"`` and ``"scale"`` (one Gaussian sum
+    per feature each, the rest of the budget split equally).
 
     A released variance ``<= 0`` gives ``scale_ = 1``; ``transform``
-    saturates at the float64 range (never ``inf``).
-    Non-finite ``X`` is rejected (impute first: :class:`PrivateSimpleImputer`).
+    saturates at the float64 range (never ``inf``). Non-finite ``X`` is
+    rejected (impute first: :class:`PrivateSimpleImputer`).
 
     Examples
     --------
@@ -123,6 +112,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
     1.0
     """
 
+    _prior_description = "the identity: mean 0, scale 1"
     _parameter_constraints: dict = {
         **BasePrivateTransformer._parameter_constraints,
         "with_mean": ["boolean"],
@@ -139,7 +129,6 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         self.budget_shares = budget_shares
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ fit
     def _validate_fit_input(self, X):
         return validate_data(self, X, dtype=np.float64, reset=True)
 
@@ -159,32 +148,22 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
             plan.add_rest("scale", count=n_features)
         return plan
 
-    def _budget_plan(self, meta):
-        d = meta["n_features"]
-        shares = phase_shares(self.budget_shares, {CLIP_PHASE: "auto"},
-                              owner=type(self).__name__)
-        share = resolve_clip_share(shares[CLIP_PHASE], lambda s: self._plan(d, s),
-                                   meta["n_users"])
-        return self._plan(d, share)
-
     def _fit_core(self, X, index, release, n_users):
         d = X.shape[1]
         if self._n_locations() == 0:
             return ({"mean_": None, "var_": None, "scale_": None}, (),
                     ("with_mean=False and with_std=False: nothing is released.",))
-        means = user_means(X, index)
-        loc = np.empty(d)
-        for j in range(d):
-            loc[j], _ = scale_free_location(release, means[:, j], n_users=n_users,
-                                            mean_phase="location")
+
+        def locations(values, phase):  # one location per feature, in order
+            return np.array([scale_free_location(release, values[:, j], n_users=n_users,
+                                                 mean_phase=phase)[0] for j in range(d)],
+                            dtype=np.float64)
+
+        loc = locations(user_means(X, index), "location")
         attributes = {"mean_": loc, "var_": None, "scale_": None}
         released = ("mean_",)
         if self.with_std:
-            msd = user_means((X - loc) ** 2, index)
-            var = np.empty(d)
-            for j in range(d):
-                var[j], _ = scale_free_location(release, msd[:, j], n_users=n_users,
-                                                mean_phase="scale")
+            var = locations(user_means((X - loc) ** 2, index), "scale")
             attributes["var_"] = var
             attributes["scale_"] = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), 1.0)
             released = ("mean_", "var_", "scale_")
@@ -206,10 +185,6 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
                          scale_=None if d is None else np.ones(d))
         return prior
 
-    def _prior_description(self):
-        return "the identity: mean 0, scale 1"
-
-    # ------------------------------------------------------------ transform
     def transform(self, X):
         """Standardize ``X`` with the released statistics (post-processing).
 
@@ -220,8 +195,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         Returns
         -------
         X_tr : ndarray of shape (n_samples, n_features)
-            ``(X - mean_) / scale_`` (as configured), saturated at the float64
-            range.
+            ``(X - mean_) / scale_`` (as configured), saturated at the float64 range.
         """
         check_is_fitted(self)
         with np.errstate(over="ignore", invalid="ignore"):

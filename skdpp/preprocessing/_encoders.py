@@ -29,16 +29,15 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     """Encode categorical columns as one-hot columns; categories selected under user-level DP.
 
     The user-level private counterpart of
-    :class:`sklearn.preprocessing.OneHotEncoder`: a vocabulary fitted on
-    private data would publish every rare category; here each column's
-    categories are chosen by *private partition selection* (see Notes).
+    :class:`sklearn.preprocessing.OneHotEncoder`: each column's categories are
+    chosen by *private partition selection* (see Notes), never publishing a
+    rare category of one user.
 
     Parameters
     ----------
     categories : "auto" or list of array-like, default="auto"
-        ``"auto"``: selected privately per column. A list (one array of
-        categories per column): public categories (free; no release, the
-        report says so).
+        ``"auto"``: selected privately per column. A list (one array per
+        column): public categories (free; nothing released).
     max_categories_per_user : int, default=4
         Categories one user contributes to per column (its most frequent,
         ties by category order); a larger cap raises the sensitivity.
@@ -48,10 +47,8 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     handle_unknown : {"ignore", "infrequent_if_exist", "error"}, default="ignore"
         A value outside ``categories_`` in ``transform``: all-zero columns;
         a 1 in an extra column ``<feature>_infrequent_sklearn``; or a
-        ``ValueError``. Not scikit-learn's ``"error"`` by default: the
-        training data itself holds unselected categories, and a
-        ``fit_transform`` that raised on one user's rare category would
-        reveal it.
+        ``ValueError`` (not the default: a ``fit_transform`` raising on one
+        user's unselected rare category would reveal it).
     sparse_output : bool, default=True
         Return a CSR matrix (scikit-learn's default) or a dense array.
     dtype : number type, default=np.float64
@@ -73,7 +70,7 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     privacy_report_ : PrivacyReport
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined only when ``X`` has feature names that are all strings.
+        Only when ``X`` has feature names that are all strings.
 
     See Also
     --------
@@ -81,17 +78,16 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee.** ``(epsilon, delta)``-DP under *replace one user's entire
-    data* (the number of users is public); ``transform`` is post-processing.
+    **Guarantee** as for every private transformer
+    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`).
 
     **Release and sensitivity.** One partition selection over the candidates
     of every ``"auto"`` column together (Gopi et al. 2020; Desfontaines et
-    al. 2022; :meth:`skdpp.privacy.Releaser.select_partitions`, the machinery
-    of the private item catalogue and label sets): a candidate is a
-    (column, category) pair with a nonzero capped count, so one user creates
-    at most ``L = max_categories_per_user * n_columns`` candidates and its
-    0/1 contribution vector has at most ``L`` ones; the count vector has L2
-    sensitivity ``sqrt(2 L)`` under replace-one-user. Each count gets
+    al. 2022; :meth:`skdpp.privacy.Releaser.select_partitions`): a candidate
+    is a (column, category) pair with a nonzero capped count, so one user
+    creates at most ``L = max_categories_per_user * n_columns`` candidates
+    and the count vector has L2 sensitivity ``sqrt(2 L)`` under
+    replace-one-user. Each count gets
     Gaussian noise ``sigma = z sqrt(2 L)`` and is kept iff it exceeds
     ``1 + sigma Phi^-1(1 - delta_t / L)``: a category held by the replaced
     user only is published with probability at most ``delta_t = 0.25
@@ -151,7 +147,6 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         self.delta = delta
         self.random_state = random_state
 
-    # ------------------------------------------------------------ columns
     def _columns(self, X, reset):
         """The validated columns of ``X`` (a list of 1-D arrays) and their kinds."""
         frame = hasattr(X, "iloc") and hasattr(X, "dtypes")
@@ -201,7 +196,6 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
                 f"column, or categories='auto' (selected privately).")
         return [np.sort(np.unique(np.asarray(c))) for c in self.categories]
 
-    # ---------------------------------------------------------------- fit
     def _validate_fit_input(self, X):
         columns = self._columns(X, reset=True)
         return {"columns": columns, "n_samples": columns[0].shape[0] if columns else
@@ -215,28 +209,23 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
             plan.add(SELECT_PHASE, share=0.5, threshold_delta=t_delta)
         return plan
 
-    def _cap(self, n_columns):
-        """``L``: the most candidates one user contributes to (all columns)."""
-        return int(self.max_categories_per_user) * max(n_columns, 1)
-
     def _fit_core(self, data, index, release, n_users):
         columns = data["columns"]
         public = self._public_categories(len(columns))
         if public is not None:
             return ({"categories_": public}, (),
                     ("categories given: public, nothing is released for them.",))
-        labels, counts, sizes = [], [], []
+        labels, counts = [], []
         for col in columns:
             found = self._capped_counts(col, index)
             labels.append(found.labels if found is not None else col[:0])
             counts.append(found.counts if found is not None else np.empty(0))
-            sizes.append(labels[-1].shape[0])
-        L = self._cap(len(columns))
+        L = int(self.max_categories_per_user) * max(len(columns), 1)  # candidates per user
         keep, _ = release.select_partitions(
             SELECT_PHASE, np.concatenate(counts), sensitivity=labels_sensitivity(L),
             max_contribution=1.0, max_partitions=L, clip_norm=math.sqrt(L))
         keep = keep & (np.concatenate(counts) > 0)
-        cuts = np.cumsum([0] + sizes)
+        cuts = np.cumsum([0] + [lab.shape[0] for lab in labels])
         cats = [labels[j][keep[cuts[j]:cuts[j + 1]]] for j in range(len(columns))]
         notes = (
             f"Categories selected by private partition selection: each user counts once for "
@@ -256,7 +245,6 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
                              row_keys=np.zeros(rows.shape[0], dtype=np.uint64))
         return LocalExecutor(blocks).map(label_counts_block, int(self.max_categories_per_user))
 
-    # ---------------------------------------------------------- transform
     def transform(self, X):
         """One-hot (multi-hot with ``separator``) encoding with the published categories.
 

@@ -9,7 +9,6 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import BudgetPlan
-from ..privacy._plan import phase_shares, resolve_clip_share
 from ._base import (
     CLIP_PHASE,
     MEDIAN_STEPS,
@@ -32,12 +31,10 @@ def _missing_mask(X, missing_values):
 class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     """Replace missing values by a per-column mean or median released under user-level DP.
 
-    The user-level private counterpart of
-    :class:`sklearn.impute.SimpleImputer` for numeric data: each user
-    contributes one statistic per column (the mean, or the median, of its
-    own observed values in that column); the column's fill value is the DP
-    location (``"mean"``) or DP median (``"median"``) of those statistics
-    over the users who have an observation.
+    The user-level private counterpart of :class:`sklearn.impute.SimpleImputer`
+    for numeric data: a column's fill value is the DP location (``"mean"``)
+    or DP median (``"median"``), over the users with an observation, of each
+    user's mean (or median) of its own observed values.
 
     Parameters
     ----------
@@ -54,9 +51,8 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     delta : float, default=1e-6
         Privacy parameter δ in ``[0, 1)``.
     budget_shares : dict or None, default=None
-        Shares by phase name; the one key ``"clip"`` (the private searches)
-        defaults to ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`);
-        the other phases split the rest.
+        Shares by phase name (``"clip"``; see
+        :class:`~skdpp.preprocessing._base.BasePrivateTransformer`).
     random_state : int, RandomState instance or None, default=None
         Seeds the privacy noise (``None``: fresh OS entropy).
 
@@ -71,7 +67,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     privacy_report_ : PrivacyReport
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined only when ``X`` has feature names that are all strings.
+        Only when ``X`` has feature names that are all strings.
 
     See Also
     --------
@@ -80,18 +76,17 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee.** ``(epsilon, delta)``-DP under *replace one user's entire
-    data* (the number of users is public); ``transform`` is
-    post-processing. Accounted exactly (μ-GDP).
+    **Guarantee** as for every private transformer
+    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`), accounted
+    exactly (μ-GDP).
 
     **Releases and sensitivities** (per column ``j``; ``a_ij`` is user
     ``i``'s mean -- or median -- of its observed values in column ``j``):
 
     * ``"counts"``: the number of users with an observation in each column,
-      one Gaussian release of the vector (L2 sensitivity ``sqrt(n_features)``:
-      one user moves each count by at most 1). The quantiles and the mean
-      below refer to this noisy count (post-processing), so users without an
-      observation neither pull the median nor dilute the mean.
+      one Gaussian release of the vector (L2 sensitivity ``sqrt(n_features)``).
+      The quantiles and the mean below refer to this noisy count, so users
+      without an observation neither pull the median nor dilute the mean.
     * ``"clip"``: the noisy bisections of a magnitude, a median and (for the
       mean) a radius ``R_j`` (counts of sensitivity 1 each);
     * ``"mean"`` (``strategy="mean"``): ``sum_i clip(a_ij - m_j, R_j)`` with
@@ -116,6 +111,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     False
     """
 
+    _prior_description = "missing values filled with 0"
     _parameter_constraints: dict = {
         **BasePrivateTransformer._parameter_constraints,
         "missing_values": [Real],
@@ -156,22 +152,15 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
             plan.add_rest("mean", count=n_features)
         return plan
 
-    def _budget_plan(self, meta):
-        d = meta["n_features"]
-        shares = phase_shares(self.budget_shares, {CLIP_PHASE: "auto"},
-                              owner=type(self).__name__)
-        share = resolve_clip_share(shares[CLIP_PHASE], lambda s: self._plan(d, s),
-                                   meta["n_users"])
-        return self._plan(d, share)
-
     def _fit_core(self, X, index, release, n_users):
         d = X.shape[1]
         if self.strategy == "constant":
             fill = 0.0 if self.fill_value is None else float(self.fill_value)
             return ({"statistics_": np.full(d, fill), "n_observed_": None}, (),
                     ("strategy='constant': the fill value is public; nothing is released.",))
-        missing = _missing_mask(X, self.missing_values)
-        per_user = self._per_user(X, ~missing, index)
+        mask = ~_missing_mask(X, self.missing_values)
+        per_user = user_means(X, index, mask) if self.strategy == "mean" \
+            else _user_medians(X, mask, index)
         observed = np.isfinite(per_user)
         n_obs = release.gaussian("counts", observed.sum(axis=0).astype(np.float64),
                                  sensitivity=math.sqrt(d))
@@ -195,19 +184,11 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         return ({"statistics_": stats, "n_observed_": np.asarray(n_obs, dtype=np.float64)},
                 ("statistics_", "n_observed_"), notes)
 
-    def _per_user(self, X, mask, index):
-        if self.strategy == "mean":
-            return user_means(X, index, mask)
-        return _user_medians(X, mask, index)
-
     def _prior_attributes(self, attributes):
         if self.strategy == "constant":
             return {}
         stats = attributes.get("statistics_")
         return {"statistics_": None if stats is None else np.zeros_like(stats)}
-
-    def _prior_description(self):
-        return "missing values filled with 0"
 
     def transform(self, X):
         """Replace the missing values of ``X`` by ``statistics_`` (post-processing).
@@ -232,12 +213,9 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
 
 
 def _user_medians(X, mask, index):
-    """Each user's median of its observed values per column (NaN without any).
-
-    Vectorised: the rows sorted by (user, value) with missing values last;
-    the median of user ``i`` in column ``j`` is the mean of the two middle
-    observed entries of its segment.
-    """
+    """Each user's median of its observed values per column (NaN without any): the
+    mean of the two middle observed entries of its segment, rows sorted by (user,
+    value) with missing values last."""
     n_users, d = index.n_users, X.shape[1]
     out = np.full((n_users, d), np.nan)
     codes = index.codes
@@ -245,13 +223,8 @@ def _user_medians(X, mask, index):
         col = np.where(mask[:, j], X[:, j], np.inf)
         order = np.lexsort((col, codes))
         n_obs = np.bincount(codes, weights=mask[:, j], minlength=n_users).astype(np.int64)
-        start = index.offsets[:-1]
-        has = n_obs > 0
-        lo = start + (n_obs - 1) // 2
-        hi = start + n_obs // 2
-        sorted_col = col[order]
-        lo_v = sorted_col[np.where(has, lo, 0)]
-        hi_v = sorted_col[np.where(has, hi, 0)]
-        med = 0.5 * lo_v + 0.5 * hi_v  # no overflow for finite values
-        out[:, j] = np.where(has, med, np.nan)
+        start, has, sorted_col = index.offsets[:-1], n_obs > 0, col[order]
+        lo_v = sorted_col[np.where(has, start + (n_obs - 1) // 2, 0)]
+        hi_v = sorted_col[np.where(has, start + n_obs // 2, 0)]
+        out[:, j] = np.where(has, 0.5 * lo_v + 0.5 * hi_v, np.nan)  # no overflow
     return out
