@@ -113,14 +113,10 @@ def _assemble_gram(blocks, k):
 
 
 def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
-    """A block's partial sums of Alg. 2, line 1: ``(gram_blocks, moments)``.
-
-    On the rows ``stats`` of ``X0``, ``y0`` with heads ``V``: ``W_r = min(||x|| ||v||,
-    η) vec(x̂ v̂^T)`` from unit vectors (``||W_r|| <= η`` for any magnitudes),
-    ``ỹ_r = clip(y_r; ζ)``; each user contributes the *mean* over its rows of
-    ``W_r W_r^T`` (trace ``<= η^2``; blocks of :func:`_assemble_gram`) and of
-    ``ỹ_r W_r`` (norm ``<= ζ η``; shape (d, k)).
-    """
+    """A block's partial sums of Alg. 2, line 1: ``(gram_blocks, moments)``. With ``W_r =
+    min(||x|| ||v||, η) vec(x̂ v̂^T)`` (``||W_r|| <= η`` for any magnitudes) and ``ỹ_r =
+    clip(y_r; ζ)``, each user adds its *mean* of ``W_r W_r^T`` (trace ``<= η^2``) and
+    of ``ỹ_r W_r`` (norm ``<= ζ η``)."""
     xu, xn = unit_rows(take_rows(stats, X0))
     vu, vn = unit_rows(V)
     Vr, vnr = stats.expand(vu), stats.expand(vn)

@@ -126,11 +126,8 @@ def label_statistic(block, state, _):
 
 def run(executor, release, randomness, meta, config):
     """The fit: :func:`.representation.start`, Alg. 1 lines 1-12 on ``S^0``, then
-    :func:`.representation.finish` (or :func:`.representation.fallback_fit`).
-
-    The step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free: the curvature
-    in ``U`` scales with the targets' variance whatever the scale of ``X``.
-    """
+    :func:`.representation.finish` (or :func:`.representation.fallback_fit`). The
+    step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free in ``X`` and ``y``."""
     if isinstance(release.plan, FallbackPlan):
         return rep.fallback_fit(executor, release, randomness, meta, config)
     begun = rep.start(executor, release, randomness, meta, config)

@@ -88,24 +88,16 @@ def _unit(v):
 
 
 def candidate_user_losses(seg, yZ, candidates, directions, threshold):
-    """Per-user inner minimum of the margin loss, shape ``(n_candidates, n_users)``.
-
-    For every candidate ``U~_c`` (``candidates``: ``(n_c, k', k)``) and user ``i``::
+    """Per-user inner minimum of the margin loss, shape ``(n_candidates, n_users)``::
 
         t_{c,i} = min_{u in D_i} mean_{(z, y) in (S_i^0)_M} 1[y <U~_c^T z, u> <= rho / Gamma]
 
-    with ``yZ = y M x`` of the rows and ``threshold = rho / Gamma``: an upper bound
-    of ``min_{||v|| <= Gamma} L^_rho(U~_c, v; (S_i^0)_M)`` (Alg. 3, score ``f``;
-    the minimum is at ``||v|| = Gamma``, so only directions matter). ``D_i``: the
-    public unit ``directions`` plus the user's own ``U~_c^T sum_j y_j z_j``. Every
-    ``t_{c,i}`` lies in ``[0, 1]`` (enforced), depends on user ``i``'s rows only,
-    and is 0 without rows.
-
-    Projections and grid losses are computed once per distinct row
-    (:func:`_distinct_rows`, :func:`_negation_order`) and counted by
-    :class:`_GridCounter`; mostly distinct rows and the ``k = 2`` circle grid go
-    row by row (:func:`_row_user_losses`). Every path performs the same float
-    operations on the same operands for any chunking: results are bit-identical.
+    (``yZ = y M x``, ``threshold = rho / Gamma``): an upper bound of ``min_{||v|| <=
+    Gamma} L^_rho(U~_c, v; (S_i^0)_M)`` (Alg. 3, score ``f``; attained at ``||v|| =
+    Gamma``). ``D_i``: the public ``directions`` and the user's own ``U~_c^T sum_j
+    y_j z_j``. Each ``t_{c,i}`` is in ``[0, 1]`` (enforced), user ``i``'s rows only.
+    Computed once per distinct row (:class:`_GridCounter`) or row by row
+    (:func:`_row_user_losses`): the same float operations, bit-identical results.
     """
     yZ = np.ascontiguousarray(yZ, dtype=np.float64)
     n_rows, jl_dim = yZ.shape
@@ -494,19 +486,14 @@ def subspace_contributions(seg, yZ):
 def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
     """Personal heads ``(heads, intercepts, ok)``: logistic loss shrunk toward the cold start.
 
-    Replaces the 0-1 argmin of Alg. 3, line 6, which overfits real labels (noisy,
-    few rows, a per-user bias); local only, no release depends on it. For user
-    ``i`` with rows ``F_j = U^T x_j`` and labels ``y_j in {-1, +1}``::
+    Replaces Alg. 3, line 6's 0-1 argmin, which overfits real labels (local only)::
 
         min_{v, b}  sum_j log(1 + exp(-y_j f_j)) + (lambda / 8) sum_j' (f_j' - b_0)^2 / m_i
                     f_j = <F_j, v> + b     (b = 0 without intercept)
 
-    ``lambda = ridge``: the quadratic approximation (curvature 1/4 at 0) of
-    ``lambda`` pseudo-rows labelled by the cold-start decision ``b_0 =
-    prior_bias``, spread over the user's rows (equivariant to ``F -> a F + c``).
-    Solved in per-user standardised coordinates by ``_NEWTON_STEPS`` damped
-    Newton steps from the prior. ``ok`` is False without rows or with
-    non-finite values (the cold-start head).
+    (``lambda = ridge`` pseudo-rows at the cold-start decision ``b_0 = prior_bias``,
+    quadratically approximated), by damped Newton steps in per-user standardised
+    coordinates. ``ok``: False without rows or finite values (cold-start head).
     """
     n_users, k = seg.n_users, F.shape[1]
     m = seg.counts

@@ -94,14 +94,10 @@ def plan(config, meta):
 
 
 def _plan(config, meta):
-    """``(plan, scaled)``: the plan and whether it includes the per-feature scales.
-
-    ``"clip"``: ``AUTO_STEPS`` counts per ``"auto"`` bound, the cold start's
-    searches (:func:`~skdpp.linear_model._auto.cold_start_levels`), the label range
-    and, unless the count noise then exceeds ``SCALE_GATE_NOISE * n_users`` (a
-    public gate), ``FEATURE_SCALE_STEPS`` per feature; ``"iterations"``: the
-    ``n_rounds`` releases of :func:`run_rounds`; ``"cold_start"``: two clipped means.
-    """
+    """``(plan, scaled)``: ``"clip"`` (``"auto"`` bounds, cold start searches, label
+    range, and the feature scales unless the count noise then exceeds
+    ``SCALE_GATE_NOISE * n_users``: ``scaled``), ``"iterations"`` (:func:`run_rounds`)
+    and ``"cold_start"`` (two clipped means)."""
     budget = BudgetPlan(config.epsilon, config.delta)
     if not config.releases:  # alpha = 0: nothing is released
         return budget, False
@@ -148,14 +144,10 @@ def _plan(config, meta):
 
 def run_rounds(executor, release, config, *, n_users, lr_global, w_init=None,
                round_fn=sgd_round, callback=None, verbose=0):
-    """Run ``config.n_rounds`` rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling).
-
-    ``round_fn(block, state, (t, w), config=config)``: one round's map
-    (:func:`~.ppsgd_kernels.sgd_round`); ``callback(t, w, executor)`` runs after
-    each round; ``w_init`` (zeros, Alg. 1, line 2) stays fixed when ``lr_global=0``.
-    Returns the last (``config.average``: averaged) global iterate; the offsets
-    stay in the block states (:func:`~.ppsgd_kernels.final_offsets`).
-    """
+    """Run ``config.n_rounds`` rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling)
+    with the map ``round_fn(block, state, (t, w), config=config)``, then
+    ``callback(t, w, executor)``; ``w_init``: zeros (Alg. 1, line 2). Returns the
+    last (``config.average``: averaged) global iterate; offsets stay in the states."""
     n_rounds, q = int(config.n_rounds), float(config.sample_rate)
     w = np.zeros(config.n_features) if w_init is None else np.array(w_init, dtype=float)
     w_sum = np.zeros(config.n_features) if config.average else None

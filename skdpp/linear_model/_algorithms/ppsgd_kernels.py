@@ -51,13 +51,9 @@ def _ranges(starts, lengths):
 
 
 class MinibatchStream:
-    """Each user's rows as an endless stream of random permutations (one block).
-
-    A participation takes the next ``batch[u] = min(batch_size, n_u)`` rows (a
-    minibatch may cross passes). Pass ``p`` sorts the user's rows by the keyed
-    hash ``(fit key, "batch", hash(u), p, canonical rank)``; a user whose
-    minibatch is all its rows keeps canonical order.
-    """
+    """Each user's rows as an endless stream of keyed permutations (pass ``p``: sorted by
+    ``hash(fit key, "batch", hash(u), p, rank)``); a participation takes the next
+    ``batch[u] = min(batch_size, n_u)`` rows (full batches keep canonical order)."""
 
     def __init__(self, block, batch_size, key):
         self.key = key
@@ -399,14 +395,10 @@ _REFIT_BYTES = 64 * 2**20  # per-chunk d x d statistics of the personal refit
 
 
 def personal_refit(block, state, prior):
-    """``(theta, intercepts)`` of each user from all its rows, shrunk towards the prior.
-
-    ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j v_ij
-    theta_j^2`` (``v_ij``: the user's feature variances; ``λ_i``:
-    :func:`~skdpp.linear_model._auto.shrinkage_penalty` of the residual variance
-    of its own fit, or of the global model's with too few rows); levels by
-    :func:`~skdpp.linear_model._auto.shrink_levels`. Non-finite: 0 and the cold start.
-    """
+    """``(theta, intercepts)`` from all the user's rows: ``theta_i`` minimises ``sum_r (y_r
+    - <x_r, w + theta>)^2 + λ_i sum_j v_ij theta_j^2`` (``λ_i``:
+    :func:`~skdpp.linear_model._auto.shrinkage_penalty`), levels by
+    :func:`~skdpp.linear_model._auto.shrink_levels`; non-finite: the prior."""
     from .._heads import _solve_stack, shrunk_heads
 
     config = prior.config
@@ -474,7 +466,6 @@ def personal_sgd(block, state, config):
     """Block function: SGD offsets, intercepts ``ȳ_i - <x̄_i, w + theta_i>`` (or 0)."""
     w, n_rounds, sgd_config = config
     theta = final_offsets(block, state, n_rounds, config=sgd_config)
-    d = sgd_config.n_features
     if state is None or state.x_means is None:
         return theta, np.zeros(block.n_users)
     with np.errstate(all="ignore"):

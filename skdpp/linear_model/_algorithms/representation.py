@@ -88,26 +88,18 @@ class BlockState:
     extra: dict = field(default_factory=dict)
 
 
-def split_mask(block, key):
-    """``True`` for the ``S^0`` rows (Snedeker et al. 2025, Alg. 1, preamble): each
-    user's ``ceil(m / 2)`` rows (in ``[1, m - 1]``; a one-row user keeps its row) with
-    the smallest keyed uniforms ``hash(key, "split", user id, rank)``."""
-    return block.split_users_rows(0.5, block.row_uniforms(key, "split"))
-
-
 def prepare_split(block, state, config):
-    """Block function: the :class:`BlockState` of the ``S^0`` / ``S^1`` split.
-
-    ``config = (key, fit_intercept)``. With ``fit_intercept`` the ``S^0`` rows
-    and targets are centred on the user's means over *all* its rows (twice the
-    rows: FedRep converges about twice as fast on the papers' setting), which
-    profiles out a per-user intercept (``b = ȳ - <x̄, U v>``); every contribution
-    stays a function of that user's rows only.
+    """Block function: the :class:`BlockState` of the ``S^0`` / ``S^1`` split
+    (Snedeker et al. 2025, Alg. 1, preamble): each user's ``ceil(m / 2)`` rows (in
+    ``[1, m - 1]``) with the smallest keyed uniforms ``hash(key, "split", user id,
+    rank)``. ``config = (key, fit_intercept)``; with ``fit_intercept`` the ``S^0``
+    rows are centred on the user's means over *all* its rows (FedRep converges
+    about twice as fast), profiling out a per-user intercept (``b = ȳ - <x̄, U v>``).
     """
     key, fit_intercept = config
     # a throw-away view: its cached per-row arrays are freed on return
     block = block.user_range(0, block.n_users)
-    s0_mask = split_mask(block, key)
+    s0_mask = block.split_users_rows(0.5, block.row_uniforms(key, "split"))
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
@@ -126,28 +118,18 @@ def prepare_split(block, state, config):
 
 
 def fit_heads(block, P, y):
-    """Per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2``, shape
-    ``(block.n_users, k)``, from the block's rows of ``P = X U`` and ``y``.
-
-    Solved on ``P / max|P|`` and ``y / max|y|`` per user (no overflow; the
-    relative ridge of :func:`~skdpp.linear_model._heads.solve_heads` is scale
-    invariant), then rescaled; a user without rows or with non-finite
-    projections or head gets zero (a function of its rows only).
-    """
+    """Per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2`` from the
+    block's rows of ``P = X U`` and ``y``, solved overflow-free on the rescaled
+    statistics of :func:`head_statistics` (zero without rows or if not finite)."""
     return head_statistics(block, P, y, center=False).raw_heads
 
 
 @dataclass
 class HeadStats:
-    """Each user's sufficient statistics for its head (rescaled, overflow-free).
-
-    With ``P' = P_c / sp``, ``y' = y_c / sy`` (rows centred on the user's means
-    when ``center``; ``sp = max|P_c|``, ``sy = max|y_c|``, 1 for zeros): ``A =
-    P'^T P'``, ``r = P'^T y'``, ``yy = y'^T y'``; ``p_mean``, ``y_mean`` in original
-    units (zeros without centring); ``raw_heads`` the least-squares heads
-    (original units; zero without rows or finite statistics); ``bad``: users
-    with non-finite projections.
-    """
+    """Each user's head statistics, overflow-free: with ``P' = P_c / sp``, ``y' = y_c /
+    sy`` (centred when ``center``; ``sp = max|P_c|``, ``sy = max|y_c|``, 1 for zeros),
+    ``A = P'^T P'``, ``r = P'^T y'``, ``yy = y'^T y'``; means and ``raw_heads`` (least
+    squares) in original units; ``bad``: non-finite projections (zero heads)."""
 
     counts: np.ndarray
     p_mean: np.ndarray
@@ -228,15 +210,11 @@ def _noise_variance(stats, k, fit_intercept):
 
 
 def personal_parts(stats, prior):
-    """``(heads, intercepts)`` of each user from its :class:`HeadStats` and the prior.
-
-    The head minimises ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j -
-    v_cold,j)^2`` (penalties of :func:`~skdpp.linear_model._auto.shrinkage_penalty`);
-    the mean level ``a_i = b_i + <p̄_i, v_i>`` is shrunk towards ``b_cold + <p̄_i,
-    v_cold>`` (:func:`~skdpp.linear_model._auto.shrink_levels`, between-user
-    variance ``2 R_b^2``). ``κ = 0``: least squares. Non-finite parts give the
-    cold-start part. Scale-free in ``X`` and ``y``.
-    """
+    """``(heads, intercepts)`` from :class:`HeadStats` and the prior: heads minimise
+    ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j - v_cold,j)^2``
+    (:func:`~skdpp.linear_model._auto.shrinkage_penalty`), mean levels are shrunk
+    towards ``b_cold + <p̄_i, v_cold>`` (:func:`~skdpp.linear_model._auto.shrink_levels`);
+    non-finite parts give the cold-start part. Scale-free in ``X`` and ``y``."""
     k = stats.r.shape[1]
     v0 = np.asarray(prior.head, dtype=np.float64)
     kappa = float(prior.ridge)
@@ -380,19 +358,14 @@ def cold_head_shrinkage(head, sigma):
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
                 personal_ridge, clip_quantile, n_users, variance_floor=0.0, labels=None):
     """The end of a fit: ``(heads, intercepts, cold_head, cold_intercept, head_clip,
-    prior, labels)``.
-
-    1. Each user's least-squares head (Alg. 1, line 14) on its final rows
-       (``rows="holdout"``: ``S^1``; ``"all"``), centred with ``fit_intercept``.
-    2. ``head_clip_norm="auto"``: the ``clip_quantile`` of the heads' norms
-       (phase ``"clip"``).
-    3. Cold-start head: the released ``sum_i clip(v_i, C_head)`` (Gaussian,
-       sensitivity ``2 C_head``, phase ``"cold_start"``) over the public ``n``.
-    4. Cold-start intercept (``fit_intercept``,
-       :func:`~skdpp.linear_model._auto.cold_start_levels`): private locations
-       of the offsets ``ȳ_i - <p̄_i, v_cold>`` and of the mean labels (which
-       may set the head to 0 and update ``labels``).
-    5. Personal parts (:func:`personal_parts`): post-processing.
+    prior, labels)``. Each user's least-squares head on its final rows (Alg. 1,
+    line 14); ``head_clip_norm="auto"``: their norms' ``clip_quantile`` (phase
+    ``"clip"``); the cold-start head: the released ``sum_i clip(v_i, C_head)``
+    (Gaussian, sensitivity ``2 C_head``, phase ``"cold_start"``) over the public
+    ``n``; with ``fit_intercept`` the cold-start intercept
+    (:func:`~skdpp.linear_model._auto.cold_start_levels`: private locations of the
+    offsets ``ȳ_i - <p̄_i, v_cold>`` and of the mean labels); then the personal
+    parts (:func:`personal_parts`, post-processing).
     """
     k = U.shape[1]
     executor.map(final_statistics, (U, rows, fit_intercept))
@@ -433,13 +406,10 @@ def _init_statistic(block, state, init):
 
 @dataclass(frozen=True, eq=False)
 class RepresentationConfig:
-    """The parameters of a FedRep / AltMin fit (frozen; see the estimators' docs).
-
-    ``shares``: the resolved ``budget_shares``. Subclasses add fields and set
-    ``clip_names`` (clip bounds, reported as ``<name>_``), ``scale_names`` (other
-    reported ``"auto"`` values), ``iteration_bounds`` (those the iterations
-    resolve) and ``pairwise_label_clip`` (``ζ`` of ``init="private_pairwise"``).
-    """
+    """The parameters of a FedRep / AltMin fit (``shares``: resolved ``budget_shares``).
+    Subclasses add fields and set ``clip_names`` and ``scale_names`` (reported as
+    ``<name>_``), ``iteration_bounds`` (resolved by the iterations) and
+    ``pairwise_label_clip`` (``ζ`` of ``init="private_pairwise"``)."""
 
     epsilon: float
     delta: float
@@ -536,15 +506,10 @@ def _plan(config, n_features, clip_share, scaled, iteration_releases):
 
 
 def plan(config, meta, *, iteration_releases):
-    """``(plan, scaled)``: the budget plan and whether it releases feature scales.
-
-    Phases ``clip`` (``"auto"`` share: :func:`~skdpp.privacy._plan.resolve_clip_share`),
-    ``init`` (private initialisations), ``iterations`` (``iteration_releases``
-    Gaussian releases, the rest) and ``cold_start`` (head, and intercept with
-    ``fit_intercept``). Feature scales go with the label range unless the
-    ``clip`` noise then exceeds ``SCALE_GATE_NOISE * n_users`` (a public rule).
-    A pure function of the configuration and the public ``meta``.
-    """
+    """``(plan, scaled)``: phases ``clip`` (share: :func:`~skdpp.privacy._plan.resolve_clip_share`),
+    ``init``, ``iterations`` (``iteration_releases``, the rest) and ``cold_start``;
+    ``scaled``: feature scales kept unless the ``clip`` noise then exceeds
+    ``SCALE_GATE_NOISE * n_users`` (public rule). Public inputs only."""
     n_users, n_features = meta["n_users"], int(meta["n_features"])
     scaled = config.label_range
     plans = {}
@@ -676,14 +641,10 @@ def _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
 
 
 def fallback_fit(executor, release, randomness, meta, config):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
-
-    No model release. Components: an array ``init``, else public random ones.
-    Known users: their own ridge fit on their projected rows, shrunk towards a
-    zero head and their own mean (:func:`personal_parts`, ``local_only``). New
-    users: the median mean label (:func:`~skdpp.linear_model._auto.fallback_level`,
-    the plan's one release) or 0.
-    """
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless):
+    no model release; components ``init`` (an array) or public random ones; known
+    users: their own shrunk ridge fit (:func:`personal_parts`, ``local_only``);
+    new users: :func:`~skdpp.linear_model._auto.fallback_level` (one release) or 0."""
     n_users, k = meta["n_users"], int(config.n_components)
     fit_intercept = bool(config.fit_intercept)
     level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)

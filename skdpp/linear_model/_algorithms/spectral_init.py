@@ -25,21 +25,14 @@ _GRAM_MIN = 1e-100
 def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
     """``(sum_u clip(Z_u, ψ), ||Z_u||_F)`` for users with ``2 <= c <= d`` rows each.
 
-    ``Ap`` (``n × c × d``): scaled rows ``a_j = y_j x_j / (sx sy)``; ``Z'_u = (s s^T
-    - sum_j a_j a_j^T) / (c (c - 1))``, ``s = sum_j a_j``, ``Z_u = (sx sy)^2 Z'_u``.
-    Per user, from its Gram ``G = A' A'^T``:
-
-    * *no cancellation* (``||Z'|| c (c - 1) >= _RHO_MIN ||A'||_F^2 >= _RHO_MIN
-      _GRAM_MIN``, nearly all users): ``||Z'||_F^2 (c (c - 1))^2 = (1^T G 1)^2 -
-      2 ||G 1||^2 + ||G||_F^2`` (relative error ``O(c^3 eps / _RHO_MIN^2)``) and
-      ``f Z'`` added as ``sum_j a_j (f (s - a_j) / (c (c - 1)))^T``: the term's
-      norm is ``min(||Z||, ψ)`` up to ~1e-12 relative; rounding cannot make a
-      cancelling user look non-cancelling (error ``~c^2 sqrt(c^3 eps) << _RHO_MIN``);
-    * *cancellation*: thin QR ``A'^T = Q R``, ``Z' = Q B Q^T`` with ``B = R (11^T -
-      I) R^T / (c (c - 1))``; the factor comes from the computed ``||B||_F`` and
-      ``Q (f B) Q^T`` is added: norm ``min(||Z||, ψ)`` up to rounding.
-
-    With ``norms_only`` the sum is not formed when every user takes the Gram route.
+    ``Ap``: scaled rows ``a_j = y_j x_j / (sx sy)``, ``Z'_u = (s s^T - sum_j a_j
+    a_j^T) / (c (c - 1))``, ``Z_u = (sx sy)^2 Z'_u``. Without cancellation
+    (``||Z'|| c (c - 1) >= _RHO_MIN ||A'||_F^2``, nearly all users) the norm comes
+    from the Gram ``G = A' A'^T`` (``(1^T G 1)^2 - 2 ||G 1||^2 + ||G||_F^2``,
+    relative error ``O(c^3 eps / _RHO_MIN^2)``) and ``f Z'`` is added as ``sum_j
+    a_j (f (s - a_j) / (c (c - 1)))^T``; with cancellation, by thin QR ``A'^T = Q
+    R``, ``Z' = Q B Q^T`` and the factor from the computed ``||B||_F``. Either way
+    the added term's norm is ``min(||Z||, ψ)`` up to ~1e-12 relative.
     """
     n, c, d = Ap.shape
     cc = c * (c - 1.0)
@@ -94,21 +87,17 @@ def _user_scales(X_rows, y_rows, starts):
 
 
 def spectral_statistic(block, clip_norm, *, norms_only=False):
-    """``(sum_i clip(Z_i, ψ), ||Z_i||_F)`` over the block's users (Alg. 2, lines 4-6).
-
-    ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over the
-    user's ``m_i`` rows (zero when ``m_i < 2``); the sum is symmetric (unspecified
-    with ``norms_only``, the statistic of an ``"auto"`` ``ψ_init``).
+    """``(sum_i clip(Z_i, ψ), ||Z_i||_F)`` over the block's users (Alg. 2, lines 4-6),
+    ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` (zero when
+    ``m_i < 2``); the sum is unspecified with ``norms_only`` (``"auto"`` ``ψ_init``).
 
     Notes
     -----
-    The sensitivity holds in floating point: each user's rows ``a_j = y_j x_j``
-    are scaled by its ``max |x|`` and ``max |y|`` (no overflow), and the clip
-    factor comes from the norm of the *same computed matrix* that is added
-    (:func:`~skdpp.privacy._clipping.scaled_clip_factors`). ``s s^T - sum_j a_j
-    a_j^T`` can cancel catastrophically (rows ``1e6 e_1``, ``1e-4 e_2``): users
-    with at most ``d`` rows go through :func:`_spectral_few_rows` (QR when it
-    cancels); users with more rows form ``Z_i`` explicitly.
+    The sensitivity holds in floating point: each user's rows are scaled by its
+    ``max |x|`` and ``max |y|`` (no overflow) and the clip factor comes from the
+    norm of the *same computed matrix* that is added
+    (:func:`~skdpp.privacy._clipping.scaled_clip_factors`); catastrophic
+    cancellation (rows ``1e6 e_1``, ``1e-4 e_2``) is handled by :func:`_spectral_few_rows`.
     """
     X, y = block.X, block.y
     d = X.shape[1]
@@ -200,13 +189,6 @@ def random_init(n_features, n_components, rng):
     return Q
 
 
-def _top_eigenvectors(M, k):
-    """Eigenvectors of the ``k`` largest (algebraic) eigenvalues of symmetric ``M``."""
-    M = (M + M.T) / 2.0
-    w, Q = np.linalg.eigh(M)
-    return Q[:, np.argsort(w)[::-1][:k]]
-
-
 def initial_components(executor, release, *, init, n_components, n_features, clip_norm,
                        label_clip, rng):
     """The initial embedding ``U_0`` (``d × k``, orthonormal) from the ``S^0`` split.
@@ -232,4 +214,5 @@ def initial_components(executor, release, *, init, n_components, n_features, cli
     total = (total + total.T) / 2.0
     noisy = release.gaussian("init", total, sensitivity=sensitivity, clip_norm=clip,
                              symmetric=True)  # Alg. 2, line 6 / Alg. 3, line 2
-    return _top_eigenvectors(noisy, k)  # Alg. 2, line 7 / Alg. 3, line 3
+    w, Q = np.linalg.eigh((noisy + noisy.T) / 2.0)
+    return Q[:, np.argsort(w)[::-1][:k]]  # top-k eigenvectors: Alg. 2, line 7 / Alg. 3, line 3
