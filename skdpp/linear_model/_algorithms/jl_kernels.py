@@ -254,13 +254,10 @@ def _negation_order(words):
 
 
 class _GridCounter:
-    """Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]`` (exact).
-
-    0/1 losses per distinct row (``key``), stored as bytes, counted by one sparse
-    product ``A @ losses`` (``A[p, key]``: rows of *piece* ``p``, at most
-    :attr:`CAP` rows of one user, equal to ``key``) on the bytes viewed as 64-bit
-    words: no byte carries below 256; longer users' pieces are added in ``int64``.
-    """
+    """Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]`` (exact):
+    0/1 losses per distinct row stored as bytes, counted by one sparse product over
+    *pieces* (at most :attr:`CAP` rows of one user) on the bytes viewed as 64-bit
+    words (no carry below 256); longer users' pieces are added in ``int64``."""
 
     CAP = 255
 
@@ -582,12 +579,9 @@ def _user_chunks(seg, n_cols):
 
 @dataclass
 class BlockState:
-    """Per-block state (:func:`prepare_block`, :func:`project_block`): ``score`` and
-    ``head`` rows (``S^0`` and ``S^1``, or all rows for both), ``head_codes`` (label
-    codes, ``-1`` outside the label set), ``Y`` (score labels in ``{-1, +1}``, one
-    column per problem), ``project``. ``Xc`` and ``Z`` are recomputed at every use
-    (cheap next to the scores): a fit holds no copy of ``X``.
-    """
+    """Per-block state: ``score`` / ``head`` rows (``S^0`` / ``S^1``, or all rows),
+    ``head_codes`` (``-1`` outside the label set), ``Y`` (score labels in ``{-1, +1}``
+    per problem), ``project``; ``Xc`` and ``Z`` are recomputed (no copy of ``X``)."""
 
     score: object
     head: object

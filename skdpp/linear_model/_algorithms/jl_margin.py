@@ -115,11 +115,8 @@ _RATE_FLOOR = 1e-3  # public floor of the released cold-start rate
 
 
 def score_sensitivity(n_users):
-    """Sensitivity of every problem's score ``f`` (Alg. 3, line 4) and cold-start score.
-
-    ``f = -(1/n) sum_i t_i`` with every ``t_i`` in ``[0, 1]`` a function of
-    user ``i``'s rows only: replacing one user moves ``f`` by at most ``1/n``.
-    """
+    """Sensitivity ``1/n`` of every score ``f = -(1/n) sum_i t_i`` (Alg. 3, line 4, and the
+    cold start): each ``t_i`` in ``[0, 1]`` is a function of user ``i``'s rows only."""
     return 1.0 / n_users
 
 

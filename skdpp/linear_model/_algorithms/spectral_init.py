@@ -191,13 +191,10 @@ def random_init(n_features, n_components, rng):
 
 def initial_components(executor, release, *, init, n_components, n_features, clip_norm,
                        label_clip, rng):
-    """The initial embedding ``U_0`` (``d × k``, orthonormal) from the ``S^0`` split.
-
-    The statistic is released in phase ``"init"`` with symmetric noise,
-    sensitivity (replace one user) ``2 ψ_init`` (``clip_norm``: each clipped
-    ``Z_i`` has norm ``<= ψ_init``) or ``2 ζ^2`` (``label_clip``: each mean pair
-    matrix has norm ``<= ζ^2``). ``rng``: public randomness (``"random"``).
-    """
+    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is released
+    in phase ``"init"`` with symmetric noise, sensitivity (replace one user) ``2
+    ψ_init`` (``clip_norm``: each clipped ``Z_i`` has norm ``<= ψ_init``) or ``2 ζ^2``
+    (``label_clip``: each mean pair matrix has norm ``<= ζ^2``); ``rng`` is public."""
     k = n_components
     if isinstance(init, str) and init == "random":
         return random_init(n_features, k, rng)
