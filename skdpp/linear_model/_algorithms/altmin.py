@@ -1,12 +1,10 @@
 """Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
 
-The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`:
-:class:`Config`, :func:`plan`, the driver :func:`run` (releases the two sums of
-Alg. 2, line 2, solves, line 3, and orthonormalises, line 4) and the block
-functions :func:`prepare_altmin` (rows of the heads and of the statistics) and
-:func:`altmin_round` (exact heads, Alg. 1, line 5, and the clipped per-user-mean
-contributions of Alg. 2, line 1). Split, initialisation, final heads, cold
-start and personal parts are shared with FedRep (:mod:`.representation`).
+The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`: the driver
+:func:`run` (Alg. 2: release, line 2; solve, line 3; QR, line 4) and the block
+functions :func:`prepare_altmin` and :func:`altmin_round` (heads, Alg. 1, line
+5; clipped per-user means, Alg. 2, line 1); the rest is shared with FedRep
+(:mod:`.representation`).
 """
 
 from dataclasses import dataclass
@@ -37,8 +35,8 @@ class Config(rep.RepresentationConfig):
 
 
 def _iteration_releases(config):
-    """Phase ``iterations``: each round's Gram and moments (Alg. 2, line 2 in :func:`run`);
-    the first round's only with ``schedule="disjoint"`` (parallel composition)."""
+    """Phase ``iterations``: each round's Gram and moments (Alg. 2, line 2); only the
+    first round's with ``schedule="disjoint"`` (parallel composition)."""
     rounds = config.max_iter if config.schedule == "full" else min(config.max_iter, 1)
     return 2 * int(rounds)
 
@@ -54,7 +52,7 @@ _CHUNK_BYTES = 16 * 2**20
 
 @dataclass(frozen=True, eq=False)
 class _Round:
-    """The broadcast of one round: the current ``U`` and the public configuration."""
+    """The broadcast of one round: ``U`` and the public configuration."""
 
     U: np.ndarray
     t: int
@@ -66,9 +64,8 @@ class _Round:
 
 
 def user_rounds(block, key, n_rounds):
-    """Each user's round ``floor(T u_i)`` with ``schedule="disjoint"`` (Alg. 1, lines 2, 4),
-    ``u_i = hash(key, "altmin_round", user id)``: from its own id only (a permutation
-    of all users would move others between rounds when one user is replaced)."""
+    """Each user's round ``floor(T u_i)``, ``u_i = hash(key, "altmin_round", user id)``
+    (``schedule="disjoint"``, Alg. 1, lines 2, 4): its own id only, unlike a permutation."""
     u = block.user_uniforms(key, "altmin_round")
     return np.minimum((u * n_rounds).astype(np.int64), n_rounds - 1)
 
@@ -87,11 +84,8 @@ def prepare_altmin(block, state, config):
 
 
 def _kron_blocks(Xu, Vr, w):
-    """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``: shape ``(d, d, k(k+1)/2)``.
-
-    Block ``(a, b)`` of the ``dk × dk`` Gram (``vec(x v^T) = v ⊗ x``), from one
-    chunked ``X^T diag(.) X`` product, without per-row ``dk`` vectors.
-    """
+    """``sum_r w_r v_{r,a} v_{r,b} x_r x_r^T`` for ``a <= b``, shape ``(d, d, k(k+1)/2)``:
+    the blocks of the ``dk × dk`` Gram (``vec(x v^T) = v ⊗ x``), chunked."""
     n, d = Xu.shape
     k = Vr.shape[1]
     pairs = [(a, b) for a in range(k) for b in range(a, k)]
@@ -119,15 +113,10 @@ def _assemble_gram(blocks, k):
 
 
 def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
-    """A block's partial sums of Alg. 2, line 1: ``(gram_blocks, moments)``.
-
-    On the rows ``stats`` (of the ``S^0`` rows ``X0``, ``y0``) with heads ``V``:
-    ``W_r = min(||x|| ||v||, η) vec(x̂ v̂^T)`` from unit vectors (``||W_r|| <= η``
-    for any magnitudes) and ``ỹ_r = clip(y_r; ζ)``; each user contributes the
-    *mean* over its rows of ``W_r W_r^T`` (trace ``<= η^2``; the Kronecker
-    blocks of :func:`_assemble_gram`) and of ``ỹ_r W_r`` (norm ``<= ζ η``;
-    ``unvec``, shape (d, k)).
-    """
+    """A block's partial sums of Alg. 2, line 1: ``(gram_blocks, moments)``. With ``W_r =
+    min(||x|| ||v||, η) vec(x̂ v̂^T)`` (``||W_r|| <= η`` for any magnitudes) and ``ỹ_r =
+    clip(y_r; ζ)``, each user adds its *mean* of ``W_r W_r^T`` (trace ``<= η^2``) and
+    of ``ỹ_r W_r`` (norm ``<= ζ η``)."""
     xu, xn = unit_rows(take_rows(stats, X0))
     vu, vn = unit_rows(V)
     Vr, vnr = stats.expand(vu), stats.expand(vn)
@@ -143,8 +132,8 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
 
 
 def _round_heads(block, state, rnd, all_users=False):
-    """The round's statistics rows and heads (Alg. 1, lines 4-5); ``all_users``: every
-    user's (the ``"auto"`` ``η`` pass at ``U_0``)."""
+    """The round's statistics rows and heads (Alg. 1, lines 4-5; ``all_users``: the
+    ``"auto"`` ``η`` pass)."""
     heads, stats = state.extra["halves"]
     if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
         active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
@@ -164,8 +153,7 @@ def altmin_round(block, state, rnd):
 
 
 def row_norm_statistic(block, state, rnd):
-    """Block function: each user's root mean square of ``||x_r|| ||v_i||`` over its
-    statistics rows at ``U_0`` (the per-user statistic of an ``"auto"`` ``η``)."""
+    """Block function: each user's RMS of ``||x_r|| ||v_i||`` at ``U_0`` (``"auto"`` ``η``)."""
     X0, stats, V = _round_heads(block, state, rnd, all_users=True)
     xn = unit_rows(take_rows(stats, X0))[1]
     with np.errstate(over="ignore", invalid="ignore"):
@@ -174,18 +162,15 @@ def row_norm_statistic(block, state, rnd):
 
 
 def label_statistic(block, state, rnd):
-    """Block function: each user's root mean square of its (centred) targets on its
-    statistics rows (the per-user statistic of an ``"auto"`` ``ζ``)."""
+    """Block function: each user's RMS (centred) target (``"auto"`` ``ζ``)."""
     stats = state.extra["halves"][1]
     return rms_per_user(stats, take_rows(stats, state.y0)), state
 
 
 def run(executor, release, randomness, meta, config):
     """The fit: :func:`.representation.start`, Alg. 1 lines 1-6 with Alg. 2 as the
-    private ``U`` step, then :func:`.representation.finish`. With ``max_iter=0``
-    no bound is resolved (``clip_norm_`` and ``label_clip_`` are None).
-    A plan predicted useless: :func:`.representation.fallback_fit` instead.
-    """
+    private ``U`` step, then :func:`.representation.finish` (or
+    :func:`.representation.fallback_fit`). ``max_iter=0`` resolves no bound."""
     if isinstance(release.plan, FallbackPlan):
         return rep.fallback_fit(executor, release, randomness, meta, config)
     begun = rep.start(executor, release, randomness, meta, config)
@@ -225,7 +210,7 @@ def run(executor, release, randomness, meta, config):
         if np.linalg.matrix_rank(Z) == k:  # else (e.g. a round without users) keep U
             U, _ = np.linalg.qr(Z)
         if config.verbose:
-            # public quantities only (no row counts, no share of clipped rows)
+            # public quantities only
             users = "all users" if schedule == "full" else f"the users of round {t + 1}"
             print(f"[PrivAltMin] round {t + 1}/{n_rounds}: {users}; released the Gram "
                   f"and moment statistics (noise multiplier "

@@ -1,11 +1,9 @@
 """Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
 
-The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`:
-:class:`Config`, :func:`plan`, the driver :func:`run` (releases each round's
-sum, line 10, and steps, lines 10-11) and the block function
-:func:`fedrep_round` (heads on ``B_{i,t}``, line 6; the partial sum of clipped
-gradients on ``B'_{i,t}``, lines 7-9). Split, initialisation, final heads,
-cold start and personal parts are shared with Priv-AltMin
+The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`: the driver
+:func:`run` (release, line 10; step, line 11) and the block function
+:func:`fedrep_round` (heads on ``B_{i,t}``, line 6; clipped gradients on
+``B'_{i,t}``, lines 7-9); the rest is shared with Priv-AltMin
 (:mod:`.representation`, :mod:`.spectral_init`).
 """
 
@@ -36,7 +34,7 @@ class Config(rep.RepresentationConfig):
 
 
 def _iteration_releases(config):
-    """Phase ``iterations``: one Gaussian release per round (line 10 in :func:`run`)."""
+    """Phase ``iterations``: one Gaussian release per round (line 10)."""
     return int(config.max_iter)
 
 
@@ -47,7 +45,7 @@ def plan(config, meta):
 
 @dataclass(frozen=True, eq=False)
 class _Round:
-    """The broadcast of one round: the current ``U`` and the public configuration."""
+    """The broadcast of one round: ``U`` and the public configuration."""
 
     U: np.ndarray
     t: int
@@ -58,13 +56,10 @@ class _Round:
 
 
 def fedrep_batches(local, key, t, batch_mode, batch_size):
-    """The two batches of round ``t`` (Alg. 1, line 5): ``(head_block, grad_block)``.
-
-    Selections of the ``S^0`` rows ``local``, ranked by the keyed uniform
-    ``hash(key, "fedrep_batch", user id, rank in S^0, t)``. ``"same"``: both
-    are ``S^0`` (``batch_size=None``) or one batch of ``min(batch_size,
-    |S^0_i|)`` rows. ``"disjoint"``: the first ``b_i`` and the next ``b_i``
-    rows, ``b_i = floor(|S^0_i| / 2)``, capped by ``batch_size``.
+    """``(head_block, grad_block)`` of round ``t`` (Alg. 1, line 5): the ``S^0`` rows
+    ``local`` ranked by ``hash(key, "fedrep_batch", user id, rank, t)``. ``"same"``:
+    both all of ``S^0`` (``batch_size=None``) or its first ``batch_size`` rows;
+    ``"disjoint"``: the first and next ``b_i = min(floor(|S^0_i| / 2), batch_size)``.
     """
     if batch_mode == "same" and batch_size is None:
         return local, local
@@ -78,16 +73,14 @@ def fedrep_batches(local, key, t, batch_mode, batch_size):
 
 
 def _user_gradients(grad, X0, P, y0, V):
-    """Each user's ``g_i`` with ``∇_{i,t} = g_i v_i^T`` (Alg. 1, lines 7-8), zero if not a number.
-
-    ``∇_U (1/b) sum_{B'} (y - <x, U v>)^2 = -(2/b) sum (y - <x, U v>) x v^T = g_i v_i^T``.
-    """
+    """``g_i`` with ``∇_{i,t} = -(2/b) sum_{B'} (y - <x, U v>) x v_i^T = g_i v_i^T``
+    (Alg. 1, lines 7-8); zero if not a number."""
     with np.errstate(over="ignore", invalid="ignore"):
         resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
                                                 grad.expand(V))
         w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
-    g = source_row_sum(grad, w, X0)  # g_i = -(2/b) sum_{B'} resid x (one sparse product)
-    # not a number (magnitudes near the float maximum): zero, a function of the user's rows
+    g = source_row_sum(grad, w, X0)
+    # NaN (magnitudes near the float maximum): zero, a function of the user's rows
     with np.errstate(invalid="ignore", over="ignore"):
         suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
     if suspect.any():
@@ -97,9 +90,9 @@ def _user_gradients(grad, X0, P, y0, V):
 
 
 def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
-    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) on the batch ``grad`` of the ``S^0``
-    rows ``X0``, ``P = X0 U``, ``y0`` with heads ``V``: the rank-one ``g_i v_i^T``
-    clipped by one factor per user (:func:`~skdpp.privacy._clipping.clipped_outer_sum`)."""
+    """``sum_i clip(∇_{i,t}, ψ)`` (Alg. 1, lines 7-9) on the batch ``grad`` of ``X0``
+    (``P = X0 U``): rank-one ``g_i v_i^T`` clipped per user
+    (:func:`~skdpp.privacy._clipping.clipped_outer_sum`)."""
     return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 
@@ -113,7 +106,7 @@ def _round_inputs(block, state, rnd):
 
 
 def fedrep_round(block, state, rnd):
-    """Block function of one round: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
+    """Block function: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
     X0, P, grad, V = _round_inputs(block, state, rnd)
     return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
 
@@ -133,13 +126,8 @@ def label_statistic(block, state, _):
 
 def run(executor, release, randomness, meta, config):
     """The fit: :func:`.representation.start`, Alg. 1 lines 1-12 on ``S^0``, then
-    :func:`.representation.finish` (line 14, cold start, personal parts).
-
-    The step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free: the loss's
-    curvature in ``U`` is of the order of the targets' variance whatever the
-    scale of ``X`` (which rescales the heads inversely).
-    A plan predicted useless: :func:`.representation.fallback_fit` instead.
-    """
+    :func:`.representation.finish` (or :func:`.representation.fallback_fit`). The
+    step ``U - (η / s_y^2) (1/n) sum clip(∇)`` is scale-free in ``X`` and ``y``."""
     if isinstance(release.plan, FallbackPlan):
         return rep.fallback_fit(executor, release, randomness, meta, config)
     begun = rep.start(executor, release, randomness, meta, config)
@@ -165,7 +153,7 @@ def run(executor, release, randomness, meta, config):
         # dividing by the public n is post-processing; line 11: QR
         U, _ = np.linalg.qr(U - step * (noisy / n_users))
         if config.verbose:
-            # public quantities only (no share of clipped users, row counts)
+            # public quantities only
             print(f"[PrivateFedRep] iteration {t + 1}/{n_iter}: released the clipped "
                   f"gradient sum (noise multiplier "
                   f"{release.noise_multiplier('iterations'):.3g})")

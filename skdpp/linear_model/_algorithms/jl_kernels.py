@@ -1,15 +1,11 @@
 """Per-user terms of Algorithm 3 (Snedeker, Zhou & Bassily 2025) as block functions.
 
-Array functions act on the rows of one block of whole users (``seg``, rows in
-canonical order); block functions ``fn(block, state, broadcast)`` (named
-``*_block``) are run by the executor for the driver
-:mod:`skdpp.linear_model._algorithms.jl_margin`, which sums their partials and
-releases them. Every per-user term of a score lies in ``[0, 1]`` and depends
-only on that user's rows, whatever the (finite) values: this bounds the score
-sensitivity by ``1 / n``. Over/underflow never warns or raises: non-finite
-intermediates only decide which 0/1 losses a user's own rows get (or that the
-user gets the cold-start head). Temporaries are block-sized and chunked to
-``_CHUNK_BYTES``.
+Array functions act on the rows of one block of whole users (``seg``, canonical
+order); block functions (``*_block``) return partials that the driver
+:mod:`.jl_margin` sums and releases. Every per-user score term lies in ``[0, 1]``
+and depends only on that user's rows (score sensitivity ``1 / n``). Over/underflow
+never warns or raises: non-finite intermediates only decide a user's own 0/1
+losses (or its cold-start head). Temporaries are chunked to ``_CHUNK_BYTES``.
 """
 
 from dataclasses import dataclass
@@ -25,25 +21,19 @@ from .._auto import user_means
 from .._heads import batched_solve
 from .._labels import binary_problems, label_codes
 
-# Memory (bytes) of the temporary margin tensors (chunked over candidates or users).
-_CHUNK_BYTES = 64 * 2**20
-# (row, candidate, direction) triples per cache-sized step of the grid counts.
-_GRID_STEP_ELEMENTS = 2**17
-# Bytes of the distinct rows' 0/1 grid losses per candidate chunk.
-_GRID_TABLE_BYTES = 2**22
-# (row, candidate, k) projections per step of the own-direction dots.
-_OWN_STEP_ELEMENTS = 2**17
-# A block whose distinct rows exceed this fraction of its rows is scored row by
-# row (the distinct-row table pays off only when rows repeat; measured).
+_CHUNK_BYTES = 64 * 2**20  # temporary margin tensors (chunked over candidates or users)
+_GRID_STEP_ELEMENTS = 2**17  # (row, candidate, direction) triples per cache-sized step
+_GRID_TABLE_BYTES = 2**22  # distinct rows' 0/1 grid losses per candidate chunk
+_OWN_STEP_ELEMENTS = 2**17  # (row, candidate, k) projections per own-direction step
+# more distinct rows than this fraction: scored row by row (measured)
 _DISTINCT_FRACTION = 0.5
 
 # Data-dependent floating-point warnings would leak (DESIGN section 7).
 _QUIET = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
 
-# Personal heads: Newton steps, the largest RMS change of a user's decision
-# values per step (a trust region, logit units), the numerical ridge in
-# standardised units, and the gain (nats) an intercept must bring
-# (:func:`intercept_heads`: a likelihood-ratio test, p ~ 0.05).
+# Personal heads: Newton steps, trust region (RMS change of a user's decision
+# values per step, logits), numerical ridge (standardised units), and the gain
+# (nats) an intercept must bring (:func:`intercept_heads`: likelihood ratio, p ~ 0.05).
 _NEWTON_STEPS = 15
 _MAX_STEP = 4.0
 _NUMERICAL_RIDGE = 1e-6
@@ -51,7 +41,7 @@ _INTERCEPT_GAIN = 2.0
 
 
 def circle_grid(n_directions):
-    """The ``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
+    """``n_directions`` equally spaced unit directions of the circle (``k = 2``)."""
     angles = 2.0 * np.pi * np.arange(n_directions) / n_directions
     return np.column_stack([np.cos(angles), np.sin(angles)])
 
@@ -65,25 +55,17 @@ def row_keys(X, y):
     return row_hashes(X, y)
 
 
-# --------------------------------------------------------------------------- #
-# Array functions (rows of one block, sorted by user)
-# --------------------------------------------------------------------------- #
 def finite_rows(X):
     """A float64 copy of ``X`` whose rows with a non-finite entry are 0 (a loss at
     every direction: a function of its user's rows only)."""
     X = np.array(X, dtype=np.float64)
-    bad = ~np.isfinite(X).all(axis=1)
-    if bad.any():
-        X[bad] = 0.0
+    X[~np.isfinite(X).all(axis=1)] = 0.0
     return X
 
 
 def user_rms_norms(seg, V):
-    """Root-mean-square row norm ``sqrt(mean_j ||v_j||^2)`` of every user, shape (n_users,).
-
-    The statistic of ``clip_norm="auto"``; overflow-safe (norms scaled by the
-    user's largest first); NaN if the largest overflows, 0 without rows.
-    """
+    """Each user's RMS row norm (``clip_norm="auto"``'s statistic): overflow-safe (scaled
+    by the user's largest norm), NaN if that overflows, 0 without rows."""
     norms = row_norms(V)
     top = seg.segment_max(norms, initial=0.0)
     with np.errstate(**_QUIET):
@@ -106,43 +88,16 @@ def _unit(v):
 
 
 def candidate_user_losses(seg, yZ, candidates, directions, threshold):
-    """Per-user inner minimum of the margin loss for every candidate (score ``f``).
-
-    For every candidate ``U~_c`` and user ``i`` of ``seg``::
+    """Per-user inner minimum of the margin loss, shape ``(n_candidates, n_users)``::
 
         t_{c,i} = min_{u in D_i} mean_{(z, y) in (S_i^0)_M} 1[y <U~_c^T z, u> <= rho / Gamma]
 
-    an upper bound of ``min_{||v|| <= Gamma} L^_rho(U~_c, v; (S_i^0)_M)``
-    (Alg. 3, score ``f``): the minimum over ``v`` is attained at ``||v|| =
-    Gamma`` (scaling ``v`` up never increases the margin loss), so only
-    directions matter; ``D_i`` is the public grid ``directions`` plus the
-    user's own label-weighted mean direction ``U~_c^T sum_j y_j z_j`` (a
-    function of user ``i``'s rows only). Every ``t_{c,i}`` lies in ``[0, 1]``
-    (enforced) and depends on user ``i``'s rows only. Users without rows get 0.
-
-    The projections and grid losses are computed once per distinct row
-    (:func:`_distinct_rows`; a row and its negation share one product,
-    :func:`_negation_order`) and counted per user by :class:`_GridCounter`;
-    blocks of mostly distinct rows and the ``k = 2`` circle grid are scored
-    row by row (:func:`_row_user_losses`). Every product is the same
-    floating-point operation on the same operands on every path and for any
-    chunk and step size: the results are bit-identical.
-
-    Parameters
-    ----------
-    seg : UserBlock
-        The rows (grouped by user) the arrays are aligned with.
-    yZ : ndarray of shape (n_rows, k')
-        ``y M x`` of the rows (labels in ``{-1, +1}``).
-    candidates : ndarray of shape (n_candidates, k', k)
-    directions : ndarray of shape (n_directions, k)
-        Public unit directions.
-    threshold : float
-        ``rho / Gamma``.
-
-    Returns
-    -------
-    losses : ndarray of shape (n_candidates, n_users)
+    (``yZ = y M x``, ``threshold = rho / Gamma``): an upper bound of ``min_{||v|| <=
+    Gamma} L^_rho(U~_c, v; (S_i^0)_M)`` (Alg. 3, score ``f``; attained at ``||v|| =
+    Gamma``). ``D_i``: the public ``directions`` and the user's own ``U~_c^T sum_j
+    y_j z_j``. Each ``t_{c,i}`` is in ``[0, 1]`` (enforced), user ``i``'s rows only.
+    Computed once per distinct row (:class:`_GridCounter`) or row by row
+    (:func:`_row_user_losses`): the same float operations, bit-identical results.
     """
     yZ = np.ascontiguousarray(yZ, dtype=np.float64)
     n_rows, jl_dim = yZ.shape
@@ -154,8 +109,7 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
         return out
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
-    circle = k == 2 and np.array_equal(directions, circle_grid(n_dir))
-    if circle:
+    if k == 2 and np.array_equal(directions, circle_grid(n_dir)):
         return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, True)
     first, key = _distinct_rows(yZ)
     if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
@@ -222,7 +176,7 @@ def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, cir
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
             yF = (yZ @ flat).reshape(n_rows, b, k)
             own = _unit((sums @ flat).reshape(n_users, b, k))
-            loss_own = dot(own[row_user], yF) <= threshold     # (the gathered copy is scratch)
+            loss_own = dot(own[row_user], yF) <= threshold
             best = seg.segment_sum_wide(loss_own, dtype=np.float32)
             if circle:
                 for j in range(0, b, inner):
@@ -242,9 +196,8 @@ def _dot_einsum(F, U):
 
 
 def _dot3(F, U):
-    """``<F, U>`` for ``k = 3`` (in place in ``F``), added as ``(p0 + p2) + p1``: the
-    order of ``einsum`` on numpy 2.x. The einsum costs a default MovieLens-sized
-    fit 1.24x CPU time (``bench_jl_margin.py --speed``, median of 2)."""
+    """``<F, U>`` for ``k = 3`` (in place in ``F``) in einsum's order ``(p0 + p2) + p1``
+    (numpy 2.x); einsum costs a MovieLens-sized fit 1.24x CPU (``bench_jl_margin.py``)."""
     F *= U
     s = F[..., 0] + F[..., 2]
     s += F[..., 1]
@@ -269,11 +222,8 @@ def _row_hashes(words):
 
 
 def _distinct_rows(A):
-    """Bitwise-distinct rows of a 2-D float array: ``first`` indices, each row's ``key``.
-
-    ``A[first][key]`` equals ``A`` bit for bit (rows hashed; a collision,
-    checked, falls back on ``np.unique`` of the rows' bytes).
-    """
+    """``(first, key)`` of the bitwise-distinct rows: ``A[first][key]`` is ``A`` bit for
+    bit (hashed; a collision, checked, falls back on ``np.unique`` of the bytes)."""
     words = np.ascontiguousarray(A).view(np.uint64).reshape(A.shape[0], -1)
     _, first, key = np.unique(_row_hashes(words), return_index=True, return_inverse=True)
     if not np.array_equal(words[first][key], words):
@@ -304,22 +254,16 @@ def _negation_order(words):
 
 
 class _GridCounter:
-    """Per-user minimum over the direction grid of the margin-loss counts.
-
-    Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``.
-    The 0/1 losses are computed once per distinct row (``key``), stored as
-    bytes, and counted by one sparse product ``A @ losses`` with ``A[p, key]``
-    the rows of *piece* ``p`` (at most :attr:`CAP` rows of one user) equal to
-    ``key``, the bytes viewed as 64-bit words: no byte carries below 256;
-    pieces of longer users are added in ``int64``. The counts are exact.
-    """
+    """Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]`` (exact):
+    0/1 losses per distinct row stored as bytes, counted by one sparse product over
+    *pieces* (at most :attr:`CAP` rows of one user) on the bytes viewed as 64-bit
+    words (no carry below 256); longer users' pieces are added in ``int64``."""
 
     CAP = 255
 
     @staticmethod
     def pieces(seg):
-        """``(n_pieces, piece_user, piece_start)``: each user's rows cut in runs of
-        at most :attr:`CAP` (no piece for a user without rows)."""
+        """``(n_pieces, piece_user, piece_start)``: runs of at most :attr:`CAP` rows."""
         n_pieces = -(-seg.counts // _GridCounter.CAP)
         piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
         first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
@@ -474,14 +418,11 @@ class _RowGridCounter:
 
 
 def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
-    """Per-user minimum over the circle grid (:func:`circle_grid`) of the loss counts.
-
-    ``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` for ``yF`` (n_rows, n_cand, 2)
-    in ``O(rows + users * D)`` per candidate: row ``j`` has zero loss exactly
-    on the open arc of half-width ``arccos(t / |yF_j|)`` around its angle; the
-    arcs are accumulated per user in a circular difference array and swept.
-    Non-finite rows lose at every direction. Returns (n_users, n_cand) ints.
-    """
+    """``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` over the :func:`circle_grid`, shape
+    ``(n_users, n_cand)``, in ``O(rows + users * D)`` per candidate: row ``j`` has
+    zero loss exactly on the open arc of half-width ``arccos(t / |yF_j|)`` around
+    its angle, accumulated per user in a circular difference array and swept.
+    Non-finite rows lose at every direction."""
     n_rows, n_cand, _ = yF.shape
     n_users = seg.n_users
     scale = n_dir / (2.0 * np.pi)  # angles in units of the grid step
@@ -521,11 +462,8 @@ def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
 
 
 def direction_user_losses(seg, yF, directions, threshold):
-    """Per-user margin losses ``(1/|S_i|) sum_j 1[y_j <F_j, u> <= t]``, (n_users, n_directions).
-
-    The cold-start score's terms: each in ``[0, 1]``, a function of user
-    ``i``'s rows only (0 without rows).
-    """
+    """The cold-start score's terms ``(1/|S_i|) sum_j 1[y_j <F_j, u> <= t]``, shape
+    ``(n_users, n_directions)``: in ``[0, 1]``, user ``i``'s rows only (0 without rows)."""
     out = np.zeros((seg.n_users, directions.shape[0]))
     for u0, rows, sub in _user_chunks(seg, directions.shape[0]):
         with np.errstate(**_QUIET):
@@ -536,55 +474,23 @@ def direction_user_losses(seg, yF, directions, threshold):
 
 
 def subspace_contributions(seg, yZ):
-    """Unit directions ``u_i`` (n_users, k') of every user's ``sum_j y_j M x_j``.
-
-    Each contribution ``u_i u_i^T`` to the ``subspace`` statistic has Frobenius
-    norm 1 or 0 for any magnitude (:func:`~skdpp.privacy.unit_rows`; a zero or
-    non-finite sum gives 0).
-    """
+    """Unit directions ``u_i`` of every user's ``sum_j y_j M x_j``: each ``u_i u_i^T`` has
+    Frobenius norm 1 or 0 for any magnitude (zero or non-finite sums give 0)."""
     with np.errstate(**_QUIET):
         return unit_rows(seg.segment_sum_wide(yZ))[0]
 
 
 def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
-    """Personal heads: logistic loss on the user's rows, shrunk toward the cold start.
+    """Personal heads ``(heads, intercepts, ok)``: logistic loss shrunk toward the cold start.
 
-    Replaces the 0-1 argmin of Alg. 3, line 6 (see Notes). For user ``i``
-    with projected rows ``F_j = U^T x_j`` and labels ``y_j in {-1, +1}``::
+    Replaces Alg. 3, line 6's 0-1 argmin, which overfits real labels (local only)::
 
         min_{v, b}  sum_j log(1 + exp(-y_j f_j)) + (lambda / 8) sum_j' (f_j' - b_0)^2 / m_i
                     f_j = <F_j, v> + b     (b = 0 without intercept)
 
-    ``lambda = personal_ridge``: the second term is the quadratic
-    approximation (curvature 1/4 of the logistic loss at 0) of the loss of
-    ``lambda`` pseudo-rows labelled by the cold-start decision ``b_0``
-    (``prior_bias``; 0 without intercept), spread over the user's own rows:
-    the head is equivariant to ``F -> a F + c``. Solved in per-user
-    standardised coordinates by ``_NEWTON_STEPS`` damped Newton steps from
-    the prior (trust region ``_MAX_STEP``, ridge ``_NUMERICAL_RIDGE``).
-
-    Parameters
-    ----------
-    seg : UserBlock
-    F : ndarray of shape (seg.n_rows, k)
-    y : ndarray of shape (seg.n_rows,)
-        Labels in ``{-1, +1}``.
-    prior_bias : float
-    ridge : float
-        ``lambda >= 0`` (pseudo-rows).
-    fit_intercept : bool
-
-    Returns
-    -------
-    heads : ndarray of shape (seg.n_users, k)
-    intercepts : ndarray of shape (seg.n_users,)
-    ok : ndarray of shape (seg.n_users,), bool
-        False without rows or with non-finite projections (cold-start head).
-
-    Notes
-    -----
-    Alg. 3's 0-1 minimiser over ``||v|| <= Gamma`` overfits real labels (noisy,
-    few rows, a per-user bias). Local only: no release depends on it.
+    (``lambda = ridge`` pseudo-rows at the cold-start decision ``b_0 = prior_bias``,
+    quadratically approximated), by damped Newton steps in per-user standardised
+    coordinates. ``ok``: False without rows or finite values (cold-start head).
     """
     n_users, k = seg.n_users, F.shape[1]
     m = seg.counts
@@ -622,8 +528,7 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
         theta -= step
     with np.errstate(**_QUIET):
-        # Back to the user's own coordinates: tiny rows give a head beyond the
-        # float range, caught by ``ok`` below (from that user's values only)
+        # Back to the user's own coordinates: an overflow is caught by ``ok`` below
         heads = theta[:, :k] / scale[:, None]
         intercepts = theta[:, k] - np.einsum("uk,uk->u", mean, heads) if fit_intercept \
             else np.zeros(n_users)
@@ -632,10 +537,9 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept):
 
 
 def intercept_heads(seg, F, y, *, prior_bias, ridge):
-    """:func:`logistic_heads` with an intercept only where it lowers the user's
-    logistic loss by more than ``_INTERCEPT_GAIN`` nats (else through the
-    origin, as in Alg. 3: a free intercept costs the paper's bias-free model
-    0.02 accuracy at 10 rows per user). Local only."""
+    """:func:`logistic_heads` with an intercept only where it lowers the user's loss by
+    more than ``_INTERCEPT_GAIN`` nats (else through the origin, as in Alg. 3: a free
+    intercept costs the paper's model 0.02 accuracy at 10 rows per user). Local."""
     v1, b1, ok1 = logistic_heads(seg, F, y, prior_bias=prior_bias, ridge=ridge,
                                  fit_intercept=True)
     v0, b0, ok0 = logistic_heads(seg, F, y, prior_bias=0.0, ridge=ridge,
@@ -655,16 +559,15 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge):
 
 
 def _grid_dots(left, dirs_t, dots, multi):
-    """``left @ dirs_t`` into ``dots``; a single row is padded to two when ``multi``
-    (the same BLAS routine and rounding as the whole product)."""
+    """``left @ dirs_t`` into ``dots``; one row is padded to two when ``multi`` (the
+    whole product's BLAS routine and rounding)."""
     if left.shape[0] == 1 and multi:
         return np.matmul(np.repeat(left, 2, axis=0), dirs_t, out=dots[:2])[:1]
     return np.matmul(left, dirs_t, out=dots[:left.shape[0]])
 
 
 def _user_chunks(seg, n_cols):
-    """``(first user, row slice, sub-block)`` of consecutive users, about
-    ``_CHUNK_BYTES / (8 * n_cols)`` rows each (at least one user)."""
+    """``(first user, row slice, sub-block)`` of about ``_CHUNK_BYTES / (8 n_cols)`` rows."""
     max_rows = max(1, _CHUNK_BYTES // (8 * max(n_cols, 1)))
     if seg.n_rows <= max_rows:
         yield 0, slice(0, seg.n_rows), seg
@@ -674,28 +577,11 @@ def _user_chunks(seg, n_cols):
         yield u0, slice(int(seg.offsets[u0]), int(seg.offsets[u0 + sub.n_users])), sub
 
 
-# --------------------------------------------------------------------------- #
-# Block functions run by the executor
-# --------------------------------------------------------------------------- #
 @dataclass
 class BlockState:
-    """Per-block state of a fit, built by :func:`prepare_block` and :func:`project_block`.
-
-    ``Xc`` and ``Z`` are recomputed from the source rows at every use (cheap
-    next to the scores), so a fit holds no copy of ``X``.
-
-    Attributes
-    ----------
-    score, head : UserBlock
-        The rows of ``S^0`` (releases) and ``S^1`` (personal heads); both all
-        rows with ``personal_rows="all"``.
-    head_codes : ndarray of shape (head.n_rows,)
-        Label codes of the head rows (``-1``: outside the label set).
-    Y : ndarray of shape (score.n_rows, n_problems)
-        Labels of the score rows in ``{-1, +1}`` (one column per binary problem).
-    project : Project or None
-        The public ``M`` and clip radius, set by :func:`project_block`.
-    """
+    """Per-block state: ``score`` / ``head`` rows (``S^0`` / ``S^1``, or all rows),
+    ``head_codes`` (``-1`` outside the label set), ``Y`` (score labels in ``{-1, +1}``
+    per problem), ``project``; ``Xc`` and ``Z`` are recomputed (no copy of ``X``)."""
 
     score: object
     head: object
@@ -705,13 +591,13 @@ class BlockState:
 
     @property
     def Xc(self):
-        """The score rows as the releases see them (:func:`finite_rows`), uncentred:
-        centring ~10 rows per user costs 0.01-0.12 accuracy on the paper's setting."""
+        """The score rows (:func:`finite_rows`), uncentred (centring ~10 rows per user
+        costs 0.01-0.12 accuracy on the paper's setting)."""
         return finite_rows(self.score.take(self.score.X))
 
     @property
     def Z(self):
-        """``M clip(x, r)`` of the score rows (Alg. 3, line 2), recomputed (one block)."""
+        """``M clip(x, r)`` of the score rows (Alg. 3, line 2)."""
         bc = self.project
         Xc = self.Xc if bc.radius is None else clip_by_norm(self.Xc, bc.radius)
         with np.errstate(**_QUIET):
@@ -728,13 +614,9 @@ class Prepare:
 
 
 def prepare_block(block, state, bc):
-    """Label codes and the ``S^0 / S^1`` split; returns ``(None, BlockState)``.
-
-    With ``holdout`` (Alg. 3 as written) a user's rows are split in half
-    (:meth:`~skdpp.utils._grouped.UserBlock.split_users_rows`) by keyed per-row
-    uniforms: a function of the key and that user's rows only. A one-row user
-    has no ``S^1`` (cold-start head).
-    """
+    """Label codes and the ``S^0 / S^1`` split (``holdout``, Alg. 3 as written: halves by
+    keyed per-row uniforms, a function of the key and the user's rows; a one-row
+    user has no ``S^1``); returns ``(None, BlockState)``."""
     codes = label_codes(block.take(block.y), bc.classes)
     if bc.holdout:
         first = block.split_users_rows(0.5, block.row_uniforms(bc.key, "split"))
@@ -748,7 +630,7 @@ def prepare_block(block, state, bc):
 
 
 def clip_statistic_block(block, state, grid):
-    """Partial cumulative histogram of the users' RMS row norms over ``grid`` (``"clip"``)."""
+    """Partial cumulative histogram of the users' RMS row norms (``"clip"``)."""
     return cumulative_counts(user_rms_norms(state.score, state.Xc), grid), state
 
 
@@ -778,11 +660,8 @@ def subspace_block(block, state, bc):
 
 
 def label_fractions_block(block, state, bc):
-    """Partial ``sum_i f_i`` with ``f_{i,p}`` the fraction of user ``i``'s rows positive in ``p``.
-
-    The cold-start intercepts' statistic. Every ``f_i`` lies in ``[0, 1]^P``
-    with ``sum_p f_{i,p} <= 1`` (one-vs-rest positives are disjoint).
-    """
+    """Partial ``sum_i f_i``, ``f_{i,p}`` the fraction of user ``i``'s rows positive in ``p``
+    (the cold-start intercepts' statistic; ``f_i`` in ``[0, 1]^P``, ``sum_p f_{i,p} <= 1``)."""
     seg = state.score
     positive = (state.Y > 0).astype(np.float64)
     return (seg.segment_sum(positive) / np.maximum(seg.counts, 1)[:, None]).sum(axis=0), state
@@ -828,11 +707,8 @@ class Heads:
 
 
 def heads_block(block, state, bc):
-    """Every user's heads (n_users, P, k) and intercepts (n_users, P) (Alg. 3, line 6).
-
-    On ``S^1`` after :func:`prepare_block`, on all rows otherwise
-    (``personalize``); users without rows there get the cold-start head.
-    """
+    """Every user's heads ``(n_users, P, k)`` and intercepts (Alg. 3, line 6), on ``S^1``
+    (all rows in ``personalize``); users without rows get the cold-start head."""
     if state is None:
         seg = block
         codes = label_codes(block.take(block.y), bc.classes)

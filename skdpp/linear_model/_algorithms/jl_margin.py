@@ -1,13 +1,11 @@
 """Algorithm 3 of Snedeker, Zhou & Bassily (2025, Section 4): plan, driver, personal heads.
 
-:func:`plan` declares the releases (phases ``labels``, ``clip``, ``subspace``,
-``selection``, ``cold_start``; every phase is one release of all binary
-problems, so the plan does not depend on their number), :func:`run` makes them
-in that order (noise added once, on the driver, through the fit's
-:class:`~skdpp.privacy.Releaser`) and fits every user's head locally (line 6,
-billboard model). The public randomness and candidate sets (line 1 and 3) are
-here; the block functions are in :mod:`.jl_kernels`. The guarantee and the
-sensitivities are stated in :class:`~skdpp.linear_model.JLMarginClassifier`.
+:func:`plan` declares the phases ``labels``, ``clip``, ``subspace``, ``selection``,
+``cold_start`` (each one release of all binary problems, so the plan does not
+depend on their number); :func:`run` makes them in that order and fits every
+user's head locally (line 6, billboard model). Public randomness and candidate
+sets (lines 1 and 3) are here; block functions in :mod:`.jl_kernels`; guarantee
+and sensitivities in :class:`~skdpp.linear_model.JLMarginClassifier`.
 """
 
 import math
@@ -29,28 +27,22 @@ from .jl_kernels import (Heads, Prepare, Project, Scores, candidate_scores_block
                          population_scores_block, prepare_block, project_block, row_keys,
                          subspace_block)
 
-#: Phases with a share of their own (``budget_shares`` keys) and their defaults;
-#: ``selection`` takes the rest.
+#: Default ``budget_shares`` (``selection`` takes the rest).
 DEFAULT_SHARES = {"labels": 0.05, "clip": "auto", "subspace": 0.7, "cold_start": 0.05}
 
-# Share of ``delta`` reserved for the threshold of the private label selection.
-THRESHOLD_DELTA_FRACTION = 0.25
-
-# Rows per block of a fit (whole users; tests lower it to get many blocks).
-BLOCK_ROWS = 32768
-# ``jl_dim="auto"``: failure probability beta of the JL transform (Alg. 3,
-# Require, Lemma 15) and the cap (memory/time guard).
+THRESHOLD_DELTA_FRACTION = 0.25  # share of delta for the label selection's threshold
+BLOCK_ROWS = 32768  # rows per block of a fit (whole users; tests lower it)
+# jl_dim="auto": failure probability beta of the JL transform (Alg. 3, Require,
+# Lemma 15) and the cap (memory/time guard).
 JL_FAILURE_PROBABILITY = 0.05
 JL_AUTO_MAX = 256
-# Relative ridge of the preconditioner of the subspace candidates.
-RIDGE = 0.03
+RIDGE = 0.03  # relative ridge of the subspace candidates' preconditioner
 
 
 def auto_jl_dim(n_users, n_features, n_components, *, margin):
-    """``k' = ceil(log(n / beta) / margin^2)`` clipped to ``[n_components,
-    min(n_features, 256)]`` (Alg. 3's ``r^2 Gamma^2 log(nm / beta) / rho^2``
-    with ``rho = margin * r``, ``Gamma = 1`` and the public ``n`` for the
-    private ``nm``): public values only."""
+    """``k' = ceil(log(n / beta) / margin^2)`` in ``[n_components, min(n_features, 256)]``:
+    Alg. 3's ``r^2 Gamma^2 log(nm / beta) / rho^2`` with ``rho = margin r``,
+    ``Gamma = 1`` and the public ``n`` for the private ``nm``."""
     square = margin * margin
     raw = math.log(max(n_users, 2) / JL_FAILURE_PROBABILITY) / square if square > 0 \
         else math.inf
@@ -59,15 +51,15 @@ def auto_jl_dim(n_users, n_features, n_components, *, margin):
 
 
 def jl_matrix(jl_dim, n_features, rng):
-    """Alg. 3, line 1: ``M`` in ``R^{k' x d}``, i.i.d. entries uniform on ``{+-1/sqrt(k')}``
+    """Alg. 3, line 1: ``M`` in ``R^{k' x d}``, entries uniform on ``{+-1/sqrt(k')}``
     (public randomness, released as ``jl_matrix_``)."""
     signs = rng.integers(0, 2, size=(jl_dim, n_features), dtype=np.int8)
     return (2.0 * signs - 1.0) / math.sqrt(jl_dim)
 
 
 def direction_grid(n_components, n_directions, rng):
-    """Public unit directions ``(D, k)``: ``{+1, -1}`` for ``k = 1``, the
-    :func:`circle_grid` for ``k = 2``, i.i.d. uniform (public randomness) above."""
+    """Public unit directions ``(D, k)``: ``{+1, -1}`` (``k = 1``), the :func:`circle_grid`
+    (``k = 2``), i.i.d. uniform (public randomness) above."""
     if n_components == 1:
         return np.array([[1.0], [-1.0]])
     if n_components == 2:
@@ -77,8 +69,7 @@ def direction_grid(n_components, n_directions, rng):
 
 
 def orthonormalize(mats):
-    """Batched thin QR with the signs fixed (positive diagonal of ``R``): a
-    deterministic orthonormal basis of the columns of each ``(k', k)`` matrix."""
+    """Batched thin QR with a positive diagonal of ``R`` (a deterministic basis)."""
     q, r = np.linalg.qr(mats)
     signs = np.sign(np.diagonal(r, axis1=-2, axis2=-1))
     signs[signs == 0] = 1.0
@@ -86,18 +77,15 @@ def orthonormalize(mats):
 
 
 def random_candidates(perturbations):
-    """Data-independent Haar-random frames ``orth(G_c)``: ``||U~||_F = sqrt(k)``, a
+    """Data-independent Haar-random frames ``orth(G_c)`` (``||U~||_F = sqrt(k)``): a
     finite subset of the Frobenius ball of Alg. 3, line 3."""
     return orthonormalize(perturbations)
 
 
 def precondition(basis, M, *, ridge=RIDGE):
-    """``orth((M M^T + lambda I)^{-1} P)``: frames whose embedding follows ``span(P)``.
-
-    ``M^T U~`` is proportional to ``U*`` for ``U~ = (M M^T)^+ M U*`` (up to
-    the JL error), and the release estimates ``span(M U*)``; the ridge
-    ``RIDGE max(d / k', 1)`` keeps the inverse stable. Post-processing.
-    """
+    """``orth((M M^T + lambda I)^{-1} P)``: ``M^T U~`` is proportional to ``U*`` for ``U~ =
+    (M M^T)^+ M U*`` and the release estimates ``span(M U*)``; ``lambda = RIDGE
+    max(d / k', 1)``. Post-processing."""
     jl_dim, n_features = M.shape
     lam = ridge * max(n_features / jl_dim, 1.0)
     pre = np.linalg.solve(M @ M.T + lam * np.eye(jl_dim), basis)
@@ -114,11 +102,8 @@ def subspace_candidates(basis, perturbations, *, max_spread=1.0):
 
 
 def spread_from_release(eigenvalues, n_components, noise_std, jl_dim):
-    """Largest candidate spread, from the released spectrum (post-processing).
-
-    Twice the Davis-Kahan bound ``||E||_2 / gap`` (``||E||_2 ~ 2 sigma
-    sqrt(k')``, ``gap`` the released eigengap), clipped to ``[0.1, 1]``.
-    """
+    """Largest candidate spread: twice the Davis-Kahan bound ``||E||_2 / gap`` (``||E||_2
+    ~ 2 sigma sqrt(k')``, the released eigengap) in ``[0.1, 1]``. Post-processing."""
     if eigenvalues.shape[0] <= n_components:
         return 1.0
     gap = float(eigenvalues[n_components - 1] - eigenvalues[n_components])
@@ -126,47 +111,37 @@ def spread_from_release(eigenvalues, n_components, noise_std, jl_dim):
     return float(min(1.0, max(0.1, 2.0 * bound)))
 
 
-# Public floor of the released cold-start rate (its logit is the intercept).
-_RATE_FLOOR = 1e-3
+_RATE_FLOOR = 1e-3  # public floor of the released cold-start rate
 
 
 def score_sensitivity(n_users):
-    """Sensitivity of every problem's score ``f`` (Alg. 3, line 4) and cold-start score.
-
-    ``f = -(1/n) sum_i t_i`` with every ``t_i`` in ``[0, 1]`` a function of
-    user ``i``'s rows only: replacing one user moves ``f`` by at most ``1/n``.
-    """
+    """Sensitivity ``1/n`` of every score ``f = -(1/n) sum_i t_i`` (Alg. 3, line 4, and the
+    cold start): each ``t_i`` in ``[0, 1]`` is a function of user ``i``'s rows only."""
     return 1.0 / n_users
 
 
 def subspace_sensitivity(n_problems=1):
-    """Frobenius sensitivity of the stack ``(sum_i u_{i,p} u_{i,p}^T)_p`` under replace-one-user.
-
-    Every user contributes ``u u^T`` with ``||u|| in {0, 1}`` to each of the
-    ``P`` matrices, and for such vectors ``||a a^T - b b^T||_F^2 = ||a||^4 +
-    ||b||^4 - 2 (a^T b)^2 <= 2``: ``sqrt(2 P)`` for the stack.
-    """
+    """Frobenius sensitivity (replace one user) of ``(sum_i u_{i,p} u_{i,p}^T)_p``: each
+    user adds ``u u^T``, ``||u|| in {0, 1}``, to each of ``P`` matrices and ``||a a^T -
+    b b^T||_F^2 = ||a||^4 + ||b||^4 - 2 (a^T b)^2 <= 2``: ``sqrt(2 P)``."""
     return math.sqrt(2.0 * n_problems)
 
 
 def cold_start_sensitivity(n_problems):
-    """L2 sensitivity of ``sum_i f_i`` (the users' positive fractions per problem).
-
-    ``f_i`` lies in ``[0, 1]^P`` with ``sum_p f_{i,p} <= 1`` (one-vs-rest
-    positives are disjoint), so ``||f - f'||^2 <= ||f||^2 + ||f'||^2 <= 2``;
-    for one problem ``|f - f'| <= 1``.
-    """
+    """L2 sensitivity of ``sum_i f_i`` (positive fractions per problem): ``f_i`` in ``[0,
+    1]^P`` with ``sum_p f_{i,p} <= 1`` (one-vs-rest positives are disjoint), so
+    ``||f - f'||^2 <= ||f||^2 + ||f'||^2 <= 2``; one problem: ``|f - f'| <= 1``."""
     return 1.0 if n_problems == 1 else math.sqrt(2.0)
 
 
 def n_problems_of(n_classes):
-    """Number of binary problems: 1 for two classes, one per class (one-vs-rest) otherwise."""
+    """Binary problems: 1 for two classes, else one per class (one-vs-rest)."""
     return 1 if n_classes == 2 else int(n_classes)
 
 
 @dataclass(frozen=True)
 class JLConfig:
-    """The estimator's parameters, resolved (see :class:`~skdpp.linear_model.JLMarginClassifier`)."""
+    """The parameters of :class:`~skdpp.linear_model.JLMarginClassifier`, resolved."""
 
     epsilon: float
     delta: float
@@ -229,17 +204,15 @@ def resolve_jl_dim(config, n_users, n_features):
 
 
 def margin_threshold(margin, radius):
-    """``rho / Gamma`` of the score: ``margin * r`` (``r = 1`` without clipping), or 0
-    for ``margin="auto"`` (``rho -> 0+``, scale-free). Public."""
+    """``rho / Gamma``: ``margin * r`` (``r = 1`` unclipped), or 0 for ``"auto"``."""
     if margin == "auto":
         return 0.0
     return float(margin) * (1.0 if radius is None else radius)
 
 
 def _label_set(executor, release, config):
-    """The label set and whether the guarantee covers it (``classes=None``: the
-    private selection, or the observed labels with a warning if it publishes
-    fewer than two: a decision of the DP release only)."""
+    """``(classes, covered)``; ``classes=None``: the private selection, or the observed
+    labels with a warning if it publishes fewer than two (decided by the release)."""
     if isinstance(config.classes, np.ndarray):
         return config.classes, True
     counts = executor.map(label_counts_block, config.max_classes_per_user)
@@ -277,14 +250,12 @@ def run(executor, release, randomness, meta, config):
     # public randomness (Alg. 3, line 1), never dependent on the data
     M = jl_matrix(jl_dim, n_features, randomness.public)
     directions = direction_grid(k, config.n_directions, randomness.public)
-
     classes, covered = _label_set(executor, release, config)
     n_problems = n_problems_of(classes.shape[0])
     _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
     # public randomness; its shape depends on the released label set only
     perturbations = randomness.public.standard_normal(
         (n_problems, config.n_candidates, jl_dim, k))
-
     # S^0 / S^1 split (Alg. 3, Require); labels as {-1, +1} per problem
     executor.map(prepare_block, Prepare(classes, randomness.key, config.holdout))
     radius = config.clip_norm
@@ -296,7 +267,6 @@ def run(executor, release, randomness, meta, config):
         _log(config, f"clip: released clip radius {radius:.6g}")
     executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
     threshold = margin_threshold(config.margin, radius)
-
     all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
     if config.candidates == "subspace":
         # not in the paper: candidates around a DP estimate of the subspace
@@ -317,23 +287,20 @@ def run(executor, release, randomness, meta, config):
         # Alg. 3, line 3: a finite, data-independent candidate set in B_F.
         for p in range(n_problems):
             all_candidates[p] = random_candidates(perturbations[p])
-
     def select(phase, block_fn, frames):
-        """One choice per problem by the exponential mechanism over the product of
-        the problems, with the summed scores ``-(1/n) sum_i t_i`` (sensitivity 1/n each)."""
+        """One choice per problem (exponential mechanism over the product of problems)
+        with the scores ``-(1/n) sum_i t_i`` (sensitivity 1/n each)."""
         scores = np.stack([-executor.map(block_fn, Scores(p, frames[p], directions,
                                                           threshold)) / n_users
                            for p in range(n_problems)])
         return product_exponential(release, phase, scores,
                                    sensitivity=score_sensitivity(n_users), clip_norm=radius)
-
     # Alg. 3, line 4: the exponential mechanism (over the product of problems).
     selected = select("selection", candidate_scores_block, all_candidates)
     utilde = all_candidates[np.arange(n_problems), selected]
     embeddings = np.einsum("jd,pjk->pdk", M, utilde)              # Alg. 3, line 5
     _log(config, f"selection: {config.n_candidates} candidates scored per problem "
                  f"(epsilon {release.noise_multiplier('selection'):.3g})")
-
     # Cold start (not in the paper).
     cold_heads = np.zeros((n_problems, k))
     cold_intercepts = np.zeros(n_problems)
@@ -351,7 +318,6 @@ def run(executor, release, randomness, meta, config):
         cold_heads = directions[select("cold_start", population_scores_block, utilde)]
         prior = np.zeros(n_problems)
     _log(config, "cold_start: released")
-
     # Alg. 3, line 6: every user's head from the releases and its own rows.
     heads, intercepts = executor.collect(heads_block, Heads(
         embeddings, classes, cold_heads, cold_intercepts, prior,
@@ -408,13 +374,12 @@ def _notes(config, threshold, covered, n_problems):
 
 
 def make_jl_blocks(X, y, index):
-    """Blocks of whole users whose rows are in canonical order (by content and label)."""
+    """Blocks of whole users, rows in canonical order (by content and label)."""
     return make_blocks(X, y, index, row_keys=row_keys(X, y), max_rows=BLOCK_ROWS)
 
 
 def fit_personal(X, y, index, config, estimator):
-    """Heads of the users of ``index`` from their rows and ``estimator``'s releases
-    (``personalize``; line 6 of :func:`run`)."""
+    """``personalize``: heads from the users' rows and ``estimator``'s releases (line 6)."""
     y = np.asarray(y)
     executor = LocalExecutor(make_jl_blocks(X, y, index))
     cold = estimator.cold_start_intercepts_

@@ -1,8 +1,7 @@
 """PPSGD, Bietti, Wei, Dudík, Langford & Wu (2022), Algorithms 1-3: plan, driver, personal parts.
 
-The block functions (minibatches, local steps, clipped partial sums, per-user
-statistics, the personal refit) are in :mod:`.ppsgd_kernels`; the estimator
-(parameters, guarantee, predict) is :class:`skdpp.linear_model.PPSGDRegressor`.
+Block functions in :mod:`.ppsgd_kernels`; the estimator (parameters, guarantee,
+predict) is :class:`skdpp.linear_model.PPSGDRegressor`.
 """
 
 import functools
@@ -19,13 +18,12 @@ from ...privacy._plan import resolve_clip_share
 from ...utils._executor import LocalExecutor
 from ...utils._random import FitRandomness
 from .. import _auto
-from .._auto import (AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS,
-                     LABEL_RANGE_STEPS, LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan,
-                     at_grid_edge, auto_bound,
-                     cold_start_levels, fallback_level, fallback_note, fallback_plan,
-                     feature_scales, gradient_bound_inconsistent, head_votes, inverse_scales,
-                     label_range, mean_label_values, own_label_ranges, scaling_notes,
-                     standardize, standardize_block, useless_fit_message)
+from .._auto import (
+    AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
+    LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan, at_grid_edge, auto_bound, cold_start_levels,
+    fallback_level, fallback_note, fallback_plan, feature_scales, gradient_bound_inconsistent,
+    head_votes, inverse_scales, label_range, mean_label_values, own_label_ranges,
+    scaling_notes, standardize, standardize_block, useless_fit_message)
 from .._scratch import release_scratch
 from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
                             gradient_norm_statistic, make_sgd_blocks, offset_values,
@@ -34,7 +32,7 @@ from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
 #: The plan's phase of the per-round releases (Alg. 1, lines 10-12).
 PHASE = "iterations"
 
-#: Phases with a share of their own (``budget_shares`` keys) and their defaults.
+#: Default ``budget_shares`` (``"iterations"`` takes the rest).
 DEFAULT_SHARES = {"clip": "auto", "cold_start": 0.02}
 
 
@@ -47,7 +45,7 @@ def step_sizes(alpha, learning_rate):
 
 @dataclass(frozen=True)
 class PPSGDConfig:
-    """The estimator's parameters, resolved (see :class:`~skdpp.linear_model.PPSGDRegressor`)."""
+    """The parameters of :class:`~skdpp.linear_model.PPSGDRegressor`, resolved."""
 
     epsilon: float
     delta: float
@@ -84,32 +82,22 @@ class PPSGDConfig:
 
     @property
     def labelled(self):
-        """A label range (predictions clamped to it): both bounds ``"auto"``, a public rule."""
+        """Whether the fit releases a label range (both bounds ``"auto"``)."""
         return bool(_auto.SCALE_FEATURES) and self.releases and \
             self.noise_multiplier is None and self.clip_norm == "auto" and \
             self.feature_scale == "auto"
 
 
-# --------------------------------------------------------------------------- #
-# Plan: phases "clip", "iterations", "cold_start"
-# --------------------------------------------------------------------------- #
 def plan(config, meta):
     """The fit's budget plan (nothing when ``alpha=0``); see :func:`_plan`."""
     return _plan(config, meta)[0]
 
 
 def _plan(config, meta):
-    """``(plan, scaled)``: the plan and whether it includes the per-feature scales.
-
-    Phase ``"clip"``: ``AUTO_STEPS`` counts per ``"auto"`` bound (:func:`auto_bound`),
-    ``COLD_START_CLIP_RELEASES`` for the searches of the cold start's two
-    locations and its vote (:func:`~skdpp.linear_model._auto.cold_start_levels`),
-    ``LABEL_RANGE_STEPS`` for the label range and ``FEATURE_SCALE_STEPS`` per
-    feature for the scales (only when that phase's count noise stays at most
-    ``SCALE_GATE_NOISE * n_users``: a public gate); ``"iterations"``: the
-    ``n_rounds`` releases of :func:`run_rounds`; ``"cold_start"``: the two
-    locations' clipped means.
-    """
+    """``(plan, scaled)``: ``"clip"`` (``"auto"`` bounds, cold start searches, label
+    range, and the feature scales unless the count noise then exceeds
+    ``SCALE_GATE_NOISE * n_users``: ``scaled``), ``"iterations"`` (:func:`run_rounds`)
+    and ``"cold_start"`` (two clipped means)."""
     budget = BudgetPlan(config.epsilon, config.delta)
     if not config.releases:  # alpha = 0: nothing is released
         return budget, False
@@ -154,20 +142,12 @@ def _plan(config, meta):
     return budget, scaled
 
 
-# --------------------------------------------------------------------------- #
-# Driver
-# --------------------------------------------------------------------------- #
 def run_rounds(executor, release, config, *, n_users, lr_global, w_init=None,
                round_fn=sgd_round, callback=None, verbose=0):
-    """Run ``config.n_rounds`` rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling).
-
-    ``round_fn(block, state, (t, w), config=config)`` is the map of one round
-    (:func:`~.ppsgd_kernels.sgd_round`); ``callback(t, w, executor)`` runs after
-    each round; ``w_init`` (default zeros, Alg. 1, line 2) is fixed when
-    ``lr_global=0`` (nothing is released: ``alpha=0`` and ``personalize``).
-    Returns the last (or, with ``config.average``, averaged) global iterate;
-    the users' offsets stay in the block states (:func:`~.ppsgd_kernels.final_offsets`).
-    """
+    """Run ``config.n_rounds`` rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling)
+    with the map ``round_fn(block, state, (t, w), config=config)``, then
+    ``callback(t, w, executor)``; ``w_init``: zeros (Alg. 1, line 2). Returns the
+    last (``config.average``: averaged) global iterate; offsets stay in the states."""
     n_rounds, q = int(config.n_rounds), float(config.sample_rate)
     w = np.zeros(config.n_features) if w_init is None else np.array(w_init, dtype=float)
     w_sum = np.zeros(config.n_features) if config.average else None
@@ -208,7 +188,7 @@ def _sgd_config(config, key, n_features, *, sample_rate, n_rounds, lr_local, cli
 
 
 def run(executor, release, randomness, meta, config):
-    """Fit PPSGD: the ``"clip"`` phase's bounds, the rounds, the cold start, the personal parts."""
+    """Fit PPSGD: the ``"clip"`` bounds, the rounds, the cold start, the personal parts."""
     try:
         return _run(executor, release, randomness, meta, config)
     finally:
@@ -216,14 +196,10 @@ def run(executor, release, randomness, meta, config):
 
 
 def _fallback(executor, release, meta, config, sgd):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
-
-    No model release: ``coef_ = 0``; each known user's parts are its own
-    ridge fit and mean (:func:`personal_refit` with ``local_only``: local
-    data only); the intercept of new users is the users' median mean label
-    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one
-    release) or the prior 0.
-    """
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless):
+    ``coef_ = 0``; known users: their own ridge fit and mean (:func:`personal_refit`,
+    ``local_only``); new users: the median mean label
+    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one release) or 0."""
     n_users, d = meta["n_users"], meta["n_features"]
     level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
     prior = PersonalPrior(np.zeros(d), level, None, float(config.personal_ridge or 0.0), sgd,
@@ -281,14 +257,12 @@ def _run(executor, release, randomness, meta, config):
     astray = releases and config.fit_intercept and gradient_bound_inconsistent(
         clip_norm, scale, labels, centred=True)
     if releases and (at_grid_edge(clip_norm) or at_grid_edge(scale) or astray):
-        # an "auto" bound on the lower edge of its public grid: the users'
-        # (centred) contributions are about 0 -- no information; the global
-        # weights are noise and are discarded (post-processing)
+        # an "auto" bound at the lower edge of its grid: contributions about 0, the
+        # weights are noise and discarded (post-processing)
         w = np.zeros_like(w)
     intercept, intercept_scale = 0.0, None
     if config.cold_start:
-        # keeps w only when it narrows the users' spread of mean levels (else w = 0,
-        # as for a bound astray): post-processing of the two released locations
+        # keeps w only when it narrows the spread of mean levels (post-processing)
         w, intercept, intercept_scale, labels = cold_start_levels(
             release, lambda v, fn: executor.map(offset_values, (v, fn)), w,
             n_users=n_users, clip_quantile=quantile, labels=labels,
@@ -326,9 +300,8 @@ def _run(executor, release, randomness, meta, config):
 
 
 def _personal(executor, config, prior, n_rounds):
-    """The users' ``theta_i`` and intercepts ``b_i``: the exact shrunk refit
-    (``personal_ridge``), the SGD offsets (``personal_ridge=None``, or nothing
-    released), or zeros (``alpha=inf``: global only)."""
+    """``(theta_i, b_i)``: the shrunk refit (``personal_ridge``), the SGD offsets
+    (``personal_ridge=None`` or nothing released), or zeros (``alpha=inf``)."""
     if prior.local_only or (config.personal_ridge is not None and config.releases):
         theta, b = executor.collect(personal_refit, prior)
     else:
@@ -339,10 +312,8 @@ def _personal(executor, config, prior, n_rounds):
 
 
 def fit_personal(X, y, index, config, estimator):
-    """The personal parts of the users of ``index`` with the released model of
-    ``estimator`` fixed (``personalize``): the same block functions as the end
-    of :func:`run`, with a global step of 0 and ``max(1, round(q T))`` local
-    steps for the SGD offsets. No release."""
+    """``personalize``: the end of :func:`run` with ``estimator``'s released model fixed
+    (global step 0, ``max(1, round(q T))`` local steps for SGD offsets). No release."""
     scaled = estimator.feature_scales_ is not None
     if scaled:
         X = standardize(X, inverse_scales(estimator.feature_scales_))

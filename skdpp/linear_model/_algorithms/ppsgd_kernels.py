@@ -2,10 +2,9 @@
 
 :func:`sgd_round` is one round on a block of whole users: participants (Alg.
 2/3, line 4), minibatches (line 6, :class:`MinibatchStream`), gradients at
-``(w, theta_i)`` (line 7), local steps (line 8) and the sum of the gradients
-clipped to ``C`` (line 9, one clip per user and round); ``theta_i`` lives in
-:class:`BlockState`. Randomness is keyed by the fit key and the user's own id,
-so a user's choices depend neither on other users nor on the row order. The
+``(w, theta_i)`` (line 7), local steps (line 8), the sum of gradients clipped to
+``C`` (line 9, one clip per user and round). Randomness is keyed by the fit key
+and the user's own id (independent of other users and of row order). The
 intercept is profiled out (rows centred per user).
 """
 
@@ -41,7 +40,7 @@ class SGDConfig:
 
 
 def _ranges(starts, lengths):
-    """Concatenation of ``arange(s, s + l)`` for each ``(s, l)``, without a loop."""
+    """Concatenation of ``arange(s, s + l)`` for each ``(s, l)``."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
     if total == 0:
@@ -52,15 +51,9 @@ def _ranges(starts, lengths):
 
 
 class MinibatchStream:
-    """Each user's rows as an endless stream of random permutations (one block).
-
-    Each participation takes the next ``m_u = min(batch_size, n_u)`` rows of
-    the stream (a minibatch may cross from pass ``p`` to ``p + 1``). Pass
-    ``p`` sorts the user's rows by the keyed hash ``(fit key, "batch",
-    hash(u), p, canonical rank)``: a function of the key and the user's own
-    rows. A user whose minibatch is all of its rows keeps canonical order.
-    ``batch`` holds each user's ``m_u``.
-    """
+    """Each user's rows as an endless stream of keyed permutations (pass ``p``: sorted by
+    ``hash(fit key, "batch", hash(u), p, rank)``); a participation takes the next
+    ``batch[u] = min(batch_size, n_u)`` rows (full batches keep canonical order)."""
 
     def __init__(self, block, batch_size, key):
         self.key = key
@@ -89,8 +82,8 @@ class MinibatchStream:
         self.stream[pos] = pos[canonical_order(seg, users.size, bits)]
 
     def draw(self, users):
-        """``(positions, m)``: block positions of the next minibatch of each of the sorted
-        local codes ``users`` (``None``: all), grouped by user, and their sizes."""
+        """``(positions, m)``: the next minibatch's block positions of the sorted local
+        codes ``users`` (``None``: all), grouped by user, and their sizes."""
         if users is None:
             users = np.arange(self.counts.shape[0], dtype=np.int64)
         n, c, m = self.counts[users], self.cursor[users], self.batch[users]
@@ -111,8 +104,8 @@ class MinibatchStream:
 
 
 def make_sgd_blocks(X, y, index, *, batch_size, sample_rate, max_rows=DEFAULT_BLOCK_ROWS):
-    """Blocks of whole users holding about ``max_rows`` expected minibatch rows
-    (``q * sum_u min(batch_size, n_u)``) rather than stored rows."""
+    """Blocks of whole users of about ``max_rows`` expected minibatch rows
+    (``q * sum_u min(batch_size, n_u)``)."""
     (whole,) = make_blocks(X, y, index, max_rows=None)
     m = whole.counts if batch_size is None else np.minimum(whole.counts, int(batch_size))
     expected = np.cumsum(m) * float(sample_rate)
@@ -122,11 +115,10 @@ def make_sgd_blocks(X, y, index, *, batch_size, sample_rate, max_rows=DEFAULT_BL
 
 
 class BlockState:
-    """Per-user state of one block between rounds: ``theta`` (offsets, zeros at
-    first), ``theta_avg`` / ``last`` (running average of the iterates up to round
-    ``last``), the minibatch ``stream``, and from :func:`user_moments` ``x_means``,
-    ``y_means`` (with ``center``), ``mean_sq`` and ``inv_scale = 1 / mean_sq``
-    (0 where not finite; with ``local_scale``)."""
+    """Per-user state of a block between rounds: ``theta`` (offsets), ``theta_avg`` /
+    ``last`` (running average up to round ``last``), the minibatch ``stream``, and
+    from :func:`user_moments` ``x_means``, ``y_means`` (``center``), ``mean_sq`` and
+    ``inv_scale = 1 / mean_sq`` (0 where not finite; ``local_scale``)."""
 
     def __init__(self, block, config):
         shape = (block.n_users, config.n_features)
@@ -149,8 +141,8 @@ class BlockState:
 
 
 def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
-    """``(x_means, y_means, mean_sq_norms)`` of each user over all its rows (by
-    sub-blocks of ``max_rows``; overflow-free, ``inf`` if centred norms overflow)."""
+    """``(x_means, y_means, mean_sq_norms)`` of each user over all its rows
+    (overflow-free; ``inf`` if centred norms overflow)."""
     d = block.X.shape[1]
     x_means = np.zeros((block.n_users, d))
     y_means = np.zeros(block.n_users)
@@ -170,8 +162,8 @@ def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
 
 
 def draw_minibatches(block, state, round_index, config):
-    """``(users, positions, m)``: the round's participants (``None``: all), their
-    minibatch rows and sizes (Alg. 2/3, lines 4-6)."""
+    """``(users, positions, m)``: participants (``None``: all), their minibatch rows
+    and sizes (Alg. 2/3, lines 4-6)."""
     users = None
     if config.sample_rate < 1.0:
         users = np.flatnonzero(mechanisms.poisson_sample(
@@ -184,7 +176,7 @@ def draw_minibatches(block, state, round_index, config):
 
 def gather_rows(block, positions):
     """Float64 ``X``, ``y`` rows at ``positions`` (``None``: all) in this thread's
-    scratch buffers (:mod:`.._scratch`), valid until the next call."""
+    scratch buffers, valid until the next call."""
     rows = block.rows
     if positions is not None:
         if rows is None:
@@ -210,8 +202,7 @@ def gather_rows(block, positions):
 
 
 def center_rows(A, users, means, m):
-    """``A -= means`` of each row's user in place (rows grouped by ``users``, ``m``
-    each; ``None``: all users of ``means``)."""
+    """``A -= means`` of each row's user in place (``m`` rows of each of ``users``)."""
     means = means if users is None else means[users]
     n = m.shape[0]
     if n and A.shape[0] == n * int(m[0]) and (m == m[0]).all():  # no repeated copy
@@ -221,17 +212,13 @@ def center_rows(A, users, means, m):
     return A
 
 
-# Below this many features, einsum beats stacked matmul on tiny per-user products.
-_EINSUM_MAX_FEATURES = 16
+_EINSUM_MAX_FEATURES = 16  # below, einsum beats stacked matmul on tiny products
 
 
 def _user_gradients(Xb, yb, m, coef):
-    """Per-user sums ``sum_rows x (<x, c> - y)``, shape (n, d), of ``Xb``/``yb`` (rows
-    grouped by user, ``m`` each) at ``coef`` of shape (n, d) or (d,).
-
-    One batched product per minibatch size (:func:`_equal_gradients`), so a
-    user's bits depend on its own rows and coefficients only, whatever the
-    other users' sizes (joint DP; a stack-wide switch of method would not).
+    """Per-user ``sum_rows x (<x, c> - y)`` of ``Xb``/``yb`` (``m`` rows per user) at
+    ``coef`` (``(n, d)`` or ``(d,)``): one batched product per minibatch size, so a
+    user's bits depend on its own rows only (joint DP; a stack-wide switch would not).
     """
     n, d = m.shape[0], Xb.shape[1]
     if n == 0:
@@ -272,13 +259,10 @@ def _clipped_sum(grad, clip_norm):  # a name of its own: tests patch it
 
 
 def local_steps(state, users, Xb, yb, m, w, round_index, config):
-    """Alg. 2/3, lines 7-9 for ``users`` (``None``: all) on their minibatches ``Xb``,
-    ``yb``: gradients, local steps, and the clipped sum (``None`` without ``release``).
-
-    A user whose gradient is not finite contributes 0 (a point of the clipping
-    ball) and keeps its ``theta_i``, as does one whose step would overflow:
-    the sensitivity is unchanged and nothing fails.
-    """
+    """Alg. 2/3, lines 7-9 for ``users`` (``None``: all): gradients, local steps, and
+    the clipped sum (``None`` without ``release``). A non-finite gradient
+    contributes 0 (in the clipping ball) and an overflowing step keeps ``theta_i``:
+    the sensitivity is unchanged and nothing fails."""
     idx = slice(None) if users is None else users
     personal = config.lr_local > 0
     theta = state.theta[idx] if personal else None
@@ -339,7 +323,7 @@ def _with_state(block, state, config):
 
 
 def _centred_rows(sub, state, offset, config):
-    """A sub-block's float64 rows and targets, centred on the users' means with ``center``."""
+    """A sub-block's float64 rows and targets (centred with ``center``)."""
     X, y = gather_rows(sub, None)
     if config.center:
         u = slice(offset, offset + sub.n_users)
@@ -350,11 +334,8 @@ def _centred_rows(sub, state, offset, config):
 
 
 def _user_grams(sub, X):
-    """Per-user ``X_u^T X_u`` of a sub-block's rows (grouped by user): users with
-    equal row counts in one batched product on the reshaped rows (whole PPSGD fit
-    on the papers' setting 1.3x faster, ``benchmarks/bench_refactor_speed.py``),
-    else :func:`~skdpp.utils._grouped.segment_outer_sum` (the same products on a
-    gathered copy)."""
+    """Per-user ``X_u^T X_u``: equal row counts in one batched product (PPSGD fit 1.3x
+    faster, ``bench_refactor_speed.py``), else :func:`~skdpp.utils._grouped.segment_outer_sum`."""
     m = sub.counts
     if sub.n_users and m[0] > 0 and (m == m[0]).all():
         X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
@@ -363,9 +344,8 @@ def _user_grams(sub, X):
 
 
 def gradient_norm_statistic(block, state, config):
-    """Block function (``"auto"`` ``clip_norm``): each user's round-1 contribution norm at
-    ``w = theta_i = 0`` with all its rows as minibatch (``"sample"``: times
-    ``min(m_i, batch_size) / batch_size``)."""
+    """Block function (``"auto"`` ``clip_norm``): each user's contribution norm at ``w =
+    theta_i = 0``, all rows as minibatch (``"sample"``: times ``min(m_i, B) / B``)."""
     norms = np.zeros(block.n_users)
     coef = np.zeros(config.n_features)
     state = _with_state(block, state, config)
@@ -400,7 +380,7 @@ def offset_values(block, state, config):
 
 @dataclass(frozen=True, eq=False)
 class PersonalPrior:
-    """Public inputs of the personal parts (released values and ``personal_ridge``)."""
+    """Public inputs of the personal parts (released values, ``personal_ridge``)."""
 
     w: np.ndarray             # released global weights (prior mean of every w + theta_i)
     intercept: float          # released cold-start intercept
@@ -411,20 +391,14 @@ class PersonalPrior:
     local_only: bool = False  # shrink towards 0 and the user's own mean
 
 
-# Bytes of the per-chunk d x d statistics of the personal refit.
-_REFIT_BYTES = 64 * 2**20
+_REFIT_BYTES = 64 * 2**20  # per-chunk d x d statistics of the personal refit
 
 
 def personal_refit(block, state, prior):
-    """``(theta, intercepts)`` of each user from all its rows, shrunk towards the prior.
-
-    ``theta_i`` minimises ``sum_r (y_r - <x_r, w + theta>)^2 + λ_i sum_j v_ij
-    theta_j^2`` (``v_ij``: the user's feature variances; ``λ_i``:
-    :func:`~skdpp.linear_model._auto.shrinkage_penalty` of the residual
-    variance of the user's own fit, or of the global model's with too few
-    rows); levels by :func:`~skdpp.linear_model._auto.shrink_levels`.
-    Non-finite parts give ``theta_i = 0`` and the cold-start intercept.
-    """
+    """``(theta, intercepts)`` from all the user's rows: ``theta_i`` minimises ``sum_r (y_r
+    - <x_r, w + theta>)^2 + λ_i sum_j v_ij theta_j^2`` (``λ_i``:
+    :func:`~skdpp.linear_model._auto.shrinkage_penalty`), levels by
+    :func:`~skdpp.linear_model._auto.shrink_levels`; non-finite: the prior."""
     from .._heads import _solve_stack, shrunk_heads
 
     config = prior.config
@@ -492,7 +466,6 @@ def personal_sgd(block, state, config):
     """Block function: SGD offsets, intercepts ``ȳ_i - <x̄_i, w + theta_i>`` (or 0)."""
     w, n_rounds, sgd_config = config
     theta = final_offsets(block, state, n_rounds, config=sgd_config)
-    d = sgd_config.n_features
     if state is None or state.x_means is None:
         return theta, np.zeros(block.n_users)
     with np.errstate(all="ignore"):

@@ -1,22 +1,15 @@
 """The kernels and the start and end of a fit shared by FedRep and Priv-AltMin.
 
-The model is ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
-orthonormal columns, released under user-level DP), a personal head ``v_i``
-and intercept ``b_i`` per user, computed from the released values and that
-user's rows only (``fit_intercept=False``: ``b_i = 0``, the papers' model).
-:mod:`.fedrep` and :mod:`.altmin` call, in order:
-
-* :func:`plan` -- their budget plan (phases ``clip``, ``init``,
-  ``iterations``, ``cold_start``), from their release count per fit;
-* :func:`start` -- label range and feature scales, :func:`prepare_split`
-  (each user's keyed ``S^0`` / ``S^1`` split, centred on the user's own
-  means), the initialisation (:mod:`.spectral_init`);
-* their iterations (block functions over :class:`BlockState`, using
-  :func:`take_rows`, :func:`source_row_sum`, :func:`fit_heads`);
-* :func:`finish` -- :func:`final_heads`: the final heads (Snedeker et al.
-  2025, Alg. 1, line 14), the DP cold-start head and intercept, and the
-  personal parts (:func:`head_statistics`, :func:`personal_parts`; the same
-  block functions in ``personalize``, :func:`fit_personal`).
+Model ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
+orthonormal, released under user-level DP), a personal head ``v_i`` and
+intercept ``b_i`` from the released values and that user's rows only
+(``fit_intercept=False``: ``b_i = 0``, the papers' model). :mod:`.fedrep` and
+:mod:`.altmin` call :func:`plan` (phases ``clip``, ``init``, ``iterations``,
+``cold_start``), :func:`start` (label range, feature scales, the keyed
+``S^0`` / ``S^1`` split of :func:`prepare_split`, the initialisation of
+:mod:`.spectral_init`), their iterations (over :class:`BlockState`), then
+:func:`finish` (:func:`final_heads`: Snedeker et al. 2025, Alg. 1, line 14,
+the DP cold start and the personal parts; ``personalize``: :func:`fit_personal`).
 """
 
 import warnings
@@ -35,59 +28,30 @@ from ...utils._executor import LocalExecutor
 from ...utils._grouped import UserBlock, make_blocks
 from .. import _auto
 from .._auto import (
-    AUTO_STEPS,
-    CLIP_PHASE,
-    COLD_START_CLIP_RELEASES,
-    FEATURE_SCALE_STEPS,
-    LABEL_RANGE_STEPS,
-    VARIANCE_FLOOR,
-    at_grid_edge,
-    auto_bound,
-    LEVEL_PHASE,
-    cold_start_levels,
-    fallback_level,
-    fallback_note,
-    fallback_plan,
-    feature_scales,
-    head_votes,
-    inverse_scales,
-    label_range,
-    mean_label_values,
-    own_label_ranges,
-    rms_per_user,
-    scaling_notes,
-    shrink_levels,
-    shrinkage_penalty,
-    standardize,
-    standardize_block,
-    useless_fit_message,
-    user_means,
-)
+    AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
+    LEVEL_PHASE, VARIANCE_FLOOR, at_grid_edge, auto_bound, cold_start_levels, fallback_level,
+    fallback_note, fallback_plan, feature_scales, head_votes, inverse_scales, label_range,
+    mean_label_values, own_label_ranges, rms_per_user, scaling_notes, shrink_levels,
+    shrinkage_penalty, standardize, standardize_block, useless_fit_message, user_means)
 from .._heads import shrunk_heads, solve_heads
 from .spectral_init import initial_components, spectral_statistic
 
 _FLOAT_MAX = np.finfo(np.float64).max
 
-#: Default shares of the phases with a share of their own (``budget_shares``);
-#: ``"iterations"`` takes the rest. ``"clip"``: ``"auto"`` is the public rule of
-#: :func:`~skdpp.privacy._plan.resolve_clip_share`.
+#: Default ``budget_shares`` (``"iterations"`` takes the rest; ``"clip"="auto"``:
+#: :func:`~skdpp.privacy._plan.resolve_clip_share`).
 DEFAULT_SHARES = {"clip": "auto", "init": 0.1, "cold_start": 0.02}
 
-#: The ``"auto"`` bound of the private initialisation is the ``clip_quantile *
-#: _INIT_QUANTILE_FACTOR`` quantile of its per-user statistic: the norms of the
-#: users' U-statistics are heavy-tailed (products of four rows), and clipping
-#: half of the users below the median keeps the direction of the mean while
-#: halving the noise (measured on the papers' setting, n = 20 000, ε = 1).
+#: The ``"auto"`` initialisation bound is the ``clip_quantile * _INIT_QUANTILE_FACTOR``
+#: quantile of its per-user statistic: the U-statistics' norms are heavy-tailed
+#: and clipping below the median keeps the mean's direction at half the noise
+#: (measured on the papers' setting, n = 20 000, ε = 1).
 _INIT_QUANTILE_FACTOR = 0.5
 
 
 def take_rows(block, A):
-    """The block's rows of the source-aligned array ``A`` (canonical order).
-
-    Like :meth:`UserBlock.take`, but gathers with ``np.take(..., mode="clip")``
-    (the block's rows are valid indices; measured 0.56 ms against 2.0 ms for
-    fancy indexing, 16384 rows of 50 columns).
-    """
+    """The block's rows of the source-aligned ``A``: :meth:`UserBlock.take` with
+    ``np.take(mode="clip")`` (0.56 ms against 2.0 ms, 16384 rows of 50 columns)."""
     rows = block.rows
     if rows is None:
         return A
@@ -97,12 +61,8 @@ def take_rows(block, A):
 
 
 def _center_in_place(block, A, means):
-    """``A -= means`` of each row's user; non-finite results are clamped to the float range.
-
-    Centring a user with values near the float maximum can overflow (``x - mean``
-    up to twice the largest entry): the clamp keeps every later computation on
-    finite values (a function of that user's rows only).
-    """
+    """``A -= means`` of each row's user, overflows clamped to the float range (a
+    function of that user's rows only: later computations stay finite)."""
     with np.errstate(over="ignore", invalid="ignore"):
         A -= block.expand(means)
         # a finite sum proves every entry finite (one read pass, no n x d mask)
@@ -112,31 +72,13 @@ def _center_in_place(block, A, means):
     return A
 
 
-# --------------------------------------------------------------------------- #
-# Block state: the S^0 / S^1 split
-# --------------------------------------------------------------------------- #
 @dataclass
 class BlockState:
-    """What a block keeps between the rounds of a fit (its users only).
-
-    Attributes
-    ----------
-    s0 : UserBlock
-        The block's ``S^0`` rows (over the fit's ``X``, ``y``).
-    local : UserBlock
-        The same users and row counts over the block's own ``S^0`` arrays
-        ``X0``, ``y0`` (rows ``0 .. n0 - 1``): batches of a round are
-        selections of it, so their ``source_rows`` index ``X0``, ``y0`` and
-        ``X0 @ U``.
-    X0, y0 : ndarray of shape (n0, d), (n0,)
-        The ``S^0`` rows and targets (centred on each user's means over all
-        its rows when ``fit_intercept``).
-    final : UserBlock
-        Rows of the paper's final heads: ``S^1``, or ``S^0`` for a user without
-        ``S^1`` (``personal_rows="holdout"``).
-    extra : dict
-        Algorithm-specific per-user state.
-    """
+    """What a block keeps between rounds: ``s0`` (its ``S^0`` rows over the fit's
+    ``X``, ``y``); ``local`` (the same users over the block's own ``S^0`` arrays
+    ``X0``, ``y0``, centred on each user's means with ``fit_intercept``: a round's
+    batches are selections of it); ``final`` (rows of the final heads: ``S^1``, or
+    ``S^0`` for a user without ``S^1``); ``extra`` (algorithm-specific state)."""
 
     s0: UserBlock
     local: UserBlock
@@ -146,33 +88,18 @@ class BlockState:
     extra: dict = field(default_factory=dict)
 
 
-def split_mask(block, key):
-    """``True`` for the block's ``S^0`` rows (Snedeker et al. 2025, Alg. 1, preamble).
-
-    Each user puts ``ceil(m / 2)`` of its ``m`` rows (clipped to ``[1, m - 1]``;
-    a one-row user keeps its row) in ``S^0``: those with the smallest keyed
-    uniforms ``hash(key, "split", user id, rank of the row)``, so the split
-    of a user depends only on the fit key and that user's own rows.
-    """
-    return block.split_users_rows(0.5, block.row_uniforms(key, "split"))
-
-
 def prepare_split(block, state, config):
-    """Block function: split the block's users into ``S^0`` / ``S^1``; returns its state.
-
-    ``config`` is ``(key, fit_intercept)``. With ``fit_intercept`` each user's
-    ``S^0`` rows and targets are centred on the user's means over all its rows
-    (``S^0`` and ``S^1``: estimated from twice the rows, they leave more of the
-    signal; FedRep converges about twice as fast on the papers' setting):
-    minimising over a per-user intercept profiles it out (``sum_r (y_r - b -
-    <x_r, U v>)^2`` is smallest at ``b = ȳ - <x̄, U v>``), and every per-user
-    contribution stays a function of that user's rows only.
+    """Block function: the :class:`BlockState` of the ``S^0`` / ``S^1`` split
+    (Snedeker et al. 2025, Alg. 1, preamble): each user's ``ceil(m / 2)`` rows (in
+    ``[1, m - 1]``) with the smallest keyed uniforms ``hash(key, "split", user id,
+    rank)``. ``config = (key, fit_intercept)``; with ``fit_intercept`` the ``S^0``
+    rows are centred on the user's means over *all* its rows (FedRep converges
+    about twice as fast), profiling out a per-user intercept (``b = ȳ - <x̄, U v>``).
     """
     key, fit_intercept = config
-    # A throw-away view of the block: the per-row arrays it caches while splitting
-    # (row users, ranks: 16 bytes a row) are freed on return.
+    # a throw-away view: its cached per-row arrays are freed on return
     block = block.user_range(0, block.n_users)
-    s0_mask = split_mask(block, key)
+    s0_mask = block.split_users_rows(0.5, block.row_uniforms(key, "split"))
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
@@ -190,45 +117,19 @@ def prepare_split(block, state, config):
     return None, BlockState(s0=s0, local=local, X0=X0, y0=y0, final=final)
 
 
-# --------------------------------------------------------------------------- #
-# Heads
-# --------------------------------------------------------------------------- #
 def fit_heads(block, P, y):
-    """Exact per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2``.
-
-    ``P`` (``X @ U``) and ``y`` hold the block's rows; returns ``V`` of shape
-    ``(block.n_users, k)``. Each user's system is solved on ``P / max|P|`` and
-    ``y / max|y|`` (no overflow in the ``k × k`` Grams; the relative ridge of
-    :func:`~skdpp.linear_model._heads.solve_heads` is scale invariant), then
-    rescaled; a user without rows, with non-finite projections (``X U``
-    overflowing) or a non-finite head gets zero: a function of its rows only.
-    """
+    """Per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2`` from the
+    block's rows of ``P = X U`` and ``y``, solved overflow-free on the rescaled
+    statistics of :func:`head_statistics` (zero without rows or if not finite)."""
     return head_statistics(block, P, y, center=False).raw_heads
 
 
 @dataclass
 class HeadStats:
-    """Each user's sufficient statistics for its head (rescaled, overflow-free).
-
-    With ``P' = P_c / s_p`` and ``y' = y_c / s_y`` (``P_c``, ``y_c``: the rows
-    centred on the user's means when ``center``; ``s_p = max|P_c|``,
-    ``s_y = max|y_c|`` per user, 1 for zeros):
-
-    Attributes
-    ----------
-    counts : ndarray of shape (n_users,)
-    p_mean, y_mean : ndarray of shape (n_users, k), (n_users,)
-        The users' mean projection and target (original units; zeros without
-        centring).
-    A, r, yy : ndarray
-        ``P'^T P'`` (``n × k × k``), ``P'^T y'`` (``n × k``), ``y'^T y'`` (``n``).
-    sp, sy : ndarray of shape (n_users,)
-    raw_heads : ndarray of shape (n_users, k)
-        The least-squares heads (original units; tiny relative ridge): zero for
-        users without rows or with non-finite statistics.
-    bad : ndarray of shape (n_users,), bool
-        Users whose projections are not finite (their heads are zero).
-    """
+    """Each user's head statistics, overflow-free: with ``P' = P_c / sp``, ``y' = y_c /
+    sy`` (centred when ``center``; ``sp = max|P_c|``, ``sy = max|y_c|``, 1 for zeros),
+    ``A = P'^T P'``, ``r = P'^T y'``, ``yy = y'^T y'``; means and ``raw_heads`` (least
+    squares) in original units; ``bad``: non-finite projections (zero heads)."""
 
     counts: np.ndarray
     p_mean: np.ndarray
@@ -277,23 +178,11 @@ def head_statistics(block, P, y, *, center):
 
 @dataclass(frozen=True, eq=False)
 class PersonalPrior:
-    """The released cold-start part and the shrinkage of the personal parts (public).
-
-    Attributes
-    ----------
-    head : ndarray of shape (k,)
-        Prior mean of every head (the released cold-start head).
-    intercept : float
-        Released cold-start intercept (the prior mean of a user's mean level
-        is ``intercept + <p̄_i, head>``).
-    intercept_scale : float or None
-        Released radius ``R_b`` of the users' offsets (the prior variance of a
-        mean level is ``2 R_b^2``; ``None``: no shrinkage of the levels).
-    ridge : float
-        ``personal_ridge`` (``κ``, pseudo-rows per parameter); 0 gives the
-        unshrunk least-squares parts.
-    fit_intercept : bool
-    """
+    """The public prior of the personal parts: the released cold-start ``head`` and
+    ``intercept`` (a user's mean level has prior mean ``intercept + <p̄_i, head>``
+    and variance ``2 R_b^2``, ``R_b = intercept_scale``; ``None``: levels not
+    shrunk), ``ridge`` (``personal_ridge`` ``κ``, pseudo-rows per parameter; 0:
+    least squares), ``variance_floor`` and ``local_only`` (the fallback)."""
 
     head: np.ndarray
     intercept: float
@@ -305,13 +194,8 @@ class PersonalPrior:
 
 
 def _noise_variance(stats, k, fit_intercept):
-    """Each user's residual and target variances in the rescaled units (``y' = y_c / s_y``).
-
-    Residual: ``RSS / (m - k - 1)`` (``m - k`` without intercept) when positive,
-    else the target variance. Target: ``yy / (m - 1)`` (``yy / m`` without
-    intercept). NaN for users with no variance information (one row with an
-    intercept).
-    """
+    """Each user's residual variance ``RSS / (m - k - c)`` (else the target's) and target
+    variance ``yy / (m - c)`` in rescaled units (``c = fit_intercept``; NaN if ``m <= c``)."""
     m = stats.counts.astype(np.float64)
     c = 1 if fit_intercept else 0
     dof = m - k - c
@@ -326,34 +210,18 @@ def _noise_variance(stats, k, fit_intercept):
 
 
 def personal_parts(stats, prior):
-    """Each user's personal head and intercept from its statistics and the public prior.
-
-    The head minimises ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j -
-    v_cold,j)^2`` with the penalties of
-    :func:`~skdpp.linear_model._auto.shrinkage_penalty` (``κ k`` pseudo-rows
-    scaled by the share of the user's target variance its own fit leaves
-    unexplained, each with the user's own variance of that coordinate). The
-    user's mean level ``a_i = b_i + <p̄_i, v_i>`` is shrunk towards the
-    cold-start prediction ``b_cold + <p̄_i, v_cold>`` as in a normal-normal
-    model with between-user variance ``2 R_b^2``
-    (:func:`~skdpp.linear_model._auto.shrink_levels`). ``κ = 0``: the
-    least-squares parts. A user whose parts are not finite gets the cold-start
-    part. Scale-free: rescaling ``X`` or ``y`` rescales the parts and the
-    released values alike.
-
-    Returns
-    -------
-    heads : ndarray of shape (n_users, k)
-    intercepts : ndarray of shape (n_users,)
-    """
+    """``(heads, intercepts)`` from :class:`HeadStats` and the prior: heads minimise
+    ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j - v_cold,j)^2``
+    (:func:`~skdpp.linear_model._auto.shrinkage_penalty`), mean levels are shrunk
+    towards ``b_cold + <p̄_i, v_cold>`` (:func:`~skdpp.linear_model._auto.shrink_levels`);
+    non-finite parts give the cold-start part. Scale-free in ``X`` and ``y``."""
     k = stats.r.shape[1]
     v0 = np.asarray(prior.head, dtype=np.float64)
     kappa = float(prior.ridge)
     n = stats.counts.shape[0]
     intercept_scale = prior.intercept_scale
     if prior.local_only:
-        # the released part is noise: each user's own ridge fit, shrunk towards a
-        # zero head and its own mean level (local data only)
+        # the released part is noise: shrink towards a zero head and the own mean
         v0, intercept_scale = np.zeros(k), None
     with np.errstate(all="ignore"):
         s2, var_y = _noise_variance(stats, k, prior.fit_intercept)  # rescaled units
@@ -382,33 +250,23 @@ def personal_parts(stats, prior):
 
 
 def source_row_sum(block, weights, A):
-    """``out[u] = sum_{r in u} w_r A[row_r]`` over the block's rows of ``A`` (one sparse product).
-
-    ``A`` is the block's *source* (e.g. the ``S^0`` array of a :class:`BlockState`):
-    the rows are not gathered.
-    """
+    """``out[u] = sum_{r in u} w_r A[row_r]``, one sparse product over the block's
+    *source* ``A`` (e.g. ``BlockState.X0``; rows not gathered)."""
     W = sp.csr_matrix((np.asarray(weights, dtype=np.float64), block.source_rows(),
                        block.offsets), shape=(block.n_users, A.shape[0]))
     return np.asarray(W @ A)
 
 
-# --------------------------------------------------------------------------- #
-# Final heads, cold start and personal parts
-# --------------------------------------------------------------------------- #
 @dataclass
 class FinalState:
-    """A block's state at the end of a fit (and in ``personalize``): its users' statistics."""
+    """A block's state at the end of a fit and in ``personalize``."""
 
     stats: HeadStats
 
 
 def final_statistics(block, state, config):
-    """Block function: each user's :class:`HeadStats` on its final rows.
-
-    ``config = (U, rows, fit_intercept)``; ``rows="all"``: all of the user's
-    rows; ``"holdout"``: ``S^1`` (``S^0`` for a user without ``S^1``), the
-    rows of Alg. 1, line 14.
-    """
+    """Block function: each user's :class:`HeadStats`; ``config = (U, rows, fit_intercept)``,
+    ``rows`` ``"all"`` or ``"holdout"`` (``BlockState.final``: Alg. 1, line 14)."""
     U, rows, fit_intercept = config
     fin = state.final if rows == "holdout" else block
     Xf = take_rows(fin, block.X)
@@ -419,37 +277,25 @@ def final_statistics(block, state, config):
     return None, FinalState(stats)
 
 
-#: Variance floor (standardised units) of the heads whose mean is the cold-start
-#: head: larger than the personal refit's ``VARIANCE_FLOOR``, because a
-#: coefficient a user's own rows leave undetermined is averaged over users and
-#: then applied to every new user's rows (chosen on MovieLens, user split seed 0,
-#: FedRep at epsilon=inf: with a raw timestamp column the cold-start RMSE is 1.75 /
-#: 1.13 / 1.065 / 1.055 at 0.05 / 0.15 / 0.3 / 0.5, against 1.051 to 1.054 without
-#: it; held out (seed 1, all users; seed 2, 300 users): 4.43 -> 1.054 and 4.53 ->
-#: 1.056 with the timestamp, 1.0425 -> 1.0496 and 1.0413 -> 1.0516 without it).
-#: Topping each coordinate's variance up to the floor instead of adding it was
-#: worse with the timestamp (1.11, 1.30) and no better without it.
+#: Variance floor (standardised units) of the heads averaged into the cold-start
+#: head; above the personal ``VARIANCE_FLOOR`` since an undetermined coefficient
+#: is applied to every new user. Chosen on MovieLens (FedRep, epsilon=inf, raw
+#: timestamp column: cold RMSE 1.75 / 1.13 / 1.065 / 1.055 at 0.05 / 0.15 / 0.3 /
+#: 0.5; held out 4.43 -> 1.054 with the timestamp, 1.0425 -> 1.0496 without).
 COLD_VARIANCE_FLOOR = 0.5
 
 
 def _variance_floor(stats, variance_floor):
-    """``variance_floor`` (standardised units) in the rescaled units of ``stats``, per coordinate."""
+    """``variance_floor`` (standardised units) in the rescaled units of ``stats``."""
     return np.broadcast_to((float(variance_floor) / stats.sp ** 2)[:, None], stats.r.shape)
 
 
 def cold_statistic_heads(stats, variance_floor):
-    """Each user's contribution to the cold-start head.
-
-    Features in their own units (``variance_floor == 0``): its least-squares
-    head. Standardised by released feature scales (``variance_floor > 0``, the
-    personal refit's floor): its ridge head with :data:`COLD_VARIANCE_FLOOR`
-    pseudo-variance per coordinate, ``(P_c^T P_c + floor n_i I) v = P_c^T y_c``.
-    A coordinate nearly constant within a user (a rating session's timestamp)
-    leaves its least-squares coefficient undetermined (any value fits), and
-    the mean of such heads extrapolates for every new user; with the floor
-    such coordinates get about 0. Each head depends on its user's rows only,
-    so the sensitivity of the clipped sum is unchanged.
-    """
+    """Each user's contribution to the cold-start head: its least-squares head, or with
+    standardised features (``variance_floor > 0``) its ridge head ``(P_c^T P_c +
+    floor n_i I) v = P_c^T y_c`` with :data:`COLD_VARIANCE_FLOOR`, so a coordinate
+    nearly constant within a user (a session's timestamp) gets about 0. A function
+    of the user's rows only: the clipped sum's sensitivity is unchanged."""
     if not variance_floor:
         return stats.raw_heads
     with np.errstate(all="ignore"):
@@ -485,27 +331,18 @@ def _personal_block(block, state, prior):
     return personal_parts(state.stats, prior)
 
 
-#: Significance level of the test that keeps a released cold-start head: its
-#: squared norm must exceed the ``1 - COLD_HEAD_LEVEL`` quantile of pure noise,
-#: ``sigma^2 chi2_k``. Measured (MovieLens, 300 users, epsilon 1, a raw year column,
-#: ``benchmarks/bench_defaults.py`` part (d)): heads of squared norm 0.055 at
-#: ``k sigma^2 = 0.023`` passed the shrinkage alone and moved new users' rows by
-#: several ratings (cold RMSE 1.7-1.9 against a median of 1.07).
+#: Level of the test keeping a released cold-start head (``||head||^2`` above the
+#: ``1 - COLD_HEAD_LEVEL`` quantile of ``sigma^2 chi2_k``). Measured (MovieLens, 300
+#: users, epsilon 1, raw year column, ``bench_defaults.py`` (d)): without it, noise
+#: heads passed the shrinkage and gave cold RMSE 1.7-1.9 against a median of 1.07.
 COLD_HEAD_LEVEL = 0.01
 
 
 def cold_head_shrinkage(head, sigma):
-    """A released mean of ``k`` coordinates, each with public noise std ``sigma``:
-    0 unless its squared norm is significant, else shrunk towards 0.
-
-    Kept when ``||head||^2 > sigma^2 chi2_k(1 - COLD_HEAD_LEVEL)`` (a test at
-    level :data:`COLD_HEAD_LEVEL` of "the head is pure noise"), then scaled by
-    the positive-part James-Stein-type factor ``1 - k sigma^2 / ||head||^2``
-    (``k`` instead of ``k - 2``: also for one or two coordinates). A head
-    dominated by its noise becomes 0 and the cold start falls back to the
-    released intercept (the users' mean level). Post-processing of a released
-    value.
-    """
+    """A released ``k``-vector with public noise std ``sigma``: 0 unless ``||head||^2 >
+    sigma^2 chi2_k(1 - COLD_HEAD_LEVEL)``, else scaled by the positive-part factor
+    ``1 - k sigma^2 / ||head||^2`` (``k``, not ``k - 2``: also for ``k <= 2``).
+    Post-processing."""
     head = np.asarray(head, dtype=np.float64)
     k = head.shape[0]
     with np.errstate(all="ignore"):
@@ -520,27 +357,15 @@ def cold_head_shrinkage(head, sigma):
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
                 personal_ridge, clip_quantile, n_users, variance_floor=0.0, labels=None):
-    """The end of a fit: final heads, cold start (head and intercept), personal parts.
-
-    1. Each user's least-squares head (Alg. 1, line 14) on its final rows
-       (``rows="holdout"``: ``S^1``; ``"all"``: all its rows), centred on its
-       own means with ``fit_intercept``.
-    2. ``head_clip_norm="auto"``: the ``clip_quantile`` of the heads' norms
-       (phase ``"clip"``).
-    3. Cold-start head: the released ``sum_i clip(v_i, C_head)`` (Gaussian,
-       sensitivity ``2 C_head``, phase ``"cold_start"``) over the public ``n``.
-    4. Cold-start intercept (``fit_intercept``,
-       :func:`~skdpp.linear_model._auto.cold_start_levels`):
-       private locations of the users' offsets ``ȳ_i - <p̄_i, v_cold>`` and of
-       their mean labels; the head is set to 0 when it widens the spread
-       more than :data:`~skdpp.linear_model._auto.COLD_SPREAD_FACTOR`-fold.
-    5. Personal parts (:func:`personal_parts`), shrunk towards the released
-       cold-start part with ``personal_ridge``: post-processing.
-
-    Returns
-    -------
-    heads, intercepts, cold_head, cold_intercept, head_clip, prior, labels
-        ``labels``: the label range after :func:`~skdpp.linear_model._auto.cold_start_levels`.
+    """The end of a fit: ``(heads, intercepts, cold_head, cold_intercept, head_clip,
+    prior, labels)``. Each user's least-squares head on its final rows (Alg. 1,
+    line 14); ``head_clip_norm="auto"``: their norms' ``clip_quantile`` (phase
+    ``"clip"``); the cold-start head: the released ``sum_i clip(v_i, C_head)``
+    (Gaussian, sensitivity ``2 C_head``, phase ``"cold_start"``) over the public
+    ``n``; with ``fit_intercept`` the cold-start intercept
+    (:func:`~skdpp.linear_model._auto.cold_start_levels`: private locations of the
+    offsets ``ȳ_i - <p̄_i, v_cold>`` and of the mean labels); then the personal
+    parts (:func:`personal_parts`, post-processing).
     """
     k = U.shape[1]
     executor.map(final_statistics, (U, rows, fit_intercept))
@@ -557,8 +382,7 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
         if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
             cold_head = np.zeros(k)
         elif sensitivity is not None:
-            # shrunk towards 0 (the intercept-only cold start) by its public
-            # noise: positive-part factor 1 - k sigma^2 / ||v||^2 (post-processing)
+            # shrunk towards 0 by its public noise (post-processing)
             sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
             cold_head = cold_head_shrinkage(cold_head, sigma)
         if fit_intercept:
@@ -573,30 +397,19 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
 
 
 def _init_statistic(block, state, init):
-    """Per-user statistic of an ``"auto"`` initialisation bound (``S^0`` rows, centred).
-
-    ``"private_spectral"``: ``||Z_i||_F``; ``"private_pairwise"``: the root
-    mean square of the user's targets (the label clip ``ζ``).
-    """
+    """Per-user statistic of an ``"auto"`` initialisation bound on ``S^0``: ``||Z_i||_F``
+    (``"private_spectral"``) or the RMS of the targets (``"private_pairwise"``'s ``ζ``)."""
     if init == "private_spectral":
         return spectral_statistic(state.local, None, norms_only=True)[1], state
     return rms_per_user(state.local, state.y0), state
 
 
-# --------------------------------------------------------------------------- #
-# The configuration, the budget plan and the parts of the run both algorithms share
-# --------------------------------------------------------------------------- #
 @dataclass(frozen=True, eq=False)
 class RepresentationConfig:
-    """The parameters of a FedRep / AltMin fit (frozen; see the estimators' docs).
-
-    ``shares`` is the resolved ``budget_shares`` (:data:`DEFAULT_SHARES`
-    updated by the parameter). Subclasses add their own fields and set the
-    class attributes: ``clip_names`` (the clip bounds, reported as
-    ``<name>_``), ``scale_names`` (other ``"auto"`` values reported likewise),
-    ``iteration_bounds`` (those the iterations resolve) and
-    ``pairwise_label_clip`` (the ``ζ`` of ``init="private_pairwise"``).
-    """
+    """The parameters of a FedRep / AltMin fit (``shares``: resolved ``budget_shares``).
+    Subclasses add fields and set ``clip_names`` and ``scale_names`` (reported as
+    ``<name>_``), ``iteration_bounds`` (resolved by the iterations) and
+    ``pairwise_label_clip`` (``ζ`` of ``init="private_pairwise"``)."""
 
     epsilon: float
     delta: float
@@ -621,7 +434,7 @@ class RepresentationConfig:
 
     @classmethod
     def from_params(cls, params, shares):
-        """The configuration from an estimator's ``get_params()`` and resolved shares."""
+        """From an estimator's ``get_params()`` and the resolved shares."""
         names = {f.name for f in fields(cls)} - {"shares"}
         return cls(shares=shares, **{name: params[name] for name in names})
 
@@ -635,7 +448,7 @@ class RepresentationConfig:
 
     @property
     def init_clip_param(self):
-        """The parameter bounding the private initialisation's contributions (or None)."""
+        """The parameter bounding the private initialisation (or None)."""
         if not self.private_init:
             return None
         return "init_clip_norm" if self.init == "private_spectral" else self.pairwise_label_clip
@@ -654,17 +467,14 @@ class RepresentationConfig:
 
     @property
     def label_range(self):
-        """Whether the fit releases a label range (and clamps its predictions to it):
-        when every clip bound is ``"auto"`` (explicit bounds are in the caller's units)."""
+        """Whether the fit releases a label range (every clip bound ``"auto"``)."""
         return bool(_auto.SCALE_FEATURES) and all(
             getattr(self, name) == "auto" for name in self.clip_names)
 
 
 def _clip_releases(config, n_features, scaled):
-    """Releases of phase ``"clip"``: ``AUTO_STEPS`` per ``"auto"`` bound (:func:`auto_bound`
-    in :func:`start` and :func:`finish`, and in the iterations), the label range and
-    feature scales of :func:`start`, the two locations' searches of
-    :func:`~skdpp.linear_model._auto.cold_start_levels`."""
+    """Releases of phase ``"clip"``: ``AUTO_STEPS`` per ``"auto"`` bound, the label range
+    and feature scales of :func:`start`, and :func:`~skdpp.linear_model._auto.cold_start_levels`."""
     return (AUTO_STEPS * len(config.auto_bound_names)
             + LABEL_RANGE_STEPS * config.label_range
             + FEATURE_SCALE_STEPS * int(n_features) * scaled
@@ -696,22 +506,15 @@ def _plan(config, n_features, clip_share, scaled, iteration_releases):
 
 
 def plan(config, meta, *, iteration_releases):
-    """The budget plan and whether the fit releases feature scales: ``(plan, scaled)``.
-
-    Phases ``clip`` (``budget_shares["clip"]``; ``"auto"``: the public rule of
-    :func:`~skdpp.privacy._plan.resolve_clip_share`), ``init`` (private
-    initialisations only), ``iterations`` (``iteration_releases`` Gaussian
-    releases sharing the rest) and ``cold_start`` (the head, and the intercept
-    with ``fit_intercept``). The per-feature scales are released with the label
-    range unless the plan's count noise then exceeds ``SCALE_GATE_NOISE *
-    n_users`` (a public rule; without them phase ``clip`` has fewer releases).
-    A pure function of the configuration and the public ``meta``.
-    """
+    """``(plan, scaled)``: phases ``clip`` (share: :func:`~skdpp.privacy._plan.resolve_clip_share`),
+    ``init``, ``iterations`` (``iteration_releases``, the rest) and ``cold_start``;
+    ``scaled``: feature scales kept unless the ``clip`` noise then exceeds
+    ``SCALE_GATE_NOISE * n_users`` (public rule). Public inputs only."""
     n_users, n_features = meta["n_users"], int(meta["n_features"])
     scaled = config.label_range
     plans = {}
 
-    def build(share):  # one plan per share: the one calibrated by the rule is reused
+    def build(share):  # cached: the plan calibrated by the rule is reused
         if share not in plans:
             plans[share] = _plan(config, n_features, share, scaled, iteration_releases)
         return plans[share]
@@ -739,20 +542,14 @@ class Start:
     labels: object
     scales: object
     dropped: int
-    message: object
 
 
 def start(executor, release, randomness, meta, config):
-    """The fit's first releases: label range and feature scales, the split, ``U_0``.
-
-    Phase ``clip``: the label range and per-feature scales (all bounds
-    ``"auto"``, :mod:`~skdpp.linear_model._auto`); then each user's ``S^0`` /
-    ``S^1`` split (:func:`prepare_split`); then the initialisation (phase
-    ``init``: Snedeker et al. 2025, Alg. 2, or Jain et al. 2021, Alg. 3, its
-    ``"auto"`` bound in phase ``clip``).
-    """
+    """The first releases: label range and feature scales (phase ``clip``), the split
+    (:func:`prepare_split`), ``U_0`` (phase ``init``: Snedeker et al. 2025, Alg. 2,
+    or Jain et al. 2021, Alg. 3; its ``"auto"`` bound in phase ``clip``)."""
     n_users = meta["n_users"]
-    # whether plan() kept the per-feature scales, read off the fit's plan (public)
+    # whether plan() kept the feature scales, read off the (public) plan
     counts = {p.name: p.count for p in release.plan.phases}
     scaled = bool(config.label_range) and counts.get(CLIP_PHASE) == _clip_releases(
         config, meta["n_features"], True)
@@ -785,14 +582,12 @@ def start(executor, release, randomness, meta, config):
         clip_norm=init_clip if init_kind == "private_spectral" else None,
         label_clip=init_clip if init_kind == "private_pairwise" else None,
         rng=randomness.public)
-    return Start(U0, bounds, scaled, labels, scales, dropped, message)
+    return Start(U0, bounds, scaled, labels, scales, dropped)
 
 
 def finish(executor, release, meta, config, begun, U, bounds, notes):
-    """The end of a fit (:func:`final_heads`) and its :class:`~skdpp.base.FitResult`.
-
-    ``bounds``: the iterations' resolved bounds; ``notes``: the algorithm's notes.
-    """
+    """The end of a fit (:func:`final_heads`) and its :class:`~skdpp.base.FitResult`
+    (``bounds``: the iterations' resolved bounds; ``notes``: the algorithm's)."""
     fit_intercept = bool(config.fit_intercept)
     bounds = {**begun.bounds, **bounds}
     heads, intercepts, head, intercept, head_clip, prior, labels = final_heads(
@@ -802,13 +597,9 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
         clip_quantile=float(config.clip_quantile), n_users=meta["n_users"],
         variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, labels=begun.labels)
     bounds["head_clip_norm"] = head_clip
-    attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
-                  "cold_start_head_": head, "cold_start_intercept_": intercept,
-                  "intercept_clip_": prior.intercept_scale, "n_iter_": int(config.max_iter),
-                  "feature_scales_": begun.scales, "label_range_": labels,
-                  "local_only_": False,
-                  "own_label_ranges_": executor.collect(own_label_ranges),
-                  **_bound_attributes(config, bounds)}
+    attributes = _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
+                             prior.intercept_scale, int(config.max_iter), begun.scales,
+                             labels, False)
     intercept_released = fit_intercept and config.cold_start
     released = ("components_", "cold_start_head_") \
         + ("cold_start_intercept_",) * intercept_released \
@@ -835,26 +626,25 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
 _LOCAL = ("heads_", "intercepts_", "own_label_ranges_")
 
 
-def _bound_attributes(config, bounds):
-    """``<name>_`` of every clip bound and scale: the resolved value, or None."""
+def _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
+                intercept_clip, n_iter, scales, labels, local_only):
+    """The fitted attributes; ``<name>_`` of every clip bound and scale: resolved or None."""
     values = {name: bounds.get(name, getattr(config, name))
               for name in config.clip_names + config.scale_names}
-    return {f"{name}_": None if value is None or isinstance(value, str) else float(value)
-            for name, value in values.items()}
+    return {"components_": U, "heads_": heads, "intercepts_": intercepts,
+            "cold_start_head_": head, "cold_start_intercept_": intercept,
+            "intercept_clip_": intercept_clip, "n_iter_": n_iter, "feature_scales_": scales,
+            "label_range_": labels, "local_only_": local_only,
+            "own_label_ranges_": executor.collect(own_label_ranges),
+            **{f"{name}_": None if value is None or isinstance(value, str) else float(value)
+               for name, value in values.items()}}
 
 
 def fallback_fit(executor, release, randomness, meta, config):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
-
-    No model release. Components: ``init`` when it is an array, else public
-    random ones (:func:`~.spectral_init.initial_components` with
-    ``"random"``: the public stream, no data). Each known user's head and
-    intercept: its own ridge fit on its rows projected on them, shrunk
-    towards a zero head and its own mean (:func:`personal_parts`,
-    ``local_only``: local data only). New users: the users' median mean
-    label (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one
-    release) or the prior 0.
-    """
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless):
+    no model release; components ``init`` (an array) or public random ones; known
+    users: their own shrunk ridge fit (:func:`personal_parts`, ``local_only``);
+    new users: :func:`~skdpp.linear_model._auto.fallback_level` (one release) or 0."""
     n_users, k = meta["n_users"], int(config.n_components)
     fit_intercept = bool(config.fit_intercept)
     level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
@@ -867,25 +657,17 @@ def fallback_fit(executor, release, randomness, meta, config):
     prior = PersonalPrior(np.zeros(k), level, None, float(config.personal_ridge),
                           fit_intercept, 0.0, True)
     heads, intercepts = executor.collect(_personal_block, prior)
-    attributes = {"components_": U, "heads_": heads, "intercepts_": intercepts,
-                  "cold_start_head_": np.zeros(k), "cold_start_intercept_": level,
-                  # n_iter_ >= 1 (scikit-learn's contract): the one pass of personal fits
-                  "intercept_clip_": None, "n_iter_": 1, "feature_scales_": None,
-                  "label_range_": None, "local_only_": True,
-                  "own_label_ranges_": executor.collect(own_label_ranges),
-                  **_bound_attributes(config, {})}
+    # n_iter_ >= 1 (scikit-learn's contract): the one pass of personal fits
+    attributes = _attributes(executor, config, {}, U, heads, intercepts, np.zeros(k), level,
+                             None, 1, None, None, True)
     released = ("components_",) + ("cold_start_intercept_",) * (LEVEL_PHASE in release.plan)
     return FitResult(attributes, released=released, local=_LOCAL,
                      notes=(fallback_note(release, "cold_start_intercept_"),))
 
 
 def fit_personal(estimator, X, y, index):
-    """Personal parts of the users of ``index`` from all their rows and the released part.
-
-    The block functions of the end of ``fit`` (:func:`final_statistics`,
-    :func:`personal_parts`) on all the given rows, with the fitted
-    ``estimator``'s released values as the prior.
-    """
+    """``personalize``: the users' parts from all their rows (:func:`final_statistics`,
+    :func:`personal_parts`) with the fitted ``estimator``'s released values as prior."""
     scales = getattr(estimator, "feature_scales_", None)
     if scales is not None:
         X = standardize(X, inverse_scales(scales))

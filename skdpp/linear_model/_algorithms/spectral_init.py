@@ -1,10 +1,9 @@
-"""Private initialisations of the shared embedding ``U``.
+"""Private initialisations of the shared embedding ``U`` (:func:`initial_components`).
 
-``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2 (clipped
-per-user U-statistics, :func:`spectral_statistic`); ``"private_pairwise"``:
-Jain, Rush, Smith, Song & Thakurta (2021), Alg. 3 (products of row pairs,
-:func:`pairwise_statistic`); both released once with symmetric noise, ``U``
-the top-``k`` eigenvectors (:func:`initial_components`). ``"random"``: free.
+``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2
+(:func:`spectral_statistic`); ``"private_pairwise"``: Jain, Rush, Smith, Song &
+Thakurta (2021), Alg. 3 (:func:`pairwise_statistic`); both released once with
+symmetric noise, ``U`` the top-``k`` eigenvectors. ``"random"``: free.
 """
 
 import numpy as np
@@ -14,42 +13,26 @@ from ...utils._grouped import UserIndex, segment_outer_sum
 
 __all__ = ["initial_components", "pairwise_statistic", "random_init", "spectral_statistic"]
 
-# Bytes of the per-chunk temporaries (rows gathered per distinct row count).
-_CHUNK_BYTES = 16 * 2**20
+_CHUNK_BYTES = 16 * 2**20  # per-chunk temporaries (rows gathered per distinct count)
 
-# The Gram route of _spectral_few_rows needs ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2
-# (no cancellation) and ||A'||_F^2 >= _GRAM_MIN, which keeps its terms (~||A'||_F^4)
-# far from subnormals (at 1e-200, norms were off by tens of percent, terms above psi).
+# The Gram route of _spectral_few_rows: ||Z'|| m (m - 1) >= _RHO_MIN ||A'||_F^2 (no
+# cancellation) and ||A'||_F^2 >= _GRAM_MIN (terms ~||A'||_F^4 far from subnormals:
+# at 1e-200, norms were off by tens of percent).
 _RHO_MIN = 0.05
 _GRAM_MIN = 1e-100
 
 
 def _spectral_few_rows(Ap, sx, sy, clip_norm, norms_only=False):
-    """``sum_u clip(Z_u, ψ)`` for users with the same number ``2 <= c <= d`` of rows.
+    """``(sum_u clip(Z_u, ψ), ||Z_u||_F)`` for users with ``2 <= c <= d`` rows each.
 
-    ``Ap`` (``n × c × d``) holds each user's scaled rows ``a_j = y_j x_j / (sx sy)``;
-    ``Z'_u = (s s^T - sum_j a_j a_j^T) / (c (c - 1))`` with ``s = sum_j a_j``, and
-    ``Z_u = (sx sy)^2 Z'_u``.
-
-    Two routes, chosen per user from its ``c × c`` Gram ``G = A' A'^T``:
-
-    * *No cancellation* (``||Z'|| c (c - 1) >= _RHO_MIN ||A'||_F^2`` and
-      ``||A'||_F^2 >= _GRAM_MIN``, nearly all users): ``||Z'||_F^2 (c (c - 1))^2 =
-      (1^T G 1)^2 - 2 ||G 1||^2 + ||G||_F^2`` has absolute error
-      ``O(c^3 eps) ||A'||_F^4``, so relative error ``O(c^3 eps / _RHO_MIN^2)`` here, and
-      ``f Z'`` is added as ``sum_j a_j (f (s - a_j) / (c (c - 1)))^T`` (one product
-      for all users) with error ``O(c eps / _RHO_MIN) ψ``: the added term has norm
-      ``min(||Z||, ψ)`` up to a relative ``~1e-12``. Rounding cannot make a
-      cancelling user look non-cancelling: the formula's error bounds the computed
-      ratio by ``~c^2 sqrt(c^3 eps) << _RHO_MIN``.
-    * *Cancellation* (the rest): thin QR ``A'^T = Q R``, ``Z' = Q B Q^T`` with
-      ``B = R (11^T - I) R^T / (c (c - 1))``; the clip factor comes from
-      ``||B||_F`` of the computed ``B`` and ``Q (f B) Q^T`` is added, so the term's
-      norm is ``min(||Z||, ψ)`` up to rounding whatever cancellation occurred in
-      ``B``.
-
-    Returns ``(total, norms)``: the ``d × d`` sum (not formed with
-    ``norms_only`` when every user takes the Gram route) and ``||Z_u||_F``.
+    ``Ap``: scaled rows ``a_j = y_j x_j / (sx sy)``, ``Z'_u = (s s^T - sum_j a_j
+    a_j^T) / (c (c - 1))``, ``Z_u = (sx sy)^2 Z'_u``. Without cancellation
+    (``||Z'|| c (c - 1) >= _RHO_MIN ||A'||_F^2``, nearly all users) the norm comes
+    from the Gram ``G = A' A'^T`` (``(1^T G 1)^2 - 2 ||G 1||^2 + ||G||_F^2``,
+    relative error ``O(c^3 eps / _RHO_MIN^2)``) and ``f Z'`` is added as ``sum_j
+    a_j (f (s - a_j) / (c (c - 1)))^T``; with cancellation, by thin QR ``A'^T = Q
+    R``, ``Z' = Q B Q^T`` and the factor from the computed ``||B||_F``. Either way
+    the added term's norm is ``min(||Z||, ψ)`` up to ~1e-12 relative.
     """
     n, c, d = Ap.shape
     cc = c * (c - 1.0)
@@ -104,26 +87,17 @@ def _user_scales(X_rows, y_rows, starts):
 
 
 def spectral_statistic(block, clip_norm, *, norms_only=False):
-    """``sum_i clip(Z_i, ψ)`` over the block's users (Alg. 2, lines 4-6).
-
-    ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` over
-    the user's ``m_i`` rows in ``block`` (zero when ``m_i < 2``).
-
-    Returns ``(total, norms)``: the block's symmetric partial sum (unspecified
-    with ``norms_only``, for the statistic of an ``"auto"`` ``ψ_init``) and
-    ``||Z_i||_F`` before clipping.
+    """``(sum_i clip(Z_i, ψ), ||Z_i||_F)`` over the block's users (Alg. 2, lines 4-6),
+    ``Z_i = 1/(m_i (m_i - 1)) sum_{j1 != j2} y_{j1} y_{j2} x_{j1} x_{j2}^T`` (zero when
+    ``m_i < 2``); the sum is unspecified with ``norms_only`` (``"auto"`` ``ψ_init``).
 
     Notes
     -----
-    Why the sensitivity holds in floating point: each user's rows ``a_j = y_j
-    x_j`` are scaled by its ``max |x|`` and ``max |y|`` (no overflow), and the
-    clip factor is computed from the norm of the *same computed matrix* that
-    is added (:func:`~skdpp.privacy._clipping.scaled_clip_factors`). ``Z_i =
-    s s^T - sum_j a_j a_j^T`` can cancel catastrophically (rows ``1e6 e_1``
-    and ``1e-4 e_2``), so users with at most ``d`` rows whose ``Z_i`` cancels
-    use a thin QR, the others with at most ``d`` rows a Gram formula accurate
-    to ~1e-12 relative (:func:`_spectral_few_rows`); users with more rows
-    form ``Z_i`` explicitly.
+    The sensitivity holds in floating point: each user's rows are scaled by its
+    ``max |x|`` and ``max |y|`` (no overflow) and the clip factor comes from the
+    norm of the *same computed matrix* that is added
+    (:func:`~skdpp.privacy._clipping.scaled_clip_factors`); catastrophic
+    cancellation (rows ``1e6 e_1``, ``1e-4 e_2``) is handled by :func:`_spectral_few_rows`.
     """
     X, y = block.X, block.y
     d = X.shape[1]
@@ -179,11 +153,9 @@ def _spectral_block(block, state, clip_norm):
 
 
 def pairwise_statistic(block, label_clip):
-    """The block's symmetric ``d × d`` sum of each user's mean pair matrix (Alg. 3, line 1).
-
-    Rows paired consecutively in canonical order (an odd last row unused); a
-    pair gives ``sym(x̂ x̂'^T) clip(y; ζ) clip(y'; ζ)`` with unit rows ``x̂``:
-    each user's mean has Frobenius norm at most ``ζ^2``.
+    """The block's symmetric sum of each user's mean pair matrix (Alg. 3, line 1): rows
+    paired consecutively in canonical order (an odd last row unused), a pair giving
+    ``sym(x̂ x̂'^T) clip(y; ζ) clip(y'; ζ)`` with unit ``x̂``: each mean has norm ``<= ζ^2``.
     """
     X, y = block.X, block.y
     d = X.shape[1]
@@ -211,30 +183,18 @@ def _pairwise_block(block, state, label_clip):
 
 
 def random_init(n_features, n_components, rng):
-    """A uniformly random orthonormal ``d × k`` matrix from the public ``rng`` (QR of a
-    Gaussian matrix; the number of draws depends only on the shape)."""
+    """A random orthonormal ``d × k`` matrix: QR of a Gaussian draw from the public ``rng``."""
     G = rng.standard_normal((n_features, n_components))
     Q, _ = np.linalg.qr(G)
     return Q
 
 
-def _top_eigenvectors(M, k):
-    """Eigenvectors of the ``k`` largest (algebraic) eigenvalues of symmetric ``M``."""
-    M = (M + M.T) / 2.0
-    w, Q = np.linalg.eigh(M)
-    return Q[:, np.argsort(w)[::-1][:k]]
-
-
 def initial_components(executor, release, *, init, n_components, n_features, clip_norm,
                        label_clip, rng):
-    """The initial embedding ``U_0`` (``d × k``, orthonormal columns).
-
-    ``executor``'s block states hold the ``S^0`` split; the statistic is
-    released in phase ``"init"`` with symmetric noise, sensitivity (replace
-    one user) ``2 ψ_init`` (``clip_norm``; each clipped ``Z_i`` has norm ``<=
-    ψ_init``) or ``2 ζ^2`` (``label_clip``; each mean pair matrix has norm
-    ``<= ζ^2``). ``rng`` is public randomness (``"random"``).
-    """
+    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is released
+    in phase ``"init"`` with symmetric noise, sensitivity (replace one user) ``2
+    ψ_init`` (``clip_norm``: each clipped ``Z_i`` has norm ``<= ψ_init``) or ``2 ζ^2``
+    (``label_clip``: each mean pair matrix has norm ``<= ζ^2``); ``rng`` is public."""
     k = n_components
     if isinstance(init, str) and init == "random":
         return random_init(n_features, k, rng)
@@ -251,4 +211,5 @@ def initial_components(executor, release, *, init, n_components, n_features, cli
     total = (total + total.T) / 2.0
     noisy = release.gaussian("init", total, sensitivity=sensitivity, clip_norm=clip,
                              symmetric=True)  # Alg. 2, line 6 / Alg. 3, line 2
-    return _top_eigenvectors(noisy, k)  # Alg. 2, line 7 / Alg. 3, line 3
+    w, Q = np.linalg.eigh((noisy + noisy.T) / 2.0)
+    return Q[:, np.argsort(w)[::-1][:k]]  # top-k eigenvectors: Alg. 2, line 7 / Alg. 3, line 3
