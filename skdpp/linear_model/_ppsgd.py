@@ -1,7 +1,5 @@
-"""Personalized-private SGD (PPSGD) for additive personalization: the estimator of
-Bietti, Wei, Dudík, Langford & Wu (2022), whose Algorithms 1-3 live in
-:mod:`skdpp.linear_model._algorithms.ppsgd`.
-"""
+"""The estimator :class:`PPSGDRegressor` (Bietti, Wei, Dudík, Langford & Wu 2022);
+the algorithm (Alg. 1-3) is :mod:`skdpp.linear_model._algorithms.ppsgd`."""
 
 from numbers import Integral, Real
 
@@ -27,8 +25,7 @@ class PPSGDRegressor(_LinearRegressor):
     spent), ``alpha=np.inf`` global-only DP-SGD. The defaults add per-user
     intercepts with a DP cold-start intercept ``b``, personal parts refitted
     on all of a user's rows and shrunk towards the released model, and
-    scale-free bounds chosen privately (``"auto"``). Derivations:
-    ``docs/estimators/ppsgd.rst``.
+    scale-free bounds chosen privately (``"auto"``). Derivations: :ref:`ppsgd`.
 
     Parameters
     ----------
@@ -38,24 +35,25 @@ class PPSGDRegressor(_LinearRegressor):
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
     clip_norm : float, "auto" or None, default="auto"
-        ``C``: L2 clip of each user's gradient per round. ``"auto"``: the
-        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (phase
-        ``"clip"``). ``None`` only with ``epsilon=np.inf``.
+        ``C > 0``: L2 clip of each user's gradient per round. ``"auto"``: the
+        ``clip_quantile`` of the users' gradient norms at ``w = 0``. ``None``
+        only with ``epsilon=np.inf``.
     feature_scale : float or "auto", default="auto"
-        ``s``: the global step is ``learning_rate / s^2``. ``"auto"``: the
-        ``clip_quantile`` of the users' root mean squared centred row norms
-        (phase ``"clip"``), and each user's local step is relative to its
-        own root mean squared row norm. ``1.0`` gives the paper's steps.
+        ``s > 0``: the global step is ``learning_rate / s^2``. ``"auto"``: the
+        ``clip_quantile`` of the users' root mean squared centred row norms,
+        and each user's local step is relative to its own root mean squared
+        row norm. ``1.0`` gives the paper's steps.
     alpha : float, default=1.0
         Global/local step-size ratio in [0, inf] (the paper's ``αQ``, see
         Notes): global step ``learning_rate * min(1, alpha)``, local step
         ``learning_rate * min(1, 1 / alpha)``.
     learning_rate : float, default=0.1
-        The larger of the two step sizes (``η`` of the paper's experiments).
+        The larger of the two step sizes (``η`` of the paper's experiments);
+        finite and positive.
     n_rounds : int, default=200
-        Number of rounds ``T`` (each one a DP release unless ``alpha=0``).
+        Number of rounds ``T >= 1`` (each one a DP release unless ``alpha=0``).
     batch_size : int or None, default=10
-        Per-user minibatch size ``m`` (``m_i = min(batch_size, n_i)``).
+        Per-user minibatch size ``m >= 1`` (``m_i = min(batch_size, n_i)``).
         ``None``: all rows every round (``weighting="user"`` only).
     sample_rate : float, default=1.0
         Poisson probability ``q`` in (0, 1] that a user joins a round (``<
@@ -71,25 +69,22 @@ class PPSGDRegressor(_LinearRegressor):
     fit_intercept : bool, default=True
         Per-user intercepts (rows centred on the user's own means) and a
         cold-start intercept ``b``, a private location of the users' offsets
-        ``ȳ_i - <x̄_i, w>`` or mean labels
-        (:func:`~skdpp.linear_model._auto.cold_start_levels`).
+        ``ȳ_i - <x̄_i, w>`` or mean labels (:ref:`auto_rules`).
     personal_ridge : float or None, default=10.0
-        ``κ``: each user's ``theta_i`` and intercept are refitted on all its
-        rows, shrunk towards the released model by ``κ d`` pseudo-rows (as in
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
+        ``κ >= 0``: each user's ``theta_i`` and intercept are refitted on all
+        its rows, shrunk towards the released model by ``κ d`` pseudo-rows (as
+        in :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
         paper's SGD offsets.
     clip_quantile : float in (0, 1], default=0.5
         Quantile an ``"auto"`` bound is set to; the cold-start radius quantile.
     budget_shares : dict or None, default=None
         Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
-        in (0, 1) or ``"auto"`` (default; the public rule of
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`: 0.05 for 20 000
-        users at ε = 1, 0.5 for 300 users); ``"cold_start"`` in [0, 1),
-        default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
+        in (0, 1) or ``"auto"`` (default, :ref:`auto_rules`); ``"cold_start"``
+        in [0, 1), default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
-        Overrides the calibration: noise std ``noise_multiplier * 2 *
-        clip_norm`` per round; ``privacy_report_`` states the resulting ε at
-        ``delta`` (``0``: ε = inf).
+        ``>= 0``; overrides the calibration: noise std ``noise_multiplier * 2
+        * clip_norm`` per round; ``privacy_report_`` states the resulting ε
+        at ``delta`` (``0``: ε = inf).
     verbose : int, default=0
         Print the round number every tenth of the rounds when > 0.
     random_state : int, RandomState instance or None, default=None
@@ -151,20 +146,20 @@ class PPSGDRegressor(_LinearRegressor):
     diverged local model, whose contribution is then 0) only change the
     user's own clipped contribution.
 
-    **Accounting and budget plan.** Phase ``"clip"``: 6 counts of users
-    (sensitivity 1) per ``"auto"`` bound and, with ``fit_intercept``, the
-    median and radius searches of the cold start's two locations;
-    ``"iterations"``: ``T`` Gaussian releases with one noise multiplier;
-    ``"cold_start"``: the two clipped means around the private medians,
-    sensitivity ``2 R`` each. The phases are calibrated together to meet (ε,
-    δ). With ``sample_rate=1`` the composition is μ-GDP with ``μ = sqrt(T) /
-    z``. With ``sample_rate < 1`` each round is ``PoissonSampledEvent(q,
-    GaussianEvent(z))``, charged (``"rdp-zero-out"``) through a zero-out
-    neighbour ``D0`` in which user ``i`` contributes zero: against ``D0``
-    each round is the add/remove sampled Gaussian (Mironov, Talwar & Zhang
-    2019) with sensitivity ``C`` and multiplier ``2z``; the ``T`` rounds
-    compose in RDP to ``(ε0, δ0)``, hence ``(2 ε0, (1 + e^ε0) δ0)`` under
-    replace-one (group privacy of size 2), whatever the two users' data.
+    **Accounting and budget plan.** Phase ``"clip"``: counts of users
+    (sensitivity 1) for the ``"auto"`` bounds and the cold start
+    (:ref:`auto_rules`); ``"iterations"``: ``T`` Gaussian releases with one
+    noise multiplier; ``"cold_start"``: the two clipped means around the
+    private medians, sensitivity ``2 R`` each. The phases are calibrated
+    together to meet (ε, δ). With ``sample_rate=1`` the composition is μ-GDP
+    with ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each round is
+    ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
+    (``"rdp-zero-out"``) through a zero-out neighbour ``D0`` in which user
+    ``i`` contributes zero: against ``D0`` each round is the add/remove
+    sampled Gaussian (Mironov, Talwar & Zhang 2019) with sensitivity ``C``
+    and multiplier ``2z``; the ``T`` rounds compose in RDP to ``(ε0, δ0)``,
+    hence ``(2 ε0, (1 + e^ε0) δ0)`` under replace-one (group privacy of size
+    2), whatever the two users' data.
 
     **Randomness.** Participation and minibatch orders are keyed hashes of
     the fit key, the user and the round or pass
@@ -191,12 +186,13 @@ class PPSGDRegressor(_LinearRegressor):
     refit, or (``personal_ridge=None``) ``max(1, round(q T))`` local SGD
     steps from ``theta_i = 0``; ``privacy_report_`` is unchanged.
 
-    **Input domain, scales, label range, useless fits**: as for
-    :class:`~skdpp.linear_model.PrivateFedRepRegressor`; here an ``"auto"``
-    bound on the lower edge of its grid, or a ``clip_norm`` above
-    ``GRADIENT_BOUND_SLACK * feature_scale_ *`` the width of
-    ``label_range_``, is no information: ``coef_`` is 0 and the cold start
-    is the released intercept (post-processing, said in the report).
+    **Input domain** as for :class:`~skdpp.linear_model.PrivateFedRepRegressor`;
+    **scales, label range, useless fits**: :ref:`auto_rules`. Here an
+    ``"auto"`` bound on the lower edge of its grid, or a ``clip_norm`` above
+    ``GRADIENT_BOUND_SLACK = 4`` times ``feature_scale_`` times the width of
+    ``label_range_`` (impossible by Cauchy-Schwarz up to the searches' noise),
+    is no information: ``coef_`` is 0 and the cold start is the released
+    intercept (post-processing, said in the report).
 
     References
     ----------
