@@ -109,9 +109,9 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     Notes
     -----
     **Guarantee, randomness, input domain**: as for
-    :class:`PrivateFedRepRegressor` (the same code); ``label_clip_`` is
-    released too, and the halves and rounds are keyed hashes as well.
-    **Scales, label range, cold start, useless fits**: :ref:`auto_rules`.
+    :class:`PrivateFedRepRegressor` (``label_clip_`` is released too; halves
+    and rounds are keyed hashes). **Scales, label range, cold start, useless
+    fits**: :ref:`auto_rules`.
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
     (formed from unit vectors, so the bound holds in floating point) and
@@ -120,21 +120,17 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     (symmetric noise) and ``b_priv``, then ``U = QR(unvec(argmin u^T W_priv
     u - 2 u^T b_priv))``.
 
-    **Sensitivities** (replace one user, Frobenius / L2): ``W_priv``:
-    ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``); ``b_priv``: ``2
-    ζ η``; ``init``: ``2 ψ_init`` or ``2 ζ^2`` (``"private_pairwise"``);
-    ``cold_start`` and ``clip`` as for :class:`PrivateFedRepRegressor`, the
-    ``"auto"`` statistics being the root mean square ``||x_r|| ||v_i||`` at
-    ``U_0``, the root mean square centred target, ``||Z_i||_F`` and the head
-    norm.
-
-    **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``2T``
-    releases, 2 with ``schedule="disjoint"``; the rest of the budget) and
+    **Budget plan and sensitivities** (replace one user, Frobenius / L2):
+    ``W_priv``, ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``);
+    ``b_priv``, ``2 ζ η``; ``init``, ``2 ψ_init`` or ``2 ζ^2``
+    (``"private_pairwise"``); ``cold_start`` and ``clip`` as for
+    :class:`PrivateFedRepRegressor`. Phases ``clip``, ``init``, ``iterations``
+    (``2T`` releases, 2 with ``schedule="disjoint"``; the rest) and
     ``cold_start``, calibrated jointly on the exact (μ-GDP) composition (not
-    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user's data
-    enter the one round its own id hashes to, so by parallel composition
-    only round 1 is charged (later rounds are ledger branches at no cost);
-    a replacing user with another id adds and removes one user in two rounds
+    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user enters
+    only the round its id hashes to, so by parallel composition only round 1
+    is charged (later rounds are ledger branches at no cost); a replacing
+    user with another id adds and removes one user in two rounds
     (sensitivities ``η^2`` and ``ζ η``), no more than one round's cost.
 
     **Deviations from the paper** (none affects privacy).

@@ -137,31 +137,23 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     part, the ``"auto"`` bounds, ``feature_scales_`` and ``label_range_``
     under *replace one user's entire data* (the number of users is public);
     heads and intercepts are computed by each user from the releases and its
-    own rows, so the output is jointly DP. ``groups=None``: row-level DP.
-    Floating-point noise is not hardened against side channels.
+    own rows (joint DP). ``groups=None``: row-level DP. Floating-point noise
+    is not hardened against side channels.
 
-    **Releases and sensitivities** (L2 / Frobenius; derivations: :ref:`fedrep`):
-
-    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)``, ``2 ψ_init``,
-      symmetric noise (``Z_i``: the user's U-statistic on ``S^0``, clipped by
-      the norm of the matrix actually added,
-      :func:`~skdpp.linear_model._algorithms.spectral_init.spectral_statistic`);
-      ``"private_pairwise"``: mean pair matrices, ``2 ζ^2``.
-    * ``iterations`` (line 10), per round: ``sum_i clip(∇_{i,t}, ψ)``, ``2 ψ``;
-      the rank-one ``g_i v_i^T`` is clipped by one scalar factor (unit
-      vectors), so the bound holds for any magnitudes; dividing by the
-      public ``n`` is post-processing.
-    * ``cold_start``: ``sum_i clip(v_i, C_head)``, ``2 C_head``; with
-      ``fit_intercept``, clipped means of the users' offsets ``ȳ_i - <p̄_i,
-      v_cold>`` and mean labels around private medians, ``2 R`` each.
-    * ``clip``: Gaussian counts of users, sensitivity 1 (the ``"auto"``
-      bounds, label range, scales and the cold start's searches and vote,
-      :ref:`auto_rules`).
-
-    **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``T``
-    releases, the rest) and ``cold_start`` with the shares of
-    ``budget_shares``, calibrated jointly on the exact (μ-GDP) composition;
-    the paper's closed-form ``σ̂`` (loose) is not used.
+    **Budget plan and sensitivities** (L2 / Frobenius; derivations:
+    :ref:`fedrep`). Gaussian phases calibrated jointly on the exact (μ-GDP)
+    composition with the shares of ``budget_shares`` (the paper's loose
+    closed-form ``σ̂`` is not used): ``init`` (Alg. 2, line 6), ``sum_i
+    clip(Z_i, ψ_init)`` with symmetric noise, ``2 ψ_init`` (``Z_i`` the
+    user's U-statistic on ``S^0``, clipped by the norm of the matrix actually
+    added; ``"private_pairwise"``: ``2 ζ^2``); ``iterations`` (line 10), ``T``
+    releases of ``sum_i clip(∇_{i,t}, ψ)``, ``2 ψ`` (the rank-one ``g_i
+    v_i^T`` is clipped by one scalar factor of unit vectors, so the bound
+    holds for any magnitudes); ``cold_start``, ``sum_i clip(v_i, C_head)``,
+    ``2 C_head``, and with ``fit_intercept`` clipped means of the users'
+    offsets ``ȳ_i - <p̄_i, v_cold>`` and mean labels around private medians,
+    ``2 R`` each; ``clip``, counts of users of sensitivity 1
+    (:ref:`auto_rules`).
 
     **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
     ``S^0``) and the batches are keyed hashes of the fit's secret key, the
@@ -171,8 +163,8 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     **Deviations from the paper** (none affects privacy):
 
     * ``batch_mode="same"``: at 10 rows per user and ``T = 5`` Alg. 1's
-      disjoint batches hold 1-2 rows and the iteration does not converge;
-      Lemmas 7 and 9 assume independent batches. ``"disjoint"`` resamples
+      disjoint batches hold 1-2 rows and the iteration does not converge
+      (Lemmas 7 and 9 assume independent batches). ``"disjoint"`` resamples
       every round (``b <= floor(m / 2T)`` needs ``|S^0_i| >= 2Tb``); users
       with fewer than 2 ``S^0`` rows contribute a zero gradient.
     * ``personal_rows="all"`` is not covered by Theorem 4's utility analysis
@@ -180,11 +172,10 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
       user's final head uses its ``S^0`` row.
     * Head solves add a relative ridge (``1e-10 tr(A)/k``; ``1e-6`` below
       ``k`` rows); Alg. 2's rank-``k`` SVD takes the top-``k`` eigenvectors.
-    * Added: the cold-start part, the intercepts (rows centred on the
-      user's means over all its rows: bounds unchanged), the shrinkage, the
-      ``"auto"`` bounds and the step ``η / s_y^2``. ``personal_rows="holdout"``,
-      ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds give
-      the paper's algorithm.
+    * Added: the cold-start part, the intercepts (rows centred on the user's
+      means: bounds unchanged), the shrinkage, the ``"auto"`` bounds and the
+      step ``η / s_y^2``; ``personal_rows="holdout"``, ``personal_ridge=0``,
+      ``fit_intercept=False`` and numeric bounds give the paper's algorithm.
     * A head that overflows, or a gradient that is not a number, is zero (a
       function of that user's rows): ``fit`` neither fails nor warns.
 
@@ -192,10 +183,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     see :class:`~skdpp.base.BasePersonalizedEstimator` (*Quiet numerics*).
 
     **Scales, label range, cold start, useless fits**: :ref:`auto_rules`.
-    Here the released cold-start head is also shrunk by ``max(0, 1 - k σ^2 /
-    ||v||^2)`` (``σ`` its noise std), and in a useless fit each known user
-    gets its own ridge fit towards zero and its mean on public random
-    components.
+    The released cold-start head is also shrunk by ``max(0, 1 - k σ^2 /
+    ||v||^2)`` (``σ`` its noise std); in a useless fit each known user gets
+    its own ridge fit towards zero and its mean on public random components.
 
     References
     ----------

@@ -143,39 +143,33 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     the releases and its user's rows. With ``classes="observed"`` the label
     set is outside the guarantee and the report says so.
 
-    **Releases and sensitivities** (``P`` binary problems; every phase is one
-    release of all problems, so the plan does not depend on ``P``; calibrated
-    once so that all releases compose to ``(epsilon, delta)``; the table:
-    :ref:`jl_margin`):
-
-    * ``labels`` (``classes=None``): distinct-user counts of the labels, at
-      most ``L = max_classes_per_user`` per user; L2 sensitivity ``sqrt(2 L)``;
-      a label is kept iff its Gaussian count clears ``1 + sigma Phi^-1(1 -
-      delta_t / L)``, ``delta_t = delta / 4`` (Gopi et al. 2020, Desfontaines
-      et al. 2022).
-    * ``clip`` (``clip_norm="auto"``): 6 Gaussian counts of users,
-      sensitivity 1 (:ref:`auto_rules`).
-    * ``subspace`` (``candidates="subspace"``): ``sum_i u_{i,p} u_{i,p}^T``,
-      ``u_{i,p}`` the unit direction of ``sum_j y_{j,p} M clip(x_j, r)`` over
-      user ``i``'s rows (0 if that sum is 0); Frobenius sensitivity ``sqrt(2
-      P)``, symmetric noise. Candidates ``orth(P' + s_c G_c)`` around the
-      top eigenvectors ``P'``, spreads up to twice the Davis-Kahan bound of
-      the released eigengap (post-processing).
-    * ``selection`` (Alg. 3, line 4): one candidate per problem by the
-      exponential mechanism over the product of the candidate sets
-      (:func:`~skdpp.privacy._product.product_exponential`); each user's term
-      lies in ``[0, 1]`` and depends only on its rows, so each problem's
-      score has sensitivity ``1/n`` and the sum ``P/n`` (for every margin).
-    * ``cold_start``: with ``fit_intercept``, ``sum_i f_i``, ``f_{i,p}`` the
-      fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
-      sensitivity 1 for ``P = 1``, ``sqrt(2)`` otherwise: the one-vs-rest
-      positives are disjoint); without, a public direction per problem by the
-      product exponential mechanism (sensitivity ``P/n``).
+    **Budget plan and sensitivities** (``P`` binary problems; each phase is
+    one release of all problems, so the plan does not depend on ``P``;
+    calibrated once to compose to ``(epsilon, delta)``; the table:
+    :ref:`jl_margin`). ``labels``: distinct-user counts, at most ``L =
+    max_classes_per_user`` per user, L2 sensitivity ``sqrt(2 L)``; a label is
+    kept iff its Gaussian count clears ``1 + sigma Phi^-1(1 - delta_t / L)``,
+    ``delta_t = delta / 4`` (Gopi et al. 2020, Desfontaines et al. 2022).
+    ``clip``: 6 Gaussian counts of users, sensitivity 1 (:ref:`auto_rules`).
+    ``subspace``: ``sum_i u_{i,p} u_{i,p}^T``, ``u_{i,p}`` the unit direction
+    of ``sum_j y_{j,p} M clip(x_j, r)`` over user ``i``'s rows (0 if that sum
+    is 0), Frobenius sensitivity ``sqrt(2 P)``, symmetric noise; candidates
+    ``orth(P' + s_c G_c)`` around its top eigenvectors ``P'``, spreads up to
+    twice the Davis-Kahan bound of the released eigengap (post-processing).
+    ``selection`` (Alg. 3, line 4): the exponential mechanism over the
+    product of the candidate sets
+    (:func:`~skdpp.privacy._product.product_exponential`); each user's term
+    lies in ``[0, 1]`` and depends only on its rows, so each problem's score
+    has sensitivity ``1/n`` and the sum ``P/n``, for every margin.
+    ``cold_start``: with ``fit_intercept``, ``sum_i f_i``, ``f_{i,p}`` the
+    fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
+    sensitivity 1 for ``P = 1``, else ``sqrt(2)``: the one-vs-rest positives
+    are disjoint); without, a public direction per problem by the product
+    exponential mechanism (sensitivity ``P/n``).
 
     **The margin** ``"auto"`` (``rho -> 0+``) makes the per-user term the
     fraction of the user's rows that the best of its directions misclassifies,
-    invariant to the rows' scale; it adds no release (why, and measurements:
-    :ref:`jl_margin`).
+    invariant to the rows' scale; it adds no release (why: :ref:`jl_margin`).
 
     **Randomness.** ``M``, the direction grid and the candidate perturbations
     come from the public stream (their number depends only on public values

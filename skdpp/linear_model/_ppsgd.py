@@ -126,40 +126,35 @@ class PPSGDRegressor(_LinearRegressor):
 
     Notes
     -----
-    **Algorithm** (:mod:`skdpp.linear_model._algorithms.ppsgd`). Each round
-    every user joins with probability ``q``, steps ``theta_i -= η_loc g_i``
-    on its minibatch gradient ``g_i`` at ``(w, theta_i)`` and sends ``g_i``
-    clipped to ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0, σ²
-    I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's steps (``η/N`` for
-    ``theta_i``, ``αη`` for ``w``) have the ratio ``αN`` (``αQ`` with client
-    sampling): ``alpha`` is that ratio and ``learning_rate`` the larger step
-    (the authors' code).
+    **Algorithm.** Each round every user joins with probability ``q``, steps
+    ``theta_i -= η_loc g_i`` on its minibatch gradient ``g_i`` at ``(w,
+    theta_i)`` and sends ``g_i`` clipped to ``C``; the server releases ``s_t =
+    Σ_i clip(g_i) + N(0, σ² I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's
+    steps (``η/N`` for ``theta_i``, ``αη`` for ``w``) have the ratio ``αN``
+    (``αQ`` with sampling): ``alpha`` is that ratio and ``learning_rate`` the
+    larger step (the authors' code).
 
     **Privacy guarantee.** (ε, δ) user-level joint DP (billboard model): the
-    sequence of global iterates is (ε, δ)-DP under replace-one-user (the
-    number of users is public) and each ``theta_i`` is a function of it and
-    of user ``i``'s rows only. Each round releases one Gaussian sum of
-    per-user contributions clipped to ``C``: L2 sensitivity ``2C``, noise
-    std ``z · 2C`` (``z = noise_multiplier_``). Every other input of the
-    global step is public (the normaliser ``q N``, not the realised number
-    of participants or rows); data-dependent quantities (``m_i``, ``n_i``, a
-    diverged local model, whose contribution is then 0) only change the
-    user's own clipped contribution.
+    global iterates are (ε, δ)-DP under replace-one-user (the number of users
+    is public); each ``theta_i`` is a function of them and of user ``i``'s
+    rows. Each round is one Gaussian sum of per-user contributions clipped to
+    ``C``: L2 sensitivity ``2C``, noise std ``z · 2C`` (``z =
+    noise_multiplier_``). The normaliser ``q N`` is public; data-dependent
+    quantities (``m_i``, ``n_i``, a diverged local model, which contributes
+    0) only change the user's own clipped contribution.
 
-    **Accounting and budget plan.** Phase ``"clip"``: counts of users
-    (sensitivity 1) for the ``"auto"`` bounds and the cold start
-    (:ref:`auto_rules`); ``"iterations"``: ``T`` Gaussian releases with one
-    noise multiplier; ``"cold_start"``: the two clipped means around the
-    private medians, sensitivity ``2 R`` each. The phases are calibrated
-    together to meet (ε, δ). With ``sample_rate=1`` the composition is μ-GDP
-    with ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each round is
-    ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
-    (``"rdp-zero-out"``) through a zero-out neighbour ``D0`` in which user
-    ``i`` contributes zero: against ``D0`` each round is the add/remove
-    sampled Gaussian (Mironov, Talwar & Zhang 2019) with sensitivity ``C``
-    and multiplier ``2z``; the ``T`` rounds compose in RDP to ``(ε0, δ0)``,
+    **Budget plan.** Phases ``"clip"`` (counts of sensitivity 1 for the
+    ``"auto"`` bounds and the cold start's searches, :ref:`auto_rules`),
+    ``"iterations"`` (``T`` releases, one noise multiplier) and
+    ``"cold_start"`` (two clipped means around private medians, ``2 R``
+    each), calibrated together to meet (ε, δ). With ``sample_rate=1`` the
+    composition is μ-GDP, ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each
+    round is ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
+    (``"rdp-zero-out"``) against a neighbour in which the user contributes
+    zero: the add/remove sampled Gaussian (Mironov, Talwar & Zhang 2019) of
+    sensitivity ``C``, multiplier ``2z``, composed in RDP to ``(ε0, δ0)``,
     hence ``(2 ε0, (1 + e^ε0) δ0)`` under replace-one (group privacy of size
-    2), whatever the two users' data.
+    2). Derivations: :ref:`ppsgd`.
 
     **Randomness.** Participation and minibatch orders are keyed hashes of
     the fit key, the user and the round or pass
@@ -167,32 +162,32 @@ class PPSGDRegressor(_LinearRegressor):
     the *set* of records; the sample is never printed or stored.
 
     **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
-    follow the authors' code. (ii) ``weighting="sample"`` clips the
-    minibatch sum over the public ``batch_size`` and normalises by ``q N
-    batch_size``, not ``q M`` (``M = Σ m_i`` is not public). (iii) Poisson
-    client sampling, not ``Q`` users without replacement. (iv) The averaged
-    iterate averages rounds ``1..T`` (the paper ``0..T-1``). (v) A tight
-    accountant, not Theorem 4.1/5.1's constants. (vi) Sampling and
-    minibatches are keyed hashes. (vii) A user whose gradient or local step
-    is not finite contributes 0 that round and keeps its ``theta_i``.
-    (viii) Not in the paper: the intercepts (centred rows: sensitivity
-    unchanged), the ``"auto"`` bounds, steps relative to the feature scale,
-    and the shrunk refit (post-processing, not covered by the paper's
-    utility analysis). ``clip_norm=1.0, feature_scale=1.0,
-    fit_intercept=False, personal_ridge=None`` give the paper's algorithm.
+    follow the authors' code. (ii) ``weighting="sample"`` clips the minibatch
+    sum over the public ``batch_size`` and normalises by ``q N batch_size``,
+    not ``q M`` (``M = Σ m_i`` is not public). (iii) Poisson client sampling,
+    not ``Q`` users without replacement. (iv) The averaged iterate averages
+    rounds ``1..T`` (the paper ``0..T-1``). (v) A tight accountant, not
+    Theorem 4.1/5.1's constants. (vi) Keyed-hash sampling and minibatches.
+    (vii) A user whose gradient or local step is not finite contributes 0
+    that round and keeps its ``theta_i``. (viii) Added: the intercepts
+    (centred rows: sensitivity unchanged), the ``"auto"`` bounds, steps
+    relative to the feature scale, and the shrunk refit (post-processing, not
+    covered by the paper's utility analysis). ``clip_norm=1.0,
+    feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
+    paper's algorithm.
 
     **Cold start and personalize.** An unseen user gets ``<x, w> + b``.
-    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed: the
-    refit, or (``personal_ridge=None``) ``max(1, round(q T))`` local SGD
-    steps from ``theta_i = 0``; ``privacy_report_`` is unchanged.
+    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed (the refit,
+    or ``max(1, round(q T))`` local SGD steps from ``theta_i = 0``);
+    ``privacy_report_`` is unchanged.
 
     **Input domain** as for :class:`~skdpp.linear_model.PrivateFedRepRegressor`;
     **scales, label range, useless fits**: :ref:`auto_rules`. Here an
     ``"auto"`` bound on the lower edge of its grid, or a ``clip_norm`` above
     ``GRADIENT_BOUND_SLACK = 4`` times ``feature_scale_`` times the width of
-    ``label_range_`` (impossible by Cauchy-Schwarz up to the searches' noise),
-    is no information: ``coef_`` is 0 and the cold start is the released
-    intercept (post-processing, said in the report).
+    ``label_range_`` (impossible by Cauchy-Schwarz up to the searches'
+    noise), is no information: ``coef_`` is 0 and the cold start is the
+    released intercept (post-processing, said in the report).
 
     References
     ----------
