@@ -62,12 +62,9 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
         solve of Alg. 2, line 3 (post-processing, see Notes). No effect with
         ``epsilon=np.inf``.
-    init_clip_norm : float, "auto" or None, default="auto"
-        ``ψ_init`` of Snedeker et al.'s Alg. 2 (``init="private_spectral"``).
-        ``"auto"``: the ``clip_quantile / 2`` quantile of the users' ``||Z_i||_F``.
-    head_clip_norm : float, "auto" or None, default="auto"
-        Clip of each head in the DP mean that gives the cold-start head.
-        ``"auto"``: the ``clip_quantile`` of the users' head norms.
+    init_clip_norm, head_clip_norm : float, "auto" or None, default="auto"
+        As in :class:`PrivateFedRepRegressor` (``init_clip_norm``: with
+        ``init="private_spectral"``).
     clip_quantile : float in (0, 1], default=0.5
         As in :class:`PrivateFedRepRegressor`.
     budget_shares : dict or None, default=None

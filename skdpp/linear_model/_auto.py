@@ -34,7 +34,7 @@ def user_weights(block):
 
 
 def user_means(block, A):
-    """Per-user means of the row-aligned ``A`` (``sum_r A_r / m``: no overflow for finite ``A``)."""
+    """Per-user means ``sum_r A_r / m`` of the row-aligned ``A`` (no overflow if finite)."""
     w = user_weights(block)
     with np.errstate(under="ignore"):
         return block.segment_sum(A * (w if A.ndim == 1 else w[:, None]))
@@ -95,7 +95,7 @@ def shrink_levels(levels, counts, noise_var, prior_levels, radius):
 
 
 def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor=0.0):
-    """Diagonal penalties ``q_ij = κ p min(1, σ_i^2 / s_i^2) max(v_ij, floor)``, shape (n_users, p).
+    """Penalties ``q_ij = κ p min(1, σ_i^2 / s_i^2) max(v_ij, floor)``, shape (n_users, p).
 
     A personal part of ``p`` parameters is shrunk towards the released prior by
     ``κ p`` (``ridge``) pseudo-rows, scaled by the share of the user's target
@@ -177,8 +177,8 @@ def feature_scales(executor, release, *, n_features, n_users):
     counts = executor.map(_feature_range_counts, grid)
     if counts is None:
         counts = np.zeros((n_features, grid.shape[0]))
-    scales = np.array([private_quantile(release, CLIP_PHASE, counts[j], grid,
-                                        quantile=FEATURE_SCALE_QUANTILE, n_users=n_users)
+    scales = np.array([private_quantile(release, CLIP_PHASE, counts[j], grid, n_users=n_users,
+                                        quantile=FEATURE_SCALE_QUANTILE)
                        for j in range(n_features)], dtype=np.float64)
     low = scales <= grid[0]
     scales[low] = np.inf

@@ -155,10 +155,8 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     ``2 R`` each; ``clip``, counts of users of sensitivity 1
     (:ref:`auto_rules`).
 
-    **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
-    ``S^0``) and the batches are keyed hashes of the fit's secret key, the
-    user id, the row's rank within the user (by content) and the round: a
-    fit is a function of the *set* of records.
+    **Randomness.** The split (``ceil(m_i / 2)`` rows in ``S^0``) and the
+    batches are keyed hashes: a fit is a function of the *set* of records.
 
     **Deviations from the paper** (none affects privacy):
 

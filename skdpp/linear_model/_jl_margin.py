@@ -60,14 +60,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Public unit directions (``>= 2``) of the inner minimum over heads
         (``n_components=1``: always 2).
     fit_intercept : bool, default=True
-        Per-user bias ``b_i``, kept only if it lowers the logistic loss on
-        the user's rows by more than 2 nats (else ``b_i = 0``, Alg. 3). The
-        cold start is then the logit of the DP population rate of each class;
-        ``False``: a public direction chosen by the exponential mechanism.
+        Per-user bias ``b_i``, kept if it lowers the user's logistic loss by
+        more than 2 nats (else 0, Alg. 3); the cold start is the logit of the
+        DP rate of each class. ``False``: a public direction chosen by the
+        exponential mechanism.
     personal_rows : {"all", "holdout"}, default="all"
-        ``"all"``: releases and heads use all of a user's rows.
-        ``"holdout"`` (Alg. 3 as written): the releases see ``S^0`` (about
-        half of each user's rows, by a keyed hash), the heads ``S^1``.
+        Releases and heads on all of a user's rows, or (Alg. 3 as written)
+        releases on ``S^0`` (half of the rows, keyed hash), heads on ``S^1``.
     personal_ridge : float >= 0, default=1.0
         Shrinkage of each head toward the cold start, in pseudo-rows labelled
         by the cold-start decision (scale-free).
@@ -171,11 +170,10 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     fraction of the user's rows that the best of its directions misclassifies,
     invariant to the rows' scale; it adds no release (why: :ref:`jl_margin`).
 
-    **Randomness.** ``M``, the direction grid and the candidate perturbations
-    come from the public stream (their number depends only on public values
-    and the released label set). The ``S^0 / S^1`` split is a keyed hash of
-    (fit key, user id, position in canonical order): permuting the rows gives
-    bit-identical releases and heads.
+    **Randomness.** ``M``, the direction grid and the candidates come from
+    the public stream (their number depends only on public values and the
+    released labels); the ``S^0 / S^1`` split is a keyed hash: permuting the
+    rows gives bit-identical releases and heads.
 
     **Deviations from the paper** (a finite candidate set, the inner minimum
     over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``)

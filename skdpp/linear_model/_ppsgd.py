@@ -59,10 +59,9 @@ class PPSGDRegressor(_LinearRegressor):
         Poisson probability ``q`` in (0, 1] that a user joins a round (``<
         1``: client sampling, Alg. 2/3, with privacy amplification).
     weighting : {"user", "sample"}, default="user"
-        Objective (paper §5). ``"user"``: the average of the users' risks,
-        each gradient a minibatch mean (Alg. 3). ``"sample"``: risk weighted
-        by minibatch size, each gradient a minibatch sum over ``batch_size``
-        (Alg. 2).
+        Objective (paper §5): the average of the users' risks, gradients are
+        minibatch means (Alg. 3); or weighted by minibatch size, gradients
+        are minibatch sums over ``batch_size`` (Alg. 2).
     average : bool, default=False
         Return the average of the iterates of rounds ``1..T`` (``w`` and every
         ``theta_i``; what the paper's theorems bound) instead of the last.
@@ -71,9 +70,9 @@ class PPSGDRegressor(_LinearRegressor):
         cold-start intercept ``b``, a private location of the users' offsets
         ``ȳ_i - <x̄_i, w>`` or mean labels (:ref:`auto_rules`).
     personal_ridge : float or None, default=10.0
-        ``κ >= 0``: each user's ``theta_i`` and intercept are refitted on all
-        its rows, shrunk towards the released model by ``κ d`` pseudo-rows (as
-        in :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
+        ``κ >= 0``: ``theta_i`` and ``b_i`` are refitted on all the user's
+        rows, shrunk towards the released model by ``κ d`` pseudo-rows (as in
+        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
         paper's SGD offsets.
     clip_quantile : float in (0, 1], default=0.5
         Quantile an ``"auto"`` bound is set to; the cold-start radius quantile.
@@ -151,15 +150,13 @@ class PPSGDRegressor(_LinearRegressor):
     composition is μ-GDP, ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each
     round is ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
     (``"rdp-zero-out"``) against a neighbour in which the user contributes
-    zero: the add/remove sampled Gaussian (Mironov, Talwar & Zhang 2019) of
-    sensitivity ``C``, multiplier ``2z``, composed in RDP to ``(ε0, δ0)``,
-    hence ``(2 ε0, (1 + e^ε0) δ0)`` under replace-one (group privacy of size
-    2). Derivations: :ref:`ppsgd`.
+    zero (the sampled Gaussian of Mironov, Talwar & Zhang 2019, sensitivity
+    ``C``, multiplier ``2z``) to ``(ε0, δ0)`` in RDP, hence ``(2 ε0, (1 +
+    e^ε0) δ0)`` under replace-one (group privacy). Derivations: :ref:`ppsgd`.
 
-    **Randomness.** Participation and minibatch orders are keyed hashes of
-    the fit key, the user and the round or pass
-    (:func:`skdpp.privacy.mechanisms.poisson_sample`): a fit is a function of
-    the *set* of records; the sample is never printed or stored.
+    **Randomness.** Participation and minibatch orders are keyed hashes
+    (:ref:`ppsgd`): a fit is a function of the *set* of records; the sample
+    is never printed or stored.
 
     **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
     follow the authors' code. (ii) ``weighting="sample"`` clips the minibatch
