@@ -508,10 +508,9 @@ def scaling_notes(scaled, dropped, labels, bounds):
         f"label_range_ = ({labels[0]:.6g}, {labels[1]:.6g}); predictions are clamped to it "
         f"(post-processing)."]
     if dropped:
-        notes.append(
-            f"{dropped} column(s) got a scale on the lower edge of the public grid (constant "
-            f"within most users, or counts dominated by noise): treated as no information "
-            f"and dropped (scale inf); post-processing, no privacy cost.")
+        notes.append(f"{dropped} column(s) got a scale on the lower edge of the public grid "
+                     f"(constant within most users, or noise): dropped (scale inf); "
+                     f"post-processing, no privacy cost.")
     if not all(np.isfinite(labels)):
         notes.append("An end of the label range fell on the edge of its public grid, or on "
                      "the wrong side of the released location of the users' mean labels "
@@ -519,9 +518,8 @@ def scaling_notes(scaled, dropped, labels, bounds):
                      "no privacy cost).")
     edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
     if edge:
-        notes.append(
-            f"{', '.join(edge)}: on the lower edge of the public grid (the users' "
-            f"statistics are about 0 in the standardised units, or noise): the shared "
-            f"part learns nothing from them; predictions rest on the users' own means "
-            f"and the cold-start intercept (post-processing, no privacy cost).")
+        notes.append(f"{', '.join(edge)}: on the lower edge of the public grid (statistics "
+                     f"about 0 in standardised units, or noise): the shared part learns "
+                     f"nothing from them; predictions rest on the users' own means and the "
+                     f"cold-start intercept (post-processing, no privacy cost).")
     return tuple(notes)

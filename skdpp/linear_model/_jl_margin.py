@@ -312,14 +312,14 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 raise ValueError(
                     f"budget_shares[{name!r}] must be in (0, 1), got 0: the phase is part "
                     f"of the algorithm. Pass a positive share or leave the key out.")
-        gaussian = [("candidates='subspace'", self.candidates == "subspace",
-                     "candidates='random'"),
-                    ("fit_intercept=True", self.fit_intercept,
-                     "fit_intercept=False with candidates='random'"),
-                    ("classes=None (the private label selection)", self.classes is None,
-                     "the label set as `classes`"),
-                    ("clip_norm='auto' (a private quantile)", self.clip_norm == "auto",
-                     "a number as clip_norm")]
+        gaussian = [
+            ("candidates='subspace'", self.candidates == "subspace", "candidates='random'"),
+            ("fit_intercept=True", self.fit_intercept,
+             "fit_intercept=False with candidates='random'"),
+            ("classes=None (the private label selection)", self.classes is None,
+             "the label set as `classes`"),
+            ("clip_norm='auto' (a private quantile)", self.clip_norm == "auto",
+             "a number as clip_norm")]
         for what, used, remedy in gaussian:
             if used and self.epsilon != np.inf and self.delta == 0:
                 raise ValueError(
@@ -360,8 +360,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         X : array-like of shape (n_samples, n_features)
             Rows to score.
         groups : array-like of shape (n_samples,), default=None
-            User id of each row; rows of unseen users (and all rows when
-            ``None``) use the DP cold-start head.
+            User id of each row; unseen users (all with ``None``) use the
+            cold-start head.
 
         Returns
         -------
@@ -372,8 +372,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Raises
         ------
         ValueError
-            If a decision value exceeds the float64 range for finite ``X``
-            (naming the rows; :func:`skdpp.base.linear_predictions`).
+            If a decision value exceeds the float64 range (naming the rows).
         """
         X, scores, linear_parts = self._scores(X, groups)
         scores = linear_predictions(X, scores, linear_parts)
@@ -430,14 +429,12 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Predicted labels (exact for every finite row, see
-            :meth:`decision_function`).
+            Predicted labels (exact for every finite row).
 
         Raises
         ------
         ValueError
-            If a row's scaled decision values are still not finite; the
-            error names the rows.
+            If a row's scaled decision values are still not finite (naming the rows).
         """
         scores = self._label_scores(X, groups)
         _check_finite_output(self, "predict", scores)

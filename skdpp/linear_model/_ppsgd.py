@@ -259,7 +259,8 @@ class PPSGDRegressor(_LinearRegressor):
         self.verbose = verbose
         self.random_state = random_state
 
-    def _check_params(self):
+    def _validate_fit_data(self, X, y, groups):
+        data = super()._validate_fit_data(X, y, groups)
         for name in ("alpha", "learning_rate", "sample_rate", "noise_multiplier"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -280,16 +281,12 @@ class PPSGDRegressor(_LinearRegressor):
                 f"noise_multiplier={self.noise_multiplier!r} needs a clip_norm (the noise "
                 "std is noise_multiplier * 2 * clip_norm); got clip_norm=None. Pass a "
                 "positive clip_norm.")
+        data.y = np.asarray(data.y, dtype=np.float64)
+        return data
 
     def _validate_data_kwargs(self):
         # integer X converted (hashes and fits like equal floats); float32 kept
         return {"y_numeric": True, "dtype": [np.float64, np.float32]}
-
-    def _validate_fit_data(self, X, y, groups):
-        data = super()._validate_fit_data(X, y, groups)
-        self._check_params()
-        data.y = np.asarray(data.y, dtype=np.float64)
-        return data
 
     def _make_blocks(self, data, randomness):
         return ppsgd.make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,
