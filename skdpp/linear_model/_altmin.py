@@ -24,7 +24,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     minimisation) with Alg. 2 (the ``U`` step by perturbing the
     least-squares sufficient statistics) and optionally Alg. 3 (private
     initialisation), with the same scale-free defaults. Derivations:
-    ``docs/estimators/altmin.rst``.
+    :ref:`altmin`.
 
     Parameters
     ----------
@@ -37,8 +37,8 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Alg. 3 (labels clipped to ``label_clip``). ``"random"``: random
         orthonormal (free). An array: a *public* warm start.
     max_iter : int, default=1
-        Number of rounds ``T`` of Alg. 1; one full-batch epoch was best on the
-        papers' setting for ``ε <= 8``.
+        Number of rounds ``T >= 0`` of Alg. 1; one full-batch epoch was best
+        on the papers' setting for ``ε <= 8``.
     schedule : {"full", "disjoint"}, default="full"
         Every user in every round (the paper's experiment; ``2T`` releases),
         or each user in one round chosen by a keyed hash of its id (Alg. 1,
@@ -48,28 +48,23 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     personal_rows : {"all", "holdout"}, default="all"
         All of a user's rows, or the paper's ``S^1``, for the personal parts.
     personal_ridge : float, default=10.0
-        ``κ``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
+        ``κ >= 0``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
         ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
         ``"auto"``: the ``clip_quantile`` of the users' root mean square
-        ``||x_r|| ||v_i||`` at ``U_0`` (phase ``"clip"``). ``None`` only with
-        ``epsilon=np.inf``.
+        ``||x_r|| ||v_i||`` at ``U_0``. ``None`` only with ``epsilon=np.inf``.
     label_clip : float, "auto" or None, default="auto"
         ``ζ``: each (centred) label is clipped to ``[-ζ, ζ]`` (Alg. 2 and
         Alg. 3). ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square centred targets (phase ``"clip"``).
+        square centred targets.
     psd_floor : float, default=32.0
-        The eigenvalues of the noisy Gram ``W_priv`` are raised to at least
-        ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the solve of
-        Alg. 2, line 3 (post-processing, see Notes). No effect with
+        ``>= 0``: the eigenvalues of the noisy Gram ``W_priv`` are raised to at
+        least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
+        solve of Alg. 2, line 3 (post-processing, see Notes). No effect with
         ``epsilon=np.inf``.
-    init_clip_norm : float, "auto" or None, default="auto"
-        ``ψ_init`` of Snedeker et al.'s Alg. 2 (``init="private_spectral"``).
-        ``"auto"``: the ``clip_quantile / 2`` quantile of the users'
-        ``||Z_i||_F`` (phase ``"clip"``).
-    head_clip_norm : float, "auto" or None, default="auto"
-        Clip of each head in the DP mean that gives the cold-start head.
-        ``"auto"``: the ``clip_quantile`` of the users' head norms.
+    init_clip_norm, head_clip_norm : float, "auto" or None, default="auto"
+        As in :class:`PrivateFedRepRegressor` (``init_clip_norm``: with
+        ``init="private_spectral"``).
     clip_quantile : float in (0, 1], default=0.5
         As in :class:`PrivateFedRepRegressor`.
     budget_shares : dict or None, default=None
@@ -110,9 +105,10 @@ class PrivAltMinRegressor(_RepresentationRegressor):
 
     Notes
     -----
-    **Guarantee, randomness, input domain, scales, label range, useless
-    fits**: as for :class:`PrivateFedRepRegressor` (the same code); ``label_clip_``
-    is released too, and the halves and rounds are keyed hashes as well.
+    **Guarantee, randomness, input domain**: as for
+    :class:`PrivateFedRepRegressor` (``label_clip_`` is released too; halves
+    and rounds are keyed hashes). **Scales, label range, cold start, useless
+    fits**: :ref:`auto_rules`.
 
     **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
     (formed from unit vectors, so the bound holds in floating point) and
@@ -121,21 +117,17 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     (symmetric noise) and ``b_priv``, then ``U = QR(unvec(argmin u^T W_priv
     u - 2 u^T b_priv))``.
 
-    **Sensitivities** (replace one user, Frobenius / L2): ``W_priv``:
-    ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``); ``b_priv``: ``2
-    ζ η``; ``init``: ``2 ψ_init`` or ``2 ζ^2`` (``"private_pairwise"``);
-    ``cold_start`` and ``clip`` as for :class:`PrivateFedRepRegressor`, the
-    ``"auto"`` statistics being the root mean square ``||x_r|| ||v_i||`` at
-    ``U_0``, the root mean square centred target, ``||Z_i||_F`` and the head
-    norm. Derivations: ``docs/estimators/altmin.rst``.
-
-    **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``2T``
-    releases, 2 with ``schedule="disjoint"``; the rest of the budget) and
+    **Budget plan and sensitivities** (replace one user, Frobenius / L2):
+    ``W_priv``, ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``);
+    ``b_priv``, ``2 ζ η``; ``init``, ``2 ψ_init`` or ``2 ζ^2``
+    (``"private_pairwise"``); ``cold_start`` and ``clip`` as for
+    :class:`PrivateFedRepRegressor`. Phases ``clip``, ``init``, ``iterations``
+    (``2T`` releases, 2 with ``schedule="disjoint"``; the rest) and
     ``cold_start``, calibrated jointly on the exact (μ-GDP) composition (not
-    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user's data
-    enter the one round its own id hashes to, so by parallel composition
-    only round 1 is charged (later rounds are ledger branches at no cost);
-    a replacing user with another id adds and removes one user in two rounds
+    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user enters
+    only the round its id hashes to, so by parallel composition only round 1
+    is charged (later rounds are ledger branches at no cost); a replacing
+    user with another id adds and removes one user in two rounds
     (sensitivities ``η^2`` and ``ζ η``), no more than one round's cost.
 
     **Deviations from the paper** (none affects privacy).

@@ -1,15 +1,8 @@
-"""Automatic (private, scale-free) bounds shared by the linear models.
-
-A clip bound, or a scale a step size is relative to, whose right value depends
-on the data's units is chosen from the private data by a private quantile of
-one statistic per user and charged in the plan's phase ``"clip"``:
-
-* :func:`auto_bound` -- the driver: the users' values are counted over the
-  public grid by a block function (map/reduce), and the quantile is released
-  by a noisy bisection (:func:`~skdpp.privacy._quantile.private_quantile`:
-  ``AUTO_STEPS`` Gaussian counts of sensitivity 1);
-* :func:`user_means`, :func:`rms_per_user` -- per-user statistics over a
-  block's rows (overflow-free for finite values).
+"""The public rules shared by the linear models: ``"auto"`` bounds, per-feature
+scales, the label range, the cold start's head rules and the useless-fit
+fallback. Every rule, with its measured justification, is explained once in
+``docs/user_guide/own_data.rst`` (section *Automatic bounds, scales and useless
+fits*, ``auto_rules``); the docstrings here say what each function computes.
 """
 
 import functools
@@ -21,29 +14,27 @@ from ..base import _caller_stacklevel
 from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
-from ..privacy._quantile import (LOCATION_SEARCH_STEPS, MEDIAN_GRID_SIZE, median_found,
-                                private_median,
-                                cumulative_counts, private_location, private_quantile,
-                                quantile_grid, search_steps)
+from ..privacy._quantile import (LOCATION_SEARCH_STEPS, MEDIAN_GRID_SIZE, cumulative_counts,
+                                 median_found, private_location, private_median,
+                                 private_quantile, quantile_grid, search_steps)
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
            "GRADIENT_BOUND_SLACK", "LEVEL_PRIOR_VARIANCE", "auto_bound",
            "gradient_bound_inconsistent", "resolve_clip_share", "rms_per_user",
            "shrink_levels", "shrinkage_penalty", "user_means"]
 
-#: The phase of every private quantile that resolves an ``"auto"`` bound.
-CLIP_PHASE = "clip"
+CLIP_PHASE = "clip"  # the phase of every private quantile of this module
 #: Releases of one ``"auto"`` bound (a noisy bisection over the positive grid).
 AUTO_STEPS = search_steps(quantile_grid())
 
 
 def user_weights(block):
-    """Each row's weight ``1 / m`` (``m`` its user's number of rows): the weights of a mean."""
+    """Each row's weight ``1 / m`` (``m``: its user's number of rows)."""
     return block.expand(1.0 / np.maximum(block.counts, 1))
 
 
 def user_means(block, A):
-    """Per-user means of the row-aligned ``A`` (``sum_r A_r / m``: no overflow for finite ``A``)."""
+    """Per-user means ``sum_r A_r / m`` of the row-aligned ``A`` (no overflow if finite)."""
     w = user_weights(block)
     with np.errstate(under="ignore"):
         return block.segment_sum(A * (w if A.ndim == 1 else w[:, None]))
@@ -68,30 +59,12 @@ def _statistic_counts(block, state, config):
 
 
 def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
-    """A bound chosen as a private quantile of one value per user (phase ``"clip"``).
+    """The ``quantile`` of one value per user, released in phase ``"clip"``
+    (``AUTO_STEPS`` Gaussian counts, :func:`~skdpp.privacy._quantile.private_quantile`).
 
-    Parameters
-    ----------
-    executor : LocalExecutor or compatible
-    release : Releaser
-        Its plan must hold ``AUTO_STEPS`` Gaussian releases of phase
-        ``"clip"`` for this call.
-    statistic : callable
-        ``statistic(block, state, broadcast) -> (values, state)``: each of the
-        block's users' value (e.g. the norm of its contribution before
-        clipping; the absolute value is used). A module-level function, so the
-        call runs on any executor.
-    broadcast : object
-        Public input of ``statistic``.
-    quantile : float in (0, 1]
-    n_users : int
-        The public number of users.
-
-    Returns
-    -------
-    bound : float
-        A point of the public grid cell holding the ``quantile``
-        (:func:`~skdpp.privacy._quantile.private_quantile`).
+    ``statistic(block, state, broadcast) -> (values, state)`` is a module-level
+    block function giving each user's value (its absolute value is used);
+    ``n_users`` is public.
     """
     grid = quantile_grid()
     counts = executor.map(_statistic_counts, (statistic, broadcast, grid))
@@ -99,21 +72,18 @@ def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
                             n_users=n_users)
 
 
-#: A user's mean level has prior variance ``LEVEL_PRIOR_VARIANCE * R_b^2``
-#: around the cold-start prediction, ``R_b`` the released radius of the
-#: cold-start intercept (the ``clip_quantile``, by default the median, of the
-#: users' absolute deviations: about 0.67 standard deviations for normal
-#: spreads, so ``2 R_b^2`` is about the between-user variance).
+#: Prior variance of a user's mean level around the cold-start prediction, in
+#: units of ``R_b^2`` (the released cold-start radius, by default the median
+#: absolute deviation: about 0.67 std for normal spreads, so ``2 R_b^2`` is
+#: about the between-user variance).
 LEVEL_PRIOR_VARIANCE = 2.0
 
 
 def shrink_levels(levels, counts, noise_var, prior_levels, radius):
-    """Users' mean levels shrunk towards the cold-start prediction (normal-normal model).
-
-    ``a_i = (m_i ȳ_i / σ_i^2 + a0_i / τ^2) / (m_i / σ_i^2 + 1 / τ^2)`` with
-    ``τ^2 = LEVEL_PRIOR_VARIANCE * radius^2``; a user without a noise estimate
-    (``σ_i^2`` NaN: one row) counts as ``σ_i^2 = τ^2``. Non-finite results
-    fall back to ``ȳ_i`` (or the prior when the weight is infinite).
+    """Users' mean levels shrunk towards the cold-start prediction (normal-normal model):
+    ``a_i = (m_i ȳ_i / σ_i^2 + a0_i / τ^2) / (m_i / σ_i^2 + 1 / τ^2)``,
+    ``τ^2 = LEVEL_PRIOR_VARIANCE * radius^2``; ``σ_i^2`` NaN (one row) counts as
+    ``τ^2``. Non-finite results fall back to ``ȳ_i`` (the prior for an infinite weight).
     """
     with np.errstate(all="ignore"):
         tau2 = LEVEL_PRIOR_VARIANCE * float(radius) ** 2
@@ -125,36 +95,15 @@ def shrink_levels(levels, counts, noise_var, prior_levels, radius):
 
 
 def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor=0.0):
-    """Diagonal penalties of a personal fit: ``κ p min(1, σ_i^2 / s_i^2)`` pseudo-rows.
+    """Penalties ``q_ij = κ p min(1, σ_i^2 / s_i^2) max(v_ij, floor)``, shape (n_users, p).
 
-    A personal part of ``p`` parameters is shrunk towards the released prior as
-    if the prior contributed ``κ p`` pseudo-rows scaled by the share of the
-    user's target variance ``s_i^2`` that its own fit leaves unexplained
-    (``σ_i^2``): a user whose own rows determine its part (noise-free data) is
-    hardly shrunk, a user whose data look like noise gets ``κ p`` pseudo-rows.
-    Each coordinate's pseudo-rows have the user's own variance ``v_ij`` of that
-    coordinate, so the penalty ``q_ij = λ_i v_ij`` is invariant to rescaling a
-    feature (and the whole is scale-free).
-
-    Parameters
-    ----------
-    ridge : float
-        ``κ`` (``personal_ridge``).
-    n_params : int
-        ``p``.
-    noise_var, target_var : ndarray of shape (n_users,)
-        ``σ_i^2`` and ``s_i^2`` in the same units (NaN or non-positive
-        ``s_i^2``: the share is 1).
-    feature_var : ndarray of shape (n_users, p)
-        ``v_ij``.
-    floor : float or ndarray of shape (p,), default=0.0
-        Lower bound of ``v_ij`` (:data:`VARIANCE_FLOOR` in standardised
-        units): a coordinate nearly constant within a user is penalised as if
-        it had this variance, so that it cannot extrapolate on later rows.
-
-    Returns
-    -------
-    penalty : ndarray of shape (n_users, p)
+    A personal part of ``p`` parameters is shrunk towards the released prior by
+    ``κ p`` (``ridge``) pseudo-rows, scaled by the share of the user's target
+    variance ``s_i^2`` its own fit leaves unexplained (``σ_i^2``; the share is 1
+    for NaN or non-positive ``s_i^2``): noise-free users are hardly shrunk.
+    The pseudo-rows of coordinate ``j`` have the user's own variance ``v_ij``
+    (at least ``floor``, :data:`VARIANCE_FLOOR` in standardised units), so the
+    penalty is invariant to rescaling a feature.
     """
     with np.errstate(all="ignore"):
         share = np.where(target_var > 0, noise_var / target_var, 1.0)
@@ -163,58 +112,37 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor
         return (float(ridge) * n_params * share)[:, None] * v
 
 
-# --------------------------------------------------------------------------- #
-# Per-feature scales (scale-free per feature) and a released label range
-# --------------------------------------------------------------------------- #
-#: Whether fits whose clip bounds are all ``"auto"`` release a label range
-#: (predictions clamped to it), fall back to the users' own means when the plan
-#: predicts a useless fit, and -- behind the public gate ``SCALE_GATE_NOISE`` --
-#: standardise the features by released per-feature scales. A switch for
-#: comparisons (measured costs in the issue-20 report).
+# Per-feature scales and the label range (all bounds "auto")
+#: Switch for comparisons: fits with all bounds ``"auto"`` release a label range,
+#: fall back when predicted useless and (behind ``SCALE_GATE_NOISE``) scale features.
 SCALE_FEATURES = True
-#: The per-feature scales and the label range are released only when the
-#: plan's count noise (phase ``"clip"``, with them) is at most this fraction of
-#: the public number of users (a public rule); otherwise the fit runs without
-#: them.
+#: The scales are released only if phase ``"clip"``'s count noise (with them) is
+#: at most this fraction of ``n_users`` (public rule).
 SCALE_GATE_NOISE = AUTO_CLIP_NOISE
-#: The quantile over users of a column's within-user range that becomes the
-#: column's scale. A high quantile: a column constant within most users (a
-#: session's timestamp, a rare genre) still gets the spread of the users in
-#: whom it varies, so that a later row of a one-session user lies within about
-#: one unit of the user's mean instead of thousands.
+#: Quantile over users of a column's within-user range that becomes its scale
+#: (high: a column constant within most users still gets the spread of the
+#: users in whom it varies).
 FEATURE_SCALE_QUANTILE = 0.75
-#: Every column's scale is one private quantile (``AUTO_STEPS`` releases).
-FEATURE_SCALE_STEPS = AUTO_STEPS
-#: Penalty floor of a personal refit, in standardised units: each coordinate's
-#: pseudo-rows have variance at least this (a column nearly constant within a
-#: user is then penalised like a typical column, not left free to extrapolate).
+FEATURE_SCALE_STEPS = AUTO_STEPS  # one private quantile per column
+#: Floor of each coordinate's pseudo-row variance in the personal refit
+#: (standardised units).
 VARIANCE_FLOOR = 0.05
-#: The released label range: the ``q`` and ``1 - q`` quantiles of the users'
-#: minimum and maximum labels, on a signed log grid of ``2 * LABEL_GRID_SIZE``
-#: candidates, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ`` the plan's count
-#: noise std: the search's rank error stays inside the tail it may cut), then
-#: widened by ``LABEL_SLACK`` of its width on each side.
-#: The grid's ratio between neighbours is 1.075 (an earlier 128-point grid, ratio
-#: 1.34, with a slack of 0.25 released 8.0 as the top of 1-5 ratings: MovieLens,
-#: ``benchmarks/bench_defaults.py``); the outer end of the selected cell already
-#: errs on the wide side, so the slack is small.
-#: The upper end 0.5 (a median of the users' extremes) keeps every comparison of
-#: the searches at least ``n / 2`` users from the far counts (0 or ``n``): with 0.25
-#: at 300 users and epsilon 1 (count noise 0.2 n) a flipped early step released
-#: (-70, 1472) for 0.5-5 ratings.
+#: Label range: quantiles ``q``, ``1 - q`` of the users' minimum and maximum
+#: labels, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ``: count noise std; the
+#: rank error stays inside the cut tail), on a signed log grid of ``2 *
+#: LABEL_GRID_SIZE`` points (neighbour ratio 1.075: a 128-point grid with slack
+#: 0.25 released 8.0 as the top of 1-5 ratings), widened by ``LABEL_SLACK`` of
+#: the width. The upper end 0.5 keeps every comparison ``n / 2`` users from the
+#: far counts (0.25 at 300 users, epsilon 1 released (-70, 1472) for 0.5-5 ratings).
 LABEL_QUANTILES = (0.01, 0.5)
 LABEL_SLACK = 0.05
 LABEL_GRID_SIZE = 512
-#: Releases of the label range (two noisy bisections).
-LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)
-#: A fit is predicted useless when the count noise std of its phase ``"clip"``
-#: exceeds this fraction of the public number of users: the noisy bisections
-#: then go astray often enough that bounds, scales, the label range and the
-#: cold-start part cannot be trusted. Measured on 300-user MovieLens subsets
-#: (``benchmarks/bench_defaults.py``, 3 seeds): at 0.46-0.51 (epsilon 0.3) PPSGD
-#: and FedRep predicted up to 1e5 for new users and PPSGD up to 9e3 for known
-#: ones; on a year-like column (600 users, 150 seeds) 0.23 gave 17 locations
-#: more than 100 off, 0.18 gave 3, 0.14 gave 1.
+LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)  # two noisy bisections
+#: A fit is useless when phase ``"clip"``'s count noise std exceeds this fraction
+#: of ``n_users``. Measured (``benchmarks/bench_defaults.py``): at 0.46-0.51
+#: (300-user MovieLens, epsilon 0.3) new users' predictions reached 1e5; on a
+#: year-like column (600 users, 150 seeds) 0.23 gave 17 locations more than 100
+#: off, 0.18 gave 3, 0.14 gave 1.
 USELESS_CLIP_NOISE = 0.25
 
 
@@ -232,7 +160,7 @@ def _column_ranges(block, X):
 
 
 def _feature_range_counts(block, state, grid):
-    """Block function: cumulative counts over ``grid`` of every column's within-user range."""
+    """Block function: cumulative counts of every column's within-user range."""
     ranges = _column_ranges(block, block.take(block.X))
     with np.errstate(invalid="ignore"):
         ranges = np.where(np.isfinite(ranges), ranges, np.inf)
@@ -240,42 +168,26 @@ def _feature_range_counts(block, state, grid):
 
 
 def feature_scales(executor, release, *, n_features, n_users):
-    """Per-feature scales: the :data:`FEATURE_SCALE_QUANTILE` of each column's within-user range.
-
-    One private quantile per column (phase ``"clip"``, ``FEATURE_SCALE_STEPS``
-    Gaussian counts of sensitivity 1 each: one user moves every count of a
-    column by at most 1). A scale on the lower end of the public grid (at
-    least ``1 - q`` of the users hold the column constant, or the counts are
-    noise) means "no within-user information": the column is dropped
-    (scale ``inf``), post-processing of the released comparisons.
-
-    Returns
-    -------
-    scales : ndarray of shape (n_features,)
-        Positive, ``inf`` for a dropped column.
-    dropped : int
-        Number of dropped columns.
+    """``(scales, dropped)``: each column's :data:`FEATURE_SCALE_QUANTILE` of the
+    users' within-user ranges (phase ``"clip"``, ``FEATURE_SCALE_STEPS`` counts of
+    sensitivity 1 per column); a scale on the grid's lower end is ``inf`` (the
+    column is dropped; post-processing) and ``dropped`` counts them.
     """
     grid = quantile_grid()
     counts = executor.map(_feature_range_counts, grid)
     if counts is None:
         counts = np.zeros((n_features, grid.shape[0]))
-    scales = np.empty(n_features)
-    for j in range(n_features):
-        scales[j] = private_quantile(release, CLIP_PHASE, counts[j], grid,
-                                     quantile=FEATURE_SCALE_QUANTILE, n_users=n_users)
+    scales = np.array([private_quantile(release, CLIP_PHASE, counts[j], grid, n_users=n_users,
+                                        quantile=FEATURE_SCALE_QUANTILE)
+                       for j in range(n_features)], dtype=np.float64)
     low = scales <= grid[0]
     scales[low] = np.inf
     return scales, int(low.sum())
 
 
 def standardize_block(block, state, inv_scales):
-    """Block function: the block's rows of ``X`` times ``inv_scales``, owned by the block.
-
-    The block then holds its own (standardised, float64) rows and targets in
-    canonical order; its users and their order are unchanged. Returns
-    ``(None, state)``.
-    """
+    """Block function: the block then owns its rows ``X * inv_scales`` (float64) and
+    targets in canonical order (same users, same order); returns ``(None, state)``."""
     rows = block.source_rows()
     with np.errstate(over="ignore", invalid="ignore"):
         X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
@@ -285,7 +197,7 @@ def standardize_block(block, state, inv_scales):
 
 
 def standardize(X, inv_scales):
-    """``X * inv_scales`` (float64; the public per-feature scales of a fit)."""
+    """``X * inv_scales`` (float64)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(X, dtype=np.float64) * np.asarray(inv_scales)
 
@@ -314,28 +226,15 @@ def _label_extreme_counts(block, state, grid):
 
 
 def own_label_ranges(block, state, _=None):
-    """Block function (``collect``): each user's own ``[min, max]`` label, shape (n, 2).
-
-    A personal attribute (the user's own rows only): a useless fit
-    (``local_only``) clamps each known user's predictions to it
-    (:func:`released_predictions`), where the released label range is noise.
-    """
+    """Block function (``collect``): each user's own ``[min, max]`` label, shape (n, 2);
+    a local attribute, the clamp of a useless fit (:func:`released_predictions`)."""
     return np.column_stack(_label_extremes(block))
 
 
 def label_range(executor, release, *, n_users):
-    """A released range of the labels (phase ``"clip"``, ``LABEL_RANGE_STEPS`` counts).
-
-    ``lo``: the ``q`` quantile of the users' minimum labels, ``hi``: the
-    ``1 - q`` quantile of their maximum labels (``q`` from the public plan, see
-    :data:`LABEL_QUANTILES`), each by a noisy bisection on the signed log grid
-    (counts of sensitivity 1), taken at the outer end of the selected grid
-    cell and widened by ``LABEL_SLACK`` of the width. An end on the edge of
-    the grid is "no information" and becomes infinite (no clamp on that side).
-
-    Returns
-    -------
-    lo, hi : float
+    """The released label range ``(lo, hi)`` (phase ``"clip"``, ``LABEL_RANGE_STEPS``
+    counts; :data:`LABEL_QUANTILES`): outer ends of the selected cells, widened by
+    ``LABEL_SLACK``; an end on the grid's edge is infinite (no clamp on that side).
     """
     grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
     counts = executor.map(_label_extreme_counts, grid)
@@ -359,16 +258,13 @@ def label_range(executor, release, *, n_users):
     return lo, hi
 
 
-#: :func:`cold_start_levels` drops a head whose offsets' released radius exceeds
-#: this multiple of the mean labels' (more than two cells of the public radius
-#: grid, ratio 1.79, above it; MovieLens with a raw timestamp: ratios 24 to 190).
+#: A head is dropped when its offsets' released radius exceeds this multiple of
+#: the mean labels' (over two cells of the radius grid, ratio 1.79; MovieLens
+#: with a raw timestamp: ratios 24 to 190).
 COLD_SPREAD_FACTOR = 4.0
-#: A location whose clipped mean lies more than ``max(LOCATION_SHIFT_LIMIT, 1 -
-#: 2 s)`` radii from its private median (``s``: the mean's public noise std in
-#: radii) is treated as astray (:func:`~skdpp.privacy._quantile.private_location`,
-#: ``return_shift``; an astray median puts it about one radius away): at 300 users
-#: and epsilon 1 one flipped step of a median search (and one of the radius
-#: search) released a cold-start intercept of 80.6 for offsets near 229, shift 0.59.
+#: A location whose clipped mean lies over ``max(LOCATION_SHIFT_LIMIT, 1 - 2 s)``
+#: radii from its median (``s``: the mean's noise std in radii) is astray (300
+#: users, epsilon 1: a flipped step released 80.6 for offsets near 229, shift 0.59).
 LOCATION_SHIFT_LIMIT = 0.5
 #: Report note of :func:`cold_start_levels` (``{head}``: what the head is).
 COLD_START_NOTE = (
@@ -382,22 +278,17 @@ COLD_START_NOTE = (
 
 
 #: The head is kept when more than ``n_users / 2`` plus this many count-noise
-#: stds of users prefer it (public).
+#: stds of users prefer it.
 HEAD_VOTE_MARGIN = 1.0
-#: Releases of phase ``"clip"`` of :func:`cold_start_levels`: two locations'
-#: searches and the vote on the head.
+#: Phase ``"clip"`` releases of :func:`cold_start_levels` (two searches, one vote).
 COLD_START_CLIP_RELEASES = 2 * LOCATION_SEARCH_STEPS + 1
 
 
 def head_votes(block, state, config):
-    """Block function: how many of the block's users prefer the cold-start head.
-
-    ``config = (project, head, b_head, b_level)``: a user prefers the head
-    when its rows' squared error under ``b_head + <x_r project, head>`` is
-    below that under the level ``b_level`` alone (``project``: the released
-    components, or ``None``). One user adds 0 or 1; a non-finite error counts
-    as not preferring.
-    """
+    """Block function: the number of users whose rows' squared error is lower under
+    ``b_head + <x_r project, head>`` than under ``b_level`` alone (``config =
+    (project, head, b_head, b_level)``, ``project`` the components or None); a
+    user adds 0 or 1, a non-finite error counts as 0."""
     project, head, b_head, b_level = config
     X = np.asarray(block.take(block.X), dtype=np.float64)
     y = np.asarray(block.take(block.y), dtype=np.float64)
@@ -410,72 +301,25 @@ def head_votes(block, state, config):
 
 def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
                       labels=None, reduce_votes=None):
-    """The cold-start intercept, and whether the released ``head`` is kept.
+    """The cold-start part: ``(head or zeros, intercept, radius, labels)``.
 
     Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
-    searches in phase ``"clip"``, clipped means in ``"cold_start"``): of the
-    users' mean labels ``ȳ_i`` and of their offsets ``ȳ_i - <x̄_i, head>``
-    (``reduce_offsets(v, fn)`` sums ``fn`` of the offsets with head ``v`` over
-    all users). A head that carries between-user information narrows the
-    offsets' spread; a head dominated by its noise widens it, by the noise
-    times the users' spread of ``x̄_i`` -- unbounded for a column nearly
-    constant within every user but not across users (a raw timestamp), where
-    the prediction ``b + <x̄_new, head>`` for a new user then misses by
-    hundreds. So the head is dropped (the location of the mean labels with
-    head 0) when the released radius of the offsets exceeds
-    :data:`COLD_SPREAD_FACTOR` times that of the mean labels: the head then
-    moves a new user's predicted level by several times the spread of the
-    users' mean labels. A useful head is never dropped by this rule only
-    because its users' mean rows are alike (features centred within users
-    leave both spreads equal, while the head still predicts within users).
-    Both locations are always released (the plan's count is fixed); the
-    choice compares released values: post-processing.
+    searches in phase ``"clip"``, means in ``"cold_start"``), always both
+    released: of the users' mean labels and of their offsets ``ȳ_i - <x̄_i,
+    head>`` (``reduce_offsets(v, fn)`` sums ``fn`` of the offsets with head
+    ``v``). The head is dropped (the mean labels' location is returned) by the
+    rules of the module docstring: an offsets radius above
+    :data:`COLD_SPREAD_FACTOR` times the mean labels'; an astray location
+    (:data:`LOCATION_SHIFT_LIMIT`) is not used when the other is central; and,
+    with ``reduce_votes``, a noisy count of the users preferring the head
+    (:func:`head_votes`; phase ``"clip"``, sensitivity 1) at most ``n_users /
+    2`` plus :data:`HEAD_VOTE_MARGIN` stds (a margin that cost 0.003-0.007 of
+    cold-start RMSE on MovieLens and passed 7 more benchmark checks).
 
-    A location whose median search went astray (one flipped comparison of
-    noisy counts sends it where no user is; its clipped mean then sits about
-    one radius away, :data:`LOCATION_SHIFT_LIMIT`) is not used when the other
-    one is central: an astray offsets location drops the head, an astray
-    mean-labels location keeps it. At the smallest useful budgets the limit
-    also flags about one central location in seven (the mean's noise); the
-    fallback is then the other, equally private, location.
-
-    The head is also kept only if a majority of users prefer it: one noisy
-    count (phase ``"clip"``, sensitivity 1) of the users whose own rows the
-    head's prediction fits better than the mean labels' location alone
-    (``reduce_votes(head, b_head, b_level)``, :func:`head_votes`), by more
-    than :data:`HEAD_VOTE_MARGIN` stds of the count's noise (a bare majority
-    is within the noise, and such heads change little: on MovieLens the
-    margin costs 0.003-0.007 of raw cold-start RMSE and made 7 more of the
-    defaults benchmark's raw-timestamp and shift/scale checks pass). The
-    spread rule compares users' mean rows; a head can pass it and still move
-    a user's *rows* by several rating points (a column shifted by 1e4 whose
-    coefficient is noise: 6-7 % of the users preferred such heads, against
-    50-75 % for useful ones, MovieLens 300-user draws; cold-start RMSE 1.66 and
-    1.49 with them against 1.08 and 1.10 without).
-
-    ``labels``, the released label range, is checked against the mean labels'
-    location: every user's mean label lies between its minimum and maximum,
-    so the median of the means lies between the medians of the extremes, and
-    the range's ends (quantiles ``q <= 0.5`` of the extremes) on either side
-    of it. An end on the wrong side means its noisy search went astray (one
-    flipped step at 300 users and epsilon 1 released (4.8, 9.9) for 0.5-5
-    ratings, clamping every prediction to 4.8): that end becomes infinite, no
-    clamp on that side (post-processing).
-
-    Measured (MovieLens, ``benchmarks/bench_defaults.py``, FedRep at epsilon 4
-    with the raw timestamp, user splits 1 and 2): released offset radii 59.9 and
-    18.6 against about 0.8 for the mean labels, cold-start RMSE 4.59 / 4.24
-    with the head against 1.06 with the mean level alone.
-
-    Returns
-    -------
-    head : ndarray
-        ``head``, or zeros.
-    intercept, radius : float
-        The kept location and its released radius.
-    labels : tuple of float or None
-        ``labels`` with an end on the wrong side of the mean labels' location
-        replaced by an infinity.
+    An end of ``labels`` (the released label range) on the wrong side of the
+    mean labels' location (the median of the means lies between the medians
+    of the extremes, and the ends are quantiles ``q <= 0.5`` of them) went
+    astray and becomes infinite. All choices are post-processing.
     """
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
                   radius_quantile=clip_quantile, return_shift=True)
@@ -508,15 +352,8 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
 
 
 def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
-    """A linear model's predictions after its post-processing.
-
-    ``codes``: each row's user position (``-1`` for a new user). A fit
-    predicted useful: every prediction clamped to the released
-    ``label_range``. A useless fit (``local_only``, :class:`FallbackPlan`:
-    no label range): a known user's own ridge prediction clamped to its own
-    label range (``own_ranges``, its personal attribute,
-    :func:`own_label_ranges`); new users keep the cold-start level.
-    """
+    """Predictions clamped to ``label_range``, or in a useless fit (``local_only``)
+    known users' (``codes >= 0``) clamped to their ``own_ranges``."""
     known = codes >= 0
     if not local_only:
         return clamp_predictions(pred, label_range)
@@ -528,12 +365,8 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
 
 
 def clamp_predictions(pred, label_range, rows=None):
-    """Predictions clamped to a released ``label_range`` (``None``: unchanged).
-
-    ``rows``: a boolean mask of the rows to clamp (default: all). Non-finite
-    values are left as they are (a prediction beyond the float range is still
-    reported by ``predict``'s finiteness check).
-    """
+    """Finite predictions (in the mask ``rows``, default all) clamped to ``label_range``
+    (``None``: unchanged); non-finite ones are left for ``predict``'s check."""
     if label_range is None:
         return pred
     lo, hi = label_range
@@ -541,22 +374,17 @@ def clamp_predictions(pred, label_range, rows=None):
     return np.where(mask, np.clip(pred, lo, hi), pred)
 
 
-#: What a useless linear fit does for its known users (the text of its warning).
+#: What a useless linear fit does for its known users (in its warning).
 LINEAR_FALLBACK = "each known user gets its own ridge fit (local data only)"
 #: The one phase of a :class:`FallbackPlan` (an exponential-mechanism selection).
 LEVEL_PHASE = "cold_start"
 
 
 def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
-    """A warning text when the plan predicts a useless fit, else None (public values only).
-
-    ``clip_noise`` is the calibrated noise multiplier of the phase ``"clip"``
-    (the std of each released count, sensitivity 1); the rule compares it to
-    ``USELESS_CLIP_NOISE * n_users``. ``fallback`` says what the known users
-    get instead (``None``: the fit runs as planned); ``level``: whether the
-    fallback releases the users' median
-    (:func:`~skdpp.privacy._quantile.median_found`).
-    """
+    """The warning text if ``clip_noise`` (phase ``"clip"``'s count noise std) exceeds
+    ``USELESS_CLIP_NOISE * n_users``, else None. ``fallback``: what known users get
+    instead (None: the fit runs as planned); ``level``: whether the fallback
+    releases the users' median."""
     if clip_noise is None or not np.isfinite(clip_noise) or \
             clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
         return None
@@ -576,17 +404,9 @@ def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
 
 
 class FallbackPlan(BudgetPlan):
-    """The plan of a fit predicted useless: at most one release (:func:`fallback_plan`).
-
-    Phase :data:`LEVEL_PHASE` (one exponential-mechanism selection, the whole
-    ε, pure DP) when :func:`~skdpp.privacy._quantile.median_found`, else no
-    phase: nothing is released.
-
-    Attributes
-    ----------
-    message : str
-        The :class:`~skdpp.exceptions.UselessFitWarning` of the fit.
-    """
+    """The plan of a fit predicted useless (:func:`fallback_plan`): phase
+    :data:`LEVEL_PHASE` (one exponential-mechanism selection, the whole ε) with
+    ``level``, else nothing released; ``message`` is the fit's warning."""
 
     def __init__(self, epsilon, delta, *, message, level):
         super().__init__(epsilon, delta)
@@ -596,15 +416,10 @@ class FallbackPlan(BudgetPlan):
 
 
 def fallback_plan(plan, n_users, name, fallback=LINEAR_FALLBACK, *, level=True):
-    """``plan``, or the :class:`FallbackPlan` of a fit ``plan`` predicts useless.
-
-    The rule of :func:`useless_fit_message` on ``plan``'s phase ``"clip"``
-    (public: ``n_users``, ε, δ, the release counts). A useless fit's releases
-    would be mostly noise, and its budget is better spent on the one value
-    that is still within reach: the cold-start level (``level``: the model
-    has one, and :func:`~skdpp.privacy._quantile.median_found`). A plan with
-    a user-fixed noise multiplier, or without ``"clip"``, is kept.
-    """
+    """``plan``, or a :class:`FallbackPlan` when :func:`useless_fit_message` predicts it
+    useless (public rule); its budget then goes to the cold-start level (``level``
+    and :func:`~skdpp.privacy._quantile.median_found`). Plans with a fixed noise
+    multiplier or without ``"clip"`` are kept."""
     if plan.fixed_noise or CLIP_PHASE not in plan:
         return plan
     level = bool(level) and median_found(plan.epsilon, n_users)
@@ -616,12 +431,8 @@ def fallback_plan(plan, n_users, name, fallback=LINEAR_FALLBACK, *, level=True):
 
 
 def fallback_level(release, reduce, n_users):
-    """A :class:`FallbackPlan` fit's cold-start level, after its warning.
-
-    The users' median of one value each (``reduce``, as for
-    :func:`~skdpp.privacy._quantile.private_median`: the mean labels), or the
-    prior 0 when the plan releases nothing.
-    """
+    """Warn, then the :class:`FallbackPlan`'s level: the users' median of ``reduce``
+    (:func:`~skdpp.privacy._quantile.private_median`), or 0 without a release."""
     warnings.warn(release.plan.message, UselessFitWarning, stacklevel=_caller_stacklevel())
     if LEVEL_PHASE not in release.plan:
         return 0.0
@@ -629,7 +440,7 @@ def fallback_level(release, reduce, n_users):
 
 
 def mean_label_values(block, state, fn):
-    """Block function: ``fn`` of the block's users' mean labels (for :func:`fallback_level`)."""
+    """Block function: ``fn`` of the block's users' mean labels."""
     return fn(user_means(block, np.asarray(block.take(block.y), dtype=np.float64))), state
 
 
@@ -655,25 +466,19 @@ def at_grid_edge(value):
     return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
 
 
-#: A released clip bound of the users' gradient norms above this multiple of
-#: its public upper bound (:func:`gradient_bound_inconsistent`) means the
-#: noisy search went astray.
+#: A released gradient-norm bound above this multiple of its bound from the other
+#: releases (:func:`gradient_bound_inconsistent`) went astray.
 GRADIENT_BOUND_SLACK = 4.0
 
 
 def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
     """Whether a released gradient-norm bound contradicts the other releases.
 
-    Each user's squared-loss gradient at ``w = 0`` is
-    ``mean_r x_r y_r``, of norm at most ``rms_r ||x_r|| * max_r |y_r|``
-    (Cauchy-Schwarz); ``|y_r|`` is at most the label range's width for rows
-    centred on the user's means (else its largest absolute end). The bound
-    holds user by user, so every quantile of the norms is at most the same
-    quantile of the rms row norms (``feature_scale``) times that label bound.
-    A released ``clip_norm`` more than ``GRADIENT_BOUND_SLACK`` times that
-    is impossible up to the searches' noise: the noisy bisection went astray
-    and the weights learned with it are noise. Post-processing of released
-    values only (no privacy cost).
+    A user's gradient at ``w = 0``, ``mean_r x_r y_r``, has norm at most ``rms_r
+    ||x_r|| max_r |y_r|`` (Cauchy-Schwarz), ``|y_r|`` at most the label range's
+    width for centred rows (else its largest absolute end); so every quantile
+    of the norms is at most ``feature_scale`` times that. A ``clip_norm`` over
+    ``GRADIENT_BOUND_SLACK`` times it went astray (post-processing).
     """
     if labels is None or not all(isinstance(v, (int, float, np.floating))
                                  for v in (clip_norm, feature_scale)):
@@ -703,10 +508,9 @@ def scaling_notes(scaled, dropped, labels, bounds):
         f"label_range_ = ({labels[0]:.6g}, {labels[1]:.6g}); predictions are clamped to it "
         f"(post-processing)."]
     if dropped:
-        notes.append(
-            f"{dropped} column(s) got a scale on the lower edge of the public grid (constant "
-            f"within most users, or counts dominated by noise): treated as no information "
-            f"and dropped (scale inf); post-processing, no privacy cost.")
+        notes.append(f"{dropped} column(s) got a scale on the lower edge of the public grid "
+                     f"(constant within most users, or noise): dropped (scale inf); "
+                     f"post-processing, no privacy cost.")
     if not all(np.isfinite(labels)):
         notes.append("An end of the label range fell on the edge of its public grid, or on "
                      "the wrong side of the released location of the users' mean labels "
@@ -714,9 +518,8 @@ def scaling_notes(scaled, dropped, labels, bounds):
                      "no privacy cost).")
     edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
     if edge:
-        notes.append(
-            f"{', '.join(edge)}: on the lower edge of the public grid (the users' "
-            f"statistics are about 0 in the standardised units, or noise): the shared "
-            f"part learns nothing from them; predictions rest on the users' own means "
-            f"and the cold-start intercept (post-processing, no privacy cost).")
+        notes.append(f"{', '.join(edge)}: on the lower edge of the public grid (statistics "
+                     f"about 0 in standardised units, or noise): the shared part learns "
+                     f"nothing from them; predictions rest on the users' own means and the "
+                     f"cold-start intercept (post-processing, no privacy cost).")
     return tuple(notes)

@@ -22,10 +22,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     orthonormal) is released under user-level (ε, δ)-DP; each user's head
     ``v_i`` and intercept ``b_i`` come from the releases and its own rows.
     Algorithm 1 of Snedeker, Zhou & Bassily (2025) with their private
-    initialisation (Algorithm 2), plus per-user intercepts, shrinkage
-    towards a released cold-start part and private scale-free bounds
-    (``"auto"``): raw data work with only ``epsilon`` set. Derivations and
-    the paper's symbols: ``docs/estimators/fedrep.rst``.
+    initialisation (Algorithm 2), plus per-user intercepts, shrinkage towards
+    a released cold-start part and private scale-free bounds (``"auto"``): raw
+    data work with only ``epsilon`` set. Derivations: :ref:`fedrep`.
 
     Parameters
     ----------
@@ -38,14 +37,12 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         random orthonormal matrix (free); or a *public* warm start (free; not
         computed from the private data), orthonormalised by QR.
     max_iter : int, default=5
-        Number of iterations ``T`` of Alg. 1 (one release each).
+        Number of iterations ``T`` of Alg. 1 (one release each), ``>= 0``.
     learning_rate : float, default=1.5
-        ``η`` of the gradient step on ``U`` (Alg. 1, line 10); the step is
-        ``η / s_y^2``.
+        ``η > 0`` of the step on ``U`` (Alg. 1, line 10); the step is ``η / s_y^2``.
     label_scale : float or "auto", default="auto"
-        ``s_y``. ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square centred ``S^0`` targets (phase ``"clip"``). ``1.0``: the
-        paper's step.
+        ``s_y > 0``. ``"auto"``: the ``clip_quantile`` of the users' root mean
+        square centred ``S^0`` targets. ``1.0``: the paper's step.
     fit_intercept : bool, default=True
         Per-user intercepts (rows centred on the user's own means) and a
         released cold-start intercept. ``False``: the paper's model.
@@ -53,14 +50,13 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Rows of the personal parts: all of a user's rows (post-processing), or
         the paper's ``S^1`` (Alg. 1, line 14).
     personal_ridge : float, default=10.0
-        ``κ``: heads and mean levels are shrunk towards the cold-start part by
-        ``κ k`` pseudo-rows, scaled by the share of the user's target variance
-        its own fit leaves unexplained (scale-free). ``0``: least squares.
+        ``κ >= 0``: heads and mean levels are shrunk towards the cold-start
+        part by ``κ k`` pseudo-rows, scaled by the share of the user's target
+        variance its own fit leaves unexplained (scale-free). ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
         ``ψ``: Frobenius clip of each user's gradient ``∇_{i,t}``. ``"auto"``:
-        the ``clip_quantile`` of the users' gradient norms at ``U_0`` (phase
-        ``"clip"``). ``None`` only with ``epsilon=np.inf``. A number must not
-        be chosen from the private data.
+        the ``clip_quantile`` of the users' gradient norms at ``U_0``. ``None``
+        only with ``epsilon=np.inf``. A number must not come from the private data.
     init_clip_norm : float, "auto" or None, default="auto"
         ``ψ_init`` of Alg. 2 (clip of each ``Z_i``), or ``ζ`` with
         ``init="private_pairwise"``. ``"auto"``: the ``clip_quantile / 2``
@@ -72,17 +68,16 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Quantile an ``"auto"`` bound is set to; the radius quantile of the
         cold-start intercept.
     budget_shares : dict or None, default=None
-        Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
-        (default ``"auto"``: the smallest of 0.05, 0.1, 0.2, 0.3, 0.5 whose
-        count noise std is at most ``n_users / 8``, a public rule), ``"init"``
-        (default 0.1) and ``"cold_start"`` (default 0.02; ``0``: unseen users
-        get the zero head and intercept). E.g. ``{"init": 0.2}``.
+        Budget shares by phase, e.g. ``{"init": 0.2}``; ``"iterations"`` takes
+        the rest. ``"clip"`` (default ``"auto"``, :ref:`auto_rules`),
+        ``"init"`` (default 0.1) and ``"cold_start"`` (default 0.02; ``0``:
+        unseen users get the zero head and intercept).
     batch_mode : {"same", "disjoint"}, default="same"
         Head and gradient of a round on the same ``S^0`` rows (the authors'
         code), or on two disjoint batches (Alg. 1, line 5; see Notes).
     batch_size : int or None, default=None
-        ``b``: rows per batch and user. ``None``: all ``S^0`` rows (``"same"``)
-        or ``floor(|S^0_i| / 2)`` (``"disjoint"``).
+        ``b >= 1``: rows per batch and user. ``None``: all ``S^0`` rows
+        (``"same"``) or ``floor(|S^0_i| / 2)`` (``"disjoint"``).
     epsilon : float, default=1.0
         Privacy budget ε in (0, inf]; ``np.inf``: the same algorithm without
         noise (clipping still applies).
@@ -116,7 +111,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     label_range_ : tuple of float or None
         Released range predictions are clamped to.
     local_only_ : bool
-        Whether the plan predicted a useless fit (see Notes).
+        Whether the plan predicted a useless fit (:ref:`auto_rules`).
     own_label_ranges_ : ndarray of shape (n_users_, 2)
         Each user's own minimum and maximum label (local): a useless fit
         clamps the user's predictions to it.
@@ -125,8 +120,8 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     n_users_ : int
         Number of users in ``fit``.
     n_iter_ : int
-        Number of iterations run (1 in a fit predicted useless, ``local_only_``:
-        its one pass of personal fits).
+        Number of iterations run (1 in a useless fit: its one pass of
+        personal fits).
     privacy_report_ : PrivacyReport
         Budget plan, sensitivities, noise multipliers and the spent (ε, δ).
     n_features_in_ : int
@@ -142,44 +137,32 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     part, the ``"auto"`` bounds, ``feature_scales_`` and ``label_range_``
     under *replace one user's entire data* (the number of users is public);
     heads and intercepts are computed by each user from the releases and its
-    own rows, so the output is jointly DP. ``groups=None``: row-level DP.
-    Floating-point noise is not hardened against side channels.
+    own rows (joint DP). ``groups=None``: row-level DP. Floating-point noise
+    is not hardened against side channels.
 
-    **Releases and sensitivities** (L2 / Frobenius; the table and the
-    derivations: ``docs/estimators/fedrep.rst``):
+    **Budget plan and sensitivities** (L2 / Frobenius; derivations:
+    :ref:`fedrep`). Gaussian phases calibrated jointly on the exact (μ-GDP)
+    composition with the shares of ``budget_shares`` (the paper's loose
+    closed-form ``σ̂`` is not used): ``init`` (Alg. 2, line 6), ``sum_i
+    clip(Z_i, ψ_init)`` with symmetric noise, ``2 ψ_init`` (``Z_i`` the
+    user's U-statistic on ``S^0``, clipped by the norm of the matrix actually
+    added; ``"private_pairwise"``: ``2 ζ^2``); ``iterations`` (line 10), ``T``
+    releases of ``sum_i clip(∇_{i,t}, ψ)``, ``2 ψ`` (the rank-one ``g_i
+    v_i^T`` is clipped by one scalar factor of unit vectors, so the bound
+    holds for any magnitudes); ``cold_start``, ``sum_i clip(v_i, C_head)``,
+    ``2 C_head``, and with ``fit_intercept`` clipped means of the users'
+    offsets ``ȳ_i - <p̄_i, v_cold>`` and mean labels around private medians,
+    ``2 R`` each; ``clip``, counts of users of sensitivity 1
+    (:ref:`auto_rules`).
 
-    * ``init`` (Alg. 2, line 6): ``sum_i clip(Z_i, ψ_init)``, ``2 ψ_init``,
-      symmetric noise (``Z_i``: the user's U-statistic on ``S^0``, clipped by
-      the norm of the matrix actually added,
-      :func:`~skdpp.linear_model._algorithms.spectral_init.spectral_statistic`);
-      ``"private_pairwise"``: mean pair matrices, ``2 ζ^2``.
-    * ``iterations`` (line 10), per round: ``sum_i clip(∇_{i,t}, ψ)``, ``2 ψ``;
-      the rank-one ``g_i v_i^T`` is clipped by one scalar factor (unit
-      vectors), so the bound holds for any magnitudes; dividing by the
-      public ``n`` is post-processing.
-    * ``cold_start``: ``sum_i clip(v_i, C_head)``, ``2 C_head``; with
-      ``fit_intercept``, clipped means of the users' offsets ``ȳ_i - <p̄_i,
-      v_cold>`` and mean labels around private medians, ``2 R`` each
-      (:func:`~skdpp.privacy._quantile.private_location`).
-    * ``clip``: Gaussian counts of users, sensitivity 1: 6 per ``"auto"``
-      bound (:func:`~skdpp.privacy._quantile.private_quantile`), the
-      locations' median and radius searches, the label range and scales.
-
-    **Budget plan.** Phases ``clip``, ``init``, ``iterations`` (``T``
-    releases, the rest) and ``cold_start`` with the shares of
-    ``budget_shares``, calibrated jointly on the exact (μ-GDP) composition;
-    the paper's closed-form ``σ̂`` (loose) is not used.
-
-    **Randomness.** The ``S^0`` / ``S^1`` split (``ceil(m_i / 2)`` rows in
-    ``S^0``) and the batches are keyed hashes of the fit's secret key, the
-    user id, the row's rank within the user (by content) and the round: a
-    fit is a function of the *set* of records.
+    **Randomness.** The split (``ceil(m_i / 2)`` rows in ``S^0``) and the
+    batches are keyed hashes: a fit is a function of the *set* of records.
 
     **Deviations from the paper** (none affects privacy):
 
     * ``batch_mode="same"``: at 10 rows per user and ``T = 5`` Alg. 1's
-      disjoint batches hold 1-2 rows and the iteration does not converge;
-      Lemmas 7 and 9 assume independent batches. ``"disjoint"`` resamples
+      disjoint batches hold 1-2 rows and the iteration does not converge
+      (Lemmas 7 and 9 assume independent batches). ``"disjoint"`` resamples
       every round (``b <= floor(m / 2T)`` needs ``|S^0_i| >= 2Tb``); users
       with fewer than 2 ``S^0`` rows contribute a zero gradient.
     * ``personal_rows="all"`` is not covered by Theorem 4's utility analysis
@@ -187,36 +170,20 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
       user's final head uses its ``S^0`` row.
     * Head solves add a relative ridge (``1e-10 tr(A)/k``; ``1e-6`` below
       ``k`` rows); Alg. 2's rank-``k`` SVD takes the top-``k`` eigenvectors.
-    * Added: the cold-start part, the intercepts (rows centred on the
-      user's means over all its rows: bounds unchanged), the shrinkage, the
-      ``"auto"`` bounds and the step ``η / s_y^2``. ``personal_rows="holdout"``,
-      ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds give
-      the paper's algorithm.
+    * Added: the cold-start part, the intercepts (rows centred on the user's
+      means: bounds unchanged), the shrinkage, the ``"auto"`` bounds and the
+      step ``η / s_y^2``; ``personal_rows="holdout"``, ``personal_ridge=0``,
+      ``fit_intercept=False`` and numeric bounds give the paper's algorithm.
     * A head that overflows, or a gradient that is not a number, is zero (a
       function of that user's rows): ``fit`` neither fails nor warns.
 
     **Input domain.** Finite ``X`` and ``y``, ``groups`` numbers or strings;
     see :class:`~skdpp.base.BasePersonalizedEstimator` (*Quiet numerics*).
 
-    **Scales, label range, useless fits** (all bounds ``"auto"``,
-    :mod:`skdpp.linear_model._auto`). Phase ``"clip"`` also releases the
-    label range predictions are clamped to and, unless the count noise then
-    exceeds ``SCALE_GATE_NOISE * n_users`` (public), per-feature scales: the
-    fit runs on ``X / feature_scales_``, each coordinate keeps at least
-    ``VARIANCE_FLOOR`` of variance in the refit, and a column or bound on
-    the lower edge of its grid is dropped or ignored (post-processing). The
-    cold-start head is shrunk by ``max(0, 1 - k sigma^2 / ||v||^2)`` and kept
-    only if a noisy count (phase ``"clip"``, sensitivity 1) says most users
-    own rows are fitted better with it than with the mean labels' location
-    alone (:func:`~skdpp.linear_model._auto.head_votes`). If the
-    ``"clip"`` count noise exceeds ``USELESS_CLIP_NOISE * n_users`` (public),
-    a :class:`~skdpp.exceptions.UselessFitWarning` is raised and the fit
-    makes none of its releases (``local_only_``): each known user gets its
-    own ridge fit towards zero and its mean on public random components
-    (local data only); the whole budget goes to one exponential-mechanism
-    selection of the users' median mean label (``cold_start_intercept_``,
-    pure ε-DP) when ``epsilon * n_users`` is large enough for it (about 76),
-    else new users get 0.
+    **Scales, label range, cold start, useless fits**: :ref:`auto_rules`.
+    The released cold-start head is also shrunk by ``max(0, 1 - k σ^2 /
+    ||v||^2)`` (``σ`` its noise std); in a useless fit each known user gets
+    its own ridge fit towards zero and its mean on public random components.
 
     References
     ----------

@@ -1,17 +1,14 @@
-"""The small batched solves of every estimator (one module, DESIGN §4): stacks of
-``k x k`` systems (:func:`batched_solve`), per-user heads (:func:`solve_heads`,
-:func:`shrunk_heads`), the floored noisy solve of Priv-AltMin
-(:func:`psd_floor_solve`) and the Gram systems of DP matrix factorisation
-(:func:`psd_ridge_solve`, :func:`gram_ridge_solve`), vectorised over the stack.
+"""The small batched solves of every estimator: stacks of ``k x k`` systems
+(:func:`batched_solve`), per-user heads (:func:`solve_heads`, :func:`shrunk_heads`),
+Priv-AltMin's floored noisy solve (:func:`psd_floor_solve`) and the Gram systems
+of DP matrix factorisation (:func:`psd_ridge_solve`, :func:`gram_ridge_solve`).
 
-Per-system decisions (joint DP, DESIGN §7): a stack batches many users'
-systems, and one user's solution -- method, fallback, every bit -- depends on
-its own system only. numpy's gufuncs (``solve``, ``inv``, ``slogdet``,
-``svd``, ``matmul``) treat each matrix of a stack independently, and every
-decision here (singular, ill-conditioned, non-finite) is made from the
-system's own values (:func:`_lu_each`, :func:`_pinv_each`); a stack-wide
-``except LinAlgError`` re-solve would let one user change every other user's
-solution in the last bits.
+Per-system decisions (joint DP, DESIGN §7): one user's solution -- method,
+fallback, every bit -- depends on its own system only. numpy's gufuncs treat
+each matrix of a stack independently, and every decision here (singular,
+ill-conditioned, non-finite) is made from the system's own values; a
+stack-wide ``except LinAlgError`` re-solve would let one user change every
+other user's solution in the last bits.
 """
 
 import numpy as np
@@ -26,66 +23,54 @@ _HEAD_RIDGE = 1e-10
 _HEAD_RIDGE_DEFICIENT = 1e-6
 
 
-def _lu_each(M, B=None):
-    """Per-system LU: ``solve(M_i, B_i)`` (``inv(M_i)`` if ``B`` is None), NaN where singular.
-
-    One batched call; if LAPACK meets an exact zero pivot, systems with
-    non-finite entries or a zero ``slogdet`` sign are screened out (NaN, left
-    to the caller's per-system fallback) and the rest re-solved as a
-    sub-stack (the same bits), or one at a time if the screen disagrees.
-    ``M`` (n, k, k), ``B`` (n, k, m); returns (n, k, m) or (n, k, k).
-    """
-    def lu(Ms, Bs):
-        return np.linalg.inv(Ms) if Bs is None else np.linalg.solve(Ms, Bs)
-
+def _fill_each(X, ok, fn, *arrays):
+    """``X[ok] = fn(*arrays[ok])``; if LAPACK raises, one system at a time (NaN stays
+    where it still raises)."""
     try:
-        return lu(M, B)
-    except np.linalg.LinAlgError:  # some system is exactly singular: screen each
-        pass
-    shape = M.shape if B is None else B.shape
-    X = np.full(shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
-    ok = np.isfinite(M).all(axis=(-2, -1))
-    if ok.any():
-        ok[ok] = np.linalg.slogdet(M[ok])[0] != 0
-    if ok.any():
-        try:
-            X[ok] = lu(M[ok], None if B is None else B[ok])
-        except np.linalg.LinAlgError:  # screen and solver disagree: one at a time
-            for i in np.flatnonzero(ok):
-                try:
-                    X[i:i + 1] = lu(M[i:i + 1], None if B is None else B[i:i + 1])
-                except np.linalg.LinAlgError:
-                    pass
-    return X
-
-
-def _pinv_each(M):
-    """Per-system pseudo-inverses of a stack ``M`` (n, k, k); NaN for a system with
-    non-finite entries or whose SVD does not converge (``pinv`` raises stack-wide)."""
-    X = np.full(M.shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
-    ok = np.isfinite(M).all(axis=(-2, -1))
-    if not ok.any():
-        return X
-    try:
-        X[ok] = np.linalg.pinv(M[ok])
-    except np.linalg.LinAlgError:  # an SVD did not converge: one at a time
+        X[ok] = fn(*(a[ok] for a in arrays))
+    except np.linalg.LinAlgError:
         for i in np.flatnonzero(ok):
             try:
-                X[i:i + 1] = np.linalg.pinv(M[i:i + 1])
+                X[i:i + 1] = fn(*(a[i:i + 1] for a in arrays))
             except np.linalg.LinAlgError:
                 pass
     return X
 
 
+def _lu_each(M, B=None):
+    """Per-system LU: ``solve(M_i, B_i)`` (``inv(M_i)`` if ``B`` is None), NaN where singular.
+
+    One batched call; on an exact zero pivot, systems with non-finite entries or
+    a zero ``slogdet`` sign get NaN and the rest are re-solved as a sub-stack
+    (the same bits), or one at a time if the screen disagrees.
+    """
+    fn, arrays = (np.linalg.inv, (M,)) if B is None else (np.linalg.solve, (M, B))
+    try:
+        return fn(*arrays)
+    except np.linalg.LinAlgError:  # some system is exactly singular: screen each
+        pass
+    X = np.full(arrays[-1].shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
+    ok = np.isfinite(M).all(axis=(-2, -1))
+    if ok.any():
+        ok[ok] = np.linalg.slogdet(M[ok])[0] != 0
+    return _fill_each(X, ok, fn, *arrays) if ok.any() else X
+
+
+def _pinv_each(M):
+    """Per-system pseudo-inverses; NaN for non-finite systems or an unconverged SVD."""
+    X = np.full(M.shape, np.nan, dtype=np.result_type(M.dtype, np.float64))
+    ok = np.isfinite(M).all(axis=(-2, -1))
+    return _fill_each(X, ok, np.linalg.pinv, M) if ok.any() else X
+
+
 def batched_solve(A, b, *, ridge=0.0):
     """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
 
-    ``A`` (..., k, k); ``b`` (..., k) (vectors) or (..., k, m); returns the
-    shape of ``b``. One batched inverse (which gives each item's condition
-    number); items that are singular, have a Frobenius condition number above ``1 /
-    (k * eps)`` or a non-finite result get the minimum-norm least-squares
-    solution (pseudo-inverse); items with non-finite entries give NaN. Each
-    decision is per item. Inputs are not modified.
+    ``A`` (..., k, k); ``b`` (..., k) or (..., k, m); returns the shape of ``b``.
+    One batched inverse (giving each item's condition number); items that are
+    singular, have a Frobenius condition number above ``1 / (k * eps)`` or a
+    non-finite result get the pseudo-inverse solution; items with non-finite
+    entries give NaN. Each decision is per item; inputs are not modified.
 
     Examples
     --------
@@ -100,8 +85,7 @@ def batched_solve(A, b, *, ridge=0.0):
     b = np.asarray(b)
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
         raise ValueError(
-            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}."
-        )
+            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}.")
     if not (np.isscalar(ridge) and np.isfinite(ridge) and ridge >= 0):
         raise ValueError(f"`ridge` must be a finite number >= 0; got {ridge!r}.")
     k = A.shape[-1]
@@ -110,8 +94,7 @@ def batched_solve(A, b, *, ridge=0.0):
     if B.shape[:-1] != A.shape[:-1]:
         raise ValueError(
             f"`b` of shape {b.shape} does not match `A` of shape {A.shape}; expected "
-            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices)."
-        )
+            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices).")
     dtype = np.result_type(A.dtype, B.dtype, np.float64)
     M = A.astype(dtype, copy=True)
     if ridge:
@@ -142,11 +125,8 @@ def _relative_ridge(A, counts):
 
 
 def _cramer(M, rhs):
-    """2 x 2 systems by Cramer's rule (forward stable, ~6x faster than batched LU).
-
-    Returns ``(v, bad)``: ``bad`` marks the systems whose determinant is not
-    safely positive or whose solution is not finite (to solve the general way).
-    """
+    """2 x 2 systems by Cramer's rule (forward stable, ~6x faster than batched LU);
+    ``bad`` marks a determinant not safely positive or a non-finite solution."""
     a, b, d = M[:, 0, 0], 0.5 * (M[:, 0, 1] + M[:, 1, 0]), M[:, 1, 1]
     with np.errstate(all="ignore"):
         det = a * d - b * b
@@ -175,13 +155,9 @@ def shrunk_heads(A, r, prior, penalty, counts):
     """Per-user solutions shrunk towards ``prior``: ``(A_i + diag(q_i)) v_i = r_i + q_i * p_i``.
 
     The minimiser of ``sum_r (y_r - <p_r, v>)^2 + sum_j q_ij (v_j - p_ij)^2``
-    (``A_i = P^T P``, ``r_i = P^T y``), the relative ridge added to every
-    ``q_ij``. Users without rows or with an infinite penalty get ``p_i``;
-    other systems with non-finite entries give 0.
-
-    Shapes: ``A`` (n, k, k), ``r`` (n, k), ``prior`` (n, k) or (k,), the
-    non-negative ``penalty`` (n, k) or (n,), ``counts`` (n,) rows per user;
-    returns (n, k).
+    (``A_i = P^T P``, ``r_i = P^T y``; ``q`` is ``penalty`` (n, k) or (n,) plus
+    the relative ridge). Users without rows or with an infinite penalty get
+    ``p_i`` (``prior``, (n, k) or (k,)); other non-finite systems give 0.
 
     Examples
     --------
@@ -216,9 +192,8 @@ def shrunk_heads(A, r, prior, penalty, counts):
 
 
 def _solve_stack(M, r):
-    """Batched ``M_i v_i = r_i`` by LU (:func:`_lu_each`); a system whose solution is
-    not finite, and only it, is re-solved by :func:`batched_solve`. Systems with
-    a non-finite entry get ``0`` and never reach LAPACK (whose SVD raises on NaN)."""
+    """Batched ``M_i v_i = r_i`` by LU, a non-finite solution re-solved by
+    :func:`batched_solve`; non-finite systems get ``0`` (LAPACK's SVD raises on NaN)."""
     dtype = np.result_type(M.dtype, r.dtype, np.float64)
     finite = np.isfinite(M).all(axis=(1, 2)) & np.isfinite(r).all(axis=1)
     v = np.zeros(r.shape, dtype=dtype)
@@ -257,13 +232,9 @@ def psd_ridge_solve(A, b, reg):
 def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
     """``x_i = (G_i + diag(reg_i))^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
 
-    One batched LU (positive definite for ``reg > 0``); a system whose solution
-    is not finite is re-solved by :func:`batched_solve` if its entries are
-    finite, else NaN (decided per system).
-
-    ``G`` (n, k, k) symmetric PSD (modified in place only with ``overwrite_g``
-    for a float64 ``G``), ``b`` (n, k), ``reg > 0`` a float or of shape (k,) or
-    (n, k); returns (n, k).
+    One batched LU; a non-finite solution is re-solved by :func:`batched_solve`
+    if the system is finite, else NaN. ``G`` (n, k, k) is modified in place only
+    with ``overwrite_g`` (float64); ``reg > 0`` is a float, (k,) or (n, k).
 
     Examples
     --------

@@ -1,7 +1,5 @@
-"""Margin-based personalized classification with a JL projection and the
-exponential mechanism: the estimator of Snedeker, Zhou & Bassily (2025),
-Algorithm 3, which lives in :mod:`skdpp.linear_model._algorithms.jl_margin`.
-"""
+"""The estimator :class:`JLMarginClassifier` (Snedeker, Zhou & Bassily 2025, Alg. 3);
+the algorithm is :mod:`skdpp.linear_model._algorithms.jl_margin`."""
 
 from numbers import Integral, Real
 
@@ -22,78 +20,71 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     """Personalized linear classifier with a DP shared embedding learned by
     the exponential mechanism in a Johnson-Lindenstrauss space.
 
-    Implements Algorithm 3 of Snedeker, Zhou & Bassily (2025): the features
-    are projected by a random sign matrix ``M`` (``jl_dim x n_features``), a
-    ``jl_dim x n_components`` matrix ``U~`` is selected by the exponential
-    mechanism with the margin score ``f(U~) = -(1/n) sum_i min_{||v||}
-    L^_rho(U~, v; (S_i^0)_M)``, the shared embedding ``U_priv = M^T U~`` is
-    released, and each user fits its head ``v_i`` and bias ``b_i`` on its own
-    rows. The decision function of user ``i`` is ``<x, U_priv v_i> + b_i``.
-    Works on raw data with only ``epsilon`` set: the label set, the clip
-    radius and the cold-start bias are chosen privately and charged.
-
-    Read more in the :ref:`User Guide <jl_margin>` and the paper's Section 4.
+    Algorithm 3 of Snedeker, Zhou & Bassily (2025): the features are projected
+    by a random sign matrix ``M`` (``jl_dim x n_features``), a ``jl_dim x
+    n_components`` matrix ``U~`` is selected by the exponential mechanism with
+    the margin score ``f(U~) = -(1/n) sum_i min_{||v||} L^_rho(U~, v;
+    (S_i^0)_M)``, ``U_priv = M^T U~`` is released, and each user fits its head
+    ``v_i`` and bias ``b_i`` on its own rows; user ``i``'s decision function is
+    ``<x, U_priv v_i> + b_i``. Works on raw data with only ``epsilon`` set: the
+    label set, the clip radius and the cold-start bias are chosen privately
+    and charged. Read more in the :ref:`User Guide <jl_margin>`.
 
     Parameters
     ----------
     n_components : int, default=3
-        Dimension ``k`` of the shared embedding.
+        Dimension ``k >= 1`` of the shared embedding.
     jl_dim : int or "auto", default="auto"
-        Dimension ``k'`` of the JL space. ``"auto"``: Alg. 3's
-        ``k' = ceil(log(n / beta) / margin^2)`` (``n`` the public number of
-        users, ``beta = 0.05``), clipped to ``[n_components, min(n_features,
-        256)]`` (the cap with ``margin="auto"``).
+        Dimension ``k' >= n_components`` of the JL space. ``"auto"``: Alg. 3's
+        ``ceil(log(n / 0.05) / margin^2)`` (``n`` the public number of users),
+        clipped to ``[n_components, min(n_features, 256)]`` (the cap with
+        ``margin="auto"``).
     margin : "auto" or float, default="auto"
-        Margin of the score's loss. ``"auto"``: the limit ``rho -> 0+``, the
-        loss ``1[y <U~^T M x, u> <= 0]`` (the paper's ``l_0``), scale-free, no
-        budget. A float: *relative to the clip radius* ``r``, the loss
-        ``1[y <U~^T M x, u> <= margin * r]``.
+        ``"auto"``: the limit ``rho -> 0+``, the loss ``1[y <U~^T M x, u> <=
+        0]`` (the paper's ``l_0``), scale-free. A float ``> 0``: *relative to
+        the clip radius* ``r``, the loss ``1[y <U~^T M x, u> <= margin * r]``.
     clip_norm : "auto", float or None, default="auto"
-        Row-norm bound ``r`` (rows are scaled to norm at most ``r``).
+        Row-norm bound ``r > 0`` (rows are scaled to norm at most ``r``).
         ``"auto"``: the ``clip_quantile`` of the users' root-mean-square row
-        norms, released (phase ``"clip"``). A number: used as is (free).
-        ``None`` only with ``epsilon=np.inf``. The sensitivities do not
-        depend on ``r``.
+        norms (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``. The
+        sensitivities do not depend on ``r``.
     clip_quantile : float in (0, 1], default=0.5
         Quantile released by ``clip_norm="auto"``.
     n_candidates : int, default=256
-        Number of candidates of the exponential mechanism.
+        Number ``>= 1`` of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
         ``"random"``: data-independent Haar-random orthonormal frames.
         ``"subspace"``: around the top eigenvectors of a released noisy
         second-moment matrix (see Notes).
     n_directions : int, default=64
-        Public unit directions of the inner minimum over heads
+        Public unit directions (``>= 2``) of the inner minimum over heads
         (``n_components=1``: always 2).
     fit_intercept : bool, default=True
-        Per-user bias ``b_i``, kept only if it lowers the logistic loss on
-        the user's rows by more than 2 nats (else ``b_i = 0``, Alg. 3). The
-        cold start is then the logit of the DP population rate of each class;
-        ``False``: a public direction chosen by the exponential mechanism.
+        Per-user bias ``b_i``, kept if it lowers the user's logistic loss by
+        more than 2 nats (else 0, Alg. 3); the cold start is the logit of the
+        DP rate of each class. ``False``: a public direction chosen by the
+        exponential mechanism.
     personal_rows : {"all", "holdout"}, default="all"
-        ``"all"``: releases and heads use all of a user's rows.
-        ``"holdout"`` (Alg. 3 as written): the releases see ``S^0`` (about
-        half of each user's rows, by a keyed hash), the heads ``S^1``.
+        Releases and heads on all of a user's rows, or (Alg. 3 as written)
+        releases on ``S^0`` (half of the rows, keyed hash), heads on ``S^1``.
     personal_ridge : float >= 0, default=1.0
         Shrinkage of each head toward the cold start, in pseudo-rows labelled
         by the cold-start decision (scale-free).
     multiclass : {"ovr", "raise"}, default="ovr"
-        ``"ovr"``: one binary problem per class for more than two classes.
-        ``"raise"``: more than two classes raise ``ValueError``.
+        More than two classes: one binary problem per class, or ``ValueError``.
     classes : array-like, None or "observed", default=None
-        The label set. ``None``: selected privately (phase ``"labels"``);
-        if fewer than two labels are published, the fit warns and falls back
-        on the observed labels, marked not covered in the report. An array:
+        The label set. ``None``: selected privately (phase ``"labels"``); if
+        fewer than two labels are published, the fit warns and falls back on
+        the observed labels, marked not covered in the report. An array:
         public, free; other labels are negatives of every problem.
         ``"observed"``: the labels in ``y``, *not covered* (NOT FULLY PRIVATE).
     max_classes_per_user : int, default=2
-        Labels a user contributes to the label selection (its most frequent).
+        Labels (``>= 1``) a user contributes to the label selection (its most
+        frequent).
     budget_shares : dict or None, default=None
-        Shares in (0, 1) of the phases (names of ``privacy_report_``); left
-        out: the defaults ``"labels"`` 0.05, ``"clip"`` ``"auto"`` (the public
-        rule of :func:`~skdpp.privacy._plan.resolve_clip_share`),
-        ``"subspace"`` 0.7, ``"cold_start"`` 0.05; ``"selection"`` takes the
-        rest (0.15 by default).
+        Shares in (0, 1) by phase; defaults: ``"labels"`` 0.05, ``"clip"``
+        ``"auto"`` (:ref:`auto_rules`), ``"subspace"`` 0.7, ``"cold_start"``
+        0.05; ``"selection"`` takes the rest (0.15 by default).
     epsilon : float, default=1.0
         Privacy budget in ``(0, inf]``; ``np.inf``: no noise (the exponential
         mechanism becomes the argmax).
@@ -151,65 +142,54 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     the releases and its user's rows. With ``classes="observed"`` the label
     set is outside the guarantee and the report says so.
 
-    **Releases and sensitivities** (``P`` binary problems; every phase is one
-    release of all problems, so the plan does not depend on ``P``; the plan is
-    calibrated once so that all releases compose to ``(epsilon, delta)``):
-
-    * ``labels`` (``classes=None``): distinct-user counts of the labels, each
-      user counting for at most ``max_classes_per_user = L`` labels; L2
-      sensitivity ``sqrt(2 L)``; a label is kept iff its Gaussian count clears
-      ``1 + sigma Phi^-1(1 - delta_t / L)`` (``delta_t = delta / 4``; Gopi et
-      al. 2020, Desfontaines et al. 2022).
-    * ``clip`` (``clip_norm="auto"``): noisy binary search over a public
-      power-of-two grid (:func:`~skdpp.privacy._quantile.private_quantile`):
-      6 Gaussian counts of users, sensitivity 1 each.
-    * ``subspace`` (``candidates="subspace"``): ``sum_i u_{i,p} u_{i,p}^T``
-      with ``u_{i,p}`` the unit direction of ``sum_j y_{j,p} M clip(x_j, r)``
-      over user ``i``'s rows (0 if that sum is 0); Frobenius sensitivity
-      ``sqrt(2 P)``, symmetric Gaussian noise. Candidates ``orth(P' + s_c
-      G_c)`` around the preconditioned top eigenvectors ``P'``, spreads up
-      to twice the Davis-Kahan bound of the released eigengap
-      (post-processing).
-    * ``selection`` (Alg. 3, line 4): one candidate per problem by the
-      exponential mechanism over the product of the candidate sets with the
-      summed score (:func:`~skdpp.privacy._product.product_exponential`);
-      every user's term lies in ``[0, 1]`` and depends only on its rows, so
-      each problem's score has sensitivity ``1/n`` and the sum ``P/n`` (for
-      every margin: the margin only moves a public threshold).
-    * ``cold_start``: with ``fit_intercept``, ``sum_i f_i`` with ``f_{i,p}``
-      the fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
-      sensitivity 1 for ``P = 1``, ``sqrt(2)`` otherwise since the
-      one-vs-rest positives are disjoint); without, a public direction per
-      problem by the product exponential mechanism (sensitivity ``P/n``).
+    **Budget plan and sensitivities** (``P`` binary problems; each phase is
+    one release of all problems, so the plan does not depend on ``P``;
+    calibrated once to compose to ``(epsilon, delta)``; the table:
+    :ref:`jl_margin`). ``labels``: distinct-user counts, at most ``L =
+    max_classes_per_user`` per user, L2 sensitivity ``sqrt(2 L)``; a label is
+    kept iff its Gaussian count clears ``1 + sigma Phi^-1(1 - delta_t / L)``,
+    ``delta_t = delta / 4`` (Gopi et al. 2020, Desfontaines et al. 2022).
+    ``clip``: 6 Gaussian counts of users, sensitivity 1 (:ref:`auto_rules`).
+    ``subspace``: ``sum_i u_{i,p} u_{i,p}^T``, ``u_{i,p}`` the unit direction
+    of ``sum_j y_{j,p} M clip(x_j, r)`` over user ``i``'s rows (0 if that sum
+    is 0), Frobenius sensitivity ``sqrt(2 P)``, symmetric noise; candidates
+    ``orth(P' + s_c G_c)`` around its top eigenvectors ``P'``, spreads up to
+    twice the Davis-Kahan bound of the released eigengap (post-processing).
+    ``selection`` (Alg. 3, line 4): the exponential mechanism over the
+    product of the candidate sets
+    (:func:`~skdpp.privacy._product.product_exponential`); each user's term
+    lies in ``[0, 1]`` and depends only on its rows, so each problem's score
+    has sensitivity ``1/n`` and the sum ``P/n``, for every margin.
+    ``cold_start``: with ``fit_intercept``, ``sum_i f_i``, ``f_{i,p}`` the
+    fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
+    sensitivity 1 for ``P = 1``, else ``sqrt(2)``: the one-vs-rest positives
+    are disjoint); without, a public direction per problem by the product
+    exponential mechanism (sensitivity ``P/n``).
 
     **The margin** ``"auto"`` (``rho -> 0+``) makes the per-user term the
     fraction of the user's rows that the best of its directions misclassifies,
-    invariant to the rows' scale; it adds no release. Why, and the
-    measurements: :ref:`jl_margin` ("The margin").
+    invariant to the rows' scale; it adds no release (why: :ref:`jl_margin`).
 
-    **Randomness.** ``M``, the direction grid and the candidate perturbations
-    come from the public stream (their number depends only on public values
-    and the released label set). The ``S^0 / S^1`` split is a keyed hash of
-    (fit key, user id, position in canonical order): permuting the rows gives
-    bit-identical releases and heads.
+    **Randomness.** ``M``, the direction grid and the candidates come from
+    the public stream (their number depends only on public values and the
+    released labels); the ``S^0 / S^1`` split is a keyed hash: permuting the
+    rows gives bit-identical releases and heads.
 
     **Deviations from the paper** (a finite candidate set, the inner minimum
     over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``)
     and **measurements**: :ref:`jl_margin`. None changes a sensitivity above.
 
-    **Input domain** (README, "Privacy model"). ``X``: finite floats
-    (non-finite values raise before any computation); every finite value is
-    handled without a data-dependent warning or exception
-    (:func:`skdpp.base.quiet_numerics`). Labels (checked first by
-    ``check_label_domain``): finite, all numbers or all strings. With
-    ``classes`` given (or in ``personalize``, ``classes_``) labels are
-    compared by equality and must be of its kind; a label equal to no class
-    is "not this class" in every problem, never rejected. With
-    ``classes=None`` or ``"observed"`` labels are integers (``1.0`` is ``1``)
-    or strings; a non-integral number raises ``ValueError("Unknown label
-    type: continuous ...")``. ``predict`` gives the exact label of every
-    finite row; ``decision_function`` raises a ``ValueError`` naming the
-    rows whose values exceed the float64 range.
+    **Input domain.** ``X``: finite floats (else a ``ValueError`` before any
+    computation); every finite value is handled without a data-dependent
+    warning or exception (:func:`skdpp.base.quiet_numerics`). Labels (checked
+    first): finite, all numbers or all strings. With ``classes`` given (or in
+    ``personalize``, ``classes_``) labels are compared by equality and must be
+    of its kind; a label equal to no class is "not this class" in every
+    problem. With ``classes=None`` or ``"observed"`` labels are integers
+    (``1.0`` is ``1``) or strings; a non-integral number raises
+    ``ValueError("Unknown label type: continuous ...")``. ``predict`` gives
+    the exact label of every finite row; ``decision_function`` raises a
+    ``ValueError`` naming the rows whose values exceed the float64 range.
 
     References
     ----------
@@ -263,29 +243,11 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     _personal_attributes = ("heads_", "intercepts_")
     _algorithm = jl_margin
 
-    def __init__(
-        self,
-        *,
-        n_components=3,
-        jl_dim="auto",
-        margin="auto",
-        clip_norm="auto",
-        clip_quantile=0.5,
-        n_candidates=256,
-        candidates="subspace",
-        n_directions=64,
-        fit_intercept=True,
-        personal_rows="all",
-        personal_ridge=1.0,
-        multiclass="ovr",
-        classes=None,
-        max_classes_per_user=2,
-        budget_shares=None,
-        epsilon=1.0,
-        delta=1e-6,
-        random_state=None,
-        verbose=0,
-    ):
+    def __init__(self, *, n_components=3, jl_dim="auto", margin="auto", clip_norm="auto",
+                 clip_quantile=0.5, n_candidates=256, candidates="subspace", n_directions=64,
+                 fit_intercept=True, personal_rows="all", personal_ridge=1.0, multiclass="ovr",
+                 classes=None, max_classes_per_user=2, budget_shares=None, epsilon=1.0,
+                 delta=1e-6, random_state=None, verbose=0):
         self.n_components = n_components
         self.jl_dim = jl_dim
         self.margin = margin
@@ -311,8 +273,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     def _public_classes(self):
         """The label set given by ``classes`` (sorted, unique), or None / "observed"."""
-        if self.classes is None or (isinstance(self.classes, str)
-                                    and self.classes == "observed"):
+        if self.classes is None or isinstance(self.classes, str):  # None or "observed"
             return self.classes
         return np.unique(np.asarray(self.classes))
 
@@ -343,8 +304,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         return data
 
     def _fit_config(self, meta=None):
-        """The frozen :class:`~._algorithms.jl_margin.JLConfig`; rejects ``delta=0``
-        with a Gaussian release and zero shares (public checks of the parameters)."""
+        """The frozen ``JLConfig``; rejects zero shares and ``delta=0`` with a Gaussian release."""
         shares = phase_shares(self.budget_shares, jl_margin.DEFAULT_SHARES,
                               owner=type(self).__name__)
         for name, share in shares.items():
@@ -352,14 +312,14 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 raise ValueError(
                     f"budget_shares[{name!r}] must be in (0, 1), got 0: the phase is part "
                     f"of the algorithm. Pass a positive share or leave the key out.")
-        gaussian = [("candidates='subspace'", self.candidates == "subspace",
-                     "candidates='random'"),
-                    ("fit_intercept=True", self.fit_intercept,
-                     "fit_intercept=False with candidates='random'"),
-                    ("classes=None (the private label selection)", self.classes is None,
-                     "the label set as `classes`"),
-                    ("clip_norm='auto' (a private quantile)", self.clip_norm == "auto",
-                     "a number as clip_norm")]
+        gaussian = [
+            ("candidates='subspace'", self.candidates == "subspace", "candidates='random'"),
+            ("fit_intercept=True", self.fit_intercept,
+             "fit_intercept=False with candidates='random'"),
+            ("classes=None (the private label selection)", self.classes is None,
+             "the label set as `classes`"),
+            ("clip_norm='auto' (a private quantile)", self.clip_norm == "auto",
+             "a number as clip_norm")]
         for what, used, remedy in gaussian:
             if used and self.epsilon != np.inf and self.delta == 0:
                 raise ValueError(
@@ -400,8 +360,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         X : array-like of shape (n_samples, n_features)
             Rows to score.
         groups : array-like of shape (n_samples,), default=None
-            User id of each row; rows of unseen users (and all rows when
-            ``None``) use the DP cold-start head.
+            User id of each row; unseen users (all with ``None``) use the
+            cold-start head.
 
         Returns
         -------
@@ -412,10 +372,11 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Raises
         ------
         ValueError
-            If a decision value exceeds the float64 range for finite ``X``
-            (naming the rows; :func:`skdpp.base.linear_predictions`).
+            If a decision value exceeds the float64 range (naming the rows).
         """
-        return self._decision_function_unchecked(X, groups)
+        X, scores, linear_parts = self._scores(X, groups)
+        scores = linear_predictions(X, scores, linear_parts)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def _scores(self, X, groups):
         """Validated ``X``, its plain decision values ``(n, n_problems)`` and their affine maps."""
@@ -437,15 +398,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
         return X, scores, linear_parts
 
-    def _decision_function_unchecked(self, X, groups=None):
-        """:meth:`decision_function` without the guard and the finiteness check."""
-        X, scores, linear_parts = self._scores(X, groups)
-        scores = linear_predictions(X, scores, linear_parts)
-        return scores[:, 0] if scores.shape[1] == 1 else scores
-
     def _label_scores(self, X, groups):
-        """Decision values with the signs and argmax of the exact ones
-        (:func:`skdpp.base.scaled_linear_scores` for rows that overflow)."""
+        """Decision values with the exact ones' signs and argmax (rows that overflow:
+        :func:`skdpp.base.scaled_linear_scores`)."""
         X, scores, linear_parts = self._scores(X, groups)
         rows, scaled, _ = scaled_linear_scores(X, scores, linear_parts)
         if rows is not None:
@@ -474,14 +429,12 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Predicted labels (exact for every finite row, see
-            :meth:`decision_function`).
+            Predicted labels (exact for every finite row).
 
         Raises
         ------
         ValueError
-            If a row's scaled decision values are still not finite; the
-            error names the rows.
+            If a row's scaled decision values are still not finite (naming the rows).
         """
         scores = self._label_scores(X, groups)
         _check_finite_output(self, "predict", scores)

@@ -1,15 +1,12 @@
 """The label set of a classifier: public, observed, or selected under DP.
 
 Unless given, ``classes_`` depends on each user (a label held by one user comes
-and goes with it): it is selected privately (:func:`select_classes`, partition
-selection, Gopi et al. 2020; Desfontaines et al. 2022) from distinct-user
-counts (:class:`LabelCounts`). :func:`label_codes` and :func:`binary_problems`
-are the one place where labels become ``{-1, +1}`` columns.
-
-Labels outside the label set are *negatives in every problem* ("not this
-class"; for two classes, not ``classes_[1]``): raising instead would make
-whether ``fit`` succeeds depend on one user's labels. The labels' input
-domain is checked by :func:`check_label_domain` before any computation.
+and goes with it), so it is selected privately from distinct-user counts
+(:func:`select_classes`: partition selection, Gopi et al. 2020; Desfontaines et
+al. 2022). :func:`label_codes` and :func:`binary_problems` are the one place
+where labels become ``{-1, +1}`` columns. Labels outside the label set are
+*negatives in every problem*: raising instead would make whether ``fit``
+succeeds depend on one user's labels.
 
 Examples
 --------
@@ -36,40 +33,26 @@ __all__ = ["LabelCounts", "binary_problems", "check_label_domain", "label_codes"
            "label_counts_block", "labels_sensitivity", "select_classes"]
 
 
-def _label_kinds(values):
-    """The kinds of the labels (``id_kinds``: "number" for bool/int/float, "str", ...)."""
-    return id_kinds(np.asarray(values).reshape(-1))
-
-
 def check_label_domain(y, classes, *, estimator):
-    """Raise a ``ValueError`` naming the broken rule if ``y`` is outside the input domain.
-
-    The rules (:class:`~skdpp.linear_model.JLMarginClassifier`'s Notes): (1)
-    all labels are numbers or all are strings; (2) with a given label set
-    (``classes`` an array) of the same kind, values are not restricted (a
-    label equal to no class is negative in every problem); (3) without one
-    (``classes`` None or ``"observed"``) numbers must be integral (``1.0`` is
-    1; ``1.5`` is a regression target). Non-finite labels are rejected
-    earlier by ``validate_data``. ``estimator`` names the caller.
-    """
+    """Raise a ``ValueError`` naming the broken rule if ``y`` is outside the input domain
+    (:class:`~skdpp.linear_model.JLMarginClassifier`'s Notes): all numbers or all
+    strings, of the kind of ``classes`` when it is an array, else integral numbers."""
     y = np.asarray(y)
-    kinds = _label_kinds(y) if y.size else frozenset()
+    kinds = id_kinds(y.reshape(-1)) if y.size else frozenset()
     if len(kinds) > 1 or (kinds and not kinds <= {"number", "str", "bytes"}):
         raise ValueError(
             f"Unknown label type: {estimator} labels must all be numbers or all be "
             f"strings (the input domain of the labels); got labels of types "
             f"{' and '.join(sorted(kinds))}. Convert y to one type, e.g. "
-            f"np.asarray(y).astype(str)."
-        )
+            f"np.asarray(y).astype(str).")
     if isinstance(classes, np.ndarray):
-        class_kinds = _label_kinds(classes)
+        class_kinds = id_kinds(classes.reshape(-1))
         if kinds and kinds != class_kinds:
             raise ValueError(
                 f"{estimator}: the labels in y are of type {' and '.join(sorted(kinds))} "
                 f"but `classes` holds labels of type {' and '.join(sorted(class_kinds))}: "
                 f"no label could equal a class (labels are compared to `classes` by "
-                f"equality). Pass y and `classes` of the same type."
-            )
+                f"equality). Pass y and `classes` of the same type.")
         return
     if kinds == {"number"}:
         with np.errstate(all="ignore"):
@@ -82,8 +65,7 @@ def check_label_domain(y, classes, *, estimator):
                 f"the labels); y holds a non-integral number, i.e. a regression target. "
                 f"Pass integer or string labels, or the label set as classes=[...] (labels "
                 f"are then compared to it by equality; a label equal to no class is "
-                f"'not this class' in every binary problem)."
-            )
+                f"'not this class' in every binary problem).")
 
 
 def _sorted_unique(values):
@@ -94,16 +76,8 @@ def _sorted_unique(values):
 
 @dataclass(frozen=True, eq=False)
 class LabelCounts:
-    """Distinct-user counts of labels; ``a + b`` merges two partials (sorted by label),
-    so the executor's tree sum gives the same counts whatever the blocks.
-
-    Attributes
-    ----------
-    labels : ndarray of shape (n_labels,)
-        Sorted distinct labels.
-    counts : ndarray of shape (n_labels,), float
-        Number of users holding each label (each user at most once per label).
-    """
+    """Distinct-user counts (float) of the sorted ``labels``; ``a + b`` merges two
+    partials, so the executor's tree sum gives the same counts whatever the blocks."""
 
     labels: np.ndarray
     counts: np.ndarray
@@ -120,12 +94,8 @@ class LabelCounts:
 
 
 def label_counts_block(block, state, max_per_user):
-    """Block function: ``(LabelCounts or None, state)`` of the users holding each label.
-
-    A user counts once for each of its ``max_per_user`` most frequent labels
-    (ties by label order; its own rows only): a 0/1 vector with at most
-    ``max_per_user`` ones. ``None`` for a block without rows.
-    """
+    """Block function: ``(LabelCounts or None, state)``; a user counts once for each of
+    its ``max_per_user`` most frequent labels (ties by label order): a 0/1 vector."""
     y = np.asarray(block.take(block.y))
     if y.shape[0] == 0:
         return None, state
@@ -154,12 +124,8 @@ def labels_sensitivity(max_per_user):
 
 
 def select_classes(release, phase, counts, *, max_per_user):
-    """The label set from the summed counts, selected under DP.
-
-    ``phase`` is a Gaussian phase with ``threshold_delta > 0``; ``counts`` the
-    summed :class:`LabelCounts` (or None); ``max_per_user`` the cap of
-    :func:`label_counts_block`. Returns the published labels, sorted.
-    """
+    """The published labels (sorted), selected under DP from the summed ``counts`` (or
+    None) in the Gaussian ``phase`` (``threshold_delta > 0``)."""
     if counts is None:  # no rows at all: nothing to select, the release still happens
         counts = LabelCounts(np.empty(0), np.empty(0))
     keep, _ = release.select_partitions(

@@ -1,7 +1,5 @@
-"""Personalized-private SGD (PPSGD) for additive personalization: the estimator of
-Bietti, Wei, Dudík, Langford & Wu (2022), whose Algorithms 1-3 live in
-:mod:`skdpp.linear_model._algorithms.ppsgd`.
-"""
+"""The estimator :class:`PPSGDRegressor` (Bietti, Wei, Dudík, Langford & Wu 2022);
+the algorithm (Alg. 1-3) is :mod:`skdpp.linear_model._algorithms.ppsgd`."""
 
 from numbers import Integral, Real
 
@@ -27,8 +25,7 @@ class PPSGDRegressor(_LinearRegressor):
     spent), ``alpha=np.inf`` global-only DP-SGD. The defaults add per-user
     intercepts with a DP cold-start intercept ``b``, personal parts refitted
     on all of a user's rows and shrunk towards the released model, and
-    scale-free bounds chosen privately (``"auto"``). Derivations:
-    ``docs/estimators/ppsgd.rst``.
+    scale-free bounds chosen privately (``"auto"``). Derivations: :ref:`ppsgd`.
 
     Parameters
     ----------
@@ -38,43 +35,42 @@ class PPSGDRegressor(_LinearRegressor):
     delta : float, default=1e-6
         Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
     clip_norm : float, "auto" or None, default="auto"
-        ``C``: L2 clip of each user's gradient per round. ``"auto"``: the
-        ``clip_quantile`` of the users' gradient norms at ``w = 0`` (phase
-        ``"clip"``). ``None`` only with ``epsilon=np.inf``.
+        ``C > 0``: L2 clip of each user's gradient per round. ``"auto"``: the
+        ``clip_quantile`` of the users' gradient norms at ``w = 0``. ``None``
+        only with ``epsilon=np.inf``.
     feature_scale : float or "auto", default="auto"
-        ``s``: the global step is ``learning_rate / s^2``. ``"auto"``: the
-        ``clip_quantile`` of the users' root mean squared centred row norms
-        (phase ``"clip"``), and each user's local step is relative to its
-        own root mean squared row norm. ``1.0`` gives the paper's steps.
+        ``s > 0``: the global step is ``learning_rate / s^2``. ``"auto"``: the
+        ``clip_quantile`` of the users' root mean squared centred row norms,
+        and each user's local step is relative to its own root mean squared
+        row norm. ``1.0`` gives the paper's steps.
     alpha : float, default=1.0
         Global/local step-size ratio in [0, inf] (the paper's ``αQ``, see
         Notes): global step ``learning_rate * min(1, alpha)``, local step
         ``learning_rate * min(1, 1 / alpha)``.
     learning_rate : float, default=0.1
-        The larger of the two step sizes (``η`` of the paper's experiments).
+        The larger of the two step sizes (``η`` of the paper's experiments);
+        finite and positive.
     n_rounds : int, default=200
-        Number of rounds ``T`` (each one a DP release unless ``alpha=0``).
+        Number of rounds ``T >= 1`` (each one a DP release unless ``alpha=0``).
     batch_size : int or None, default=10
-        Per-user minibatch size ``m`` (``m_i = min(batch_size, n_i)``).
+        Per-user minibatch size ``m >= 1`` (``m_i = min(batch_size, n_i)``).
         ``None``: all rows every round (``weighting="user"`` only).
     sample_rate : float, default=1.0
         Poisson probability ``q`` in (0, 1] that a user joins a round (``<
         1``: client sampling, Alg. 2/3, with privacy amplification).
     weighting : {"user", "sample"}, default="user"
-        Objective (paper §5). ``"user"``: the average of the users' risks,
-        each gradient a minibatch mean (Alg. 3). ``"sample"``: risk weighted
-        by minibatch size, each gradient a minibatch sum over ``batch_size``
-        (Alg. 2).
+        Objective (paper §5): the average of the users' risks, gradients are
+        minibatch means (Alg. 3); or weighted by minibatch size, gradients
+        are minibatch sums over ``batch_size`` (Alg. 2).
     average : bool, default=False
         Return the average of the iterates of rounds ``1..T`` (``w`` and every
         ``theta_i``; what the paper's theorems bound) instead of the last.
     fit_intercept : bool, default=True
         Per-user intercepts (rows centred on the user's own means) and a
         cold-start intercept ``b``, a private location of the users' offsets
-        ``ȳ_i - <x̄_i, w>`` or mean labels
-        (:func:`~skdpp.linear_model._auto.cold_start_levels`).
+        ``ȳ_i - <x̄_i, w>`` or mean labels (:ref:`auto_rules`).
     personal_ridge : float or None, default=10.0
-        ``κ``: each user's ``theta_i`` and intercept are refitted on all its
+        ``κ >= 0``: ``theta_i`` and ``b_i`` are refitted on all the user's
         rows, shrunk towards the released model by ``κ d`` pseudo-rows (as in
         :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
         paper's SGD offsets.
@@ -82,14 +78,12 @@ class PPSGDRegressor(_LinearRegressor):
         Quantile an ``"auto"`` bound is set to; the cold-start radius quantile.
     budget_shares : dict or None, default=None
         Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
-        in (0, 1) or ``"auto"`` (default; the public rule of
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`: 0.05 for 20 000
-        users at ε = 1, 0.5 for 300 users); ``"cold_start"`` in [0, 1),
-        default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
+        in (0, 1) or ``"auto"`` (default, :ref:`auto_rules`); ``"cold_start"``
+        in [0, 1), default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
     noise_multiplier : float or None, default=None
-        Overrides the calibration: noise std ``noise_multiplier * 2 *
-        clip_norm`` per round; ``privacy_report_`` states the resulting ε at
-        ``delta`` (``0``: ε = inf).
+        ``>= 0``; overrides the calibration: noise std ``noise_multiplier * 2
+        * clip_norm`` per round; ``privacy_report_`` states the resulting ε
+        at ``delta`` (``0``: ε = inf).
     verbose : int, default=0
         Print the round number every tenth of the rounds when > 0.
     random_state : int, RandomState instance or None, default=None
@@ -131,72 +125,66 @@ class PPSGDRegressor(_LinearRegressor):
 
     Notes
     -----
-    **Algorithm** (:mod:`skdpp.linear_model._algorithms.ppsgd`). Each round
-    every user joins with probability ``q``, steps ``theta_i -= η_loc g_i``
-    on its minibatch gradient ``g_i`` at ``(w, theta_i)`` and sends ``g_i``
-    clipped to ``C``; the server releases ``s_t = Σ_i clip(g_i) + N(0, σ²
-    I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's steps (``η/N`` for
-    ``theta_i``, ``αη`` for ``w``) have the ratio ``αN`` (``αQ`` with client
-    sampling): ``alpha`` is that ratio and ``learning_rate`` the larger step
-    (the authors' code).
+    **Algorithm.** Each round every user joins with probability ``q``, steps
+    ``theta_i -= η_loc g_i`` on its minibatch gradient ``g_i`` at ``(w,
+    theta_i)`` and sends ``g_i`` clipped to ``C``; the server releases ``s_t =
+    Σ_i clip(g_i) + N(0, σ² I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's
+    steps (``η/N`` for ``theta_i``, ``αη`` for ``w``) have the ratio ``αN``
+    (``αQ`` with sampling): ``alpha`` is that ratio and ``learning_rate`` the
+    larger step (the authors' code).
 
     **Privacy guarantee.** (ε, δ) user-level joint DP (billboard model): the
-    sequence of global iterates is (ε, δ)-DP under replace-one-user (the
-    number of users is public) and each ``theta_i`` is a function of it and
-    of user ``i``'s rows only. Each round releases one Gaussian sum of
-    per-user contributions clipped to ``C``: L2 sensitivity ``2C``, noise
-    std ``z · 2C`` (``z = noise_multiplier_``). Every other input of the
-    global step is public (the normaliser ``q N``, not the realised number
-    of participants or rows); data-dependent quantities (``m_i``, ``n_i``, a
-    diverged local model, whose contribution is then 0) only change the
-    user's own clipped contribution.
+    global iterates are (ε, δ)-DP under replace-one-user (the number of users
+    is public); each ``theta_i`` is a function of them and of user ``i``'s
+    rows. Each round is one Gaussian sum of per-user contributions clipped to
+    ``C``: L2 sensitivity ``2C``, noise std ``z · 2C`` (``z =
+    noise_multiplier_``). The normaliser ``q N`` is public; data-dependent
+    quantities (``m_i``, ``n_i``, a diverged local model, which contributes
+    0) only change the user's own clipped contribution.
 
-    **Accounting and budget plan.** Phase ``"clip"``: 6 counts of users
-    (sensitivity 1) per ``"auto"`` bound and, with ``fit_intercept``, the
-    median and radius searches of the cold start's two locations;
-    ``"iterations"``: ``T`` Gaussian releases with one noise multiplier;
-    ``"cold_start"``: the two clipped means around the private medians,
-    sensitivity ``2 R`` each. The phases are calibrated together to meet (ε,
-    δ). With ``sample_rate=1`` the composition is μ-GDP with ``μ = sqrt(T) /
-    z``. With ``sample_rate < 1`` each round is ``PoissonSampledEvent(q,
-    GaussianEvent(z))``, charged (``"rdp-zero-out"``) through a zero-out
-    neighbour ``D0`` in which user ``i`` contributes zero: against ``D0``
-    each round is the add/remove sampled Gaussian (Mironov, Talwar & Zhang
-    2019) with sensitivity ``C`` and multiplier ``2z``; the ``T`` rounds
-    compose in RDP to ``(ε0, δ0)``, hence ``(2 ε0, (1 + e^ε0) δ0)`` under
-    replace-one (group privacy of size 2), whatever the two users' data.
+    **Budget plan.** Phases ``"clip"`` (counts of sensitivity 1 for the
+    ``"auto"`` bounds and the cold start's searches, :ref:`auto_rules`),
+    ``"iterations"`` (``T`` releases, one noise multiplier) and
+    ``"cold_start"`` (two clipped means around private medians, ``2 R``
+    each), calibrated together to meet (ε, δ). With ``sample_rate=1`` the
+    composition is μ-GDP, ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each
+    round is ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
+    (``"rdp-zero-out"``) against a neighbour in which the user contributes
+    zero (the sampled Gaussian of Mironov, Talwar & Zhang 2019, sensitivity
+    ``C``, multiplier ``2z``) to ``(ε0, δ0)`` in RDP, hence ``(2 ε0, (1 +
+    e^ε0) δ0)`` under replace-one (group privacy). Derivations: :ref:`ppsgd`.
 
-    **Randomness.** Participation and minibatch orders are keyed hashes of
-    the fit key, the user and the round or pass
-    (:func:`skdpp.privacy.mechanisms.poisson_sample`): a fit is a function of
-    the *set* of records; the sample is never printed or stored.
+    **Randomness.** Participation and minibatch orders are keyed hashes
+    (:ref:`ppsgd`): a fit is a function of the *set* of records; the sample
+    is never printed or stored.
 
     **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
-    follow the authors' code. (ii) ``weighting="sample"`` clips the
-    minibatch sum over the public ``batch_size`` and normalises by ``q N
-    batch_size``, not ``q M`` (``M = Σ m_i`` is not public). (iii) Poisson
-    client sampling, not ``Q`` users without replacement. (iv) The averaged
-    iterate averages rounds ``1..T`` (the paper ``0..T-1``). (v) A tight
-    accountant, not Theorem 4.1/5.1's constants. (vi) Sampling and
-    minibatches are keyed hashes. (vii) A user whose gradient or local step
-    is not finite contributes 0 that round and keeps its ``theta_i``.
-    (viii) Not in the paper: the intercepts (centred rows: sensitivity
-    unchanged), the ``"auto"`` bounds, steps relative to the feature scale,
-    and the shrunk refit (post-processing, not covered by the paper's
-    utility analysis). ``clip_norm=1.0, feature_scale=1.0,
-    fit_intercept=False, personal_ridge=None`` give the paper's algorithm.
+    follow the authors' code. (ii) ``weighting="sample"`` clips the minibatch
+    sum over the public ``batch_size`` and normalises by ``q N batch_size``,
+    not ``q M`` (``M = Σ m_i`` is not public). (iii) Poisson client sampling,
+    not ``Q`` users without replacement. (iv) The averaged iterate averages
+    rounds ``1..T`` (the paper ``0..T-1``). (v) A tight accountant, not
+    Theorem 4.1/5.1's constants. (vi) Keyed-hash sampling and minibatches.
+    (vii) A user whose gradient or local step is not finite contributes 0
+    that round and keeps its ``theta_i``. (viii) Added: the intercepts
+    (centred rows: sensitivity unchanged), the ``"auto"`` bounds, steps
+    relative to the feature scale, and the shrunk refit (post-processing, not
+    covered by the paper's utility analysis). ``clip_norm=1.0,
+    feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
+    paper's algorithm.
 
     **Cold start and personalize.** An unseen user gets ``<x, w> + b``.
-    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed: the
-    refit, or (``personal_ridge=None``) ``max(1, round(q T))`` local SGD
-    steps from ``theta_i = 0``; ``privacy_report_`` is unchanged.
+    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed (the refit,
+    or ``max(1, round(q T))`` local SGD steps from ``theta_i = 0``);
+    ``privacy_report_`` is unchanged.
 
-    **Input domain, scales, label range, useless fits**: as for
-    :class:`~skdpp.linear_model.PrivateFedRepRegressor`; here an ``"auto"``
-    bound on the lower edge of its grid, or a ``clip_norm`` above
-    ``GRADIENT_BOUND_SLACK * feature_scale_ *`` the width of
-    ``label_range_``, is no information: ``coef_`` is 0 and the cold start
-    is the released intercept (post-processing, said in the report).
+    **Input domain** as for :class:`~skdpp.linear_model.PrivateFedRepRegressor`;
+    **scales, label range, useless fits**: :ref:`auto_rules`. Here an
+    ``"auto"`` bound on the lower edge of its grid, or a ``clip_norm`` above
+    ``GRADIENT_BOUND_SLACK = 4`` times ``feature_scale_`` times the width of
+    ``label_range_`` (impossible by Cauchy-Schwarz up to the searches'
+    noise), is no information: ``coef_`` is 0 and the cold start is the
+    released intercept (post-processing, said in the report).
 
     References
     ----------
@@ -271,7 +259,8 @@ class PPSGDRegressor(_LinearRegressor):
         self.verbose = verbose
         self.random_state = random_state
 
-    def _check_params(self):
+    def _validate_fit_data(self, X, y, groups):
+        data = super()._validate_fit_data(X, y, groups)
         for name in ("alpha", "learning_rate", "sample_rate", "noise_multiplier"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -292,16 +281,12 @@ class PPSGDRegressor(_LinearRegressor):
                 f"noise_multiplier={self.noise_multiplier!r} needs a clip_norm (the noise "
                 "std is noise_multiplier * 2 * clip_norm); got clip_norm=None. Pass a "
                 "positive clip_norm.")
+        data.y = np.asarray(data.y, dtype=np.float64)
+        return data
 
     def _validate_data_kwargs(self):
         # integer X converted (hashes and fits like equal floats); float32 kept
         return {"y_numeric": True, "dtype": [np.float64, np.float32]}
-
-    def _validate_fit_data(self, X, y, groups):
-        data = super()._validate_fit_data(X, y, groups)
-        self._check_params()
-        data.y = np.asarray(data.y, dtype=np.float64)
-        return data
 
     def _make_blocks(self, data, randomness):
         return ppsgd.make_sgd_blocks(data.X, data.y, data.index, batch_size=self.batch_size,

@@ -1,9 +1,6 @@
 """What the linear regressors share as estimators: ``predict`` (:class:`_LinearRegressor`)
-and, for the model ``y ≈ b_i + <x, U v_i>`` of :class:`PrivateFedRepRegressor` and
-:class:`PrivAltMinRegressor`, constraints, validation, configuration and the
-``personalize`` hook (:class:`_RepresentationRegressor`); the algorithms are in
-:mod:`skdpp.linear_model._algorithms`.
-"""
+and, for the model ``y ≈ b_i + <x, U v_i>`` of FedRep and Priv-AltMin, constraints,
+validation, configuration and personal parts (:class:`_RepresentationRegressor`)."""
 
 from numbers import Integral, Real
 
@@ -26,8 +23,8 @@ def _clip_constraint():
 
 
 class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
-    """``predict`` of the linear regressors: subclasses give ``_linear_scores(X, codes)
-    -> (pred, linear_parts)`` (see :func:`skdpp.base.linear_predictions`)."""
+    """``predict`` from the subclass's ``_linear_scores(X, codes) -> (pred, linear_parts)``
+    (:func:`skdpp.base.linear_predictions`)."""
 
     def predict(self, X, groups=None):
         """Predict with each known user's personal model, the cold start for other users.
@@ -37,9 +34,9 @@ class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         X : array-like of shape (n_samples, n_features)
             Rows to predict.
         groups : array-like of shape (n_samples,), default=None
-            User id of each row. Rows of users seen in ``fit`` (or added by
-            ``personalize``) use their personal parts; other rows (all rows
-            when ``groups=None``) the released cold-start parts.
+            User id of each row. Rows of users seen in ``fit`` or
+            ``personalize`` use their personal parts, other rows (all with
+            ``None``) the released cold-start parts.
 
         Returns
         -------
@@ -68,8 +65,7 @@ class _LinearRegressor(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
 
 class _RepresentationRegressor(_LinearRegressor):
-    """Constraints, validation and personal parts of the two regressors; subclasses
-    set ``_algorithm`` (``Config``, ``plan``, ``run``) and their own parameters."""
+    """Shared constraints, validation and personal parts; subclasses set ``_algorithm``."""
 
     _personal_attributes = ("heads_", "intercepts_", "own_label_ranges_")
 
@@ -139,9 +135,8 @@ class _RepresentationRegressor(_LinearRegressor):
 def subspace_distance(U1, U2):
     """Principal-angle distance between column spaces (Snedeker et al. 2025, Def. 2).
 
-    ``||(I - Q1 Q1^T) Q2||_2`` for orthonormal bases ``Q1``, ``Q2`` of the
-    columns of ``U1``, ``U2`` (shape (d, k)): the sine of the largest
-    principal angle, a float in ``[0, 1]``.
+    ``||(I - Q1 Q1^T) Q2||_2`` for orthonormal bases ``Q1``, ``Q2`` of the columns
+    of ``U1``, ``U2`` (shape (d, k)): the sine of the largest principal angle.
 
     Examples
     --------

@@ -1,11 +1,9 @@
-"""Per-thread scratch buffers: reused memory for the gathers a fit repeats.
+"""Per-thread scratch buffers for the row gathers a fit repeats every round.
 
-Block functions gather rows of ``X`` every round (a block's ``S^0`` rows, the
-rows of the final heads, a chunk of users of one row count). Writing them into
-the same memory instead of a fresh allocation each time avoids the page faults
-of fresh large arrays (they showed up as 50% system time, DESIGN §7, and cost
-10x the faults in the spectral initialisation). Buffers are per thread, so
-block functions may run concurrently in threads; a fit frees them when done.
+Reusing memory avoids the page faults of fresh large arrays (measured: 50%
+system time, DESIGN §7; 10x the faults in the spectral initialisation).
+Buffers are per thread, so block functions may run in threads; a fit frees
+them when done.
 """
 
 import threading
@@ -18,11 +16,9 @@ _scratch = threading.local()
 
 
 def scratch(name, n_rows, n_cols, dtype):
-    """A reused ``(n_rows, n_cols)`` buffer of this thread (contents undefined).
-
-    The buffer named ``name`` grows to the largest request and is shared by
-    every caller in this thread: the returned view is valid until the next
-    call with the same name. :func:`release_scratch` frees the buffers.
+    """A reused ``(n_rows, n_cols)`` buffer of this thread (contents undefined), named
+    ``name``; it grows to the largest request, and the view is valid until the next
+    call with the same name.
 
     Examples
     --------
@@ -34,14 +30,12 @@ def scratch(name, n_rows, n_cols, dtype):
     (True, (2, 3))
     >>> release_scratch()
     """
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
+    if not hasattr(_scratch, "buffers"):
+        _scratch.buffers = {}
     dtype = np.dtype(dtype)
-    buf = buffers.get(name)
+    buf = _scratch.buffers.get(name)
     if buf is None or buf.dtype != dtype or buf.shape[1] != n_cols or buf.shape[0] < n_rows:
-        buf = np.empty((max(n_rows, 1), n_cols), dtype=dtype)
-        buffers[name] = buf
+        buf = _scratch.buffers[name] = np.empty((max(n_rows, 1), n_cols), dtype=dtype)
     return buf[:n_rows]
 
 
