@@ -60,87 +60,75 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
     Runs a random number ``K`` of *trials* (mean ``n_iter``): each samples a
     configuration (independently of the data), fits a copy of ``estimator`` on
     the training rows and releases a DP validation score on held-out rows of
-    every user. The whole search (trials, scores, selection, the randomness
-    of ``K``) is ``(epsilon, delta)``-DP (Papernot & Steinke 2022); it outputs
-    the best trial's fitted estimator (no refit: it would spend the budget
-    again), its parameters and its DP score.
+    every user. The whole search is ``(epsilon, delta)``-DP (Papernot &
+    Steinke 2022); it outputs the best trial's fitted estimator (no refit: it
+    would spend the budget again), its parameters and its DP score.
+
+    Read more in the :ref:`User Guide <tuning>`.
 
     Parameters
     ----------
     estimator : skdpp estimator or Pipeline
         A skdpp estimator, or a ``Pipeline`` ending in one whose other fitted
-        steps (at any depth of ``ColumnTransformer`` / ``FeatureUnion``) are
-        private or stateless. The search sets every private step's
-        ``epsilon``, ``delta`` and ``random_state`` and ``verbose=0`` (trial
-        output would reveal ``K``).
+        steps (at any depth) are private or stateless. The search sets every
+        private step's ``epsilon``, ``delta``, ``random_state`` and ``verbose=0``.
     param_distributions : dict or list of dicts
         Parameter names mapped to lists (sampled uniformly) or distributions
         with an ``rvs`` method; a list of dicts: each trial first picks one
-        uniformly. Drawn independently per trial, with replacement.
-        ``epsilon``, ``delta`` and ``random_state`` may not appear.
+        uniformly. Drawn per trial, with replacement; never ``epsilon``,
+        ``delta`` or ``random_state``.
     epsilon : float, default=1.0
         Budget of the whole search, in ``(0, inf]`` (``np.inf``: non-private).
     delta : float, default=1e-6
         δ of the whole search, in ``(0, 1)``; much smaller than ``1 / n_users``.
     n_iter : float, default=10
-        Mean number of trials ``E[K] >= 1`` (``1`` with the truncated negative
-        binomial: ``K = 1``).
+        Mean number of trials ``E[K] >= 1``.
     stopping : {"truncated_negative_binomial", "poisson"}, default="truncated_negative_binomial"
-        Law of ``K``. With Poisson, ``K = 0`` (probability ``exp(-n_iter)``)
-        makes :meth:`fit` raise; its cost is still spent.
+        Law of ``K``. With Poisson, ``K = 0`` makes :meth:`fit` raise (its
+        cost is still spent).
     stopping_shape : float, default=1.0
         Shape ``η > -1`` of the truncated negative binomial (``1``: geometric,
-        Liu & Talwar 2019; ``0``: logarithmic). Smaller shapes cost less at the
-        same mean but have heavier tails: with ``n_iter=10``, ``P[K = 1]`` is
-        0.10 for ``η = 1`` and 0.27 for ``η = 0``, the 99th percentile 44 and 81.
+        ``0``: logarithmic; smaller costs less, with a heavier tail:
+        :ref:`tuning_parameters`).
     validation_size : float in (0, 1), default=0.2
         Fraction of each user's rows held out, as
-        :func:`~skdpp.model_selection.per_user_train_test_split` (a one-row
-        user keeps its row for training and scores 0).
+        :func:`~skdpp.model_selection.per_user_train_test_split`.
     loss : {"auto", "squared_error", "absolute_error", "zero_one"} or callable, default="auto"
         Per-row loss of the score (``"auto"``: squared error for regressors,
         zero-one for classifiers) or ``loss(y_true, y_pred) >= 0`` per row.
     score_clip : float or "auto", default="auto"
-        Bound ``C`` on each user's mean validation loss (larger or non-finite
-        losses count as ``C``; the score's noise is proportional to
-        ``C / n_users``). ``"auto"``: ``1`` for the zero-one loss, else a
-        private quantile (Notes; a classifier with another loss needs a
-        number). A number is public and free (labels in ``[low, high]``:
-        ``((high - low) / 2) ** 2`` suits the squared error).
+        Bound ``C`` on each user's mean validation loss (the score's noise is
+        proportional to ``C / n_users``). ``"auto"``: 1 for the zero-one loss,
+        else a private quantile (:ref:`tuning_parameters`; a classifier with
+        another loss needs a number). A number is public and free.
     score_share : float in (0, 1), default=0.1
         Share of each trial's zCDP budget spent on its score.
     refit_personal : bool, default=True
         Refit the best estimator's personal parts on *all* of each user's
-        rows (``personalize``; free, shared part and ``best_score_`` unchanged).
+        rows (``personalize``: free; shared part and ``best_score_`` unchanged).
     step_shares : dict of str to float, default=None
         With a ``Pipeline``: each private step's share of every trial's zCDP
         fit budget, keyed as in :func:`~skdpp.privacy.split_budget` (``None``:
-        equal). Step ``i`` gets ``rho_i = share_i * rho_fit`` (zCDP adds up):
-        the final estimator's ``epsilon`` is solved from its plan on the
-        transformed data's public shape, the others' is
-        ``eps_GDP(sqrt(2 rho_i), delta)``; each report is checked against
-        ``rho_i``.
+        equal; :ref:`tuning_pipelines`).
     random_state : int, RandomState instance, Generator instance or None, default=None
         Seeds ``K``, the configurations, the split, every trial and the score
-        noise. ``None``: OS entropy (use it in deployments); with a seed the
-        guarantee holds only while it is secret (``privacy_report_`` says so).
+        noise. ``None``: OS entropy (use it in deployments); a seed must stay
+        secret (``privacy_report_`` says so).
 
     Attributes
     ----------
     best_estimator_ : estimator
-        The selected trial's fitted estimator (released: shared part DP,
-        personal parts with their users; ``random_state=None``).
+        The selected trial's fitted estimator (released; ``random_state=None``).
     best_params_ : dict
         The selected configuration (released).
     best_score_ : float
-        The selected trial's DP score (released):
-        ``-(1/n_users) * sum_u min(mean held-out loss of u, C)`` plus Gaussian
-        noise (users without held-out rows count 0).
+        The selected trial's DP score: ``-(1/n_users) * sum_u min(mean
+        held-out loss of u, C)`` plus Gaussian noise (released).
     score_clip_ : float
         The bound ``C`` used (released).
     privacy_report_ : SearchPrivacyReport
-        The guarantee of the whole search; ``chosen_trial`` nests the
-        selected trial's report.
+        The whole search's guarantee; ``chosen_trial`` nests the selected
+        trial's report.
     n_users_ : int
         Number of users (public).
     n_trials_ : int
@@ -153,49 +141,22 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     Notes
     -----
-    **Guarantee.** ``(epsilon, delta)``-DP under replace-one-user for
-    ``best_estimator_``'s shared part, ``best_params_``, ``best_score_``,
+    **Guarantee**: ``(epsilon, delta)``-DP under replace-one-user for the
+    shared part of ``best_estimator_``, ``best_params_``, ``best_score_``,
     ``score_clip_`` and ``privacy_report_`` (joint DP for the personal
     parts). ``n_trials_``, ``best_index_``, ``cv_results_``, the other trials
-    and the running time are *not* covered: the analysis (Papernot & Steinke
-    2022, Theorems 2 and 6) needs ``K`` secret (knowing ``K = k``, the best of
-    ``k`` trials costs about ``k`` trials).
+    and the running time are *not* covered: the analysis needs ``K`` secret.
 
-    **Per-trial budget.** Every trial is held to one zCDP budget ``ρ``
-    whatever its configuration (a data-independent mixture of mechanisms is
-    no less private than its least private component): the largest ``ρ`` at
-    which the search's RDP bound, converted to (ε, δ) (Canonne, Kamath &
-    Steinke 2020), meets ``(epsilon, delta)``. ``score_share * ρ`` goes to
-    the (Gaussian) score, the rest to the fit: each configuration's
-    ``epsilon`` is solved before any data is used so that its budget plan
-    spends exactly that (see :mod:`skdpp.privacy._tuning`). An estimator
-    without a budget plan is calibrated as if Gaussian; a fitted report
-    showing more raises :class:`~skdpp.exceptions.PrivacyBudgetError`.
+    **Stopping**: ``K`` truncated negative binomial or Poisson (Theorems 2
+    and 6 of [1]_); every trial is held to one zCDP budget ``ρ``, the largest
+    at which the search's RDP bound, converted to (ε, δ) [3]_, meets
+    ``(epsilon, delta)``; ``score_share * ρ`` goes to the score, the rest to
+    the fit (each configuration's ``epsilon`` solved from its budget plan).
 
-    **Automatic score bound** (``score_clip="auto"``, regression losses):
-    ``C`` is 3 times the median of each user's mean training ``loss(y,
-    ȳ_u)`` (``ȳ_u`` its mean training label), released by the noisy
-    bisection of :func:`~skdpp.privacy._quantile.private_quantile` (6
-    Gaussian counts of sensitivity 1, phase ``"score_clip"``) at the cost
-    ``score_share * ρ``, composed with the search's RDP bound when solving
-    ``ρ``.
-
-    **Validation score.** Rows are split within users by a keyed hash of the
-    user id and the row's position among the user's rows (sorted by
-    content), the same data-independent split for every trial. A user's
-    contribution, its mean held-out loss clipped to ``[0, C]``, is a
-    function of the released shared part and its own rows: the sum has
-    sensitivity ``C`` under replace-one-user, divided by the public number
-    of users. Selection: the argmax of the noisy scores (ties: first trial).
-
-    **Nothing observed depends on one user outside the releases.** Trials
-    run under :func:`~skdpp.base.quiet_numerics`; held-out rows are predicted
-    without the finite-prediction check (a non-finite loss counts as ``C``).
-    Only the selected trial's :class:`~skdpp.exceptions.PrivacyLeakWarning`
-    (functions of ``best_params_`` and ``n_users``) are re-raised; other
-    trial warnings may depend on one user (or on ``K``). Each trial's noise
-    seed is taken back once its fit has drawn from it: no parameter,
-    attribute or pickle of the fitted search holds a generator or seed.
+    **Score sensitivity**: a user's mean held-out loss, clipped to ``[0,
+    C]``; the sum has sensitivity ``C`` under replace-one-user and is divided
+    by the public number of users. Derivations, the automatic bound and what
+    the search never lets depend on one user: :ref:`tuning`.
 
     References
     ----------
@@ -374,11 +335,12 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         rho_fit = (1.0 - self.score_share) * rho
         z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * (self.score_share * rho))
 
-        # randomness: K, configurations, split key, trial seeds
+        # randomness: K, configurations, split key, trial seeds (the clip's last: the
+        # others' streams are unchanged)
         seeded = noise_is_seeded(self.random_state)
         root = seed_sequence(self.random_state)
         ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
-        ss_clip = root.spawn(1)[0]  # after the others: their streams are unchanged
+        ss_clip = root.spawn(1)[0]
         mechanisms.warn_seeded_secure(self.random_state)
         n_trials = mechanisms.sample_trial_count(
             stopping, np.random.Generator(np.random.PCG64(ss_stop)))
@@ -423,25 +385,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     quantile=_AUTO_SCORE_QUANTILE, n_users=n_users), MIN_CLIP)
             del release
 
-        # plan every trial before any fit (data-independent)
+        # plan every trial before any fit (data-independent; a Pipeline's budgets are
+        # set step by step in its trial)
         estimators, trial_eps = [], []
         for params, seed in zip(configs, trial_seeds):  # loop over trials
             est = clone(self.estimator).set_params(**params)
             for leaf in _leaves(est):
                 if "verbose" in leaf.get_params(deep=False):
                     leaf.set_params(verbose=0)
-            eps_k = np.nan  # a Pipeline's budgets are set step by step in its trial
-            if not isinstance(est, Pipeline):
-                with warnings.catch_warnings(), quiet_numerics():
-                    warnings.simplefilter("ignore")
-                    eps_k, delta_k = self._trial_budget(est, rho_fit, delta, X_tr, y_tr,
-                                                        g_tr)
-                est.set_params(epsilon=eps_k, delta=delta_k,
-                               random_state=self._trial_random_state(seed))
             estimators.append(est)
-            trial_eps.append(eps_k)
+            trial_eps.append(np.nan if isinstance(est, Pipeline) else self._set_trial_budget(
+                est, rho_fit, delta, X_tr, y_tr, g_tr, seed))
 
-        # run the trials (only the best so far is kept; see Notes)
+        # run the trials (only the best so far is kept)
         loss = self._loss_function()
         scores = np.empty(n_trials)
         best, best_est, best_seed, best_warnings = 0, None, None, []
@@ -454,11 +410,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     trial_seed, trial_eps[k] = self._fit_pipeline_trial(
                         est, rho_fit, delta, X_tr, y_tr, g_tr, seed)
                 else:
-                    try:
-                        est.fit(X_tr, y_tr, groups=g_tr)
-                    finally:
-                        trial_seed = _take_back_seed(est)
-                    self._check_trial_budget(est, rho_fit)
+                    trial_seed = self._fit_trial(est, rho_fit, X_tr, y_tr, g_tr)
                 user_loss = np.zeros(n_users)
                 if held_out.size:  # (no held-out row at all: every user scores 0)
                     user_loss = _user_losses(est, loss, X_va, y_va, g_va, codes_va,
@@ -491,16 +443,34 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
         report = self._report(stopping, rho, rho_fit, z_score, n_users, best_est, seeded,
                               score_clip, rho_clip_share, z_clip)
+        self.privacy_report_ = report
         self.best_estimator_ = best_est
         self.best_params_ = dict(configs[best])
         self.best_score_ = float(scores[best])
         self.score_clip_ = float(score_clip)
-        self.privacy_report_ = report
         self.n_users_ = n_users
         self.n_trials_ = n_trials
         self.best_index_ = best
         self.cv_results_ = _results(configs, scores, trial_eps)
         return self
+
+    def _set_trial_budget(self, est, rho_fit, delta, X, y, groups, seed):
+        """Set ``est``'s budget for ``rho_fit`` (:meth:`_trial_budget`) and its trial
+        ``random_state``; return its epsilon."""
+        with warnings.catch_warnings(), quiet_numerics():
+            warnings.simplefilter("ignore")
+            eps, delta = self._trial_budget(est, rho_fit, delta, X, y, groups)
+        est.set_params(epsilon=eps, delta=delta, random_state=self._trial_random_state(seed))
+        return eps
+
+    def _fit_trial(self, est, rho_fit, X, y, groups):
+        """Fit ``est``, take its seed back and check its report; return the seed."""
+        try:
+            est.fit(X, y, groups=groups)
+        finally:
+            seed = _take_back_seed(est)
+        self._check_trial_budget(est, rho_fit)
+        return seed
 
     @staticmethod
     def _trial_budget(est, rho_fit, delta, X, y, groups):
@@ -557,7 +527,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         leaves = _private_leaves(pipe)
         weights = _normalised_shares([n for n, _ in leaves], self.step_shares)
         final = pipe[-1]
-        final_name = next(n for n, leaf in leaves if leaf is final)
+        rho_last = weights[next(n for n, leaf in leaves if leaf is final)] * rho_fit
         try:
             for name, leaf in leaves:
                 if leaf is not final:  # gaussian_epsilon(inf) is inf
@@ -573,17 +543,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 if leaf is not final:
                     _take_back_seed(leaf)
                     self._check_trial_budget(leaf, weights[name] * rho_fit)
-            rho_last = weights[final_name] * rho_fit
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                eps_k, delta_k = self._trial_budget(final, rho_last, delta, Xt, y, groups)
-            final.set_params(epsilon=eps_k, delta=delta_k,
-                             random_state=self._trial_random_state(seed))
-            try:
-                final.fit(Xt, y, groups=groups)
-            finally:
-                final_seed = _take_back_seed(final)
-            self._check_trial_budget(final, rho_last)
+            eps_k = self._set_trial_budget(final, rho_last, delta, Xt, y, groups, seed)
+            final_seed = self._fit_trial(final, rho_last, Xt, y, groups)
             spent = sum(_or_inf(report_rho(leaf.privacy_report_)) for _, leaf in leaves)
             if not math.isinf(rho_fit) and spent > rho_fit * (1.0 + 1e-9):
                 raise PrivacyBudgetError(
@@ -611,23 +572,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             loss = "zero_one" if is_classifier(self.estimator) else "squared_error"
         if loss == "zero_one":
             return lambda y_true, y_pred: (np.asarray(y_true) != np.asarray(y_pred)).astype(float)
-        if loss == "absolute_error":
-            return lambda y_true, y_pred: np.abs(_diff(y_true, y_pred))
-        return lambda y_true, y_pred: _diff(y_true, y_pred) ** 2
+        power = 1 if loss == "absolute_error" else 2
+        return lambda y_true, y_pred: np.abs(
+            np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)) ** power
 
     def _report(self, stopping, rho, rho_fit, z_score, n_users, best_est, seeded,
                 score_clip, rho_clip_share, z_clip):
-        delta = float(self.delta)
-        C = float(score_clip)
-        if math.isinf(rho):
-            # no noise, no guarantee: no delta is spent (as a fit's report)
-            spent, accountant, delta_spent = math.inf, "non-private", 0.0
-            notes = (NON_PRIVATE_NOTE,)
+        delta, C = float(self.delta), float(score_clip)
+        if math.isinf(rho):  # no noise, no guarantee: no delta is spent (as a fit's report)
+            spent, accountant, delta_spent, notes = math.inf, "non-private", 0.0, (
+                NON_PRIVATE_NOTE,)
         else:
-            delta_spent = delta
             spent = _search_epsilon(stopping, rho, delta, rho_clip_share)
-            accountant = "rdp-random-stopping"
-            notes = ()
+            accountant, delta_spent, notes = "rdp-random-stopping", delta, ()
             if spent > float(self.epsilon) * (1 + 1e-9):
                 raise PrivacyBudgetError(
                     f"The search would spend epsilon={spent:.6g} at delta={delta:g}, more "
@@ -731,13 +688,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return tags
 
 
-def _diff(y_true, y_pred):
-    return np.asarray(y_true, dtype=float) - np.asarray(y_pred, dtype=float)
-
-
 def _take_back_seed(est):
-    """Reset ``est``'s ``random_state`` to ``None`` (it rebuilds the trial's noise);
-    return the old value."""
+    """Reset ``est``'s ``random_state`` (it rebuilds the trial's noise) to None; return it."""
     value = est.get_params(deep=False)["random_state"]
     est.set_params(random_state=None)
     return value
@@ -773,8 +725,7 @@ def _check_private_pipeline(pipe, path=""):
 
 
 def _replayable(caught):
-    """The recorded :class:`PrivacyLeakWarning` (raised by skdpp on parameters and
-    ``n_users`` only); any other warning may depend on one user's rows."""
+    """The caught PrivacyLeakWarnings (functions of parameters and ``n_users`` only)."""
     return [(w.message, w.category) for w in caught
             if issubclass(w.category, PrivacyLeakWarning)]
 
@@ -876,8 +827,7 @@ def _row_keys(X, y):
 
 
 def _split_within_users(X, y, index, key, validation_size):
-    """All, training and held-out row indices in canonical order (the keyed
-    within-user split described in the class Notes)."""
+    """All, training and held-out row indices in canonical order (keyed within-user split)."""
     n = index.n_samples
     order = canonical_order(index.codes, index.n_users, _row_keys(X, y))
     block = UserBlock(np.empty((n, 0)), np.empty(n), order, index.users,
@@ -902,5 +852,5 @@ def _results(configs, scores, trial_eps):
 
 
 def _or_inf(rho):
-    """``rho``, or ``inf`` when undetermined (``None``); a fit that released nothing spent 0."""
+    """``rho``, or ``inf`` when undetermined (``None``)."""
     return math.inf if rho is None else rho
