@@ -1,10 +1,5 @@
-"""What the private transformers share: the fit template and the private statistics.
-
-:func:`scale_free_location` and :func:`scale_free_median` first release a
-magnitude on a grid spanning the float range, so that
-:mod:`skdpp.privacy._quantile` (grids ``1e-8 .. 1e8``) also locates e.g. a raw
-Unix timestamp.
-"""
+"""What the private transformers share: the fit template and the private statistics
+(whose magnitude search spans the float range: a raw Unix timestamp is located)."""
 
 import functools
 import inspect
@@ -88,13 +83,12 @@ def _magnitude(release, values, n_users):
 
 def scale_free_location(release, values, *, n_users, mean_phase):
     """The DP location of one scalar per user (``values``; non-finite: above every
-    candidate, 0 in the sum), whatever its scale and offset; returns ``(location, c)``.
+    candidate, 0 in the sum), whatever its scale; returns ``(location, c)``.
 
-    ``c`` times :func:`~skdpp.privacy._quantile.private_location` of ``v_i /
-    c`` (``LOCATION_SEARCH_STEPS`` counts of sensitivity 1, phase ``"clip"``,
-    then the mean clipped to a released radius ``R``: sensitivity ``2 R`` in
-    ``mean_phase``), with ``c`` the released median of ``|v_i|`` on
-    :data:`MAGNITUDE_GRID` (:data:`MAGNITUDE_STEPS` counts of sensitivity 1).
+    ``c`` (median of ``|v_i|``, :data:`MAGNITUDE_STEPS` counts of sensitivity 1)
+    times :func:`~skdpp.privacy._quantile.private_location` of ``v_i / c``
+    (counts of sensitivity 1, then a mean clipped to a released radius ``R``:
+    sensitivity ``2 R`` in ``mean_phase``); :ref:`preprocessing_statistics`.
     ``n_users`` is public or a released count.
     """
     c = _magnitude(release, values, n_users)
@@ -111,9 +105,7 @@ RADIUS_QUANTILES = (0.5, 0.9)
 
 def radius_quantile(release, n_users):
     """The radius quantile ``q = clip(1 - 3 sigma / n, 0.5, 0.9)`` (public values only),
-    ``sigma`` the noise std of one ``"clip"`` count: a bisection whose target ``q n``
-    is within the noise of ``n`` lands orders of magnitude off (2000 users at
-    epsilon=1, ``q = 0.9``: a variance 36 times too large in one fit of three)."""
+    ``sigma`` the noise std of one ``"clip"`` count (:ref:`preprocessing_statistics`)."""
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = 1.0 - 3.0 * sigma / max(float(n_users), 1.0)
     return float(np.clip(q, *RADIUS_QUANTILES))
@@ -159,29 +151,22 @@ def _quiet(method):
 class BasePrivateTransformer(TransformerMixin, BaseEstimator):
     """Base class of the user-level DP transformers of :mod:`skdpp.preprocessing`.
 
-    The preprocessing counterpart of :class:`skdpp.base.BasePersonalizedEstimator`
-    (entry points under :func:`skdpp.base.quiet_numerics`; ``fit``: validate,
-    plan, release through one :class:`~skdpp.privacy.Releaser`, report, then
-    set attributes). Subclasses implement ``_validate_fit_input(X)``,
-    ``_plan(n_features, clip_share)`` (an uncalibrated
-    :class:`~skdpp.privacy.BudgetPlan`; or ``_budget_plan(meta)``),
+    ``fit`` (entry points under :func:`skdpp.base.quiet_numerics`): validate,
+    plan, release through one :class:`~skdpp.privacy.Releaser`, report, set
+    attributes. Subclasses implement ``_validate_fit_input(X)``,
+    ``_plan(n_features, clip_share)`` (or ``_budget_plan(meta)``),
     ``_fit_core(data, index, release, n_users)`` returning ``(attributes,
     released, notes)``, and ``transform``.
 
     Notes
     -----
-    **budget_shares** (dict or None): shares by phase name; the key ``"clip"``
-    (the private searches) defaults to ``"auto"``
+    **Guarantee** (every private transformer): ``(epsilon, delta)``-DP under
+    replace-one-user (all rows sharing a ``groups`` value; ``groups=None``:
+    row-level) for every fitted attribute; ``n_users`` is public, nothing is
+    kept per user, ``transform`` is post-processing. ``budget_shares``: shares
+    by phase name; ``"clip"`` (the private searches) defaults to ``"auto"``
     (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split
     the rest.
-
-    **Guarantee.** ``(epsilon, delta)``-DP for everything the fitted
-    transformer holds; ``transform`` is post-processing. Privacy unit: one
-    user (all rows sharing a ``groups`` value; ``groups=None``: every row is
-    its own user, row-level DP); neighbouring relation: *replace one user's
-    entire data*; the number of users is public. Every fitted attribute is a
-    DP release or a function of releases and public parameters; nothing is
-    kept per user.
     """
 
     _parameter_constraints: dict = {
@@ -256,9 +241,8 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         return self._plan(d, share)
 
     def _useless_message(self, plan, n_users):
-        """The warning of a fit whose searches are predicted to go astray (else None):
-        count noise std above :data:`USELESS_SEARCH_NOISE` times ``n_users`` (a public
-        rule; 600 users, 150 seeds: 0.23 n put 17 means > 100 off, 0.14 n one)."""
+        """The warning of a fit whose count noise std exceeds :data:`USELESS_SEARCH_NOISE`
+        times ``n_users`` (a public rule, :ref:`preprocessing`), else None."""
         if CLIP_PHASE not in plan or not self._prior_attributes({}):
             return None
         sigma = float(plan[CLIP_PHASE])

@@ -20,12 +20,10 @@ __all__ = ["PrivateStandardScaler"]
 class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
     """Standardize features by a location and a scale released under user-level DP.
 
-    The user-level private counterpart of
-    :class:`sklearn.preprocessing.StandardScaler`: ``z = (x - mean_) /
-    scale_``, with ``mean_`` and ``scale_`` statistics *of the users* released
-    with Gaussian noise. Every bound is chosen privately (no clip parameter in
-    data units), so raw columns of any scale and offset -- a release year, a
-    Unix timestamp -- work with the defaults.
+    The user-level private :class:`sklearn.preprocessing.StandardScaler`:
+    ``z = (x - mean_) / scale_``. Every bound is chosen privately (no clip
+    parameter in data units): raw columns of any scale and offset work with
+    the defaults. Read more in the :ref:`User Guide <preprocessing>`.
 
     Parameters
     ----------
@@ -69,31 +67,15 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee** as for every private transformer
-    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`), accounted
-    exactly (μ-GDP, every release Gaussian).
-
-    **Statistics.** Per feature ``j`` and user ``i``:
-
-    1. location: ``mean_j`` is the DP location of the users' means ``a_ij =
-       mean_r x_rj`` (:func:`~skdpp.preprocessing._base.scale_free_location`:
-       a released magnitude ``c_j``, median ``m_j`` and radius ``R_j``, then
-       ``m_j + (sum_i clip(a_ij - m_j, R_j) + N(0, (2 R_j z)^2)) / n_users``);
-    2. scale: ``var_j`` is the DP location, by the same procedure, of the
-       users' mean squared deviations ``s_ij = mean_r (x_rj - mean_j)^2``.
-
-    Means *over users* (each user weighs the same), not over rows as in
-    scikit-learn.
-
-    **Sensitivities** (replace one user): 1 for each count of a noisy
-    bisection (magnitude, median, radius); ``2 R_j`` for each clipped sum.
-    Phases: ``"clip"`` (``budget_shares["clip"]`` of the budget; 36 counts
-    per released location), ``"location"`` and ``"scale"`` (one Gaussian sum
-    per feature each, the rest of the budget split equally).
-
-    A released variance ``<= 0`` gives ``scale_ = 1``; ``transform``
-    saturates at the float64 range (never ``inf``). Non-finite ``X`` is
-    rejected (impute first: :class:`PrivateSimpleImputer`).
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`
+    (every release Gaussian: exact μ-GDP). Per feature, ``mean_`` is the DP
+    location (:func:`~skdpp.preprocessing._base.scale_free_location`) of the
+    users' means and ``var_`` that of their mean squared deviations from
+    ``mean_``: means over users, not rows. Phases: ``"clip"`` (noisy
+    bisections, 36 counts of sensitivity 1 per location), ``"location"`` and
+    ``"scale"`` (one clipped Gaussian sum per feature, sensitivity ``2 R_j``;
+    the rest of the budget split equally). Non-finite ``X`` is rejected
+    (impute first). Details: :ref:`preprocessing_statistics`.
 
     Examples
     --------

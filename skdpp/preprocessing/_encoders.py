@@ -28,10 +28,10 @@ INFREQUENT = "infrequent_sklearn"
 class PrivateOneHotEncoder(BasePrivateTransformer):
     """Encode categorical columns as one-hot columns; categories selected under user-level DP.
 
-    The user-level private counterpart of
-    :class:`sklearn.preprocessing.OneHotEncoder`: each column's categories are
-    chosen by *private partition selection* (see Notes), never publishing a
-    rare category of one user.
+    The user-level private :class:`sklearn.preprocessing.OneHotEncoder`:
+    each column's categories are chosen by private partition selection, never
+    publishing a rare category of one user. Read more in the :ref:`User Guide
+    <preprocessing>`.
 
     Parameters
     ----------
@@ -78,27 +78,18 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee** as for every private transformer
-    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`).
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`.
+    One partition selection over the (column, category) candidates of every
+    ``"auto"`` column (:meth:`skdpp.privacy.Releaser.select_partitions`): a
+    user creates at most ``L = max_categories_per_user * n_columns``
+    candidates, so the count vector has L2 sensitivity ``sqrt(2 L)``; a count
+    with noise ``sigma = z sqrt(2 L)`` is kept iff above ``1 + sigma
+    Phi^-1(1 - delta_t / L)``, so a category of the replaced user only is
+    published with probability at most ``delta_t = 0.25 delta``.
 
-    **Release and sensitivity.** One partition selection over the candidates
-    of every ``"auto"`` column together (Gopi et al. 2020; Desfontaines et
-    al. 2022; :meth:`skdpp.privacy.Releaser.select_partitions`): a candidate
-    is a (column, category) pair with a nonzero capped count, so one user
-    creates at most ``L = max_categories_per_user * n_columns`` candidates
-    and the count vector has L2 sensitivity ``sqrt(2 L)`` under
-    replace-one-user. Each count gets
-    Gaussian noise ``sigma = z sqrt(2 L)`` and is kept iff it exceeds
-    ``1 + sigma Phi^-1(1 - delta_t / L)``: a category held by the replaced
-    user only is published with probability at most ``delta_t = 0.25
-    delta``, whatever the number of categories the user invents.
-
-    **Input domain.** A column's kind follows its dtype (a pandas column's
-    own dtype): numeric columns have numeric categories and must be finite;
-    other (object, string) columns are compared as strings (``str(value)``).
-
-    Not supported (scikit-learn parameters): ``drop``, ``min_frequency`` and
-    ``max_categories`` (the selection plays their role).
+    A column's kind follows its dtype: numeric categories must be finite,
+    others are compared as strings. Not supported: ``drop``,
+    ``min_frequency``, ``max_categories`` (the selection plays their role).
 
     References
     ----------

@@ -31,10 +31,11 @@ def _missing_mask(X, missing_values):
 class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     """Replace missing values by a per-column mean or median released under user-level DP.
 
-    The user-level private counterpart of :class:`sklearn.impute.SimpleImputer`
-    for numeric data: a column's fill value is the DP location (``"mean"``)
-    or DP median (``"median"``), over the users with an observation, of each
-    user's mean (or median) of its own observed values.
+    The user-level private :class:`sklearn.impute.SimpleImputer` for numeric
+    data: a column's fill value is the DP location (``"mean"``) or median
+    (``"median"``), over the users with an observation, of each user's mean
+    (or median) of its observed values. Read more in the :ref:`User Guide
+    <preprocessing>`.
 
     Parameters
     ----------
@@ -76,25 +77,13 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    **Guarantee** as for every private transformer
-    (:class:`~skdpp.preprocessing._base.BasePrivateTransformer`), accounted
-    exactly (μ-GDP).
-
-    **Releases and sensitivities** (per column ``j``; ``a_ij`` is user
-    ``i``'s mean -- or median -- of its observed values in column ``j``):
-
-    * ``"counts"``: the number of users with an observation in each column,
-      one Gaussian release of the vector (L2 sensitivity ``sqrt(n_features)``).
-      The quantiles and the mean below refer to this noisy count, so users
-      without an observation neither pull the median nor dilute the mean.
-    * ``"clip"``: the noisy bisections of a magnitude, a median and (for the
-      mean) a radius ``R_j`` (counts of sensitivity 1 each);
-    * ``"mean"`` (``strategy="mean"``): ``sum_i clip(a_ij - m_j, R_j)`` with
-      Gaussian noise (sensitivity ``2 R_j``), divided by the noisy count.
-
-    Every column is kept, even one without observations (scikit-learn's
-    ``keep_empty_features=True``): dropping it would publish that it is
-    empty. Its fill value then rests on the noise.
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`
+    (exact μ-GDP). Phases: ``"counts"`` (users with an observation per
+    column, one Gaussian vector of L2 sensitivity ``sqrt(n_features)``; the
+    quantiles and the mean refer to it), ``"clip"`` (noisy bisections, counts
+    of sensitivity 1), ``"mean"`` (``sum_i clip(a_ij - m_j, R_j)``,
+    sensitivity ``2 R_j``, divided by the noisy count). Every column is kept
+    (``keep_empty_features=True``). Details: :ref:`preprocessing_statistics`.
 
     Examples
     --------
