@@ -1,15 +1,9 @@
 """Fit skdpp's estimators on a Dask cluster, when users outgrow one machine.
 
-:func:`fit_distributed` runs an estimator's own fit template with a
-:class:`DaskExecutor`: block functions run on the workers over partitions of
-whole users, every release (every draw of privacy noise) once in the driver.
-Released attributes and ``privacy_report_`` equal those of ``fit`` with the
-same ``random_state`` up to the order of floating-point summation; personal
-parts stay on the workers (:class:`DistributedPersonalParts`).
-
-Needs ``pip install skdpp[dask]`` (``import skdpp`` never imports dask). See
-the user guide page *Fitting on a Dask cluster* for the trust model: the
-cluster sees the private data.
+:func:`fit_distributed` runs an estimator's own fit template with block
+functions on the workers and every release in the driver; see
+:ref:`distributed` (trust model: the cluster sees the private data). Needs
+``pip install skdpp[dask]`` (``import skdpp`` never imports dask).
 """
 
 from ._blocks import UserBlocks

@@ -14,9 +14,7 @@ __all__ = ["UserBlocks"]
 
 
 class RawPartition:
-    """The rows of one partition as numpy arrays (on a worker): ``X``, ``y``,
-    ``groups`` and ``labels``, the row labels of the predictions (the DataFrame's
-    index, or row numbers)."""
+    """One partition's ``X``, ``y``, ``groups`` and row ``labels`` (index or row numbers)."""
 
     __slots__ = ("X", "y", "groups", "labels")
 
@@ -142,14 +140,8 @@ class UserBlocks:
 
     Notes
     -----
-    **Every user's rows are in exactly one partition**: a split user would be
-    validated as two users (twice the stated sensitivity). Construction
-    checks it (disjoint id ranges, else hashed ids compared across
-    partitions) and raises a ``ValueError``.
-
-    The cluster holds the private data: its workers, scheduler, dashboard and
-    logs see rows, partition sizes and task timings. Only the released values
-    of a fit are differentially private.
+    Every user's rows are in exactly one partition (checked: ``ValueError``);
+    the cluster sees the private data (:ref:`distributed`).
     """
 
     def __init__(self, client, partitions, *, n_features, id_ranges, n_rows,
@@ -327,9 +319,8 @@ class UserBlocks:
         return blocks
 
     def _check_users_disjoint(self, id_ranges=None):
-        """Raise if a user has rows in more than one partition: disjoint ``id_ranges``
-        (default: those of construction) settle it, else hashed ids are compared
-        bucket by bucket on the workers."""
+        """Raise if a user has rows in several partitions (disjoint ``id_ranges``, else
+        hashed ids compared bucket by bucket on the workers)."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
         if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):

@@ -28,18 +28,11 @@ def local_cluster(n_workers=2, threads_per_worker=1, *, memory_limit="auto",
 
     Notes
     -----
-    **Dashboard off** (``dashboard_address=None``), and with it Dask's other
-    HTTP pages (metrics, task and worker pages): they show task timings and
-    partition sizes, statistics of the private data. Pass
-    ``dashboard_address=":8787"`` to turn them on for a trusted session.
-
-    **MALLOC_TRIM_THRESHOLD_.** Dask's nanny sets it to 65536, which turns
-    off glibc's dynamic mmap threshold: every numpy temporary above 128 KiB
-    is page-faulted in again each round (measured: per-round CPU time
-    doubled). This helper unsets it (or sets your value; one in this
-    process's environment still wins) and keeps the nanny's BLAS thread
-    limit of 1 (skdpp's policy below 2048 features,
-    :func:`skdpp.base.blas_threads`).
+    Dashboard and Dask's other HTTP pages off (``dashboard_address=None``):
+    they show statistics of the private data (``dashboard_address=":8787"``
+    for a trusted session). Unsets the nanny's ``MALLOC_TRIM_THRESHOLD_``
+    (measured: it doubled the per-round CPU time; see
+    :ref:`distributed_malloc`); keeps its BLAS thread limit of 1.
 
     Examples
     --------

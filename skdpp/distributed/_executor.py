@@ -39,16 +39,17 @@ def _name(fn):
     return getattr(fn, "__name__", type(fn).__name__).replace("<", "").replace(">", "")
 
 
-def _blocks_of(part):
-    return part.blocks if hasattr(part, "blocks") else part
+def _run_blocks(fn, part, previous, broadcast):
+    """``fn(block, state, broadcast)`` over one partition's blocks (states of ``previous``)."""
+    blocks = part.blocks if hasattr(part, "blocks") else part
+    states = [None] * len(blocks) if previous is None else previous[1]
+    return [fn(b, s, broadcast) for b, s in zip(blocks, states)]
 
 
 def _map_partition(fn, part, previous, broadcast, start):
     """``fn`` over one partition's blocks: (tree nodes of the partials, new states)."""
-    blocks = _blocks_of(part)
-    states = [None] * len(blocks) if previous is None else previous[1]
-    partials, states = zip(*[fn(b, s, broadcast) for b, s in zip(blocks, states)]) \
-        if blocks else ((), ())
+    out = _run_blocks(fn, part, previous, broadcast)
+    partials, states = zip(*out) if out else ((), ())
     return tree_nodes(partials, start), list(states)
 
 
@@ -58,9 +59,7 @@ def _merge_nodes(*results):
 
 
 def _collect_partition(fn, part, previous, broadcast):
-    blocks = _blocks_of(part)
-    states = [None] * len(blocks) if previous is None else previous[1]
-    return _concat([fn(b, s, broadcast) for b, s in zip(blocks, states)])
+    return _concat(_run_blocks(fn, part, previous, broadcast))
 
 
 def _spec(value):

@@ -1,13 +1,6 @@
-"""Fit and predict on a Dask cluster with the estimators' own template.
-
-:func:`fit_distributed` runs the steps of ``fit``: validation per partition on
-the workers (:func:`_validate_partition`), the merge of what it derived from
-the rows (``_merge_vocabularies``), ``_make_blocks`` (:func:`_prepare_partition`),
-the partitions' public metadata combined (:func:`_combine_partitions`), then
-``_fit_executor`` in the driver with a :class:`~skdpp.distributed.DaskExecutor`
-(noise is drawn only there). Personal parts stay on the workers. Every task
-runs under :func:`~skdpp.base.quiet_numerics`.
-"""
+"""Fit and predict on a Dask cluster with the estimators' own template: validation
+and ``_make_blocks`` per partition on the workers, vocabularies merged, public
+metadata combined, then ``_fit_executor`` (all noise) in the driver."""
 
 import copy
 import operator
@@ -171,10 +164,9 @@ def _empty_slices(prepared, names):
 def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
     """Fit ``estimator`` on a cluster: the same release as ``fit``, noise on the driver.
 
-    Runs the estimator's own fit template with a
-    :class:`~skdpp.distributed.DaskExecutor` (one task per partition per step,
-    partials summed in a fixed order): validation and blocks on the workers,
-    every release and the report in this process.
+    The estimator's own fit template with a
+    :class:`~skdpp.distributed.DaskExecutor`: validation and blocks on the
+    workers, every release and the report in this process.
 
     Parameters
     ----------
@@ -197,19 +189,10 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
 
     Notes
     -----
-    With the same ``random_state`` the released attributes equal those of
-    ``fit`` up to the order of floating-point summation, with the same report
-    and noise draws: noise and public randomness are drawn only here, in the
-    same order; per-user randomness is a keyed hash of each user's id and
-    rows, whichever partition holds them.
-
-    Values validation derives from the rows (the items of
-    :class:`~skdpp.decomposition.AdaptiveWeightMF`) are merged over the
-    partitions (``_partition_vocabulary``, ``_merge_vocabularies``,
-    ``_apply_vocabulary``) into what ``fit`` computes from all rows, so
-    whether the fit succeeds, its warnings (re-emitted here, each once) and
-    its result do not depend on the partitioning. If the fit raises, the
-    estimator is left unfitted.
+    With the same ``random_state``: the same report and noise draws as
+    ``fit``, released values equal up to the floating-point summation order;
+    nothing depends on the partitioning (see :ref:`distributed`). If the fit
+    raises, the estimator is left unfitted.
     """
     if not isinstance(estimator, BasePersonalizedEstimator):
         raise TypeError(f"fit_distributed needs a skdpp estimator, got "
