@@ -1,7 +1,7 @@
 """Synthetic personalized data sets matching the papers' experiments.
 
-Every generator returns ``X, y, groups, info``: one row per sample, ``groups`` the user id
-of each row (rows sorted by user) and ``info`` a :class:`sklearn.utils.Bunch` with the
+Every generator returns ``X, y, groups, info``: ``groups`` the int64 user id of each row
+(``0..n_users-1``, rows sorted by user), ``info`` a :class:`sklearn.utils.Bunch` with the
 ground truth and, when requested, held-out rows of the same users (``X_test, y_test,
 groups_test``). All randomness comes from ``random_state``.
 """
@@ -37,6 +37,16 @@ def _check_float(name, value, low, high, *, low_open=False, high_open=True):
         raise ValueError(f"`{name}` must be a number in {'([' [not low_open]}{low}, "
                          f"{high}{')]' [not high_open]}; got {value!r}.")
     return float(value)
+
+
+def _check_sizes(n_users, n_features, n_components, m, m_test):
+    n_users, d, k = (_check_int(name, v, 1) for name, v in (
+        ("n_users", n_users), ("n_features", n_features), ("n_components", n_components)))
+    if k > d:
+        raise ValueError(f"`n_components` must be <= n_features={d}; got {k}. Lower "
+                         "n_components.")
+    return (n_users, d, k, _check_int("n_samples_per_user", m, 1),
+            _check_int("n_test_samples_per_user", m_test, 0))
 
 
 def _orthonormal(rng, d, k):
@@ -94,15 +104,12 @@ def make_shared_representation_regression(
 
     Returns
     -------
-    X : ndarray of shape (n_users * n_samples_per_user, n_features)
-    y : ndarray of shape (n_users * n_samples_per_user,)
-    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
-        User id of each row (``0..n_users-1``, rows sorted by user).
+    X, y, groups : ndarray of shapes (n_rows, n_features), (n_rows,), (n_rows,)
+        ``n_rows = n_users * n_samples_per_user``.
     info : Bunch
         ``U`` (n_features, n_components) ``U*``, the Q factor of a Gaussian matrix (App.
         B.4); ``V`` (n_users, n_components) heads ``v_i*``; ``coef`` (n_users,
-        n_features) ``U* v_i*``; ``noise`` (the Bayes risk is ``noise ** 2``); and, with
-        test rows, ``X_test``, ``y_test``, ``groups_test``.
+        n_features) ``U* v_i*``; ``noise`` (the Bayes risk is ``noise ** 2``); test rows.
 
     References
     ----------
@@ -121,14 +128,8 @@ def make_shared_representation_regression(
     >>> info.X_test.shape
     (1000, 5)
     """
-    n_users = _check_int("n_users", n_users, 1)
-    d = _check_int("n_features", n_features, 1)
-    k = _check_int("n_components", n_components, 1)
-    if k > d:
-        raise ValueError(f"`n_components` must be <= n_features={d}; got {k}. Lower "
-                         "n_components.")
-    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
-    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
+    n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
+                                            n_samples_per_user, n_test_samples_per_user)
     noise = _check_float("noise", noise, 0, np.inf)
     if head_norm not in ("unit", "gaussian"):
         raise ValueError(f"`head_norm` must be 'unit' or 'gaussian'; got {head_norm!r}.")
@@ -191,14 +192,12 @@ def make_additive_personalized_regression(
 
     Returns
     -------
-    X : ndarray of shape (n_users * n_samples_per_user, n_features)
-    y : ndarray of shape (n_users * n_samples_per_user,)
-    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
+    X, y, groups : ndarray of shapes (n_rows, n_features), (n_rows,), (n_rows,)
+        ``n_rows = n_users * n_samples_per_user``.
     info : Bunch
         ``w`` (n_features,) ``theta_0``; ``theta`` (n_users, n_features) offsets
         ``delta_i``; ``coef`` ``w + theta``; ``feature_variances`` the diagonal of
-        ``Sigma``; ``bayes_risk`` ``noise ** 2``; and, if requested, ``X_test``,
-        ``y_test``, ``groups_test``.
+        ``Sigma``; ``bayes_risk`` ``noise ** 2``; ``noise``; test rows.
 
     Notes
     -----
@@ -294,16 +293,11 @@ def make_skewed_ratings(
 
     Returns
     -------
-    X : ndarray of shape (n_ratings, 1), dtype int64
-        Item id of each training rating (``0..n_items-1``).
-    y : ndarray of shape (n_ratings,)
-        Ratings.
-    groups : ndarray of shape (n_ratings,), dtype int64
-        User id of each rating (rows sorted by user).
+    X, y, groups : ndarray of shapes (n_ratings, 1), (n_ratings,), (n_ratings,)
+        Item id (int64, ``0..n_items-1``), rating and user id of each training rating.
     info : Bunch
         ``user_factors`` ``u_j``; ``item_factors`` ``theta_i``; ``item_probabilities``
-        ``q_i``; ``item_counts`` the training ratings per item; ``noise``; and, if
-        ``test_size > 0``, ``X_test``, ``y_test``, ``groups_test``.
+        ``q_i``; ``item_counts`` the training ratings per item; ``noise``; test rows.
 
     References
     ----------
@@ -385,15 +379,12 @@ def make_personalized_margin_classification(
 
     Returns
     -------
-    X : ndarray of shape (n_users * n_samples_per_user, n_features)
-        ``||x|| <= radius``.
-    y : ndarray of shape (n_users * n_samples_per_user,), dtype int64
-        Labels in ``{-1, +1}``.
-    groups : ndarray of shape (n_users * n_samples_per_user,), dtype int64
-        Rows sorted by user.
+    X, y, groups : ndarray of shapes (n_rows, n_features), (n_rows,), (n_rows,)
+        ``n_rows = n_users * n_samples_per_user``; ``||x|| <= radius``; int64 labels
+        in ``{-1, +1}``.
     info : Bunch
-        ``U``, ``V``, ``margin``, ``flipped`` (bool per row) and, if requested,
-        ``X_test``, ``y_test``, ``groups_test``, ``flipped_test``.
+        ``U``, ``V``, ``margin``, ``flipped`` (bool per row); test rows and
+        ``flipped_test``.
 
     References
     ----------
@@ -412,13 +403,8 @@ def make_personalized_margin_classification(
     >>> bool(np.all(y * scores >= 0.1))
     True
     """
-    n_users = _check_int("n_users", n_users, 1)
-    d = _check_int("n_features", n_features, 1)
-    k = _check_int("n_components", n_components, 1)
-    if k > d:
-        raise ValueError(f"`n_components` must be <= n_features={d}; got {k}.")
-    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
-    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
+    n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
+                                            n_samples_per_user, n_test_samples_per_user)
     radius = _check_float("radius", radius, 0, np.inf, low_open=True)
     head_norm = _check_float("head_norm", head_norm, 0, np.inf, low_open=True)
     margin = _check_float("margin", margin, 0, radius * head_norm)

@@ -18,8 +18,7 @@ class _PersonalizedScorer:
         self._groups_request = True
 
     def __call__(self, estimator, X, y_true, groups=None):
-        """``sign * metric(y_true, y_pred)`` with ``y_pred`` from the response method
-        called with ``groups=groups`` (without it for ``None``)."""
+        """``sign * metric(y_true, y_pred)``, ``y_pred`` from the response method with ``groups``."""
         methods = self._response_method
         methods = (methods,) if isinstance(methods, str) else methods
         method = next((getattr(estimator, name) for name in methods
@@ -58,13 +57,11 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
                              **kwargs):
     """Make a scorer that passes the rows' user ids to the estimator.
 
-    scikit-learn's string scorers call ``estimator.predict(X)`` without ``groups``, so a
-    personalized estimator would treat every test row as a new (cold-start) user. This
-    scorer calls ``estimator.predict(X, groups=groups)`` and requests ``groups`` through
-    metadata routing, so ``GridSearchCV(..., scoring=scorer)`` and ``cross_validate(...,
-    scoring=scorer, params={"groups": g})`` with
-    ``sklearn.set_config(enable_metadata_routing=True)`` score each test row with its
-    user's personal model.
+    scikit-learn's string scorers call ``predict(X)`` without ``groups`` (every test row
+    a cold-start user). This scorer calls ``predict(X, groups=groups)`` and requests
+    ``groups`` through metadata routing (``GridSearchCV(..., scoring=scorer)``,
+    ``cross_validate(..., scoring=scorer, params={"groups": g})`` with
+    ``sklearn.set_config(enable_metadata_routing=True)``).
 
     Parameters
     ----------

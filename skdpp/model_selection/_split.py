@@ -1,10 +1,5 @@
-"""Per-user splitters: hold out rows *within* each user.
-
-Personalized models predict for users seen in training; a useful validation
-split therefore keeps every test user in the training set (unlike
-:class:`sklearn.model_selection.GroupKFold`, which only measures cold start).
-All splitters are vectorised over users (:func:`skdpp.utils.rank_within_user`).
-"""
+"""Per-user splitters: hold out rows *within* each user, so that every test user is in
+the training set (:class:`sklearn.model_selection.GroupKFold` only measures cold start)."""
 
 import numbers
 import sys
@@ -32,8 +27,7 @@ def _check_groups(groups, X, owner):
 
 
 def _check_routing(splitter, groups, caller):
-    """Refuse a split for scikit-learn (``caller``: the frame calling ``split``) with
-    ``groups`` while metadata routing is off (see :class:`PerUserKFold`)."""
+    """Refuse a split for scikit-learn (frame ``caller``) with groups and routing off."""
     if groups is None or get_config().get("enable_metadata_routing", False):
         return
     module = caller.f_globals.get("__name__", "") if caller is not None else ""
