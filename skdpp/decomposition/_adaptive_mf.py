@@ -87,14 +87,11 @@ def _entry_data(data, entries, users, n_items, code_keys, code_ids):
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
-    Alternating minimisation for private matrix completion (Krichene et al. 2023, Alg. 3):
-    each iteration solves every user's embedding and bias exactly and locally, then updates
-    the item embeddings under user-level DP by task-weighted sufficient statistics
-    perturbation (``solver="als"``, Alg. 1) or noisy gradient descent (``"sgd"``, Alg. 2),
-    with adaptive weights ``omega_i ~ n_i^-mu`` (eq. (11)) from DP item counts. Model:
-    ``rating = mean_ + item_biases_[i] + user_biases_[j] + <user_embeddings_[j],
-    item_embeddings_[i]>``. ``fit(X, y, groups)``: ``X`` one column of item ids, ``y``
-    ratings, ``groups`` user ids (the privacy unit); duplicate (user, item) rows are merged.
+    Alternating minimisation (Krichene et al. 2023, Alg. 3): users' embeddings and biases
+    are solved locally, item embeddings updated under user-level DP by task-weighted
+    sufficient statistics perturbation (Alg. 1) or noisy gradient descent (Alg. 2), with
+    adaptive weights ``omega_i ~ n_i^-mu`` from DP item counts. ``fit(X, y, groups)``:
+    ``X`` one column of item ids, ``y`` ratings, ``groups`` user ids (the privacy unit).
 
     Read more in the :ref:`User Guide <adaptive_mf>`.
 
@@ -105,39 +102,34 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     epsilon : float, default=1.0
         Privacy budget in (0, inf]; ``np.inf`` runs the same algorithm without noise.
     delta : float, default=1e-6
-        In [0, 1), ``<< 1 / n_users``; positive with ``items=None`` (the catalogue's
-        selection threshold is ``delta / 4``).
+        In [0, 1), ``<< 1 / n_users``; positive with ``items=None``.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Weights ``omega_i ~ n_hat_i^-mu`` from DP counts (eq. (11)); or weight 1 on
-        ``floor(user_budget)`` sampled items (DPALS), or on those with the smallest DP
-        counts (Chien et al. 2021).
+        Weights ``omega_i ~ n_hat_i^-mu`` (eq. (11)); or weight 1 on ``floor(user_budget)``
+        sampled items, or on those with the smallest DP counts (Chien et al. 2021).
     mu : float, default=0.25
         Exponent ``>= 0`` of the adaptive weights (0: uniform).
     user_budget : float, default=20.0
-        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta``; for ``"uniform"`` /
-        ``"tail"`` the number of items kept per user (``>= 1``).
+        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta``; items kept per
+        user with ``"uniform"`` / ``"tail"``.
     weight_normalization : {"budget", "clip"}, default="budget"
         ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``; ``"budget"``:
         ``w_ij = omega_i sqrt(beta / B_j)`` (App. C), ``B_j = sum_i omega_i^2``.
     solver : {"als", "sgd"}, default="als"
-        Private item update: sufficient statistics perturbation (Alg. 1) or noisy
-        gradient descent (Alg. 2).
+        Item update: sufficient statistics perturbation (Alg. 1) or noisy GD (Alg. 2).
     n_iter : int, default=5
-        Alternations ``T >= 1`` (Alg. 3), each costing budget.
+        Alternations ``T`` (Alg. 3), each costing budget.
     reg : float, default=1.0
         Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7), in units of ``C_u^2``.
     personal_ridge : float, default=5.0
         Shrinkage of every user's personal part toward the cold start, in pseudo-ratings.
     embedding_ridge : float or "auto", default="auto"
-        Ridge of the user embeddings in pseudo-ratings. ``"auto"``: the best of a public
-        grid on held-out ratings (phase ``"ridge"``).
+        Ridge of the user embeddings in pseudo-ratings. ``"auto"``: chosen on held-out
+        ratings (phase ``"ridge"``).
     clip_norm : float or None, default=0.1
-        ``C_u``: user embeddings are scaled to norm ``<= C_u`` in the item statistics.
-        ``None`` only with ``epsilon=np.inf``.
+        ``C_u``: clip of the user embeddings in the item statistics (``None``: ε = inf only).
     rating_clip : float, "auto" or None, default="auto"
-        ``C_r``: item-release targets, item biases and the predicted factor part are
-        clipped to ``[-C_r, C_r]``. ``"auto"``: a private median (phase ``"clip"``).
-        ``None`` only with ``epsilon=np.inf``.
+        ``C_r``: clip of the ratings in the item releases. ``"auto"``: a private median
+        (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``); if False it is 0.
     user_bias : bool, default=True
@@ -145,24 +137,21 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     item_bias : bool, default=True
         Release DP item biases (phase ``"item_bias"``).
     mean_clip : float or "auto", default="auto"
-        Bound of the DP mean: a number ``b`` clips the users' mean ratings to ``[-b, b]``;
+        A number ``b`` clips the users' mean ratings to ``[-b, b]`` in the DP mean;
         ``"auto"``: to a private radius around a private median (phase ``"clip"``).
     count_cap : int or "auto", default="auto"
-        Items counted per user (sampled when more). ``"auto"``: 50, no cap at
-        ``epsilon=np.inf``.
+        Items counted per user (sampled when more). ``"auto"``: 50 (none at ε = inf).
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase (``"clip"``, ``"mean"``, ``"counts"``,
-        ``"item_bias"``, ``"ridge"``; defaults: :ref:`adaptive_mf`); ``"items"`` takes
-        the rest; 0 drops a phase.
+        Shares of phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"ridge"``
+        (defaults: :ref:`adaptive_mf`); ``"items"`` takes the rest.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
         The item catalogue. ``None``: chosen under DP from the counts. An array: public
         (free). ``"observed"``: every item in ``X``, NOT covered by the guarantee.
-        Ratings of other items only inform their user's bias.
     verbose : int, default=0
-        Print progress when > 0 (public sizes, published items, iterations only).
+        Print progress (public values only) when positive.
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, keyed per-entry sampling and noise (``None``: OS entropy).
+        Seeds the init, the keyed sampling and the noise; ``None``: OS entropy.
 
     Attributes
     ----------
@@ -197,11 +186,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP, replace-one-user (the number of users is
-    public), for every released value: ``item_ids_`` (unless ``items`` is given), the item
-    embeddings, biases and counts, ``mean_`` and the ``"auto"`` values; with
-    ``items="observed"`` the report lists ``item_ids_`` as not covered. User embeddings
-    and biases are jointly DP (App. D, Remark D.1).
+    **Guarantee.** User-level (ε, δ)-DP, replace-one-user (public number of users), for
+    every released value (``item_ids_`` unless ``items`` is given; ``"observed"`` is
+    reported as not covered); user embeddings and biases are local (joint DP).
 
     **Budget plan** (Gaussian, calibrated jointly; sensitivities: :ref:`adaptive_mf`):
     ``clip`` (binary searches of the ``"auto"`` bounds), ``mean``, ``counts``,

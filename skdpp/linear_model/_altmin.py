@@ -14,12 +14,10 @@ __all__ = ["PrivAltMinRegressor"]
 class PrivAltMinRegressor(_RepresentationRegressor):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
-    The model of :class:`PrivateFedRepRegressor` (``y ≈ b_i + <x, U v_i>``,
-    ``U`` released under user-level (ε, δ)-DP, heads and intercepts local)
-    fitted by Jain et al. (2021): Alg. 1 (alternating minimisation) with the
-    ``U`` step of Alg. 2 (perturbed least-squares sufficient statistics) and
-    optionally Alg. 3 (private initialisation), with the same scale-free
-    defaults.
+    The model and scale-free defaults of :class:`PrivateFedRepRegressor`,
+    fitted by Jain et al. (2021): Alg. 1 (alternating minimisation), the ``U``
+    step of Alg. 2 (perturbed least-squares sufficient statistics) and
+    optionally Alg. 3 (private initialisation).
 
     Read more in the :ref:`User Guide <altmin>`.
 
@@ -29,32 +27,27 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Dimension ``k`` of the shared representation, ``1 <= k <= n_features``.
     init : {"private_spectral", "private_pairwise", "random"} or array-like of \
             shape (n_features, n_components), default="private_spectral"
-        Initial embedding: Snedeker et al. (2025), Alg. 2; Jain et al.'s Alg. 3
-        (labels clipped to ``label_clip``); random orthonormal (free); or a
-        *public* warm start.
+        Initial ``U``: Snedeker et al. (2025), Alg. 2; Jain et al.'s Alg. 3;
+        random orthonormal (free); or a *public* warm start.
     max_iter : int, default=1
         Number of rounds ``T >= 0`` of Alg. 1.
     schedule : {"full", "disjoint"}, default="full"
-        Every user in every round (the paper's experiment; ``2T`` releases),
-        or each user in one round chosen by a keyed hash of its id (Alg. 1,
-        lines 2-4; charged as one round).
+        Every user in every round (the paper's experiment), or each user in
+        one round chosen by a keyed hash of its id (Alg. 1, lines 2-4).
     fit_intercept : bool, default=True
-        Per-user intercepts and a released cold-start intercept.
+        Per-user and cold-start intercepts. ``False``: the paper's model.
     personal_rows : {"all", "holdout"}, default="all"
         All of a user's rows, or the paper's ``S^1``, for the personal parts.
     personal_ridge : float, default=10.0
         ``κ >= 0``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
-        ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
-        ``"auto"``: a private quantile of the users' root mean square
-        ``||x_r|| ||v_i||`` at ``U_0``. ``None`` only with ``epsilon=np.inf``.
+        ``η``: clip of each row's ``vec(x v^T)`` (Alg. 2, line 1). ``"auto"``: a
+        private quantile (:ref:`auto_rules`). ``None`` only with ``epsilon=np.inf``.
     label_clip : float, "auto" or None, default="auto"
-        ``ζ``: each centred label is clipped to ``[-ζ, ζ]`` (Alg. 2 and 3).
-        ``"auto"``: a private quantile of the users' root mean square centred targets.
+        ``ζ``: clip of each centred label (Alg. 2 and 3). ``"auto"``: a private quantile.
     psd_floor : float, default=32.0
-        ``>= 0``: the eigenvalues of the noisy Gram ``W_priv`` are raised to at
-        least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
-        solve of Alg. 2, line 3 (post-processing; none with ``epsilon=np.inf``).
+        ``>= 0``: eigenvalues of the noisy Gram are raised to at least
+        ``psd_floor * σ * sqrt(dk)`` before the solve (Alg. 2, line 3; post-processing).
     init_clip_norm, head_clip_norm : float, "auto" or None, default="auto"
         As in :class:`PrivateFedRepRegressor` (``init_clip_norm``: with
         ``init="private_spectral"``).
@@ -64,15 +57,14 @@ class PrivAltMinRegressor(_RepresentationRegressor):
         Shares of phases ``"clip"``, ``"init"``, ``"cold_start"``, as in
         :class:`PrivateFedRepRegressor`.
     batch_mode : {"same", "disjoint"}, default="same"
-        Heads and ``U`` statistics on the same ``S^0`` rows, or on two keyed
-        random halves of ``S^0`` (Alg. 1).
+        Heads and ``U`` statistics on the same ``S^0`` rows, or on two halves (Alg. 1).
     epsilon : float, default=1.0
         Privacy budget in (0, inf]; ``np.inf``: no noise (clipping still applies).
     delta : float, default=1e-6
         Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise, the random init and the key of the per-user split,
-        halves and rounds. ``None``: OS entropy.
+        Seeds the noise, the random init and the key of the split, halves and
+        rounds; ``None``: OS entropy.
     verbose : int, default=0
         Print one line per round (public values only) when positive.
 
@@ -99,7 +91,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     released too).
 
     **Budget plan** (Gaussian, calibrated jointly on the exact μ-GDP
-    composition, not the paper's ``Δ_{ε,δ}``; replace-one-user sensitivities):
+    composition; replace-one-user sensitivities):
 
     * ``clip``, ``init``, ``cold_start``: as for :class:`PrivateFedRepRegressor`;
     * ``iterations``: per round, ``W_priv`` (the sum of the users' mean
@@ -109,7 +101,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     **Deviations from the paper** (none affects privacy; reasons: :ref:`altmin`):
 
     * per-user means of the statistics, not sums of ``m/4`` rows;
-    * ``psd_floor``: the noisy ``W_priv`` is made well-conditioned before the solve;
+    * ``psd_floor``; noise calibrated exactly, not by ``Δ_{ε,δ}``;
     * ``batch_mode="same"`` and personal parts on all rows by default;
     * added, as in :class:`PrivateFedRepRegressor`: cold start, intercepts,
       shrinkage and ``"auto"`` bounds.

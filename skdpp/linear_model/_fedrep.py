@@ -14,13 +14,11 @@ __all__ = ["PrivateFedRepRegressor"]
 class PrivateFedRepRegressor(_RepresentationRegressor):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
-    Learns ``y ≈ b_i + <x, U v_i>``: the orthonormal embedding ``U``
-    (``n_features × n_components``) is released under user-level (ε, δ)-DP;
-    each user's head ``v_i`` and intercept ``b_i`` come from the releases and
-    its own rows. Algorithm 1 of Snedeker, Zhou & Bassily (2025) with its
-    private initialisation (Algorithm 2), plus per-user intercepts, a released
-    cold-start part and private scale-free bounds (``"auto"``): raw data work
-    with only ``epsilon`` set.
+    Learns ``y ≈ b_i + <x, U v_i>``: the orthonormal ``U`` (``n_features ×
+    n_components``) is released under user-level (ε, δ)-DP; each user's head
+    ``v_i`` and intercept ``b_i`` come from the releases and its own rows.
+    Algorithms 1-2 of Snedeker, Zhou & Bassily (2025), plus intercepts, a
+    cold start and private scale-free bounds: raw data work with only ``epsilon``.
 
     Read more in the :ref:`User Guide <fedrep>`.
 
@@ -30,42 +28,37 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Dimension ``k`` of the shared representation, ``1 <= k <= n_features``.
     init : {"private_spectral", "private_pairwise", "random"} or array-like of \
             shape (n_features, n_components), default="private_spectral"
-        Initial embedding: Alg. 2 (phase ``"init"``); Jain et al. (2021),
-        Alg. 3; random orthonormal (free); or a *public* warm start (free,
-        orthonormalised by QR).
+        Initial ``U``: Alg. 2 (phase ``"init"``); Jain et al. (2021), Alg. 3;
+        random orthonormal (free); or a *public* warm start (free, QR).
     max_iter : int, default=5
         Number ``T >= 0`` of iterations of Alg. 1, one release each.
     learning_rate : float, default=1.5
-        ``η > 0`` of the step on ``U`` (Alg. 1, line 10); the step is ``η / s_y^2``.
+        ``η > 0``: the step on ``U`` is ``η / s_y^2`` (Alg. 1, line 10).
     label_scale : float or "auto", default="auto"
-        ``s_y > 0``. ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square centred targets. ``1.0``: the paper's step.
+        ``s_y > 0``. ``"auto"``: a private quantile of the users' RMS centred
+        targets. ``1.0``: the paper's step.
     fit_intercept : bool, default=True
-        Per-user intercepts and a released cold-start intercept. ``False``:
-        the paper's model.
+        Per-user and cold-start intercepts. ``False``: the paper's model.
     personal_rows : {"all", "holdout"}, default="all"
         Rows of the personal parts: all of a user's rows, or the paper's ``S^1``.
     personal_ridge : float, default=10.0
-        ``κ >= 0``: heads and intercepts are shrunk towards the cold-start part
-        by ``κ k`` (scale-free) pseudo-rows. ``0``: least squares.
+        ``κ >= 0``: shrinkage of the personal parts towards the cold start, in
+        ``κ k`` pseudo-rows. ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
         ``ψ``: Frobenius clip of each user's gradient. ``"auto"``: a private
         quantile of the gradient norms at ``U_0`` (:ref:`auto_rules`).
         ``None`` only with ``epsilon=np.inf``.
     init_clip_norm : float, "auto" or None, default="auto"
-        ``ψ_init``: clip of each user's ``Z_i`` in Alg. 2 (``init="private_pairwise"``:
-        the label clip ``ζ``).
+        ``ψ_init``: clip of each ``Z_i`` in Alg. 2 (pairwise init: label clip ``ζ``).
     head_clip_norm : float, "auto" or None, default="auto"
         Clip of each head in the DP mean that gives ``cold_start_head_``.
     clip_quantile : float in (0, 1], default=0.5
         Quantile every ``"auto"`` bound is set to.
     budget_shares : dict or None, default=None
-        Shares by phase: ``"clip"`` (default ``"auto"``, :ref:`auto_rules`),
-        ``"init"`` (0.1), ``"cold_start"`` (0.02; ``0``: unseen users get
-        zeros); ``"iterations"`` takes the rest.
+        Shares of phases ``"clip"`` (``"auto"``, :ref:`auto_rules`), ``"init"``
+        (0.1), ``"cold_start"`` (0.02); ``"iterations"`` takes the rest.
     batch_mode : {"same", "disjoint"}, default="same"
-        Head and gradient of a round on the same ``S^0`` rows (the authors'
-        code), or on two disjoint batches (Alg. 1, line 5).
+        Head and gradient on the same ``S^0`` rows, or on disjoint batches (Alg. 1).
     batch_size : int or None, default=None
         Rows ``b >= 1`` per batch and user. ``None``: all ``S^0`` rows
         (``"same"``) or ``floor(|S^0_i| / 2)`` (``"disjoint"``).
@@ -74,8 +67,8 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     delta : float, default=1e-6
         Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise, the random init and the key of the per-user split and
-        batches. ``None``: OS entropy.
+        Seeds the noise, the random init and the key of the split and batches;
+        ``None``: OS entropy.
     verbose : int, default=0
         Print one line per iteration (public values only) when positive.
 
@@ -89,8 +82,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
         Released head and intercept of the users unseen in ``fit``.
     clip_norm_, init_clip_norm_, head_clip_norm_, label_scale_, intercept_clip_ : \
             float or None
-        Bounds used (released when ``"auto"``; None when unused); ``intercept_clip_``:
-        the radius of the cold-start intercept's clipped mean.
+        Bounds used (released when ``"auto"``; None when unused).
     feature_scales_ : ndarray of shape (n_features_in_,) or None
         Released per-feature scales (``inf``: a dropped column), :ref:`auto_rules`.
     label_range_ : tuple of float or None
@@ -116,11 +108,9 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP under replace-one-user (the number of
-    users is public) for ``components_``, the cold-start part and every
-    released bound, scale and range; heads and intercepts are computed by each
-    user from the releases and its own rows (joint DP). ``groups=None``:
-    row-level DP.
+    **Guarantee.** User-level (ε, δ)-DP under replace-one-user (public number
+    of users) for ``U``, the cold start and every released bound, scale and
+    range; heads and intercepts are local (joint DP).
 
     **Budget plan** (Gaussian, calibrated jointly on the exact μ-GDP
     composition; replace-one-user L2 sensitivities):
@@ -133,13 +123,12 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
 
     **Deviations from the paper** (none affects privacy; reasons: :ref:`fedrep`):
 
-    * ``batch_mode="same"``: Alg. 1's disjoint batches hold 1-2 rows at the
-      paper's setting and do not converge;
-    * personal parts on all rows, not covered by Theorem 4's utility analysis;
-    * added: intercepts, cold start, shrinkage, ``"auto"`` bounds and the step
-      ``η / s_y^2``; ``personal_rows="holdout"``, ``personal_ridge=0``,
-      ``fit_intercept=False`` and numeric bounds give the paper's algorithm;
-    * noise calibrated exactly, not by the paper's closed-form ``σ̂``.
+    * ``batch_mode="same"`` (disjoint batches of 1-2 rows do not converge);
+    * personal parts on all rows (outside Theorem 4's utility analysis);
+    * added: intercepts, cold start, shrinkage, ``"auto"`` bounds, the step
+      ``η / s_y^2`` (``personal_rows="holdout"``, ``personal_ridge=0``,
+      ``fit_intercept=False`` and numeric bounds give Alg. 1);
+    * noise calibrated exactly, not by the closed-form ``σ̂``.
 
     References
     ----------

@@ -20,13 +20,12 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     """Personalized linear classifier with a DP shared embedding learned by
     the exponential mechanism in a Johnson-Lindenstrauss space.
 
-    Algorithm 3 of Snedeker, Zhou & Bassily (2025): the features are projected
-    by a random sign matrix ``M`` (``jl_dim x n_features``), a ``jl_dim x
-    n_components`` frame ``U~`` is selected by the exponential mechanism with a
-    margin score, ``U_priv = M^T U~`` is released, and each user fits its head
-    ``v_i`` and bias ``b_i`` on its own rows: its decision function is ``<x,
-    U_priv v_i> + b_i``. Raw data work with only ``epsilon`` set: the label
-    set, the clip radius and the cold-start bias are chosen privately.
+    Algorithm 3 of Snedeker, Zhou & Bassily (2025): rows are projected by a
+    random sign matrix ``M``, a frame ``U~`` is selected by the exponential
+    mechanism with a margin score, ``U_priv = M^T U~`` is released, and each
+    user fits its head ``v_i`` and bias ``b_i`` on its own rows (decision
+    function ``<x, U_priv v_i> + b_i``). Label set, clip radius and cold start
+    are chosen privately: raw data work with only ``epsilon`` set.
 
     Read more in the :ref:`User Guide <jl_margin>`.
 
@@ -36,46 +35,40 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Dimension ``k >= 1`` of the shared embedding.
     jl_dim : int or "auto", default="auto"
         Dimension ``k' >= n_components`` of the JL space. ``"auto"``: Alg. 3's
-        ``ceil(log(n / 0.05) / margin^2)``, clipped to ``[n_components,
-        min(n_features, 256)]`` (the cap with ``margin="auto"``).
+        rule, capped at ``min(n_features, 256)`` (the cap with ``margin="auto"``).
     margin : "auto" or float, default="auto"
         ``"auto"``: the limit ``rho -> 0+`` (the 0-1 loss, scale-free). A float
         ``> 0``: the margin relative to the clip radius ``r``.
     clip_norm : "auto", float or None, default="auto"
         Row-norm bound ``r > 0``. ``"auto"``: a private quantile of the users'
-        root-mean-square row norms (:ref:`auto_rules`). ``None`` only with
-        ``epsilon=np.inf``.
+        RMS row norms. ``None`` only with ``epsilon=np.inf``.
     clip_quantile : float in (0, 1], default=0.5
         Quantile released by ``clip_norm="auto"``.
     n_candidates : int, default=256
         Number ``>= 1`` of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
-        Frames around the top eigenvectors of a released noisy second-moment
-        matrix, or data-independent Haar-random frames.
+        Frames around the top eigenvectors of a released second-moment matrix,
+        or data-independent Haar-random frames.
     n_directions : int, default=64
         Public unit directions (``>= 2``) of the inner minimum over heads
         (``n_components=1``: always 2).
     fit_intercept : bool, default=True
-        Per-user bias ``b_i``, kept if it lowers the user's logistic loss by
-        more than 2 nats; the cold start is the logit of each class's DP rate.
-        ``False``: a public cold-start direction chosen by the exponential mechanism.
+        Per-user bias ``b_i`` (kept if it lowers the user's logistic loss by
+        more than 2 nats) and a DP cold-start bias; ``False``: a cold-start head.
     personal_rows : {"all", "holdout"}, default="all"
-        Releases and heads on all of a user's rows, or (Alg. 3 as written)
-        releases on ``S^0`` (half of the rows) and heads on ``S^1``.
+        Releases and heads on all rows, or on ``S^0`` and ``S^1`` (Alg. 3).
     personal_ridge : float >= 0, default=1.0
         Shrinkage of each head toward the cold start, in pseudo-rows.
     multiclass : {"ovr", "raise"}, default="ovr"
         More than two classes: one binary problem per class, or ``ValueError``.
     classes : array-like, None or "observed", default=None
         The label set. ``None``: selected privately (phase ``"labels"``). An
-        array: public, free. ``"observed"``: the labels in ``y``, *not covered*
-        by the guarantee (NOT FULLY PRIVATE).
+        array: public, free. ``"observed"``: the labels in ``y``, NOT covered.
     max_classes_per_user : int, default=2
         Labels (``>= 1``) a user contributes to the label selection.
     budget_shares : dict or None, default=None
-        Shares in (0, 1) by phase: ``"labels"`` (0.05), ``"clip"`` (``"auto"``,
-        :ref:`auto_rules`), ``"subspace"`` (0.7), ``"cold_start"`` (0.05);
-        ``"selection"`` takes the rest.
+        Shares of phases ``"labels"`` (0.05), ``"clip"`` (``"auto"``),
+        ``"subspace"`` (0.7), ``"cold_start"`` (0.05); ``"selection"`` the rest.
     epsilon : float, default=1.0
         Privacy budget in (0, inf]; ``np.inf``: no noise (the exponential
         mechanism becomes the argmax).
@@ -83,8 +76,8 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Privacy parameter in [0, 1); positive when a phase is Gaussian (all
         but ``selection`` by default; pure ε-DP set-up: :ref:`jl_margin`).
     random_state : int, RandomState instance or None, default=None
-        Seeds the public JL matrix, directions and candidates, the key of the
-        ``S^0 / S^1`` split and the noise. ``None``: OS entropy.
+        Seeds the public ``M``, directions and candidates, the key of the split
+        and the noise; ``None``: OS entropy.
     verbose : int, default=0
         Print each phase's progress (public values only) when positive.
 
@@ -102,8 +95,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         The released ``U_priv`` per binary problem (1 for two classes).
     cold_start_heads_, cold_start_intercepts_ : ndarray of shape \
             (n_problems, n_components), (n_problems,)
-        Released cold-start heads (zero with ``fit_intercept``) and biases
-        (zero without).
+        Released cold-start heads (0 with ``fit_intercept``) and biases (0 without).
     heads_, intercepts_ : ndarray of shape (n_users_, n_problems, n_components), \
             (n_users_, n_problems)
         Personal heads ``v_i`` and biases ``b_i`` (local), aligned with ``user_ids_``.
@@ -124,11 +116,10 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     Notes
     -----
-    **Guarantee.** User-level (ε, δ)-DP under replace-one-user (the number of
-    users is public), jointly DP: every value that depends on more than one
-    user is released by a charged mechanism; each head and bias is a function
-    of the releases and its user's rows. ``classes="observed"`` is outside the
-    guarantee and the report says so.
+    **Guarantee.** User-level (ε, δ)-DP under replace-one-user (public number
+    of users) for every value that depends on more than one user; heads and
+    biases are local (joint DP). ``classes="observed"`` is outside the
+    guarantee (said in the report).
 
     **Budget plan** (``P`` binary problems, one release of all of them per
     phase; calibrated once; replace-one-user sensitivities, :ref:`jl_margin`):

@@ -17,14 +17,11 @@ __all__ = ["PPSGDRegressor"]
 class PPSGDRegressor(_LinearRegressor):
     """Personalized-private SGD for the additive model ``y ≈ b + b_i + <x, w + theta_i>``.
 
-    Global weights ``w`` are learned with user-level DP-SGD (per-user clipped
-    gradients, Gaussian noise on their sum) while each user learns an offset
-    ``theta_i`` from its own rows (Bietti et al. 2022, Algorithms 1-3).
-    ``alpha``, the global/local step ratio, sets the level of
-    personalization: ``0`` is local-only (nothing released), ``np.inf``
-    global-only DP-SGD. The defaults add per-user intercepts, a DP cold-start
-    intercept ``b``, a shrunk refit of the personal parts and private
-    scale-free bounds (``"auto"``).
+    Global weights ``w`` are learned with user-level DP-SGD while each user
+    learns an offset ``theta_i`` from its own rows (Bietti et al. 2022, Alg.
+    1-3); ``alpha`` (``0``: local only, ``np.inf``: global only) sets the level
+    of personalization. The defaults add intercepts, a DP cold-start intercept
+    ``b``, a shrunk refit of the personal parts and private scale-free bounds.
 
     Read more in the :ref:`User Guide <ppsgd>`.
 
@@ -37,12 +34,10 @@ class PPSGDRegressor(_LinearRegressor):
         Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     clip_norm : float, "auto" or None, default="auto"
         ``C > 0``: L2 clip of each user's gradient per round. ``"auto"``: a
-        private quantile of the gradient norms at ``w = 0`` (:ref:`auto_rules`).
-        ``None`` only with ``epsilon=np.inf``.
+        private quantile (:ref:`auto_rules`). ``None`` only with ``epsilon=np.inf``.
     feature_scale : float or "auto", default="auto"
         ``s > 0``: the global step is ``learning_rate / s^2``. ``"auto"``: a
-        private quantile of the users' root mean squared centred row norms,
-        each user's local step relative to its own. ``1.0``: the paper's steps.
+        private quantile, local steps relative to each user's own. ``1.0``: the paper.
     alpha : float, default=1.0
         Global/local step ratio in [0, inf] (the paper's ``αQ``): global step
         ``learning_rate * min(1, alpha)``, local ``learning_rate * min(1, 1 / alpha)``.
@@ -54,35 +49,29 @@ class PPSGDRegressor(_LinearRegressor):
         Per-user minibatch size ``m >= 1`` (``m_i = min(batch_size, n_i)``).
         ``None``: all rows every round (``weighting="user"`` only).
     sample_rate : float, default=1.0
-        Poisson probability ``q`` in (0, 1] that a user joins a round (``< 1``:
-        client sampling, Alg. 2/3, with privacy amplification).
+        Poisson probability ``q`` in (0, 1] that a user joins a round (Alg. 2/3).
     weighting : {"user", "sample"}, default="user"
         Average of the users' risks, minibatch-mean gradients (Alg. 3); or
         weighted by minibatch size, sums over ``batch_size`` (Alg. 2).
     average : bool, default=False
-        Return the average of the iterates of rounds ``1..T`` (``w`` and every
-        ``theta_i``) instead of the last.
+        Average the iterates of rounds ``1..T`` (``w`` and every ``theta_i``).
     fit_intercept : bool, default=True
-        Per-user intercepts and a released cold-start intercept ``b``
-        (:ref:`auto_rules`).
+        Per-user intercepts and a released cold-start intercept ``b``.
     personal_ridge : float or None, default=10.0
-        ``κ >= 0``: ``theta_i`` and ``b_i`` are refitted on all the user's
-        rows, shrunk towards the released model by ``κ d`` pseudo-rows.
-        ``None``: the paper's SGD offsets.
+        ``κ >= 0``: refit of ``theta_i`` and ``b_i`` on all the user's rows,
+        shrunk towards the released model by ``κ d`` pseudo-rows. ``None``: SGD offsets.
     clip_quantile : float in (0, 1], default=0.5
         Quantile every ``"auto"`` bound is set to.
     budget_shares : dict or None, default=None
-        Shares by phase: ``"clip"`` (default ``"auto"``, :ref:`auto_rules`),
-        ``"cold_start"`` (0.02; ``0``: ``intercept_ = 0``); ``"iterations"``
-        takes the rest.
+        Shares of phases ``"clip"`` (``"auto"``, :ref:`auto_rules`) and
+        ``"cold_start"`` (0.02; ``0``: ``intercept_ = 0``); ``"iterations"`` the rest.
     noise_multiplier : float or None, default=None
         ``>= 0``; overrides the calibration: noise std ``noise_multiplier * 2 *
         clip_norm`` per round, and the report states the resulting ε.
     verbose : int, default=0
         Print the round number every tenth of the rounds when positive.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise and the key of the sampling and minibatches. ``None``:
-        OS entropy.
+        Seeds the noise and the key of sampling and minibatches; ``None``: OS entropy.
 
     Attributes
     ----------
@@ -91,19 +80,16 @@ class PPSGDRegressor(_LinearRegressor):
     intercept_ : float
         Released cold-start intercept ``b`` (0.0 with ``fit_intercept=False``).
     offsets_, intercept_offsets_ : ndarray of shape (n_users_, n_features), (n_users_,)
-        Personal offsets ``theta_i`` and intercepts ``b_i`` (local), aligned with
-        ``user_ids_``.
+        Personal offsets ``theta_i`` and intercepts ``b_i`` (local), by ``user_ids_``.
     clip_norm_, feature_scale_ : float or None
         The clip norm and feature scale used (released when ``"auto"``).
     intercept_clip_, feature_scales_, label_range_, local_only_, own_label_ranges_, \
-            user_ids_, n_users_, n_features_in_
+            user_ids_, n_users_, n_features_in_, privacy_report_
         As for :class:`~skdpp.linear_model.PrivateFedRepRegressor`.
     n_iter_ : int
         Number of rounds run.
     noise_multiplier_ : float
         Noise multiplier used (std / (2 * clip_norm)); 0.0 without noise.
-    privacy_report_ : PrivacyReport
-        ε, δ and the releases (count, sampling rate, noise, sensitivity).
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of features seen during ``fit`` (string column names only).
 
