@@ -143,7 +143,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Items counted per user (sampled when more). ``"auto"``: 50 (none at ε = inf).
     budget_shares : dict or None, default=None
         Shares of phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"ridge"``
-        (defaults: :ref:`adaptive_mf`); ``"items"`` takes the rest.
+        (defaults: :ref:`User Guide <adaptive_mf>`); ``"items"`` takes the rest.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
         The item catalogue. ``None``: chosen under DP from the counts. An array: public
@@ -170,7 +170,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     user_embeddings_, user_biases_ : ndarray of shape (n_users_, n_components), (n_users_,)
         Personal user embeddings and biases (local), aligned with ``user_ids_``.
     local_only_ : bool
-        True when the plan predicted a useless fit (:ref:`adaptive_mf`).
+        True when the plan predicted a useless fit (:ref:`User Guide <adaptive_mf>`).
     user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_, n_items_, n_iter_, n_features_in_ : int
@@ -190,11 +190,11 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     every released value (``item_ids_`` unless ``items`` is given; ``"observed"`` is
     reported as not covered); user embeddings and biases are local (joint DP).
 
-    **Budget plan** (Gaussian, calibrated jointly; sensitivities: :ref:`adaptive_mf`):
+    **Budget plan** (Gaussian, calibrated jointly; sensitivities: :ref:`User Guide <adaptive_mf>`):
     ``clip`` (binary searches of the ``"auto"`` bounds), ``mean``, ``counts``,
     ``item_bias``, ``items`` (``2T`` releases with ALS, ``5T`` with SGD), ``ridge``.
 
-    **Deviations from the paper** (:ref:`adaptive_mf`): ridge added after the noise;
+    **Deviations from the paper** (:ref:`User Guide <adaptive_mf>`): ridge added after the noise;
     per-user budget normalisation by default; replace-one-user; added biases, private
     catalogue and ``"auto"`` bounds; per-rating gradient clipping in Alg. 2.
 
@@ -545,7 +545,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         ranking : {"blend", "rating", "popularity"}, default="blend"
             Score of item ``i`` for user ``j``: ``"blend"``, ``<u_j, v_i> / rating_clip_ +
             popularity_weight * log(max(n_i, 1))`` with ``n_i`` the released popularity
-            (:ref:`adaptive_mf`); ``"rating"``, the predicted ``b_i + <u_j, v_i>``;
+            (:ref:`User Guide <adaptive_mf>`); ``"rating"``, the predicted ``b_i + <u_j, v_i>``;
             ``"popularity"``, ``n_i``. Unseen users get ``n_i`` (``"rating"``:
             ``item_counts_``, or catalogue order). Without released counts ``"blend"`` is
             ``"rating"`` and ``"popularity"`` raises.

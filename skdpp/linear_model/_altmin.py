@@ -98,7 +98,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
       ``W_r W_r^T``), ``sqrt(2) η^2``, and ``b_priv``, ``2 ζ η``; ``2T``
       releases, 2 with ``schedule="disjoint"`` (parallel composition).
 
-    **Deviations from the paper** (none affects privacy; reasons: :ref:`altmin`):
+    **Deviations from the paper** (none affects privacy; reasons: :ref:`User Guide <altmin>`):
 
     * per-user means of the statistics, not sums of ``m/4`` rows;
     * ``psd_floor``; noise calibrated exactly, not by ``Δ_{ε,δ}``;

@@ -121,7 +121,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     * ``cold_start``: ``sum_i clip(v_i, C_head)``, ``2 C_head``; clipped
       means of offsets and mean labels, ``2 R`` each.
 
-    **Deviations from the paper** (none affects privacy; reasons: :ref:`fedrep`):
+    **Deviations from the paper** (none affects privacy; reasons: :ref:`User Guide <fedrep>`):
 
     * ``batch_mode="same"`` (disjoint batches of 1-2 rows do not converge);
     * personal parts on all rows (outside Theorem 4's utility analysis);

@@ -74,7 +74,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         mechanism becomes the argmax).
     delta : float, default=1e-6
         Privacy parameter in [0, 1); positive when a phase is Gaussian (all
-        but ``selection`` by default; pure ε-DP set-up: :ref:`jl_margin`).
+        but ``selection`` by default; pure ε-DP set-up: :ref:`User Guide <jl_margin>`).
     random_state : int, RandomState instance or None, default=None
         Seeds the public ``M``, directions and candidates, the key of the split
         and the noise; ``None``: OS entropy.
@@ -122,7 +122,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     guarantee (said in the report).
 
     **Budget plan** (``P`` binary problems, one release of all of them per
-    phase; calibrated once; replace-one-user sensitivities, :ref:`jl_margin`):
+    phase; calibrated once; replace-one-user sensitivities, :ref:`User Guide <jl_margin>`):
 
     * ``labels``: distinct-user counts per label, ``sqrt(2 L)``,
       ``L = max_classes_per_user``, threshold ``delta / 4``;
@@ -135,7 +135,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     **Deviations from the paper** (a finite candidate set, the inner minimum
     over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``;
-    none changes a sensitivity) and the input domain: :ref:`jl_margin`.
+    none changes a sensitivity) and the input domain: :ref:`User Guide <jl_margin>`.
 
     References
     ----------

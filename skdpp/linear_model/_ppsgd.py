@@ -103,7 +103,7 @@ class PPSGDRegressor(_LinearRegressor):
     δ)-DP under replace-one-user (the number of users is public); each
     ``theta_i`` is a function of them and of user ``i``'s rows.
 
-    **Budget plan** (calibrated together; :ref:`ppsgd`):
+    **Budget plan** (calibrated together; :ref:`User Guide <ppsgd>`):
 
     * ``clip``: counts of users, sensitivity 1 (:ref:`auto_rules`);
     * ``iterations``: ``T`` Gaussian sums of gradients clipped to ``C``, L2
@@ -112,7 +112,7 @@ class PPSGDRegressor(_LinearRegressor):
       (``"rdp-zero-out"``) and group privacy for replace-one-user;
     * ``cold_start``: two clipped means around private medians, ``2 R`` each.
 
-    **Deviations from the paper** (reasons: :ref:`ppsgd`): ``alpha`` is
+    **Deviations from the paper** (reasons: :ref:`User Guide <ppsgd>`): ``alpha`` is
     ``αQ`` and the steps follow the authors' code; ``weighting="sample"``
     normalises by the public ``q N batch_size``; Poisson client sampling;
     averaging over rounds ``1..T``; a tight accountant; keyed-hash sampling;
@@ -245,7 +245,7 @@ class PPSGDRegressor(_LinearRegressor):
             noise_multiplier=self.noise_multiplier, verbose=int(self.verbose))
 
     def _fit_personal(self, X, y, index):
-        """Personal parts of the given users with ``w`` fixed (see Notes); no release."""
+        """Personal parts of the given users with ``w`` fixed (User Guide); no release."""
         return ppsgd.fit_personal(X, y, index, self._fit_config(), self)
 
     def _linear_scores(self, X, codes):
