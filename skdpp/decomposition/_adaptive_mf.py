@@ -160,7 +160,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     item_biases_ : ndarray of shape (n_items,)
         DP item biases (zeros if ``item_bias=False``).
     item_counts_, item_weighted_counts_ : ndarray of shape (n_items,) or None
-        Noisy item counts and weighted counts (phase ``"item_bias"``); None if not released.
+        Noisy item counts (phase ``"counts"``) and weighted counts (phase
+        ``"item_bias"``); None if not released.
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
@@ -190,13 +191,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     every released value (``item_ids_`` unless ``items`` is given; ``"observed"`` is
     reported as not covered); user embeddings and biases are local (joint DP).
 
-    **Budget plan** (Gaussian, calibrated jointly; sensitivities: :ref:`User Guide <adaptive_mf>`):
-    ``clip`` (binary searches of the ``"auto"`` bounds), ``mean``, ``counts``,
-    ``item_bias``, ``items`` (``2T`` releases with ALS, ``5T`` with SGD), ``ridge``.
+    **Budget plan** (Gaussian, calibrated jointly; sensitivities in the
+    :ref:`User Guide <adaptive_mf>`): ``clip`` (binary searches of the ``"auto"``
+    bounds), ``mean``, ``counts``, ``item_bias``, ``items`` (``2T`` releases with ALS,
+    ``5T`` with SGD), ``ridge``.
 
-    **Deviations from the paper** (:ref:`User Guide <adaptive_mf>`): ridge added after the noise;
-    per-user budget normalisation by default; replace-one-user; added biases, private
-    catalogue and ``"auto"`` bounds; per-rating gradient clipping in Alg. 2.
+    **Deviations from the paper**: ridge added after the noise; per-user budget
+    normalisation by default; replace-one-user; added biases, private catalogue and
+    ``"auto"`` bounds; per-rating gradient clipping in Alg. 2.
 
     References
     ----------
