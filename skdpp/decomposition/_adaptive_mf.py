@@ -1,9 +1,6 @@
-"""User-level DP matrix factorisation with adaptive per-item budget allocation.
-
-The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): parameters, data validation
-(item catalogue, duplicate ratings) and prediction. The algorithm (Alg. 1-3) is in
-:mod:`._algorithms.adaptive_mf`.
-"""
+"""The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): parameters, data
+validation (item catalogue, duplicate ratings) and prediction; the algorithm (Alg. 1-3) is
+:mod:`._algorithms.adaptive_mf`."""
 
 import warnings
 from numbers import Integral, Real
@@ -24,8 +21,7 @@ __all__ = ["AdaptiveWeightMF"]
 
 # Ratings per chunk in the row-wise dot products of ``predict``.
 _PREDICT_CHUNK = 2**17
-# Weight of the log popularity in recommend(ranking="blend"): chosen on
-# MovieLens small, even user ids (benchmarks/bench_mf_recommend.py); public.
+# Weight of the log popularity in recommend(ranking="blend") (User Guide); public.
 _POPULARITY_WEIGHT = 1.0
 _POSITIVE = Interval(Real, 0, None, closed="neither")
 
@@ -91,95 +87,71 @@ def _entry_data(data, entries, users, n_items, code_keys, code_ids):
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
     """User-level DP matrix factorisation with biases and adaptive per-item budget allocation.
 
-    Alternating minimisation for private matrix completion (Krichene et al. 2023, Alg. 3):
-    each iteration solves every user's embedding and bias exactly and locally, then updates
-    the item embeddings under user-level DP by **task-weighted** sufficient statistics
-    perturbation (``solver="als"``, Alg. 1) or noisy gradient descent (``"sgd"``, Alg. 2).
-    Each user's weights satisfy ``sum_i w_ij^2 <= user_budget``; adaptive weights
-    ``omega_i ~ n_i^-mu`` (eq. (11)) from DP item counts give rare items a larger share.
-    Model: ``rating = mean_ + item_biases_[i] + user_biases_[j] + <user_embeddings_[j],
-    item_embeddings_[i]>`` (raw ratings on any scale work with the defaults).
+    Alternating minimisation (Krichene et al. 2023, Alg. 3): users' embeddings and biases
+    are solved locally, item embeddings updated under user-level DP by task-weighted
+    sufficient statistics perturbation (Alg. 1) or noisy gradient descent (Alg. 2), with
+    adaptive weights ``omega_i ~ n_i^-mu`` from DP item counts. ``fit(X, y, groups)``:
+    ``X`` one column of item ids, ``y`` ratings, ``groups`` user ids (the privacy unit).
 
-    ``fit(X, y, groups)``: ``X`` one column of item ids, ``y`` ratings, ``groups`` user ids
-    (the privacy unit). A multi-column ``X`` is keyed by whole rows (warns with
-    ``groups``); duplicate (user, item) rows are merged (mean rating). Read more (budget
-    plan, sensitivities, deviations from the paper) in the :ref:`User Guide <adaptive_mf>`.
+    Read more in the :ref:`User Guide <adaptive_mf>`.
 
     Parameters
     ----------
     n_components : int, default=10
         Embedding dimension ``k`` (the paper's ``d``).
     epsilon : float, default=1.0
-        Privacy budget in ``(0, inf]``; ``np.inf`` runs the same algorithm without noise.
+        Privacy budget in (0, inf]; ``np.inf`` runs the same algorithm without noise.
     delta : float, default=1e-6
-        In ``[0, 1)``, ``<< 1 / n_users``; > 0 when the catalogue is selected privately
-        (``items=None``): a quarter of it bounds the selection's threshold.
+        In [0, 1), ``<< 1 / n_users``; positive with ``items=None``.
     weighting : {"adaptive", "uniform", "tail"}, default="adaptive"
-        Budget allocation over a user's items: ``"adaptive"`` ``omega_i ~ n_hat_i^-mu``
-        from DP counts (eq. (11)) rescaled per user; ``"uniform"`` weight 1 on
-        ``floor(user_budget)`` sampled items (DPALS); ``"tail"`` on those with the smallest
-        DP counts (Chien et al. 2021).
+        Weights ``omega_i ~ n_hat_i^-mu`` (eq. (11)); or weight 1 on ``floor(user_budget)``
+        sampled items, or on those with the smallest DP counts (Chien et al. 2021).
     mu : float, default=0.25
-        Exponent of the adaptive weights, ``>= 0`` (0: uniform; the paper finds ``[1/4,
-        1/2]`` best).
+        Exponent ``>= 0`` of the adaptive weights (0: uniform).
     user_budget : float, default=20.0
-        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta`` (the noise is
-        calibrated to it); for ``"uniform"`` / ``"tail"`` the items kept per user (``>= 1``).
+        Per-user weight budget ``beta > 0``, ``sum_i w_ij^2 <= beta``; items kept per
+        user with ``"uniform"`` / ``"tail"``.
     weight_normalization : {"budget", "clip"}, default="budget"
-        ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``, ``B_j = sum_i
-        omega_i^2`` over the user's items; ``"budget"``: ``w_ij = omega_i sqrt(beta /
-        B_j)``, every user spends exactly ``beta`` (App. C; as good or better).
+        ``"clip"``: eq. (12), ``w_ij = omega_i min(1, sqrt(beta / B_j))``; ``"budget"``:
+        ``w_ij = omega_i sqrt(beta / B_j)`` (App. C), ``B_j = sum_i omega_i^2``.
     solver : {"als", "sgd"}, default="als"
-        Private item update: sufficient statistics perturbation (Alg. 1) or noisy
-        full-batch gradient descent (Alg. 2: 5 steps per iteration, public per-item step
-        sizes, per-rating gradients clipped to ``C_u C_r``).
+        Item update: sufficient statistics perturbation (Alg. 1) or noisy GD (Alg. 2).
     n_iter : int, default=5
-        Alternations ``T`` (Alg. 3), each costing budget (5 was best or within 10 %).
+        Alternations ``T`` (Alg. 3), each costing budget.
     reg : float, default=1.0
-        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7) in units of ``C_u^2``,
-        plus ``sigma_A sqrt(k)``, the spectral scale of the Gram noise (public).
+        Ridge ``lambda > 0`` of the item solves (Alg. 1, line 7), in units of ``C_u^2``.
     personal_ridge : float, default=5.0
         Shrinkage of every user's personal part toward the cold start, in pseudo-ratings.
     embedding_ridge : float or "auto", default="auto"
-        Ridge of the user embeddings in pseudo-ratings of an average item of the user's.
-        ``"auto"``: the best of a public grid on held-out ratings (phase ``"ridge"``).
+        Ridge of the user embeddings in pseudo-ratings. ``"auto"``: chosen on held-out
+        ratings (phase ``"ridge"``).
     clip_norm : float or None, default=0.1
-        ``C_u``: user embeddings are scaled to norm ``<= C_u`` in the item statistics (a
-        gauge: item embeddings scale as ``1 / C_u``). ``None`` only with ``epsilon=np.inf``.
+        ``C_u``: clip of the user embeddings in the item statistics (``None``: ε = inf only).
     rating_clip : float, "auto" or None, default="auto"
-        ``C_r``: item-release targets, item biases and the predicted factor part are
-        clipped to ``[-C_r, C_r]``. ``"auto"``: the private median of twice each user's RMS
-        deviation from the DP mean (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``.
+        ``C_r``: clip of the ratings in the item releases. ``"auto"``: a private median
+        (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``.
     center : bool, default=True
         Release a DP global mean (phase ``"mean"``); if False it is 0.
     user_bias : bool, default=True
-        Give every user a personal bias, solved jointly with their embedding (free).
+        Give every user a personal bias, solved jointly with its embedding (free).
     item_bias : bool, default=True
-        Release DP item biases (phase ``"item_bias"``: Alg. 1 with ``d = 1`` on
-        per-user-centred ratings, shrunk toward 0).
+        Release DP item biases (phase ``"item_bias"``).
     mean_clip : float or "auto", default="auto"
-        Bound of the DP mean: a number ``b`` clips the users' mean ratings to ``[-b, b]``;
-        ``"auto"`` clips them to ``[c - R, c + R]`` around a private median ``c`` with a
-        private radius ``R`` (phase ``"clip"``).
+        A number ``b`` clips the users' mean ratings to ``[-b, b]`` in the DP mean;
+        ``"auto"``: to a private radius around a private median (phase ``"clip"``).
     count_cap : int or "auto", default="auto"
-        Items counted per user (sampled when more), also in the item-bias weights ``min(1,
-        sqrt(count_cap / n_j))``. ``"auto"``: 50, no cap at ``epsilon=np.inf``.
+        Items counted per user (sampled when more). ``"auto"``: 50 (none at ε = inf).
     budget_shares : dict or None, default=None
-        Shares of the zCDP budget by phase (``privacy_report_.phases``); left out:
-        ``"clip"`` ``"auto"`` (:func:`~skdpp.privacy._plan.resolve_clip_share`), ``"mean"``
-        0.05, ``"counts"`` 0.3 if they select the catalogue else 0.1, ``"item_bias"`` 0.25,
-        ``"ridge"`` 0.05; ``"items"`` takes the rest. Phases run only if needed; 0 drops one.
+        Shares of phases ``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"ridge"``
+        (defaults: :ref:`User Guide <adaptive_mf>`); ``"items"`` takes the rest.
     items : None, "observed" or array-like of shape (n_items,) or \
 (n_items, n_features), default=None
-        The item catalogue. ``None``: chosen under DP (an item is published iff its noisy
-        count clears a threshold; an item rated by one user is published with probability
-        at most ``delta / 4``). An array: a public catalogue (free; items without ratings
-        are kept). ``"observed"``: every item in ``X``, NOT covered by the guarantee.
-        Ratings of other items only inform their user's bias.
+        The item catalogue. ``None``: chosen under DP from the counts. An array: public
+        (free). ``"observed"``: every item in ``X``, NOT covered by the guarantee.
     verbose : int, default=0
-        Print progress when > 0 (public sizes, published items, iterations only).
+        Print progress (public values only) when positive.
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, keyed per-entry sampling and noise (``None``: OS entropy).
+        Seeds the init, the keyed sampling and the noise; ``None``: OS entropy.
 
     Attributes
     ----------
@@ -187,26 +159,20 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         Item embeddings (released), rows aligned with ``item_ids_``.
     item_biases_ : ndarray of shape (n_items,)
         DP item biases (zeros if ``item_bias=False``).
-    item_counts_ : ndarray of shape (n_items,) or None
-        Noisy item counts (may be negative), ``None`` if none were needed.
-    item_weighted_counts_ : ndarray of shape (n_items,) or None
-        Noisy weighted counts of phase ``"item_bias"`` (``None`` without it).
+    item_counts_, item_weighted_counts_ : ndarray of shape (n_items,) or None
+        Noisy item counts (phase ``"counts"``) and weighted counts (phase
+        ``"item_bias"``); None if not released.
     mean_ : float
         DP global mean (0.0 if ``center=False``).
     mean_clip_, rating_clip_, embedding_ridge_, count_cap_ : float, int or None
         The resolved values (``mean_clip_``: ``b`` or ``R``; ``count_cap_=None``: no cap).
     item_ids_ : ndarray of shape (n_items,) or (n_items, n_features)
         The published item catalogue, sorted.
-    user_embeddings_ : ndarray of shape (n_users, n_components)
-        Personal user embeddings, aligned with ``user_ids_`` (not clipped).
-    user_biases_ : ndarray of shape (n_users,)
-        Personal user biases (each user's own mean when ``local_only_``).
+    user_embeddings_, user_biases_ : ndarray of shape (n_users_, n_components), (n_users_,)
+        Personal user embeddings and biases (local), aligned with ``user_ids_``.
     local_only_ : bool
-        True when the plan predicted a useless fit (public rule, with a
-        :class:`~skdpp.exceptions.UselessFitWarning`): known users predict their own mean
-        rating, new users ``mean_`` (the users' median mean rating by one exponential
-        mechanism, or 0 when ``epsilon * n_users`` is too small); nothing else is released.
-    user_ids_ : ndarray of shape (n_users,)
+        True when the plan predicted a useless fit (:ref:`User Guide <adaptive_mf>`).
+    user_ids_ : ndarray of shape (n_users_,)
         Sorted user ids seen in ``fit`` / ``personalize``.
     n_users_, n_items_, n_iter_, n_features_in_ : int
         Users in ``fit``, published items, alternations run, columns of ``X``.
@@ -221,27 +187,18 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     Notes
     -----
-    **Privacy guarantee.** ``(epsilon, delta)`` user-level DP, replace-one-user, for every
-    released value: ``item_ids_`` (when chosen from the data), the item embeddings, biases,
-    counts and weighted counts, ``mean_`` and the ``"auto"`` values. The number of users is
-    public, and so is ``items`` when given; with ``items="observed"`` the report lists
-    ``item_ids_`` as not covered and ``is_private`` is False. User embeddings and biases
-    depend on the releases and the user's own ratings only: jointly DP (billboard model,
-    App. D, Remark D.1). Float noise is not hardened against floating-point side channels.
-    Per-user random choices are keyed hashes: a fit is a function of the *set* of ratings.
+    **Guarantee.** User-level (ε, δ)-DP, replace-one-user (public number of users), for
+    every released value (``item_ids_`` unless ``items`` is given; ``"observed"`` is
+    reported as not covered); user embeddings and biases are local (joint DP).
 
-    **Small data.** An item is published only if enough users rated it to clear the count
-    noise (MovieLens small, 610 users: none at ``epsilon <= 2``, about 30 at 8); a
-    ``UserWarning`` fires below 10 (post-processing). Below a few thousand users pass a
-    public catalogue.
+    **Budget plan** (Gaussian, calibrated jointly; sensitivities in the
+    :ref:`User Guide <adaptive_mf>`): ``clip`` (binary searches of the ``"auto"``
+    bounds), ``mean``, ``counts``, ``item_bias``, ``items`` (``2T`` releases with ALS,
+    ``5T`` with SGD), ``ridge``.
 
-    **Cold start.** Unseen users get ``mean_`` plus the item's bias; items outside the
-    catalogue get ``mean_`` plus the user's bias. A user whose exact solve is not finite
-    (astronomical ratings) gets zero parts.
-
-    **Input domain.** ``X``: hashable numbers or strings; ``y``: finite ratings, each
-    handled without a data-dependent warning or exception; ``predict`` raises a
-    ``ValueError`` naming the rows of a non-finite prediction.
+    **Deviations from the paper**: ridge added after the noise; per-user budget
+    normalisation by default; replace-one-user; added biases, private catalogue and
+    ``"auto"`` bounds; per-rating gradient clipping in Alg. 2.
 
     References
     ----------
@@ -588,23 +545,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             Skip the items each user rated in ``fit`` / ``personalize`` (kept with the
             personal parts: personal data, not a release).
         ranking : {"blend", "rating", "popularity"}, default="blend"
-            Score of item ``i`` for user ``j``:
-
-            - ``"blend"``: ``<u_j, v_i> / rating_clip_ + popularity_weight * log(max(n_i,
-              1))``, the factor part of the predicted rating plus the log of the released
-              popularity ``n_i`` (the inverse-variance combination of ``item_counts_`` and
-              ``item_weighted_counts_``); the item bias is left out (it favours niche
-              items: up to 0.02 recall@10 on MovieLens).
-            - ``"rating"``: ``b_i + <u_j, v_i>``, the predicted rating.
-            - ``"popularity"``: ``n_i``, the most popular unseen items.
-
-            Unseen users get ``n_i`` (``"blend"``, ``"popularity"``) or ``item_counts_``
-            (``"rating"``; catalogue order without counts). Without released counts (a
-            public catalogue, ``"uniform"`` weights and ALS) ``"blend"`` is ``"rating"``
-            and ``"popularity"`` raises.
+            Score of item ``i`` for user ``j``: ``"blend"``, ``<u_j, v_i> / rating_clip_ +
+            popularity_weight * log(max(n_i, 1))`` with ``n_i`` the released popularity
+            (:ref:`User Guide <adaptive_mf>`); ``"rating"``, the predicted ``b_i + <u_j, v_i>``;
+            ``"popularity"``, ``n_i``. Unseen users get ``n_i`` (``"rating"``:
+            ``item_counts_``, or catalogue order). Without released counts ``"blend"`` is
+            ``"rating"`` and ``"popularity"`` raises.
         popularity_weight : float, default=1.0
-            Weight of the log popularity in ``"blend"``, per unit of ``<u_j, v_i> /
-            rating_clip_`` (``0``: the affinity alone).
+            Weight ``>= 0`` of the log popularity in ``"blend"`` (``0``: the affinity alone).
 
         Returns
         -------

@@ -1,9 +1,5 @@
-"""The estimator :class:`PrivAltMinRegressor` (Jain, Rush, Smith, Song & Thakurta 2021).
-
-Parameters, constraints, documentation and predictions; the algorithm (its
-configuration, budget plan, driver and kernels) is
-:mod:`skdpp.linear_model._algorithms.altmin`.
-"""
+"""The estimator :class:`PrivAltMinRegressor` (Jain, Rush, Smith, Song & Thakurta 2021);
+the algorithm is :mod:`skdpp.linear_model._algorithms.altmin`."""
 
 from numbers import Real
 
@@ -18,85 +14,71 @@ __all__ = ["PrivAltMinRegressor"]
 class PrivAltMinRegressor(_RepresentationRegressor):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
-    The model of :class:`PrivateFedRepRegressor` (``y ≈ b_i + <x, U v_i>``,
-    ``U`` released under user-level (ε, δ)-DP, heads and intercepts local)
-    fitted by Jain, Rush, Smith, Song & Thakurta (2021): Alg. 1 (alternating
-    minimisation) with Alg. 2 (the ``U`` step by perturbing the
-    least-squares sufficient statistics) and optionally Alg. 3 (private
-    initialisation), with the same scale-free defaults. Derivations:
-    :ref:`altmin`.
+    The model and scale-free defaults of :class:`PrivateFedRepRegressor`,
+    fitted by Jain et al. (2021): Alg. 1 (alternating minimisation), the ``U``
+    step of Alg. 2 (perturbed least-squares sufficient statistics) and
+    optionally Alg. 3 (private initialisation).
+
+    Read more in the :ref:`User Guide <altmin>`.
 
     Parameters
     ----------
     n_components : int, default=2
-        Dimension ``k`` of the shared representation; ``1 <= k <= n_features``.
+        Dimension ``k`` of the shared representation, ``1 <= k <= n_features``.
     init : {"private_spectral", "private_pairwise", "random"} or array-like of \
             shape (n_features, n_components), default="private_spectral"
-        Initial embedding. ``"private_spectral"``: Snedeker et al. (2025),
-        Alg. 2 (uses ``init_clip_norm``). ``"private_pairwise"``: Jain et al.'s
-        Alg. 3 (labels clipped to ``label_clip``). ``"random"``: random
-        orthonormal (free). An array: a *public* warm start.
+        Initial ``U``: Snedeker et al. (2025), Alg. 2; Jain et al.'s Alg. 3;
+        random orthonormal (free); or a *public* warm start.
     max_iter : int, default=1
-        Number of rounds ``T >= 0`` of Alg. 1; one full-batch epoch was best
-        on the papers' setting for ``ε <= 8``.
+        Number of rounds ``T >= 0`` of Alg. 1.
     schedule : {"full", "disjoint"}, default="full"
-        Every user in every round (the paper's experiment; ``2T`` releases),
-        or each user in one round chosen by a keyed hash of its id (Alg. 1,
-        lines 2-4; the loop costs one round, see Notes).
+        Every user in every round (the paper's experiment), or each user in
+        one round chosen by a keyed hash of its id (Alg. 1, lines 2-4).
     fit_intercept : bool, default=True
-        Per-user intercepts, as in :class:`PrivateFedRepRegressor`.
+        Per-user and cold-start intercepts. ``False``: the paper's model.
     personal_rows : {"all", "holdout"}, default="all"
         All of a user's rows, or the paper's ``S^1``, for the personal parts.
     personal_ridge : float, default=10.0
         ``κ >= 0``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
-        ``η``: each row's ``vec(x v^T)`` is clipped to this norm (Alg. 2, line 1).
-        ``"auto"``: the ``clip_quantile`` of the users' root mean square
-        ``||x_r|| ||v_i||`` at ``U_0``. ``None`` only with ``epsilon=np.inf``.
+        ``η``: clip of each row's ``vec(x v^T)`` (Alg. 2, line 1). ``"auto"``: a
+        private quantile (:ref:`auto_rules`). ``None`` only with ``epsilon=np.inf``.
     label_clip : float, "auto" or None, default="auto"
-        ``ζ``: each (centred) label is clipped to ``[-ζ, ζ]`` (Alg. 2 and
-        Alg. 3). ``"auto"``: the ``clip_quantile`` of the users' root mean
-        square centred targets.
+        ``ζ``: clip of each centred label (Alg. 2 and 3). ``"auto"``: a private quantile.
     psd_floor : float, default=32.0
-        ``>= 0``: the eigenvalues of the noisy Gram ``W_priv`` are raised to at
-        least ``psd_floor * σ * sqrt(dk)`` (``σ`` its noise std) before the
-        solve of Alg. 2, line 3 (post-processing, see Notes). No effect with
-        ``epsilon=np.inf``.
+        ``>= 0``: eigenvalues of the noisy Gram are raised to at least
+        ``psd_floor * σ * sqrt(dk)`` before the solve (Alg. 2, line 3; post-processing).
     init_clip_norm, head_clip_norm : float, "auto" or None, default="auto"
         As in :class:`PrivateFedRepRegressor` (``init_clip_norm``: with
         ``init="private_spectral"``).
     clip_quantile : float in (0, 1], default=0.5
-        As in :class:`PrivateFedRepRegressor`.
+        Quantile every ``"auto"`` bound is set to.
     budget_shares : dict or None, default=None
         Shares of phases ``"clip"``, ``"init"``, ``"cold_start"``, as in
         :class:`PrivateFedRepRegressor`.
     batch_mode : {"same", "disjoint"}, default="same"
-        ``"same"``: heads and ``U`` statistics on the same ``S^0`` rows.
-        ``"disjoint"``: on two keyed random halves of ``S^0`` (Alg. 1).
+        Heads and ``U`` statistics on the same ``S^0`` rows, or on two halves (Alg. 1).
     epsilon : float, default=1.0
-        Privacy budget ε in (0, inf]; ``np.inf``: no noise.
+        Privacy budget in (0, inf]; ``np.inf``: no noise (clipping still applies).
     delta : float, default=1e-6
-        Privacy parameter δ in [0, 1).
+        Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise, the random init and the key of the split, halves
-        and rounds.
+        Seeds the noise, the random init and the key of the split, halves and
+        rounds; ``None``: OS entropy.
     verbose : int, default=0
-        Print one line per round when positive (public quantities only).
+        Print one line per round (public values only) when positive.
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_features, n_components)
-        The released embedding ``U^priv`` (orthonormal columns).
-    heads_ : ndarray of shape (n_users_, n_components)
-        Personal heads, aligned with ``user_ids_`` (local, not released).
-    intercepts_ : ndarray of shape (n_users_,)
-        Personal intercepts (local; zeros with ``fit_intercept=False``).
-    clip_norm_, label_clip_, init_clip_norm_, head_clip_norm_ : float or None
-        The bounds used (released when ``"auto"``; None when unused).
-    cold_start_head_, cold_start_intercept_, intercept_clip_, feature_scales_, \
-            label_range_, local_only_, own_label_ranges_, user_ids_, n_users_, n_iter_, \
-            privacy_report_, n_features_in_
-        As for :class:`PrivateFedRepRegressor` (``n_iter_``: rounds run).
+    components_, heads_, intercepts_, cold_start_head_, cold_start_intercept_, \
+            clip_norm_, init_clip_norm_, head_clip_norm_, intercept_clip_, \
+            feature_scales_, label_range_, local_only_, own_label_ranges_, user_ids_, \
+            n_users_, privacy_report_, n_features_in_
+        As for :class:`PrivateFedRepRegressor`.
+    label_clip_ : float or None
+        Label clip used (released when ``"auto"``; None when unused).
+    n_iter_ : int
+        Number of rounds run.
 
     See Also
     --------
@@ -105,59 +87,29 @@ class PrivAltMinRegressor(_RepresentationRegressor):
 
     Notes
     -----
-    **Guarantee, randomness, input domain**: as for
-    :class:`PrivateFedRepRegressor` (``label_clip_`` is released too; halves
-    and rounds are keyed hashes). **Scales, label range, cold start, useless
-    fits**: :ref:`auto_rules`.
+    **Guarantee** as for :class:`PrivateFedRepRegressor` (``label_clip_`` is
+    released too).
 
-    **The U step (Alg. 2).** Each row gives ``W_r = clip(vec(x_r v_i^T); η)``
-    (formed from unit vectors, so the bound holds in floating point) and
-    ``ỹ_r = clip(y_r; ζ)``; each user contributes the *mean* over its rows
-    of ``W_r W_r^T`` and of ``ỹ_r W_r``; the sums are released as ``W_priv``
-    (symmetric noise) and ``b_priv``, then ``U = QR(unvec(argmin u^T W_priv
-    u - 2 u^T b_priv))``.
+    **Budget plan** (Gaussian, calibrated jointly on the exact μ-GDP
+    composition; replace-one-user sensitivities):
 
-    **Budget plan and sensitivities** (replace one user, Frobenius / L2):
-    ``W_priv``, ``sqrt(2) η^2`` (PSD contributions of trace ``<= η^2``);
-    ``b_priv``, ``2 ζ η``; ``init``, ``2 ψ_init`` or ``2 ζ^2``
-    (``"private_pairwise"``); ``cold_start`` and ``clip`` as for
-    :class:`PrivateFedRepRegressor`. Phases ``clip``, ``init``, ``iterations``
-    (``2T`` releases, 2 with ``schedule="disjoint"``; the rest) and
-    ``cold_start``, calibrated jointly on the exact (μ-GDP) composition (not
-    the paper's ``Δ_{ε,δ}``). With ``schedule="disjoint"`` every user enters
-    only the round its id hashes to, so by parallel composition only round 1
-    is charged (later rounds are ledger branches at no cost); a replacing
-    user with another id adds and removes one user in two rounds
-    (sensitivities ``η^2`` and ``ζ η``), no more than one round's cost.
+    * ``clip``, ``init``, ``cold_start``: as for :class:`PrivateFedRepRegressor`;
+    * ``iterations``: per round, ``W_priv`` (the sum of the users' mean
+      ``W_r W_r^T``), ``sqrt(2) η^2``, and ``b_priv``, ``2 ζ η``; ``2T``
+      releases, 2 with ``schedule="disjoint"`` (parallel composition).
 
-    **Deviations from the paper** (none affects privacy).
+    **Deviations from the paper** (none affects privacy; reasons: :ref:`User Guide <altmin>`):
 
-    * Per-user means instead of Jain et al.'s sum of ``m/4`` rows (unbounded
-      with unequal row counts; with equal counts the same solve).
-    * Line 3 is not convex when noise makes ``W_priv`` indefinite: its
-      eigenvalues are raised to ``psd_floor * σ sqrt(dk)`` (``2 σ sqrt(dk)``
-      is about the noise's spectral norm). ``psd_floor=32`` was tuned on the
-      papers' setting (n=20 000, d=50, k=2, m=10;
-      ``benchmarks/bench_representation.py``): the step becomes ``U =
-      QR(unvec(b_priv))`` for ``ε <= 8`` and the test MSE at ε = 1, 2, 4, 8
-      drops from 0.07, 0.17, 0.08, 0.02 (``psd_floor=2``) to 0.028, 0.007,
-      0.003, 0.002; for much larger ε the exact solve is recovered.
-    * ``batch_mode="same"``: the halves of ``"disjoint"`` hold 2-3 rows at
-      ``m = 10``, too few for the heads.
-    * Initialisation and iterations use ``S^0``; final heads ``S^1``
-      (Theorem 4.2) only with ``personal_rows="holdout"``. Alg. 3's ``sym``
-      is ``(M + M^T)/2``. ``schedule="disjoint"`` rounds hold about ``n / T``
-      users (binomial sizes).
-    * Added, as in :class:`PrivateFedRepRegressor`: the cold-start part,
-      intercepts, shrinkage and ``"auto"`` bounds; ``personal_rows="holdout"``,
-      ``personal_ridge=0``, ``fit_intercept=False`` and numeric bounds give
-      the paper's algorithm.
+    * per-user means of the statistics, not sums of ``m/4`` rows;
+    * ``psd_floor``; noise calibrated exactly, not by ``Δ_{ε,δ}``;
+    * ``batch_mode="same"`` and personal parts on all rows by default;
+    * added, as in :class:`PrivateFedRepRegressor`: cold start, intercepts,
+      shrinkage and ``"auto"`` bounds.
 
     References
     ----------
     .. [1] Jain, P., Rush, J., Smith, A., Song, S. and Thakurta, A. G. (2021).
-           Differentially Private Model Personalization. Advances in Neural
-           Information Processing Systems 34 (NeurIPS 2021), 29723-29735.
+           Differentially Private Model Personalization. NeurIPS 2021, 29723-29735.
     .. [2] Snedeker, C., Zhou, X. and Bassily, R. (2025). Private Model
            Personalization Revisited. ICML. arXiv:2506.19220.
 

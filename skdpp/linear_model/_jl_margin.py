@@ -20,15 +20,14 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     """Personalized linear classifier with a DP shared embedding learned by
     the exponential mechanism in a Johnson-Lindenstrauss space.
 
-    Algorithm 3 of Snedeker, Zhou & Bassily (2025): the features are projected
-    by a random sign matrix ``M`` (``jl_dim x n_features``), a ``jl_dim x
-    n_components`` matrix ``U~`` is selected by the exponential mechanism with
-    the margin score ``f(U~) = -(1/n) sum_i min_{||v||} L^_rho(U~, v;
-    (S_i^0)_M)``, ``U_priv = M^T U~`` is released, and each user fits its head
-    ``v_i`` and bias ``b_i`` on its own rows; user ``i``'s decision function is
-    ``<x, U_priv v_i> + b_i``. Works on raw data with only ``epsilon`` set: the
-    label set, the clip radius and the cold-start bias are chosen privately
-    and charged. Read more in the :ref:`User Guide <jl_margin>`.
+    Algorithm 3 of Snedeker, Zhou & Bassily (2025): rows are projected by a
+    random sign matrix ``M``, a frame ``U~`` is selected by the exponential
+    mechanism with a margin score, ``U_priv = M^T U~`` is released, and each
+    user fits its head ``v_i`` and bias ``b_i`` on its own rows (decision
+    function ``<x, U_priv v_i> + b_i``). Label set, clip radius and cold start
+    are chosen privately: raw data work with only ``epsilon`` set.
+
+    Read more in the :ref:`User Guide <jl_margin>`.
 
     Parameters
     ----------
@@ -36,67 +35,51 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         Dimension ``k >= 1`` of the shared embedding.
     jl_dim : int or "auto", default="auto"
         Dimension ``k' >= n_components`` of the JL space. ``"auto"``: Alg. 3's
-        ``ceil(log(n / 0.05) / margin^2)`` (``n`` the public number of users),
-        clipped to ``[n_components, min(n_features, 256)]`` (the cap with
-        ``margin="auto"``).
+        rule, capped at ``min(n_features, 256)`` (the cap with ``margin="auto"``).
     margin : "auto" or float, default="auto"
-        ``"auto"``: the limit ``rho -> 0+``, the loss ``1[y <U~^T M x, u> <=
-        0]`` (the paper's ``l_0``), scale-free. A float ``> 0``: *relative to
-        the clip radius* ``r``, the loss ``1[y <U~^T M x, u> <= margin * r]``.
+        ``"auto"``: the limit ``rho -> 0+`` (the 0-1 loss, scale-free). A float
+        ``> 0``: the margin relative to the clip radius ``r``.
     clip_norm : "auto", float or None, default="auto"
-        Row-norm bound ``r > 0`` (rows are scaled to norm at most ``r``).
-        ``"auto"``: the ``clip_quantile`` of the users' root-mean-square row
-        norms (phase ``"clip"``). ``None`` only with ``epsilon=np.inf``. The
-        sensitivities do not depend on ``r``.
+        Row-norm bound ``r > 0``. ``"auto"``: a private quantile of the users'
+        RMS row norms. ``None`` only with ``epsilon=np.inf``.
     clip_quantile : float in (0, 1], default=0.5
         Quantile released by ``clip_norm="auto"``.
     n_candidates : int, default=256
         Number ``>= 1`` of candidates of the exponential mechanism.
     candidates : {"subspace", "random"}, default="subspace"
-        ``"random"``: data-independent Haar-random orthonormal frames.
-        ``"subspace"``: around the top eigenvectors of a released noisy
-        second-moment matrix (see Notes).
+        Frames around the top eigenvectors of a released second-moment matrix,
+        or data-independent Haar-random frames.
     n_directions : int, default=64
         Public unit directions (``>= 2``) of the inner minimum over heads
         (``n_components=1``: always 2).
     fit_intercept : bool, default=True
-        Per-user bias ``b_i``, kept if it lowers the user's logistic loss by
-        more than 2 nats (else 0, Alg. 3); the cold start is the logit of the
-        DP rate of each class. ``False``: a public direction chosen by the
-        exponential mechanism.
+        Per-user bias ``b_i`` (kept if it lowers the user's logistic loss by
+        more than 2 nats) and a DP cold-start bias; ``False``: a cold-start head.
     personal_rows : {"all", "holdout"}, default="all"
-        Releases and heads on all of a user's rows, or (Alg. 3 as written)
-        releases on ``S^0`` (half of the rows, keyed hash), heads on ``S^1``.
+        Releases and heads on all rows, or on ``S^0`` and ``S^1`` (Alg. 3).
     personal_ridge : float >= 0, default=1.0
-        Shrinkage of each head toward the cold start, in pseudo-rows labelled
-        by the cold-start decision (scale-free).
+        Shrinkage of each head toward the cold start, in pseudo-rows.
     multiclass : {"ovr", "raise"}, default="ovr"
         More than two classes: one binary problem per class, or ``ValueError``.
     classes : array-like, None or "observed", default=None
-        The label set. ``None``: selected privately (phase ``"labels"``); if
-        fewer than two labels are published, the fit warns and falls back on
-        the observed labels, marked not covered in the report. An array:
-        public, free; other labels are negatives of every problem.
-        ``"observed"``: the labels in ``y``, *not covered* (NOT FULLY PRIVATE).
+        The label set. ``None``: selected privately (phase ``"labels"``). An
+        array: public, free. ``"observed"``: the labels in ``y``, NOT covered.
     max_classes_per_user : int, default=2
-        Labels (``>= 1``) a user contributes to the label selection (its most
-        frequent).
+        Labels (``>= 1``) a user contributes to the label selection.
     budget_shares : dict or None, default=None
-        Shares in (0, 1) by phase; defaults: ``"labels"`` 0.05, ``"clip"``
-        ``"auto"`` (:ref:`auto_rules`), ``"subspace"`` 0.7, ``"cold_start"``
-        0.05; ``"selection"`` takes the rest (0.15 by default).
+        Shares of phases ``"labels"`` (0.05), ``"clip"`` (``"auto"``),
+        ``"subspace"`` (0.7), ``"cold_start"`` (0.05); ``"selection"`` the rest.
     epsilon : float, default=1.0
-        Privacy budget in ``(0, inf]``; ``np.inf``: no noise (the exponential
+        Privacy budget in (0, inf]; ``np.inf``: no noise (the exponential
         mechanism becomes the argmax).
     delta : float, default=1e-6
-        Privacy parameter in ``[0, 1)``; positive for any Gaussian release
-        (``candidates="subspace"``, ``fit_intercept``, ``clip_norm="auto"``,
-        ``classes=None``); a quarter of it is the label selection's threshold.
+        Privacy parameter in [0, 1); positive when a phase is Gaussian (all
+        but ``selection`` by default; pure ε-DP set-up: :ref:`User Guide <jl_margin>`).
     random_state : int, RandomState instance or None, default=None
-        Seeds the public JL matrix, direction grid and candidates, the key of
-        the ``S^0 / S^1`` split and the privacy noise.
+        Seeds the public ``M``, directions and candidates, the key of the split
+        and the noise; ``None``: OS entropy.
     verbose : int, default=0
-        Print each phase's progress when positive (public values only).
+        Print each phase's progress (public values only) when positive.
 
     Attributes
     ----------
@@ -109,15 +92,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     jl_matrix_ : ndarray of shape (jl_dim_, n_features_in_)
         The JL matrix ``M`` (public randomness).
     embeddings_ : ndarray of shape (n_problems, n_features_in_, n_components)
-        The released ``U_priv = M^T U~`` per binary problem (1 for two classes).
-    cold_start_heads_ : ndarray of shape (n_problems, n_components)
-        Cold-start heads (zero with ``fit_intercept``).
-    cold_start_intercepts_ : ndarray of shape (n_problems,)
-        Cold-start biases (zero without ``fit_intercept``).
-    heads_ : ndarray of shape (n_users_, n_problems, n_components)
-        Personal heads ``v_i`` (kept by each user).
-    intercepts_ : ndarray of shape (n_users_, n_problems)
-        Personal biases ``b_i`` (kept by each user).
+        The released ``U_priv`` per binary problem (1 for two classes).
+    cold_start_heads_, cold_start_intercepts_ : ndarray of shape \
+            (n_problems, n_components), (n_problems,)
+        Released cold-start heads (0 with ``fit_intercept``) and biases (0 without).
+    heads_, intercepts_ : ndarray of shape (n_users_, n_problems, n_components), \
+            (n_users_, n_problems)
+        Personal heads ``v_i`` and biases ``b_i`` (local), aligned with ``user_ids_``.
     user_ids_ : ndarray of shape (n_users_,)
         Ids of the users with a personal head.
     n_users_ : int
@@ -135,61 +116,26 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     Notes
     -----
-    **Privacy guarantee.** User-level ``(epsilon, delta)``-DP under
-    replace-one-user (the number of users is public), jointly DP in the
-    billboard model: everything that depends on more than one user is
-    released through a charged mechanism; each head and bias is a function of
-    the releases and its user's rows. With ``classes="observed"`` the label
-    set is outside the guarantee and the report says so.
+    **Guarantee.** User-level (ε, δ)-DP under replace-one-user (public number
+    of users) for every value that depends on more than one user; heads and
+    biases are local (joint DP). ``classes="observed"`` is outside the
+    guarantee (said in the report).
 
-    **Budget plan and sensitivities** (``P`` binary problems; each phase is
-    one release of all problems, so the plan does not depend on ``P``;
-    calibrated once to compose to ``(epsilon, delta)``; the table:
-    :ref:`jl_margin`). ``labels``: distinct-user counts, at most ``L =
-    max_classes_per_user`` per user, L2 sensitivity ``sqrt(2 L)``; a label is
-    kept iff its Gaussian count clears ``1 + sigma Phi^-1(1 - delta_t / L)``,
-    ``delta_t = delta / 4`` (Gopi et al. 2020, Desfontaines et al. 2022).
-    ``clip``: 6 Gaussian counts of users, sensitivity 1 (:ref:`auto_rules`).
-    ``subspace``: ``sum_i u_{i,p} u_{i,p}^T``, ``u_{i,p}`` the unit direction
-    of ``sum_j y_{j,p} M clip(x_j, r)`` over user ``i``'s rows (0 if that sum
-    is 0), Frobenius sensitivity ``sqrt(2 P)``, symmetric noise; candidates
-    ``orth(P' + s_c G_c)`` around its top eigenvectors ``P'``, spreads up to
-    twice the Davis-Kahan bound of the released eigengap (post-processing).
-    ``selection`` (Alg. 3, line 4): the exponential mechanism over the
-    product of the candidate sets
-    (:func:`~skdpp.privacy._product.product_exponential`); each user's term
-    lies in ``[0, 1]`` and depends only on its rows, so each problem's score
-    has sensitivity ``1/n`` and the sum ``P/n``, for every margin.
-    ``cold_start``: with ``fit_intercept``, ``sum_i f_i``, ``f_{i,p}`` the
-    fraction of user ``i``'s rows positive in problem ``p`` (Gaussian;
-    sensitivity 1 for ``P = 1``, else ``sqrt(2)``: the one-vs-rest positives
-    are disjoint); without, a public direction per problem by the product
-    exponential mechanism (sensitivity ``P/n``).
+    **Budget plan** (``P`` binary problems, one release of all of them per
+    phase; calibrated once; replace-one-user sensitivities, :ref:`User Guide <jl_margin>`):
 
-    **The margin** ``"auto"`` (``rho -> 0+``) makes the per-user term the
-    fraction of the user's rows that the best of its directions misclassifies,
-    invariant to the rows' scale; it adds no release (why: :ref:`jl_margin`).
-
-    **Randomness.** ``M``, the direction grid and the candidates come from
-    the public stream (their number depends only on public values and the
-    released labels); the ``S^0 / S^1`` split is a keyed hash: permuting the
-    rows gives bit-identical releases and heads.
+    * ``labels``: distinct-user counts per label, ``sqrt(2 L)``,
+      ``L = max_classes_per_user``, threshold ``delta / 4``;
+    * ``clip``: counts of users, 1 (:ref:`auto_rules`);
+    * ``subspace``: ``sum_i u_i u_i^T`` of unit vectors, ``sqrt(2 P)`` (Frobenius);
+    * ``selection`` (Alg. 3, line 4): exponential mechanism, score
+      sensitivity ``P / n`` for every margin;
+    * ``cold_start``: Gaussian class fractions, 1 (``P = 1``) or ``sqrt(2)``;
+      without ``fit_intercept`` an exponential mechanism, ``P / n``.
 
     **Deviations from the paper** (a finite candidate set, the inner minimum
-    over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``)
-    and **measurements**: :ref:`jl_margin`. None changes a sensitivity above.
-
-    **Input domain.** ``X``: finite floats (else a ``ValueError`` before any
-    computation); every finite value is handled without a data-dependent
-    warning or exception (:func:`skdpp.base.quiet_numerics`). Labels (checked
-    first): finite, all numbers or all strings. With ``classes`` given (or in
-    ``personalize``, ``classes_``) labels are compared by equality and must be
-    of its kind; a label equal to no class is "not this class" in every
-    problem. With ``classes=None`` or ``"observed"`` labels are integers
-    (``1.0`` is ``1``) or strings; a non-integral number raises
-    ``ValueError("Unknown label type: continuous ...")``. ``predict`` gives
-    the exact label of every finite row; ``decision_function`` raises a
-    ``ValueError`` naming the rows whose values exceed the float64 range.
+    over public directions, ``rho -> 0+``, logistic heads, ``personal_rows``;
+    none changes a sensitivity) and the input domain: :ref:`User Guide <jl_margin>`.
 
     References
     ----------
@@ -269,7 +215,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         self.verbose = verbose
 
     def _validate_data_kwargs(self):
-        return {}
+        return {}  # labels may be strings
 
     def _public_classes(self):
         """The label set given by ``classes`` (sorted, unique), or None / "observed"."""
@@ -294,7 +240,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
                 raise ValueError(
                     f"multiclass='raise' but `classes` has {classes.shape[0]} labels. Pass "
                     f"2 labels or multiclass='ovr'.")
-        # The labels' input domain, before any computation (see Notes).
+        # The labels' input domain (User Guide), before any computation.
         check_label_domain(data.y, classes, estimator=type(self).__name__)
         if self.jl_dim != "auto" and int(self.jl_dim) < self.n_components:
             raise ValueError(
@@ -344,14 +290,13 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
 
     def _validate_personal_input(self, X, y):
         X, y = validate_data(self, X, y, reset=False)
-        # Labels are compared to the fitted classes_ by equality (see Notes).
+        # Labels are compared to the fitted classes_ by equality.
         check_label_domain(y, np.asarray(self.classes_), estimator=type(self).__name__)
         return X, y
 
     def _fit_personal(self, X, y, index):
         return jl_margin.fit_personal(X, y, index, self._fit_config(), self)
 
-    # --------------------------------------------------------------- predict
     def decision_function(self, X, groups=None):
         """Personalized decision values ``<x, U_priv v_i> + b_i``.
 
@@ -384,11 +329,9 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         X = validate_data(self, X, reset=False)
         codes = self._user_codes(groups, X.shape[0])
         known = codes >= 0
-        V = np.broadcast_to(self.cold_start_heads_, (X.shape[0],) + self.cold_start_heads_.shape
-                            ).copy()
+        V = np.tile(self.cold_start_heads_, (X.shape[0], 1, 1))
         V[known] = self.heads_[codes[known]]
-        b = np.broadcast_to(self.cold_start_intercepts_,
-                            (X.shape[0],) + self.cold_start_intercepts_.shape).copy()
+        b = np.tile(self.cold_start_intercepts_, (X.shape[0], 1))
         b[known] = self.intercepts_[codes[known]]
         XU = np.einsum("nd,pdk->npk", X, self.embeddings_)
         scores = np.einsum("npk,npk->np", XU, V) + b

@@ -1,5 +1,5 @@
-"""The estimator :class:`PPSGDRegressor` (Bietti, Wei, Dudík, Langford & Wu 2022);
-the algorithm (Alg. 1-3) is :mod:`skdpp.linear_model._algorithms.ppsgd`."""
+"""The estimator :class:`PPSGDRegressor` (Bietti et al. 2022); the algorithm (Alg. 1-3)
+is :mod:`skdpp.linear_model._algorithms.ppsgd`."""
 
 from numbers import Integral, Real
 
@@ -17,105 +17,79 @@ __all__ = ["PPSGDRegressor"]
 class PPSGDRegressor(_LinearRegressor):
     """Personalized-private SGD for the additive model ``y ≈ b + b_i + <x, w + theta_i>``.
 
-    Global weights ``w`` are learned with user-level DP-SGD (per-user clipped
-    gradients, Gaussian noise on their sum) while every user learns an offset
-    ``theta_i`` from its own rows (Bietti et al. 2022, Algorithms 1-3).
-    ``alpha``, the global/local step ratio, sets the level of
-    personalization: ``alpha=0`` is local-only (nothing released, no privacy
-    spent), ``alpha=np.inf`` global-only DP-SGD. The defaults add per-user
-    intercepts with a DP cold-start intercept ``b``, personal parts refitted
-    on all of a user's rows and shrunk towards the released model, and
-    scale-free bounds chosen privately (``"auto"``). Derivations: :ref:`ppsgd`.
+    Global weights ``w`` are learned with user-level DP-SGD while each user
+    learns an offset ``theta_i`` from its own rows (Bietti et al. 2022, Alg.
+    1-3); ``alpha`` (``0``: local only, ``np.inf``: global only) sets the level
+    of personalization. The defaults add intercepts, a DP cold-start intercept
+    ``b``, a shrunk refit of the personal parts and private scale-free bounds.
+
+    Read more in the :ref:`User Guide <ppsgd>`.
 
     Parameters
     ----------
     epsilon : float, default=1.0
-        Privacy budget ε in (0, inf]; ``np.inf``: no noise. Ignored when
+        Privacy budget in (0, inf]; ``np.inf``: no noise. Ignored when
         ``noise_multiplier`` is given.
     delta : float, default=1e-6
-        Privacy parameter δ in [0, 1); choose δ << 1 / n_users.
+        Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     clip_norm : float, "auto" or None, default="auto"
-        ``C > 0``: L2 clip of each user's gradient per round. ``"auto"``: the
-        ``clip_quantile`` of the users' gradient norms at ``w = 0``. ``None``
-        only with ``epsilon=np.inf``.
+        ``C > 0``: L2 clip of each user's gradient per round. ``"auto"``: a
+        private quantile (:ref:`auto_rules`). ``None`` only with ``epsilon=np.inf``.
     feature_scale : float or "auto", default="auto"
-        ``s > 0``: the global step is ``learning_rate / s^2``. ``"auto"``: the
-        ``clip_quantile`` of the users' root mean squared centred row norms,
-        and each user's local step is relative to its own root mean squared
-        row norm. ``1.0`` gives the paper's steps.
+        ``s > 0``: the global step is ``learning_rate / s^2``. ``"auto"``: a
+        private quantile, local steps relative to each user's own. ``1.0``: the paper.
     alpha : float, default=1.0
-        Global/local step-size ratio in [0, inf] (the paper's ``αQ``, see
-        Notes): global step ``learning_rate * min(1, alpha)``, local step
-        ``learning_rate * min(1, 1 / alpha)``.
+        Global/local step ratio in [0, inf] (the paper's ``αQ``): global step
+        ``learning_rate * min(1, alpha)``, local ``learning_rate * min(1, 1 / alpha)``.
     learning_rate : float, default=0.1
-        The larger of the two step sizes (``η`` of the paper's experiments);
-        finite and positive.
+        The larger of the two steps (``η`` of the paper); finite and positive.
     n_rounds : int, default=200
-        Number of rounds ``T >= 1`` (each one a DP release unless ``alpha=0``).
+        Number of rounds ``T >= 1`` (each a DP release unless ``alpha=0``).
     batch_size : int or None, default=10
         Per-user minibatch size ``m >= 1`` (``m_i = min(batch_size, n_i)``).
         ``None``: all rows every round (``weighting="user"`` only).
     sample_rate : float, default=1.0
-        Poisson probability ``q`` in (0, 1] that a user joins a round (``<
-        1``: client sampling, Alg. 2/3, with privacy amplification).
+        Poisson probability ``q`` in (0, 1] that a user joins a round (Alg. 2/3).
     weighting : {"user", "sample"}, default="user"
-        Objective (paper §5): the average of the users' risks, gradients are
-        minibatch means (Alg. 3); or weighted by minibatch size, gradients
-        are minibatch sums over ``batch_size`` (Alg. 2).
+        Average of the users' risks, minibatch-mean gradients (Alg. 3); or
+        weighted by minibatch size, sums over ``batch_size`` (Alg. 2).
     average : bool, default=False
-        Return the average of the iterates of rounds ``1..T`` (``w`` and every
-        ``theta_i``; what the paper's theorems bound) instead of the last.
+        Average the iterates of rounds ``1..T`` (``w`` and every ``theta_i``).
     fit_intercept : bool, default=True
-        Per-user intercepts (rows centred on the user's own means) and a
-        cold-start intercept ``b``, a private location of the users' offsets
-        ``ȳ_i - <x̄_i, w>`` or mean labels (:ref:`auto_rules`).
+        Per-user intercepts and a released cold-start intercept ``b``.
     personal_ridge : float or None, default=10.0
-        ``κ >= 0``: ``theta_i`` and ``b_i`` are refitted on all the user's
-        rows, shrunk towards the released model by ``κ d`` pseudo-rows (as in
-        :class:`~skdpp.linear_model.PrivateFedRepRegressor`). ``None``: the
-        paper's SGD offsets.
+        ``κ >= 0``: refit of ``theta_i`` and ``b_i`` on all the user's rows,
+        shrunk towards the released model by ``κ d`` pseudo-rows. ``None``: SGD offsets.
     clip_quantile : float in (0, 1], default=0.5
-        Quantile an ``"auto"`` bound is set to; the cold-start radius quantile.
+        Quantile every ``"auto"`` bound is set to.
     budget_shares : dict or None, default=None
-        Budget shares by phase; ``"iterations"`` takes the rest. ``"clip"``
-        in (0, 1) or ``"auto"`` (default, :ref:`auto_rules`); ``"cold_start"``
-        in [0, 1), default 0.02 (``0``: no intercept release, ``intercept_ = 0``).
+        Shares of phases ``"clip"`` (``"auto"``, :ref:`auto_rules`) and
+        ``"cold_start"`` (0.02; ``0``: ``intercept_ = 0``); ``"iterations"`` the rest.
     noise_multiplier : float or None, default=None
-        ``>= 0``; overrides the calibration: noise std ``noise_multiplier * 2
-        * clip_norm`` per round; ``privacy_report_`` states the resulting ε
-        at ``delta`` (``0``: ε = inf).
+        ``>= 0``; overrides the calibration: noise std ``noise_multiplier * 2 *
+        clip_norm`` per round, and the report states the resulting ε.
     verbose : int, default=0
-        Print the round number every tenth of the rounds when > 0.
+        Print the round number every tenth of the rounds when positive.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise and the key of the sampling and minibatch orders.
-        ``None``: fresh OS entropy.
+        Seeds the noise and the key of sampling and minibatches; ``None``: OS entropy.
 
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,)
-        Global weights ``w`` (released under DP).
+        Global weights ``w`` (released).
     intercept_ : float
-        Released cold-start intercept ``b`` (0.0 when ``fit_intercept=False``).
-    offsets_ : ndarray of shape (n_users, n_features)
-        Personal offsets ``theta_i`` (local), aligned with ``user_ids_``.
-    intercept_offsets_ : ndarray of shape (n_users,)
-        Personal intercepts ``b_i`` (local; zeros when ``fit_intercept=False``).
+        Released cold-start intercept ``b`` (0.0 with ``fit_intercept=False``).
+    offsets_, intercept_offsets_ : ndarray of shape (n_users_, n_features), (n_users_,)
+        Personal offsets ``theta_i`` and intercepts ``b_i`` (local), by ``user_ids_``.
     clip_norm_, feature_scale_ : float or None
         The clip norm and feature scale used (released when ``"auto"``).
-    intercept_clip_, feature_scales_, label_range_, local_only_, own_label_ranges_
+    intercept_clip_, feature_scales_, label_range_, local_only_, own_label_ranges_, \
+            user_ids_, n_users_, n_features_in_, privacy_report_
         As for :class:`~skdpp.linear_model.PrivateFedRepRegressor`.
-    user_ids_ : ndarray of shape (n_users,)
-        Sorted ids of the users seen in ``fit`` or ``personalize``.
-    n_users_ : int
-        Number of users seen in ``fit``.
     n_iter_ : int
         Number of rounds run.
     noise_multiplier_ : float
         Noise multiplier used (std / (2 * clip_norm)); 0.0 without noise.
-    privacy_report_ : PrivacyReport
-        ε, δ and the releases (count, sampling rate, noise, sensitivity).
-    n_features_in_ : int
-        Number of features seen during ``fit``.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of features seen during ``fit`` (string column names only).
 
@@ -125,72 +99,32 @@ class PPSGDRegressor(_LinearRegressor):
 
     Notes
     -----
-    **Algorithm.** Each round every user joins with probability ``q``, steps
-    ``theta_i -= η_loc g_i`` on its minibatch gradient ``g_i`` at ``(w,
-    theta_i)`` and sends ``g_i`` clipped to ``C``; the server releases ``s_t =
-    Σ_i clip(g_i) + N(0, σ² I)`` and steps ``w -= η_glob s_t / (q N)``. Alg. 1's
-    steps (``η/N`` for ``theta_i``, ``αη`` for ``w``) have the ratio ``αN``
-    (``αQ`` with sampling): ``alpha`` is that ratio and ``learning_rate`` the
-    larger step (the authors' code).
+    **Guarantee.** User-level (ε, δ) joint DP: the global iterates are (ε,
+    δ)-DP under replace-one-user (the number of users is public); each
+    ``theta_i`` is a function of them and of user ``i``'s rows.
 
-    **Privacy guarantee.** (ε, δ) user-level joint DP (billboard model): the
-    global iterates are (ε, δ)-DP under replace-one-user (the number of users
-    is public); each ``theta_i`` is a function of them and of user ``i``'s
-    rows. Each round is one Gaussian sum of per-user contributions clipped to
-    ``C``: L2 sensitivity ``2C``, noise std ``z · 2C`` (``z =
-    noise_multiplier_``). The normaliser ``q N`` is public; data-dependent
-    quantities (``m_i``, ``n_i``, a diverged local model, which contributes
-    0) only change the user's own clipped contribution.
+    **Budget plan** (calibrated together; :ref:`User Guide <ppsgd>`):
 
-    **Budget plan.** Phases ``"clip"`` (counts of sensitivity 1 for the
-    ``"auto"`` bounds and the cold start's searches, :ref:`auto_rules`),
-    ``"iterations"`` (``T`` releases, one noise multiplier) and
-    ``"cold_start"`` (two clipped means around private medians, ``2 R``
-    each), calibrated together to meet (ε, δ). With ``sample_rate=1`` the
-    composition is μ-GDP, ``μ = sqrt(T) / z``. With ``sample_rate < 1`` each
-    round is ``PoissonSampledEvent(q, GaussianEvent(z))``, charged
-    (``"rdp-zero-out"``) against a neighbour in which the user contributes
-    zero (the sampled Gaussian of Mironov, Talwar & Zhang 2019, sensitivity
-    ``C``, multiplier ``2z``) to ``(ε0, δ0)`` in RDP, hence ``(2 ε0, (1 +
-    e^ε0) δ0)`` under replace-one (group privacy). Derivations: :ref:`ppsgd`.
+    * ``clip``: counts of users, sensitivity 1 (:ref:`auto_rules`);
+    * ``iterations``: ``T`` Gaussian sums of gradients clipped to ``C``, L2
+      sensitivity ``2C``, noise std ``2 C z`` (``z = noise_multiplier_``);
+      exact μ-GDP with ``sample_rate=1``, else the sampled Gaussian in RDP
+      (``"rdp-zero-out"``) and group privacy for replace-one-user;
+    * ``cold_start``: two clipped means around private medians, ``2 R`` each.
 
-    **Randomness.** Participation and minibatch orders are keyed hashes
-    (:ref:`ppsgd`): a fit is a function of the *set* of records; the sample
-    is never printed or stored.
-
-    **Deviations from the paper.** (i) ``alpha`` is ``αQ`` and the steps
-    follow the authors' code. (ii) ``weighting="sample"`` clips the minibatch
-    sum over the public ``batch_size`` and normalises by ``q N batch_size``,
-    not ``q M`` (``M = Σ m_i`` is not public). (iii) Poisson client sampling,
-    not ``Q`` users without replacement. (iv) The averaged iterate averages
-    rounds ``1..T`` (the paper ``0..T-1``). (v) A tight accountant, not
-    Theorem 4.1/5.1's constants. (vi) Keyed-hash sampling and minibatches.
-    (vii) A user whose gradient or local step is not finite contributes 0
-    that round and keeps its ``theta_i``. (viii) Added: the intercepts
-    (centred rows: sensitivity unchanged), the ``"auto"`` bounds, steps
-    relative to the feature scale, and the shrunk refit (post-processing, not
-    covered by the paper's utility analysis). ``clip_norm=1.0,
-    feature_scale=1.0, fit_intercept=False, personal_ridge=None`` give the
-    paper's algorithm.
-
-    **Cold start and personalize.** An unseen user gets ``<x, w> + b``.
-    :meth:`personalize` runs the end of ``fit`` with ``w`` fixed (the refit,
-    or ``max(1, round(q T))`` local SGD steps from ``theta_i = 0``);
-    ``privacy_report_`` is unchanged.
-
-    **Input domain** as for :class:`~skdpp.linear_model.PrivateFedRepRegressor`;
-    **scales, label range, useless fits**: :ref:`auto_rules`. Here an
-    ``"auto"`` bound on the lower edge of its grid, or a ``clip_norm`` above
-    ``GRADIENT_BOUND_SLACK = 4`` times ``feature_scale_`` times the width of
-    ``label_range_`` (impossible by Cauchy-Schwarz up to the searches'
-    noise), is no information: ``coef_`` is 0 and the cold start is the
-    released intercept (post-processing, said in the report).
+    **Deviations from the paper** (reasons: :ref:`User Guide <ppsgd>`): ``alpha`` is
+    ``αQ`` and the steps follow the authors' code; ``weighting="sample"``
+    normalises by the public ``q N batch_size``; Poisson client sampling;
+    averaging over rounds ``1..T``; a tight accountant; keyed-hash sampling;
+    a non-finite user contributes 0; added intercepts, ``"auto"`` bounds and
+    refit. ``clip_norm=1.0, feature_scale=1.0, fit_intercept=False,
+    personal_ridge=None`` give the paper's algorithm.
 
     References
     ----------
-    .. [1] Bietti, A., Wei, C.-Y., Dudík, M., Langford, J. and Wu, Z. S.
-           (2022). Personalization Improves Privacy-Accuracy Tradeoffs in
-           Federated Learning. ICML 2022. arXiv:2202.05318.
+    .. [1] Bietti, A., Wei, C.-Y., Dudík, M., Langford, J. and Wu, Z. S. (2022).
+           Personalization Improves Privacy-Accuracy Tradeoffs in Federated
+           Learning. ICML 2022. arXiv:2202.05318.
     .. [2] Mironov, I., Talwar, K. and Zhang, L. (2019). Rényi Differential
            Privacy of the Sampled Gaussian Mechanism. arXiv:1908.10530.
 
@@ -275,8 +209,7 @@ class PPSGDRegressor(_LinearRegressor):
                 "weighting='sample' needs an integer batch_size: the minibatch sums are "
                 "normalised by the public batch_size (the total number of rows is not "
                 "public); got batch_size=None. Pass batch_size=10, or weighting='user'.")
-        if self.noise_multiplier is not None and self.noise_multiplier > 0 \
-                and self.clip_norm is None:
+        if (self.noise_multiplier or 0) > 0 and self.clip_norm is None:
             raise ValueError(
                 f"noise_multiplier={self.noise_multiplier!r} needs a clip_norm (the noise "
                 "std is noise_multiplier * 2 * clip_norm); got clip_norm=None. Pass a "
@@ -312,7 +245,7 @@ class PPSGDRegressor(_LinearRegressor):
             noise_multiplier=self.noise_multiplier, verbose=int(self.verbose))
 
     def _fit_personal(self, X, y, index):
-        """Personal parts of the given users with ``w`` fixed (see Notes); no release."""
+        """Personal parts of the given users with ``w`` fixed (User Guide); no release."""
         return ppsgd.fit_personal(X, y, index, self._fit_config(), self)
 
     def _linear_scores(self, X, codes):
