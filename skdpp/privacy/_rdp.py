@@ -1,12 +1,9 @@
-"""Rényi differential privacy of skdpp's mechanisms and its conversion to (ε, δ).
+"""Rényi DP of skdpp's mechanisms and its conversion to (ε, δ) (:ref:`accounting`).
 
-RDP curves of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019;
-integer orders by the binomial expansion, fractional orders by their two
-series), the Laplace mechanism (Mironov 2017), pure ε-DP and ε-bounded-range
-selections (Cesar & Rogers 2021), and the tight RDP → (ε, δ) conversion of
-Canonne, Kamath & Steinke (2020), for every ledger of
-:class:`~skdpp.privacy.accounting.PrivacyAccountant` that is not a plain
-composition of Gaussian mechanisms.
+RDP of the Poisson-subsampled Gaussian, the Laplace mechanism, pure ε-DP and
+ε-bounded-range selections, and the RDP → (ε, δ) conversion of Canonne, Kamath &
+Steinke (2020, Proposition 12), for every ledger that is not a plain composition
+of Gaussian mechanisms.
 
 References
 ----------
@@ -15,9 +12,7 @@ References
        Privacy of the Sampled Gaussian Mechanism. arXiv:1908.10530.
 .. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
        for Differential Privacy. arXiv:2004.00010.
-.. [4] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
-       Truncating: Unifying Privacy Loss Composition for Data Analytics.
-       arXiv:2004.07223.
+.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 """
 
 import math
@@ -57,9 +52,8 @@ def _log_a_int(q, sigma, alpha):
 
 
 def _log_a_frac(q, sigma, alpha, max_terms=10_000_000):
-    """log A_α for fractional α by the two series of MTZ 2019 (Sec. 3.3), summed in
-    log space with their signs. For large q the series decay only polynomially,
-    so chunks grow geometrically until the tail is below ~e^-36 of the total."""
+    """log A_α for fractional α by the two signed series of MTZ 2019 (Sec. 3.3), in
+    chunks growing geometrically until the tail is below ~e^-36 of the total."""
     z0 = sigma * sigma * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
     inv2s2 = 1.0 / (2.0 * sigma * sigma)

@@ -1,39 +1,15 @@
 """Privacy of hyperparameter search with random stopping (Rényi DP).
 
 A private search runs a DP trial ``Q`` a random number ``K`` of times and
-releases only the best output (Liu & Talwar 2019). Bounds of Papernot &
-Steinke (2022, arXiv:2110.03620v2 numbering):
-
-* **Truncated negative binomial** ``D_{η,γ}`` (Definition 1; ``η > -1``,
-  ``γ ∈ (0, 1)``): ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
-  for ``k >= 1`` (``η = 0``: logarithmic, ``η = 1``: geometric), mean
-  ``E[K] = η(1 − γ)/(γ(1 − γ^η))`` (``(1/γ − 1)/log(1/γ)`` at ``η = 0``).
-* **Theorem 2.** If ``Q`` is ``(λ, ε)``- and ``(λ̂, ε̂)``-RDP (``λ > 1``,
-  ``λ̂ >= 1``), the search is ``(λ, ε')``-RDP with ``ε' = ε + (1 + η)(1 −
-  1/λ̂) ε̂ + (1 + η) log(1/γ)/λ̂ + log(E[K])/(λ − 1)`` (``λ̂`` minimised over
-  the grid, as dp-accounting's ``RepeatAndSelectDpEvent``).
-* **Theorem 6** (Poisson ``K`` of mean ``μ``; ``K = 0`` outputs nothing). If
-  ``Q`` is ``(λ, ε)``-RDP and ``(ε̂, δ̂)``-DP with ``e^ε̂ <= 1 + 1/(λ − 1)``,
-  the search is ``(λ, ε + μ δ̂ + log(μ)/(λ − 1))``-RDP (largest ``ε̂`` used,
-  ``δ̂`` from the RDP curve of ``Q``).
-* **ρ-zCDP trials** (skdpp's case; derived here from Theorem 2, not quoted):
-  ``λ̂* = sqrt(log(1/γ)/ρ)``; if ``λ̂* >= 1``, ``ε' = ρλ + (1 + η)(2
-  sqrt(ρ log(1/γ)) − ρ) + log(E[K])/(λ − 1)``, else ``ε' = ρλ + (1 + η)
-  log(1/γ) + log(E[K])/(λ − 1)``. ``K ≡ 1`` gives ``ε' = ρλ``. As ``λ, λ̂ →
-  ∞`` a pure ε-DP trial gives ``(2 + η)ε``-DP (``3ε`` for the geometric law).
-
-The search's RDP is converted to (ε, δ) by Canonne, Kamath & Steinke (2020)
-over continuous orders.
-
-**Per-trial budget.** Every trial must meet one RDP curve whatever
-configuration it samples (a data-independent mixture is no less private than
-its least private component: joint quasi-convexity of Rényi divergence).
-skdpp uses a common **ρ-zCDP** budget, exact for Gaussian compositions
-(``ρ = μ²/2``): a Gaussian release with multiplier ``z`` is ``1/(2z²)``-zCDP
-(also Poisson-subsampled, without amplification), a Laplace release
-``1/(2z²)``, an exponential selection at ``ε`` ``ε²/8`` (bounded range, Cesar
-& Rogers 2021). :func:`plan_rho` adds them up; :func:`epsilon_for_rho` finds
-the ``epsilon`` at which a plan spends exactly ``ρ``.
+releases only the best output (Liu & Talwar 2019). :class:`RandomStopping`
+implements Theorems 2 (truncated negative binomial ``K``) and 6 (Poisson ``K``)
+of Papernot & Steinke (2022, arXiv:2110.03620v2 numbering) and their closed form
+for ρ-zCDP trials, converted to (ε, δ) by Canonne, Kamath & Steinke (2020); the
+formulas and the per-trial zCDP budget are in :ref:`tuning`. Every trial meets
+one common ρ-zCDP budget (a data-independent mixture is no less private than its
+least private component): :func:`plan_rho` adds a plan's per-mechanism zCDP up,
+:func:`epsilon_for_rho` finds the ``epsilon`` at which a plan spends exactly ρ.
+As ``λ, λ̂ → ∞`` a pure ε-DP trial gives a ``(2 + η)ε``-DP search.
 
 References
 ----------
@@ -41,13 +17,8 @@ References
        Differential Privacy. ICLR 2022. arXiv:2110.03620.
 .. [2] Liu, J. and Talwar, K. (2019). Private Selection from Private
        Candidates. STOC 2019. arXiv:1811.07971.
-.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
-       for Differential Privacy. arXiv:2004.00010.
-.. [4] Bun, M. and Steinke, T. (2016). Concentrated Differential Privacy:
-       Simplifications, Extensions, and Lower Bounds. arXiv:1605.02065.
-.. [5] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
-       Truncating: Unifying Privacy Loss Composition for Data Analytics.
-       arXiv:2004.07223.
+.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 
 Examples
 --------
@@ -84,8 +55,6 @@ __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
-
-# --- Numerically stable helpers ---
 def _expm1_over_x(x):
     """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
     if abs(x) < 1e-5:
@@ -127,9 +96,9 @@ class RandomStopping:
 
     ``distribution``: the truncated negative binomial ``D_{η,γ}`` (``K >= 1``;
     ``mean=1`` is ``K ≡ 1``) of shape ``eta > -1``, or Poisson (``K = 0``
-    possible, ``eta`` ignored); ``mean = E[K] >= 1``. ``gamma``: the ``γ`` with
-    that mean (1.0 for ``mean=1``, nan for Poisson). The bounds (module
-    docstring) cover the best trial only: ``K`` and the other trials stay secret.
+    possible, ``eta`` ignored); ``mean = E[K] >= 1``; ``gamma``: the ``γ`` with
+    that mean (1.0 for ``mean=1``, nan for Poisson). The bounds (:ref:`tuning`)
+    release the best trial only: ``K`` and the other trials stay secret.
 
     Examples
     --------
