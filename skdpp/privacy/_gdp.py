@@ -1,11 +1,9 @@
 """Gaussian differential privacy: the exact (ε, δ) curve of μ-GDP.
 
-A composition of Gaussian mechanisms with noise multipliers ``z_j`` is exactly
-``μ``-GDP with ``μ = sqrt(Σ 1/z_j²)`` (Dong, Roth & Su 2019); its (ε, δ) curve is
-the analytic-Gaussian formula of Balle & Wang (2018),
-``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``, evaluated in log space (accurate
-for tiny and large μ and ε): the ``"exact-gdp"`` path of
-:class:`~skdpp.privacy.accounting.PrivacyAccountant`.
+A composition of Gaussian mechanisms with multipliers ``z_j`` is exactly μ-GDP,
+``μ = sqrt(Σ 1/z_j²)``, with ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``
+(evaluated in log space): the ``"exact-gdp"`` path of
+:class:`~skdpp.privacy.accounting.PrivacyAccountant` (:ref:`accounting`).
 
 References
 ----------
@@ -70,14 +68,13 @@ def _check_mu(mu):
 
 
 def gaussian_delta(mu, epsilon):
-    """δ(ε) of a μ-GDP mechanism (exact, analytic Gaussian; Balle & Wang 2018,
-    Theorem 8; Dong, Roth & Su 2019, Corollary 2.13).
+    """δ(ε) of a μ-GDP mechanism (exact; Balle & Wang 2018, Theorem 8; Dong, Roth &
+    Su 2019, Corollary 2.13).
 
     Parameters
     ----------
     mu : float
-        GDP parameter μ >= 0 (a Gaussian mechanism with noise multiplier z is
-        ``1/z``-GDP; compositions add μ²).
+        μ >= 0 (multiplier z: ``1/z``-GDP; compositions add μ²).
     epsilon : float
         Target ε >= 0.
 
@@ -105,15 +102,15 @@ def gaussian_epsilon(mu, delta):
     Parameters
     ----------
     mu : float
-        GDP parameter μ >= 0.
+        μ >= 0.
     delta : float
         Target δ in ``[0, 1]``.
 
     Returns
     -------
     epsilon : float
-        Solves ``gaussian_delta(mu, epsilon) = delta`` (``brentq`` on log ε,
-        relative accuracy ~1e-13); ``inf`` when ``delta = 0`` and ``mu > 0``.
+        Root of ``gaussian_delta(mu, epsilon) = delta`` (``brentq`` on log ε, ~1e-13
+        relative); ``inf`` when ``delta = 0`` and ``mu > 0``.
 
     Examples
     --------
@@ -162,7 +159,7 @@ def gaussian_mu(epsilon, delta):
     Returns
     -------
     mu : float
-        Solves ``gaussian_delta(mu, epsilon) = delta``.
+        Root of ``gaussian_delta(mu, epsilon) = delta``.
 
     Examples
     --------
