@@ -60,11 +60,18 @@ def _log_gaussian_delta(mu, epsilon):
     return -0.5 * a * a + math.log(0.5) + math.log(diff)
 
 
-def _check_mu(mu):
-    mu = float(mu)
-    if not mu >= 0.0:
-        raise ValueError(f"`mu` must be in [0, inf], got {mu!r}.")
-    return mu
+def _check_nonneg(value, name="mu"):
+    value = float(value)
+    if not value >= 0.0:
+        raise ValueError(f"`{name}` must be in [0, inf], got {value!r}.")
+    return value
+
+
+def _check_delta(delta):
+    delta = float(delta)
+    if not 0.0 <= delta <= 1.0:
+        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}. Use e.g. delta=1e-6.")
+    return delta
 
 
 def gaussian_delta(mu, epsilon):
@@ -89,10 +96,7 @@ def gaussian_delta(mu, epsilon):
     >>> round(gaussian_delta(1.0, 1.0), 6)
     0.126937
     """
-    mu = _check_mu(mu)
-    epsilon = float(epsilon)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be in [0, inf], got {epsilon!r}.")
+    mu, epsilon = _check_nonneg(mu), _check_nonneg(epsilon, "epsilon")
     return math.exp(_log_gaussian_delta(mu, epsilon))
 
 
@@ -118,10 +122,7 @@ def gaussian_epsilon(mu, delta):
     >>> round(gaussian_epsilon(1.0, 1e-5), 6)
     4.377178
     """
-    mu = _check_mu(mu)
-    delta = float(delta)
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    mu, delta = _check_nonneg(mu), _check_delta(delta)
     if mu == 0.0:
         return 0.0
     if math.isinf(mu) or delta == 0.0:
@@ -167,11 +168,7 @@ def gaussian_mu(epsilon, delta):
     >>> round(1 / gaussian_mu(1.0, 1e-5) * 10 ** 0.5, 4)   # sigma for 10 releases
     11.7973
     """
-    epsilon, delta = float(epsilon), float(delta)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be in [0, inf], got {epsilon!r}.")
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    epsilon, delta = _check_nonneg(epsilon, "epsilon"), _check_delta(delta)
     if math.isinf(epsilon) or delta == 1.0:
         return math.inf
     if delta == 0.0:

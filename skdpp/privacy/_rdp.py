@@ -20,6 +20,8 @@ import math
 import numpy as np
 from scipy import optimize, special
 
+from ._gdp import _check_delta, _check_nonneg
+
 __all__ = ["DEFAULT_RDP_ORDERS", "rdp_to_delta", "rdp_to_epsilon", "zcdp_delta", "zcdp_epsilon"]
 
 #: Rényi orders of the RDP path (dp-accounting's ``RdpAccountant`` default):
@@ -180,9 +182,7 @@ def rdp_to_epsilon(orders, rdp, delta):
     2.813653
     """
     orders, rdp = _check_curve(orders, rdp)
-    delta = float(delta)
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    delta = _check_delta(delta)
     if np.all(rdp == 0.0):
         return 0.0
     if delta == 0.0:
@@ -208,9 +208,7 @@ def rdp_to_delta(orders, rdp, epsilon):
     True
     """
     orders, rdp = _check_curve(orders, rdp)
-    epsilon = float(epsilon)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
+    epsilon = _check_nonneg(epsilon, "epsilon")
     best = 0.0
     for a, r in zip(orders, rdp):
         if math.isinf(r):

@@ -34,7 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._gdp import gaussian_delta, gaussian_epsilon, gaussian_mu
+from ._gdp import _check_delta, _check_nonneg, gaussian_delta, gaussian_epsilon, gaussian_mu
 from ._rdp import (DEFAULT_RDP_ORDERS, _rdp_exponential, _rdp_laplace,
                    _rdp_poisson_gaussian, rdp_to_delta, rdp_to_epsilon)
 from .events import (ComposedEvent, DpEvent, ExponentialEvent, GaussianEvent,
@@ -270,10 +270,7 @@ class PrivacyAccountant:
     def get_epsilon(self, delta):
         """Smallest ε at δ in ``[0, 1]`` by the best available analysis (``inf`` with a
         :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
-        delta = float(delta)
-        if not 0.0 <= delta <= 1.0:
-            raise ValueError(
-                f"`delta` must be in [0, 1], got {delta!r}. Use e.g. delta=1e-6.")
+        delta = _check_delta(delta)
         t_delta = self.threshold_delta
         if t_delta > 0.0:
             # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent.
@@ -303,9 +300,7 @@ class PrivacyAccountant:
     def get_delta(self, epsilon):
         """Smallest δ at ε >= 0 by the best available analysis (``1`` with a
         :class:`NonPrivateEvent` at finite ε)."""
-        epsilon = float(epsilon)
-        if not epsilon >= 0.0:
-            raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
+        epsilon = _check_nonneg(epsilon, "epsilon")
         t_delta = self.threshold_delta
         if t_delta > 0.0:
             rest = epsilon - self._threshold_epsilon()

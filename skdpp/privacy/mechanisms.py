@@ -53,7 +53,6 @@ __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
            "fit_key", "noise_source", "poisson_sample", "sample_trial_count"]
 
 
-# --- argument checks ---
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
@@ -74,6 +73,12 @@ def _check_rng(rng):
     return rng
 
 
+def _check_distribution(distribution):
+    if distribution not in ("gaussian", "laplace"):
+        raise ValueError(
+            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+
+
 def _as_float_array(value, name):
     arr = np.array(value, dtype=float, copy=True)
     if np.isnan(arr).any():
@@ -81,7 +86,6 @@ def _as_float_array(value, name):
     return arr
 
 
-# --- noise hooks (the only places randomness for privacy is drawn) ---
 def _mirror_upper(a, check=False):
     """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p);
     ``+ 0.0`` gives exactly the values of ``triu(a) + triu(a, 1).T``."""
@@ -164,9 +168,7 @@ def _calibrated(make, scale, sensitivity, charged, step):
 def _secure_measurement(distribution, size, sensitivity, scale):
     """``(measurement, opendp_scale, k, charged)`` of one release, OpenDP's map at
     ``sensitivity`` <= ``charged`` (what the accountant composes); cached (no randomness)."""
-    if distribution not in ("gaussian", "laplace"):
-        raise ValueError(
-            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    _check_distribution(distribution)
     charged = _opendp_charge(distribution, sensitivity, scale)
     k = max(math.floor(math.log2(scale)) - _GRID_BITS, -1074)
     meas, s = _calibrated(lambda s: _opendp_additive(distribution, size, s, k),
@@ -208,9 +210,7 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
         value = _mirror_upper(value, check=True)
     if scale == 0.0:
         return np.array(value, copy=True)
-    if distribution not in ("gaussian", "laplace"):
-        raise ValueError(
-            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    _check_distribution(distribution)
     if _secure_mode():
         if symmetric:
             p = value.shape[-1]
@@ -278,7 +278,22 @@ def _numpy_gumbel(shape, rng):
     return rng.gumbel(size=shape)
 
 
-# --- mechanisms ---
+_Z_REMEDY = "Use noise_multiplier=0 for the non-private baseline."
+
+
+def _additive(value, distribution, sensitivity, noise_multiplier, rng, symmetric=False):
+    """The Gaussian or Laplace mechanism (``distribution``) and its event."""
+    sensitivity = _check_nonneg("sensitivity", sensitivity)
+    z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
+    value = _as_float_array(value, "value")
+    if z == 0.0:
+        return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
+    _check_rng(rng)
+    release = _add_noise(value, distribution=distribution, scale=z * sensitivity,
+                         sensitivity=sensitivity, rng=rng, symmetric=symmetric)
+    return release, (GaussianEvent if distribution == "gaussian" else LaplaceEvent)(z)
+
+
 def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
     """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
 
@@ -314,16 +329,7 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
     >>> bool(np.array_equal(release, release.T)), event
     (True, GaussianEvent(noise_multiplier=1.0))
     """
-    sensitivity = _check_nonneg("sensitivity", sensitivity)
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
-    value = _as_float_array(value, "value")
-    if z == 0.0:
-        return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
-    _check_rng(rng)
-    release = _add_noise(value, distribution="gaussian", scale=z * sensitivity,
-                         sensitivity=sensitivity, rng=rng, symmetric=symmetric)
-    return release, GaussianEvent(z)
+    return _additive(value, "gaussian", sensitivity, noise_multiplier, rng, symmetric)
 
 
 def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=False):
@@ -355,8 +361,7 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     >>> release.round(4), event
     (array([2.3094, 2.3094, 2.3094]), NonPrivateEvent())
     """
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
+    z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
     if clip_norm is None and z > 0.0:
         raise ValueError(
             "`clip_norm` is None but noise_multiplier > 0: a private sum needs a "
@@ -386,16 +391,7 @@ def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
     >>> event
     LaplaceEvent(noise_multiplier=4.0)
     """
-    sensitivity = _check_nonneg("sensitivity", sensitivity)
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
-    value = _as_float_array(value, "value")
-    if z == 0.0:
-        return value, NonPrivateEvent()
-    _check_rng(rng)
-    release = _add_noise(value, distribution="laplace", scale=z * sensitivity,
-                         sensitivity=sensitivity, rng=rng)
-    return release, LaplaceEvent(z)
+    return _additive(value, "laplace", sensitivity, noise_multiplier, rng)
 
 
 def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gaussian"):
@@ -411,12 +407,10 @@ def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gauss
     >>> event
     LaplaceEvent(noise_multiplier=1.5)
     """
-    if mechanism == "gaussian":
-        return gaussian_mechanism(counts, sensitivity=sensitivity,
-                                  noise_multiplier=noise_multiplier, rng=rng)
-    if mechanism == "laplace":
-        return laplace_mechanism(counts, sensitivity=sensitivity,
-                                 noise_multiplier=noise_multiplier, rng=rng)
+    if mechanism in ("gaussian", "laplace"):
+        release = gaussian_mechanism if mechanism == "gaussian" else laplace_mechanism
+        return release(counts, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
+                       rng=rng)
     raise ValueError(f"`mechanism` must be 'gaussian' or 'laplace', got {mechanism!r}.")
 
 
@@ -489,7 +483,6 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     return index, event
 
 
-# --- client sampling (privacy-relevant randomness) ---
 def poisson_sample(key, user_hash, round_index, sampling_rate):
     """Poisson client sampling: the mask (n_users,) of users in round ``round_index``.
 
