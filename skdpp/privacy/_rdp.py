@@ -33,7 +33,6 @@ DEFAULT_RDP_ORDERS = np.array(
 )
 
 
-# --- RDP of the individual mechanisms ---
 def _log_abs_binom(alpha, i):
     """log|C(alpha, i)| and its sign (alpha real, i integer array >= 0)."""
     i = np.asarray(i, dtype=float)
@@ -148,7 +147,6 @@ def _rdp_exponential(epsilon, orders):
     return np.minimum(orders * epsilon * epsilon / 8.0, _rdp_pure(epsilon, orders))
 
 
-# --- The conversion of Canonne, Kamath & Steinke (2020), Proposition 12 ---
 def _cks_penalty(orders, log_delta):
     """``log1p(-1/α) - (log δ + log α)/(α - 1)``: ε at δ is ``min_α rdp(α) + this``."""
     return np.log1p(-1.0 / orders) - (log_delta + np.log(orders)) / (orders - 1.0)
@@ -227,7 +225,6 @@ _MIN_ORDER = 1.0 + 1e-9
 _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
 
 
-# --- zCDP conversions ---
 def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
     """min over orders λ > 1 of ``rdp_at(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``
     for an RDP bound ``rdp_at`` valid at every real order (vectorised): over

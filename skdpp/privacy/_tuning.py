@@ -89,7 +89,6 @@ def _tnb_gamma(mean, eta):
     return math.exp(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
 
 
-# --- The distribution of the number of trials and the search's RDP ---
 @dataclass(frozen=True)
 class RandomStopping:
     """Random number of trials ``K`` of a private search, and the search's privacy.
@@ -136,7 +135,6 @@ class RandomStopping:
         object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
                            else _tnb_gamma(self.mean, self.eta))
 
-    # --- the law of K ---
     @property
     def _is_constant(self):
         return self.distribution != "poisson" and self.gamma == 1.0
@@ -202,7 +200,6 @@ class RandomStopping:
                 break
         return k
 
-    # --- Theorems 2 and 6 ---
     def rdp(self, orders, rdp, *, monotone=True):
         """RDP of the search given one trial's RDP curve on orders > 1: Theorem 2
         (``λ̂`` minimised over the grid) or Theorem 6 (``δ̂`` by :func:`rdp_to_delta`);
@@ -306,7 +303,6 @@ class RandomStopping:
                 f"mean={self.mean:g})")
 
 
-# --- Per-trial budgets: the zCDP of a plan, and of a report ---
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
     value = float(value)
@@ -319,9 +315,8 @@ def _phase_rho(mechanism, value, count):
 
 
 def plan_rho(plan):
-    """zCDP ρ of a (calibrable) :class:`~skdpp.privacy.BudgetPlan`: the sum of the
-    per-mechanism bounds of the module docstring (0 without releases, ``inf`` if
-    non-private).
+    """zCDP ρ of a :class:`~skdpp.privacy.BudgetPlan` (calibrated here): the sum of its
+    phases' per-mechanism zCDP (0 without releases, ``inf`` if non-private).
 
     Examples
     --------
@@ -337,15 +332,12 @@ def plan_rho(plan):
 
 
 def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
-    """The ``epsilon`` at which a plan spends at most a zCDP budget ``ρ``.
-
-    ``plan_at(epsilon)`` returns a fit's data-independent plan. The result spends
-    ``plan_rho <= rho`` (within ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)`` (exact
-    GDP) for Gaussian plans, else the accountant's ε of the plan at scale ``ρ``
+    """The ``epsilon`` at which ``plan_at(epsilon)`` (a data-independent plan) spends at
+    most a zCDP budget ``rho`` (within ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)``
+    for Gaussian plans, else the accountant's ε of the plan at scale ``rho``
     (:func:`~skdpp.privacy.calibration.params_for_rho`), checked, or solved by
-    ``brentq`` when the plan's structure changes with epsilon. ``ValueError`` if
-    the plan spends more than ``ρ`` at every ``epsilon`` (fixed noise).
-    """
+    ``brentq`` when the plan's structure changes with epsilon. ``ValueError`` if the
+    plan spends more than ``rho`` at every ``epsilon`` (fixed noise)."""
     rho, delta = float(rho), float(delta)
     if math.isinf(rho):
         return math.inf
@@ -434,7 +426,6 @@ def report_rho(report):
     return total
 
 
-# --- The DP validation score ---
 def release_validation_score(release, phase, user_losses, *, score_clip):
     """Release (``release.gaussian`` in ``phase``) the sum of the users' mean held-out
     losses clipped to ``[0, score_clip]`` (non-finite: ``score_clip``). One user's
@@ -447,7 +438,6 @@ def release_validation_score(release, phase, user_losses, *, score_clip):
                                   clip_norm=float(score_clip))[0])
 
 
-# --- The report of a search ---
 @dataclass(frozen=True, kw_only=True)
 class SearchPrivacyReport(PrivacyReport):
     """:class:`~skdpp.privacy.PrivacyReport` of a private search (random stopping):
