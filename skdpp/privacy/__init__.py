@@ -1,14 +1,10 @@
-"""Differential-privacy layer of skdpp: events, accounting, calibration,
-mechanisms and the privacy report.
+"""Differential-privacy layer of skdpp (knows nothing about estimators).
 
-This subpackage knows nothing about estimators. A fit describes its budget as
-a :class:`BudgetPlan` (named phases, calibrated once) and makes every release
-through a :class:`Releaser`, which calls the mechanism of
-:mod:`skdpp.privacy.mechanisms` (the only place privacy noise is drawn) and
-composes its event from :mod:`skdpp.privacy.events` into the fit's
-:class:`~skdpp.privacy.accounting.PrivacyAccountant` with the same
-sensitivity; :class:`~skdpp.privacy.report.PrivacyReport` is built from that
-ledger. All clipping lives in :mod:`skdpp.privacy._clipping`.
+A fit plans its budget as a :class:`BudgetPlan` and makes every release through
+a :class:`Releaser`, which calls :mod:`skdpp.privacy.mechanisms` (the only place
+noise is drawn) and composes the event into the fit's :class:`PrivacyAccountant`
+with the same sensitivity; :class:`PrivacyReport` is built from that ledger.
+See :ref:`privacy_model` and :ref:`privacy_report`.
 """
 
 from ._composed import PipelinePrivacyReport, StepReport, privacy_report, split_budget

@@ -1,14 +1,12 @@
 """Norms and clipping: the one place where per-user contributions are bounded.
 
-Every sensitivity in skdpp rests on a clip to a norm ``C``. These helpers make
-the bound hold *in floating point* for any finite input: norms neither
-overflow (entries beyond ~1e154) nor lose precision in the subnormal range
-(norms below ~1e-146). Rows whose norm ``r`` lies in ``[_SAFE_LOW,
-_SAFE_HIGH]`` take a fast pass, the others the robust path (:func:`unit_rows`:
-scale by the largest entry first). Both give the same bound: such a row has no
-entry whose square overflows and the squares that underflow are below
-``1e-308 <= 1e-108 r**2``, so the scaled row norm is ``C (1 + O(d eps))``
-(the privacy tests compare the two on adversarial magnitudes).
+Every sensitivity rests on a clip to a norm ``C``, and these helpers make the
+bound hold *in floating point* for any finite input. Rows whose norm ``r`` lies
+in ``[_SAFE_LOW, _SAFE_HIGH]`` take a fast pass, the others the robust path
+(:func:`unit_rows`: scale by the largest entry first). Both give the same bound:
+such a row has no entry whose square overflows and the squares that underflow
+are below ``1e-308 <= 1e-108 r**2``, so the scaled row norm is ``C (1 + O(d
+eps))`` (the privacy tests compare the two on adversarial magnitudes).
 """
 
 import math
@@ -49,13 +47,12 @@ def _as_rows(values):
 
 
 def unit_rows(values):
-    """Unit vectors and norms of the rows of a 2-D array ``values`` (n, p), for any magnitude.
+    """Unit vectors ``unit`` (n, p) and ``norms`` (n,) of the rows of ``values``, any magnitude.
 
-    Each row is divided by its largest absolute entry before its norm is taken,
-    so the unit rows have norm 1 up to rounding (``m / np.linalg.norm(m)`` is not,
-    for subnormal or huge rows). Returns ``unit`` (n, p) (0 for zero rows; for
-    rows with infinite entries the normalised sign pattern of those) and
-    ``norms`` (n,) (``inf`` on overflow). NaN entries propagate.
+    Each row is divided by its largest absolute entry before its norm is taken, so
+    unit rows have norm 1 up to rounding even for subnormal or huge rows. Zero rows
+    give 0, rows with infinite entries the normalised sign pattern of those (norm
+    ``inf``); NaN propagates.
 
     Examples
     --------
@@ -93,8 +90,7 @@ def unit_rows(values):
 
 
 def unit_row_norms(values):
-    """The norms of :func:`unit_rows`, bit for bit, about 3x faster (no unit
-    vectors). NaN rows give NaN.
+    """The norms of :func:`unit_rows`, bit for bit, about 3x faster (NaN rows give NaN).
 
     Examples
     --------
@@ -121,8 +117,7 @@ def unit_row_norms(values):
 
 
 def row_norms(values):
-    """Euclidean norms (n,) of the rows of a 2-D array; rows outside the fast range
-    are recomputed by :func:`unit_row_norms`.
+    """Euclidean norms (n,) of the rows of a 2-D array, safe for any magnitude.
 
     Examples
     --------
@@ -155,8 +150,7 @@ def stack_norms(values):
 
 
 def clip_factors(norms, clip_norm):
-    """Per-contribution clipping factor ``min(1, C / norm)`` (zero norms give 1,
-    infinite norms 0, ``clip_norm=None`` 1 everywhere).
+    """Clipping factors ``min(1, C / norm)`` (zero norms: 1, infinite: 0, ``clip_norm=None``: 1).
 
     Examples
     --------
@@ -189,12 +183,11 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     Parameters
     ----------
     values : array-like of shape (n, ...)
-        One slice per user (or row). Never modified; NaN raises ``ValueError``.
+        One slice per user (or row); not modified; NaN raises ``ValueError``.
     clip_norm : float or None
-        Clip norm ``C >= 1e-100``. ``None`` returns an unchanged copy.
+        Clip norm ``C >= 1e-100``; ``None`` returns an unchanged copy.
     out_dtype : dtype, default=np.float64
-        Floating dtype of the result (``float32``: the bound holds up to float32
-        rounding).
+        Dtype of the result (``float32``: the bound holds up to float32 rounding).
 
     Returns
     -------
@@ -254,14 +247,12 @@ def clip_values(values, clip):
 
 
 def clipped_outer_sum(A, B, clip_norm):
-    """``sum_i clip(a_i b_i^T, C)`` for rows ``a_i`` of ``A`` (n, p) and ``b_i`` of ``B``
-    (n, q), without an ``n x p x q`` temporary; shape (p, q).
+    """``sum_i clip(a_i b_i^T, C)`` (p, q) for rows of ``A`` (n, p) and ``B`` (n, q).
 
-    ``||a b^T||_F = ||a|| ||b||``, so ``clip(a b^T, C) = min(||a|| ||b||, C) â b̂^T``.
-    Rows with both norms in ``[1e-100, 1e100]`` enter one ``(p, n) @ (n, q)``
-    product with factor ``min(||a|| ||b||, C) / (||a|| ||b||)``; the others go
-    through :func:`unit_rows` (an infinite entry never meets a zero factor).
-    ``clip_norm=None`` gives ``A^T B`` (only at ``epsilon=np.inf``); NaN raises.
+    Without an ``n x p x q`` temporary: ``||a b^T||_F = ||a|| ||b||``, so rows with
+    both norms in ``[1e-100, 1e100]`` enter one product with factor ``min(||a||
+    ||b||, C) / (||a|| ||b||)``, the others go through :func:`unit_rows`.
+    ``clip_norm=None``: ``A^T B`` (only at ``epsilon=np.inf``); NaN raises.
 
     Examples
     --------
@@ -314,13 +305,12 @@ _TINY_SCALED_NORM = 1e-250
 
 
 def scaled_clip_factors(norms, scales, clip_norm):
-    """Clip factors ``f`` with ``f M = clip(s M, C)`` for contributions stored scaled.
+    """Factors ``f`` with ``f M = clip(s M, C)`` for contributions ``M_i`` stored unscaled.
 
-    ``norms``: ``||M_i||_F`` of the computed ``M_i``; ``scales``: ``s_i > 0``
-    (possibly inf, ``s M`` may overflow when multiplied out); ``clip_norm``
-    validated by the caller (``None``: ``f = s``). ``f = min(s, C / ||M||)``,
-    0 where ``||M_i|| < 1e-250`` (dropping it is within any bound) or not
-    finite. Returns ``f`` and ``s_i ||M_i||`` (inf on overflow).
+    ``norms``: ``||M_i||_F``; ``scales``: ``s_i > 0`` (possibly inf); ``clip_norm``
+    validated by the caller (``None``: ``f = s``). ``f = min(s, C / ||M||)``, 0 where
+    ``||M_i|| < 1e-250`` (dropping it is within any bound) or not finite. Returns
+    ``f`` and ``s_i ||M_i||`` (inf on overflow).
 
     Examples
     --------

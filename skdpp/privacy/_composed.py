@@ -1,11 +1,8 @@
 """One user-level privacy report for a whole fitted Pipeline, and one budget for it.
 
-:func:`privacy_report` walks a fitted ``Pipeline`` / ``ColumnTransformer`` /
-``FeatureUnion`` / search object (or a bare estimator) and composes every
-step's ledger in one fresh :class:`~skdpp.privacy.PrivacyAccountant`
-(sequential composition: the steps see the same users). :func:`split_budget`
-gives a whole Pipeline one ``(epsilon, delta)``: it returns a clone whose
-private steps' budgets compose exactly to the target.
+:func:`privacy_report` composes every step's ledger in one fresh accountant;
+:func:`split_budget` returns a clone whose private steps' budgets compose
+exactly to one ``(epsilon, delta)`` (:ref:`privacy_report`, *Whole Pipelines*).
 
 Examples
 --------
@@ -56,8 +53,7 @@ class StepReport:
     estimator : str
         The step's class name.
     status : {"covered", "NOT COVERED", "stateless"}
-        Composed in the report; fitted on the data without a usable privacy
-        report (outside the guarantee); or learns nothing from the data.
+        Composed; fitted on the data without a usable report; or learns nothing.
     epsilon, delta : float or None
         The step's own (ε, δ), if covered.
     n_fits : int
@@ -79,8 +75,7 @@ class StepReport:
 class PipelinePrivacyReport(PrivacyReport):
     """:class:`~skdpp.privacy.PrivacyReport` of a whole fitted object (its steps composed).
 
-    ``epsilon`` (the "requested" budget) is the composed ε: a composition has no
-    target of its own (:func:`split_budget` sets one on the steps).
+    ``epsilon`` is the composed ε (a composition has no target of its own).
 
     Attributes
     ----------
@@ -359,9 +354,8 @@ def privacy_report(obj, *, delta=None):
 
     Walks a fitted ``Pipeline``, ``ColumnTransformer``, ``FeatureUnion``,
     :class:`~skdpp.model_selection.PrivateRandomizedSearchCV`, ``GridSearchCV`` /
-    ``RandomizedSearchCV`` or a bare estimator, and re-adds every step's ledger
-    events to one fresh :class:`~skdpp.privacy.PrivacyAccountant` (exact
-    composition, converted once, not a sum of ε's).
+    ``RandomizedSearchCV`` or a bare estimator and re-adds every step's ledger to one
+    fresh :class:`~skdpp.privacy.PrivacyAccountant` (exact sequential composition).
 
     Parameters
     ----------
@@ -372,27 +366,16 @@ def privacy_report(obj, *, delta=None):
     Returns
     -------
     report : PipelinePrivacyReport
-        ``steps`` lists every step (covered, NOT COVERED or stateless);
-        ``covered`` is False (and every rendering says NOT COVERED) as soon as
-        one step learnt from the data without a privacy report (e.g.
-        scikit-learn's ``StandardScaler``).
+        ``steps`` lists every step (covered, NOT COVERED or stateless); ``covered``
+        is False as soon as one step learnt from the data without a privacy report.
 
     Notes
     -----
-    **Same users.** The composition is sequential: every step is assumed to see
-    the same users (a step fitted on other data composes as if on the same
-    users: an upper bound); ``n_users`` is the largest of the steps'.
-
-    **Search objects.** ``PrivateRandomizedSearchCV``'s own report (random
-    stopping) is used as is; with other steps it is added by basic composition
-    (ε and δ summed, an upper bound, noted). ``GridSearchCV`` /
-    ``RandomizedSearchCV`` spend one fit's budget per candidate and split plus
-    the refit, all composed: each fit is re-planned from public values (its
-    parameters, the refit's ``n_users_`` and ``n_features_in_``), the best
-    candidate's re-plan checked against the refit's ledger; otherwise fits with
-    the refit's ``epsilon``/``delta`` are charged the refit's ledger and others
-    are NOT COVERED. Their selection (an argmax over non-private scores) is
-    always NOT COVERED. Each step's ``how`` says how its events were obtained.
+    Every step is assumed to see the same users (an upper bound otherwise). A
+    private search's own report is used as is (with other steps: basic
+    composition); every fit of a scikit-learn search is re-planned from public
+    values or charged the refit's ledger, and its selection is NOT COVERED
+    (:ref:`privacy_report`, *Whole Pipelines*).
     """
     parts = []
     _walk(obj, "", parts)
@@ -455,8 +438,7 @@ def privacy_report(obj, *, delta=None):
 
 
 def _step_rows(step, epsilon, delta, meta, name):
-    """Events of ``step`` fitted at ``(epsilon, delta)``: its plan when buildable from
-    ``meta``, else its μ-GDP equivalent (exact for Gaussian plans)."""
+    """Events of ``step`` at ``(epsilon, delta)`` from its plan built on ``meta``."""
     if math.isinf(epsilon):
         return [(NonPrivateEvent(), 1, name, None, None, None)]
     if getattr(step, "_budget_plan", None) is not None:
@@ -508,9 +490,8 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
     """A clone of ``estimator`` whose private steps compose exactly to ``(epsilon, delta)``.
 
     Every step with ``epsilon`` and ``delta`` parameters (at any depth) gets
-    ``epsilon_i = c * share_i * epsilon`` and ``delta``, with ``c`` solved so that
-    the exact composition spends ``epsilon`` at ``delta`` (never more, within
-    1e-9 relative).
+    ``epsilon_i = c * share_i * epsilon``, ``c`` solved so that the exact
+    composition spends ``epsilon`` at ``delta`` (never more, within 1e-9 relative).
 
     Parameters
     ----------
@@ -519,14 +500,12 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
     epsilon : float
         Budget of the whole object in ``(0, inf]`` (``inf``: every step non-private).
     delta : float, default=1e-6
-        δ of the whole object in ``(0, 1)``; every step is calibrated at it.
+        δ in ``(0, 1)``; every step is calibrated at it.
     shares : dict of str to float, default=None
-        Relative ε of each private step (normalised), keyed by its path (e.g.
-        ``"columntransformer__num"``) or its own name when unambiguous.
-        ``None``: equal shares.
+        Relative ε of each private step, keyed by its path (e.g.
+        ``"columntransformer__num"``) or unambiguous name; ``None``: equal shares.
     n_users, n_features : int, default=None
-        Public metadata, needed only for a step whose plan is not all Gaussian
-        (e.g. ``JLMarginClassifier``): its plan is built and composed as is.
+        Public metadata, needed only for a step whose plan is not all Gaussian.
 
     Returns
     -------
@@ -540,11 +519,8 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
 
     Notes
     -----
-    A step whose plan is all Gaussian releases (every skdpp estimator's default
-    except ``JLMarginClassifier``) is exactly μ-GDP at its ε whatever the data
-    and is composed as that Gaussian; other steps through their plan on
-    ``n_users``/``n_features``. Steps without ``epsilon`` are left as they are
-    (:func:`privacy_report` lists them NOT COVERED).
+    All-Gaussian plans are composed as their exact μ-GDP equivalent, other plans
+    as built on ``n_users``/``n_features`` (:ref:`privacy_report`, *Whole Pipelines*).
 
     Examples
     --------

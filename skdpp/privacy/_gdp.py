@@ -1,11 +1,9 @@
 """Gaussian differential privacy: the exact (ε, δ) curve of μ-GDP.
 
-A composition of Gaussian mechanisms with noise multipliers ``z_j`` is exactly
-``μ``-GDP with ``μ = sqrt(Σ 1/z_j²)`` (Dong, Roth & Su 2019); its (ε, δ) curve is
-the analytic-Gaussian formula of Balle & Wang (2018),
-``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``, evaluated in log space (accurate
-for tiny and large μ and ε): the ``"exact-gdp"`` path of
-:class:`~skdpp.privacy.accounting.PrivacyAccountant`.
+A composition of Gaussian mechanisms with multipliers ``z_j`` is exactly μ-GDP,
+``μ = sqrt(Σ 1/z_j²)``, with ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``
+(evaluated in log space): the ``"exact-gdp"`` path of
+:class:`~skdpp.privacy.accounting.PrivacyAccountant` (:ref:`accounting`).
 
 References
 ----------
@@ -62,22 +60,28 @@ def _log_gaussian_delta(mu, epsilon):
     return -0.5 * a * a + math.log(0.5) + math.log(diff)
 
 
-def _check_mu(mu):
-    mu = float(mu)
-    if not mu >= 0.0:
-        raise ValueError(f"`mu` must be in [0, inf], got {mu!r}.")
-    return mu
+def _check_nonneg(value, name="mu"):
+    value = float(value)
+    if not value >= 0.0:
+        raise ValueError(f"`{name}` must be in [0, inf], got {value!r}.")
+    return value
+
+
+def _check_delta(delta):
+    delta = float(delta)
+    if not 0.0 <= delta <= 1.0:
+        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}. Use e.g. delta=1e-6.")
+    return delta
 
 
 def gaussian_delta(mu, epsilon):
-    """δ(ε) of a μ-GDP mechanism (exact, analytic Gaussian; Balle & Wang 2018,
-    Theorem 8; Dong, Roth & Su 2019, Corollary 2.13).
+    """δ(ε) of a μ-GDP mechanism (exact; Balle & Wang 2018, Theorem 8; Dong, Roth &
+    Su 2019, Corollary 2.13).
 
     Parameters
     ----------
     mu : float
-        GDP parameter μ >= 0 (a Gaussian mechanism with noise multiplier z is
-        ``1/z``-GDP; compositions add μ²).
+        μ >= 0 (multiplier z: ``1/z``-GDP; compositions add μ²).
     epsilon : float
         Target ε >= 0.
 
@@ -92,10 +96,7 @@ def gaussian_delta(mu, epsilon):
     >>> round(gaussian_delta(1.0, 1.0), 6)
     0.126937
     """
-    mu = _check_mu(mu)
-    epsilon = float(epsilon)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be in [0, inf], got {epsilon!r}.")
+    mu, epsilon = _check_nonneg(mu), _check_nonneg(epsilon, "epsilon")
     return math.exp(_log_gaussian_delta(mu, epsilon))
 
 
@@ -105,15 +106,15 @@ def gaussian_epsilon(mu, delta):
     Parameters
     ----------
     mu : float
-        GDP parameter μ >= 0.
+        μ >= 0.
     delta : float
         Target δ in ``[0, 1]``.
 
     Returns
     -------
     epsilon : float
-        Solves ``gaussian_delta(mu, epsilon) = delta`` (``brentq`` on log ε,
-        relative accuracy ~1e-13); ``inf`` when ``delta = 0`` and ``mu > 0``.
+        Root of ``gaussian_delta(mu, epsilon) = delta`` (``brentq`` on log ε, ~1e-13
+        relative); ``inf`` when ``delta = 0`` and ``mu > 0``.
 
     Examples
     --------
@@ -121,10 +122,7 @@ def gaussian_epsilon(mu, delta):
     >>> round(gaussian_epsilon(1.0, 1e-5), 6)
     4.377178
     """
-    mu = _check_mu(mu)
-    delta = float(delta)
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    mu, delta = _check_nonneg(mu), _check_delta(delta)
     if mu == 0.0:
         return 0.0
     if math.isinf(mu) or delta == 0.0:
@@ -162,7 +160,7 @@ def gaussian_mu(epsilon, delta):
     Returns
     -------
     mu : float
-        Solves ``gaussian_delta(mu, epsilon) = delta``.
+        Root of ``gaussian_delta(mu, epsilon) = delta``.
 
     Examples
     --------
@@ -170,11 +168,7 @@ def gaussian_mu(epsilon, delta):
     >>> round(1 / gaussian_mu(1.0, 1e-5) * 10 ** 0.5, 4)   # sigma for 10 releases
     11.7973
     """
-    epsilon, delta = float(epsilon), float(delta)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be in [0, inf], got {epsilon!r}.")
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    epsilon, delta = _check_nonneg(epsilon, "epsilon"), _check_delta(delta)
     if math.isinf(epsilon) or delta == 1.0:
         return math.inf
     if delta == 0.0:

@@ -1,9 +1,5 @@
-"""The budget plan of a fit: named phases, their shares, calibrated once.
-
-Every estimator describes its releases as a :class:`BudgetPlan` of named phases
-(share of the zCDP budget, mechanism, number of releases), calibrated once by
-:func:`~skdpp.privacy.calibration.calibrate`; the
-:class:`~skdpp.privacy.Releaser` reads each phase's noise from it.
+"""The budget plan of a fit: named phases, their shares, calibrated once
+(:ref:`calibration`); the :class:`~skdpp.privacy.Releaser` reads each phase's noise.
 
 Examples
 --------
@@ -42,11 +38,10 @@ class BudgetPlan:
 
     Notes
     -----
-    Shares fix the *ratios* of the phases' noise (share semantics of
-    :mod:`skdpp.privacy.calibration`). :meth:`add` takes a share from a parameter
-    (0 drops the phase); :meth:`add_rest` phases split what the explicit shares
-    leave, equally; :meth:`fix` phases have a user-chosen noise multiplier: such
-    a plan is not calibrated and the ε it spends is reported.
+    Shares fix the *ratios* of the phases' noise (:ref:`calibration`): :meth:`add`
+    takes a share from a parameter (0 drops the phase), :meth:`add_rest` phases
+    split the rest equally, :meth:`fix` phases have a user-chosen noise multiplier
+    (such a plan is not calibrated; the ε it spends is reported).
     """
 
     def __init__(self, epsilon, delta):
@@ -67,10 +62,8 @@ class BudgetPlan:
 
     def add(self, name, *, share, mechanism="gaussian", count=1, sampling_rate=1.0,
             param=None, threshold_delta=0.0):
-        """Add a phase with an explicit share (from parameter ``param``; 0 drops it).
-        ``threshold_delta > 0`` marks a private partition selection
-        (:meth:`~skdpp.privacy.Releaser.select_partitions`): that δ is reserved for
-        its threshold and the rest of the plan is calibrated to the rest."""
+        """Add a phase with an explicit share (from parameter ``param``; 0 drops it);
+        ``threshold_delta > 0``: a partition selection whose threshold reserves that δ."""
         self._check_new(name)
         if isinstance(share, bool) or not isinstance(share, numbers.Real) \
                 or not 0.0 <= float(share) < 1.0:
@@ -133,8 +126,8 @@ class BudgetPlan:
         return self
 
     def leaves_rest(self, share_tol=_SHARE_TOL):
-        """bool: the explicit shares leave the rest phases a positive share (or there
-        are none). Available before calibration; :meth:`calibrate` raises if False."""
+        """bool: the explicit shares leave the rest phases a positive share (or there are
+        none); available before calibration."""
         explicit = math.fsum(kw["share"] for kw, _ in self._explicit)
         return not self._rest or explicit < 1.0 - max(share_tol, _SHARE_TOL)
 
@@ -172,8 +165,7 @@ class BudgetPlan:
 
     @property
     def selection_phases(self):
-        """tuple of str: phases with a partition-selection threshold (available before
-        calibration); they are (ε, δ)-DP with a δ outside any zCDP/GDP curve."""
+        """tuple of str: phases with a partition-selection threshold (before calibration)."""
         return tuple(kw["name"] for kw, _ in self._explicit if kw["threshold_delta"] > 0)
 
     @property
@@ -198,14 +190,11 @@ AUTO_CLIP_NOISE = 1.0 / 8.0
 def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
     """The share of the automatic bounds' phase: ``clip_share``, or the ``"auto"`` rule.
 
-    The one rule of every estimator for ``budget_shares={"clip": "auto"}`` (the
-    sensitivity-1 Gaussian counts of the searches behind ``"auto"`` bounds).
-    ``build(share)`` returns the fit's uncalibrated plan with ``phase`` at
-    ``share``. ``"auto"`` gives the smallest of :data:`AUTO_CLIP_SHARES` whose
-    noise multiplier of ``phase`` (given its release count and the other phases)
-    is at most ``AUTO_CLIP_NOISE * n_users``, else the largest that leaves the
-    other phases a positive share; the smallest at ``epsilon=inf``. A function of
-    public values only (ε, δ, release counts, ``n_users``): no privacy cost.
+    ``build(share)`` returns the fit's uncalibrated plan with ``phase`` at ``share``.
+    ``"auto"``: the smallest of :data:`AUTO_CLIP_SHARES` whose noise multiplier of
+    ``phase`` is at most ``AUTO_CLIP_NOISE * n_users``, else the largest that leaves
+    the other phases a positive share (the smallest at ``epsilon=inf``). A function
+    of public values only (ε, δ, release counts, ``n_users``): no privacy cost.
     """
     if not (isinstance(clip_share, str) and clip_share == "auto"):
         return float(clip_share)
@@ -223,10 +212,8 @@ def resolve_clip_share(clip_share, build, n_users, *, phase="clip"):
 
 def phase_shares(budget_shares, defaults, *, owner):
     """``defaults`` (phase -> share in ``[0, 1)`` or ``"auto"``) updated with an
-    estimator's ``budget_shares`` parameter (``None``: all defaults), keyed by the
-    phase names of its ``privacy_report_``. ``ValueError`` (naming ``owner``) for
-    an unknown key or a share not in ``[0, 1)`` (``"auto"`` only where the
-    default is ``"auto"``).
+    estimator's ``budget_shares`` (``None``: the defaults); ``ValueError`` naming
+    ``owner`` for an unknown key or a bad share (``"auto"`` only where the default is).
 
     Examples
     --------

@@ -1,17 +1,11 @@
 """Several selections as one exponential mechanism over their product.
 
-A fit selecting one candidate for each of ``P`` problems (e.g. one-vs-rest
-classes), ``P`` known only during the fit (a privately selected label set),
-cannot give each selection a phase of a plan calibrated beforehand.
-:func:`product_exponential` makes them *one* exponential mechanism over the
-product of the candidate sets with summed score ``S(c_1, ..., c_P) = sum_p
-s_p(c_p)``: if every ``s_p`` has sensitivity ``Δ``, ``S`` has ``P Δ``, and
-
-    P(c_1, ..., c_P) ∝ exp(ε S / (2 P Δ)) = prod_p exp((ε / P) s_p(c_p) / (2 Δ)),
-
-so it is sampled exactly by ``P`` independent exponential mechanisms at
-``ε / P`` each, and charged once as the ε-DP (ε-bounded-range) exponential
-mechanism it is (for ``P = 1``: :meth:`skdpp.privacy.Releaser.exponential`).
+A fit selecting one candidate for each of ``P`` problems, ``P`` known only during
+the fit (e.g. one-vs-rest classes of a privately selected label set), makes them
+*one* exponential mechanism over the product of the candidate sets with summed
+score of sensitivity ``P Δ``: ``P(c) ∝ exp(ε Σ_p s_p(c_p) / (2 P Δ)) = Π_p
+exp((ε / P) s_p(c_p) / (2 Δ))``, sampled exactly by ``P`` independent selections
+at ``ε / P`` and charged once as the ε-DP mechanism it is (:ref:`partition_selection`).
 
 Examples
 --------
@@ -41,10 +35,8 @@ def product_sensitivity(sensitivity, n_problems):
 
 
 def product_exponential(release, phase, scores, *, sensitivity, clip_norm=None):
-    """One candidate per row of ``scores`` (n_problems, n_candidates), each row of
-    L∞ sensitivity ``sensitivity``: the exponential mechanism over their product
-    (module docstring) at the ε of ``phase``, an exponential phase of the plan.
-    Returns the selected index of every problem."""
+    """The selected index of every row of ``scores`` (n_problems, n_candidates), each row
+    of L∞ sensitivity ``sensitivity``, at the ε of the exponential ``phase``."""
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] == 0:
         raise ValueError(f"`scores` must be 2-D with at least one row, got shape "

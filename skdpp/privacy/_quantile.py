@@ -1,23 +1,13 @@
 """Private quantiles and locations of per-user statistics (scale-free bounds).
 
-Clip bounds, offsets and step sizes in the data's units are chosen from the
-private data, and that choice is a release. skdpp makes it with Gaussian
-releases only, so a Gaussian fit keeps the exact μ-GDP accounting (an
-exponential-mechanism quantile moves the ledger to the looser RDP conversion:
-measured +8 % noise on every other phase at ε = 1):
-
-* :func:`private_quantile` -- noisy binary search over a public grid (Smith
-  2011; Karwa & Vadhan 2018): ``s`` Gaussian counts for ``2**s`` candidates;
-  the rank error is of the order of the noise std (in users).
-* :func:`private_location` -- the mean of one scalar per user, with noise
-  relative to the values' *spread*, not their magnitude or offset.
-* :func:`private_median` -- one exponential-mechanism selection (pure ε-DP),
-  for a fit whose budget is too small for the searches (a fit predicted
-  useless releases only this, so no Gaussian ledger is loosened).
-
-Users' values enter only through sums over blocks of whole users
-(:func:`cumulative_counts`, :func:`distance_counts`,
-:func:`clipped_deviation_sum`; ``reduce(fn)`` callables).
+Clip bounds, offsets and step sizes in the data's units are chosen privately,
+with Gaussian releases only so that a Gaussian fit keeps the exact μ-GDP
+accounting (:ref:`private_bounds`): :func:`private_quantile` (noisy binary
+search over a public grid), :func:`private_location` (a mean with noise relative
+to the values' spread) and :func:`private_median` (one exponential-mechanism
+selection, pure ε-DP, for budgets too small for the searches). Users' values
+enter only through sums over blocks of whole users (:func:`cumulative_counts`,
+:func:`distance_counts`, :func:`clipped_deviation_sum`; ``reduce(fn)`` callables).
 
 References
 ----------
@@ -25,9 +15,6 @@ References
        convergence rates. STOC 2011.
 .. [2] Karwa, V. and Vadhan, S. (2018). Finite sample differentially private
        confidence intervals. ITCS 2018. arXiv:1711.03908.
-.. [3] Andrew, G., Thakkar, O., McMahan, H. B. and Ramaswamy, S. (2021).
-       Differentially Private Learning with Adaptive Clipping. NeurIPS 2021.
-       arXiv:1905.03871.
 
 Examples
 --------
@@ -69,18 +56,9 @@ FINE_LEVELS = 2
 
 
 def quantile_grid(*, signed=False, size=GRID_SIZE, low=GRID_RANGE[0], high=GRID_RANGE[1]):
-    """The public candidate grid of :func:`private_quantile` (increasing).
-
-    Parameters
-    ----------
-    signed : bool, default=False
-        ``False``: ``size`` log-spaced values in ``[low, high]``; ``True``: the
-        same values and their negatives (``2 * size`` candidates).
-    size : int, default=64
-        A power of two.
-    low, high : float, default=1e-8, 1e8
-        Public range, ``0 < low < high < inf``.
-    """
+    """The public candidate grid of :func:`private_quantile` (increasing): ``size`` (a
+    power of two) log-spaced values in ``[low, high]`` (``0 < low < high < inf``),
+    and with ``signed=True`` also their negatives (``2 * size`` candidates)."""
     if size < 2 or size & (size - 1):
         raise ValueError(f"size must be a power of two >= 2, got {size!r}.")
     if not 0 < low < high < np.inf:
@@ -98,9 +76,8 @@ def search_steps(grid):
 
 
 def cumulative_counts(values, grid):
-    """Partial cumulative histogram ``counts[j] = #{i : values[i] <= grid[j]}`` of the
-    users of a block (NaN and +inf above every candidate): sums over blocks give
-    all users' counts; one user moves every entry by at most 1."""
+    """``counts[j] = #{i : values[i] <= grid[j]}`` over a block's users (NaN and +inf
+    above every candidate): block sums give all users' counts; one user moves each by <= 1."""
     values = np.asarray(values, dtype=np.float64)
     first = np.searchsorted(grid, np.where(np.isnan(values), np.inf, values), side="left")
     hist = np.bincount(first, minlength=grid.shape[0] + 1)[:grid.shape[0]]
@@ -108,32 +85,16 @@ def cumulative_counts(values, grid):
 
 
 def private_quantile(release, phase, counts, grid, *, quantile, n_users):
-    """The ``quantile`` of one value per user, on ``grid``, by noisy binary search.
+    """The ``quantile`` (in (0, 1]) of one value per user on ``grid``, by noisy binary search.
 
     Finds (up to the noise) the smallest ``grid[j]`` with at least ``quantile *
-    n_users`` values ``<= grid[j]``. Each of the ``search_steps(grid)`` steps (a
-    public number) releases ``counts[mid]`` with Gaussian noise in ``phase`` (L2
-    sensitivity 1 under replace-one-user) and keeps the half it points to.
-
-    Parameters
-    ----------
-    release : Releaser
-        ``phase`` must plan ``search_steps(grid)`` Gaussian releases for this call.
-    phase : str
-    counts : ndarray of shape (len(grid),)
-        :func:`cumulative_counts` over all users (only visited entries are released).
-    grid : ndarray
-        Public, increasing candidates; a power-of-two number of them.
-    quantile : float in (0, 1]
-    n_users : int
-        The public number of users.
-
-    Returns
-    -------
-    value : float
-        A point of the selected cell ``(grid[j - 1], grid[j]]`` (geometric midpoint
-        for ends of one sign, else arithmetic; ``grid[0]`` for ``j = 0``):
-        post-processing. Exact at ``epsilon=np.inf``.
+    n_users`` values ``<= grid[j]``: each of the public ``search_steps(grid)`` steps
+    releases ``counts[mid]`` (:func:`cumulative_counts` over all users) with Gaussian
+    noise in ``phase`` (L2 sensitivity 1 under replace-one-user; ``n_users`` is
+    public), which ``release`` must plan. ``grid``: public, increasing, a power of
+    two of candidates. Returns a float point of the selected cell ``(grid[j - 1],
+    grid[j]]`` (geometric midpoint for ends of one sign, else arithmetic;
+    ``grid[0]`` for ``j = 0``): post-processing, exact at ``epsilon=np.inf``.
     """
     steps = search_steps(grid)
     counts = np.asarray(counts, dtype=np.float64)
@@ -199,43 +160,17 @@ def clipped_deviation_sum(values, center, radius):
 
 def private_location(release, reduce, *, n_users, search_phase, mean_phase,
                      radius_quantile=0.9, return_shift=False):
-    """DP mean of one scalar per user, clipped around a private median.
+    """DP mean of one scalar per user, clipped around a private median (:ref:`private_bounds`).
 
-    1. coarse median: :func:`private_quantile` (q = 0.5) on
-       ``quantile_grid(signed=True)`` (7 steps);
-    2. refined median ``m``: the same search on ``FINE_SIZE`` linearly spaced
-       candidates inside the selected cell (8 steps), ``FINE_LEVELS = 2`` times;
-    3. radius ``R``: the ``radius_quantile`` of ``|v_i - m|`` on the positive
-       grid (6 steps);
-    4. mean: ``m + (sum_i clip(v_i - m, R) + N(0, (2 R z)^2)) / n_users`` (L2
-       sensitivity ``2 R`` under replace-one-user; ``n_users`` is public).
-
-    Steps 1-3 are the :data:`LOCATION_SEARCH_STEPS` releases (sensitivity 1) of
-    ``search_phase``, step 4 one release of ``mean_phase``.
-
-    Parameters
-    ----------
-    release : Releaser
-    reduce : callable
-        ``reduce(fn)``: the sum over all users' blocks of ``fn(values)`` (``fn``
-        maps a block's 1-D per-user values to a partial sum). A non-finite value
-        counts above every candidate and contributes 0 to the mean.
-    n_users : int
-        The public number of users.
-    search_phase, mean_phase : str
-    radius_quantile : float in (0, 1], default=0.9
-    return_shift : bool, default=False
-        Also return ``(mean - m) / R`` (post-processing): about ``±1`` when the
-        median search went astray (all values on one side of ``m``, beyond
-        ``R``), near 0 for a central ``m``.
-
-    Returns
-    -------
-    mean : float
-    radius : float
-        The released radius ``R`` (a scale of the values' spread).
-    shift : float
-        Only with ``return_shift``.
+    Coarse median (7 steps), ``FINE_LEVELS`` refinements (8 steps each), radius
+    ``R`` as the ``radius_quantile`` of ``|v_i - m|`` (6 steps): the
+    :data:`LOCATION_SEARCH_STEPS` releases (sensitivity 1) of ``search_phase``; then
+    ``m + (sum_i clip(v_i - m, R) + N(0, (2 R z)^2)) / n_users``, one release of
+    ``mean_phase`` (L2 sensitivity ``2 R``; ``n_users`` public). ``reduce(fn)``: the
+    sum over all users' blocks of ``fn(values)`` (a non-finite value counts above
+    every candidate and contributes 0 to the mean). Returns ``(mean, R)``, and with
+    ``return_shift`` also ``(mean - m) / R`` (about ``±1`` when the median search
+    went astray, near 0 for a central ``m``).
     """
     grid = quantile_grid(signed=True)
     counts = reduce(functools.partial(value_counts, grid=grid))
@@ -268,14 +203,10 @@ MEDIAN_FAILURE = 1e-5
 def private_median(release, phase, reduce, *, n_users):
     """The median of one scalar per user: one exponential-mechanism selection.
 
-    Candidates ``c_j``: ``quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)``;
-    score ``-|#{i : v_i <= c_j} - n/2|``. Replacing one user moves every count,
-    hence every score, by at most 1 (``n_users`` is public): sensitivity 1, one
-    release of the ``"exponential"`` phase ``phase``, pure ε-DP. Candidates
-    outside the values score ``-n/2``: the chance of selecting one is at most
-    ``G exp(-ε n / 4) / P(best candidate)``; :func:`median_found` is the public
-    rule that keeps ``G exp(-ε n / 4)`` below :data:`MEDIAN_FAILURE`.
-    ``reduce`` and ``n_users`` as in :func:`private_location`. Returns a float.
+    Candidates ``quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)``, score ``-|#{i :
+    v_i <= c_j} - n/2|``: replacing one user moves each score by at most 1
+    (``n_users`` public), so sensitivity 1, one release of the exponential phase
+    ``phase``, pure ε-DP. ``reduce`` as in :func:`private_location`.
     """
     grid = quantile_grid(signed=True, size=MEDIAN_GRID_SIZE)
     below = np.asarray(reduce(functools.partial(value_counts, grid=grid)), dtype=np.float64)
@@ -284,14 +215,8 @@ def private_median(release, phase, reduce, *, n_users):
 
 
 def median_found(epsilon, n_users):
-    """Whether :func:`private_median` at ``epsilon`` is predicted to land among the values.
-
-    Public rule: ``G exp(-ε n / 4) <= MEDIAN_FAILURE`` with ``G = 2 *
-    MEDIAN_GRID_SIZE``, i.e. ``ε n >= 4 ln(G / MEDIAN_FAILURE)`` (about 76: ε >=
-    0.26 with 300 users). Measured (MovieLens, 40 public 300-user subsets): a
-    selection outside the users' mean ratings with probability 0.47 at ε = 0.1,
-    1e-3 at 0.2, 1e-6 at 0.3.
-    """
+    """Public rule: :func:`private_median` at ``epsilon`` lands among the values, i.e.
+    ``G exp(-ε n / 4) <= MEDIAN_FAILURE`` (``G = 2 * MEDIAN_GRID_SIZE``; :ref:`private_bounds`)."""
     if epsilon == np.inf:
         return True
     size = 2 * MEDIAN_GRID_SIZE

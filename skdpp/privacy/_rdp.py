@@ -1,12 +1,9 @@
-"""Rényi differential privacy of skdpp's mechanisms and its conversion to (ε, δ).
+"""Rényi DP of skdpp's mechanisms and its conversion to (ε, δ) (:ref:`accounting`).
 
-RDP curves of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019;
-integer orders by the binomial expansion, fractional orders by their two
-series), the Laplace mechanism (Mironov 2017), pure ε-DP and ε-bounded-range
-selections (Cesar & Rogers 2021), and the tight RDP → (ε, δ) conversion of
-Canonne, Kamath & Steinke (2020), for every ledger of
-:class:`~skdpp.privacy.accounting.PrivacyAccountant` that is not a plain
-composition of Gaussian mechanisms.
+RDP of the Poisson-subsampled Gaussian, the Laplace mechanism, pure ε-DP and
+ε-bounded-range selections, and the RDP → (ε, δ) conversion of Canonne, Kamath &
+Steinke (2020, Proposition 12), for every ledger that is not a plain composition
+of Gaussian mechanisms.
 
 References
 ----------
@@ -15,15 +12,15 @@ References
        Privacy of the Sampled Gaussian Mechanism. arXiv:1908.10530.
 .. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
        for Differential Privacy. arXiv:2004.00010.
-.. [4] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
-       Truncating: Unifying Privacy Loss Composition for Data Analytics.
-       arXiv:2004.07223.
+.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 """
 
 import math
 
 import numpy as np
 from scipy import optimize, special
+
+from ._gdp import _check_delta, _check_nonneg
 
 __all__ = ["DEFAULT_RDP_ORDERS", "rdp_to_delta", "rdp_to_epsilon", "zcdp_delta", "zcdp_epsilon"]
 
@@ -36,7 +33,6 @@ DEFAULT_RDP_ORDERS = np.array(
 )
 
 
-# --- RDP of the individual mechanisms ---
 def _log_abs_binom(alpha, i):
     """log|C(alpha, i)| and its sign (alpha real, i integer array >= 0)."""
     i = np.asarray(i, dtype=float)
@@ -57,9 +53,8 @@ def _log_a_int(q, sigma, alpha):
 
 
 def _log_a_frac(q, sigma, alpha, max_terms=10_000_000):
-    """log A_α for fractional α by the two series of MTZ 2019 (Sec. 3.3), summed in
-    log space with their signs. For large q the series decay only polynomially,
-    so chunks grow geometrically until the tail is below ~e^-36 of the total."""
+    """log A_α for fractional α by the two signed series of MTZ 2019 (Sec. 3.3), in
+    chunks growing geometrically until the tail is below ~e^-36 of the total."""
     z0 = sigma * sigma * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
     inv2s2 = 1.0 / (2.0 * sigma * sigma)
@@ -152,7 +147,6 @@ def _rdp_exponential(epsilon, orders):
     return np.minimum(orders * epsilon * epsilon / 8.0, _rdp_pure(epsilon, orders))
 
 
-# --- The conversion of Canonne, Kamath & Steinke (2020), Proposition 12 ---
 def _cks_penalty(orders, log_delta):
     """``log1p(-1/α) - (log δ + log α)/(α - 1)``: ε at δ is ``min_α rdp(α) + this``."""
     return np.log1p(-1.0 / orders) - (log_delta + np.log(orders)) / (orders - 1.0)
@@ -186,9 +180,7 @@ def rdp_to_epsilon(orders, rdp, delta):
     2.813653
     """
     orders, rdp = _check_curve(orders, rdp)
-    delta = float(delta)
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"`delta` must be in [0, 1], got {delta!r}.")
+    delta = _check_delta(delta)
     if np.all(rdp == 0.0):
         return 0.0
     if delta == 0.0:
@@ -214,9 +206,7 @@ def rdp_to_delta(orders, rdp, epsilon):
     True
     """
     orders, rdp = _check_curve(orders, rdp)
-    epsilon = float(epsilon)
-    if not epsilon >= 0.0:
-        raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
+    epsilon = _check_nonneg(epsilon, "epsilon")
     best = 0.0
     for a, r in zip(orders, rdp):
         if math.isinf(r):
@@ -235,7 +225,6 @@ _MIN_ORDER = 1.0 + 1e-9
 _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
 
 
-# --- zCDP conversions ---
 def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
     """min over orders λ > 1 of ``rdp_at(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``
     for an RDP bound ``rdp_at`` valid at every real order (vectorised): over

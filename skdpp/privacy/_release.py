@@ -1,13 +1,12 @@
 """The release helper: every DP release of a fit, in one call each.
 
 :class:`Releaser` binds a fit's calibrated :class:`~skdpp.privacy.BudgetPlan`,
-its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`. Each
-method calls the mechanism of :mod:`skdpp.privacy.mechanisms` (the only place
-noise is drawn) and composes the resulting event with the *same* sensitivity
-and clip norm, so the two never disagree; estimators never call a mechanism
-or ``accountant.compose`` themselves. At ``epsilon=inf`` the plan's noise
-multipliers are 0 and the mechanisms return the exact value with a
-``NonPrivateEvent``; only then may a sensitivity be ``None`` (no clipping).
+its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`: each
+method calls a mechanism of :mod:`skdpp.privacy.mechanisms` and composes its
+event with the *same* sensitivity and clip norm, so the two never disagree
+(estimators never call a mechanism or ``accountant.compose`` themselves). At
+``epsilon=inf`` the noise multipliers are 0 and only then may a sensitivity be
+``None`` (no clipping).
 
 Examples
 --------
@@ -43,11 +42,9 @@ class Releaser:
     plan : BudgetPlan
         The calibrated budget plan of the fit.
     rng : numpy.random.Generator
-        The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`);
-        the Releaser lives only for the duration of a fit.
+        The fit's noise stream (:attr:`skdpp.utils._random.FitRandomness.noise`).
     seeded : bool, default=False
-        ``rng`` is seeded from a user-supplied ``random_state``
-        (:attr:`skdpp.utils._random.FitRandomness.seeded`): the report says so.
+        ``rng`` is seeded from a user-supplied ``random_state``: the report says so.
 
     Attributes
     ----------
@@ -123,24 +120,20 @@ class Releaser:
         value : array-like
             The exact value (not modified).
         sensitivity : float or None
-            Its L2 sensitivity Δ under replace-one-user (``None``: unbounded, only
-            with ``epsilon=inf``).
+            L2 sensitivity Δ under replace-one-user (``None``: only with ``epsilon=inf``).
         clip_norm : float, default=None
             The clip norm that bounds Δ (for the report).
         symmetric : bool, default=False
             ``value`` is a stack of symmetric matrices; the noise is symmetric.
         sampling_rate : float, default=1.0
-            Poisson rate at which users took part in ``value`` (client sampling);
-            ``< 1`` charges a sampled Gaussian.
+            Poisson rate of the users in ``value``; ``< 1`` charges a sampled Gaussian.
         branch : int, default=None
-            Parallel composition: the index of a set of users disjoint from the
-            phase's other branches. Branch 0 is charged; every other branch must
-            repeat branch 0's releases (same event and sensitivity) and is recorded
-            at no cost (mechanism ``"gaussian (parallel)"``). The caller's Notes must
-            justify disjointness under replace-one-user (a replacing user with
-            another id may fall in another branch: then two branches each see one
-            user added or removed, which must cost no more than the replacement
-            charged for branch 0).
+            Parallel composition over disjoint sets of users: branch 0 is charged, every
+            other branch must repeat its releases (same event and sensitivity) and is
+            recorded at no cost (``"gaussian (parallel)"``). The caller must justify
+            disjointness under replace-one-user (a replacing user with another id may
+            fall in another branch: two branches then each see one user added or
+            removed, which must cost no more than the replacement charged for branch 0).
 
         Returns
         -------
@@ -163,9 +156,8 @@ class Releaser:
         return release
 
     def gaussian_sum(self, phase, contributions, *, clip_norm, symmetric=False):
-        """Gaussian sum of per-user contributions (n_users, ...), each clipped to
-        Frobenius norm ``clip_norm`` (``None``: only at ``epsilon=inf``): L2
-        sensitivity ``2 clip_norm`` under replace-one-user."""
+        """Gaussian sum of per-user contributions (n_users, ...) clipped to Frobenius norm
+        ``clip_norm`` (``None``: only at ``epsilon=inf``): sensitivity ``2 clip_norm``."""
         clipped = clip_by_norm(contributions, clip_norm)
         sens = None if clip_norm is None else 2.0 * float(clip_norm)
         return self.gaussian(phase, clipped.sum(axis=0), sensitivity=sens,
@@ -197,29 +189,20 @@ class Releaser:
                           max_partitions, clip_norm=None):
         """Private partition selection: noisy counts, kept where above a threshold.
 
-        For partitions (items, labels) whose universe is not public: each user
-        contributes at most ``max_contribution`` to each of at most
-        ``max_partitions`` partitions, with L2 sensitivity ``sensitivity`` under
-        replace-one-user. Every present partition gets Gaussian noise of std ``σ =
-        z · sensitivity`` and is kept iff its noisy count exceeds ``τ =
-        max_contribution + σ Φ⁻¹(1 - δ_t / max_partitions)`` (``δ_t``: the phase's
-        ``threshold_delta``): a partition held by the replaced user only is kept
-        with probability at most ``δ_t / max_partitions``, at most ``δ_t`` for all
-        (:class:`~skdpp.privacy.events.ThresholdEvent`); the other partitions'
-        noisy counts are an ordinary Gaussian release.
-
-        ``phase``: a Gaussian phase with ``threshold_delta > 0``; ``counts``
-        (n_partitions,): the exact bounded-contribution counts of the present
-        partitions. Returns ``keep`` (bool; all present at ``epsilon=inf``) and the
-        noisy counts (published only where ``keep``).
+        For partitions (items, labels) whose universe is not public
+        (:ref:`partition_selection`): each user contributes at most
+        ``max_contribution`` to each of at most ``max_partitions`` partitions, with L2
+        sensitivity ``sensitivity``. ``counts`` (n_partitions,): the exact counts of the
+        present partitions; each gets noise of std ``σ = z · sensitivity`` and is kept
+        iff above ``max_contribution + σ Φ⁻¹(1 - δ_t / max_partitions)``, ``δ_t`` the
+        ``threshold_delta`` of ``phase`` (a Gaussian phase). Returns ``keep`` (all
+        present at ``epsilon=inf``) and the noisy counts (published only where ``keep``).
 
         References
         ----------
-        .. [1] Gopi, S., Gulhane, P., Kulkarni, J., Shen, J. H., Shokouhi, M. and
-               Yekhanin, S. (2020). Differentially Private Set Union. ICML.
-               arXiv:2002.09745.
-        .. [2] Desfontaines, D., Voss, J., Gipson, B. and Mandayam, C. (2022).
-               Differentially private partition selection. PoPETs. arXiv:2006.03684.
+        .. [1] Gopi, S. et al. (2020). Differentially Private Set Union. arXiv:2002.09745.
+        .. [2] Desfontaines, D. et al. (2022). Differentially private partition
+               selection. arXiv:2006.03684.
         """
         delta_t = next((p.threshold_delta for p in self.plan.phases if p.name == phase), 0.0)
         z, sens = self._checked(phase, sensitivity)
@@ -255,8 +238,8 @@ class Releaser:
                       clip_norm=clip_norm, count=count)
 
     def report(self, *, n_users, released, local, notes=(), not_covered=()):
-        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError`` if
-        the releases spent more than the plan's ε at its δ)."""
+        """The fit's :class:`PrivacyReport` from the ledger (``PrivacyBudgetError`` if it
+        spent more than the plan's ε at its δ)."""
         epsilon = self.plan.epsilon
         notes = tuple(notes)
         if self.plan.fixed_noise:

@@ -1,39 +1,15 @@
 """Privacy of hyperparameter search with random stopping (Rényi DP).
 
 A private search runs a DP trial ``Q`` a random number ``K`` of times and
-releases only the best output (Liu & Talwar 2019). Bounds of Papernot &
-Steinke (2022, arXiv:2110.03620v2 numbering):
-
-* **Truncated negative binomial** ``D_{η,γ}`` (Definition 1; ``η > -1``,
-  ``γ ∈ (0, 1)``): ``P[K = k] = (1 − γ)^k / (γ^{−η} − 1) · Π_{l<k} (l + η)/(l + 1)``
-  for ``k >= 1`` (``η = 0``: logarithmic, ``η = 1``: geometric), mean
-  ``E[K] = η(1 − γ)/(γ(1 − γ^η))`` (``(1/γ − 1)/log(1/γ)`` at ``η = 0``).
-* **Theorem 2.** If ``Q`` is ``(λ, ε)``- and ``(λ̂, ε̂)``-RDP (``λ > 1``,
-  ``λ̂ >= 1``), the search is ``(λ, ε')``-RDP with ``ε' = ε + (1 + η)(1 −
-  1/λ̂) ε̂ + (1 + η) log(1/γ)/λ̂ + log(E[K])/(λ − 1)`` (``λ̂`` minimised over
-  the grid, as dp-accounting's ``RepeatAndSelectDpEvent``).
-* **Theorem 6** (Poisson ``K`` of mean ``μ``; ``K = 0`` outputs nothing). If
-  ``Q`` is ``(λ, ε)``-RDP and ``(ε̂, δ̂)``-DP with ``e^ε̂ <= 1 + 1/(λ − 1)``,
-  the search is ``(λ, ε + μ δ̂ + log(μ)/(λ − 1))``-RDP (largest ``ε̂`` used,
-  ``δ̂`` from the RDP curve of ``Q``).
-* **ρ-zCDP trials** (skdpp's case; derived here from Theorem 2, not quoted):
-  ``λ̂* = sqrt(log(1/γ)/ρ)``; if ``λ̂* >= 1``, ``ε' = ρλ + (1 + η)(2
-  sqrt(ρ log(1/γ)) − ρ) + log(E[K])/(λ − 1)``, else ``ε' = ρλ + (1 + η)
-  log(1/γ) + log(E[K])/(λ − 1)``. ``K ≡ 1`` gives ``ε' = ρλ``. As ``λ, λ̂ →
-  ∞`` a pure ε-DP trial gives ``(2 + η)ε``-DP (``3ε`` for the geometric law).
-
-The search's RDP is converted to (ε, δ) by Canonne, Kamath & Steinke (2020)
-over continuous orders.
-
-**Per-trial budget.** Every trial must meet one RDP curve whatever
-configuration it samples (a data-independent mixture is no less private than
-its least private component: joint quasi-convexity of Rényi divergence).
-skdpp uses a common **ρ-zCDP** budget, exact for Gaussian compositions
-(``ρ = μ²/2``): a Gaussian release with multiplier ``z`` is ``1/(2z²)``-zCDP
-(also Poisson-subsampled, without amplification), a Laplace release
-``1/(2z²)``, an exponential selection at ``ε`` ``ε²/8`` (bounded range, Cesar
-& Rogers 2021). :func:`plan_rho` adds them up; :func:`epsilon_for_rho` finds
-the ``epsilon`` at which a plan spends exactly ``ρ``.
+releases only the best output (Liu & Talwar 2019). :class:`RandomStopping`
+implements Theorems 2 (truncated negative binomial ``K``) and 6 (Poisson ``K``)
+of Papernot & Steinke (2022, arXiv:2110.03620v2 numbering) and their closed form
+for ρ-zCDP trials, converted to (ε, δ) by Canonne, Kamath & Steinke (2020); the
+formulas and the per-trial zCDP budget are in :ref:`tuning`. Every trial meets
+one common ρ-zCDP budget (a data-independent mixture is no less private than its
+least private component): :func:`plan_rho` adds a plan's per-mechanism zCDP up,
+:func:`epsilon_for_rho` finds the ``epsilon`` at which a plan spends exactly ρ.
+As ``λ, λ̂ → ∞`` a pure ε-DP trial gives a ``(2 + η)ε``-DP search.
 
 References
 ----------
@@ -41,13 +17,8 @@ References
        Differential Privacy. ICLR 2022. arXiv:2110.03620.
 .. [2] Liu, J. and Talwar, K. (2019). Private Selection from Private
        Candidates. STOC 2019. arXiv:1811.07971.
-.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). The Discrete Gaussian
-       for Differential Privacy. arXiv:2004.00010.
-.. [4] Bun, M. and Steinke, T. (2016). Concentrated Differential Privacy:
-       Simplifications, Extensions, and Lower Bounds. arXiv:1605.02065.
-.. [5] Cesar, M. and Rogers, R. (2021). Bounding, Concentrating, and
-       Truncating: Unifying Privacy Loss Composition for Data Analytics.
-       arXiv:2004.07223.
+.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 
 Examples
 --------
@@ -84,8 +55,6 @@ __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
-
-# --- Numerically stable helpers ---
 def _expm1_over_x(x):
     """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
     if abs(x) < 1e-5:
@@ -120,16 +89,15 @@ def _tnb_gamma(mean, eta):
     return math.exp(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500))
 
 
-# --- The distribution of the number of trials and the search's RDP ---
 @dataclass(frozen=True)
 class RandomStopping:
     """Random number of trials ``K`` of a private search, and the search's privacy.
 
     ``distribution``: the truncated negative binomial ``D_{η,γ}`` (``K >= 1``;
     ``mean=1`` is ``K ≡ 1``) of shape ``eta > -1``, or Poisson (``K = 0``
-    possible, ``eta`` ignored); ``mean = E[K] >= 1``. ``gamma``: the ``γ`` with
-    that mean (1.0 for ``mean=1``, nan for Poisson). The bounds (module
-    docstring) cover the best trial only: ``K`` and the other trials stay secret.
+    possible, ``eta`` ignored); ``mean = E[K] >= 1``; ``gamma``: the ``γ`` with
+    that mean (1.0 for ``mean=1``, nan for Poisson). The bounds (:ref:`tuning`)
+    release the best trial only: ``K`` and the other trials stay secret.
 
     Examples
     --------
@@ -167,7 +135,6 @@ class RandomStopping:
         object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
                            else _tnb_gamma(self.mean, self.eta))
 
-    # --- the law of K ---
     @property
     def _is_constant(self):
         return self.distribution != "poisson" and self.gamma == 1.0
@@ -233,7 +200,6 @@ class RandomStopping:
                 break
         return k
 
-    # --- Theorems 2 and 6 ---
     def rdp(self, orders, rdp, *, monotone=True):
         """RDP of the search given one trial's RDP curve on orders > 1: Theorem 2
         (``λ̂`` minimised over the grid) or Theorem 6 (``δ̂`` by :func:`rdp_to_delta`);
@@ -337,7 +303,6 @@ class RandomStopping:
                 f"mean={self.mean:g})")
 
 
-# --- Per-trial budgets: the zCDP of a plan, and of a report ---
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
     value = float(value)
@@ -350,9 +315,8 @@ def _phase_rho(mechanism, value, count):
 
 
 def plan_rho(plan):
-    """zCDP ρ of a (calibrable) :class:`~skdpp.privacy.BudgetPlan`: the sum of the
-    per-mechanism bounds of the module docstring (0 without releases, ``inf`` if
-    non-private).
+    """zCDP ρ of a :class:`~skdpp.privacy.BudgetPlan` (calibrated here): the sum of its
+    phases' per-mechanism zCDP (0 without releases, ``inf`` if non-private).
 
     Examples
     --------
@@ -368,15 +332,12 @@ def plan_rho(plan):
 
 
 def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
-    """The ``epsilon`` at which a plan spends at most a zCDP budget ``ρ``.
-
-    ``plan_at(epsilon)`` returns a fit's data-independent plan. The result spends
-    ``plan_rho <= rho`` (within ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)`` (exact
-    GDP) for Gaussian plans, else the accountant's ε of the plan at scale ``ρ``
+    """The ``epsilon`` at which ``plan_at(epsilon)`` (a data-independent plan) spends at
+    most a zCDP budget ``rho`` (within ``rtol``): ``gaussian_epsilon(sqrt(2ρ), δ)``
+    for Gaussian plans, else the accountant's ε of the plan at scale ``rho``
     (:func:`~skdpp.privacy.calibration.params_for_rho`), checked, or solved by
-    ``brentq`` when the plan's structure changes with epsilon. ``ValueError`` if
-    the plan spends more than ``ρ`` at every ``epsilon`` (fixed noise).
-    """
+    ``brentq`` when the plan's structure changes with epsilon. ``ValueError`` if the
+    plan spends more than ``rho`` at every ``epsilon`` (fixed noise)."""
     rho, delta = float(rho), float(delta)
     if math.isinf(rho):
         return math.inf
@@ -465,7 +426,6 @@ def report_rho(report):
     return total
 
 
-# --- The DP validation score ---
 def release_validation_score(release, phase, user_losses, *, score_clip):
     """Release (``release.gaussian`` in ``phase``) the sum of the users' mean held-out
     losses clipped to ``[0, score_clip]`` (non-finite: ``score_clip``). One user's
@@ -478,7 +438,6 @@ def release_validation_score(release, phase, user_losses, *, score_clip):
                                   clip_norm=float(score_clip))[0])
 
 
-# --- The report of a search ---
 @dataclass(frozen=True, kw_only=True)
 class SearchPrivacyReport(PrivacyReport):
     """:class:`~skdpp.privacy.PrivacyReport` of a private search (random stopping):

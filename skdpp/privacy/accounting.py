@@ -1,39 +1,21 @@
 """Privacy accounting: compose events and convert them to (ε, δ).
 
-One :class:`PrivacyAccountant` per fit; every release is composed into its
-ledger and :meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis:
+One :class:`PrivacyAccountant` per fit composes every release into its ledger;
+:meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis
+(:ref:`accounting`): ``"exact-gdp"`` (non-subsampled Gaussians: exactly μ-GDP,
+``μ = sqrt(Σ count / z²)``, :mod:`skdpp.privacy._gdp`), ``"pure"`` (Laplace and
+exponential only: ``ε = Σ ε_i``, or the RDP bound if smaller at δ > 0), ``"rdp"``
+(other events, :mod:`skdpp.privacy._rdp`), ``"rdp-zero-out"`` (Poisson-subsampled
+Gaussians), ``"non-private"`` (a release without noise: ε = inf), ``"none"``
+(nothing released: ε = 0).
 
-``"exact-gdp"``
-    Only non-subsampled Gaussian mechanisms: exactly μ-GDP with ``μ = sqrt(Σ
-    count / z²)`` (Dong, Roth & Su 2019), whose (ε, δ) curve is the
-    analytic-Gaussian formula ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)``
-    (Balle & Wang 2018): exact, not an upper bound (:mod:`skdpp.privacy._gdp`).
-``"pure"``
-    Only pure-ε events (Laplace, exponential): ``ε = Σ ε_i`` with δ = 0; for
-    δ > 0 the RDP bound too, and the smaller ε is reported.
-``"rdp"``
-    Other events without subsampling: Rényi DP over dp-accounting's default
-    orders and the (ε, δ) conversion of Canonne, Kamath & Steinke (2020)
-    (:mod:`skdpp.privacy._rdp`).
-``"rdp-zero-out"``
-    Poisson-subsampled Gaussians, whose RDP bound (Mironov, Talwar & Zhang
-    2019) is an *add/remove* analysis, charged through *zero-out* neighbours:
-    ``D`` and ``D'`` differing in one user are both neighbours of ``D0``, where
-    that user contributes zero to every sampled sum. Against ``D0`` a sum of
-    contributions clipped to ``C`` has sensitivity ``C`` (half the replace-one
-    ``2C``), so ``PoissonSampledEvent(q, GaussianEvent(z))`` is charged as the
-    add/remove sampled Gaussian with multiplier ``2 z``; other events keep
-    their replace-one analysis. ``(ε0, δ0)``-DP against ``D0`` gives ``(2 ε0,
-    (1 + e^ε0) δ0)``-DP under replace-one-user (group privacy of 2), with the
-    best split of δ.
-``"non-private"``
-    Some release was made without noise: ε = inf.
-``"none"``
-    Nothing touching the data was released: ε = 0.
-
-A private partition selection adds a
-:class:`~skdpp.privacy.events.ThresholdEvent`: if the rest is ``(ε', δ')``-DP,
-the whole is ``(ε' + Σ log(1/(1 - δ_t)), δ' + Σ δ_t)``-DP.
+**Zero-out charge.** A Poisson-subsampled Gaussian is charged by the add/remove
+sampled-Gaussian RDP bound (Mironov, Talwar & Zhang 2019) against the neighbour
+``D0`` where the replaced user contributes zero (sensitivity ``C``: multiplier
+``2 z``); ``(ε0, δ0)`` against ``D0`` gives ``(2 ε0, (1 + e^ε0) δ0)`` under
+replace-one-user (group privacy of 2; derivation in :ref:`accounting`). A
+:class:`~skdpp.privacy.events.ThresholdEvent` adds ``log(1/(1 - δ_t))`` to ε and
+``δ_t`` to δ.
 
 Examples
 --------
@@ -52,7 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._gdp import gaussian_delta, gaussian_epsilon, gaussian_mu
+from ._gdp import _check_delta, _check_nonneg, gaussian_delta, gaussian_epsilon, gaussian_mu
 from ._rdp import (DEFAULT_RDP_ORDERS, _rdp_exponential, _rdp_laplace,
                    _rdp_poisson_gaussian, rdp_to_delta, rdp_to_epsilon)
 from .events import (ComposedEvent, DpEvent, ExponentialEvent, GaussianEvent,
@@ -61,6 +43,7 @@ from .events import (ComposedEvent, DpEvent, ExponentialEvent, GaussianEvent,
 
 __all__ = ["DEFAULT_RDP_ORDERS", "LedgerEntry", "PrivacyAccountant", "gaussian_delta",
            "gaussian_epsilon", "gaussian_mu", "rdp_to_epsilon", "rdp_to_delta"]
+
 
 @dataclass(frozen=True)
 class LedgerEntry:
@@ -73,8 +56,7 @@ class LedgerEntry:
     event : DpEvent
     count : int
     mechanism, sensitivity, clip_norm : str, float, float or None
-        For the report: mechanism name, stated sensitivity of the released value
-        and the clip norm bounding it.
+        For the report: mechanism name, stated sensitivity and the clip norm bounding it.
     """
 
     phase: str
@@ -143,10 +125,7 @@ class PrivacyAccountant:
 
     Notes
     -----
-    RDP curves (:mod:`skdpp.privacy._rdp`): ``α/(2z²)`` for Gaussians, the
-    sampled-Gaussian bound (Mironov, Talwar & Zhang), the Laplace closed form
-    (Mironov 2017), ``min(αε²/8, pure-DP bound)`` for the exponential mechanism
-    (ε-bounded range ⇒ ε²/8-zCDP, Cesar & Rogers 2021).
+    The analyses and RDP curves are described in :ref:`accounting`.
 
     References
     ----------
@@ -291,10 +270,7 @@ class PrivacyAccountant:
     def get_epsilon(self, delta):
         """Smallest ε at δ in ``[0, 1]`` by the best available analysis (``inf`` with a
         :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
-        delta = float(delta)
-        if not 0.0 <= delta <= 1.0:
-            raise ValueError(
-                f"`delta` must be in [0, 1], got {delta!r}. Use e.g. delta=1e-6.")
+        delta = _check_delta(delta)
         t_delta = self.threshold_delta
         if t_delta > 0.0:
             # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent.
@@ -324,9 +300,7 @@ class PrivacyAccountant:
     def get_delta(self, epsilon):
         """Smallest δ at ε >= 0 by the best available analysis (``1`` with a
         :class:`NonPrivateEvent` at finite ε)."""
-        epsilon = float(epsilon)
-        if not epsilon >= 0.0:
-            raise ValueError(f"`epsilon` must be >= 0, got {epsilon!r}.")
+        epsilon = _check_nonneg(epsilon, "epsilon")
         t_delta = self.threshold_delta
         if t_delta > 0.0:
             rest = epsilon - self._threshold_epsilon()

@@ -1,20 +1,12 @@
 """Calibrate noise to a target (ε, δ) over a named budget plan.
 
-An estimator describes its releases as :class:`Phase` objects (e.g. ``init``,
-``iterations``, ``counts``); :func:`calibrate` returns for every phase the
-noise multiplier of each release (Gaussian, Laplace) or the per-selection ε
-(exponential) such that all planned events compose to exactly the target ε at
-δ (never more).
-
-**Share semantics.** ``share`` is the fraction of a zCDP budget given to a
-phase (shares normalised). With a global scale ``s``, phase ``j`` receives
-``ρ_j = share_j · s``, split evenly over its ``count`` releases: Gaussian
-``z = sqrt(count / (2 ρ_j))`` (``1/(2z²)``-zCDP per release); exponential
-``ε = sqrt(8 ρ_j / count)`` (ε-bounded range is ε²/8-zCDP, Cesar & Rogers
-2021); Laplace pure ``e = sqrt(2 ρ_j / count)``-DP (ε-DP is ε²/2-zCDP),
-``z = 1/e``. This fixes only the *ratios*: ``s`` is solved by ``brentq`` on
-``log s`` so that a fresh :class:`~skdpp.privacy.accounting.PrivacyAccountant`
-(its tightest analysis of the actual events) reports exactly ε at δ.
+:func:`calibrate` gives every :class:`Phase` the noise multiplier of each
+release (Gaussian, Laplace) or the per-selection ε (exponential) such that the
+planned events compose to exactly the target ε at δ, never more. A phase's
+``share`` is its fraction of a zCDP budget ``ρ_j = share_j · s``, split evenly
+over its releases (Gaussian ``z = sqrt(count / (2 ρ_j))``, exponential ``ε =
+sqrt(8 ρ_j / count)``, Laplace ``z = 1 / sqrt(2 ρ_j / count)``); the global scale
+``s`` is solved so that a fresh accountant reports exactly ε (:ref:`calibration`).
 
 References
 ----------
@@ -58,19 +50,16 @@ class Phase:
     name : str
         Phase name, e.g. ``"init"``, ``"iterations"``, ``"cold_start"``.
     share : float
-        Fraction (> 0) of the zCDP budget ρ given to the phase (a plan's shares
-        are normalised to sum to one).
+        Fraction (> 0) of the zCDP budget ρ (a plan's shares are normalised).
     mechanism : {"gaussian", "laplace", "exponential"}
         Mechanism of every release in the phase.
     count : int, default=1
         Number of (adaptively composed) releases in the phase.
     sampling_rate : float, default=1.0
-        Poisson sampling rate in ``(0, 1]`` of each release (Gaussian only; ``< 1``
-        makes the accountant use the RDP path).
+        Poisson sampling rate in ``(0, 1]`` of each release (Gaussian only).
     threshold_delta : float, default=0.0
-        δ of a partition-selection threshold attached to each release
-        (:class:`~skdpp.privacy.events.ThresholdEvent`; Gaussian only),
-        subtracted from the plan's δ before the rest is calibrated.
+        δ of a partition-selection threshold per release (Gaussian only,
+        :ref:`partition_selection`), subtracted from the plan's δ first.
 
     Examples
     --------
@@ -154,14 +143,13 @@ def plan_events(phases, params):
     ----------
     phases : sequence of Phase
     params : dict of str to float
-        Per phase, the noise multiplier (gaussian/laplace) or per-selection ε
-        (exponential), e.g. from :func:`calibrate`.
+        Per phase, the noise multiplier or per-selection ε (e.g. from :func:`calibrate`).
 
     Returns
     -------
     event : ComposedEvent
-        One ``SelfComposedEvent(base, count)`` per phase, in order; a noise
-        multiplier of 0 or an infinite ε gives a :class:`NonPrivateEvent`.
+        One ``SelfComposedEvent(base, count)`` per phase, in order; a noise multiplier
+        of 0 or an infinite ε gives a :class:`NonPrivateEvent`.
 
     Examples
     --------
@@ -205,19 +193,16 @@ def calibrate(phases, *, epsilon, delta):
     phases : sequence of Phase
         The budget plan (unique names).
     epsilon : float
-        Target ε in ``(0, inf]``; ``np.inf`` gives noise multipliers ``0.0`` and
-        infinite per-selection ε (the non-private baseline).
+        Target ε in ``(0, inf]``; ``np.inf``: noise multipliers 0, per-selection ε inf.
     delta : float
-        Target δ in ``[0, 1)``; ``0`` needs every phase pure-ε (laplace or
-        exponential).
+        Target δ in ``[0, 1)``; ``0`` needs every phase pure-ε (laplace, exponential).
 
     Returns
     -------
     params : dict of str to float
-        Per phase: the noise multiplier z of each release (gaussian, laplace) or
-        the ε of each selection (exponential). A fresh accountant of
-        :func:`plan_events` ``(phases, params)`` gives ``ε(δ) <= epsilon``, equal
-        up to ~1e-10 relative (the ``brentq`` root is nudged down, never above).
+        Per phase, the noise multiplier z (gaussian, laplace) or per-selection ε
+        (exponential): a fresh accountant of :func:`plan_events` gives ``ε(δ) <=
+        epsilon``, equal up to ~1e-10 relative.
 
     Raises
     ------
@@ -289,9 +274,8 @@ def calibrate(phases, *, epsilon, delta):
 
 
 def params_for_rho(phases, rho):
-    """Noise parameters at which a plan spends exactly a zCDP budget ``ρ`` (``> 0``;
-    ``inf``: non-private): the share semantics at global scale ``rho``. Used by
-    the private search (:mod:`skdpp.privacy._tuning`).
+    """Noise parameters at which a plan spends exactly a zCDP budget ``rho`` (``> 0``;
+    ``inf``: non-private): the share rule at global scale ``rho`` (private search).
 
     Examples
     --------

@@ -1,17 +1,14 @@
 """Privacy events: immutable descriptions of differentially private releases.
 
-Every noisy release is described by a :class:`DpEvent` (a frozen dataclass
-validated on construction) composed into the fit's
-:class:`~skdpp.privacy.accounting.PrivacyAccountant`, which turns events into
-an (ε, δ) guarantee. The vocabulary follows dp-accounting, which skdpp does
-not depend on.
+Every noisy release is described by a frozen, validated :class:`DpEvent`
+composed into the fit's :class:`~skdpp.privacy.accounting.PrivacyAccountant`
+(:ref:`accounting`); the vocabulary follows dp-accounting, which skdpp does not
+depend on.
 
 References
 ----------
 .. [1] Mironov, I. (2017). Rényi Differential Privacy. arXiv:1702.07476.
-.. [2] Balle, B. and Wang, Y.-X. (2018). Improving the Gaussian Mechanism for
-       Differential Privacy: Analytical Calibration and Optimal Denoising.
-       arXiv:1805.06530.
+.. [2] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
 
 Examples
 --------
@@ -75,9 +72,8 @@ class GaussianEvent(DpEvent):
     Parameters
     ----------
     noise_multiplier : float
-        Ratio z in ``[0, inf)`` of the noise std to the L2 sensitivity; ``0``:
-        no noise (non-private). A release is ``1/z``-GDP (Dong, Roth & Su 2019)
-        and ``α/(2z²)``-RDP at every order α (Mironov 2017).
+        z in ``[0, inf)`` (``0``: no noise, non-private); a release is ``1/z``-GDP
+        (Dong, Roth & Su 2019) and ``α/(2z²)``-RDP at every order α (Mironov 2017).
     """
 
     noise_multiplier: float
@@ -88,13 +84,12 @@ class GaussianEvent(DpEvent):
 
 @dataclass(frozen=True)
 class LaplaceEvent(DpEvent):
-    """Laplace mechanism: scale b = ``noise_multiplier`` × L1 sensitivity.
+    """Laplace mechanism: scale = ``noise_multiplier`` × L1 sensitivity.
 
     Parameters
     ----------
     noise_multiplier : float
-        Ratio z in ``[0, inf)`` of the Laplace scale to the L1 sensitivity: a
-        release is pure ``1/z``-DP; ``0``: no noise.
+        z in ``[0, inf)`` (``0``: no noise); a release is pure ``1/z``-DP.
     """
 
     noise_multiplier: float
@@ -110,9 +105,8 @@ class ExponentialEvent(DpEvent):
     Parameters
     ----------
     epsilon : float
-        In ``(0, inf]`` (``inf``: non-private argmax): the selection is ε-DP and
-        ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021, arXiv:2004.07223),
-        which the RDP accountant uses.
+        In ``(0, inf]`` (``inf``: non-private argmax); ε-DP and ε-bounded-range, hence
+        ε²/8-zCDP (Cesar & Rogers 2021, arXiv:2004.07223).
     """
 
     epsilon: float
@@ -181,22 +175,13 @@ class PoissonSampledEvent(DpEvent):
 class ThresholdEvent(DpEvent):
     """Partitions held by one user only pass a noisy threshold w.p. at most ``delta``.
 
-    The second half of a private partition selection (e.g. which items or labels
-    are published): noisy counts of the partitions present in both neighbouring
-    data sets are an ordinary Gaussian release, while those unique to the
-    replaced user are published only if their noisy count clears the threshold,
-    with probability at most ``delta`` in ``[0, 1)``, independently of every
-    other random choice of the fit.
-
-    Notes
-    -----
-    If the rest of the fit (unique partitions suppressed) is ``(ε, δ')``-DP, the
-    fit is ``(ε + log(1/(1 - delta)), δ' + delta)``-DP: on ``D`` the output
-    differs from the suppressed one only on an event of probability ``<=
-    delta``; on ``D'`` that event's complement has probability ``>= 1 - delta``
-    and is independent of the rest, so the suppressed output's probabilities are
-    at most ``1/(1 - delta)`` times the actual ones (Gopi et al. 2020,
-    arXiv:2002.09745; Desfontaines et al. 2022, arXiv:2006.03684).
+    The second half of a private partition selection: noisy counts of partitions
+    present in both neighbouring datasets are an ordinary Gaussian release; those
+    unique to the replaced user are published w.p. at most ``delta`` in ``[0, 1)``,
+    independently of the fit's other random choices. If the rest is ``(ε, δ')``-DP
+    the fit is ``(ε + log(1/(1 - delta)), δ' + delta)``-DP (proof in
+    :ref:`partition_selection`; Gopi et al. 2020, arXiv:2002.09745; Desfontaines et
+    al. 2022, arXiv:2006.03684).
     """
 
     delta: float

@@ -1,28 +1,18 @@
 """Privacy mechanisms: the only place in skdpp where privacy noise is drawn.
 
 Every mechanism is a pure function of ``(value, *, sensitivity, ..., rng)``
-returning the release and its :mod:`~skdpp.privacy.events` event. Noise is
-drawn by two private hooks, looked up at call time so that the privacy test
-harness can monkeypatch them: :func:`_add_noise` (Gaussian or Laplace noise)
-and :func:`_sample_index` (the exponential mechanism's selection).
+returning the release and its :mod:`~skdpp.privacy.events` event. Noise is drawn
+only by :func:`_add_noise` (Gaussian, Laplace) and :func:`_sample_index` (the
+exponential mechanism), looked up at call time so that the privacy test harness
+can monkeypatch them. Sensitivities are under replace-one-user: a sum of
+contributions clipped to Frobenius norm ``C`` has L2 sensitivity ``2C``.
 
-Neighbouring relation: replace one user's entire data, so a sum of per-user
-contributions each clipped to Frobenius norm ``C`` has L2 sensitivity ``2C``
-(:func:`gaussian_sum`).
-
-Noise sources (:func:`skdpp.set_config`, option ``noise``):
-
-* ``"numpy"`` (default): numpy's floating-point samplers on the fit's PCG64
-  stream. Not hardened against floating-point side channels (Mironov 2012):
-  the guarantees are those of the idealised real-valued mechanisms.
-* ``"secure"``: OpenDP's exact samplers from the OS cryptographic source:
-  discrete Gaussian / Laplace noise on a grid of ``2^k`` (one OpenDP call per
-  release vector), Gumbel report-noisy-max for the exponential mechanism, and
-  :mod:`secrets` for the client-sampling key (:func:`fit_key`) and the private
-  search's number of trials (:func:`sample_trial_count`). Every OpenDP
-  measurement is calibrated so that OpenDP's own privacy map (grid rounding
-  included) is at most what the accountant charges; a release it cannot match
-  raises instead of under-charging.
+Noise sources (:func:`skdpp.set_config`, option ``noise``): ``"numpy"`` (default),
+numpy's floating-point samplers on the fit's PCG64 stream, not hardened against
+floating-point side channels (Mironov 2012); ``"secure"``, OpenDP's exact samplers
+from the OS source, each measurement calibrated so that OpenDP's own privacy map
+(grid rounding included) is at most what the accountant charges, else it raises
+(:ref:`secure_noise`).
 
 References
 ----------
@@ -30,8 +20,7 @@ References
        Differential Privacy.
 .. [2] McSherry, F. and Talwar, K. (2007). Mechanism Design via Differential
        Privacy.
-.. [3] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
-.. [4] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
+.. [3] Cesar, M. and Rogers, R. (2021). arXiv:2004.07223.
 
 Examples
 --------
@@ -64,7 +53,6 @@ __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
            "fit_key", "noise_source", "poisson_sample", "sample_trial_count"]
 
 
-# --- argument checks ---
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number, got {value!r}.")
@@ -85,6 +73,12 @@ def _check_rng(rng):
     return rng
 
 
+def _check_distribution(distribution):
+    if distribution not in ("gaussian", "laplace"):
+        raise ValueError(
+            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+
+
 def _as_float_array(value, name):
     arr = np.array(value, dtype=float, copy=True)
     if np.isnan(arr).any():
@@ -92,12 +86,9 @@ def _as_float_array(value, name):
     return arr
 
 
-# --- noise hooks (the only places randomness for privacy is drawn) ---
 def _mirror_upper(a, check=False):
-    """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p).
-
-    ``+ 0.0`` gives exactly the values of ``triu(a) + triu(a, 1).T``.
-    """
+    """Symmetric matrix from the upper triangle (incl. diagonal) of ``a`` (..., p, p);
+    ``+ 0.0`` gives exactly the values of ``triu(a) + triu(a, 1).T``."""
     a = np.asarray(a)
     if check and (a.ndim < 2 or a.shape[-1] != a.shape[-2]):
         raise ValueError(f"symmetric=True needs a value of shape (..., p, p), got {a.shape}.")
@@ -162,8 +153,8 @@ def _opendp_additive(distribution, size, scale, k):
 
 
 def _calibrated(make, scale, sensitivity, charged, step):
-    """``(measurement, scale)``: the first ``make(scale)`` (scale times ``step(used/charged)``
-    per try) whose OpenDP map is at most ``charged``; None after 8 tries (1-2 suffice)."""
+    """``(measurement, scale)``: the first ``make(scale)`` (scale raised by ``step(used /
+    charged)`` per try) whose OpenDP map is <= ``charged``; None after 8 tries."""
     for _ in range(8):
         meas = make(scale)
         used = float(meas.map(sensitivity))
@@ -175,12 +166,9 @@ def _calibrated(make, scale, sensitivity, charged, step):
 
 @functools.lru_cache(maxsize=256)
 def _secure_measurement(distribution, size, sensitivity, scale):
-    """``(measurement, opendp_scale, k, charged)`` of one release: OpenDP's map at
-    ``sensitivity`` is at most ``charged`` (what the accountant composes). Cached:
-    measurements hold no randomness."""
-    if distribution not in ("gaussian", "laplace"):
-        raise ValueError(
-            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    """``(measurement, opendp_scale, k, charged)`` of one release, OpenDP's map at
+    ``sensitivity`` <= ``charged`` (what the accountant composes); cached (no randomness)."""
+    _check_distribution(distribution)
     charged = _opendp_charge(distribution, sensitivity, scale)
     k = max(math.floor(math.log2(scale)) - _GRID_BITS, -1074)
     meas, s = _calibrated(lambda s: _opendp_additive(distribution, size, s, k),
@@ -195,7 +183,7 @@ def _secure_measurement(distribution, size, sensitivity, scale):
 
 
 def _secure_additive(values, *, distribution, scale, sensitivity):
-    """``values`` (1-d) rounded to OpenDP's grid plus exact discrete Gaussian (L2
+    """``values`` (1-d) on OpenDP's grid plus exact discrete Gaussian (L2
     ``sensitivity``) or Laplace (L1) noise from the OS source, in one OpenDP call."""
     values = np.ascontiguousarray(values, dtype=float).ravel()
     if values.size == 0:
@@ -212,21 +200,17 @@ def _secure_additive(values, *, distribution, scale, sensitivity):
 def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False):
     """``value`` plus noise of std / Laplace scale ``scale`` (a new array).
 
-    THE function every mechanism calls to draw additive noise (monkeypatched by
-    the privacy test harness). ``sensitivity`` (L2 gaussian, L1 laplace)
-    calibrates the secure source; ``rng`` serves ``noise="numpy"`` only.
-    ``symmetric``: iid noise on the upper triangle of a (..., p, p) value,
-    mirrored; in secure mode only the upper triangles enter OpenDP, in one call
-    (their L2 sensitivity is at most the Frobenius one, see :func:`gaussian_mechanism`).
+    THE function every mechanism calls to draw additive noise (monkeypatched by the
+    privacy harness); ``sensitivity`` calibrates the secure source, ``rng`` serves
+    ``noise="numpy"``. ``symmetric``: iid noise on the upper triangle of a (..., p, p)
+    value, mirrored (in secure mode only the upper triangles enter OpenDP, one call).
     """
     value = np.asarray(value, dtype=float)
     if symmetric:
         value = _mirror_upper(value, check=True)
     if scale == 0.0:
         return np.array(value, copy=True)
-    if distribution not in ("gaussian", "laplace"):
-        raise ValueError(
-            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
+    _check_distribution(distribution)
     if _secure_mode():
         if symmetric:
             p = value.shape[-1]
@@ -253,12 +237,8 @@ def _uniform_tie(best, rng):
 
 @functools.lru_cache(maxsize=256)
 def _secure_selection(size, sensitivity, epsilon):
-    """OpenDP's Gumbel report-noisy-max calibrated to the charge ``ε²/8`` (zCDP).
-
-    Gumbel noise of scale ``2Δ/ε`` is the exponential mechanism: ε-DP and
-    ε-bounded-range, whose zCDP bound ``ε²/8`` is OpenDP's map; the accountant
-    composes ``ExponentialEvent(ε)``. Returns ``(measurement, scale, charged)``.
-    """
+    """OpenDP's Gumbel report-noisy-max (scale ``2Δ/ε``: the exponential mechanism)
+    calibrated to the charge ``ε²/8`` zCDP; returns ``(measurement, scale, charged)``."""
     dp, domain = _opendp_domain(size)
     charged = epsilon ** 2 / 8.0
     meas, scale = _calibrated(
@@ -279,11 +259,8 @@ def _secure_index(scores, *, sensitivity, epsilon):
 
 
 def _sample_index(scores, *, sensitivity, epsilon, rng):
-    """The exponential mechanism's draw (Gumbel-max, ``P(i) ∝ exp(ε s_i / (2Δ))``).
-
-    ``epsilon=inf``: the argmax, ties broken uniformly. Monkeypatched by the
-    harness; OpenDP's draw with ``noise="secure"`` (:func:`_secure_index`).
-    """
+    """The exponential mechanism's draw (Gumbel-max, ``P(i) ∝ exp(ε s_i / (2Δ))``);
+    ``epsilon=inf``: argmax, ties uniform. Monkeypatched by the harness."""
     scores = np.asarray(scores, dtype=float)
     if math.isinf(epsilon):
         best = np.flatnonzero(scores == scores.max())
@@ -301,7 +278,22 @@ def _numpy_gumbel(shape, rng):
     return rng.gumbel(size=shape)
 
 
-# --- mechanisms ---
+_Z_REMEDY = "Use noise_multiplier=0 for the non-private baseline."
+
+
+def _additive(value, distribution, sensitivity, noise_multiplier, rng, symmetric=False):
+    """The Gaussian or Laplace mechanism (``distribution``) and its event."""
+    sensitivity = _check_nonneg("sensitivity", sensitivity)
+    z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
+    value = _as_float_array(value, "value")
+    if z == 0.0:
+        return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
+    _check_rng(rng)
+    release = _add_noise(value, distribution=distribution, scale=z * sensitivity,
+                         sensitivity=sensitivity, rng=rng, symmetric=symmetric)
+    return release, (GaussianEvent if distribution == "gaussian" else LaplaceEvent)(z)
+
+
 def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=False):
     """Release ``value`` with Gaussian noise of std ``noise_multiplier · sensitivity``.
 
@@ -315,8 +307,7 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
         z >= 0; 0 releases ``value`` without noise (non-private).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        ``value`` has shape (..., p, p): the release mirrors the upper triangle
-        (incl. diagonal) of ``value`` plus iid noise.
+        ``value`` (..., p, p): release the mirrored upper triangle plus iid noise.
 
     Returns
     -------
@@ -325,10 +316,9 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
 
     Notes
     -----
-    Symmetric noise: for any difference ``D`` between neighbouring values
-    ``||u(D)||_2 <= ||D||_F`` (``u`` the upper triangle; off-diagonal entries
-    count twice in ``||D||_F``), so the Frobenius sensitivity Δ bounds that of
-    ``u(value)`` and the guarantee with multiplier z holds.
+    Symmetric noise: ``||u(D)||_2 <= ||D||_F`` for the upper triangle ``u`` of any
+    difference ``D`` (off-diagonal entries count twice in ``||D||_F``), so Δ bounds
+    the sensitivity of ``u(value)``.
 
     Examples
     --------
@@ -339,16 +329,7 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
     >>> bool(np.array_equal(release, release.T)), event
     (True, GaussianEvent(noise_multiplier=1.0))
     """
-    sensitivity = _check_nonneg("sensitivity", sensitivity)
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
-    value = _as_float_array(value, "value")
-    if z == 0.0:
-        return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
-    _check_rng(rng)
-    release = _add_noise(value, distribution="gaussian", scale=z * sensitivity,
-                         sensitivity=sensitivity, rng=rng, symmetric=symmetric)
-    return release, GaussianEvent(z)
+    return _additive(value, "gaussian", sensitivity, noise_multiplier, rng, symmetric)
 
 
 def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=False):
@@ -357,16 +338,14 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     Parameters
     ----------
     contributions : array-like of shape (n_users, ...)
-        One contribution per user (leading axis). Not modified.
+        One contribution per user (not modified).
     clip_norm : float or None
-        Frobenius clip norm C > 0 of each user's slice; ``None`` (no clipping)
-        only with ``noise_multiplier=0``.
+        Frobenius clip norm C of each slice; ``None`` only with ``noise_multiplier=0``.
     noise_multiplier : float
         z >= 0; the noise std is ``z · 2C`` (replace-one-user sensitivity 2C).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        Symmetric (n_users, ..., p, p) contributions and noise (see
-        :func:`gaussian_mechanism`).
+        Symmetric contributions and noise (:func:`gaussian_mechanism`).
 
     Returns
     -------
@@ -382,8 +361,7 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     >>> release.round(4), event
     (array([2.3094, 2.3094, 2.3094]), NonPrivateEvent())
     """
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
+    z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
     if clip_norm is None and z > 0.0:
         raise ValueError(
             "`clip_norm` is None but noise_multiplier > 0: a private sum needs a "
@@ -401,9 +379,8 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
 def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
     """Release ``value`` with Laplace noise of scale ``noise_multiplier · sensitivity``.
 
-    Parameters as :func:`gaussian_mechanism` (without ``symmetric``), with
-    ``sensitivity`` the L1 sensitivity Δ₁: the release is pure ``1/z``-DP.
-    Returns the release and a ``LaplaceEvent`` (``NonPrivateEvent`` for z = 0).
+    As :func:`gaussian_mechanism` (no ``symmetric``) with ``sensitivity`` the L1
+    sensitivity: pure ``1/z``-DP, a ``LaplaceEvent`` (``NonPrivateEvent`` for z = 0).
 
     Examples
     --------
@@ -414,24 +391,12 @@ def laplace_mechanism(value, *, sensitivity, noise_multiplier, rng):
     >>> event
     LaplaceEvent(noise_multiplier=4.0)
     """
-    sensitivity = _check_nonneg("sensitivity", sensitivity)
-    z = _check_nonneg("noise_multiplier", noise_multiplier,
-                      remedy="Use noise_multiplier=0 for the non-private baseline.")
-    value = _as_float_array(value, "value")
-    if z == 0.0:
-        return value, NonPrivateEvent()
-    _check_rng(rng)
-    release = _add_noise(value, distribution="laplace", scale=z * sensitivity,
-                         sensitivity=sensitivity, rng=rng)
-    return release, LaplaceEvent(z)
+    return _additive(value, "laplace", sensitivity, noise_multiplier, rng)
 
 
 def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gaussian"):
-    """Noisy release of a count vector (e.g. items' user counts).
-
-    :func:`gaussian_mechanism` or :func:`laplace_mechanism` (``mechanism``,
-    default ``"gaussian"``); ``sensitivity`` is the L2 or L1 sensitivity of
-    ``counts`` under replace-one-user (e.g. 2 × the max items per user for L1).
+    """Noisy count vector: :func:`gaussian_mechanism` or :func:`laplace_mechanism`
+    (``mechanism``), ``sensitivity`` the L2 or L1 sensitivity under replace-one-user.
 
     Examples
     --------
@@ -442,12 +407,10 @@ def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gauss
     >>> event
     LaplaceEvent(noise_multiplier=1.5)
     """
-    if mechanism == "gaussian":
-        return gaussian_mechanism(counts, sensitivity=sensitivity,
-                                  noise_multiplier=noise_multiplier, rng=rng)
-    if mechanism == "laplace":
-        return laplace_mechanism(counts, sensitivity=sensitivity,
-                                 noise_multiplier=noise_multiplier, rng=rng)
+    if mechanism in ("gaussian", "laplace"):
+        release = gaussian_mechanism if mechanism == "gaussian" else laplace_mechanism
+        return release(counts, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
+                       rng=rng)
     raise ValueError(f"`mechanism` must be 'gaussian' or 'laplace', got {mechanism!r}.")
 
 
@@ -520,16 +483,13 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     return index, event
 
 
-# --- client sampling (privacy-relevant randomness) ---
 def poisson_sample(key, user_hash, round_index, sampling_rate):
     """Poisson client sampling: the mask (n_users,) of users in round ``round_index``.
 
-    Each user takes part independently with probability ``sampling_rate`` in
-    ``(0, 1]``, decided by a keyed hash of (``key``, user id, round)
-    (:func:`skdpp.utils._random.keyed_uniform`): a function of the fit's secret
-    ``key`` (uint64, shape (2,)) and the user's own id hash only. Amplification
-    by subsampling (``PoissonSampledEvent``) needs the sample to stay secret: it
-    is never printed, logged or released.
+    Each user takes part w.p. ``sampling_rate`` in ``(0, 1]``, by a keyed hash of
+    (``key``, user id hash, round) (:func:`skdpp.utils._random.keyed_uniform`).
+    Amplification (``PoissonSampledEvent``) needs the secret ``key`` (uint64, (2,))
+    and the sample kept secret: never printed, logged or released.
 
     Examples
     --------
@@ -549,12 +509,9 @@ def poisson_sample(key, user_hash, round_index, sampling_rate):
 
 
 def fit_key(key, random_state=None):
-    """The secret key of a fit's keyed per-user randomness (client sampling).
-
-    ``key`` (from ``random_state``) with ``noise="numpy"``; 128 fresh bits of
-    :func:`secrets.token_bytes` with ``noise="secure"`` (no seed reproduces the
-    client sample; an int ``random_state`` then warns,
-    :class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
+    """The secret key of a fit's client sampling: ``key`` with ``noise="numpy"``; 128
+    bits of :func:`secrets.token_bytes` with ``noise="secure"`` (an int
+    ``random_state`` then warns, :class:`~skdpp.exceptions.SecureNoiseSeedWarning`).
 
     Examples
     --------
@@ -593,7 +550,7 @@ class _OSRandom:
         return secrets.randbits(53) * 2.0 ** -53
 
     def poisson(self, mean):
-        """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of Poisson is
+        """Poisson(mean) by CDF inversion, in parts of mean <= 500 (a sum of Poissons is
         Poisson) so that ``exp(-mean)`` never underflows."""
         mean = float(mean)
         total = 0
@@ -614,24 +571,21 @@ class _OSRandom:
 
 
 def sample_trial_count(stopping, rng):
-    """The private search's random number of trials ``K`` (``stopping.sample``):
-    from ``rng``, or from :mod:`secrets` with ``noise="secure"`` (the search's
-    privacy needs ``K`` secret and following its law)."""
+    """The private search's number of trials ``K`` (``stopping.sample``) from ``rng``, or
+    from :mod:`secrets` with ``noise="secure"`` (``K`` must stay secret)."""
     if _secure_mode():
         return int(stopping.sample(_OSRandom()))
     return int(stopping.sample(rng))
 
 
 def gaussian_threshold(sigma, tail, *, sensitivity, size):
-    """Noise level above which a count is kept, exceeded with probability <= ``tail``.
+    """Noise level exceeded with probability <= ``tail`` by a release's noise.
 
-    ``sigma Φ⁻¹(1 - tail)`` for numpy's continuous Gaussian (``sigma = z Δ``,
-    ``tail`` in (0, 1)). With ``noise="secure"`` the noise is OpenDP's discrete
-    Gaussian of scale ``s >= sigma`` on the grid ``g = 2^k``, added to the count
-    rounded to that grid; its tail satisfies ``P[X >= t] <= P[N(0, s²) >= t - g]``
-    (Canonne, Kamath and Steinke 2020, arXiv:2004.00010) and rounding moves the
-    count by at most ``g/2``, so the threshold is ``s Φ⁻¹(1 - tail) + 2g``
-    (``sensitivity``: the L2 sensitivity of the ``size`` counts of the call).
+    ``sigma Φ⁻¹(1 - tail)`` for numpy's Gaussian (``sigma = z Δ``). Secure mode:
+    OpenDP's discrete Gaussian of scale ``s >= sigma`` on the grid ``g = 2^k``, added
+    to the count rounded to the grid (moved by <= ``g/2``), has ``P[X >= t] <= P[N(0,
+    s²) >= t - g]`` (Canonne, Kamath & Steinke 2020): threshold ``s Φ⁻¹(1 - tail) +
+    2g`` (``sensitivity``: L2 of the ``size`` counts of the call).
     """
     q = float(special.ndtri(1.0 - tail))
     if not _secure_mode():

@@ -1,16 +1,8 @@
 """The privacy report attached to every fitted skdpp estimator.
 
-:class:`PrivacyReport` is built from a fit's
-:class:`~skdpp.privacy.accounting.PrivacyAccountant` ledger by
-:meth:`PrivacyReport.from_accountant`, which raises
-:class:`~skdpp.exceptions.PrivacyBudgetError` when the spent budget exceeds
-the requested one.
-
-References
-----------
-.. [1] Balle, B. and Wang, Y.-X. (2018). arXiv:1805.06530.
-.. [2] Mironov, I. (2017). arXiv:1702.07476.
-.. [3] Canonne, C., Kamath, G. and Steinke, T. (2020). arXiv:2004.00010.
+:meth:`PrivacyReport.from_accountant` builds it from a fit's accountant ledger
+and raises :class:`~skdpp.exceptions.PrivacyBudgetError` when the spent budget
+exceeds the requested one (:ref:`report_building`).
 
 Examples
 --------
@@ -76,8 +68,7 @@ _EXACT_WORDING = (
 
 
 def non_private_wording(note):
-    """A fit's note as it holds without noise (``epsilon=inf``, every release exact):
-    no "noisy", no private quantile. Applied by :meth:`PrivacyReport.from_accountant`.
+    """A fit's note as it holds without noise (``epsilon=inf``): no "noisy", no private quantile.
 
     Examples
     --------
@@ -91,7 +82,7 @@ def non_private_wording(note):
 
 @dataclass(frozen=True)
 class PhaseReport:
-    """Summary of one budget phase.
+    """Summary of one budget phase (:ref:`privacy_report`).
 
     Attributes
     ----------
@@ -101,11 +92,9 @@ class PhaseReport:
     mechanism : str
         Mechanism(s) used, e.g. ``"gaussian"``.
     sensitivity, clip_norm : float, tuple of float or None
-        Stated sensitivity of each release and the clip norm bounding it (a
-        tuple when it varies).
+        Stated sensitivity of each release and its clip norm (a tuple when it varies).
     noise_multiplier : float, tuple of float or None
-        Noise multiplier z of each release (Gaussian/Laplace) or the
-        per-selection ε (exponential); ``0.0`` without noise.
+        z of each release (Gaussian, Laplace) or per-selection ε; ``0.0`` without noise.
     count : int
         Total number of releases in the phase.
     sampling_rate : float or tuple of float
@@ -129,6 +118,8 @@ class PhaseReport:
 class PrivacyReport:
     """User-level differential-privacy guarantee of a fitted estimator.
 
+    Read more in the :ref:`User Guide <privacy_report>`.
+
     Attributes
     ----------
     epsilon, delta : float
@@ -136,11 +127,10 @@ class PrivacyReport:
     epsilon_spent : float
         ε composed over every release (at ``delta_spent``).
     delta_spent : float
-        δ actually used (0 for pure-ε plans met by basic composition and for a
-        non-private fit, ``epsilon=inf``: nothing spent, no guarantee).
+        δ used (0 for pure-ε plans met by basic composition and for ``epsilon=inf``).
     accountant : str
-        Analysis used (:mod:`skdpp.privacy.accounting`): ``"exact-gdp"``,
-        ``"rdp"``, ``"rdp-zero-out"``, ``"pure"``, ``"non-private"`` or ``"none"``.
+        ``"exact-gdp"``, ``"rdp"``, ``"rdp-zero-out"``, ``"pure"``, ``"non-private"``
+        or ``"none"`` (:ref:`accounting`).
     unit : str, default="user"
     neighbouring : str, default="replace-one-user"
     n_users : int
@@ -148,24 +138,21 @@ class PrivacyReport:
     phases : tuple of PhaseReport
         The budget plan as executed.
     released, local : tuple of str
-        What is released (the DP "billboard") and what is kept local (per-user
-        parameters, joint DP).
+        What is released (the DP "billboard") and what is kept local (joint DP).
     notes : tuple of str
         Free-text notes (deviations, conventions).
     not_covered : tuple of str
-        Released quantities the guarantee does NOT cover (e.g. an item catalogue
-        inferred from the data); the headline says so and :attr:`is_private` is
-        False.
+        Released quantities the guarantee does NOT cover (e.g. an inferred item
+        catalogue): the headline says so and :attr:`is_private` is False.
     noise_seeded : bool, default=False
-        The noise was seeded from a user-supplied ``random_state``: the guarantee
-        holds only while the seed is secret (``notes`` then starts with
-        :data:`SEEDED_NOISE_NOTE`); ``random_state=None`` in deployment.
+        The noise was seeded from a user-supplied ``random_state``; ``notes`` then
+        start with :data:`SEEDED_NOISE_NOTE`.
     noise_source : str, default=""
         Where the noise came from; empty: the configured source
         (:func:`skdpp.privacy.mechanisms.noise_source`).
     ledger : tuple of LedgerEntry, default=()
-        The fit's (public) ledger, so that :func:`skdpp.privacy.privacy_report`
-        composes several fits exactly. Not in ``to_dict``, ``str`` or equality.
+        The fit's (public) ledger, for :func:`skdpp.privacy.privacy_report`; not in
+        ``to_dict``, ``str`` or equality.
     """
 
     epsilon: float
@@ -207,11 +194,10 @@ class PrivacyReport:
                         local=(), shares=None, notes=(), not_covered=(), noise_seeded=False):
         """Build the report from an accountant's ledger and check the budget.
 
-        ``epsilon`` in ``(0, inf]`` and ``delta`` in ``[0, 1)`` are the requested
-        budget, ``shares`` each phase's planned share; the other arguments fill the
-        attributes of the same name. Raises
-        :class:`~skdpp.exceptions.PrivacyBudgetError` if the spent ε exceeds
-        ``epsilon`` (relative tolerance 1e-9).
+        ``epsilon`` in ``(0, inf]`` and ``delta`` in ``[0, 1)``: the requested budget;
+        ``shares``: each phase's planned share; the other arguments fill the attributes
+        of the same name. Raises :class:`~skdpp.exceptions.PrivacyBudgetError` if the
+        spent ε exceeds ``epsilon`` (relative tolerance 1e-9).
         """
         if not isinstance(accountant, PrivacyAccountant):
             raise TypeError(
