@@ -31,7 +31,7 @@ __all__ = ["ReleasedModel", "export_released"]
 
 class ReleasedModel:
     """The released part of a fitted estimator or Pipeline (:func:`export_released`):
-    every user is new (cold-start ``predict``) until ``personalize``d here.
+    every user is new (cold-start ``predict``) until ``personalize`` adds it.
 
     Attributes
     ----------
