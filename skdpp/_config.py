@@ -1,19 +1,6 @@
-"""Global configuration of skdpp, in the style of :func:`sklearn.set_config`.
-
-One option, ``noise``: where the privacy noise of every fit comes from.
-
-* ``"numpy"`` (default): numpy's PCG64 generator, seeded per fit from
-  ``random_state`` (``None``: operating-system entropy). Fast; floating-point
-  samplers, not hardened against floating-point side channels.
-* ``"secure"``: every privacy-relevant draw comes from OpenDP's exact samplers
-  (discrete Gaussian and Laplace on a fine grid, Gumbel report-noisy-max) or
-  from the operating system's cryptographic source (:mod:`secrets`). Needs
-  ``pip install "skdpp[secure]"``.
-
-The configuration is thread-local, like scikit-learn's: a fit reads it when it
-draws noise. New threads and processes start from the environment variable
-``SKDPP_NOISE`` (``"numpy"`` when unset): set ``SKDPP_NOISE=secure`` for fits
-run by joblib workers (``n_jobs``) or other processes.
+"""Global configuration of skdpp, in the style of :func:`sklearn.set_config`: one
+thread-local option, ``noise`` (:ref:`secure_noise`); new threads and processes
+start from the environment variable ``SKDPP_NOISE`` (``"numpy"`` when unset).
 
 Examples
 --------
@@ -35,7 +22,6 @@ _NOISE_MODES = ("numpy", "secure")
 _global_config = {"noise": os.environ.get("SKDPP_NOISE", "numpy") or "numpy"}
 _threadlocal = threading.local()
 
-#: The command that installs the optional dependencies of ``noise="secure"``.
 SECURE_INSTALL = 'pip install "skdpp[secure]"'
 
 
@@ -50,7 +36,7 @@ def _get_threadlocal_config():
 
 
 def _require_opendp():
-    """Import OpenDP (the secure noise mode's dependency) or raise a clear error."""
+    """Import OpenDP or raise a clear error."""
     try:
         import opendp.prelude as dp  # noqa: F401
     except ImportError as exc:
@@ -62,12 +48,7 @@ def _require_opendp():
 
 
 def get_config():
-    """Current values of the skdpp configuration: a copy of ``{"noise": ...}``.
-
-    See Also
-    --------
-    set_config, config_context
-    """
+    """Current values of the skdpp configuration: a copy of ``{"noise": ...}``."""
     return _get_threadlocal_config().copy()
 
 
@@ -77,9 +58,11 @@ def set_config(noise=None):
     Parameters
     ----------
     noise : {"numpy", "secure"}, default=None
-        Source of the privacy noise: numpy's PCG64 generator, or OpenDP's exact
-        samplers and the OS's cryptographic source (a fit's ``random_state``
-        then seeds only its public randomness). ``None`` leaves it unchanged.
+        Source of the privacy noise: numpy's PCG64 generator (fast, floating-point
+        samplers), or OpenDP's exact samplers (discrete Gaussian and Laplace,
+        Gumbel report-noisy-max) and the OS's cryptographic source (:mod:`secrets`;
+        ``random_state`` then seeds only public randomness; needs ``pip install
+        "skdpp[secure]"``). ``None`` leaves it unchanged.
 
     Raises
     ------
@@ -90,9 +73,9 @@ def set_config(noise=None):
 
     Notes
     -----
-    Secure mode removes the floating-point side channels of the noise
-    samplers (Mironov 2012) and the seed as a secret; it does not remove
-    timing side channels. See the "Secure noise" section of the privacy model.
+    Secure mode removes the floating-point side channels of the samplers
+    (Mironov 2012) and the seed as a secret, not timing side channels
+    (:ref:`secure_noise`).
 
     Examples
     --------
@@ -113,8 +96,7 @@ def set_config(noise=None):
 
 @contextmanager
 def config_context(*, noise=None):
-    """Context manager that sets the skdpp configuration (:func:`set_config`) and
-    restores it.
+    """Context manager that sets the configuration (:func:`set_config`) and restores it.
 
     Examples
     --------

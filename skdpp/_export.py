@@ -30,12 +30,8 @@ __all__ = ["ReleasedModel", "export_released"]
 
 
 class ReleasedModel:
-    """The released part of a fitted estimator or Pipeline (safe to hand out).
-
-    Built by :func:`export_released`: without user ids and personal parts,
-    every user is new: ``predict`` gives the cold-start prediction, and
-    ``personalize`` fits personal parts on the holder's side from the
-    released shared part.
+    """The released part of a fitted estimator or Pipeline (:func:`export_released`):
+    every user is new (cold-start ``predict``) until ``personalize`` adds it.
 
     Attributes
     ----------
@@ -83,7 +79,7 @@ def _leaves(obj):
 
 
 def _scrub(est):
-    """Empty the user ids and every per-user attribute of a fitted leaf, in place."""
+    """Empty the user ids and per-user attributes of a fitted leaf, in place."""
     params = est.get_params(deep=False) if hasattr(est, "get_params") else {}
     if "random_state" in params:
         est.set_params(random_state=None)  # a seed rebuilds the noise
@@ -112,14 +108,10 @@ def _scrub(est):
 def export_released(obj):
     """The released part of a fitted object: a picklable :class:`ReleasedModel`.
 
-    Keeps every step's DP attributes (shared parts, released bounds, a private
-    transformer's parameters) and the composed privacy report; removes every
-    user id, personal part (per-user arrays are emptied, their trailing shape
-    kept; a personal part becomes one row of zeros of no user) and
-    ``random_state``. Works on an estimator of skdpp, a ``Pipeline`` (or
-    composite) of private steps and
-    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its
-    ``best_estimator_`` with the search's report).
+    Keeps every step's DP attributes and the composed privacy report; removes
+    user ids, personal parts (emptied, trailing shape kept) and ``random_state``.
+    Works on an skdpp estimator, a ``Pipeline`` (or composite) of private steps and
+    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its ``best_estimator_``).
 
     Parameters
     ----------

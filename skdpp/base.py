@@ -1,12 +1,6 @@
-"""Base of skdpp's personalized, user-level differentially private estimators.
-
-Every estimator releases a *shared* part under user-level DP and computes a
-*personal* part per user from the shared part and that user's rows only
-(billboard model). Here: the fit template, the privacy parameters and their
-validation, ``groups`` and the cold start of unseen users,
-:meth:`~BasePersonalizedEstimator.personalize` and the numerical environment
-of every entry point.
-"""
+"""Base of skdpp's estimators: the fit template (:ref:`architecture`), privacy
+parameters, ``groups`` and the cold start, ``personalize`` and the numerical
+environment of every entry point."""
 
 import copy
 import functools
@@ -36,40 +30,28 @@ from .utils._random import FitRandomness
 __all__ = ["BasePersonalizedEstimator", "FitData", "FitResult",
            "PersonalizedClassifierMixin", "PersonalizedRegressorMixin", "quiet_numerics"]
 
-#: Below this many features ``fit`` / ``personalize`` run BLAS on one thread.
 MULTITHREAD_MIN_FEATURES = 2048
 
 
 def blas_threads(n_features):
-    """BLAS thread limit of ``fit`` / ``personalize``: 1 below 2048 features, else None.
-
-    A function of the public problem size only. Every BLAS call of a fit is at
-    most ``32768 x d`` (one block of users), too small for OpenBLAS's thread
-    hand-off: on 2 cores two threads took 0.7-20x the one-thread time for
-    ``d <= 1024`` and whole fits gained at most 12% wall for 1.6-1.7x the CPU
-    (``benchmarks/results/scaling.md``). ``None`` leaves the caller's pool as
-    it is; previous limits are restored afterwards. Dask workers run with
-    ``OPENBLAS_NUM_THREADS=1`` (:func:`skdpp.distributed.local_cluster`).
-    """
+    """BLAS thread limit of ``fit`` / ``personalize``: 1 below 2048 features, else None
+    (the caller's pool; measurements in :ref:`architecture`)."""
     return 1 if n_features < MULTITHREAD_MIN_FEATURES else None
 
 
-#: ``np.errstate`` of every entry point, search trial and Dask task: all ignored, so
-#: no warning or exception depends on one user's values (DESIGN section 7).
+#: ``np.errstate`` of every entry point: no warning may depend on one user's values.
 FIT_ERRSTATE = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
 
 
 @contextmanager
 def quiet_numerics():
-    """Run a block under :data:`FIT_ERRSTATE` whatever the caller's ``np.errstate``:
-    a warning or exception that depends on one user's values would leak outside
-    the accounted releases."""
+    """Run a block under :data:`FIT_ERRSTATE` whatever the caller's ``np.errstate``: a
+    warning that depends on one user's values would leak outside the releases."""
     with np.errstate(**FIT_ERRSTATE):
         yield
 
 
-#: Public methods wrapped in :func:`quiet_numerics` in every subclass (by
-#: ``__init_subclass__``).
+#: Public methods wrapped in :func:`quiet_numerics` in every subclass.
 ENTRY_POINTS = ("fit", "personalize", "predict", "decision_function", "predict_proba",
                 "predict_log_proba", "score", "recommend", "transform")
 
@@ -87,8 +69,7 @@ def _caller_stacklevel():
 
 
 def _check_finite_output(estimator, method, values):
-    """Return float ``values`` (the output of ``estimator.method`` on finite ``X``)
-    or raise a ``ValueError`` naming the non-finite rows; other outputs pass."""
+    """Return ``values`` unless a float output is not finite (``ValueError`` naming rows)."""
     values_arr = None if np.isscalar(values) else np.asarray(values)
     if values_arr is None or values_arr.dtype.kind not in "fc":
         return values
@@ -110,16 +91,9 @@ def _check_finite_output(estimator, method, values):
 
 
 def linear_predictions(X, plain, linear_parts):
-    """Predictions ``<x, a_r> + c_r`` that do not overflow in their intermediates.
-
-    ``plain`` (n_samples,) or (n_samples, n_outputs) holds the predictions
-    computed the ordinary way on the validated rows ``X``; each row with a
-    non-finite entry is recomputed as ``s * (<x / s, a> + c / s)``, ``s = max(1,
-    max_j |x_j|)`` (a function of that row only), from ``linear_parts(rows) ->
-    (A, c)`` of shapes (len(rows), n_outputs, n_features) and (len(rows),
-    n_outputs). Finite rows are kept bit for bit; a prediction really beyond
-    the range stays non-finite.
-    """
+    """``plain`` predictions ``<x, a_r> + c_r`` with each non-finite row recomputed as
+    ``s * (<x / s, a> + c / s)``, ``s = max(1, max_j |x_j|)``, from ``linear_parts(rows)
+    -> (A, c)`` of shapes (rows, n_outputs, n_features) and (rows, n_outputs)."""
     rows, scaled, s = scaled_linear_scores(X, plain, linear_parts)
     if rows is None:
         return plain
@@ -130,11 +104,8 @@ def linear_predictions(X, plain, linear_parts):
 
 
 def scaled_linear_scores(X, plain, linear_parts):
-    """``(rows, scaled, s)`` of :func:`linear_predictions` (``rows`` None if all finite).
-
-    ``scaled = <x / s, a> + c / s`` keeps the signs and the ordering across
-    outputs of ``<x, a> + c`` and is finite whenever the weights are.
-    """
+    """``(rows, scaled, s)`` of :func:`linear_predictions` (``rows`` None if all finite);
+    ``scaled`` keeps the signs and ordering of ``<x, a> + c``."""
     with quiet_numerics():
         bad = ~np.isfinite(plain.reshape(plain.shape[0], -1)).all(axis=1)
         if not bad.any():
@@ -148,8 +119,6 @@ def scaled_linear_scores(X, plain, linear_parts):
 
 
 def _quiet_entry_point(method, name):
-    """``method`` run under :func:`quiet_numerics` (its output checked if ``name`` says so)."""
-
     @functools.wraps(method)
     def entry_point(self, *args, **kwargs):
         with quiet_numerics():  # looked up at call time: tests patch it
@@ -163,8 +132,7 @@ def _quiet_entry_point(method, name):
 
 
 def check_unclipped(estimator, names):
-    """Raise unless every bound of ``names`` (those ``estimator`` has) set to ``None``
-    (no clipping: unbounded sensitivity) comes with ``epsilon=np.inf``."""
+    """Raise if a bound of ``names`` is ``None`` (unbounded sensitivity) with finite epsilon."""
     if estimator.epsilon == np.inf:
         return
     for name in names:
@@ -187,15 +155,13 @@ def _fit_environment(n_features):
         yield
 
 
-#: The fitted attributes scikit-learn's ``validate_data(reset=True)`` decides.
 _INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
 
 
 @dataclass
 class FitData:
-    """Validated data of one fit: ``X``, ``y``, the users' ``index``, the public
-    ``meta`` (``n_users``, ``n_features``, ...: with the blocks, all the algorithm
-    sees) and the fitted ``attributes`` validation decides (it sets none itself)."""
+    """Validated ``X``, ``y``, the users' ``index``, the public ``meta`` and the fitted
+    ``attributes`` validation decides (set only after the fit)."""
 
     X: object
     y: object
@@ -206,9 +172,8 @@ class FitData:
 
 @dataclass
 class FitResult:
-    """What an algorithm's ``run`` returns: the fitted ``attributes``, the names of the
-    ``released`` and ``local`` (personal, joint DP) ones, report ``notes``, and the
-    released attributes ``not_covered`` by the guarantee (``is_private`` is then False)."""
+    """An algorithm's ``run`` result: ``attributes``, the names of the ``released`` and
+    ``local`` (joint DP) ones, report ``notes`` and ``not_covered`` released names."""
 
     attributes: dict
     released: tuple = ()
@@ -220,13 +185,10 @@ class FitResult:
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
-    Subclasses declare ``epsilon``, ``delta`` and ``random_state`` in
-    ``__init__``, ``_algorithm`` (the module with ``plan`` and ``run``),
-    ``_fit_config(meta)`` (its frozen configuration), ``_predict_unchecked(X,
-    groups)`` (raw predictions; the search scores its trials with it) returned
-    by a public ``predict``, ``_fit_personal(X, y, index) -> dict`` (the
-    ``_personal_attributes`` of the users of ``index``, from the released shared
-    part and each user's rows only) and optionally ``_validate_personal_input``.
+    Subclasses declare ``epsilon``, ``delta`` and ``random_state``, ``_algorithm``,
+    ``_fit_config(meta)``, ``_predict_unchecked(X, groups)`` (behind ``predict``; the
+    search scores with it) and ``_fit_personal(X, y, index) -> dict`` of the
+    ``_personal_attributes`` (:ref:`architecture`).
 
     Notes
     -----
@@ -251,20 +213,12 @@ class BasePersonalizedEstimator(BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    # Fitted attributes holding per-user parameters, aligned with ``user_ids_``.
-    _personal_attributes: tuple = ()
-
-    #: The clip-bound parameters whose ``None`` means "no clipping" (unbounded
-    #: sensitivity, only with ``epsilon=np.inf``; :func:`check_unclipped`).
-    _clip_bounds: tuple = ("clip_norm",)
-
-    #: ``plan(config, meta) -> BudgetPlan`` and ``run(executor, release,
-    #: randomness, meta, config) -> FitResult`` (docs/architecture.rst).
-    _algorithm = None
+    _personal_attributes: tuple = ()  # per-user parameters, aligned with user_ids_
+    _clip_bounds: tuple = ("clip_norm",)  # None: no clipping (check_unclipped)
+    _algorithm = None  # the module with plan(config, meta) and run(...)
 
     def __init_subclass__(cls, **kwargs):
-        """Wrap each :data:`ENTRY_POINTS` method of ``cls`` (own or inherited) once in
-        :func:`quiet_numerics`, checking :data:`CHECKED_OUTPUTS` finite."""
+        """Wrap each :data:`ENTRY_POINTS` method once in :func:`quiet_numerics`."""
         super().__init_subclass__(**kwargs)
         for hook in ("_fit_core", "_budget_plan", "_fit_executor"):
             if hook in vars(cls):  # ignored, or a plan other than the run's releases
@@ -285,9 +239,7 @@ class BasePersonalizedEstimator(BaseEstimator):
     __metadata_request__score = {"groups": True}
 
     def _validate_privacy_params(self):
-        """Checks ``_parameter_constraints`` cannot express: no booleans for ``epsilon``
-        / ``delta``, numeric ``*clip*`` bounds in ``[MIN_CLIP, inf)``, and
-        :func:`check_unclipped` for ``_clip_bounds``."""
+        """Checks ``_parameter_constraints`` cannot express (booleans, ``*clip*`` range)."""
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
             if isinstance(value, (bool, np.bool_)):
@@ -324,11 +276,9 @@ class BasePersonalizedEstimator(BaseEstimator):
 
         Notes
         -----
-        Validate; plan; run, every release through one
-        :class:`~skdpp.privacy.Releaser`; build and check the report from its
-        ledger (overspending raises :class:`~skdpp.exceptions.PrivacyBudgetError`);
-        then set the attributes (a fit that raises leaves the estimator
-        unfitted). BLAS threads: :func:`blas_threads`.
+        The fit template of :ref:`architecture`: overspending raises
+        :class:`~skdpp.exceptions.PrivacyBudgetError`; a fit that raises leaves the
+        estimator unfitted.
         """
         try:
             self._discard_fitted_attributes()  # e.g. a distributed fit's handle
@@ -346,8 +296,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         return self
 
     def _fit_executor(self, executor, randomness, meta):
-        """Config, plan, releaser, run, report: the fitted attributes (report included),
-        for ``fit`` and the distributed driver."""
+        """Config, plan, releaser, run, report: the fitted attributes (also Dask's driver)."""
         config = self._fit_config(meta)
         release = Releaser(self._algorithm.plan(config, meta), randomness.noise,
                            seeded=randomness.seeded)
@@ -358,13 +307,11 @@ class BasePersonalizedEstimator(BaseEstimator):
         return {**result.attributes, "privacy_report_": report}
 
     def _validate_fit_data(self, X, y, groups):
-        """Validate parameters, ``X``, ``y`` and ``groups`` into :class:`FitData`,
-        leaving the estimator as it was (subclasses extend it via ``super()``)."""
+        """Validate parameters, ``X``, ``y`` and ``groups`` into :class:`FitData`."""
         self._validate_params()
         self._validate_privacy_params()
         _reject_sparse(self, X)
-        # validate_data(reset=True) sets n_features_in_ (feature_names_in_) on a copy
-        probe = copy.copy(self)
+        probe = copy.copy(self)  # validate_data(reset=True) sets n_features_in_ on it
         # the finiteness check sums X: an overflow warning would depend on one user
         with np.errstate(over="ignore", invalid="ignore"):
             X, y = validate_data(probe, X, y, reset=True, **self._validate_data_kwargs())
@@ -379,7 +326,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         )
 
     def _validate_data_kwargs(self):
-        """Keyword arguments of ``validate_data`` in ``fit`` (override as needed)."""
+        """Keyword arguments of ``validate_data`` in ``fit``."""
         return {"y_numeric": True}
 
     def _make_blocks(self, data, randomness):
@@ -387,13 +334,11 @@ class BasePersonalizedEstimator(BaseEstimator):
         return make_blocks(data.X, data.y, data.index)
 
     def _fit_config(self, meta):
-        """The algorithm's frozen configuration: a pure function of the parameters and
-        the public ``meta``."""
+        """The algorithm's frozen configuration from the parameters and public ``meta``."""
         raise NotImplementedError(f"{type(self).__name__} declares no algorithm configuration")
 
     def _budget_plan(self, meta):
-        """The fit's :class:`~skdpp.privacy.BudgetPlan` from public values only (used to
-        plan a fit without running it, e.g. by the search)."""
+        """The fit's :class:`~skdpp.privacy.BudgetPlan` from public values only."""
         return self._algorithm.plan(self._fit_config(meta), meta)
 
     def _set_fitted_attributes(self, attributes):
@@ -418,18 +363,12 @@ class BasePersonalizedEstimator(BaseEstimator):
         return validate_data(self, X, y, reset=False, **self._validate_data_kwargs())
 
     def _has_user_ids(self):
-        """Whether ``user_ids_`` holds caller-given ids (after ``fit(X, y)`` they are row
-        numbers, never to be matched against ids given later)."""
+        """Whether ``user_ids_`` holds caller-given ids (not row numbers)."""
         return bool(getattr(self, "_fitted_with_groups", True))
 
     def _user_codes(self, groups, n_samples):
-        """Map each row's user id to its position in ``user_ids_`` (-1: unseen, cold start).
-
-        Three likely mistakes warn (``UserWarning``) and give the cold start:
-        ``groups=None`` on a model fitted with ids; ids given to a model fitted
-        without ids (never compared with row numbers); unseen ids of a type no
-        fitted id has (``"3"`` for ``3``; :meth:`personalize` raises instead).
-        """
+        """Each row's position in ``user_ids_`` (-1: cold start); warns for ``groups=None``
+        on a model fitted with ids, ids for one fitted without, unseen id types."""
         if groups is None:
             if self._has_user_ids():
                 warnings.warn(_dropped_groups_message(type(self).__name__), UserWarning,
@@ -459,8 +398,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         return codes
 
     def _id_type_mismatch(self, ids):
-        """Describe the id types of ``ids`` that no fitted id has ("" if none); numbers
-        are one type, strings another (``3`` is not ``"3"``)."""
+        """Describe the id types of ``ids`` that no fitted id has ("" if none)."""
         fitted, given = id_kinds(self.user_ids_), id_kinds(ids)
         if given <= fitted:
             return ""
@@ -526,8 +464,7 @@ class BasePersonalizedEstimator(BaseEstimator):
         return self
 
     def _merge_personal(self, new_ids, personal):
-        """Insert or replace the personal parameters of ``new_ids`` (``user_ids_`` stays
-        in :meth:`UserIndex.from_groups` order)."""
+        """Insert or replace the personal parameters of ``new_ids`` (sorted ``user_ids_``)."""
         merged_index = UserIndex.from_groups(np.concatenate([self.user_ids_, new_ids]))
         pos_old = merged_index.lookup(self.user_ids_)
         pos_new = merged_index.lookup(new_ids)
@@ -610,7 +547,7 @@ def _r2(y, pred, sample_weight):
 
 
 def _reject_sparse(estimator, X):
-    """A sparse ``X`` is refused with the recipe (see docs/user_guide/own_data.rst)."""
+    """Refuse a sparse ``X`` with the recipe."""
     if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # a scipy.sparse matrix or array
         raise TypeError(
             f"{type(estimator).__name__} needs dense X; got a sparse {type(X).__name__} "
@@ -621,7 +558,7 @@ def _reject_sparse(estimator, X):
 
 
 def _dropped_groups_message(name):
-    """The warning for ``groups=None`` on a model fitted with ids (hint by routing config)."""
+    """The warning for ``groups=None`` on a model fitted with ids."""
     if not get_config().get("enable_metadata_routing", False):
         hint = ("Metadata routing is disabled (scikit-learn's default), so Pipeline, "
                 "GridSearchCV and cross_validate cannot pass groups on: call "
@@ -647,7 +584,7 @@ def _conversion_hint(user_ids):
 
 
 def _as_1d_ids(groups, n_samples):
-    """``groups`` as a 1-D array of length ``n_samples`` (pandas Series accepted)."""
+    """``groups`` as a 1-D array of length ``n_samples``."""
     if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
         groups = groups.to_numpy()
     groups = np.asarray(groups)

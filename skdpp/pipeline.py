@@ -26,8 +26,7 @@ __all__ = ["personalize", "to_dense", "transform_then"]
 
 
 def to_dense(X):
-    """``X`` as a dense ndarray, for ``FunctionTransformer(to_dense, accept_sparse=True)``
-    in front of an skdpp estimator (a named function, unlike a lambda, pickles)."""
+    """``X`` as a dense ndarray (``FunctionTransformer(to_dense, accept_sparse=True)``)."""
     return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
 
 
@@ -36,10 +35,8 @@ def _split(pipe):
 
 
 def transform_then(pipe, method, X, *args, groups=None, **kwargs):
-    """Run ``pipe``'s transform steps on ``X``, then ``method`` of its final step.
-
-    ``groups`` goes to the final step only (no metadata routing needed).
-    """
+    """Run ``pipe``'s transform steps on ``X``, then ``method`` of its final step (which
+    alone gets ``groups``)."""
     head, last = _split(pipe)
     Xt = X if head is None or len(head) == 0 else head.transform(X)
     return getattr(last, method)(Xt, *args, groups=groups, **kwargs)

@@ -1,8 +1,6 @@
-"""The public rules shared by the linear models: ``"auto"`` bounds, per-feature
-scales, the label range, the cold start's head rules and the useless-fit
-fallback. Every rule, with its measured justification, is explained once in
-``docs/user_guide/own_data.rst`` (section *Automatic bounds, scales and useless
-fits*, ``auto_rules``); the docstrings here say what each function computes.
+"""The public rules shared by the linear models (``"auto"`` bounds, feature scales,
+label range, cold-start head, useless-fit fallback), explained with their
+measurements in :ref:`auto_rules`; the docstrings say what each function computes.
 """
 
 import functools
@@ -10,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from ..base import _caller_stacklevel
+from ..base import FitResult, _caller_stacklevel
 from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
@@ -24,7 +22,6 @@ __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
            "shrink_levels", "shrinkage_penalty", "user_means"]
 
 CLIP_PHASE = "clip"  # the phase of every private quantile of this module
-#: Releases of one ``"auto"`` bound (a noisy bisection over the positive grid).
 AUTO_STEPS = search_steps(quantile_grid())
 
 
@@ -41,7 +38,7 @@ def user_means(block, A):
 
 
 def rms_per_user(block, values):
-    """``sqrt(mean_r values_r^2)`` per user (overflow-safe; 0 for users without rows)."""
+    """``sqrt(mean_r values_r^2)`` per user (overflow-safe; 0 without rows)."""
     values = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         top = block.segment_max(np.abs(values), initial=0.0)
@@ -51,7 +48,6 @@ def rms_per_user(block, values):
 
 
 def _statistic_counts(block, state, config):
-    """Block function: cumulative counts of one statistic per user over the public grid."""
     statistic, broadcast, grid = config
     values, state = statistic(block, state, broadcast)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -59,32 +55,21 @@ def _statistic_counts(block, state, config):
 
 
 def auto_bound(executor, release, statistic, broadcast, *, quantile, n_users):
-    """The ``quantile`` of one value per user, released in phase ``"clip"``
-    (``AUTO_STEPS`` Gaussian counts, :func:`~skdpp.privacy._quantile.private_quantile`).
-
-    ``statistic(block, state, broadcast) -> (values, state)`` is a module-level
-    block function giving each user's value (its absolute value is used);
-    ``n_users`` is public.
-    """
+    """The ``quantile`` of the users' ``|statistic(block, state, broadcast)[0]|``,
+    released in phase ``"clip"`` (:func:`~skdpp.privacy._quantile.private_quantile`)."""
     grid = quantile_grid()
     counts = executor.map(_statistic_counts, (statistic, broadcast, grid))
     return private_quantile(release, CLIP_PHASE, counts, grid, quantile=quantile,
                             n_users=n_users)
 
 
-#: Prior variance of a user's mean level around the cold-start prediction, in
-#: units of ``R_b^2`` (the released cold-start radius, by default the median
-#: absolute deviation: about 0.67 std for normal spreads, so ``2 R_b^2`` is
-#: about the between-user variance).
-LEVEL_PRIOR_VARIANCE = 2.0
+LEVEL_PRIOR_VARIANCE = 2.0  # in units of R_b^2 (:ref:`auto_rules`)
 
 
 def shrink_levels(levels, counts, noise_var, prior_levels, radius):
-    """Users' mean levels shrunk towards the cold-start prediction (normal-normal model):
-    ``a_i = (m_i ȳ_i / σ_i^2 + a0_i / τ^2) / (m_i / σ_i^2 + 1 / τ^2)``,
-    ``τ^2 = LEVEL_PRIOR_VARIANCE * radius^2``; ``σ_i^2`` NaN (one row) counts as
-    ``τ^2``. Non-finite results fall back to ``ȳ_i`` (the prior for an infinite weight).
-    """
+    """Mean levels shrunk to the prior: ``a_i = (m_i ȳ_i / σ_i^2 + a0_i / τ^2) / (m_i /
+    σ_i^2 + 1 / τ^2)``, ``τ^2 = LEVEL_PRIOR_VARIANCE radius^2`` (NaN ``σ_i^2``: ``τ^2``;
+    non-finite: ``ȳ_i``, or the prior for an infinite weight)."""
     with np.errstate(all="ignore"):
         tau2 = LEVEL_PRIOR_VARIANCE * float(radius) ** 2
         s2 = np.where(np.isnan(noise_var), tau2, noise_var)
@@ -95,16 +80,9 @@ def shrink_levels(levels, counts, noise_var, prior_levels, radius):
 
 
 def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor=0.0):
-    """Penalties ``q_ij = κ p min(1, σ_i^2 / s_i^2) max(v_ij, floor)``, shape (n_users, p).
-
-    A personal part of ``p`` parameters is shrunk towards the released prior by
-    ``κ p`` (``ridge``) pseudo-rows, scaled by the share of the user's target
-    variance ``s_i^2`` its own fit leaves unexplained (``σ_i^2``; the share is 1
-    for NaN or non-positive ``s_i^2``): noise-free users are hardly shrunk.
-    The pseudo-rows of coordinate ``j`` have the user's own variance ``v_ij``
-    (at least ``floor``, :data:`VARIANCE_FLOOR` in standardised units), so the
-    penalty is invariant to rescaling a feature.
-    """
+    """Penalties ``q_ij = κ p min(1, σ_i^2 / s_i^2) max(v_ij, floor)`` (n_users, p): ``κ p``
+    pseudo-rows of the user's own variance ``v_ij`` (scale-free), scaled by the
+    unexplained share of its target variance (1 if NaN or ``s_i^2 <= 0``)."""
     with np.errstate(all="ignore"):
         share = np.where(target_var > 0, noise_var / target_var, 1.0)
         share = np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
@@ -112,42 +90,22 @@ def shrinkage_penalty(ridge, n_params, noise_var, target_var, feature_var, floor
         return (float(ridge) * n_params * share)[:, None] * v
 
 
-# Per-feature scales and the label range (all bounds "auto")
-#: Switch for comparisons: fits with all bounds ``"auto"`` release a label range,
-#: fall back when predicted useless and (behind ``SCALE_GATE_NOISE``) scale features.
-SCALE_FEATURES = True
-#: The scales are released only if phase ``"clip"``'s count noise (with them) is
-#: at most this fraction of ``n_users`` (public rule).
-SCALE_GATE_NOISE = AUTO_CLIP_NOISE
-#: Quantile over users of a column's within-user range that becomes its scale
-#: (high: a column constant within most users still gets the spread of the
-#: users in whom it varies).
+# The rules of all-"auto" fits (label range, feature scales, fallback):
+# constants and their measurements in :ref:`auto_rules`.
+SCALE_FEATURES = True  # switch for comparisons
+SCALE_GATE_NOISE = AUTO_CLIP_NOISE  # scales kept if the clip noise <= this * n_users
 FEATURE_SCALE_QUANTILE = 0.75
 FEATURE_SCALE_STEPS = AUTO_STEPS  # one private quantile per column
-#: Floor of each coordinate's pseudo-row variance in the personal refit
-#: (standardised units).
-VARIANCE_FLOOR = 0.05
-#: Label range: quantiles ``q``, ``1 - q`` of the users' minimum and maximum
-#: labels, ``q = clip(3 σ / n, LABEL_QUANTILES)`` (``σ``: count noise std; the
-#: rank error stays inside the cut tail), on a signed log grid of ``2 *
-#: LABEL_GRID_SIZE`` points (neighbour ratio 1.075: a 128-point grid with slack
-#: 0.25 released 8.0 as the top of 1-5 ratings), widened by ``LABEL_SLACK`` of
-#: the width. The upper end 0.5 keeps every comparison ``n / 2`` users from the
-#: far counts (0.25 at 300 users, epsilon 1 released (-70, 1472) for 0.5-5 ratings).
+VARIANCE_FLOOR = 0.05  # of the personal refit's pseudo-rows (standardised units)
 LABEL_QUANTILES = (0.01, 0.5)
 LABEL_SLACK = 0.05
 LABEL_GRID_SIZE = 512
 LABEL_RANGE_STEPS = 2 * search_steps(2 * LABEL_GRID_SIZE)  # two noisy bisections
-#: A fit is useless when phase ``"clip"``'s count noise std exceeds this fraction
-#: of ``n_users``. Measured (``benchmarks/bench_defaults.py``): at 0.46-0.51
-#: (300-user MovieLens, epsilon 0.3) new users' predictions reached 1e5; on a
-#: year-like column (600 users, 150 seeds) 0.23 gave 17 locations more than 100
-#: off, 0.18 gave 3, 0.14 gave 1.
-USELESS_CLIP_NOISE = 0.25
+USELESS_CLIP_NOISE = 0.25  # useless: clip count noise std > this * n_users
 
 
 def _column_ranges(block, X):
-    """Each user's ``max - min`` of every column of the row-aligned ``X`` (0 without rows)."""
+    """Each user's ``max - min`` of every column of ``X`` (0 without rows)."""
     X = np.asarray(X, dtype=np.float64)
     out = np.zeros((block.n_users, X.shape[1]))
     nonempty = block.counts > 0
@@ -160,7 +118,6 @@ def _column_ranges(block, X):
 
 
 def _feature_range_counts(block, state, grid):
-    """Block function: cumulative counts of every column's within-user range."""
     ranges = _column_ranges(block, block.take(block.X))
     with np.errstate(invalid="ignore"):
         ranges = np.where(np.isfinite(ranges), ranges, np.inf)
@@ -168,11 +125,8 @@ def _feature_range_counts(block, state, grid):
 
 
 def feature_scales(executor, release, *, n_features, n_users):
-    """``(scales, dropped)``: each column's :data:`FEATURE_SCALE_QUANTILE` of the
-    users' within-user ranges (phase ``"clip"``, ``FEATURE_SCALE_STEPS`` counts of
-    sensitivity 1 per column); a scale on the grid's lower end is ``inf`` (the
-    column is dropped; post-processing) and ``dropped`` counts them.
-    """
+    """``(scales, dropped)``: each column's :data:`FEATURE_SCALE_QUANTILE` of the users'
+    within-user ranges (phase ``"clip"``); a scale on the grid's lower end is ``inf``."""
     grid = quantile_grid()
     counts = executor.map(_feature_range_counts, grid)
     if counts is None:
@@ -186,8 +140,7 @@ def feature_scales(executor, release, *, n_features, n_users):
 
 
 def standardize_block(block, state, inv_scales):
-    """Block function: the block then owns its rows ``X * inv_scales`` (float64) and
-    targets in canonical order (same users, same order); returns ``(None, state)``."""
+    """Block function: the block then owns its rows ``X * inv_scales`` and targets."""
     rows = block.source_rows()
     with np.errstate(over="ignore", invalid="ignore"):
         X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
@@ -211,7 +164,7 @@ def inverse_scales(scales):
 
 
 def _label_extremes(block):
-    """Each of the block's users' minimum and maximum label (``inf`` without rows)."""
+    """Each user's minimum and maximum label (``inf`` without rows)."""
     y = np.asarray(block.take(block.y), dtype=np.float64)
     with np.errstate(invalid="ignore"):
         hi = block.segment_max(y, initial=-np.inf)
@@ -220,22 +173,17 @@ def _label_extremes(block):
 
 
 def _label_extreme_counts(block, state, grid):
-    """Block function: cumulative counts of the users' minimum and maximum labels."""
     lo, hi = _label_extremes(block)
     return np.stack([cumulative_counts(lo, grid), cumulative_counts(hi, grid)]), state
 
 
 def own_label_ranges(block, state, _=None):
-    """Block function (``collect``): each user's own ``[min, max]`` label, shape (n, 2);
-    a local attribute, the clamp of a useless fit (:func:`released_predictions`)."""
+    """Block function (``collect``): each user's own ``[min, max]`` label (local)."""
     return np.column_stack(_label_extremes(block))
 
 
 def label_range(executor, release, *, n_users):
-    """The released label range ``(lo, hi)`` (phase ``"clip"``, ``LABEL_RANGE_STEPS``
-    counts; :data:`LABEL_QUANTILES`): outer ends of the selected cells, widened by
-    ``LABEL_SLACK``; an end on the grid's edge is infinite (no clamp on that side).
-    """
+    """The released label range ``(lo, hi)`` (phase ``"clip"``; :ref:`auto_rules`)."""
     grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
     counts = executor.map(_label_extreme_counts, grid)
     if counts is None:
@@ -258,15 +206,9 @@ def label_range(executor, release, *, n_users):
     return lo, hi
 
 
-#: A head is dropped when its offsets' released radius exceeds this multiple of
-#: the mean labels' (over two cells of the radius grid, ratio 1.79; MovieLens
-#: with a raw timestamp: ratios 24 to 190).
+# The cold-start head rules (:func:`cold_start_levels`, :ref:`auto_rules`)
 COLD_SPREAD_FACTOR = 4.0
-#: A location whose clipped mean lies over ``max(LOCATION_SHIFT_LIMIT, 1 - 2 s)``
-#: radii from its median (``s``: the mean's noise std in radii) is astray (300
-#: users, epsilon 1: a flipped step released 80.6 for offsets near 229, shift 0.59).
 LOCATION_SHIFT_LIMIT = 0.5
-#: Report note of :func:`cold_start_levels` (``{head}``: what the head is).
 COLD_START_NOTE = (
     "the cold-start intercept is one of two private locations, of the users' mean labels "
     "and of their offsets from {head} (median and radius searches in phase 'clip', "
@@ -276,19 +218,13 @@ COLD_START_NOTE = (
     "own rows it fits better than the mean labels' location alone is at most n_users / 2 "
     "plus one std of its noise (post-processing of released values).")
 
-
-#: The head is kept when more than ``n_users / 2`` plus this many count-noise
-#: stds of users prefer it.
 HEAD_VOTE_MARGIN = 1.0
-#: Phase ``"clip"`` releases of :func:`cold_start_levels` (two searches, one vote).
 COLD_START_CLIP_RELEASES = 2 * LOCATION_SEARCH_STEPS + 1
 
 
 def head_votes(block, state, config):
     """Block function: the number of users whose rows' squared error is lower under
-    ``b_head + <x_r project, head>`` than under ``b_level`` alone (``config =
-    (project, head, b_head, b_level)``, ``project`` the components or None); a
-    user adds 0 or 1, a non-finite error counts as 0."""
+    ``b_head + <x_r project, head>`` than under ``b_level`` (sensitivity 1)."""
     project, head, b_head, b_level = config
     X = np.asarray(block.take(block.X), dtype=np.float64)
     y = np.asarray(block.take(block.y), dtype=np.float64)
@@ -301,26 +237,11 @@ def head_votes(block, state, config):
 
 def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
                       labels=None, reduce_votes=None):
-    """The cold-start part: ``(head or zeros, intercept, radius, labels)``.
-
-    Two private locations (:func:`~skdpp.privacy._quantile.private_location`,
-    searches in phase ``"clip"``, means in ``"cold_start"``), always both
-    released: of the users' mean labels and of their offsets ``ȳ_i - <x̄_i,
-    head>`` (``reduce_offsets(v, fn)`` sums ``fn`` of the offsets with head
-    ``v``). The head is dropped (the mean labels' location is returned) by the
-    rules of the module docstring: an offsets radius above
-    :data:`COLD_SPREAD_FACTOR` times the mean labels'; an astray location
-    (:data:`LOCATION_SHIFT_LIMIT`) is not used when the other is central; and,
-    with ``reduce_votes``, a noisy count of the users preferring the head
-    (:func:`head_votes`; phase ``"clip"``, sensitivity 1) at most ``n_users /
-    2`` plus :data:`HEAD_VOTE_MARGIN` stds (a margin that cost 0.003-0.007 of
-    cold-start RMSE on MovieLens and passed 7 more benchmark checks).
-
-    An end of ``labels`` (the released label range) on the wrong side of the
-    mean labels' location (the median of the means lies between the medians
-    of the extremes, and the ends are quantiles ``q <= 0.5`` of them) went
-    astray and becomes infinite. All choices are post-processing.
-    """
+    """The cold-start part ``(head or zeros, intercept, radius, labels)``: two private
+    locations, of the users' mean labels and of their offsets ``ȳ_i - <x̄_i, head>``
+    (``reduce_offsets(v, fn)``), and the head rules of :ref:`auto_rules`; an end of
+    ``labels`` on the wrong side of the mean labels' location (the ends are
+    quantiles ``q <= 0.5`` of the extremes) becomes infinite. Post-processing."""
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
                   radius_quantile=clip_quantile, return_shift=True)
     zeros = np.zeros_like(head)
@@ -352,8 +273,8 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
 
 
 def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
-    """Predictions clamped to ``label_range``, or in a useless fit (``local_only``)
-    known users' (``codes >= 0``) clamped to their ``own_ranges``."""
+    """Predictions clamped to ``label_range``, or (``local_only``) known users' to their
+    ``own_ranges``."""
     known = codes >= 0
     if not local_only:
         return clamp_predictions(pred, label_range)
@@ -365,8 +286,7 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
 
 
 def clamp_predictions(pred, label_range, rows=None):
-    """Finite predictions (in the mask ``rows``, default all) clamped to ``label_range``
-    (``None``: unchanged); non-finite ones are left for ``predict``'s check."""
+    """Finite predictions (in the mask ``rows``) clamped to ``label_range`` (or None)."""
     if label_range is None:
         return pred
     lo, hi = label_range
@@ -374,17 +294,13 @@ def clamp_predictions(pred, label_range, rows=None):
     return np.where(mask, np.clip(pred, lo, hi), pred)
 
 
-#: What a useless linear fit does for its known users (in its warning).
 LINEAR_FALLBACK = "each known user gets its own ridge fit (local data only)"
-#: The one phase of a :class:`FallbackPlan` (an exponential-mechanism selection).
-LEVEL_PHASE = "cold_start"
+LEVEL_PHASE = "cold_start"  # the one phase of a FallbackPlan
 
 
 def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
-    """The warning text if ``clip_noise`` (phase ``"clip"``'s count noise std) exceeds
-    ``USELESS_CLIP_NOISE * n_users``, else None. ``fallback``: what known users get
-    instead (None: the fit runs as planned); ``level``: whether the fallback
-    releases the users' median."""
+    """The warning if ``clip_noise`` exceeds ``USELESS_CLIP_NOISE * n_users``, else None;
+    ``fallback``: what known users get instead (None: the fit runs as planned)."""
     if clip_noise is None or not np.isfinite(clip_noise) or \
             clip_noise <= USELESS_CLIP_NOISE * max(int(n_users), 1):
         return None
@@ -404,9 +320,8 @@ def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
 
 
 class FallbackPlan(BudgetPlan):
-    """The plan of a fit predicted useless (:func:`fallback_plan`): phase
-    :data:`LEVEL_PHASE` (one exponential-mechanism selection, the whole ε) with
-    ``level``, else nothing released; ``message`` is the fit's warning."""
+    """The plan of a fit predicted useless: with ``level`` one exponential-mechanism
+    selection (the whole ε), else nothing; ``message``: the fit's warning."""
 
     def __init__(self, epsilon, delta, *, message, level):
         super().__init__(epsilon, delta)
@@ -417,9 +332,7 @@ class FallbackPlan(BudgetPlan):
 
 def fallback_plan(plan, n_users, name, fallback=LINEAR_FALLBACK, *, level=True):
     """``plan``, or a :class:`FallbackPlan` when :func:`useless_fit_message` predicts it
-    useless (public rule); its budget then goes to the cold-start level (``level``
-    and :func:`~skdpp.privacy._quantile.median_found`). Plans with a fixed noise
-    multiplier or without ``"clip"`` are kept."""
+    useless (public rule; plans with fixed noise or without ``"clip"`` are kept)."""
     if plan.fixed_noise or CLIP_PHASE not in plan:
         return plan
     level = bool(level) and median_found(plan.epsilon, n_users)
@@ -431,8 +344,7 @@ def fallback_plan(plan, n_users, name, fallback=LINEAR_FALLBACK, *, level=True):
 
 
 def fallback_level(release, reduce, n_users):
-    """Warn, then the :class:`FallbackPlan`'s level: the users' median of ``reduce``
-    (:func:`~skdpp.privacy._quantile.private_median`), or 0 without a release."""
+    """Warn, then the users' private median of ``reduce`` (0 without a release)."""
     warnings.warn(release.plan.message, UselessFitWarning, stacklevel=_caller_stacklevel())
     if LEVEL_PHASE not in release.plan:
         return 0.0
@@ -445,7 +357,7 @@ def mean_label_values(block, state, fn):
 
 
 def fallback_note(release, level_attr):
-    """The report note of a :class:`FallbackPlan` fit (public values only)."""
+    """The report note of a :class:`FallbackPlan` fit."""
     what = (f"{level_attr} is the users' median mean label, one exponential-mechanism "
             f"selection (phase {LEVEL_PHASE!r}, the whole epsilon, pure DP) over "
             f"{2 * MEDIAN_GRID_SIZE} signed log-spaced candidates with score "
@@ -460,26 +372,59 @@ def fallback_note(release, level_attr):
             f"a larger epsilon.")
 
 
+def auto_bounds_note(names, quantile, lead=""):
+    """The report note of the ``"auto"`` bounds ``names``."""
+    return (f"{', '.join(names)}='auto': {lead}the {quantile:g}-quantile of a per-user "
+            f"statistic, released by a noisy bisection over a public log grid ({AUTO_STEPS} "
+            f"Gaussian counts of sensitivity 1, phase 'clip').")
+
+
+def gated_plan(build, clip_share, n_users, n_base, n_scales, scaled):
+    """``(plan, scaled)`` of ``build(share, n_clip)`` at the share of
+    :func:`resolve_clip_share`; the ``n_scales`` feature-scale releases are dropped
+    when the clip noise then exceeds ``SCALE_GATE_NOISE * n_users`` (public rule)."""
+    plans = {}
+
+    def cached(share, n_clip):
+        if (share, n_clip) not in plans:
+            plans[share, n_clip] = build(share, n_clip)
+        return plans[share, n_clip]
+
+    def resolved(n_clip):
+        if not n_clip:
+            return cached(0.05, 0)
+        return cached(resolve_clip_share(clip_share, lambda s: cached(s, n_clip), n_users),
+                      n_clip)
+
+    plan = resolved(n_base + n_scales * scaled)
+    if scaled and plan.calibrate()[CLIP_PHASE] > SCALE_GATE_NOISE * max(n_users, 1):
+        scaled, plan = False, resolved(n_base)
+    return plan, bool(scaled)
+
+
+def fallback_fit(executor, release, n_users, attributes_of, *, level_attr, local,
+                 released=()):
+    """The fit of a :class:`FallbackPlan`: the level (:func:`fallback_level` of the mean
+    labels), ``attributes_of(level)`` (the known users' local fits) and the note."""
+    level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
+    return FitResult(attributes_of(level),
+                     released=released + (level_attr,) * (LEVEL_PHASE in release.plan),
+                     local=local, notes=(fallback_note(release, level_attr),))
+
+
 def at_grid_edge(value):
-    """Whether a released ``"auto"`` bound is on the lower end of the public grid."""
+    """Whether a released bound is on the lower end of the public grid."""
     grid = quantile_grid()
     return isinstance(value, (int, float, np.floating)) and 0 < float(value) <= grid[0]
 
 
-#: A released gradient-norm bound above this multiple of its bound from the other
-#: releases (:func:`gradient_bound_inconsistent`) went astray.
 GRADIENT_BOUND_SLACK = 4.0
 
 
 def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
-    """Whether a released gradient-norm bound contradicts the other releases.
-
-    A user's gradient at ``w = 0``, ``mean_r x_r y_r``, has norm at most ``rms_r
-    ||x_r|| max_r |y_r|`` (Cauchy-Schwarz), ``|y_r|`` at most the label range's
-    width for centred rows (else its largest absolute end); so every quantile
-    of the norms is at most ``feature_scale`` times that. A ``clip_norm`` over
-    ``GRADIENT_BOUND_SLACK`` times it went astray (post-processing).
-    """
+    """Whether ``clip_norm`` exceeds ``GRADIENT_BOUND_SLACK`` times its Cauchy-Schwarz
+    bound from the other releases: a gradient at ``w = 0`` has norm at most
+    ``feature_scale`` times the label range's width (centred) or largest end."""
     if labels is None or not all(isinstance(v, (int, float, np.floating))
                                  for v in (clip_norm, feature_scale)):
         return False
@@ -491,7 +436,7 @@ def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
 
 
 def scaling_notes(scaled, dropped, labels, bounds):
-    """Report notes of the per-feature scales, the label range and grid-edge bounds."""
+    """Report notes of the feature scales, the label range and grid-edge bounds."""
     notes = [
         f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
         f"within-user ranges (one noisy bisection per column, {FEATURE_SCALE_STEPS} Gaussian "

@@ -1,14 +1,9 @@
-"""The small batched solves of every estimator: stacks of ``k x k`` systems
-(:func:`batched_solve`), per-user heads (:func:`solve_heads`, :func:`shrunk_heads`),
-Priv-AltMin's floored noisy solve (:func:`psd_floor_solve`) and the Gram systems
-of DP matrix factorisation (:func:`psd_ridge_solve`, :func:`gram_ridge_solve`).
+"""The small batched solves of every estimator (stacks of ``k x k`` systems).
 
-Per-system decisions (joint DP, DESIGN §7): one user's solution -- method,
-fallback, every bit -- depends on its own system only. numpy's gufuncs treat
-each matrix of a stack independently, and every decision here (singular,
-ill-conditioned, non-finite) is made from the system's own values; a
-stack-wide ``except LinAlgError`` re-solve would let one user change every
-other user's solution in the last bits.
+Joint DP (DESIGN §7): one user's solution -- method, fallback, every bit -- depends
+on its own system only: every decision (singular, ill-conditioned, non-finite) is
+made per system; a stack-wide ``except LinAlgError`` re-solve would let one user
+change every other user's solution in the last bits.
 """
 
 import numpy as np
@@ -17,8 +12,8 @@ from threadpoolctl import threadpool_limits
 __all__ = ["batched_solve", "gram_ridge_solve", "psd_floor_solve", "psd_ridge_solve",
            "shrunk_heads", "solve_heads"]
 
-# Relative ridge (times tr(A)/k) of a user's head system: numerical safety from k
-# rows up; below k rows, approximately the minimum-norm least-squares head.
+# Relative ridge (times tr(A)/k) of a head system: numerical safety from k rows up;
+# below k rows, about the minimum-norm least-squares head.
 _HEAD_RIDGE = 1e-10
 _HEAD_RIDGE_DEFICIENT = 1e-6
 
@@ -38,12 +33,8 @@ def _fill_each(X, ok, fn, *arrays):
 
 
 def _lu_each(M, B=None):
-    """Per-system LU: ``solve(M_i, B_i)`` (``inv(M_i)`` if ``B`` is None), NaN where singular.
-
-    One batched call; on an exact zero pivot, systems with non-finite entries or
-    a zero ``slogdet`` sign get NaN and the rest are re-solved as a sub-stack
-    (the same bits), or one at a time if the screen disagrees.
-    """
+    """Per-system ``solve(M_i, B_i)`` (``inv(M_i)`` if ``B`` is None), NaN where singular
+    (screened by ``slogdet``; the rest re-solved as a sub-stack: the same bits)."""
     fn, arrays = (np.linalg.inv, (M,)) if B is None else (np.linalg.solve, (M, B))
     try:
         return fn(*arrays)
@@ -64,13 +55,9 @@ def _pinv_each(M):
 
 
 def batched_solve(A, b, *, ridge=0.0):
-    """Solve a stack of small linear systems ``(A_i + ridge I) x_i = b_i``.
-
-    ``A`` (..., k, k); ``b`` (..., k) or (..., k, m); returns the shape of ``b``.
-    One batched inverse (giving each item's condition number); items that are
-    singular, have a Frobenius condition number above ``1 / (k * eps)`` or a
-    non-finite result get the pseudo-inverse solution; items with non-finite
-    entries give NaN. Each decision is per item; inputs are not modified.
+    """Solve a stack ``(A_i + ridge I) x_i = b_i``, ``A`` (..., k, k), ``b`` (..., k) or
+    (..., k, m): items singular, of Frobenius condition above ``1 / (k eps)`` or with a
+    non-finite result get the pseudo-inverse solution (non-finite entries: NaN).
 
     Examples
     --------
@@ -152,12 +139,9 @@ def solve_heads(A, r, counts):
 
 
 def shrunk_heads(A, r, prior, penalty, counts):
-    """Per-user solutions shrunk towards ``prior``: ``(A_i + diag(q_i)) v_i = r_i + q_i * p_i``.
-
-    The minimiser of ``sum_r (y_r - <p_r, v>)^2 + sum_j q_ij (v_j - p_ij)^2``
-    (``A_i = P^T P``, ``r_i = P^T y``; ``q`` is ``penalty`` (n, k) or (n,) plus
-    the relative ridge). Users without rows or with an infinite penalty get
-    ``p_i`` (``prior``, (n, k) or (k,)); other non-finite systems give 0.
+    """``(A_i + diag(q_i)) v_i = r_i + q_i p_i``: the minimiser of ``sum_r (y_r - <p_r,
+    v>)^2 + sum_j q_ij (v_j - p_ij)^2`` (``q``: ``penalty`` plus the relative ridge);
+    no rows or an infinite penalty: the ``prior``; other non-finite systems: 0.
 
     Examples
     --------
@@ -230,11 +214,8 @@ def psd_ridge_solve(A, b, reg):
 
 
 def gram_ridge_solve(G, b, reg, *, overwrite_g=False):
-    """``x_i = (G_i + diag(reg_i))^-1 b_i`` for a stack of PSD Gram matrices ``G_i``.
-
-    One batched LU; a non-finite solution is re-solved by :func:`batched_solve`
-    if the system is finite, else NaN. ``G`` (n, k, k) is modified in place only
-    with ``overwrite_g`` (float64); ``reg > 0`` is a float, (k,) or (n, k).
+    """``x_i = (G_i + diag(reg_i))^-1 b_i`` by one batched LU (non-finite: re-solved by
+    :func:`batched_solve`, else NaN); ``G`` changed in place only with ``overwrite_g``.
 
     Examples
     --------

@@ -1,9 +1,5 @@
-"""Per-thread scratch buffers for the row gathers a fit repeats every round.
-
-Reusing memory avoids the page faults of fresh large arrays (measured: 50%
-system time, DESIGN §7; 10x the faults in the spectral initialisation).
-Buffers are per thread, so block functions may run in threads; a fit frees
-them when done.
+"""Per-thread scratch buffers for the row gathers a fit repeats every round: fresh
+large arrays cost page faults (50% system time, DESIGN §7). Freed after a fit.
 """
 
 import threading
@@ -16,9 +12,8 @@ _scratch = threading.local()
 
 
 def scratch(name, n_rows, n_cols, dtype):
-    """A reused ``(n_rows, n_cols)`` buffer of this thread (contents undefined), named
-    ``name``; it grows to the largest request, and the view is valid until the next
-    call with the same name.
+    """This thread's reused ``(n_rows, n_cols)`` buffer ``name`` (contents undefined, valid
+    until the next call with that name).
 
     Examples
     --------

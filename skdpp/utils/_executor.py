@@ -1,16 +1,7 @@
-"""Run an algorithm's block functions: map over blocks of users, sum the partials.
-
-An algorithm's *driver* (plans, releases through
-:class:`~skdpp.privacy.Releaser`) calls ``executor.map(fn, broadcast)`` with a
-pure function of one block of whole users::
-
-    fn(block, state, broadcast) -> (partial, state)
-
-``partial``: (nested tuples/dicts of) arrays summed over blocks, or ``None``;
-``state``: the block's per-user state carried to the next call. Noise is never
-added inside ``fn``. :class:`LocalExecutor` runs the blocks here, the Dask
-executor of :mod:`skdpp.distributed` on workers; both combine the partials in
-one fixed order (:class:`TreeSum`), so a fit does not depend on scheduling.
+"""Run block functions ``fn(block, state, broadcast) -> (partial, state)``
+(:ref:`architecture`): here (:class:`LocalExecutor`) or on Dask workers
+(:mod:`skdpp.distributed`), partials (nested arrays or ``None``; never noise)
+summed in one fixed order (:class:`TreeSum`) whatever the scheduling.
 
 Examples
 --------
@@ -82,9 +73,8 @@ def _concat(parts):
 
 
 class LocalExecutor:
-    """Runs block functions in this process over ``blocks`` (``UserBlock`` of
-    consecutive users) in user order; ``states`` holds the state the last
-    function returned for each block."""
+    """Runs block functions here over ``blocks`` in user order; ``states``: the state
+    the last function returned for each block."""
 
     def __init__(self, blocks):
         self.blocks = list(blocks)
@@ -92,8 +82,7 @@ class LocalExecutor:
         self.n_users = int(sum(b.n_users for b in self.blocks))
 
     def map(self, fn, broadcast=None):
-        """Run ``fn(block, state, broadcast) -> (partial, state)`` on every block;
-        returns the :class:`TreeSum` of the partials (``None`` if all are)."""
+        """Run ``fn`` on every block; the :class:`TreeSum` of the partials."""
         total = TreeSum()
         for i, block in enumerate(self.blocks):
             partial, self.states[i] = fn(block, self.states[i], broadcast)
@@ -101,7 +90,5 @@ class LocalExecutor:
         return total.result()
 
     def collect(self, fn, broadcast=None):
-        """Per-user results ``fn(block, state, broadcast)`` (first axis: the block's
-        users) concatenated in user order."""
-        parts = [fn(b, s, broadcast) for b, s in zip(self.blocks, self.states)]
-        return _concat(parts)
+        """Per-user results ``fn(block, state, broadcast)`` concatenated in user order."""
+        return _concat([fn(b, s, broadcast) for b, s in zip(self.blocks, self.states)])

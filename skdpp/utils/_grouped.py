@@ -1,21 +1,7 @@
-"""The per-user data layer: :class:`UserIndex`, :class:`UserBlock` and their helpers.
-
-* :class:`UserIndex` turns ``groups`` (one user id per row, input order) into
-  user codes; every path from ids to users goes through
-  :meth:`UserIndex.from_groups`.
-* :class:`UserBlock` holds the rows of whole users in *canonical order* (by
-  user, then by a function of the row's content: :func:`canonical_order`),
-  built by :func:`make_blocks`. Every fit runs on blocks and their segment
-  methods, so every released value is a function of the *set* of records,
-  whatever the input order or the partition of users across blocks and machines.
-* Functions of a :class:`UserIndex` in input order, for code that releases
-  nothing (splitters, data generators, tests): :func:`rank_within_user`,
-  :func:`split_within_users`, :func:`segment_counts`, :func:`segment_sum`,
-  :func:`segment_mean`; and :func:`segment_outer_sum`, the batched per-user
-  Gram kernel.
-
-Everything is vectorised over users, except the hash-based fallbacks for ids
-numpy cannot sort (mixed-type object arrays).
+"""The per-user data layer: :class:`UserIndex` (``groups`` to user codes) and
+:class:`UserBlock` (whole users in canonical order, the unit of every fit); the
+input-order functions (``segment_*``, ``*_within_user*``) serve code that
+releases nothing (splitters, generators, tests). See :ref:`data_layer`.
 """
 
 import numbers
@@ -30,7 +16,6 @@ __all__ = ["UserIndex", "check_id_kinds", "id_kinds", "rank_within_user",
            "segment_counts", "segment_mean", "segment_outer_sum", "segment_sum",
            "split_within_users"]
 
-# Memory budget (bytes) of the temporaries of ``segment_outer_sum``.
 _OUTER_SUM_MAX_BYTES = 64 * 2**20
 
 
@@ -45,13 +30,10 @@ def _is_missing_scalar(value):
 
 
 _is_missing_ufunc = np.frompyfunc(_is_missing_scalar, 1, 1)
-
-
 _type_key_ufunc = np.frompyfunc(lambda v: f"{type(v).__module__}.{type(v).__qualname__}", 1, 1)
 
 
 def _as_id_array(groups, name="groups"):
-    """Convert ``groups`` (array-like, pandas Series, list) to a 1-D numpy array."""
     if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
         groups = groups.to_numpy()
     arr = np.asarray(groups)
@@ -80,8 +62,7 @@ def _missing_mask(arr):
 
 
 def _factorize_unorderable(arr):
-    """Factorise an object array numpy cannot sort: ids ordered by ``(type name, value)``,
-    values of one type by ``repr`` if they are unorderable themselves (loop over types)."""
+    """Factorise ids numpy cannot sort: by ``(type name, value or repr)``."""
     type_keys = _type_key_ufunc(arr).astype(str)
     type_names, type_codes = np.unique(type_keys, return_inverse=True)
     users_parts = []
@@ -102,7 +83,6 @@ def _factorize_unorderable(arr):
     return np.concatenate(users_parts), codes  # not empty: np.unique raised
 
 
-#: The id kind of each numpy dtype kind, and of Python types (see :func:`id_kinds`).
 _DTYPE_ID_KINDS = {**dict.fromkeys("biufc", "number"), "U": "str", "S": "bytes",
                    "M": "datetime64", "m": "timedelta64"}
 _PYTHON_ID_KINDS = (((numbers.Number, np.bool_), "number"), ((str, np.str_), "str"),
@@ -115,11 +95,7 @@ def _python_id_kind(cls):
 
 
 def id_kinds(ids):
-    """The set of id kinds in a 1-D array of ids: ``"number"``, ``"str"``, ``"bytes"``, ...
-
-    All numbers are ``"number"`` (``7 == 7.0``), Python and numpy strings
-    ``"str"``, any other type its own kind (its name). A function of the types only.
-    """
+    """The set of id kinds (``"number"``, ``"str"``, ``"bytes"`` or a type name) of ``ids``."""
     ids = np.asarray(ids)
     if ids.dtype.kind != "O":
         return frozenset({_DTYPE_ID_KINDS.get(ids.dtype.kind, str(ids.dtype))})
@@ -127,8 +103,7 @@ def id_kinds(ids):
 
 
 def check_id_kinds(kinds, *, name="groups"):
-    """Raise the input-domain error for ids of more than one kind (rule in
-    :meth:`UserIndex.from_groups`)."""
+    """Raise for ids of more than one kind (:meth:`UserIndex.from_groups`)."""
     kinds = frozenset(kinds)
     if len(kinds) > 1:
         listed = " and ".join(sorted(kinds))
@@ -147,18 +122,14 @@ def _readonly(a):
 
 
 class UserIndex:
-    """Index of the users (``groups``) of a data set: immutable, read-only arrays.
-
-    Rows with the same id belong to one user, the privacy unit of skdpp. Build
-    it with :meth:`from_groups`.
+    """Immutable index of the users (``groups``): rows with one id are one user.
 
     Parameters
     ----------
     users : array-like of shape (n_users,)
         Sorted unique user ids (``object`` for mixed types).
     codes : array-like of shape (n_samples,) of int
-        Code of each row's user in ``0..n_users-1`` (not validated; users
-        without rows get ``counts == 0``).
+        Code of each row's user in ``0..n_users-1`` (not validated).
 
     Attributes
     ----------
@@ -167,7 +138,6 @@ class UserIndex:
     counts : ndarray of shape (n_users,), dtype int64
         Number of rows of each user.
     order, offsets : ndarray of dtype int64
-        Stable argsort of ``codes`` and the start of each user's rows in it:
         ``order[offsets[u]:offsets[u + 1]]`` are the rows of user ``u``.
     n_users, n_samples : int
 
@@ -237,16 +207,8 @@ class UserIndex:
 
         Notes
         -----
-        **Input domain.** User ids must all be numbers (bool, int, float,
-        numpy numbers) or all strings (or all bytes, or all of one other
-        hashable type). A mix -- the int ``7`` and the string ``"7"`` -- raises
-        before any computation: the two never compare equal, so one person
-        would silently become two users. The rule depends on the ids' types
-        only (:func:`id_kinds`), never on their values.
-
-        Ids are compared with Python equality (``1``, ``1.0`` and ``True`` are
-        one user); object ids numpy cannot sort together are ordered by
-        ``(type name, value or repr)``.
+        Ids must all be numbers or all strings (or all of one other type):
+        rule and equality in :ref:`user_ids`.
         """
         if groups is None:
             if n_samples is None:
@@ -308,8 +270,7 @@ class UserIndex:
                            count=ids.shape[0])
 
     def lookup(self, groups):
-        """Codes (int64) of the user ids ``groups`` (any type), ``-1`` for ids not in
-        the index (ids of another type or missing included)."""
+        """Codes (int64) of the user ids ``groups``, ``-1`` for ids not in the index."""
         ids = _as_id_array(groups)
         n = ids.shape[0]
         out = np.full(n, -1, dtype=np.int64)
@@ -334,9 +295,8 @@ class UserIndex:
         return out
 
     def subset_rows(self, mask):
-        """Index of the rows ``mask`` (booleans of shape (n_samples,) or row indices),
-        in their original order; users left without rows are dropped, the others
-        renumbered (old codes: ``self.lookup(index.users)``)."""
+        """Index of the rows ``mask`` (booleans or row indices); users left without
+        rows are dropped, the others renumbered."""
         rows = np.asarray(mask)
         if rows.dtype == bool:
             if rows.shape != (self.n_samples,):
@@ -385,8 +345,7 @@ def segment_counts(index):
 
 
 def segment_sum(values, index):
-    """Per-user sums ``values[index.codes == u].sum(axis=0)`` (0 for a user without
-    rows) of ``values`` of shape (n_samples, ...).
+    """Per-user sums of ``values`` of shape (n_samples, ...) (0 for a user without rows).
 
     Examples
     --------
@@ -413,8 +372,7 @@ def segment_sum(values, index):
 
 
 def segment_mean(values, index):
-    """Per-user means of rows (:func:`segment_sum` over the counts; NaN for a user
-    without rows).
+    """Per-user means of rows (NaN for a user without rows).
 
     Examples
     --------
@@ -434,13 +392,9 @@ def segment_mean(values, index):
 
 
 def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
-    """Per-user sums ``sum_r a_r b_r^T`` (n_users, p, q) of row-wise outer products.
-
-    ``A`` (n_samples, p) and ``B`` (n_samples, q; ``None``: per-user Gram
-    matrices of ``A``) are aligned with ``index``. One batched ``np.matmul``
-    ``A_u^T B_u`` per group of users of equal :func:`padded_sizes` (zero
-    padding rows), in memory chunks of about ``max_bytes`` (default 64 MiB):
-    ``O(n_samples p q)`` flops, no ``p x q`` matrix per row.
+    """Per-user sums ``sum_r a_r b_r^T`` (n_users, p, q) of ``A`` (n_samples, p) and
+    ``B`` (n_samples, q; ``None``: ``A``): one batched ``A_u^T B_u`` per
+    :func:`padded_sizes` group, in chunks of about ``max_bytes``.
 
     Examples
     --------
@@ -472,7 +426,6 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     width = item * (p + (0 if same else q))  # bytes of one gathered row
     for size in np.unique(sizes[counts > 0]):  # O(log max count) sizes, not users
         users = np.flatnonzero(sizes == size)
-        # rows of one user beyond the budget are taken in windows (huge users)
         step = int(min(size, max(1, max_bytes // width)))
         chunk = max(1, int(max_bytes // (step * width + item * p * q)))
         for lo in range(0, users.size, chunk):  # memory chunks of users
@@ -490,21 +443,13 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     return out
 
 
-#: Row counts up to this are batched exactly by :func:`padded_sizes`.
-EXACT_SIZES = 32
-#: Ratio of the geometric ladder of :func:`padded_sizes` above ``EXACT_SIZES``.
-LADDER_RATIO = 1.125
+EXACT_SIZES = 32  # row counts batched exactly by padded_sizes
+LADDER_RATIO = 1.125  # its geometric ladder above EXACT_SIZES
 
 
 def padded_sizes(counts):
-    """Batch size (int64, ``>= counts``) of each segment (user, item) for batched
-    per-segment products.
-
-    The row count itself up to ``EXACT_SIZES``, above it the next size of the
-    geometric ladder ``EXACT_SIZES * LADDER_RATIO**j`` (rounded up): at most
-    12.5% padding, ``O(log max count)`` sizes. A function of the segment's own
-    count only, so the rounding of a user's sums does not depend on the other
-    users of its block (nor on the partition into blocks).
+    """Batch size (``>= counts``) of each segment: the count up to ``EXACT_SIZES``,
+    then the next rung of ``EXACT_SIZES * LADDER_RATIO**j`` (:ref:`data_layer`).
 
     Examples
     --------
@@ -525,20 +470,14 @@ def padded_sizes(counts):
 
 
 def argsort_within(codes, keys):
-    """Order of rows sorted by ``(codes, keys)``, for int user ``codes`` and float
-    ``keys`` in ``[0, 1)``.
-
-    One stable argsort of ``code + key`` (about 10x faster than ``np.lexsort``
-    on 10^7 rows); keys closer than the float spacing at ``code`` tie.
-    """
+    """Row order by ``(codes, keys)``, ``keys`` in ``[0, 1)``: one stable argsort of
+    ``code + key`` (10x faster than ``np.lexsort`` on 10^7 rows)."""
     return np.argsort(np.asarray(codes, dtype=np.float64) + keys, kind="stable")
 
 
 def rank_within_user(index, rng=None):
-    """Position (int64) of each row within its user's rows: a permutation of
-    ``0..counts[u] - 1`` over the rows of each user ``u``, in input order
-    (``rng=None``) or uniformly random within each user (an int, ``RandomState``
-    or ``Generator``).
+    """Position of each row within its user's rows, in input order (``rng=None``) or
+    uniformly random (an int, ``RandomState`` or ``Generator``).
 
     Examples
     --------
@@ -561,9 +500,8 @@ def rank_within_user(index, rng=None):
 
 
 def split_within_users(index, fraction, rng=None):
-    """Split each user's rows in two parts: ``True`` for the first part, the
-    :func:`first_part_sizes` (target ``fraction`` in (0, 1)) rows of lowest
-    :func:`rank_within_user` under ``rng`` (``None``: each user's first rows).
+    """``True`` for the :func:`first_part_sizes` rows of lowest :func:`rank_within_user`
+    of each user (``fraction`` in (0, 1)).
 
     Examples
     --------
@@ -580,30 +518,18 @@ def split_within_users(index, fraction, rng=None):
 
 
 def first_part_sizes(counts, fraction):
-    """Rows of each user in the first part of a within-user split.
-
-    ``ceil(fraction * n)`` (``fraction * n`` rounded to 9 decimals first, so
-    ``0.3 * 10`` gives 3), clipped to ``[1, n - 1]`` for ``n >= 2`` so both
-    parts are non-empty; a one-row user keeps its row in the first part.
-    """
+    """``ceil(fraction * n)`` (rounded to 9 decimals first: ``0.3 * 10`` gives 3),
+    clipped to ``[1, n - 1]`` for ``n >= 2``; a one-row user keeps its row."""
     n_first = np.ceil(np.round(fraction * counts, 9)).astype(np.int64)
     return np.where(counts >= 2, np.clip(n_first, 1, np.maximum(counts - 1, 1)), counts)
 
 
-#: Rows per block of the in-process fits (a block's working set stays in cache).
-DEFAULT_BLOCK_ROWS = 32768
+DEFAULT_BLOCK_ROWS = 32768  # rows per block: a block's working set stays in cache
 
 
 def canonical_order(codes, n_users, row_keys):
-    """Row order sorted by ``(codes, row_keys)``: the canonical layout.
-
-    Equal to ``np.lexsort((row_keys, codes))`` (int64). ``row_keys`` (unsigned
-    or non-negative ints) are a function of each row's content
-    (:func:`skdpp.utils._random.row_hashes`, or e.g. item codes), so the order
-    does not depend on the input order. Code and the key's top bits are packed
-    into one uint64, sorted once (20-30x faster than ``np.lexsort`` on 10^7
-    rows); tied runs are re-sorted by their full keys.
-    """
+    """``np.lexsort((row_keys, codes))``: code and the key's top bits packed in one
+    uint64 (20-30x faster on 10^7 rows), tied runs re-sorted by the full keys."""
     codes = np.asarray(codes, dtype=np.int64)
     keys = np.asarray(row_keys).astype(np.uint64, copy=False)
     bits = int(max(n_users - 1, 1)).bit_length()
@@ -622,7 +548,7 @@ def canonical_order(codes, n_users, row_keys):
 
 
 def _as_rows(rows, n):
-    """``rows`` as None (all of ``n`` source rows), a slice, or an int64 array."""
+    """``rows`` as None (all ``n``), a slice, or an int64 array."""
     if rows is None or isinstance(rows, slice):
         return rows
     rows = np.asarray(rows, dtype=np.int64)
@@ -635,10 +561,7 @@ def _as_rows(rows, n):
 
 
 class UserBlock:
-    """The rows of a set of whole users, in canonical order (:func:`canonical_order`).
-
-    The unit of work of every algorithm (run by the executors of
-    :mod:`skdpp.utils._executor`); it refers to *source* arrays, not copies.
+    """The rows of whole users in canonical order over *source* arrays (not copies).
 
     Parameters
     ----------
@@ -695,14 +618,12 @@ class UserBlock:
         return self._rank
 
     def take(self, A, out=None):
-        """The block's rows of a source-aligned ``A`` (a view if contiguous, else a
-        gather, into ``out`` when given)."""
+        """The block's rows of a source-aligned ``A`` (a view, or a gather into ``out``)."""
         if self.rows is None:
             return A
         if isinstance(self.rows, slice):
             return A[self.rows]
-        # mode="clip": the rows are valid by construction, and numpy's default
-        # mode="raise" buffers ``out`` (about 5x slower).
+        # mode="clip": rows are valid; mode="raise" buffers ``out`` (5x slower)
         return np.take(A, self.rows, axis=0, mode="clip",
                        out=None if out is None else out[:self.rows.shape[0]])
 
@@ -715,7 +636,7 @@ class UserBlock:
         return self.rows
 
     def select(self, mask):
-        """The block restricted to the rows where ``mask`` (same users; counts may drop to 0)."""
+        """The block restricted to the rows ``mask`` (same users)."""
         mask = np.asarray(mask, dtype=bool)
         counts = np.bincount(self.row_user[mask], minlength=self.n_users)
         return UserBlock(self.X, self.y, self.source_rows()[mask], self.users,
@@ -745,7 +666,7 @@ class UserBlock:
         return np.repeat(per_user, self.counts, axis=0)
 
     def segment_sum(self, values):
-        """Per-user sums of row-aligned ``values`` (any trailing shape); 0 for empty users."""
+        """Per-user sums of row-aligned ``values`` (0 for empty users)."""
         values = np.asarray(values)
         if values.ndim == 1:
             return np.bincount(self.row_user, weights=values, minlength=self.n_users)
@@ -757,7 +678,7 @@ class UserBlock:
         return out
 
     def uniform_count(self):
-        """The number of rows of every user when all users have the same (else 0)."""
+        """The users' common row count (0 if they differ)."""
         if self._uniform is None:
             c = int(self.counts[0]) if self.n_users else 0
             self._uniform = c if c and bool((self.counts == c).all()) else 0
@@ -785,13 +706,13 @@ class UserBlock:
                     self.row_user, weights=pa * P[:, b], minlength=self.n_users)
         return out
 
-    def segment_sum_wide(self, values, dtype=np.float64):
-        """Per-user sums of a wide row-aligned ``(n_rows, p)`` array, one sparse product.
+    def outer_sum(self, A):
+        """Per-user Gram matrices of row-aligned ``A`` (:func:`segment_outer_sum`)."""
+        return segment_outer_sum(A, None, UserIndex(np.arange(self.n_users), self.row_user))
 
-        Faster than :meth:`segment_sum` for many columns. Rows are added in
-        canonical order in the result type of ``dtype`` and ``values``
-        (float32 counts of bools are exact up to ``2**24`` rows per user).
-        """
+    def segment_sum_wide(self, values, dtype=np.float64):
+        """Per-user sums of a wide ``(n_rows, p)`` array, one sparse product in the result
+        type of ``dtype`` and ``values`` (float32 counts exact up to ``2**24`` rows)."""
         owner = sp.csr_matrix((np.ones(self.n_rows, dtype=dtype),
                                np.arange(self.n_rows), self.offsets),
                               shape=(self.n_users, self.n_rows))
@@ -806,12 +727,8 @@ class UserBlock:
         return keyed_uniform(key, stream, self.user_hash, *words)
 
     def ranks_by(self, keys):
-        """Rank of each row within its user when the user's rows are sorted by ``keys``.
-
-        ``keys`` in ``[0, 1)``; ties keep the canonical order. Users of equal
-        size sort the rows of an ``(n_users, c)`` array of ``code + key``:
-        exactly the order of :func:`argsort_within`, several times faster.
-        """
+        """Rank of each row within its user by ``keys`` in ``[0, 1)`` (equal-size users:
+        one ``(n_users, c)`` sort, the order of :func:`argsort_within`, faster)."""
         c = self.uniform_count()
         if c > 1:
             values = np.arange(self.n_users, dtype=np.float64)[:, None] \
@@ -826,18 +743,13 @@ class UserBlock:
         return out
 
     def split_users_rows(self, fraction, keys):
-        """``True`` for the first part of each user's rows (e.g. ``S^0``): the
-        :func:`first_part_sizes` rows with the smallest ``keys``."""
+        """``True`` for each user's :func:`first_part_sizes` rows of smallest ``keys``."""
         return self.ranks_by(keys) < self.expand(first_part_sizes(self.counts, fraction))
 
 
 def make_blocks(X, y, index, *, row_keys=None, max_rows=DEFAULT_BLOCK_ROWS):
-    """Blocks (list of :class:`UserBlock`, consecutive users) in canonical order over
-    the source arrays ``X``, ``y`` (not copied).
-
-    ``row_keys`` order each user's rows (default: :func:`skdpp.utils._random.row_hashes`
-    of ``X`` and ``y``); ``max_rows`` rows per block (``None``: one block).
-    """
+    """Blocks of about ``max_rows`` rows (``None``: one) over ``X``, ``y``; each user's
+    rows ordered by ``row_keys`` (default :func:`~skdpp.utils._random.row_hashes`)."""
     _check_index(index)
     if row_keys is None:
         row_keys = row_hashes(X, y)

@@ -1,32 +1,6 @@
-"""Randomness of a fit: noise streams and keyed per-user randomness.
-
-One rule for all estimators (DESIGN §4):
-
-* **Noise and public randomness** come from generators seeded by a 128-bit
-  :class:`numpy.random.SeedSequence` built once per fit from ``random_state``
-  (:class:`FitRandomness`). ``random_state=None`` draws fresh entropy from the
-  operating system (never numpy's global ``RandomState``). An int seeds the
-  fit deterministically (as scikit-learn's checks require; whoever knows it
-  reproduces the noise, so deployments use ``None``); the privacy report says
-  which (:attr:`FitRandomness.seeded`).
-* **No seed on an observed object.** Nothing that outlives a fit (fitted
-  attributes, parameters, reports, pickles) holds a generator, a seed
-  sequence or the key: they rebuild the noise. A meta-estimator that hands a
-  sub-fit fresh entropy (:class:`DerivedRandomState`) takes it back once the
-  sub-fit is done.
-* **Per-user and per-row randomness** (data splits, minibatches, client
-  sampling, per-entry uniforms) is a keyed hash of ``(fit key, stream, user id,
-  position within the user, round)`` (:func:`keyed_uniform`), positions taken
-  in canonical order (:func:`row_hashes`,
-  :func:`skdpp.utils._grouped.canonical_order`): a user's random choices
-  depend only on the key and that user's id and rows, whatever the row order,
-  the other users or the partition across machines. With the noise drawn in
-  the fixed order of the releases, a fit is a function of the *set* of records.
-
-The hash is a keyed SplitMix64 cascade (Steele, Lea & Flood 2014), a
-non-cryptographic mixer: like the PCG64 noise generator it is not hardened
-against an adversary who attacks the generator itself, but with a secret
-128-bit key it is as unpredictable as the noise.
+"""Randomness of a fit: noise streams (:class:`FitRandomness`) and keyed per-user
+randomness (:func:`keyed_uniform`, a keyed SplitMix64 hash). The rule is in
+:ref:`data_layer`.
 
 Examples
 --------
@@ -51,12 +25,11 @@ _M1 = _U64(0xBF58476D1CE4E5B9)
 _M2 = _U64(0x94D049BB133111EB)
 _S30, _S27, _S31 = _U64(30), _U64(27), _U64(31)
 
-# Rows per chunk when hashing the content of a large matrix.
-_HASH_CHUNK_ROWS = 1 << 12
+_HASH_CHUNK_ROWS = 1 << 12  # rows per chunk of row_hashes
 
 
 def _mix(x):
-    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic, new array)."""
+    """SplitMix64 finaliser on a uint64 array."""
     x = np.asarray(x, dtype=_U64)
     with np.errstate(over="ignore"):
         x = x ^ (x >> _S30)
@@ -73,13 +46,9 @@ def _tag(name):
 
 
 def seed_sequence(random_state):
-    """The 128-bit :class:`numpy.random.SeedSequence` of one fit.
-
-    ``random_state``: ``None`` (fresh entropy from the operating system), an
-    int (a deterministic seed), a ``SeedSequence`` (used as is), or a
-    ``RandomState`` / ``Generator`` (128 bits are drawn from it, so successive
-    fits with the same instance differ).
-    """
+    """The 128-bit ``SeedSequence`` of one fit from ``random_state``: ``None`` (OS
+    entropy), an int, a ``SeedSequence`` (as is), or a ``RandomState`` / ``Generator``
+    (128 bits drawn from it: successive fits differ)."""
     if random_state is None:
         return np.random.SeedSequence()
     if isinstance(random_state, np.random.SeedSequence):
@@ -97,11 +66,8 @@ def seed_sequence(random_state):
 
 
 def noise_is_seeded(random_state):
-    """Whether a fit's noise is reproducible from the user's ``random_state``.
-
-    ``True`` for anything but ``None``: whoever learns it regenerates every
-    noise draw, so the guarantee holds only while it stays secret. A
-    :class:`DerivedRandomState` carries the answer of its origin.
+    """Whether a fit's noise is reproducible from the user's ``random_state`` (anything
+    but ``None``; a :class:`DerivedRandomState` carries its origin's answer).
 
     Examples
     --------
@@ -115,15 +81,9 @@ def noise_is_seeded(random_state):
 
 
 class DerivedRandomState(np.random.RandomState):
-    """A ``RandomState`` a meta-estimator hands to a sub-fit (e.g. a search trial).
-
-    Seeded by ``seed`` (a ``SeedSequence`` drawn from the meta-estimator's),
-    it carries ``user_seeded``: whether that seed derives from a user-given
-    ``random_state`` (:func:`noise_is_seeded`), so the sub-fit's report tells
-    the truth. Its state still rebuilds the noise after the sub-fit (the
-    Mersenne Twister can be rewound): the meta-estimator must reset the
-    parameter before the sub-fit is observed.
-    """
+    """A ``RandomState`` a meta-estimator hands to a sub-fit, carrying ``user_seeded``
+    (:func:`noise_is_seeded` of its origin). Its state rebuilds the noise: the
+    meta-estimator must reset the parameter before the sub-fit is observed."""
 
     def __init__(self, seed, *, user_seeded):
         super().__init__(np.random.MT19937(seed))
@@ -143,28 +103,10 @@ def _derived_random_state(state, user_seeded):
 
 
 class FitRandomness:
-    """All randomness of one fit, derived once from ``random_state``.
-
-    ``random_state`` as in :func:`seed_sequence`.
-
-    Attributes
-    ----------
-    seeded : bool
-        Whether the noise is reproducible from the user's ``random_state``
-        (:func:`noise_is_seeded`); the fit's privacy report says so.
-    noise : numpy.random.Generator
-        The privacy-noise stream (drawn only by :mod:`skdpp.privacy`, in the
-        fixed order of the releases).
-    public : numpy.random.Generator
-        Data-independent randomness (initialisations, JL matrices, candidates).
-    key : ndarray of shape (2,), dtype uint64
-        The secret key of :func:`keyed_uniform`.
-
-    Notes
-    -----
-    The three are independent ``spawn`` children of :func:`seed_sequence`. The
-    object lives only during a fit: no estimator keeps it, its generators or its key.
-    """
+    """All randomness of one fit (lives only during the fit): ``seeded``
+    (:func:`noise_is_seeded`), ``noise`` (the privacy-noise generator, drawn only by
+    :mod:`skdpp.privacy`), ``public`` (data-independent randomness) and ``key``
+    (uint64 (2,), of :func:`keyed_uniform`): spawn children of :func:`seed_sequence`."""
 
     def __init__(self, random_state):
         # noise="secure": the privacy noise and the key of the client sampling
@@ -189,12 +131,8 @@ class FitRandomness:
 
 
 def keyed_bits(key, stream, *words):
-    """64 pseudo-random bits (uint64) per element, a keyed hash of ``(stream, *words)``.
-
-    ``key``: the fit key (:attr:`FitRandomness.key`); ``stream``: its purpose
-    (e.g. ``"split"``; streams are independent); ``words``: int coordinates,
-    broadcast together (e.g. user hash, rank, round).
-    """
+    """64 keyed pseudo-random bits per element of the broadcast int ``words`` (e.g. user
+    hash, rank, round); ``stream`` names independent purposes (e.g. ``"split"``)."""
     key = np.asarray(key, dtype=_U64)
     h = _mix(np.asarray(key[0] ^ _tag(stream), dtype=_U64))
     with np.errstate(over="ignore"):
@@ -245,13 +183,7 @@ def _hash_object(value):
 
 
 def hash_ids(ids):
-    """A 64-bit hash (uint64) of every id, the same in every process and machine.
-
-    ``ids`` (shape (n,)): integers, floats, strings, bytes, datetimes or other
-    hashable objects. Integral floats hash like the equal integers; strings
-    hash their code points (any numpy width); object arrays of ints or
-    strings alike, other objects by type name and ``repr``. Python's ``hash``
-    (salted per process) is not used.
+    """A 64-bit hash of every id, the same in every process (:ref:`data_layer`).
 
     Examples
     --------
@@ -299,7 +231,7 @@ def hash_ids(ids):
 
 
 def _multipliers(width, offset):
-    """Fixed odd 64-bit multipliers for columns ``offset .. offset + width`` (public)."""
+    """Fixed odd 64-bit multipliers of columns ``offset .. offset + width``."""
     seq = np.random.SeedSequence(0x5EED_0F_C0_1A_55, spawn_key=(offset,))
     m = np.random.Generator(np.random.PCG64(seq)).integers(
         0, 2**62, size=width, dtype=np.int64)
@@ -307,23 +239,9 @@ def _multipliers(width, offset):
 
 
 def row_hashes(*columns):
-    """A 64-bit hash of the content of every row (keyless; for canonical order).
-
-    ``columns``: numeric arrays of shape (n,) or (n, p) (e.g. ``X`` and ``y``).
-    Equal rows get equal hashes (uint64, shape (n,)); ``-0.0`` hashes like
-    ``0.0``; a value hashes the same whatever its numeric dtype (``1``,
-    ``True``, ``1.0`` and ``np.float32(1)`` are one value).
-
-    The entries' bits are combined linearly modulo ``2**64`` with fixed odd
-    multipliers (exact), then mixed by SplitMix64; a collision (probability
-    about ``2**-64``) only swaps two rows of one user.
-
-    Every entry is hashed as its float64 value, never by its dtype's bits:
-    the dtype is a property of the whole array, which one user can change
-    (one rating of 3.5 makes integer ratings float), and would then reorder
-    every user's rows and move every keyed split (DESIGN section 7).
-    Integers beyond ``2**53`` that round alike hash alike.
-    """
+    """Keyless 64-bit hash of each row of the numeric ``columns`` ((n,) or (n, p)), as
+    float64 values whatever the dtype (one user can change a dtype:
+    :ref:`data_layer`); ``-0.0`` hashes like ``0.0``."""
     if not columns:
         raise ValueError("row_hashes needs at least one array.")
     cols = [a.reshape(a.shape[0], -1) for a in map(np.asarray, columns)]
@@ -336,7 +254,7 @@ def row_hashes(*columns):
         mults.append(_multipliers(c.shape[1], offset))
         offset += c.shape[1]
     out = np.zeros(n, dtype=np.int64)
-    # one reused buffer per float64 column group: -0.0 -> 0.0 in a single pass
+    # a reused buffer per float64 column: -0.0 -> 0.0 in one pass
     bufs = [np.empty((min(n, _HASH_CHUNK_ROWS), c.shape[1])) if c.dtype == np.float64
             else None for c in cols]
     with np.errstate(over="ignore"):

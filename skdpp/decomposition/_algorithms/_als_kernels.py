@@ -1,12 +1,6 @@
-"""Block kernels of private alternating minimisation (Krichene et al. 2023, Alg. 1-3).
-
-Block functions ``fn(block, state, broadcast) -> (partial, state)`` run by
-:func:`.adaptive_mf.run`; per-user state (residuals, task weights, user embeddings) stays
-in the block. Data are *entries*: one row per distinct (user, item) pair
-(:func:`aggregate_entries`), each user's rows sorted by item code (:func:`entry_blocks`).
-The user step (Alg. 3, line 4) is an exact local ridge solve per user over all its
-ratings; Gram matrices and item statistics are batched BLAS products (:func:`_batches`).
-Ratings of unpublished items only move the user's bias.
+"""Block kernels of private alternating minimisation (Krichene et al. 2023, Alg. 1-3),
+over *entries* (one row per distinct (user, item) pair, each user's rows by item); the
+user step (Alg. 3, line 4) is an exact ridge solve per user (batched BLAS products).
 """
 
 import numpy as np
@@ -18,40 +12,27 @@ from ...privacy._quantile import cumulative_counts
 from ...utils._grouped import UserIndex, make_blocks, padded_sizes
 from ._task_weights import task_weights
 
-# Entries per block: each block returns a dense n_items x k x k partial (82 MB
-# for 10^4 items at k = 32), so blocks are large.
-BLOCK_ROWS = 2**20
-# Systems per batched solve of the user step (71 MB of Gram matrices at k = 32).
-_USER_CHUNK = 8192
-# Bytes of one gathered (segments, size, k) stack of embedding rows.
-_GATHER_BYTES = 2**24
-# Users with at most this many entries (and values within _DUAL_SAFE) are solved
-# in the dual, an n x n system: 2.1x on a whole fit
-# (benchmarks/bench_adaptive_mf.py --n-ratings 1000000, 4.8 s vs 10.2 s CPU).
+BLOCK_ROWS = 2**20  # entries per block (a partial is n_items x k x k: 82 MB at 10^4, 32)
+_USER_CHUNK = 8192  # systems per batched user solve (71 MB at k = 32)
+_GATHER_BYTES = 2**24  # of one gathered (segments, size, k) stack
+# Users with at most this many entries (values within _DUAL_SAFE) are solved in the
+# dual: 2.1x on a whole fit (bench_adaptive_mf.py --n-ratings 1000000, 4.8 vs 10.2 s).
 _DUAL_MAX_ROWS = 32
 _DUAL_SAFE = 1e100
-# Entries per chunk of the row-wise dot products of the gradient step.
-_ENTRY_CHUNK = 2**17
-# rating_clip="auto" is a quantile of AUTO_SCALE x the users' RMS deviation.
-AUTO_SCALE = 2.0
-# Smallest ridge of a user's embedding coordinates (all item embeddings zero).
-_TINY_RIDGE = 1e-300
-# embedding_ridge="auto": the public grid (pseudo-ratings) scored on held-out
-# ratings; the last (safe) value is kept unless another beats it by
-# VALIDATION_MARGIN noise std; VALIDATION_FRACTION of each user's published
-# ratings is held out (round(fraction * n): none below 5).
+_ENTRY_CHUNK = 2**17  # entries per chunk of the gradient step's dot products
+AUTO_SCALE = 2.0  # rating_clip="auto": a quantile of twice the users' RMS deviation
+_TINY_RIDGE = 1e-300  # smallest embedding ridge (all item embeddings zero)
+# embedding_ridge="auto": the grid scored on held-out ratings (VALIDATION_FRACTION of
+# each user's, rounded); the last is kept unless another wins by VALIDATION_MARGIN std.
 RIDGE_GRID = np.array([1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0])
 VALIDATION_MARGIN = 3.0
 VALIDATION_FRACTION = 0.1
 
 
 def aggregate_entries(user, item, y, n_items):
-    """Merge duplicate (user, item) rows into one entry with their mean rating, so a user
-    contributes at most once to each item's statistics (as the sensitivities require).
-
-    The mean is a sum of ``y / count`` in increasing rating order (independent of the row
-    order). Returns ``(user, item, rating)`` sorted by user, then item.
-    """
+    """``(user, item, rating)`` sorted by user, then item: duplicate pairs merged into their
+    mean rating (one contribution per item, as the sensitivities require; summed in
+    increasing rating order, independent of the row order)."""
     y = np.asarray(y, dtype=np.float64)
     pair = np.asarray(user, dtype=np.int64) * np.int64(n_items) + np.asarray(item, np.int64)
     uniq, inverse, n_dup = np.unique(pair, return_inverse=True, return_counts=True)
@@ -59,8 +40,7 @@ def aggregate_entries(user, item, y, n_items):
     values = y / n_dup[inverse]
     dup = np.flatnonzero(n_dup[inverse] > 1)
     if dup.size:
-        # Place each duplicated pair's rows in increasing rating order (bincount
-        # sums every bin in array order).
+        # each duplicated pair's rows in increasing rating order (bincount sums in order)
         rows = np.arange(pair.shape[0])
         rows[dup] = dup[np.lexsort((values[dup], inverse[dup]))]
         inverse, values = inverse[rows], values[rows]
@@ -70,8 +50,7 @@ def aggregate_entries(user, item, y, n_items):
 
 
 def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
-    """Blocks of whole users over the entries (:func:`aggregate_entries`), each
-    user's rows sorted by item; ``X`` holds the item codes, ``y`` the ratings."""
+    """Blocks of whole users over the entries, ``X`` the item codes, ``y`` the ratings."""
     item = np.asarray(item, dtype=np.int64)
     # item codes as row keys, in the top bits (canonical_order keeps them)
     shift = np.uint64(64 - max(1, int(n_items - 1).bit_length()))
@@ -81,7 +60,6 @@ def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
 
 
 def _state(block, state):
-    """The block's state, created on first use: its entries' items and ratings."""
     if state is None:
         state = {"item": np.asarray(block.take(block.X)[:, 0], dtype=np.int64),
                  "rating": block.take(block.y)}
@@ -108,8 +86,7 @@ def _batches(counts, rows):
 
 
 def _chunks(n, size, k, max_n=None):
-    """Slices of ``n`` segments of ``size`` rows of ``k`` floats within ``_GATHER_BYTES``
-    (``size=1``: the row windows of one batch)."""
+    """Slices of ``n`` segments of ``size`` rows of ``k`` floats within ``_GATHER_BYTES``."""
     step = max(1, _GATHER_BYTES // max(1, size * k * 8))
     if max_n is not None:
         step = min(step, max_n)
@@ -133,7 +110,6 @@ def _batched_gram(E, index, weights, targets, out_G, out_b):
 
 
 def _eligible(block, rows):
-    """The sub-block of the given canonical rows (ranks among them, same users)."""
     mask = np.zeros(block.n_rows, dtype=bool)
     mask[rows] = True
     return block.select(mask)
@@ -141,7 +117,7 @@ def _eligible(block, rows):
 
 # Pre-processing (Alg. 3, line 2): clip bounds, mean, counts, catalogue
 def _user_means(block, state):
-    """Each user's mean rating (a sum of ``y / n_j``: no overflow to NaN; 0 if no entries)."""
+    """Each user's mean rating (a sum of ``y / n_j``: no overflow; 0 without entries)."""
     counts = np.maximum(block.counts, 1)
     with np.errstate(over="ignore", invalid="ignore"):
         mean = block.segment_sum(state["rating"] / block.expand(counts))
@@ -155,8 +131,7 @@ def user_mean_statistic(block, state, fn):
 
 
 def deviation_counts(block, state, broadcast):
-    """Cumulative counts over ``grid`` of ``2 sqrt(mean_i (y_ij - mean)^2)``, one per user;
-    ``broadcast = (mean, grid)`` (``rating_clip="auto"``; overflow: ``inf``)."""
+    """Cumulative counts over ``grid`` of each user's ``2 sqrt(mean_i (y_ij - mean)^2)``."""
     mean, grid = broadcast
     state = _state(block, state)
     counts = np.maximum(block.counts, 1)
@@ -167,7 +142,7 @@ def deviation_counts(block, state, broadcast):
 
 
 def mean_partial(block, state, radius):
-    """Sum over the block's users of their mean of ratings clipped to ``[-radius, radius]``."""
+    """Sum of the users' means of ratings clipped to ``[-radius, radius]``."""
     state = _state(block, state)
     sums = block.segment_sum(clip_values(state["rating"], radius))
     per_user = np.divide(sums, block.counts, out=np.zeros(block.n_users),
@@ -176,11 +151,8 @@ def mean_partial(block, state, radius):
 
 
 def count_partial(block, state, broadcast):
-    """Item counts (codes ``< n_count``) from at most ``cap`` items per user (App. B, D.1).
-
-    ``broadcast = (key, cap, n_count)``. A user keeps the ``cap`` items with the smallest
-    keyed uniforms (a function of its set of items) and adds their 0/1 indicators.
-    """
+    """Item counts (codes ``< n_count``) of at most ``cap`` items per user, those of smallest
+    keyed uniforms (App. B, D.1)."""
     key, cap, n_count = broadcast
     state = _state(block, state)
     rows = np.flatnonzero(state["item"] < n_count)
@@ -192,8 +164,7 @@ def count_partial(block, state, broadcast):
 
 
 def select_items(block, state, broadcast):
-    """Store ``pub = remap[item]`` per entry (``m``: an unpublished item) and ``sel``, the
-    rows of published items; ``broadcast = (remap, m)``."""
+    """Store ``pub = remap[item]`` (``m``: unpublished) and ``sel``, the published rows."""
     remap, m = broadcast
     state = _state(block, state)
     state["m"] = int(m)
@@ -204,9 +175,8 @@ def select_items(block, state, broadcast):
 
 
 def prepare_residuals(block, state, broadcast):
-    """Store the user-side targets ``r_ij = y_ij - mean - b_i`` (not clipped: personal)
-    and each user's number of published entries; ``broadcast = (mean, item_biases)``,
-    ``item_biases`` of shape ``(m + 1,)`` (last: the unpublished item, 0)."""
+    """Store the targets ``r_ij = y_ij - mean - b_i`` (not clipped: personal) and each
+    user's number of published entries."""
     mean, item_biases = broadcast
     with np.errstate(over="ignore", invalid="ignore"):  # huge ratings: inf, solved as 0
         state["r"] = state["rating"] - mean - item_biases[state["pub"]]
@@ -217,11 +187,8 @@ def prepare_residuals(block, state, broadcast):
 
 
 def prepare_weights(block, state, broadcast):
-    """Task weights of the published entries (eq. (11)-(12) or a sampling baseline).
-
-    ``broadcast = (config, key, log_omega, counts)``. With ``embedding_ridge="auto"`` a
-    keyed ``VALIDATION_FRACTION`` of each user's entries is held out first.
-    """
+    """Task weights of the published entries (eq. (11)-(12) or a sampling baseline), after
+    holding out a keyed ``VALIDATION_FRACTION`` with ``embedding_ridge="auto"``."""
     cfg, key, log_omega, counts = broadcast
     sel, m = state["sel"], state["m"]
     if cfg.embedding_ridge == "auto":
@@ -254,8 +221,7 @@ def prepare_weights(block, state, broadcast):
 
 
 def _user_batches(block, state, rows):
-    """The user step's batches (cached) of ``rows`` (``None``: all; ``"fit"``: not
-    held out): users, published codes (``m``: unpublished, ``m + 1``: padding), ``r``."""
+    """The user step's cached batches of ``rows`` (None: all; ``"fit"``: not held out)."""
     name = "batches" if rows is None else "batches_" + rows
     if name not in state:
         if rows is None:
@@ -271,19 +237,16 @@ def _user_batches(block, state, rows):
 
 
 def _solve_users(block, state, V, cfg, rho, rows=None):
-    """Every user's ``(U, bias)``: ``[u_j, b_j] = argmin sum_{i in j} (r_ij - b_j - <u_j,
-    v_i>)^2 + personal_ridge b_j^2 + lambda_j ||u_j||^2``, ``lambda_j = rho mean_i
-    ||v_i||^2 / k`` over the user's published items (scale-free). Unpublished items (zero
-    embedding) only move the bias; a non-finite solve gives 0. ``rows="fit"``: without
-    the held-out ratings."""
+    """Every user's ``(U, bias)``: ``argmin sum_i (r_ij - b_j - <u_j, v_i>)^2 + personal_ridge
+    b_j^2 + lambda_j ||u_j||^2``, ``lambda_j = rho mean_i ||v_i||^2 / k`` (scale-free;
+    unpublished items only move the bias; non-finite: 0)."""
     (U, bias), = _solve_users_grid(block, state, V, cfg, [rho], rows=rows)
     return U, bias
 
 
 def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
-    """:func:`_solve_users` for several ridges ``rhos``: a list of ``(U, bias)``. ``k x k``
-    systems in stacks of ``_USER_CHUNK`` (:func:`gram_ridge_solve`), users with few
-    entries in the dual; ``users`` (a mask) restricts the solves."""
+    """:func:`_solve_users` for several ridges ``rhos`` (``users``: a mask): ``k x k``
+    systems in stacks of ``_USER_CHUNK``, users with few entries in the dual."""
     k0, m = V.shape[1], V.shape[0]
     n_pub = state["n_pub" + ("" if rows is None else "_" + rows)]
     k = k0 + int(bool(cfg.user_bias))
@@ -382,13 +345,9 @@ def _solve_users_grid(block, state, V, cfg, rhos, rows=None, users=None):
 
 
 def ridge_scores(block, state, broadcast):
-    """Held-out error of every ridge of ``RIDGE_GRID`` (``embedding_ridge="auto"``).
-
-    ``broadcast = (V, config, rating_clip)``. Each user, fitted without its held-out
-    ratings (never seen by the item step), contributes its mean squared held-out errors,
-    residuals clipped to ``C_r``: entries in ``[0, C_r^2]``, sensitivity ``sqrt(len(grid))
-    C_r^2`` (0 without held-out ratings).
-    """
+    """Held-out error of every ridge of ``RIDGE_GRID``: each user's mean squared held-out
+    errors (fitted without them), residuals clipped to ``C_r``: entries in ``[0, C_r^2]``,
+    sensitivity ``sqrt(len(grid)) C_r^2``."""
     V, cfg, rating_clip = broadcast
     val = state["val"]
     user = block.row_user[val]
@@ -457,13 +416,8 @@ def _clipped_users(block, state, broadcast):
 
 
 def als_statistics(block, state, broadcast):
-    """User step, then the block's weighted item statistics (Alg. 1, lines 2, 5-6).
-
-    ``broadcast = (V, config, rho, rating_clip)``. Returns ``(A, b)``: ``A_i = sum_j w_ij
-    u_j u_j^T`` of shape ``(m, k, k)`` (symmetric up to rounding: the release uses its
-    upper triangle) and ``b_i = sum_j w_ij t_ij u_j`` of shape ``(m, k)``, with ``||u_j||
-    <= C_u`` and ``|t_ij| <= C_r``, batched over items of equal entry counts.
-    """
+    """User step, then ``A_i = sum_j w_ij u_j u_j^T`` (the release uses its upper triangle)
+    and ``b_i = sum_j w_ij t_ij u_j``, ``||u_j|| <= C_u``, ``|t_ij| <= C_r`` (Alg. 1, 2, 5-6)."""
     U, target = _clipped_users(block, state, broadcast)
     k, m = U.shape[1], broadcast[0].shape[0]
     Uz = np.vstack([U, np.zeros((1, k))])  # row -1: padding
@@ -478,19 +432,15 @@ def als_statistics(block, state, broadcast):
 
 
 def user_step(block, state, broadcast):
-    """User step of the gradient solver: clipped embeddings and targets kept in the state."""
+    """User step of the gradient solver (clipped embeddings and targets kept)."""
     state["U"], state["target"] = _clipped_users(block, state, broadcast)
     state["unit"], state["norm"] = unit_rows(state["U"])
     return None, state
 
 
 def item_gradient(block, state, broadcast):
-    """Weighted sum of per-entry clipped gradients of the item loss (Alg. 2, line 5).
-
-    ``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)``, i.e. ``sign(e) min(|e|
-    ||u||, Gamma) u / ||u||`` (a huge ``e`` still gives norm at most ``Gamma``, NaN gives
-    0). ``broadcast = (V, grad_clip)``; an ``(m, k)`` partial.
-    """
+    """``g_i = sum_j w_ij clip((<v_i, u_j> - t_ij) u_j, Gamma)`` (Alg. 2, line 5) as
+    ``sign(e) min(|e| ||u||, Gamma) u / ||u||`` (norm <= ``Gamma`` for any ``e``; NaN: 0)."""
     V, grad_clip = broadcast
     user, item, U = state["keep_user"], state["keep_item"], state["U"]
     resid = np.empty(user.shape[0])

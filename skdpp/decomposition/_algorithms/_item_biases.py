@@ -34,9 +34,8 @@ def item_bias_sensitivities(cap, rating_clip):
 
 
 def bias_weights(block, state, broadcast):
-    """Per-entry weights ``min(1, sqrt(cap / n_j))`` (stored as ``bias_w``, aligned with
-    ``state["sel"]``) and the block's weighted counts ``W`` of shape ``(m,)``;
-    ``broadcast = (cap, m)``."""
+    """Per-entry weights ``min(1, sqrt(cap / n_j))`` (kept as ``bias_w``) and the weighted
+    counts ``W``."""
     cap, m = broadcast
     sel = state["sel"]
     user = block.row_user[sel]
@@ -50,13 +49,8 @@ def bias_weights(block, state, broadcast):
 
 
 def bias_sums(block, state, broadcast):
-    """The block's weighted sums ``S`` (shape ``(m,)``) of user-centred, clipped ratings.
-
-    ``broadcast = (mean, item_biases, rating_clip, ridge)``, ``item_biases`` of shape ``(m
-    + 1,)`` (the previous pass; last: the dummy item, 0). User ``j``'s centring is ``c_j =
-    sum_i (y_ij - mean - b_i) / (n_j + ridge)`` over all the user's ratings; the targets of
-    the published entries are ``clip(y_ij - mean - c_j, C_r)``.
-    """
+    """The weighted sums ``S`` of ``clip(y_ij - mean - c_j, C_r)``, ``c_j = sum_i (y_ij - mean
+    - b_i) / (n_j + ridge)`` over all user ``j``'s ratings (``b``: the previous pass)."""
     mean, item_biases, rating_clip, ridge = broadcast
     m = item_biases.shape[0] - 1
     sel = state["sel"]
@@ -71,15 +65,9 @@ def bias_sums(block, state, broadcast):
 
 
 def shrunk_item_biases(sums, weights, *, ridge, rating_clip, noise_std):
-    """Item biases from the released ``S`` and ``W`` (post-processing).
-
-    ``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` with ``W_i`` floored at
-    1, clipped to ``[-C_r, C_r]``: the posterior mean of ``b_i`` under a prior ``N(0, s^2 /
-    ridge)`` when each residual has variance ``s^2``, ``s = C_r / 2`` (the ``"auto"`` bound
-    is twice a typical deviation), and ``S_i`` carries Gaussian noise of std ``sigma_S =
-    noise_std`` (0 at ``epsilon=inf``): an item whose sum is mostly noise gets a bias near
-    0. Scale-free; ``rating_clip=None``: no clipping, no noise.
-    """
+    """``b_i = S_i / (W_i + ridge + ridge (2 sigma_S / C_r)^2 / W_i)`` (``W_i >= 1``), clipped
+    to ``C_r``: the posterior mean under a prior ``N(0, s^2 / ridge)``, residual std ``s =
+    C_r / 2``, noise std ``sigma_S``. Post-processing."""
     w = np.maximum(np.asarray(weights, dtype=np.float64), 1.0)
     denom = w + ridge
     if noise_std > 0 and rating_clip is not None:

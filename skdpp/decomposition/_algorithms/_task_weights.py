@@ -13,19 +13,14 @@ import numpy as np
 
 __all__ = ["adaptive_weights", "log_adaptive_item_weights", "task_weights"]
 
-# Weights are shrunk by this factor so that sum_j w_ij^2 <= beta holds exactly in
-# floating point (the rounding of the per-user rescaling is ~1e-16 relative).
+# so that sum_j w_ij^2 <= beta holds in floating point (rescaling rounds ~1e-16)
 _SAFETY = 1.0 - 1e-12
 
 
 def log_adaptive_item_weights(counts, *, mu, budget, n_users):
-    """``log(omega_i)`` of eq. (11) with exponent ``mu`` (finite, never underflows).
-
-    ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))`` with the noisy
-    ``counts`` floored at 1 (post-processing), so that a user whose items are drawn in
-    proportion to the counts spends ``beta = budget`` in expectation (``c(n) = 1``); ``n =
-    n_users`` is public. The sum is taken in log space.
-    """
+    """``log(omega_i)``, ``omega_i = n_i^-mu / sqrt(sum_i' n_i'^(1 - 2 mu) / (n beta))``
+    (eq. (11), noisy counts floored at 1, in log space): a user whose items follow the
+    counts spends ``beta = budget`` in expectation."""
     n_hat = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
     log_n = np.log(n_hat)
     log_sum = np.logaddexp.reduce((1.0 - 2.0 * mu) * log_n)
@@ -33,9 +28,8 @@ def log_adaptive_item_weights(counts, *, mu, budget, n_users):
 
 
 def adaptive_weights(block, item, log_omega, *, budget, normalization):
-    """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation; ``item``: the
-    item code of each row of ``block``; ``log_omega``: :func:`log_adaptive_item_weights`.
-    Every user's ``sum w^2 <= budget`` holds in floating point."""
+    """Per-entry weights of eq. (12) (``"clip"``) or the budget normalisation (``sum w^2 <=
+    budget`` in floating point)."""
     # Relative to each user's largest omega_i: rel = omega_i / top_j lies in (0, 1] and
     # B_j / top_j^2 = sum_i rel^2 in [1, n^j], so neither underflows (B_j itself underflows
     # for large mu, and beta / B_j = inf would give infinite weights).
@@ -63,12 +57,8 @@ def _tail_ranks(block, item_counts, tie_break):
 
 def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=None,
                  normalization="budget"):
-    """Per-entry task weights ``w_ij`` of one block (zero weight: row not used).
-
-    ``item``: the item code of each row; ``key``: the fit key (tie-breaks and uniform
-    sampling are keyed per row); ``log_omega`` for ``"adaptive"``, the DP ``counts`` for
-    ``"tail"``; ``floor(budget)`` items per user for the sampling baselines.
-    """
+    """Per-entry task weights ``w_ij`` (0: row unused); the baselines keep ``floor(budget)``
+    items per user (keyed tie-breaks)."""
     if weighting == "adaptive":
         return adaptive_weights(block, item, log_omega, budget=budget,
                                 normalization=normalization)

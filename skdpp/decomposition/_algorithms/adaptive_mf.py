@@ -1,34 +1,23 @@
-"""Private alternating minimisation for matrix completion (Krichene et al. 2023, Alg. 1-3).
+"""Private alternating minimisation (Krichene et al. 2023, Alg. 1-3): plan, driver and
+personal fit of :class:`~skdpp.decomposition.AdaptiveWeightMF` (kernels:
+:mod:`._als_kernels`, :mod:`._item_biases`, :mod:`._task_weights`). Releases in order,
+replace-one-user L2 sensitivities (``C_u`` = ``clip_norm``, ``C_r`` = ``rating_clip``,
+``beta`` = ``user_budget``):
 
-The algorithm of :class:`~skdpp.decomposition.AdaptiveWeightMF`: configuration
-(:class:`MFConfig`), budget plan (:func:`plan`), driver (:func:`run`) and personal fit
-(:func:`fit_personal`); block kernels in :mod:`._als_kernels`, item biases in
-:mod:`._item_biases`, task weights (eq. (11)-(12), sampling baselines) in
-:mod:`._task_weights`. Releases, in order, each charged to its phase (replace-one-user L2
-sensitivities; ``C_u`` = ``clip_norm``, ``C_r`` = ``rating_clip``, ``beta`` =
-``user_budget``):
-
-0. ``"clip"``: noisy binary searches over public grids, each step a count of users (1):
-   median and radius of the users' mean ratings (``mean_clip="auto"``), median of twice
-   their RMS deviation from the DP mean (``rating_clip="auto"``: a log grid, then 16
-   steps in its cell);
-1. ``"mean"`` (Alg. 3, line 2): users' means clipped around the private median (``2 R``),
-   or their means of ratings clipped to ``[-b, b]`` over the public ``n_users`` (``2 b /
-   n_users``);
-2. ``"counts"`` (App. B, D.1): counts of at most ``count_cap`` items per user (``sqrt(2
-   count_cap)``); with a private catalogue they select it: the candidates are the items
-   some user counted (at most ``count_cap`` per user) and a candidate is published iff its
-   noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta /
-   4``, so an item only the replaced user rated (count <= 1) passes with probability <=
-   ``delta_t``;
+0. ``"clip"``: noisy bisections, each step a count of users (1): median and radius of
+   the users' mean ratings; twice their RMS deviation (log grid, then 16 steps in a cell);
+1. ``"mean"`` (Alg. 3, line 2): means clipped around the private median (``2 R``), or
+   means clipped to ``[-b, b]`` over the public ``n_users`` (``2 b / n_users``);
+2. ``"counts"`` (App. B, D.1): at most ``count_cap`` items per user (``sqrt(2
+   count_cap)``); a private catalogue publishes a candidate (an item some user counted)
+   iff its noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t =
+   delta / 4``: an item only the replaced user rated passes w.p. <= ``delta_t``;
 3. ``"item_bias"``: weighted counts, then per pass weighted sums of user-centred ratings
    (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2 sqrt(count_cap) C_r``;
-4. ``"items"`` (Alg. 3, line 5): ALS, per iteration ``A_i = sum_j w_ij u_j u_j^T``
-   (symmetric noise, ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij t_ij u_j`` (``2
-   sqrt(beta) C_u C_r``) (Alg. 1, lines 5-6); SGD, per step, the weighted per-entry
-   clipped gradients (Alg. 2, line 5: ``2 sqrt(beta) Gamma``);
-5. ``"ridge"`` (``embedding_ridge="auto"``): each user's held-out squared errors for the
-   6 grid ridges, residuals clipped to ``C_r``: ``sqrt(6) C_r^2``.
+4. ``"items"`` (Alg. 3, line 5): ALS, ``A_i = sum_j w_ij u_j u_j^T`` (symmetric noise,
+   ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij t_ij u_j`` (``2 sqrt(beta) C_u C_r``)
+   (Alg. 1, lines 5-6); SGD, clipped gradients (Alg. 2, line 5: ``2 sqrt(beta) Gamma``);
+5. ``"ridge"``: held-out squared errors of the 6 grid ridges, clipped: ``sqrt(6) C_r^2``.
 """
 
 import warnings
@@ -54,38 +43,27 @@ from . import _als_kernels as K
 from ._item_biases import bias_sums, bias_weights, item_bias_sensitivities, shrunk_item_biases
 from ._task_weights import log_adaptive_item_weights
 
-# mean_clip="auto": the radius is this quantile of the users' |mean - median|
-# (the median's search stays robust to count noise of a sizeable fraction of n;
-# clipping half the users' means costs nothing measurable, MovieLens even ids).
+# mean_clip="auto": the radius quantile of |mean - median| (half the users' means
+# clipped costs nothing measurable, MovieLens even ids).
 _RADIUS_QUANTILE = 0.5
-# rating_clip="auto": the public log grid, refined in _FINE_SIZE steps of a cell.
-_GRID = quantile_grid()
+_GRID = quantile_grid()  # rating_clip="auto": this log grid, then _FINE_SIZE steps
 _FINE_SIZE = 16
-#: Releases of the "clip" phase for rating_clip="auto".
 CLIP_SEARCH_STEPS = search_steps(_GRID) + search_steps(_FINE_SIZE)
-# Default count_cap with noise (measured on MovieLens, even user ids, and App. C).
-DEFAULT_COUNT_CAP = 50
-#: Default shares (``budget_shares``; "items" takes the rest; "counts" is
+DEFAULT_COUNT_CAP = 50  # measured on MovieLens (even user ids) and App. C
+#: Default ``budget_shares`` ("items" takes the rest; "counts" is
 #: PRIVATE_CATALOGUE_COUNT_SHARE when the counts select the catalogue).
 DEFAULT_SHARES = {"clip": "auto", "mean": 0.05, "counts": 0.1, "item_bias": 0.25,
                   "ridge": 0.05}
 PRIVATE_CATALOGUE_COUNT_SHARE = 0.3
-# Share of delta reserved for the threshold of the private catalogue selection.
-_THRESHOLD_DELTA_FRACTION = 0.25
-# A private catalogue below this released size cannot fill one top-10 list.
-TINY_CATALOGUE = 10
+_THRESHOLD_DELTA_FRACTION = 0.25  # of delta, for the private catalogue's threshold
+TINY_CATALOGUE = 10  # below: cannot fill one top-10 list
 
 
 @dataclass(frozen=True)
 class MFConfig:
-    """Public configuration of one fit (the estimator's resolved parameters).
-
-    ``catalogue``: ``"public"``, ``"private"`` or ``"observed"``. The fields with defaults
-    are constants, not parameters: ``noise_ridge`` (item ridge in units of ``sigma_A
-    sqrt(k)``), ``bias_ridge`` and ``bias_iter`` (item biases), ``clip_quantile``
-    (``rating_clip="auto"``), and for ``solver="sgd"`` ``gd_steps``, ``learning_rate`` and
-    ``grad_clip`` (``None``: ``C_u C_r``).
-    """
+    """The resolved parameters of one fit; the fields with defaults are constants
+    (``noise_ridge``: item ridge in units of ``sigma_A sqrt(k)``; ``grad_clip`` None:
+    ``C_u C_r``)."""
 
     epsilon: float
     delta: float
@@ -119,27 +97,23 @@ class MFConfig:
 
     @property
     def needs_counts(self):
-        """DP item counts: adaptive/tail weights, the GD steps, or selecting the catalogue."""
         return (self.weighting in ("adaptive", "tail") or self.solver == "sgd"
                 or self.catalogue == "private")
 
     @property
     def auto_bounds(self):
-        """Names of the bounds the ``"clip"`` phase chooses, in release order."""
         return tuple(name for name, auto in [
             ("mean_clip", self.center and self.mean_clip == "auto"),
             ("rating_clip", self.rating_clip == "auto")] if auto)
 
     @property
     def n_item_releases(self):
-        """Releases of phase ``"items"``: ALS, ``A`` and ``b`` per iteration; SGD, one per step."""
         return self.n_iter * (2 if self.solver == "als" else self.gd_steps)
 
 
 # The budget plan
 def plan(config, meta):
-    """The fit's :class:`~skdpp.privacy.BudgetPlan` (phases as needed; ``"items"`` takes the
-    rest; ``"clip"`` by :func:`~skdpp.privacy._plan.resolve_clip_share`)."""
+    """The fit's :class:`~skdpp.privacy.BudgetPlan` (``"items"`` takes the rest)."""
     cfg, shares = config, config.shares
     clip_count = (LOCATION_SEARCH_STEPS * int(cfg.center and cfg.mean_clip == "auto")
                   + CLIP_SEARCH_STEPS * int(cfg.rating_clip == "auto"))
@@ -170,19 +144,13 @@ def plan(config, meta):
                          meta["n_users"], "AdaptiveWeightMF", _FALLBACK, level=cfg.center)
 
 
-#: What a useless fit's known users get (its warning's text).
 _FALLBACK = "each known user predicts its own mean rating (local data only)"
 
 
 def _fallback(executor, release, meta, cfg):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless).
-
-    No model release: no item is published from a private catalogue (a public one is kept,
-    with zero embeddings and biases); each known user predicts its own mean rating (local
-    data only); a new user the users' median mean rating
-    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one release, as
-    ``mean_``) or the prior 0.
-    """
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan`: no item published
+    from a private catalogue (a public one with zero parts); known users their own mean;
+    new users the private median mean rating (``mean_``) or 0."""
     n_users, k = int(meta["n_users"]), cfg.n_components
     level = fallback_level(release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
     n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
@@ -204,15 +172,8 @@ def _fallback(executor, release, meta, cfg):
 
 # Pre-processing releases (Alg. 3, line 2)
 def _dp_mean(executor, release, n_users, mean_clip):
-    """``(mean, mean_clip)``: the ``"mean"`` release (and for ``mean_clip="auto"`` its
-    ``"clip"`` searches).
-
-    ``"auto"``: :func:`~skdpp.privacy._quantile.private_location` of the users' mean
-    ratings: a private median ``c`` and radius ``R``, then ``c`` plus the noisy mean of
-    ``m_j - c`` clipped to ``R`` (its noise follows the spread of the users' means, not
-    their magnitude). A number ``b``: the noisy mean of each user's mean of ratings clipped
-    to ``[-b, b]``, kept in ``[-b, b]``.
-    """
+    """``(mean, mean_clip)``: ``"auto"``, the private location of the users' mean ratings;
+    a number ``b``, the noisy mean of their means clipped to ``[-b, b]``."""
     if mean_clip == "auto":
         mean, radius = private_location(
             release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users=n_users,
@@ -225,9 +186,8 @@ def _dp_mean(executor, release, n_users, mean_clip):
 
 
 def _rating_clip(executor, release, mean, quantile, n_users):
-    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation,
-    on the log grid then in ``_FINE_SIZE`` steps of the selected cell (``CLIP_SEARCH_STEPS``
-    releases of sensitivity 1)."""
+    """``rating_clip="auto"``: the private ``quantile`` of twice the users' RMS deviation
+    (log grid, then ``_FINE_SIZE`` steps of the cell; counts of sensitivity 1)."""
     def search(grid):
         counts = executor.map(K.deviation_counts, (mean, grid))
         return private_quantile(release, "clip", counts, grid, quantile=quantile,
@@ -238,22 +198,15 @@ def _rating_clip(executor, release, mean, quantile, n_users):
 
 
 def catalogue_candidates(counts):
-    """Candidates of the private catalogue: the items some user counted.
-
-    ``counts`` is the exact total of :func:`~._als_kernels.count_partial`: an item is a
-    candidate iff some user's capped selection holds it, so one user creates at most
-    ``count_cap`` candidates, each of count at most 1 without that user -- what the
-    selection threshold assumes (:meth:`~skdpp.privacy.Releaser.select_partitions` with
-    ``max_partitions = count_cap``). Were every rated item a candidate, a user rating ``R``
-    items nobody else rated would create ``R`` candidates: a selection delta growing with
-    ``R``.
-    """
+    """Candidates of the private catalogue: the items in some user's capped selection
+    (exact ``counts`` of :func:`~._als_kernels.count_partial`), so one user creates at most
+    ``count_cap`` candidates of count <= 1 without it, as ``select_partitions`` assumes
+    (every rated item a candidate: a delta growing with a user's unique items)."""
     return np.asarray(counts) > 0
 
 
 def _catalogue(executor, release, meta, cfg, key):
-    """The ``"counts"`` phase: the published items' internal codes (increasing) and their
-    noisy counts (``None`` if no counts are released)."""
+    """The ``"counts"`` phase: published item codes (increasing), noisy counts (or None)."""
     n_codes = int(meta["n_item_codes"])
     n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
     if not cfg.needs_counts:
@@ -274,8 +227,7 @@ def _catalogue(executor, release, meta, cfg, key):
 
 
 def _item_sensitivities(cfg, rating_clip):
-    """Sensitivities of the ``"items"`` releases (``None``: no clipping; an overflow gives
-    ``inf`` and the release raises if it adds noise)."""
+    """Sensitivities of the ``"items"`` releases (None: no clipping; overflow: ``inf``)."""
     sqrt_beta = np.sqrt(np.float64(cfg.user_budget))
     cu, cr, grad_clip = cfg.clip_norm, rating_clip, cfg.grad_clip
     with np.errstate(over="ignore"):
@@ -292,12 +244,8 @@ def _item_sensitivities(cfg, rating_clip):
 
 # The driver (Alg. 3)
 def run(executor, release, randomness, meta, config):
-    """Alternating minimisation with a private item step (Alg. 3), over user blocks.
-
-    ``meta``: the public ``n_users``, ``n_items`` (public catalogue size or ``None``) and
-    ``n_item_codes`` (internal, never released). The :class:`~skdpp.base.FitResult` holds
-    ``_published`` (internal codes).
-    """
+    """Alternating minimisation with a private item step (Alg. 3); ``meta["n_item_codes"]``
+    is internal, never released."""
     cfg, n_users, k, key = config, int(meta["n_users"]), config.n_components, randomness.key
     log = print if cfg.verbose else (lambda message: None)
     # Public sizes only (the number of ratings and of items present are private).
@@ -414,7 +362,6 @@ def run(executor, release, randomness, meta, config):
 
 
 def _notes(cfg, n_published):
-    """The report's notes (public values and the released catalogue size only)."""
     tiny = n_published < TINY_CATALOGUE and cfg.epsilon != np.inf
     catalogue = {
         "private": "The item catalogue item_ids_ was selected under DP: an item is published iff "
@@ -461,8 +408,7 @@ def _warn_tiny_catalogue(n_published, n_users, epsilon):
 
 # The personal-part fit (App. D, Remark D.1)
 def fit_personal(blocks, n_codes, fitted, config):
-    """Every user's ``(U, bias)`` from ``fitted``'s releases and the user's entries (codes
-    ``>= m``: unpublished items, bias only), with the kernels of :func:`run`."""
+    """Every user's ``(U, bias)`` from ``fitted``'s releases and its entries."""
     executor, m = LocalExecutor(blocks), fitted.n_items_
     executor.map(K.select_items, (np.minimum(np.arange(n_codes), m), m))
     executor.map(K.prepare_residuals, (fitted.mean_, np.append(fitted.item_biases_, 0.0)))

@@ -15,7 +15,7 @@ from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from .._auto import FallbackPlan, auto_bound, rms_per_user, user_weights
 from .._heads import psd_floor_solve
 from . import representation as rep
-from .representation import fit_heads, take_rows
+from .representation import fit_heads
 
 __all__ = ["Config", "plan", "run"]
 
@@ -117,13 +117,13 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     min(||x|| ||v||, η) vec(x̂ v̂^T)`` (``||W_r|| <= η`` for any magnitudes) and ``ỹ_r =
     clip(y_r; ζ)``, each user adds its *mean* of ``W_r W_r^T`` (trace ``<= η^2``) and
     of ``ỹ_r W_r`` (norm ``<= ζ η``)."""
-    xu, xn = unit_rows(take_rows(stats, X0))
+    xu, xn = unit_rows(stats.take(X0))
     vu, vn = unit_rows(V)
     Vr, vnr = stats.expand(vu), stats.expand(vn)
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.where((xn > 0) & (vnr > 0), xn * vnr, 0.0)
     mag, _ = clipped_magnitudes(norms, clip_norm)  # ||W_r|| = min(||x|| ||v||, eta)
-    yt = clip_values(take_rows(stats, y0), label_clip)
+    yt = clip_values(stats.take(y0), label_clip)
     w = user_weights(stats)  # each user contributes the mean over its rows
     with np.errstate(over="ignore", invalid="ignore"):
         gram = _kron_blocks(xu, Vr, w * mag**2)
@@ -141,7 +141,7 @@ def _round_heads(block, state, rnd, all_users=False):
         stats = stats.select(stats.expand(active))
     with np.errstate(over="ignore", invalid="ignore"):
         P = state.X0 @ rnd.U
-    V = fit_heads(heads, take_rows(heads, P), take_rows(heads, state.y0))  # line 5
+    V = fit_heads(heads, heads.take(P), heads.take(state.y0))  # line 5
     return state.X0, stats, V
 
 
@@ -155,7 +155,7 @@ def altmin_round(block, state, rnd):
 def row_norm_statistic(block, state, rnd):
     """Block function: each user's RMS of ``||x_r|| ||v_i||`` at ``U_0`` (``"auto"`` ``η``)."""
     X0, stats, V = _round_heads(block, state, rnd, all_users=True)
-    xn = unit_rows(take_rows(stats, X0))[1]
+    xn = unit_rows(stats.take(X0))[1]
     with np.errstate(over="ignore", invalid="ignore"):
         norms = xn * stats.expand(unit_rows(V)[1])
     return rms_per_user(stats, norms), state
@@ -164,7 +164,7 @@ def row_norm_statistic(block, state, rnd):
 def label_statistic(block, state, rnd):
     """Block function: each user's RMS (centred) target (``"auto"`` ``ζ``)."""
     stats = state.extra["halves"][1]
-    return rms_per_user(stats, take_rows(stats, state.y0)), state
+    return rms_per_user(stats, stats.take(state.y0)), state
 
 
 def run(executor, release, randomness, meta, config):

@@ -14,7 +14,7 @@ import numpy as np
 from ...privacy._clipping import clipped_outer_sum, unit_rows
 from .._auto import FallbackPlan, auto_bound, rms_per_user
 from . import representation as rep
-from .representation import fit_heads, source_row_sum, take_rows
+from .representation import fit_heads, source_row_sum
 
 __all__ = ["Config", "plan", "run"]
 
@@ -76,7 +76,7 @@ def _user_gradients(grad, X0, P, y0, V):
     """``g_i`` with ``∇_{i,t} = -(2/b) sum_{B'} (y - <x, U v>) x v_i^T = g_i v_i^T``
     (Alg. 1, lines 7-8); zero if not a number."""
     with np.errstate(over="ignore", invalid="ignore"):
-        resid = take_rows(grad, y0) - np.einsum("ij,ij->i", take_rows(grad, P),
+        resid = grad.take(y0) - np.einsum("ij,ij->i", grad.take(P),
                                                 grad.expand(V))
         w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
     g = source_row_sum(grad, w, X0)
@@ -101,7 +101,7 @@ def _round_inputs(block, state, rnd):
     with np.errstate(over="ignore", invalid="ignore"):
         P = X0 @ rnd.U
     head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
-    V = fit_heads(head, take_rows(head, P), take_rows(head, state.y0))  # line 6
+    V = fit_heads(head, head.take(P), head.take(state.y0))  # line 6
     return X0, P, grad, V
 
 

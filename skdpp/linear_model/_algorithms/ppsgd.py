@@ -1,7 +1,5 @@
-"""PPSGD, Bietti, Wei, Dudík, Langford & Wu (2022), Algorithms 1-3: plan, driver, personal parts.
-
-Block functions in :mod:`.ppsgd_kernels`; the estimator (parameters, guarantee,
-predict) is :class:`skdpp.linear_model.PPSGDRegressor`.
+"""PPSGD, Bietti, Wei, Dudík, Langford & Wu (2022), Algorithms 1-3: plan, driver and
+personal parts of :class:`skdpp.linear_model.PPSGDRegressor` (kernels: :mod:`.ppsgd_kernels`).
 """
 
 import functools
@@ -14,24 +12,21 @@ import numpy as np
 from ...base import FitResult, _caller_stacklevel
 from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
-from ...privacy._plan import resolve_clip_share
 from ...utils._executor import LocalExecutor
 from ...utils._random import FitRandomness
 from .. import _auto
 from .._auto import (
     AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-    LEVEL_PHASE, VARIANCE_FLOOR, FallbackPlan, at_grid_edge, auto_bound, cold_start_levels,
-    fallback_level, fallback_note, fallback_plan, feature_scales, gradient_bound_inconsistent,
-    head_votes, inverse_scales, label_range, mean_label_values, own_label_ranges,
-    scaling_notes, standardize, standardize_block, useless_fit_message)
+    VARIANCE_FLOOR, FallbackPlan, at_grid_edge, auto_bound, auto_bounds_note, cold_start_levels,
+    fallback_fit, fallback_plan, feature_scales, gated_plan, gradient_bound_inconsistent,
+    head_votes, inverse_scales, label_range, own_label_ranges, scaling_notes, standardize,
+    standardize_block, useless_fit_message)
 from .._scratch import release_scratch
 from .ppsgd_kernels import (PersonalPrior, SGDConfig, feature_scale_statistic,
                             gradient_norm_statistic, make_sgd_blocks, offset_values,
                             personal_refit, personal_sgd, sgd_round)
 
-#: The plan's phase of the per-round releases (Alg. 1, lines 10-12).
-PHASE = "iterations"
-
+PHASE = "iterations"  # the per-round releases (Alg. 1, lines 10-12)
 #: Default ``budget_shares`` (``"iterations"`` takes the rest).
 DEFAULT_SHARES = {"clip": "auto", "cold_start": 0.02}
 
@@ -67,8 +62,7 @@ class PPSGDConfig:
     verbose: int = 0
 
     @property
-    def releases(self):
-        """Whether the fit releases anything (``alpha > 0``)."""
+    def releases(self):  # alpha > 0
         return step_sizes(self.alpha, self.learning_rate)[0] > 0
 
     @property
@@ -81,8 +75,7 @@ class PPSGDConfig:
         return self.fit_intercept and self.releases and self.cold_start_share > 0
 
     @property
-    def labelled(self):
-        """Whether the fit releases a label range (both bounds ``"auto"``)."""
+    def labelled(self):  # a label range is released (both bounds "auto")
         return bool(_auto.SCALE_FEATURES) and self.releases and \
             self.noise_multiplier is None and self.clip_norm == "auto" and \
             self.feature_scale == "auto"
@@ -94,9 +87,8 @@ def plan(config, meta):
 
 
 def _plan(config, meta):
-    """``(plan, scaled)``: ``"clip"`` (``"auto"`` bounds, cold start searches, label
-    range, and the feature scales unless the count noise then exceeds
-    ``SCALE_GATE_NOISE * n_users``: ``scaled``), ``"iterations"`` (:func:`run_rounds`)
+    """``(plan, scaled)``: ``"clip"`` (``scaled``: the feature scales' gate of
+    :func:`~skdpp.linear_model._auto.gated_plan`), ``"iterations"`` (:func:`run_rounds`)
     and ``"cold_start"`` (two clipped means)."""
     budget = BudgetPlan(config.epsilon, config.delta)
     if not config.releases:  # alpha = 0: nothing is released
@@ -124,18 +116,8 @@ def _plan(config, meta):
                        param="budget_shares['cold_start']")
         return budget
 
-    def resolved(n_clip):
-        if not n_clip:
-            return build(0.05, 0)
-        return build(resolve_clip_share(config.clip_share, lambda s: build(s, n_clip),
-                                        meta["n_users"]), n_clip)
-
-    scaled = config.labelled
-    budget = resolved(n_base + scaled * FEATURE_SCALE_STEPS * int(meta["n_features"]))
-    if scaled and budget.calibrate()[CLIP_PHASE] > \
-            _auto.SCALE_GATE_NOISE * max(meta["n_users"], 1):
-        # public rule: too noisy for the per-feature searches, run without them
-        scaled, budget = False, resolved(n_base)
+    budget, scaled = gated_plan(build, config.clip_share, meta["n_users"], n_base,
+                                FEATURE_SCALE_STEPS * int(meta["n_features"]), config.labelled)
     if config.labelled and config.fit_intercept:  # predicted useless: _fallback's plan
         budget = fallback_plan(budget, meta["n_users"], "PPSGDRegressor",
                                level=config.cold_start)
@@ -144,10 +126,9 @@ def _plan(config, meta):
 
 def run_rounds(executor, release, config, *, n_users, lr_global, w_init=None,
                round_fn=sgd_round, callback=None, verbose=0):
-    """Run ``config.n_rounds`` rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling)
-    with the map ``round_fn(block, state, (t, w), config=config)``, then
-    ``callback(t, w, executor)``; ``w_init``: zeros (Alg. 1, line 2). Returns the
-    last (``config.average``: averaged) global iterate; offsets stay in the states."""
+    """Run the rounds of PPSGD (Alg. 1; Alg. 2/3 with client sampling) with the map
+    ``round_fn``, then ``callback(t, w, executor)``; the last (or averaged) global
+    iterate (``w_init``: zeros, Alg. 1, line 2); offsets stay in the states."""
     n_rounds, q = int(config.n_rounds), float(config.sample_rate)
     w = np.zeros(config.n_features) if w_init is None else np.array(w_init, dtype=float)
     w_sum = np.zeros(config.n_features) if config.average else None
@@ -196,23 +177,22 @@ def run(executor, release, randomness, meta, config):
 
 
 def _fallback(executor, release, meta, config, sgd):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless):
-    ``coef_ = 0``; known users: their own ridge fit and mean (:func:`personal_refit`,
-    ``local_only``); new users: the median mean label
-    (:func:`~skdpp.linear_model._auto.fallback_level`, the plan's one release) or 0."""
-    n_users, d = meta["n_users"], meta["n_features"]
-    level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
-    prior = PersonalPrior(np.zeros(d), level, None, float(config.personal_ridge or 0.0), sgd,
-                          0.0, True)
-    theta, b = _personal(executor, config, prior, int(config.n_rounds))
-    attributes = {"coef_": np.zeros(d), "intercept_": level, "offsets_": theta,
-                  "intercept_offsets_": b - level, "n_iter_": 0, "noise_multiplier_": 0.0,
-                  "clip_norm_": None, "feature_scale_": None, "intercept_clip_": None,
-                  "feature_scales_": None, "label_range_": None, "local_only_": True,
-                  "own_label_ranges_": executor.collect(own_label_ranges)}
-    return FitResult(attributes,
-                     released=("intercept_",) * (LEVEL_PHASE in release.plan),
-                     local=_LOCAL, notes=(fallback_note(release, "intercept_"),))
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan`: ``coef_ = 0``, known
+    users' own ridge fits and means (:func:`personal_refit`)."""
+    d = meta["n_features"]
+
+    def attributes(level):
+        prior = PersonalPrior(np.zeros(d), level, None, float(config.personal_ridge or 0.0),
+                              sgd, 0.0, True)
+        theta, b = _personal(executor, config, prior, int(config.n_rounds))
+        return {"coef_": np.zeros(d), "intercept_": level, "offsets_": theta,
+                "intercept_offsets_": b - level, "n_iter_": 0, "noise_multiplier_": 0.0,
+                "clip_norm_": None, "feature_scale_": None, "intercept_clip_": None,
+                "feature_scales_": None, "label_range_": None, "local_only_": True,
+                "own_label_ranges_": executor.collect(own_label_ranges)}
+
+    return fallback_fit(executor, release, meta["n_users"], attributes,
+                        level_attr="intercept_", local=_LOCAL)
 
 
 _LOCAL = ("offsets_", "intercept_offsets_", "own_label_ranges_")
@@ -300,8 +280,8 @@ def _run(executor, release, randomness, meta, config):
 
 
 def _personal(executor, config, prior, n_rounds):
-    """``(theta_i, b_i)``: the shrunk refit (``personal_ridge``), the SGD offsets
-    (``personal_ridge=None`` or nothing released), or zeros (``alpha=inf``)."""
+    """``(theta_i, b_i)``: the shrunk refit, the SGD offsets (``personal_ridge=None`` or
+    nothing released), or zeros (``alpha=inf``)."""
     if prior.local_only or (config.personal_ridge is not None and config.releases):
         theta, b = executor.collect(personal_refit, prior)
     else:
@@ -312,8 +292,8 @@ def _personal(executor, config, prior, n_rounds):
 
 
 def fit_personal(X, y, index, config, estimator):
-    """``personalize``: the end of :func:`run` with ``estimator``'s released model fixed
-    (global step 0, ``max(1, round(q T))`` local steps for SGD offsets). No release."""
+    """``personalize``: the end of :func:`run` with the released model fixed (global step
+    0, ``max(1, round(q T))`` local SGD steps). No release."""
     scaled = estimator.feature_scales_ is not None
     if scaled:
         X = standardize(X, inverse_scales(estimator.feature_scales_))
@@ -354,11 +334,7 @@ def _notes(config, z):
         f"{z:.6g} (noise std = multiplier * 2 * clip_norm); the global step "
         "divides the release by the public q * n_users."]
     if config.auto_names:
-        notes.append(
-            f"{', '.join(config.auto_names)}='auto': the {config.clip_quantile:g}-"
-            f"quantile of a per-user statistic, released by a noisy bisection over a "
-            f"public log grid ({AUTO_STEPS} Gaussian counts of sensitivity 1, phase "
-            f"'clip').")
+        notes.append(auto_bounds_note(config.auto_names, config.clip_quantile))
     if config.cold_start:
         notes.append(
             "fit_intercept=True: gradients are computed on each user's rows centred "

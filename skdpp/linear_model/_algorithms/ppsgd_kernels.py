@@ -16,8 +16,7 @@ from ...privacy._clipping import clip_by_norm, unit_row_norms
 from ...privacy import mechanisms
 from .._auto import rms_per_user, shrink_levels, shrinkage_penalty, user_means
 from .._scratch import scratch
-from ...utils._grouped import (DEFAULT_BLOCK_ROWS, UserIndex, canonical_order, make_blocks,
-                               segment_outer_sum)
+from ...utils._grouped import DEFAULT_BLOCK_ROWS, canonical_order, make_blocks
 from ...utils._random import keyed_bits
 
 
@@ -340,7 +339,7 @@ def _user_grams(sub, X):
     if sub.n_users and m[0] > 0 and (m == m[0]).all():
         X3 = X.reshape(sub.n_users, int(m[0]), X.shape[1])
         return np.matmul(X3.transpose(0, 2, 1), X3)
-    return segment_outer_sum(X, None, UserIndex(np.arange(sub.n_users), sub.row_user))
+    return sub.outer_sum(X)
 
 
 def gradient_norm_statistic(block, state, config):

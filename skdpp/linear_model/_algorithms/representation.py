@@ -1,15 +1,7 @@
-"""The kernels and the start and end of a fit shared by FedRep and Priv-AltMin.
-
-Model ``y ≈ b_i + <x, U v_i>``: a shared embedding ``U`` (``d × k``,
-orthonormal, released under user-level DP), a personal head ``v_i`` and
-intercept ``b_i`` from the released values and that user's rows only
-(``fit_intercept=False``: ``b_i = 0``, the papers' model). :mod:`.fedrep` and
-:mod:`.altmin` call :func:`plan` (phases ``clip``, ``init``, ``iterations``,
-``cold_start``), :func:`start` (label range, feature scales, the keyed
-``S^0`` / ``S^1`` split of :func:`prepare_split`, the initialisation of
-:mod:`.spectral_init`), their iterations (over :class:`BlockState`), then
-:func:`finish` (:func:`final_heads`: Snedeker et al. 2025, Alg. 1, line 14,
-the DP cold start and the personal parts; ``personalize``: :func:`fit_personal`).
+"""The start and end of a fit shared by FedRep and Priv-AltMin (model ``y ≈ b_i +
+<x, U v_i>``, ``U`` released): :func:`plan`, :func:`start` (label range, scales,
+the ``S^0`` / ``S^1`` split, ``U_0``), then their iterations, then :func:`finish`
+(Snedeker et al. 2025, Alg. 1, line 14, the cold start, the personal parts).
 """
 
 import warnings
@@ -23,46 +15,29 @@ from ...base import FitResult
 from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
 from ...privacy._clipping import clip_by_norm, unit_rows
-from ...privacy._plan import resolve_clip_share
 from ...utils._executor import LocalExecutor
 from ...utils._grouped import UserBlock, make_blocks
 from .. import _auto
 from .._auto import (
     AUTO_STEPS, CLIP_PHASE, COLD_START_CLIP_RELEASES, FEATURE_SCALE_STEPS, LABEL_RANGE_STEPS,
-    LEVEL_PHASE, VARIANCE_FLOOR, at_grid_edge, auto_bound, cold_start_levels, fallback_level,
-    fallback_note, fallback_plan, feature_scales, head_votes, inverse_scales, label_range,
-    mean_label_values, own_label_ranges, rms_per_user, scaling_notes, shrink_levels,
-    shrinkage_penalty, standardize, standardize_block, useless_fit_message, user_means)
+    VARIANCE_FLOOR, at_grid_edge, auto_bound, auto_bounds_note, cold_start_levels,
+    fallback_plan, feature_scales, gated_plan, head_votes, inverse_scales, label_range,
+    own_label_ranges, rms_per_user, scaling_notes, shrink_levels, shrinkage_penalty,
+    standardize, standardize_block, useless_fit_message, user_means)
 from .._heads import shrunk_heads, solve_heads
 from .spectral_init import initial_components, spectral_statistic
 
 _FLOAT_MAX = np.finfo(np.float64).max
 
-#: Default ``budget_shares`` (``"iterations"`` takes the rest; ``"clip"="auto"``:
-#: :func:`~skdpp.privacy._plan.resolve_clip_share`).
+#: Default ``budget_shares`` (``"iterations"`` takes the rest).
 DEFAULT_SHARES = {"clip": "auto", "init": 0.1, "cold_start": 0.02}
 
-#: The ``"auto"`` initialisation bound is the ``clip_quantile * _INIT_QUANTILE_FACTOR``
-#: quantile of its per-user statistic: the U-statistics' norms are heavy-tailed
-#: and clipping below the median keeps the mean's direction at half the noise
-#: (measured on the papers' setting, n = 20 000, ε = 1).
+#: The "auto" initialisation bound: the ``clip_quantile * 0.5`` quantile (:ref:`auto_rules`).
 _INIT_QUANTILE_FACTOR = 0.5
 
 
-def take_rows(block, A):
-    """The block's rows of the source-aligned ``A``: :meth:`UserBlock.take` with
-    ``np.take(mode="clip")`` (0.56 ms against 2.0 ms, 16384 rows of 50 columns)."""
-    rows = block.rows
-    if rows is None:
-        return A
-    if isinstance(rows, slice):
-        return A[rows]
-    return np.take(A, rows, axis=0, mode="clip")
-
-
 def _center_in_place(block, A, means):
-    """``A -= means`` of each row's user, overflows clamped to the float range (a
-    function of that user's rows only: later computations stay finite)."""
+    """``A -= means`` of each row's user, overflows clamped to the float range."""
     with np.errstate(over="ignore", invalid="ignore"):
         A -= block.expand(means)
         # a finite sum proves every entry finite (one read pass, no n x d mask)
@@ -74,11 +49,9 @@ def _center_in_place(block, A, means):
 
 @dataclass
 class BlockState:
-    """What a block keeps between rounds: ``s0`` (its ``S^0`` rows over the fit's
-    ``X``, ``y``); ``local`` (the same users over the block's own ``S^0`` arrays
-    ``X0``, ``y0``, centred on each user's means with ``fit_intercept``: a round's
-    batches are selections of it); ``final`` (rows of the final heads: ``S^1``, or
-    ``S^0`` for a user without ``S^1``); ``extra`` (algorithm-specific state)."""
+    """A block's state: ``s0`` (its ``S^0`` rows), ``local`` (the same users over the
+    block's own, centred ``S^0`` arrays ``X0``, ``y0``), ``final`` (rows of the final
+    heads: ``S^1``, or ``S^0`` without ``S^1``), ``extra`` (algorithm-specific)."""
 
     s0: UserBlock
     local: UserBlock
@@ -89,13 +62,10 @@ class BlockState:
 
 
 def prepare_split(block, state, config):
-    """Block function: the :class:`BlockState` of the ``S^0`` / ``S^1`` split
-    (Snedeker et al. 2025, Alg. 1, preamble): each user's ``ceil(m / 2)`` rows (in
-    ``[1, m - 1]``) with the smallest keyed uniforms ``hash(key, "split", user id,
-    rank)``. ``config = (key, fit_intercept)``; with ``fit_intercept`` the ``S^0``
-    rows are centred on the user's means over *all* its rows (FedRep converges
-    about twice as fast), profiling out a per-user intercept (``b = ȳ - <x̄, U v>``).
-    """
+    """Block function: the :class:`BlockState` of the ``S^0`` / ``S^1`` split (Snedeker
+    et al. 2025, Alg. 1, preamble): each user's ``ceil(m / 2)`` rows of smallest
+    keyed uniforms; ``fit_intercept``: ``S^0`` centred on the user's means over all
+    its rows (profiling out ``b = ȳ - <x̄, U v>``; FedRep converges twice as fast)."""
     key, fit_intercept = config
     # a throw-away view: its cached per-row arrays are freed on return
     block = block.user_range(0, block.n_users)
@@ -103,13 +73,13 @@ def prepare_split(block, state, config):
     s0 = block.select(s0_mask)
     no_s1 = (block.counts - s0.counts) == 0
     final = block.select(~s0_mask | block.expand(no_s1))  # Alg. 1, line 14 (S^1)
-    y0 = np.array(take_rows(s0, block.y), dtype=np.float64)
+    y0 = np.array(s0.take(block.y), dtype=np.float64)
     if not fit_intercept:
         X0 = np.take(block.X, s0.source_rows(), axis=0, mode="clip")
     else:
-        _center_in_place(s0, y0, user_means(block, np.asarray(take_rows(block, block.y),
+        _center_in_place(s0, y0, user_means(block, np.asarray(block.take(block.y),
                                                                dtype=np.float64)))
-        Xb = take_rows(block, block.X)  # the block's rows, gathered once
+        Xb = block.take(block.X)  # the block's rows, gathered once
         X0 = np.take(Xb, np.flatnonzero(s0_mask), axis=0, mode="clip")
         X0 = _center_in_place(s0, np.asarray(X0, dtype=np.float64),
                               user_means(block, np.asarray(Xb, dtype=np.float64)))
@@ -118,18 +88,16 @@ def prepare_split(block, state, config):
 
 
 def fit_heads(block, P, y):
-    """Per-user least-squares heads ``argmin_v sum_r (y_r - <p_r, v>)^2`` from the
-    block's rows of ``P = X U`` and ``y``, solved overflow-free on the rescaled
-    statistics of :func:`head_statistics` (zero without rows or if not finite)."""
+    """Per-user least-squares heads from the block's rows of ``P = X U`` and ``y``
+    (:func:`head_statistics`; zero without rows or if not finite)."""
     return head_statistics(block, P, y, center=False).raw_heads
 
 
 @dataclass
 class HeadStats:
-    """Each user's head statistics, overflow-free: with ``P' = P_c / sp``, ``y' = y_c /
-    sy`` (centred when ``center``; ``sp = max|P_c|``, ``sy = max|y_c|``, 1 for zeros),
-    ``A = P'^T P'``, ``r = P'^T y'``, ``yy = y'^T y'``; means and ``raw_heads`` (least
-    squares) in original units; ``bad``: non-finite projections (zero heads)."""
+    """Each user's head statistics on ``P' = P_c / sp``, ``y' = y_c / sy`` (``sp``, ``sy``:
+    max magnitudes): ``A = P'^T P'``, ``r = P'^T y'``, ``yy = y'^T y'``; means and
+    ``raw_heads`` in original units; ``bad``: non-finite projections."""
 
     counts: np.ndarray
     p_mean: np.ndarray
@@ -179,10 +147,8 @@ def head_statistics(block, P, y, *, center):
 @dataclass(frozen=True, eq=False)
 class PersonalPrior:
     """The public prior of the personal parts: the released cold-start ``head`` and
-    ``intercept`` (a user's mean level has prior mean ``intercept + <p̄_i, head>``
-    and variance ``2 R_b^2``, ``R_b = intercept_scale``; ``None``: levels not
-    shrunk), ``ridge`` (``personal_ridge`` ``κ``, pseudo-rows per parameter; 0:
-    least squares), ``variance_floor`` and ``local_only`` (the fallback)."""
+    ``intercept``, ``intercept_scale`` (``R_b``; None: levels not shrunk), ``ridge``
+    (``κ``; 0: least squares), ``variance_floor`` and ``local_only`` (the fallback)."""
 
     head: np.ndarray
     intercept: float
@@ -194,8 +160,7 @@ class PersonalPrior:
 
 
 def _noise_variance(stats, k, fit_intercept):
-    """Each user's residual variance ``RSS / (m - k - c)`` (else the target's) and target
-    variance ``yy / (m - c)`` in rescaled units (``c = fit_intercept``; NaN if ``m <= c``)."""
+    """Each user's residual and target variances in rescaled units (NaN if ``m <= c``)."""
     m = stats.counts.astype(np.float64)
     c = 1 if fit_intercept else 0
     dof = m - k - c
@@ -210,11 +175,9 @@ def _noise_variance(stats, k, fit_intercept):
 
 
 def personal_parts(stats, prior):
-    """``(heads, intercepts)`` from :class:`HeadStats` and the prior: heads minimise
-    ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij (v_j - v_cold,j)^2``
-    (:func:`~skdpp.linear_model._auto.shrinkage_penalty`), mean levels are shrunk
-    towards ``b_cold + <p̄_i, v_cold>`` (:func:`~skdpp.linear_model._auto.shrink_levels`);
-    non-finite parts give the cold-start part. Scale-free in ``X`` and ``y``."""
+    """``(heads, intercepts)``: heads minimise ``sum_r (y_r - b - <p_r, v>)^2 + sum_j q_ij
+    (v_j - v_cold,j)^2`` (:func:`~skdpp.linear_model._auto.shrinkage_penalty`), levels
+    shrunk by :func:`~skdpp.linear_model._auto.shrink_levels`; non-finite: the prior."""
     k = stats.r.shape[1]
     v0 = np.asarray(prior.head, dtype=np.float64)
     kappa = float(prior.ridge)
@@ -250,8 +213,7 @@ def personal_parts(stats, prior):
 
 
 def source_row_sum(block, weights, A):
-    """``out[u] = sum_{r in u} w_r A[row_r]``, one sparse product over the block's
-    *source* ``A`` (e.g. ``BlockState.X0``; rows not gathered)."""
+    """``out[u] = sum_{r in u} w_r A[row_r]``: one sparse product over the source ``A``."""
     W = sp.csr_matrix((np.asarray(weights, dtype=np.float64), block.source_rows(),
                        block.offsets), shape=(block.n_users, A.shape[0]))
     return np.asarray(W @ A)
@@ -265,23 +227,19 @@ class FinalState:
 
 
 def final_statistics(block, state, config):
-    """Block function: each user's :class:`HeadStats`; ``config = (U, rows, fit_intercept)``,
-    ``rows`` ``"all"`` or ``"holdout"`` (``BlockState.final``: Alg. 1, line 14)."""
+    """Block function: each user's :class:`HeadStats` on ``rows`` ``"all"`` or
+    ``"holdout"`` (``BlockState.final``: Alg. 1, line 14)."""
     U, rows, fit_intercept = config
     fin = state.final if rows == "holdout" else block
-    Xf = take_rows(fin, block.X)
     with np.errstate(over="ignore", invalid="ignore"):
-        P = Xf @ U
-    stats = head_statistics(fin, P, np.asarray(take_rows(fin, block.y), dtype=np.float64),
+        P = fin.take(block.X) @ U
+    stats = head_statistics(fin, P, np.asarray(fin.take(block.y), dtype=np.float64),
                             center=fit_intercept)
     return None, FinalState(stats)
 
 
-#: Variance floor (standardised units) of the heads averaged into the cold-start
-#: head; above the personal ``VARIANCE_FLOOR`` since an undetermined coefficient
-#: is applied to every new user. Chosen on MovieLens (FedRep, epsilon=inf, raw
-#: timestamp column: cold RMSE 1.75 / 1.13 / 1.065 / 1.055 at 0.05 / 0.15 / 0.3 /
-#: 0.5; held out 4.43 -> 1.054 with the timestamp, 1.0425 -> 1.0496 without).
+#: Variance floor (standardised units) of the heads averaged into the cold-start head
+#: (measured: :ref:`auto_rules`).
 COLD_VARIANCE_FLOOR = 0.5
 
 
@@ -292,10 +250,8 @@ def _variance_floor(stats, variance_floor):
 
 def cold_statistic_heads(stats, variance_floor):
     """Each user's contribution to the cold-start head: its least-squares head, or with
-    standardised features (``variance_floor > 0``) its ridge head ``(P_c^T P_c +
-    floor n_i I) v = P_c^T y_c`` with :data:`COLD_VARIANCE_FLOOR`, so a coordinate
-    nearly constant within a user (a session's timestamp) gets about 0. A function
-    of the user's rows only: the clipped sum's sensitivity is unchanged."""
+    ``variance_floor`` its ridge head ``(P_c^T P_c + floor n_i I) v = P_c^T y_c``
+    (:data:`COLD_VARIANCE_FLOOR`). The user's rows only: sensitivity unchanged."""
     if not variance_floor:
         return stats.raw_heads
     with np.errstate(all="ignore"):
@@ -331,18 +287,13 @@ def _personal_block(block, state, prior):
     return personal_parts(state.stats, prior)
 
 
-#: Level of the test keeping a released cold-start head (``||head||^2`` above the
-#: ``1 - COLD_HEAD_LEVEL`` quantile of ``sigma^2 chi2_k``). Measured (MovieLens, 300
-#: users, epsilon 1, raw year column, ``bench_defaults.py`` (d)): without it, noise
-#: heads passed the shrinkage and gave cold RMSE 1.7-1.9 against a median of 1.07.
+#: Level of the test keeping a released cold-start head (:ref:`auto_rules`).
 COLD_HEAD_LEVEL = 0.01
 
 
 def cold_head_shrinkage(head, sigma):
-    """A released ``k``-vector with public noise std ``sigma``: 0 unless ``||head||^2 >
-    sigma^2 chi2_k(1 - COLD_HEAD_LEVEL)``, else scaled by the positive-part factor
-    ``1 - k sigma^2 / ||head||^2`` (``k``, not ``k - 2``: also for ``k <= 2``).
-    Post-processing."""
+    """A released ``k``-vector of public noise std ``sigma``: 0 unless ``||head||^2 >
+    sigma^2 chi2_k(1 - COLD_HEAD_LEVEL)``, else times ``1 - k sigma^2 / ||head||^2``."""
     head = np.asarray(head, dtype=np.float64)
     k = head.shape[0]
     with np.errstate(all="ignore"):
@@ -357,16 +308,11 @@ def cold_head_shrinkage(head, sigma):
 
 def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
                 personal_ridge, clip_quantile, n_users, variance_floor=0.0, labels=None):
-    """The end of a fit: ``(heads, intercepts, cold_head, cold_intercept, head_clip,
-    prior, labels)``. Each user's least-squares head on its final rows (Alg. 1,
-    line 14); ``head_clip_norm="auto"``: their norms' ``clip_quantile`` (phase
-    ``"clip"``); the cold-start head: the released ``sum_i clip(v_i, C_head)``
-    (Gaussian, sensitivity ``2 C_head``, phase ``"cold_start"``) over the public
-    ``n``; with ``fit_intercept`` the cold-start intercept
-    (:func:`~skdpp.linear_model._auto.cold_start_levels`: private locations of the
-    offsets ``ȳ_i - <p̄_i, v_cold>`` and of the mean labels); then the personal
-    parts (:func:`personal_parts`, post-processing).
-    """
+    """``(heads, intercepts, cold_head, cold_intercept, head_clip, prior, labels)``: each
+    user's head on its final rows (Alg. 1, line 14); the cold-start head, the released
+    ``sum_i clip(v_i, C_head)`` (sensitivity ``2 C_head``) over the public ``n``; the
+    cold-start intercept (:func:`~skdpp.linear_model._auto.cold_start_levels`); the
+    personal parts (:func:`personal_parts`, post-processing)."""
     k = U.shape[1]
     executor.map(final_statistics, (U, rows, fit_intercept))
     if head_clip_norm == "auto" and cold_start:
@@ -397,8 +343,7 @@ def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, co
 
 
 def _init_statistic(block, state, init):
-    """Per-user statistic of an ``"auto"`` initialisation bound on ``S^0``: ``||Z_i||_F``
-    (``"private_spectral"``) or the RMS of the targets (``"private_pairwise"``'s ``ζ``)."""
+    """Per-user statistic of an ``"auto"`` initialisation bound on ``S^0``."""
     if init == "private_spectral":
         return spectral_statistic(state.local, None, norms_only=True)[1], state
     return rms_per_user(state.local, state.y0), state
@@ -406,9 +351,8 @@ def _init_statistic(block, state, init):
 
 @dataclass(frozen=True, eq=False)
 class RepresentationConfig:
-    """The parameters of a FedRep / AltMin fit (``shares``: resolved ``budget_shares``).
-    Subclasses add fields and set ``clip_names`` and ``scale_names`` (reported as
-    ``<name>_``), ``iteration_bounds`` (resolved by the iterations) and
+    """The parameters of a FedRep / AltMin fit; subclasses add fields and set
+    ``clip_names``, ``scale_names`` (reported as ``<name>_``), ``iteration_bounds`` and
     ``pairwise_label_clip`` (``ζ`` of ``init="private_pairwise"``)."""
 
     epsilon: float
@@ -434,7 +378,6 @@ class RepresentationConfig:
 
     @classmethod
     def from_params(cls, params, shares):
-        """From an estimator's ``get_params()`` and the resolved shares."""
         names = {f.name for f in fields(cls)} - {"shares"}
         return cls(shares=shares, **{name: params[name] for name in names})
 
@@ -448,14 +391,12 @@ class RepresentationConfig:
 
     @property
     def init_clip_param(self):
-        """The parameter bounding the private initialisation (or None)."""
         if not self.private_init:
             return None
         return "init_clip_norm" if self.init == "private_spectral" else self.pairwise_label_clip
 
     @property
     def auto_bound_names(self):
-        """The ``"auto"`` bounds this fit resolves (each one private quantile)."""
         names = [n for n in self.iteration_bounds * (self.max_iter > 0)
                  if getattr(self, n) == "auto"]
         init = self.init_clip_param
@@ -473,18 +414,16 @@ class RepresentationConfig:
 
 
 def _clip_releases(config, n_features, scaled):
-    """Releases of phase ``"clip"``: ``AUTO_STEPS`` per ``"auto"`` bound, the label range
-    and feature scales of :func:`start`, and :func:`~skdpp.linear_model._auto.cold_start_levels`."""
+    """Releases of phase ``"clip"``."""
     return (AUTO_STEPS * len(config.auto_bound_names)
             + LABEL_RANGE_STEPS * config.label_range
             + FEATURE_SCALE_STEPS * int(n_features) * scaled
             + COLD_START_CLIP_RELEASES * (bool(config.fit_intercept) and config.cold_start))
 
 
-def _plan(config, n_features, clip_share, scaled, iteration_releases):
+def _plan(config, clip_share, n_clip, iteration_releases):
     shares = config.shares
     plan = BudgetPlan(config.epsilon, config.delta)
-    n_clip = _clip_releases(config, n_features, scaled)
     if n_clip:
         if clip_share == 0:
             raise ValueError(
@@ -506,26 +445,14 @@ def _plan(config, n_features, clip_share, scaled, iteration_releases):
 
 
 def plan(config, meta, *, iteration_releases):
-    """``(plan, scaled)``: phases ``clip`` (share: :func:`~skdpp.privacy._plan.resolve_clip_share`),
-    ``init``, ``iterations`` (``iteration_releases``, the rest) and ``cold_start``;
-    ``scaled``: feature scales kept unless the ``clip`` noise then exceeds
-    ``SCALE_GATE_NOISE * n_users`` (public rule). Public inputs only."""
+    """``(plan, scaled)``: phases ``clip``, ``init``, ``iterations``
+    (``iteration_releases``, the rest) and ``cold_start``; ``scaled``: the feature
+    scales' gate (:func:`~skdpp.linear_model._auto.gated_plan`). Public inputs only."""
     n_users, n_features = meta["n_users"], int(meta["n_features"])
-    scaled = config.label_range
-    plans = {}
-
-    def build(share):  # cached: the plan calibrated by the rule is reused
-        if share not in plans:
-            plans[share] = _plan(config, n_features, share, scaled, iteration_releases)
-        return plans[share]
-
-    if not _clip_releases(config, n_features, scaled):
-        return build(0.05), scaled
-    result = build(resolve_clip_share(config.shares["clip"], build, n_users))
-    if scaled and result.calibrate()[CLIP_PHASE] > _auto.SCALE_GATE_NOISE * max(n_users, 1):
-        scaled = False
-        plans.clear()
-        result = build(resolve_clip_share(config.shares["clip"], build, n_users))
+    result, scaled = gated_plan(
+        lambda share, n_clip: _plan(config, share, n_clip, iteration_releases),
+        config.shares["clip"], n_users, _clip_releases(config, n_features, False),
+        FEATURE_SCALE_STEPS * n_features, config.label_range)
     if config.label_range:  # predicted useless: fallback_fit's plan
         result = fallback_plan(result, n_users, config.owner,
                                level=config.fit_intercept and config.cold_start)
@@ -534,7 +461,6 @@ def plan(config, meta, *, iteration_releases):
 
 @dataclass
 class Start:
-    """What :func:`start` hands to an algorithm's iterations and to :func:`finish`."""
 
     U0: np.ndarray
     bounds: dict
@@ -545,9 +471,8 @@ class Start:
 
 
 def start(executor, release, randomness, meta, config):
-    """The first releases: label range and feature scales (phase ``clip``), the split
-    (:func:`prepare_split`), ``U_0`` (phase ``init``: Snedeker et al. 2025, Alg. 2,
-    or Jain et al. 2021, Alg. 3; its ``"auto"`` bound in phase ``clip``)."""
+    """Label range and feature scales (phase ``clip``), the split, ``U_0`` (phase ``init``:
+    Snedeker et al. 2025, Alg. 2, or Jain et al. 2021, Alg. 3)."""
     n_users = meta["n_users"]
     # whether plan() kept the feature scales, read off the (public) plan
     counts = {p.name: p.count for p in release.plan.phases}
@@ -586,8 +511,8 @@ def start(executor, release, randomness, meta, config):
 
 
 def finish(executor, release, meta, config, begun, U, bounds, notes):
-    """The end of a fit (:func:`final_heads`) and its :class:`~skdpp.base.FitResult`
-    (``bounds``: the iterations' resolved bounds; ``notes``: the algorithm's)."""
+    """:func:`final_heads` and the :class:`~skdpp.base.FitResult` (``bounds``: the
+    iterations' resolved bounds; ``notes``: the algorithm's)."""
     fit_intercept = bool(config.fit_intercept)
     bounds = {**begun.bounds, **bounds}
     heads, intercepts, head, intercept, head_clip, prior, labels = final_heads(
@@ -607,11 +532,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
         + ("intercept_clip_",) * intercept_released
     notes = tuple(notes)
     if config.auto_bound_names:
-        notes += (
-            f"{', '.join(config.auto_bound_names)}='auto': each bound is the "
-            f"{config.clip_quantile:g}-quantile of a per-user statistic, released by a "
-            f"noisy bisection over a public log grid ({AUTO_STEPS} Gaussian counts of "
-            f"sensitivity 1, phase 'clip').",)
+        notes += (auto_bounds_note(config.auto_bound_names, config.clip_quantile,
+                                   "each bound is "),)
     if intercept_released:
         notes += (
             "fit_intercept=True: every contribution is computed on the user's rows "
@@ -628,7 +550,7 @@ _LOCAL = ("heads_", "intercepts_", "own_label_ranges_")
 
 def _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
                 intercept_clip, n_iter, scales, labels, local_only):
-    """The fitted attributes; ``<name>_`` of every clip bound and scale: resolved or None."""
+    """The fitted attributes (``<name>_`` of every clip bound and scale: resolved or None)."""
     values = {name: bounds.get(name, getattr(config, name))
               for name in config.clip_names + config.scale_names}
     return {"components_": U, "heads_": heads, "intercepts_": intercepts,
@@ -641,33 +563,31 @@ def _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
 
 
 def fallback_fit(executor, release, randomness, meta, config):
-    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan` (predicted useless):
-    no model release; components ``init`` (an array) or public random ones; known
-    users: their own shrunk ridge fit (:func:`personal_parts`, ``local_only``);
-    new users: :func:`~skdpp.linear_model._auto.fallback_level` (one release) or 0."""
-    n_users, k = meta["n_users"], int(config.n_components)
-    fit_intercept = bool(config.fit_intercept)
-    level = fallback_level(release, lambda fn: executor.map(mean_label_values, fn), n_users)
-    U = initial_components(
-        executor, release, init=config.init if not isinstance(config.init, str) else "random",
-        n_components=k, n_features=meta["n_features"], clip_norm=None, label_clip=None,
-        rng=randomness.public)
-    executor.map(prepare_split, (randomness.key, fit_intercept))
-    executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
-    prior = PersonalPrior(np.zeros(k), level, None, float(config.personal_ridge),
-                          fit_intercept, 0.0, True)
-    heads, intercepts = executor.collect(_personal_block, prior)
-    # n_iter_ >= 1 (scikit-learn's contract): the one pass of personal fits
-    attributes = _attributes(executor, config, {}, U, heads, intercepts, np.zeros(k), level,
-                             None, 1, None, None, True)
-    released = ("components_",) + ("cold_start_intercept_",) * (LEVEL_PHASE in release.plan)
-    return FitResult(attributes, released=released, local=_LOCAL,
-                     notes=(fallback_note(release, "cold_start_intercept_"),))
+    """The fit of a :class:`~skdpp.linear_model._auto.FallbackPlan`: components ``init``
+    (an array) or public random ones, known users' own shrunk ridge fits."""
+    k, fit_intercept = int(config.n_components), bool(config.fit_intercept)
+
+    def attributes(level):
+        U = initial_components(
+            executor, release, n_components=k, n_features=meta["n_features"],
+            init=config.init if not isinstance(config.init, str) else "random",
+            clip_norm=None, label_clip=None, rng=randomness.public)
+        executor.map(prepare_split, (randomness.key, fit_intercept))
+        executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
+        prior = PersonalPrior(np.zeros(k), level, None, float(config.personal_ridge),
+                              fit_intercept, 0.0, True)
+        heads, intercepts = executor.collect(_personal_block, prior)
+        # n_iter_ >= 1 (scikit-learn's contract): the one pass of personal fits
+        return _attributes(executor, config, {}, U, heads, intercepts, np.zeros(k), level,
+                           None, 1, None, None, True)
+
+    return _auto.fallback_fit(executor, release, meta["n_users"], attributes,
+                              level_attr="cold_start_intercept_", local=_LOCAL,
+                              released=("components_",))
 
 
 def fit_personal(estimator, X, y, index):
-    """``personalize``: the users' parts from all their rows (:func:`final_statistics`,
-    :func:`personal_parts`) with the fitted ``estimator``'s released values as prior."""
+    """``personalize``: the users' parts from all their rows, the released values as prior."""
     scales = getattr(estimator, "feature_scales_", None)
     if scales is not None:
         X = standardize(X, inverse_scales(scales))
