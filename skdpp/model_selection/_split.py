@@ -26,10 +26,12 @@ def _check_groups(groups, X, owner):
     return UserIndex.from_groups(groups, n_samples)
 
 
-def _check_routing(splitter, groups, caller):
-    """Refuse a split for scikit-learn (frame ``caller``) with groups and routing off."""
+def _check_routing(splitter, groups):
+    """Refuse a split called by scikit-learn (the caller of ``split``) with groups and
+    routing off."""
     if groups is None or get_config().get("enable_metadata_routing", False):
         return
+    caller = sys._getframe(2) if hasattr(sys, "_getframe") else None
     module = caller.f_globals.get("__name__", "") if caller is not None else ""
     if module.split(".")[0] != "sklearn":
         return
@@ -43,20 +45,17 @@ def _check_routing(splitter, groups, caller):
         f"skdpp.model_selection.cross_val_predict(estimator, X, y, groups=groups).")
 
 
-def _caller():
-    """The frame that called the function calling this one (None if unknown)."""
-    return sys._getframe(2) if hasattr(sys, "_getframe") else None
+def _n_test_per_row(index, test_size, min_train_rows):
+    """Per row, its user's ``ceil(test_size * n)`` clipped to ``[1, n - min_train_rows]``
+    (0 if infeasible)."""
+    n_test = np.ceil(np.round(test_size * index.counts, 9)).astype(np.int64)
+    cap = index.counts - min_train_rows
+    return np.where(cap >= 1, np.clip(n_test, 1, np.maximum(cap, 1)), 0)[index.codes]
 
 
-def _n_test_per_user(counts, test_size, min_train_rows):
-    """``ceil(test_size * n)`` clipped to ``[1, n - min_train_rows]``; 0 if infeasible."""
-    n_test = np.ceil(np.round(test_size * counts, 9)).astype(np.int64)
-    cap = counts - min_train_rows
-    return np.where(cap >= 1, np.clip(n_test, 1, np.maximum(cap, 1)), 0)
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+def _check_int(name, value, low):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}; got {value!r}.")
 
 
 def _check_test_size(test_size):
@@ -93,11 +92,9 @@ class PerUserKFold(BaseCrossValidator):
     ``floor`` or ``ceil(n / n_splits)`` rows in each test fold and at least
     one in training; the test folds partition the eligible users' rows.
 
-    ``groups`` is required and requested by default for metadata routing.
-    Inside scikit-learn's meta-estimators (``GridSearchCV``, ``cross_validate``)
-    routing must be enabled (``sklearn.set_config(enable_metadata_routing=True)``):
-    with it off, ``groups`` reach the splitter only (every fit row-level DP,
-    every score cold start) and :meth:`split` raises a ``RuntimeError``.
+    ``groups`` is required and requested by default for metadata routing, which
+    scikit-learn's meta-estimators need enabled (else :meth:`split` raises a
+    ``RuntimeError``: :ref:`safety_rails`).
 
     Examples
     --------
@@ -114,8 +111,7 @@ class PerUserKFold(BaseCrossValidator):
     __metadata_request__split = {"groups": True}
 
     def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
-        if not _is_int(n_splits) or n_splits < 2:
-            raise ValueError(f"`n_splits` must be an integer >= 2; got {n_splits!r}.")
+        _check_int("n_splits", n_splits, 2)
         if not isinstance(shuffle, bool):
             raise TypeError(f"`shuffle` must be True or False; got {shuffle!r}.")
         if not shuffle and random_state is not None:
@@ -129,19 +125,6 @@ class PerUserKFold(BaseCrossValidator):
     def get_n_splits(self, X=None, y=None, groups=None):
         """Number of splits, ``n_splits`` (the arguments are ignored)."""
         return self.n_splits
-
-    def _folds(self, X, groups):
-        index = _check_groups(groups, X, type(self).__name__)
-        if self.shuffle:
-            rng = check_random_state(self.random_state)
-            start = rng.randint(self.n_splits, size=index.n_users)
-            rank = rank_within_user(index, rng)
-        else:
-            start = np.arange(index.n_users) % self.n_splits
-            rank = rank_within_user(index)
-        fold = (rank + start[index.codes]) % self.n_splits
-        eligible = index.counts[index.codes] >= self.n_splits
-        return np.where(eligible, fold, -1)
 
     def split(self, X, y=None, groups=None):
         """Generate train/test row indices, splitting within each user.
@@ -166,12 +149,22 @@ class PerUserKFold(BaseCrossValidator):
             If called by scikit-learn with ``groups`` while metadata routing is
             disabled (see Notes).
         """
-        _check_routing(self, groups, _caller())
+        _check_routing(self, groups)
         return self._split(X, y, groups)
 
     def _split(self, X, y, groups):
         X, y, groups = indexable(X, y, groups)
-        fold = self._folds(X, groups)
+        index = _check_groups(groups, X, type(self).__name__)
+        if self.shuffle:
+            rng = check_random_state(self.random_state)
+            start = rng.randint(self.n_splits, size=index.n_users)
+            rank = rank_within_user(index, rng)
+        else:
+            start = np.arange(index.n_users) % self.n_splits
+            rank = rank_within_user(index)
+        fold = (rank + start[index.codes]) % self.n_splits
+        # users with fewer than n_splits rows are never tested (fold -1)
+        fold = np.where(index.counts[index.codes] >= self.n_splits, fold, -1)
         for f in range(self.n_splits):  # loop over folds, not users
             test = fold == f
             yield np.flatnonzero(~test), np.flatnonzero(test)
@@ -181,8 +174,8 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     """Random train/test splits of the rows *within* each user.
 
     In each split, every user with ``n >= 2`` rows puts ``ceil(test_size * n)``
-    of them (at least 1, at most ``n - 1``), chosen uniformly at random, in the
-    test set; users with one row stay in training.
+    of them (at least 1, at most ``n - 1``; as :func:`per_user_train_test_split`
+    with ``min_train_rows=1``), chosen uniformly at random, in the test set.
 
     Parameters
     ----------
@@ -196,8 +189,6 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     Notes
     -----
     ``groups`` and metadata routing as for :class:`PerUserKFold`.
-    ``test_size * n`` is rounded to 9 decimals before the ceiling (0.3 of 10
-    rows is 3 rows).
 
     Examples
     --------
@@ -213,8 +204,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     __metadata_request__split = {"groups": True}
 
     def __init__(self, n_splits=5, *, test_size=0.2, random_state=None):
-        if not _is_int(n_splits) or n_splits < 1:
-            raise ValueError(f"`n_splits` must be an integer >= 1; got {n_splits!r}.")
+        _check_int("n_splits", n_splits, 1)
         _check_test_size(test_size)
         super().__init__(n_splits=n_splits, test_size=test_size, train_size=None,
                          random_state=random_state)
@@ -222,7 +212,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
 
     def _iter_indices(self, X, y=None, groups=None):
         index = _check_groups(groups, X, type(self).__name__)
-        n_test = _n_test_per_user(index.counts, self.test_size, 1)[index.codes]
+        n_test = _n_test_per_row(index, self.test_size, 1)
         rng = check_random_state(self.random_state)
         for _ in range(self.n_splits):  # loop over splits, not users
             test = rank_within_user(index, rng) < n_test
@@ -231,7 +221,7 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     def split(self, X, y=None, groups=None):
         """Generate train/test row indices within each user, as
         :meth:`PerUserKFold.split` (same parameters, yields and errors)."""
-        _check_routing(self, groups, _caller())
+        _check_routing(self, groups)
         return super().split(X, y, groups)
 
 
@@ -260,10 +250,10 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
 
     Notes
     -----
-    A user with ``n`` rows holds out ``ceil(test_size * n)`` rows (rounded to 9
-    decimals first), clipped to ``[1, n - min_train_rows]``; a user with
-    ``n <= min_train_rows`` rows stays entirely in training. Rows keep their
-    original order in both parts.
+    A user with ``n`` rows holds out ``ceil(test_size * n)`` rows (``test_size * n``
+    rounded to 9 decimals first: 0.3 of 10 rows is 3 rows), clipped to
+    ``[1, n - min_train_rows]``; a user with ``n <= min_train_rows`` rows stays
+    entirely in training. Rows keep their original order in both parts.
 
     Examples
     --------
@@ -281,14 +271,11 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
         raise ValueError("At least one array is required as input, e.g. "
                          "per_user_train_test_split(X, y, groups=groups).")
     _check_test_size(test_size)
-    if not _is_int(min_train_rows) or min_train_rows < 1:
-        raise ValueError(
-            f"`min_train_rows` must be an integer >= 1; got {min_train_rows!r}.")
+    _check_int("min_train_rows", min_train_rows, 1)
     arrays = indexable(*arrays)
     index = _check_groups(groups, arrays[0], "per_user_train_test_split")
     groups_arr = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
-    n_test = _n_test_per_user(index.counts, test_size, int(min_train_rows))
-    rank = rank_within_user(index, check_random_state(random_state))
-    test_mask = rank < n_test[index.codes]
+    test_mask = (rank_within_user(index, check_random_state(random_state))
+                 < _n_test_per_row(index, test_size, int(min_train_rows)))
     train, test = np.flatnonzero(~test_mask), np.flatnonzero(test_mask)
     return [_safe_indexing(a, rows) for a in (*arrays, groups_arr) for rows in (train, test)]
