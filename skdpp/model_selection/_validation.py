@@ -1,10 +1,5 @@
-"""Out-of-fold predictions that reach each user's personal part.
-
-scikit-learn's :func:`sklearn.model_selection.cross_val_predict` routes
-``groups`` to the splitter and to ``fit`` but never to ``predict``, so a
-personalized estimator predicts every held-out row as a new user (cold start).
-:func:`cross_val_predict` here passes each fold's user ids to both.
-"""
+"""Out-of-fold predictions that reach each user's personal part (scikit-learn's
+``cross_val_predict`` never passes ``groups`` to ``predict``)."""
 
 import numbers
 
@@ -28,9 +23,10 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
                       params=None, pre_dispatch="2*n_jobs", method="predict"):
     """Out-of-fold predictions, with each row's user id passed to ``predict``.
 
-    Like :func:`sklearn.model_selection.cross_val_predict`, but every fold
-    predicts with its test rows' ``groups``: a held-out row gets its user's
-    personal prediction (not the cold start).
+    Like :func:`sklearn.model_selection.cross_val_predict` (which routes
+    ``groups`` to the splitter and ``fit`` only), but every fold predicts with its
+    test rows' ``groups``: a held-out row gets its user's personal prediction
+    (not the cold start).
 
     Parameters
     ----------
@@ -112,8 +108,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
             f"metadata routing: call sklearn.set_config(enable_metadata_routing=True) "
             f"(or use sklearn.config_context(enable_metadata_routing=True)).")
     X, y = indexable(X, y)
-    n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
-    _check_groups(groups, X, "cross_val_predict")
+    n_samples = _check_groups(groups, X, "cross_val_predict").n_samples
     ids = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
         cv = PerUserKFold(n_splits=int(cv))
@@ -143,8 +138,6 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
 
 def _check_partition(test_rows, n_samples, cv):
     counts = np.bincount(test_rows, minlength=n_samples)
-    if np.all(counts == 1):
-        return
     missing, repeated = int(np.sum(counts == 0)), int(np.sum(counts > 1))
     detail = []
     if missing:
@@ -156,10 +149,11 @@ def _check_partition(test_rows, n_samples, cv):
     if repeated:
         detail.append(f"{repeated} rows are in several test folds (e.g. "
                       f"PerUserShuffleSplit)")
-    raise ValueError(
-        f"cross_val_predict needs every row in exactly one test fold; with "
-        f"cv={cv!r}, {' and '.join(detail)}. Use cross_validate for scores on such "
-        f"splits.")
+    if detail:
+        raise ValueError(
+            f"cross_val_predict needs every row in exactly one test fold; with "
+            f"cv={cv!r}, {' and '.join(detail)}. Use cross_validate for scores on "
+            f"such splits.")
 
 
 def _fold(value, rows, n_samples):
