@@ -1,9 +1,8 @@
 """Private hyperparameter search whose privacy cost is accounted (random stopping)."""
 
 import math
-import numbers
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,8 +26,7 @@ from ..privacy._tuning import (STOPPING_DISTRIBUTIONS, RandomStopping,
                                SearchPrivacyReport, _cks_epsilon, epsilon_for_rho,
                                largest_root_below, release_validation_score, report_rho,
                                zcdp_epsilon)
-from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport
-from ..privacy.report import non_private_wording as NON_PRIVATE_WORDING
+from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport, non_private_wording
 from ..utils._grouped import UserBlock, UserIndex, canonical_order
 from ..utils._random import (DerivedRandomState, hash_ids, keyed_bits, noise_is_seeded,
                              row_hashes, seed_sequence)
@@ -316,11 +314,10 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if sp.issparse(X):
             raise TypeError("PrivateRandomizedSearchCV does not support sparse X; pass a "
                             "dense array.")
-        X, y, groups = indexable(X, y, groups)
-        n_samples = _num_samples(X)
-        if y is None or _num_samples(y) != n_samples:
-            raise ValueError(f"y must have one value per row of X ({n_samples} rows).")
-        index = UserIndex.from_groups(groups, n_samples)
+        X, y, groups = indexable(X, y, groups)  # (checks that the lengths agree)
+        if y is None:
+            raise ValueError(f"y must have one value per row of X ({_num_samples(X)} rows).")
+        index = UserIndex.from_groups(groups, _num_samples(X))
         groups = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
         n_users = int(index.n_users)
         delta = float(self.delta)
@@ -335,22 +332,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         rho_fit = (1.0 - self.score_share) * rho
         z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * (self.score_share * rho))
 
-        # randomness: K, configurations, split key, trial seeds (the clip's last: the
-        # others' streams are unchanged)
+        # randomness: K, configurations, split key, trial seeds, the automatic bound
         seeded = noise_is_seeded(self.random_state)
-        root = seed_sequence(self.random_state)
-        ss_stop, ss_config, ss_key, ss_trials = root.spawn(4)
-        ss_clip = root.spawn(1)[0]
+        ss_stop, ss_config, ss_key, ss_trials, ss_clip = seed_sequence(
+            self.random_state).spawn(5)
         mechanisms.warn_seeded_secure(self.random_state)
-        n_trials = mechanisms.sample_trial_count(
-            stopping, np.random.Generator(np.random.PCG64(ss_stop)))
+        n_trials = mechanisms.sample_trial_count(stopping, np.random.default_rng(ss_stop))
         if n_trials == 0:
             raise RuntimeError(
                 f"The Poisson number of trials was K=0 (probability exp(-{self.n_iter:g})): "
                 "nothing to output, the privacy cost spent all the same. Use "
                 "stopping='truncated_negative_binomial' to always run a trial.")
-        configs = _sample_configurations(
-            self._distributions(), n_trials, np.random.Generator(np.random.PCG64(ss_config)))
+        configs = _sample_configurations(self._distributions(), n_trials,
+                                         np.random.default_rng(ss_config))
         trial_seeds = ss_trials.spawn(n_trials)
         key = ss_key.generate_state(2, dtype=np.uint64)
 
@@ -374,8 +368,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 _CLIP_STEPS / (2.0 * rho_clip_share * rho))
             plan = BudgetPlan(self.epsilon, delta)
             plan.fix(_CLIP_PHASE, noise_multiplier=z_clip, count=_CLIP_STEPS)
-            release = Releaser(plan, np.random.Generator(np.random.PCG64(ss_clip)),
-                               seeded=seeded)
+            release = Releaser(plan, np.random.default_rng(ss_clip), seeded=seeded)
             with quiet_numerics():
                 values = _own_mean_losses(self._loss_function(), y_tr, index.codes[train],
                                           n_users)
@@ -390,9 +383,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         estimators, trial_eps = [], []
         for params, seed in zip(configs, trial_seeds):  # loop over trials
             est = clone(self.estimator).set_params(**params)
-            for leaf in _leaves(est):
-                if "verbose" in leaf.get_params(deep=False):
-                    leaf.set_params(verbose=0)
+            _set_on_leaves(est, "verbose", 0)
             estimators.append(est)
             trial_eps.append(np.nan if isinstance(est, Pipeline) else self._set_trial_budget(
                 est, rho_fit, delta, X_tr, y_tr, g_tr, seed))
@@ -403,14 +394,14 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         best, best_est, best_seed, best_warnings = 0, None, None, []
         for k, (est, seed) in enumerate(zip(estimators, trial_seeds)):  # loop over trials
             estimators[k] = None
-            noise = np.random.Generator(np.random.PCG64(seed.spawn(1)[0]))
+            noise = np.random.default_rng(seed.spawn(1)[0])
             with warnings.catch_warnings(record=True) as caught, quiet_numerics():
                 warnings.simplefilter("always")
                 if isinstance(est, Pipeline):
                     trial_seed, trial_eps[k] = self._fit_pipeline_trial(
                         est, rho_fit, delta, X_tr, y_tr, g_tr, seed)
                 else:
-                    trial_seed = self._fit_trial(est, rho_fit, X_tr, y_tr, g_tr)
+                    trial_seed = _fit_trial(est, rho_fit, X_tr, y_tr, g_tr)
                 user_loss = np.zeros(n_users)
                 if held_out.size:  # (no held-out row at all: every user scores 0)
                     user_loss = _user_losses(est, loss, X_va, y_va, g_va, codes_va,
@@ -459,80 +450,22 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         ``random_state``; return its epsilon."""
         with warnings.catch_warnings(), quiet_numerics():
             warnings.simplefilter("ignore")
-            eps, delta = self._trial_budget(est, rho_fit, delta, X, y, groups)
+            eps, delta = _trial_budget(est, rho_fit, delta, X, y, groups)
         est.set_params(epsilon=eps, delta=delta, random_state=self._trial_random_state(seed))
         return eps
-
-    def _fit_trial(self, est, rho_fit, X, y, groups):
-        """Fit ``est``, take its seed back and check its report; return the seed."""
-        try:
-            est.fit(X, y, groups=groups)
-        finally:
-            seed = _take_back_seed(est)
-        self._check_trial_budget(est, rho_fit)
-        return seed
-
-    @staticmethod
-    def _trial_budget(est, rho_fit, delta, X, y, groups):
-        """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP),
-        solved from ``_budget_plan`` (Gaussian without one; the report is checked
-        after the fit). ``delta`` shrinks while the trial's epsilon would be 0."""
-        if math.isinf(rho_fit):
-            return math.inf, delta
-        mu = math.sqrt(2.0 * rho_fit)
-        while gaussian_epsilon(mu, delta) == 0.0:
-            delta /= 10.0
-        if est._algorithm is None:  # no public plan (e.g. a subclass overriding fit)
-            return gaussian_epsilon(mu, delta), delta
-        meta = est._validate_fit_data(X, y, groups).meta
-        selections = est._budget_plan(meta).selection_phases
-        if selections:
-            # Random stopping composes rho-zCDP trials; a private partition selection
-            # adds a delta outside any zCDP curve (a function of the configuration only).
-            raise ValueError(
-                f"{type(est).__name__} with {est.get_params(deep=False)!r} selects a "
-                f"catalogue or label set privately (phase(s) {', '.join(selections)}), "
-                "outside the rho-zCDP trials the search accounts. Pass the public catalogue "
-                "or label set (AdaptiveWeightMF(items=...), JLMarginClassifier(classes=...)).")
-
-        def plan_at(eps):
-            with _budget_set(est, eps, delta):
-                return est._budget_plan(meta).calibrate()
-
-        return epsilon_for_rho(plan_at, rho_fit, delta), delta
-
-    @staticmethod
-    def _check_trial_budget(est, rho_fit):
-        """Refuse a trial whose report spends more than the per-trial budget."""
-        if math.isinf(rho_fit):
-            return
-        if not est.privacy_report_.is_private:
-            raise PrivacyBudgetError(
-                f"A trial of {type(est).__name__} released values its guarantee does not "
-                f"cover ({', '.join(est.privacy_report_.not_covered)}): pass them explicitly "
-                "(e.g. the public catalogue or label set) so that every trial is private.")
-        spent = report_rho(est.privacy_report_)
-        if spent is None or spent > rho_fit * (1.0 + 1e-9):
-            shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
-            raise PrivacyBudgetError(
-                f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
-                f"per-trial budget rho={rho_fit:.6g}: without a budget plan (_budget_plan) "
-                "it is calibrated as if Gaussian, and its other releases exceed the budget "
-                "(a function of the configuration, not of the data). Expose its plan.")
 
     def _fit_pipeline_trial(self, pipe, rho_fit, delta, X, y, groups, seed):
         """Fit a Pipeline trial whose private steps share ``rho_fit`` (``step_shares``),
         check every step's report, take every seed back; return the final step's seed
         and epsilon."""
-        leaves = _private_leaves(pipe)
-        weights = _normalised_shares([n for n, _ in leaves], self.step_shares)
-        final = pipe[-1]
-        rho_last = weights[next(n for n, leaf in leaves if leaf is final)] * rho_fit
+        leaves, final = _private_leaves(pipe), pipe[-1]
+        rhos = {name: share * rho_fit for name, share in _normalised_shares(
+            [n for n, _ in leaves], self.step_shares).items()}
+        rho_last = rhos[next(n for n, leaf in leaves if leaf is final)]
         try:
             for name, leaf in leaves:
                 if leaf is not final:  # gaussian_epsilon(inf) is inf
-                    eps_i = gaussian_epsilon(
-                        math.sqrt(2.0 * (weights[name] * rho_fit)), delta)
+                    eps_i = gaussian_epsilon(math.sqrt(2.0 * rhos[name]), delta)
                     leaf.set_params(epsilon=eps_i, delta=delta,
                                     random_state=self._trial_random_state(seed))
             Xt = X
@@ -542,25 +475,25 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             for name, leaf in leaves:
                 if leaf is not final:
                     _take_back_seed(leaf)
-                    self._check_trial_budget(leaf, weights[name] * rho_fit)
+                    _check_trial_budget(leaf, rhos[name])
             eps_k = self._set_trial_budget(final, rho_last, delta, Xt, y, groups, seed)
-            final_seed = self._fit_trial(final, rho_last, Xt, y, groups)
-            spent = sum(_or_inf(report_rho(leaf.privacy_report_)) for _, leaf in leaves)
-            if not math.isinf(rho_fit) and spent > rho_fit * (1.0 + 1e-9):
+            final_seed = _fit_trial(final, rho_last, Xt, y, groups)
+            # (with a finite rho_fit, every step's rho was checked to be known above)
+            spent = 0.0 if math.isinf(rho_fit) else sum(
+                report_rho(leaf.privacy_report_) for _, leaf in leaves)
+            if spent > rho_fit * (1.0 + 1e-9):
                 raise PrivacyBudgetError(
                     f"A Pipeline trial's steps spent rho={spent:.6g} (zCDP) together, more "
                     f"than the per-trial budget rho={rho_fit:.6g}.")
         finally:
-            for leaf in _leaves(pipe):
-                if "random_state" in leaf.get_params(deep=False):
-                    leaf.set_params(random_state=None)
+            _set_on_leaves(pipe, "random_state", None)
         return final_seed, eps_k
 
     def _trial_random_state(self, seed):
         """A trial's ``random_state``: an int for an int search seed, else 128 bits
         (a 32-bit seed could be searched) marked with whether the user seeded."""
         child = seed.spawn(1)[0]
-        if isinstance(self.random_state, numbers.Integral):
+        if isinstance(self.random_state, Integral):
             return int(child.generate_state(1, dtype=np.uint32)[0])
         return DerivedRandomState(child, user_seeded=noise_is_seeded(self.random_state))
 
@@ -615,7 +548,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     f"public log grid ({_CLIP_STEPS} Gaussian counts of sensitivity 1, phase "
                     f"'{_CLIP_PHASE}', zCDP cost score_share * rho) before the trials; "
                     f"C = {C:.6g}.")
-            notes += (NON_PRIVATE_WORDING(note) if math.isinf(rho) else note,)
+            notes += (non_private_wording(note) if math.isinf(rho) else note,)
         phases = clip_phase + (
             phase("trial_fit", 1.0 - self.score_share, f"{type(best_est).__name__} plan",
                   zcdp_epsilon(rho_fit, delta)),
@@ -695,12 +628,73 @@ def _take_back_seed(est):
     return value
 
 
-def _leaves(est):
-    """The leaf estimators of ``est`` (itself, or a Pipeline's steps at any depth)."""
+def _set_on_leaves(est, name, value):
+    """Set ``name`` to ``value`` on ``est`` or, for a Pipeline, on every step at any
+    depth that has that parameter."""
     children = _children(est)
-    if children is None:
-        return [] if isinstance(est, str) or est is None else [est]
-    return [leaf for _, child in children for leaf in _leaves(child)]
+    if children is not None:
+        for _, child in children:
+            _set_on_leaves(child, name, value)
+    elif hasattr(est, "get_params") and name in est.get_params(deep=False):
+        est.set_params(**{name: value})
+
+
+def _fit_trial(est, rho_fit, X, y, groups):
+    """Fit ``est``, take its seed back and check its report; return the seed."""
+    try:
+        est.fit(X, y, groups=groups)
+    finally:
+        seed = _take_back_seed(est)
+    _check_trial_budget(est, rho_fit)
+    return seed
+
+
+def _trial_budget(est, rho_fit, delta, X, y, groups):
+    """``(epsilon, delta)`` at which ``est``'s plan spends ``rho_fit`` (zCDP),
+    solved from ``_budget_plan`` (Gaussian without one; the report is checked
+    after the fit). ``delta`` shrinks while the trial's epsilon would be 0."""
+    if math.isinf(rho_fit):
+        return math.inf, delta
+    mu = math.sqrt(2.0 * rho_fit)
+    while gaussian_epsilon(mu, delta) == 0.0:
+        delta /= 10.0
+    if est._algorithm is None:  # no public plan (e.g. a subclass overriding fit)
+        return gaussian_epsilon(mu, delta), delta
+    meta = est._validate_fit_data(X, y, groups).meta
+    selections = est._budget_plan(meta).selection_phases
+    if selections:
+        # Random stopping composes rho-zCDP trials; a private partition selection
+        # adds a delta outside any zCDP curve (a function of the configuration only).
+        raise ValueError(
+            f"{type(est).__name__} with {est.get_params(deep=False)!r} selects a "
+            f"catalogue or label set privately (phase(s) {', '.join(selections)}), "
+            "outside the rho-zCDP trials the search accounts. Pass the public catalogue "
+            "or label set (AdaptiveWeightMF(items=...), JLMarginClassifier(classes=...)).")
+
+    def plan_at(eps):
+        with _budget_set(est, eps, delta):
+            return est._budget_plan(meta).calibrate()
+
+    return epsilon_for_rho(plan_at, rho_fit, delta), delta
+
+
+def _check_trial_budget(est, rho_fit):
+    """Refuse a trial whose report spends more than the per-trial budget."""
+    if math.isinf(rho_fit):
+        return
+    if not est.privacy_report_.is_private:
+        raise PrivacyBudgetError(
+            f"A trial of {type(est).__name__} released values its guarantee does not "
+            f"cover ({', '.join(est.privacy_report_.not_covered)}): pass them explicitly "
+            "(e.g. the public catalogue or label set) so that every trial is private.")
+    spent = report_rho(est.privacy_report_)
+    if spent is None or spent > rho_fit * (1.0 + 1e-9):
+        shown = "an undetermined amount" if spent is None else f"rho={spent:.6g}"
+        raise PrivacyBudgetError(
+            f"A trial of {type(est).__name__} spent {shown} (zCDP), more than the "
+            f"per-trial budget rho={rho_fit:.6g}: without a budget plan (_budget_plan) "
+            "it is calibrated as if Gaussian, and its other releases exceed the budget "
+            "(a function of the configuration, not of the data). Expose its plan.")
 
 
 def _check_private_pipeline(pipe, path=""):
@@ -739,10 +733,9 @@ def _replay(recorded):
 def _trial_predictions(est, X, groups):
     """Held-out predictions by ``_predict_unchecked`` when present (``predict``'s
     non-finite check would raise on one user's rows), else ``predict``."""
-    if isinstance(est, Pipeline):
-        X = est[:-1].transform(X) if len(est) > 1 else X
-        est = est[-1]
-    return (getattr(est, "_predict_unchecked", None) or est.predict)(X, groups=groups)
+    final = est[-1] if isinstance(est, Pipeline) else est
+    method = "_predict_unchecked" if hasattr(final, "_predict_unchecked") else "predict"
+    return transform_then(est, method, X, groups=groups)
 
 
 def _user_losses(est, loss, X_va, y_va, g_va, codes_va, n_held_out):
@@ -849,8 +842,3 @@ def _results(configs, scores, trial_eps):
     results["validation_score"] = np.asarray(scores, dtype=float)
     results["trial_epsilon"] = np.asarray(trial_eps, dtype=float)
     return results
-
-
-def _or_inf(rho):
-    """``rho``, or ``inf`` when undetermined (``None``)."""
-    return math.inf if rho is None else rho
