@@ -22,12 +22,7 @@ def rmse(y_true, y_pred):
     -------
     rmse : float
         ``sqrt(mean((y_true - y_pred) ** 2))`` over all entries (the RMSE of Krichene et
-        al. 2023, App. D.1, on held-out ratings).
-
-    References
-    ----------
-    .. [1] Krichene, Jain, Song, Sundararajan, Thakurta, Zhang. "Multi-Task Differential
-       Privacy Under Distribution Skew", ICML 2023, arXiv:2302.07975, App. D.1.
+        al. 2023, arXiv:2302.07975, App. D.1, on held-out ratings: :func:`recall_at_k`).
 
     Examples
     --------
@@ -119,9 +114,7 @@ def recall_at_k(recommended, relevant_users, relevant_items, *, k=None, users=No
     row_index = UserIndex.from_groups(np.arange(n_rows) if users is None else users, n_rows)
     if row_index.n_users != n_rows:
         raise ValueError("`users` must contain unique ids, one per row of `recommended`.")
-    # row of each user in `recommended`
-    code_to_row = np.empty(n_rows, dtype=np.int64)
-    code_to_row[row_index.codes] = np.arange(n_rows)
+    code_to_row = np.argsort(row_index.codes)  # row of each user in `recommended`
     codes = row_index.lookup(rel_users)
     if np.any(codes < 0):
         raise ValueError(

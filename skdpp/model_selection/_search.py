@@ -41,8 +41,6 @@ _CLIP_PHASE = "score_clip"
 #: [3.6, 2.4e5], the median within one grid cell of the truth).
 _AUTO_SCORE_QUANTILE = 0.5
 _AUTO_SCORE_FACTOR = 3.0
-_RESERVED = ("epsilon", "delta", "random_state")
-_LOSSES = ("auto", "squared_error", "absolute_error", "zero_one")
 
 
 def _estimator_has(name):
@@ -194,7 +192,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         "stopping": [StrOptions(set(STOPPING_DISTRIBUTIONS))],
         "stopping_shape": [Interval(Real, -1, None, closed="neither")],
         "validation_size": [Interval(Real, 0, 1, closed="neither")],
-        "loss": [StrOptions(set(_LOSSES)), callable],
+        "loss": [StrOptions({"auto", "squared_error", "absolute_error", "zero_one"}),
+                 callable],
         "score_clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "score_share": [Interval(Real, 0, 1, closed="neither")],
         "refit_personal": ["boolean"],
@@ -233,7 +232,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
             if isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"The '{name}' parameter must be a number, got "
                                  f"{getattr(self, name)!r}.")
-        if self._auto_score_clip() is None and not MIN_CLIP <= self.score_clip < np.inf:
+        clip = self._public_score_clip()
+        if clip is not None and not MIN_CLIP <= clip < np.inf:
             raise ValueError(
                 f"score_clip must be 'auto' or a finite bound >= {MIN_CLIP:g}, got "
                 f"{self.score_clip!r}.")
@@ -243,7 +243,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                     f"param_distributions must be a non-empty dict or a list of non-empty "
                     f"dicts; entry {k} is {dist!r}.")
             for name, values in dist.items():
-                if name.split("__")[-1] in _RESERVED:
+                if name.split("__")[-1] in ("epsilon", "delta", "random_state"):
                     raise ValueError(
                         f"param_distributions may not set {name!r}: the search sets each "
                         f"trial's epsilon, delta and random_state (the per-trial budget). "
@@ -265,18 +265,19 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
                 f"Invalid parameter(s) {unknown} for estimator "
                 f"{type(self.estimator).__name__}; valid parameters are {sorted(valid)}.")
 
-    def _auto_score_clip(self):
-        """None (a number), "public" (1, zero-one loss) or "private" (a quantile)."""
+    def _public_score_clip(self):
+        """The bound ``C`` if public (a number; 1 for the zero-one loss), None if it is
+        a private quantile (``"auto"`` with a regression loss)."""
         if not (isinstance(self.score_clip, str) and self.score_clip == "auto"):
-            return None
+            return float(self.score_clip)
         if self.loss == "zero_one" or (self.loss == "auto" and is_classifier(self.estimator)):
-            return "public"
+            return 1.0
         if is_classifier(self.estimator):
             raise ValueError(
                 f"score_clip='auto' bounds a classifier's loss only for the zero-one loss "
                 f"(its range is [0, 1]); got loss={self.loss!r}. Pass score_clip as a "
                 f"number: a public bound of your loss.")
-        return "private"
+        return None
 
     def _distributions(self):
         d = self.param_distributions
@@ -326,8 +327,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         # the budget (data-independent)
         stopping = RandomStopping(self.stopping, float(self.n_iter),
                                   float(self.stopping_shape))
-        auto_clip = self._auto_score_clip()
-        rho_clip_share = float(self.score_share) if auto_clip == "private" else 0.0
+        score_clip = self._public_score_clip()  # None: a private quantile (below)
+        rho_clip_share = float(self.score_share) if score_clip is None else 0.0
         rho = _calibrate_search(stopping, float(self.epsilon), delta, rho_clip_share)
         rho_fit = (1.0 - self.score_share) * rho
         z_score = 0.0 if math.isinf(rho) else 1.0 / math.sqrt(2.0 * (self.score_share * rho))
@@ -359,11 +360,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
         # the bound of the users' losses (before any trial)
         z_clip = 0.0
-        if auto_clip is None:
-            score_clip = float(self.score_clip)
-        elif auto_clip == "public":
-            score_clip = 1.0
-        else:
+        if score_clip is None:
             z_clip = 0.0 if math.isinf(rho) else math.sqrt(
                 _CLIP_STEPS / (2.0 * rho_clip_share * rho))
             plan = BudgetPlan(self.epsilon, delta)
