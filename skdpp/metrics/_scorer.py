@@ -14,18 +14,19 @@ class _PersonalizedScorer:
 
     def __init__(self, metric, sign, response_method, kwargs):
         self._metric, self._sign, self._kwargs = metric, sign, kwargs
-        self._response_method = response_method
+        self._response_method = response_method  # as given (for repr)
+        self._methods = (response_method,) if isinstance(response_method, str) \
+            else tuple(response_method)
         self._groups_request = True
 
     def __call__(self, estimator, X, y_true, groups=None):
-        """``sign * metric(y_true, y_pred)``, ``y_pred`` from the response method with ``groups``."""
-        methods = self._response_method
-        methods = (methods,) if isinstance(methods, str) else methods
-        method = next((getattr(estimator, name) for name in methods
+        """``sign * metric(y_true, y_pred)``, ``y_pred`` from the response method with
+        ``groups``."""
+        method = next((getattr(estimator, name) for name in self._methods
                        if getattr(estimator, name, None) is not None), None)
         if method is None:
             raise AttributeError(f"{type(estimator).__name__} has none of the response "
-                                 f"methods {list(methods)} required by this scorer.")
+                                 f"methods {list(self._methods)} required by this scorer.")
         y_pred = method(X) if groups is None else method(X, groups=groups)
         return self._sign * float(self._metric(y_true, y_pred, **self._kwargs))
 
@@ -59,9 +60,8 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
 
     scikit-learn's string scorers call ``predict(X)`` without ``groups`` (every test row
     a cold-start user). This scorer calls ``predict(X, groups=groups)`` and requests
-    ``groups`` through metadata routing (``GridSearchCV(..., scoring=scorer)``,
-    ``cross_validate(..., scoring=scorer, params={"groups": g})`` with
-    ``sklearn.set_config(enable_metadata_routing=True)``).
+    ``groups`` through metadata routing (``GridSearchCV(..., scoring=scorer)`` with
+    routing enabled: :ref:`groups`).
 
     Parameters
     ----------
@@ -89,8 +89,8 @@ def make_personalized_scorer(metric, *, greater_is_better=True, response_method=
     -----
     With metadata routing disabled (scikit-learn's default), meta-estimators never pass
     ``groups`` to scorers; the scorer then calls ``estimator.predict(X)`` and skdpp
-    estimators fitted with user ids warn that the rows are treated as new users. Tuning on
-    private data costs privacy: each fit of a search spends its own budget.
+    estimators fitted with user ids warn that the rows are treated as new users. Every
+    fit of a search spends its own budget (:ref:`tuning`).
 
     Examples
     --------
