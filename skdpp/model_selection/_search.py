@@ -443,7 +443,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         return self
 
     def _set_trial_budget(self, est, rho_fit, delta, X, y, groups, seed):
-        """Set ``est``'s budget for ``rho_fit`` (:meth:`_trial_budget`) and its trial
+        """Set ``est``'s budget for ``rho_fit`` (``_trial_budget``) and its trial
         ``random_state``; return its epsilon."""
         with warnings.catch_warnings(), quiet_numerics():
             warnings.simplefilter("ignore")

@@ -66,7 +66,39 @@ def _check_test_size(test_size):
             f"each user's rows to hold out); got {test_size!r}.")
 
 
-class PerUserKFold(BaseCrossValidator):
+class _PerUserSplitter:
+    """The ``split`` of the per-user splitters, which request ``groups`` by default."""
+
+    __metadata_request__split = {"groups": True}
+
+    def split(self, X, y=None, groups=None):
+        """Generate train/test row indices, splitting within each user.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Only its number of rows is used.
+        y : None
+            Ignored.
+        groups : array-like of shape (n_samples,)
+            User id of each row (required: ``None`` raises a ``ValueError``).
+
+        Yields
+        ------
+        train, test : ndarray of int
+            Row indices of the split.
+
+        Raises
+        ------
+        RuntimeError
+            If called by scikit-learn with ``groups`` while metadata routing is
+            disabled (:ref:`safety_rails`).
+        """
+        _check_routing(self, groups)
+        return super().split(X, y, groups)
+
+
+class PerUserKFold(_PerUserSplitter, BaseCrossValidator):
     """K-fold cross-validation of the rows *within* each user.
 
     Each user's rows are dealt into ``n_splits`` folds, so every fold tests
@@ -108,8 +140,6 @@ class PerUserKFold(BaseCrossValidator):
     [0 3 4 5] [1 2]
     """
 
-    __metadata_request__split = {"groups": True}
-
     def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
         _check_int("n_splits", n_splits, 2)
         if not isinstance(shuffle, bool):
@@ -126,34 +156,7 @@ class PerUserKFold(BaseCrossValidator):
         """Number of splits, ``n_splits`` (the arguments are ignored)."""
         return self.n_splits
 
-    def split(self, X, y=None, groups=None):
-        """Generate train/test row indices, splitting within each user.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Only its number of rows is used.
-        y : None
-            Ignored.
-        groups : array-like of shape (n_samples,)
-            User id of each row (required: ``None`` raises a ``ValueError``).
-
-        Yields
-        ------
-        train, test : ndarray of int
-            Row indices of the split.
-
-        Raises
-        ------
-        RuntimeError
-            If called by scikit-learn with ``groups`` while metadata routing is
-            disabled (see Notes).
-        """
-        _check_routing(self, groups)
-        return self._split(X, y, groups)
-
-    def _split(self, X, y, groups):
-        X, y, groups = indexable(X, y, groups)
+    def _iter_test_masks(self, X, y, groups):
         index = _check_groups(groups, X, type(self).__name__)
         if self.shuffle:
             rng = check_random_state(self.random_state)
@@ -166,11 +169,10 @@ class PerUserKFold(BaseCrossValidator):
         # users with fewer than n_splits rows are never tested (fold -1)
         fold = np.where(index.counts[index.codes] >= self.n_splits, fold, -1)
         for f in range(self.n_splits):  # loop over folds, not users
-            test = fold == f
-            yield np.flatnonzero(~test), np.flatnonzero(test)
+            yield fold == f
 
 
-class PerUserShuffleSplit(BaseShuffleSplit):
+class PerUserShuffleSplit(_PerUserSplitter, BaseShuffleSplit):
     """Random train/test splits of the rows *within* each user.
 
     In each split, every user with ``n >= 2`` rows puts ``ceil(test_size * n)``
@@ -201,8 +203,6 @@ class PerUserShuffleSplit(BaseShuffleSplit):
     array([2, 2])
     """
 
-    __metadata_request__split = {"groups": True}
-
     def __init__(self, n_splits=5, *, test_size=0.2, random_state=None):
         _check_int("n_splits", n_splits, 1)
         _check_test_size(test_size)
@@ -218,11 +218,6 @@ class PerUserShuffleSplit(BaseShuffleSplit):
             test = rank_within_user(index, rng) < n_test
             yield np.flatnonzero(~test), np.flatnonzero(test)
 
-    def split(self, X, y=None, groups=None):
-        """Generate train/test row indices within each user, as
-        :meth:`PerUserKFold.split` (same parameters, yields and errors)."""
-        _check_routing(self, groups)
-        return super().split(X, y, groups)
 
 
 def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
