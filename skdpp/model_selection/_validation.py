@@ -101,8 +101,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
             "cross_val_predict got groups in params: pass groups=groups (the user ids "
             "go to the splitter, to fit and to predict).")
     if not get_config().get("enable_metadata_routing", False) and isinstance(
-        get_routing_for_object(estimator), MetadataRouter
-    ):
+            get_routing_for_object(estimator), MetadataRouter):
         raise ValueError(
             f"{type(estimator).__name__} passes groups on to its steps only with "
             f"metadata routing: call sklearn.set_config(enable_metadata_routing=True) "
@@ -119,20 +118,17 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
     test_rows = np.concatenate([np.asarray(test, dtype=np.intp) for _, test in splits])
     _check_partition(test_rows, n_samples, cv)
 
-    parallel = Parallel(n_jobs=n_jobs, verbose=verbose, pre_dispatch=pre_dispatch)
-    predictions = parallel(
+    predictions = Parallel(n_jobs=n_jobs, verbose=verbose, pre_dispatch=pre_dispatch)(
         delayed(_fit_and_predict)(clone(estimator), X, y, ids, train, test, params,
                                   method, n_samples)
-        for train, test in splits
-    )
+        for train, test in splits)
     shapes = {np.shape(p)[1:] for p in predictions}
     if len(shapes) > 1:
         raise ValueError(
             f"The folds' {method} outputs have different shapes {sorted(shapes)} (e.g. "
             f"a class missing from some fold's training rows); use folds whose "
             f"training rows hold every class.")
-    inverse = np.empty(n_samples, dtype=np.intp)
-    inverse[test_rows] = np.arange(n_samples)
+    inverse = np.argsort(test_rows)  # test_rows is a permutation (_check_partition)
     return np.concatenate([np.asarray(p) for p in predictions])[inverse]
 
 
