@@ -219,7 +219,6 @@ class PerUserShuffleSplit(_PerUserSplitter, BaseShuffleSplit):
             yield np.flatnonzero(~test), np.flatnonzero(test)
 
 
-
 def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
                               min_train_rows=1):
     """Split arrays into train and test rows *within* each user.
