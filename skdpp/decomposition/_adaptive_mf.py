@@ -51,14 +51,17 @@ def _lookup_items(catalogue_keys, X):
 
 
 def _encode_items(catalogue_keys, X):
-    """``(codes, other_keys)``: catalogue items get ``0 .. m - 1``, the others ``m + j``
-    (``j`` their rank in the sorted ``other_keys``), so duplicates merge and ratings
-    outside the catalogue still inform their user's bias."""
+    """``(codes, code_keys)``: catalogue items get ``0 .. m - 1``, the others ``m + j``
+    (``j`` their rank among the sorted other keys, appended to the catalogue's in
+    ``code_keys``), so duplicates merge and ratings outside the catalogue still inform
+    their user's bias."""
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
     other_keys, other_codes = _factorise_keys(_item_keys(X)[outside])
     codes[outside] = catalogue_keys.shape[0] + other_codes
-    return codes, other_keys
+    if catalogue_keys.shape[0] == 0:
+        return codes, other_keys
+    return codes, np.concatenate([catalogue_keys, other_keys])
 
 
 def _factorise_keys(keys):
@@ -71,17 +74,6 @@ def _factorise_keys(keys):
 def _seen_matrix(user, item, n_users, n_items):
     """(n_users, n_items) 0/1 CSR of the items each user rated (personal data)."""
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
-
-
-def _entry_data(data, entries, users, n_items, code_keys, code_ids):
-    """``data`` as merged (user, item, rating) ``entries`` with the item codes' keys."""
-    user, item, rating = entries
-    n_codes = int(code_keys.shape[0])
-    return FitData(
-        X=item[:, None], y=rating, index=UserIndex(users, user),
-        meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
-        attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": code_ids,
-                    "_seen": _seen_matrix(user, item, users.shape[0], n_codes)})
 
 
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
@@ -316,9 +308,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return {"dtype": None, "y_numeric": True}
 
     def _public_catalogue_keys(self, X):
-        """Sorted unique keys of the public ``items`` (``None`` if not public)."""
+        """Sorted unique keys of the public ``items`` (none if not public)."""
         if self._catalogue_kind() != "public":
-            return None
+            return _item_keys(X)[:0]
         catalogue = np.asarray(self.items)
         if catalogue.ndim == 1:
             catalogue = catalogue[:, None]
@@ -327,19 +319,29 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                              f"column(s) like X; got shape {np.asarray(self.items).shape}.")
         return _factorise_keys(_item_keys(catalogue))[0].copy()
 
-    @staticmethod
-    def _ids(keys, n_features, id_dtype):
-        """The ids shown to users for sorted item keys (integer ids stay ints)."""
-        if keys.dtype.kind == "V":  # multi-column rows (see _item_keys)
-            return keys.view(np.float64).reshape(-1, n_features).copy()
-        item_ids = np.asarray(keys).copy()
-        return item_ids.astype(id_dtype) if np.dtype(id_dtype).kind in "biu" else item_ids
+    def _entry_data(self, data, codes, code_keys, n_public, id_dtype):
+        """``data`` as merged (user, item, rating) entries of the item ``codes`` (keys
+        ``code_keys``, the ``n_public`` public ones first), with the ids shown to users."""
+        n_codes = int(code_keys.shape[0])
+        user, item, rating = aggregate_entries(data.index.codes, codes, data.y, n_codes)
+        if code_keys.dtype.kind == "V":  # multi-column rows (see _item_keys)
+            ids = code_keys.view(np.float64).reshape(-1, data.meta["n_features"]).copy()
+        else:  # integer ids stay ints
+            ids = np.asarray(code_keys).copy()
+            ids = ids.astype(id_dtype) if np.dtype(id_dtype).kind in "biu" else ids
+        kind = self._catalogue_kind()
+        n_items = {"private": None, "public": n_public, "observed": n_codes}[kind]
+        return FitData(
+            X=item[:, None], y=rating, index=UserIndex(data.index.users, user),
+            meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
+            attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": ids,
+                        "_seen": _seen_matrix(user, item, data.index.n_users, n_codes)})
 
     def _validate_fit_data(self, X, y, groups):
         # sklearn's finiteness check sums y: an overflow warning would leak (DESIGN 7)
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
-        X, index = data.X, data.index
+        X = data.X
         if groups is not None and X.shape[1] > 1:  # public shapes only (issue 13, item 4)
             warnings.warn(
                 f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one column of "
@@ -348,17 +350,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "treated as one item.", UserWarning, stacklevel=3)
         # Internal codes (public catalogue first); only the published catalogue is released.
         public_keys = self._public_catalogue_keys(X)
-        codes, other_keys = _encode_items(
-            public_keys if public_keys is not None else _item_keys(X)[:0], X)
-        code_keys = other_keys if public_keys is None else np.concatenate(
-            [public_keys, other_keys])
-        n_codes = int(code_keys.shape[0])
-        entries = aggregate_entries(index.codes, codes, data.y, n_codes)
-        n_public = None if public_keys is None else int(public_keys.shape[0])
-        if isinstance(self.items, str):  # "observed": every item, released as is
-            n_public = n_codes
-        return _entry_data(data, entries, index.users, n_public, code_keys,
-                           self._ids(code_keys, X.shape[1], X.dtype))
+        codes, code_keys = _encode_items(public_keys, X)
+        return self._entry_data(data, codes, code_keys, int(public_keys.shape[0]), X.dtype)
 
     # skdpp.distributed validates each partition separately; these three make its
     # item codes those of validating all rows at once, whatever the partitioning.
@@ -382,13 +375,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         position[merged.codes] = np.arange(vocabulary.shape[0])
         remap = np.concatenate([np.arange(n_public, dtype=np.int64),
                                 n_public + position[merged.lookup(code_keys[n_public:])]])
-        n_codes = n_public + int(vocabulary.shape[0])
-        entries = aggregate_entries(data.index.codes, remap[data.X[:, 0]], data.y, n_codes)
-        code_keys = np.concatenate([code_keys[:n_public], vocabulary])
-        n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
-        return _entry_data(data, entries, data.index.users, n_items, code_keys,
-                           self._ids(code_keys, data.meta["n_features"],
-                                     data.attributes["_code_ids"].dtype))
+        return self._entry_data(data, remap[data.X[:, 0]],
+                                np.concatenate([code_keys[:n_public], vocabulary]), n_public,
+                                data.attributes["_code_ids"].dtype)
 
     def _make_blocks(self, data, randomness):
         # Entries of whole users, each user's entries sorted by item code.
@@ -439,8 +428,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     def _fit_personal(self, X, y, index):
         """User embeddings and biases from the released values and each user's ratings."""
-        codes, other = _encode_items(self._catalogue_keys, X)
-        n_codes = self.n_items_ + int(other.shape[0])
+        codes, code_keys = _encode_items(self._catalogue_keys, X)
+        n_codes = int(code_keys.shape[0])
         user, item, rating = aggregate_entries(index.codes, codes, y, n_codes)
         published = item < self.n_items_
         self._pending_seen = _seen_matrix(user[published], item[published], index.n_users,
@@ -460,8 +449,7 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         keep = ~np.isin(old_ids, new_ids)[old_seen.row]
         rows = np.concatenate([pos_old[old_seen.row[keep]], pos_new[new_seen.row]])
         cols = np.concatenate([old_seen.col[keep], new_seen.col])
-        self._seen = sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)),
-                                   shape=(all_ids.shape[0], self.n_items_))
+        self._seen = _seen_matrix(rows, cols, all_ids.shape[0], self.n_items_)
         del self._pending_seen
 
     # Prediction
