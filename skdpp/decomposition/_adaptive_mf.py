@@ -15,12 +15,10 @@ from ..privacy import MIN_CLIP
 from ..privacy._plan import phase_shares
 from ..utils._grouped import UserIndex
 from ._algorithms import adaptive_mf
-from ._algorithms._als_kernels import aggregate_entries, entry_blocks
+from ._algorithms._als_kernels import aggregate_entries, entry_blocks, paired_dots
 
 __all__ = ["AdaptiveWeightMF"]
 
-# Ratings per chunk in the row-wise dot products of ``predict``.
-_PREDICT_CHUNK = 2**17
 # Weight of the log popularity in recommend(ranking="blend") (User Guide); public.
 _POPULARITY_WEIGHT = 1.0
 _POSITIVE = Interval(Real, 0, None, closed="neither")
@@ -289,20 +287,17 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         if not MIN_CLIP <= self.user_budget < np.inf:
             # a subnormal budget let rounding push one user's sum of w^2 to 1.4 x beta
             raise ValueError(
-                f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, got "
-                f"{self.user_budget!r}: at smaller scales floating-point rounding can exceed "
-                "the stated sensitivity. Only its ratio to `reg` matters for adaptive "
-                "weights: rescale both instead.")
+                f"user_budget must be finite and >= {MIN_CLIP:g} (below, rounding can exceed "
+                f"the stated sensitivity); got {self.user_budget!r}. Only its ratio to `reg` "
+                "matters for adaptive weights: rescale both.")
         if self.weighting in ("uniform", "tail") and self.user_budget < 1:
             raise ValueError(
-                f"weighting={self.weighting!r} keeps floor(user_budget) items per user with "
-                f"weight 1, so user_budget must be >= 1; got {self.user_budget!r}. Pass "
-                "user_budget=k to sample k items per user.")
+                f"weighting={self.weighting!r} keeps floor(user_budget) items per user, so "
+                f"user_budget must be >= 1; got {self.user_budget!r}. Pass user_budget=k.")
         if self.items is None and self.epsilon != np.inf and self.delta <= 0:
             raise ValueError(
-                f"items=None selects the item catalogue privately, which needs delta > 0 (an "
-                f"item rated by one user is published with probability at most delta / 4); "
-                f"got delta={self.delta!r}. Pass delta > 0, or a public catalogue items=[...].")
+                f"items=None selects the item catalogue privately and needs delta > 0; got "
+                f"delta={self.delta!r}. Pass delta > 0, or a public catalogue items=[...].")
 
     def _validate_data_kwargs(self):
         return {"dtype": None, "y_numeric": True}
@@ -440,16 +435,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return {"user_embeddings_": U, "user_biases_": bias}
 
     def _merge_personal(self, new_ids, personal):
-        old_ids, old_seen = self.user_ids_, self._seen.tocoo()
-        new_seen = self._pending_seen.tocoo()
+        # the seen rows of the kept old users and of the new ones, in user_ids_ order
+        old_ids, keep = self.user_ids_, ~np.isin(self.user_ids_, new_ids)
         super()._merge_personal(new_ids, personal)
-        all_ids = self.user_ids_
-        pos_old = np.searchsorted(all_ids, old_ids)
-        pos_new = np.searchsorted(all_ids, new_ids)
-        keep = ~np.isin(old_ids, new_ids)[old_seen.row]
-        rows = np.concatenate([pos_old[old_seen.row[keep]], pos_new[new_seen.row]])
-        cols = np.concatenate([old_seen.col[keep], new_seen.col])
-        self._seen = _seen_matrix(rows, cols, all_ids.shape[0], self.n_items_)
+        position = np.searchsorted(self.user_ids_, np.concatenate([old_ids[keep], new_ids]))
+        seen = sp.vstack([self._seen[keep], self._pending_seen], format="csr")
+        self._seen = seen[np.argsort(position)]
         del self._pending_seen
 
     # Prediction
@@ -491,12 +482,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         pred[known] += self.user_biases_[users[known]]
         both = known & published
         if both.any():
-            u, i = users[both], items[both]
-            score = np.empty(u.shape[0])
-            for start in range(0, u.shape[0], _PREDICT_CHUNK):  # memory chunks
-                part = slice(start, start + _PREDICT_CHUNK)
-                score[part] = np.einsum("ek,ek->e", self.user_embeddings_[u[part]],
-                                        self.item_embeddings_[i[part]])
+            score = paired_dots(self.user_embeddings_, users[both], self.item_embeddings_,
+                                items[both])
             if self.rating_clip_ is not None:
                 score = np.clip(score, -self.rating_clip_, self.rating_clip_)
             pred[both] += score
@@ -577,7 +564,6 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "or pass a public catalogue items=[...].")
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
-        known = codes >= 0
         popularity = self._item_popularity()
         if ranking == "rating" or popularity is None:
             ranking = "rating"  # "blend" without released counts
@@ -592,23 +578,21 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         out = np.empty((groups.shape[0], n_top), dtype=np.int64)
         block = max(1, (2**24) // max(1, self.n_items_))
         for start in range(0, groups.shape[0], block):  # memory blocks
-            stop = min(groups.shape[0], start + block)
-            c, kn = codes[start:stop], known[start:stop]
-            scores = np.tile(cold, (stop - start, 1))
+            c = codes[start:start + block]
+            kn = c >= 0
+            scores = np.tile(cold, (c.shape[0], 1))
             if kn.any():
-                if ranking == "popularity":
-                    sub = np.tile(cold, (int(kn.sum()), 1))
-                elif ranking == "rating":
+                sub = scores[kn]  # "popularity": the cold scores
+                if ranking == "rating":
                     sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
                            + self.item_biases_)
-                else:
+                elif ranking == "blend":
                     sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T) / unit
                     sub += cold
                 if exclude_seen:
                     sub[self._seen[c[kn]].toarray() > 0] = -np.inf
                 scores[kn] = sub
             top = np.argpartition(-scores, n_top - 1, axis=1)[:, :n_top]
-            order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1,
-                               kind="stable")
-            out[start:stop] = np.take_along_axis(top, order, axis=1)
+            order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1, kind="stable")
+            out[start:start + block] = np.take_along_axis(top, order, axis=1)
         return self.item_ids_[out]

@@ -12,8 +12,6 @@ import numpy as np
 from ...privacy._clipping import clip_values
 from ._task_weights import _SAFETY  # sum_i w_ij^2 <= cap exactly in floating point
 
-__all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
-
 # The residual scale of one rating, in units of C_r: the "auto" rating_clip is
 # twice a typical user's deviation.
 _RESIDUAL_SCALES = 2.0

@@ -8,8 +8,6 @@ only (keyed per-row uniforms).
 
 import numpy as np
 
-__all__ = ["adaptive_weights", "log_adaptive_item_weights", "task_weights"]
-
 # so that sum_j w_ij^2 <= beta holds in floating point (rescaling rounds ~1e-16)
 _SAFETY = 1.0 - 1e-12
 
