@@ -1,6 +1,5 @@
-"""The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): parameters, data
-validation (item catalogue, duplicate ratings) and prediction; the algorithm (Alg. 1-3) is
-:mod:`._algorithms.adaptive_mf`."""
+"""The estimator :class:`AdaptiveWeightMF`: parameters, data validation (item catalogue,
+duplicate ratings) and prediction; the algorithm is :mod:`._algorithms.adaptive_mf`."""
 
 import warnings
 from numbers import Integral, Real
@@ -553,15 +552,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             raise ValueError(f"popularity_weight must be a finite number >= 0; got "
                              f"{popularity_weight!r}.")
         if ranking == "popularity" and self.item_counts_ is None:
-            raise ValueError(
-                "ranking='popularity' needs the released item counts, and this fit released "
-                "none (a public catalogue with weighting='uniform' and solver='als'). Use "
-                "ranking='rating'.")
+            raise ValueError("ranking='popularity' needs the released item counts; this fit "
+                             "released none (public catalogue, weighting='uniform', "
+                             "solver='als'). Use ranking='rating'.")
         if self.n_items_ == 0:
-            raise ValueError(
-                "The published item catalogue is empty (no item cleared the private "
-                "selection threshold): there is nothing to recommend. Use a larger epsilon "
-                "or pass a public catalogue items=[...].")
+            raise ValueError("The published item catalogue is empty: nothing to recommend. "
+                             "Use a larger epsilon or a public catalogue items=[...].")
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
         popularity = self._item_popularity()

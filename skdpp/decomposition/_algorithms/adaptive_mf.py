@@ -130,8 +130,7 @@ def _fallback(executor, release, meta, cfg):
     new users the private median mean rating (``mean_``) or 0."""
     n_users, k = int(meta["n_users"]), cfg.n_components
     level = fallback_level(release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
-    n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
-    m = 0 if cfg.catalogue == "private" else n_count
+    m = 0 if cfg.catalogue == "private" else int(meta["n_items"])  # None iff private
     U, bias = executor.collect(K.own_mean_parts, k)
     attributes = {
         "item_embeddings_": np.zeros((m, k)), "item_biases_": np.zeros(m),
