@@ -1,6 +1,5 @@
-"""The estimator :class:`AdaptiveWeightMF` (Krichene et al. 2023): parameters, data
-validation (item catalogue, duplicate ratings) and prediction; the algorithm (Alg. 1-3) is
-:mod:`._algorithms.adaptive_mf`."""
+"""The estimator :class:`AdaptiveWeightMF`: parameters, data validation (item catalogue,
+duplicate ratings) and prediction; the algorithm is :mod:`._algorithms.adaptive_mf`."""
 
 import warnings
 from numbers import Integral, Real
@@ -15,12 +14,10 @@ from ..privacy import MIN_CLIP
 from ..privacy._plan import phase_shares
 from ..utils._grouped import UserIndex
 from ._algorithms import adaptive_mf
-from ._algorithms._als_kernels import aggregate_entries, entry_blocks
+from ._algorithms._als_kernels import aggregate_entries, entry_blocks, paired_dots
 
 __all__ = ["AdaptiveWeightMF"]
 
-# Ratings per chunk in the row-wise dot products of ``predict``.
-_PREDICT_CHUNK = 2**17
 # Weight of the log popularity in recommend(ranking="blend") (User Guide); public.
 _POPULARITY_WEIGHT = 1.0
 _POSITIVE = Interval(Real, 0, None, closed="neither")
@@ -51,14 +48,17 @@ def _lookup_items(catalogue_keys, X):
 
 
 def _encode_items(catalogue_keys, X):
-    """``(codes, other_keys)``: catalogue items get ``0 .. m - 1``, the others ``m + j``
-    (``j`` their rank in the sorted ``other_keys``), so duplicates merge and ratings
-    outside the catalogue still inform their user's bias."""
+    """``(codes, code_keys)``: catalogue items get ``0 .. m - 1``, the others ``m + j``
+    (``j`` their rank among the sorted other keys, appended to the catalogue's in
+    ``code_keys``), so duplicates merge and ratings outside the catalogue still inform
+    their user's bias."""
     codes = _lookup_items(catalogue_keys, X)
     outside = codes < 0
     other_keys, other_codes = _factorise_keys(_item_keys(X)[outside])
     codes[outside] = catalogue_keys.shape[0] + other_codes
-    return codes, other_keys
+    if catalogue_keys.shape[0] == 0:
+        return codes, other_keys
+    return codes, np.concatenate([catalogue_keys, other_keys])
 
 
 def _factorise_keys(keys):
@@ -71,17 +71,6 @@ def _factorise_keys(keys):
 def _seen_matrix(user, item, n_users, n_items):
     """(n_users, n_items) 0/1 CSR of the items each user rated (personal data)."""
     return sp.csr_matrix((np.ones(user.shape[0]), (user, item)), shape=(n_users, n_items))
-
-
-def _entry_data(data, entries, users, n_items, code_keys, code_ids):
-    """``data`` as merged (user, item, rating) ``entries`` with the item codes' keys."""
-    user, item, rating = entries
-    n_codes = int(code_keys.shape[0])
-    return FitData(
-        X=item[:, None], y=rating, index=UserIndex(users, user),
-        meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
-        attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": code_ids,
-                    "_seen": _seen_matrix(user, item, users.shape[0], n_codes)})
 
 
 class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
@@ -297,28 +286,25 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         if not MIN_CLIP <= self.user_budget < np.inf:
             # a subnormal budget let rounding push one user's sum of w^2 to 1.4 x beta
             raise ValueError(
-                f"The 'user_budget' parameter must be a finite budget >= {MIN_CLIP:g}, got "
-                f"{self.user_budget!r}: at smaller scales floating-point rounding can exceed "
-                "the stated sensitivity. Only its ratio to `reg` matters for adaptive "
-                "weights: rescale both instead.")
+                f"user_budget must be finite and >= {MIN_CLIP:g} (below, rounding can exceed "
+                f"the stated sensitivity); got {self.user_budget!r}. Only its ratio to `reg` "
+                "matters for adaptive weights: rescale both.")
         if self.weighting in ("uniform", "tail") and self.user_budget < 1:
             raise ValueError(
-                f"weighting={self.weighting!r} keeps floor(user_budget) items per user with "
-                f"weight 1, so user_budget must be >= 1; got {self.user_budget!r}. Pass "
-                "user_budget=k to sample k items per user.")
+                f"weighting={self.weighting!r} keeps floor(user_budget) items per user, so "
+                f"user_budget must be >= 1; got {self.user_budget!r}. Pass user_budget=k.")
         if self.items is None and self.epsilon != np.inf and self.delta <= 0:
             raise ValueError(
-                f"items=None selects the item catalogue privately, which needs delta > 0 (an "
-                f"item rated by one user is published with probability at most delta / 4); "
-                f"got delta={self.delta!r}. Pass delta > 0, or a public catalogue items=[...].")
+                f"items=None selects the item catalogue privately and needs delta > 0; got "
+                f"delta={self.delta!r}. Pass delta > 0, or a public catalogue items=[...].")
 
     def _validate_data_kwargs(self):
         return {"dtype": None, "y_numeric": True}
 
     def _public_catalogue_keys(self, X):
-        """Sorted unique keys of the public ``items`` (``None`` if not public)."""
+        """Sorted unique keys of the public ``items`` (none if not public)."""
         if self._catalogue_kind() != "public":
-            return None
+            return _item_keys(X)[:0]
         catalogue = np.asarray(self.items)
         if catalogue.ndim == 1:
             catalogue = catalogue[:, None]
@@ -327,19 +313,29 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                              f"column(s) like X; got shape {np.asarray(self.items).shape}.")
         return _factorise_keys(_item_keys(catalogue))[0].copy()
 
-    @staticmethod
-    def _ids(keys, n_features, id_dtype):
-        """The ids shown to users for sorted item keys (integer ids stay ints)."""
-        if keys.dtype.kind == "V":  # multi-column rows (see _item_keys)
-            return keys.view(np.float64).reshape(-1, n_features).copy()
-        item_ids = np.asarray(keys).copy()
-        return item_ids.astype(id_dtype) if np.dtype(id_dtype).kind in "biu" else item_ids
+    def _entry_data(self, data, codes, code_keys, n_public, id_dtype):
+        """``data`` as merged (user, item, rating) entries of the item ``codes`` (keys
+        ``code_keys``, the ``n_public`` public ones first), with the ids shown to users."""
+        n_codes = int(code_keys.shape[0])
+        user, item, rating = aggregate_entries(data.index.codes, codes, data.y, n_codes)
+        if code_keys.dtype.kind == "V":  # multi-column rows (see _item_keys)
+            ids = code_keys.view(np.float64).reshape(-1, data.meta["n_features"]).copy()
+        else:  # integer ids stay ints
+            ids = np.asarray(code_keys).copy()
+            ids = ids.astype(id_dtype) if np.dtype(id_dtype).kind in "biu" else ids
+        kind = self._catalogue_kind()
+        n_items = {"private": None, "public": n_public, "observed": n_codes}[kind]
+        return FitData(
+            X=item[:, None], y=rating, index=UserIndex(data.index.users, user),
+            meta={**data.meta, "n_items": n_items, "n_item_codes": n_codes},
+            attributes={**data.attributes, "_code_keys": code_keys, "_code_ids": ids,
+                        "_seen": _seen_matrix(user, item, data.index.n_users, n_codes)})
 
     def _validate_fit_data(self, X, y, groups):
         # sklearn's finiteness check sums y: an overflow warning would leak (DESIGN 7)
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
-        X, index = data.X, data.index
+        X = data.X
         if groups is not None and X.shape[1] > 1:  # public shapes only (issue 13, item 4)
             warnings.warn(
                 f"AdaptiveWeightMF got X with {X.shape[1]} columns: X must be one column of "
@@ -348,17 +344,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
                 "treated as one item.", UserWarning, stacklevel=3)
         # Internal codes (public catalogue first); only the published catalogue is released.
         public_keys = self._public_catalogue_keys(X)
-        codes, other_keys = _encode_items(
-            public_keys if public_keys is not None else _item_keys(X)[:0], X)
-        code_keys = other_keys if public_keys is None else np.concatenate(
-            [public_keys, other_keys])
-        n_codes = int(code_keys.shape[0])
-        entries = aggregate_entries(index.codes, codes, data.y, n_codes)
-        n_public = None if public_keys is None else int(public_keys.shape[0])
-        if isinstance(self.items, str):  # "observed": every item, released as is
-            n_public = n_codes
-        return _entry_data(data, entries, index.users, n_public, code_keys,
-                           self._ids(code_keys, X.shape[1], X.dtype))
+        codes, code_keys = _encode_items(public_keys, X)
+        return self._entry_data(data, codes, code_keys, int(public_keys.shape[0]), X.dtype)
 
     # skdpp.distributed validates each partition separately; these three make its
     # item codes those of validating all rows at once, whatever the partitioning.
@@ -382,13 +369,9 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         position[merged.codes] = np.arange(vocabulary.shape[0])
         remap = np.concatenate([np.arange(n_public, dtype=np.int64),
                                 n_public + position[merged.lookup(code_keys[n_public:])]])
-        n_codes = n_public + int(vocabulary.shape[0])
-        entries = aggregate_entries(data.index.codes, remap[data.X[:, 0]], data.y, n_codes)
-        code_keys = np.concatenate([code_keys[:n_public], vocabulary])
-        n_items = n_codes if self._catalogue_kind() == "observed" else data.meta["n_items"]
-        return _entry_data(data, entries, data.index.users, n_items, code_keys,
-                           self._ids(code_keys, data.meta["n_features"],
-                                     data.attributes["_code_ids"].dtype))
+        return self._entry_data(data, remap[data.X[:, 0]],
+                                np.concatenate([code_keys[:n_public], vocabulary]), n_public,
+                                data.attributes["_code_ids"].dtype)
 
     def _make_blocks(self, data, randomness):
         # Entries of whole users, each user's entries sorted by item code.
@@ -439,8 +422,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
 
     def _fit_personal(self, X, y, index):
         """User embeddings and biases from the released values and each user's ratings."""
-        codes, other = _encode_items(self._catalogue_keys, X)
-        n_codes = self.n_items_ + int(other.shape[0])
+        codes, code_keys = _encode_items(self._catalogue_keys, X)
+        n_codes = int(code_keys.shape[0])
         user, item, rating = aggregate_entries(index.codes, codes, y, n_codes)
         published = item < self.n_items_
         self._pending_seen = _seen_matrix(user[published], item[published], index.n_users,
@@ -451,17 +434,12 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         return {"user_embeddings_": U, "user_biases_": bias}
 
     def _merge_personal(self, new_ids, personal):
-        old_ids, old_seen = self.user_ids_, self._seen.tocoo()
-        new_seen = self._pending_seen.tocoo()
+        # the seen rows of the kept old users and of the new ones, in user_ids_ order
+        old_ids, keep = self.user_ids_, ~np.isin(self.user_ids_, new_ids)
         super()._merge_personal(new_ids, personal)
-        all_ids = self.user_ids_
-        pos_old = np.searchsorted(all_ids, old_ids)
-        pos_new = np.searchsorted(all_ids, new_ids)
-        keep = ~np.isin(old_ids, new_ids)[old_seen.row]
-        rows = np.concatenate([pos_old[old_seen.row[keep]], pos_new[new_seen.row]])
-        cols = np.concatenate([old_seen.col[keep], new_seen.col])
-        self._seen = sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)),
-                                   shape=(all_ids.shape[0], self.n_items_))
+        position = np.searchsorted(self.user_ids_, np.concatenate([old_ids[keep], new_ids]))
+        seen = sp.vstack([self._seen[keep], self._pending_seen], format="csr")
+        self._seen = seen[np.argsort(position)]
         del self._pending_seen
 
     # Prediction
@@ -503,12 +481,8 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         pred[known] += self.user_biases_[users[known]]
         both = known & published
         if both.any():
-            u, i = users[both], items[both]
-            score = np.empty(u.shape[0])
-            for start in range(0, u.shape[0], _PREDICT_CHUNK):  # memory chunks
-                part = slice(start, start + _PREDICT_CHUNK)
-                score[part] = np.einsum("ek,ek->e", self.user_embeddings_[u[part]],
-                                        self.item_embeddings_[i[part]])
+            score = paired_dots(self.user_embeddings_, users[both], self.item_embeddings_,
+                                items[both])
             if self.rating_clip_ is not None:
                 score = np.clip(score, -self.rating_clip_, self.rating_clip_)
             pred[both] += score
@@ -578,18 +552,14 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
             raise ValueError(f"popularity_weight must be a finite number >= 0; got "
                              f"{popularity_weight!r}.")
         if ranking == "popularity" and self.item_counts_ is None:
-            raise ValueError(
-                "ranking='popularity' needs the released item counts, and this fit released "
-                "none (a public catalogue with weighting='uniform' and solver='als'). Use "
-                "ranking='rating'.")
+            raise ValueError("ranking='popularity' needs the released item counts; this fit "
+                             "released none (public catalogue, weighting='uniform', "
+                             "solver='als'). Use ranking='rating'.")
         if self.n_items_ == 0:
-            raise ValueError(
-                "The published item catalogue is empty (no item cleared the private "
-                "selection threshold): there is nothing to recommend. Use a larger epsilon "
-                "or pass a public catalogue items=[...].")
+            raise ValueError("The published item catalogue is empty: nothing to recommend. "
+                             "Use a larger epsilon or a public catalogue items=[...].")
         n_top = min(int(n_items), self.n_items_)
         codes = self._user_codes(groups, groups.shape[0])
-        known = codes >= 0
         popularity = self._item_popularity()
         if ranking == "rating" or popularity is None:
             ranking = "rating"  # "blend" without released counts
@@ -604,23 +574,21 @@ class AdaptiveWeightMF(PersonalizedRegressorMixin, BasePersonalizedEstimator):
         out = np.empty((groups.shape[0], n_top), dtype=np.int64)
         block = max(1, (2**24) // max(1, self.n_items_))
         for start in range(0, groups.shape[0], block):  # memory blocks
-            stop = min(groups.shape[0], start + block)
-            c, kn = codes[start:stop], known[start:stop]
-            scores = np.tile(cold, (stop - start, 1))
+            c = codes[start:start + block]
+            kn = c >= 0
+            scores = np.tile(cold, (c.shape[0], 1))
             if kn.any():
-                if ranking == "popularity":
-                    sub = np.tile(cold, (int(kn.sum()), 1))
-                elif ranking == "rating":
+                sub = scores[kn]  # "popularity": the cold scores
+                if ranking == "rating":
                     sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T
                            + self.item_biases_)
-                else:
+                elif ranking == "blend":
                     sub = (self.user_embeddings_[c[kn]] @ self.item_embeddings_.T) / unit
                     sub += cold
                 if exclude_seen:
                     sub[self._seen[c[kn]].toarray() > 0] = -np.inf
                 scores[kn] = sub
             top = np.argpartition(-scores, n_top - 1, axis=1)[:, :n_top]
-            order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1,
-                               kind="stable")
-            out[start:stop] = np.take_along_axis(top, order, axis=1)
+            order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1, kind="stable")
+            out[start:start + block] = np.take_along_axis(top, order, axis=1)
         return self.item_ids_[out]

@@ -19,7 +19,7 @@ _GATHER_BYTES = 2**24  # of one gathered (segments, size, k) stack
 # dual: 2.1x on a whole fit (bench_adaptive_mf.py --n-ratings 1000000, 4.8 vs 10.2 s).
 _DUAL_MAX_ROWS = 32
 _DUAL_SAFE = 1e100
-_ENTRY_CHUNK = 2**17  # entries per chunk of the gradient step's dot products
+_ENTRY_CHUNK = 2**17  # entries per chunk of paired_dots
 AUTO_SCALE = 2.0  # rating_clip="auto": a quantile of twice the users' RMS deviation
 _TINY_RIDGE = 1e-300  # smallest embedding ridge (all item embeddings zero)
 # embedding_ridge="auto": the grid scored on held-out ratings (VALIDATION_FRACTION of
@@ -60,10 +60,9 @@ def entry_blocks(user, item, rating, users, n_items, *, max_rows=BLOCK_ROWS):
 
 
 def _state(block, state):
-    if state is None:
-        state = {"item": np.asarray(block.take(block.X)[:, 0], dtype=np.int64),
-                 "rating": block.take(block.y)}
-    return state
+    return state if state is not None else {
+        "item": np.asarray(block.take(block.X)[:, 0], dtype=np.int64),
+        "rating": block.take(block.y)}
 
 
 def _batches(counts, rows):
@@ -107,6 +106,15 @@ def _batched_gram(E, index, weights, targets, out_G, out_b):
         else:
             out_G += np.matmul(Xw, X)
             out_b += np.matmul(Xt, targets[:, w, None])[..., 0]
+
+
+def paired_dots(U, user, V, item):
+    """``<U[user[e]], V[item[e]]>`` of every entry ``e``, in chunks of entries (memory)."""
+    out = np.empty(user.shape[0])
+    for start in range(0, user.shape[0], _ENTRY_CHUNK):
+        part = slice(start, start + _ENTRY_CHUNK)
+        out[part] = np.einsum("ek,ek->e", U[user[part]], V[item[part]])
+    return out
 
 
 def _eligible(block, rows):
@@ -443,12 +451,8 @@ def item_gradient(block, state, broadcast):
     ``sign(e) min(|e| ||u||, Gamma) u / ||u||`` (norm <= ``Gamma`` for any ``e``; NaN: 0)."""
     V, grad_clip = broadcast
     user, item, U = state["keep_user"], state["keep_item"], state["U"]
-    resid = np.empty(user.shape[0])
     with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, user.shape[0], _ENTRY_CHUNK):  # memory chunks
-            part = slice(start, start + _ENTRY_CHUNK)
-            resid[part] = np.einsum("ek,ek->e", U[user[part]], V[item[part]])
-        resid -= state["target"]
+        resid = paired_dots(U, user, V, item) - state["target"]
         magnitude, _ = clipped_magnitudes(np.abs(resid) * state["norm"][user], grad_clip)
         coef = state["w"] * np.sign(resid) * magnitude
     coef[~np.isfinite(coef)] = 0.0

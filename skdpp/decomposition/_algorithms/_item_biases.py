@@ -1,12 +1,9 @@
-"""DP item biases of :class:`~skdpp.decomposition.AdaptiveWeightMF` (phase ``"item_bias"``).
-
-Alg. 1 of Krichene et al. (2023) with ``d = 1`` (feature 1, label the user-centred
-rating): the weighted counts ``W_i = sum_j w_ij`` (once), then per pass the weighted sums
-``S_i = sum_j w_ij t_ij``, ``t_ij = clip(y_ij - mean - c_j, C_r)`` with ``c_j`` user
-``j``'s ridge-shrunk mean of ``y_ij - mean - b_i`` under the previous pass's released
-biases. ``w_ij = min(1, sqrt(cap / n_j))`` on the user's ``n_j`` published items
-(``cap=None``: 1): user ``j``'s weights are non-negative with norm at most ``sqrt(cap)``,
-so ``W`` moves by at most ``sqrt(2 cap)`` and ``S`` by ``2 sqrt(cap) C_r``. The biases are
+"""DP item biases of :class:`~skdpp.decomposition.AdaptiveWeightMF` (phase ``"item_bias"``):
+Alg. 1 of Krichene et al. (2023) with ``d = 1``. The weighted counts ``W_i = sum_j w_ij``
+(once), then per pass the weighted sums ``S_i = sum_j w_ij t_ij`` of user-centred ratings
+(:func:`bias_sums`). User ``j``'s weights ``w_ij = min(1, sqrt(cap / n_j))`` on its ``n_j``
+published items (``cap=None``: 1) are non-negative with norm at most ``sqrt(cap)``, so
+``W`` moves by at most ``sqrt(2 cap)`` and ``S`` by ``2 sqrt(cap) C_r``. The biases are
 post-processing (:func:`shrunk_item_biases`).
 """
 
@@ -14,8 +11,6 @@ import numpy as np
 
 from ...privacy._clipping import clip_values
 from ._task_weights import _SAFETY  # sum_i w_ij^2 <= cap exactly in floating point
-
-__all__ = ["bias_sums", "bias_weights", "item_bias_sensitivities", "shrunk_item_biases"]
 
 # The residual scale of one rating, in units of C_r: the "auto" rating_clip is
 # twice a typical user's deviation.
@@ -49,8 +44,9 @@ def bias_weights(block, state, broadcast):
 
 
 def bias_sums(block, state, broadcast):
-    """The weighted sums ``S`` of ``clip(y_ij - mean - c_j, C_r)``, ``c_j = sum_i (y_ij - mean
-    - b_i) / (n_j + ridge)`` over all user ``j``'s ratings (``b``: the previous pass)."""
+    """The weighted sums ``S`` of ``t_ij = clip(y_ij - mean - c_j, C_r)``, ``c_j = sum_i (y_ij
+    - mean - b_i) / (n_j + ridge)`` over all user ``j``'s ratings (``b``: the previous
+    pass's released biases)."""
     mean, item_biases, rating_clip, ridge = broadcast
     m = item_biases.shape[0] - 1
     sel = state["sel"]

@@ -1,17 +1,12 @@
 """Task-user weights of Krichene et al. (2023): eq. (11)-(12) and the sampling baselines.
 
-Every user ``j`` spends a budget ``beta``: the weights of the items (tasks) the user rated
-satisfy ``sum_i w_ij^2 <= beta`` (Theorem 3.3), which bounds the sensitivity of the
-weighted item statistics of Alg. 1 and 2. ``"adaptive"``: public ``omega_i ~
-n_hat_i^-mu`` (eq. (11)) rescaled per user (eq. (12) or the budget normalisation of App.
-C); ``"uniform"`` / ``"tail"``: weight 1 on ``floor(beta)`` of the user's items, at random
-or with the smallest DP counts (Chien et al. 2021). A user's weights depend on that user's
-items, the public counts and the fit key only (keyed per-row uniforms).
+Every user ``j`` spends a budget ``beta``: ``sum_i w_ij^2 <= beta`` over the items (tasks)
+it rated (Theorem 3.3), which bounds the sensitivity of the weighted item statistics of
+Alg. 1 and 2. A user's weights depend on its items, the public DP counts and the fit key
+only (keyed per-row uniforms).
 """
 
 import numpy as np
-
-__all__ = ["adaptive_weights", "log_adaptive_item_weights", "task_weights"]
 
 # so that sum_j w_ij^2 <= beta holds in floating point (rescaling rounds ~1e-16)
 _SAFETY = 1.0 - 1e-12
@@ -47,14 +42,6 @@ def adaptive_weights(block, item, log_omega, *, budget, normalization):
     return rel * block.expand(factor) * _SAFETY
 
 
-def _tail_ranks(block, item_counts, tie_break):
-    """Rank of each row within its user by increasing DP count, ties by ``tie_break``."""
-    perm = np.lexsort((tie_break, item_counts, block.row_user))
-    ranks = np.empty(block.n_rows, dtype=np.int64)
-    ranks[perm] = block.rank
-    return ranks
-
-
 def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=None,
                  normalization="budget"):
     """Per-entry task weights ``w_ij`` (0: row unused); the baselines keep ``floor(budget)``
@@ -66,5 +53,7 @@ def task_weights(block, item, *, weighting, budget, key, log_omega=None, counts=
     if weighting == "uniform":
         ranks = block.ranks_by(tie_break)
     else:  # "tail": least frequent items first (by DP count), ties at random
-        ranks = _tail_ranks(block, np.asarray(counts, dtype=np.float64)[item], tie_break)
+        item_counts = np.asarray(counts, dtype=np.float64)[item]
+        ranks = np.empty(block.n_rows, dtype=np.int64)
+        ranks[np.lexsort((tie_break, item_counts, block.row_user))] = block.rank
     return (ranks < int(np.floor(budget))).astype(np.float64)

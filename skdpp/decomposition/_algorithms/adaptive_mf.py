@@ -1,23 +1,9 @@
 """Private alternating minimisation (Krichene et al. 2023, Alg. 1-3): plan, driver and
 personal fit of :class:`~skdpp.decomposition.AdaptiveWeightMF` (kernels:
-:mod:`._als_kernels`, :mod:`._item_biases`, :mod:`._task_weights`). Releases in order,
-replace-one-user L2 sensitivities (``C_u`` = ``clip_norm``, ``C_r`` = ``rating_clip``,
-``beta`` = ``user_budget``):
-
-0. ``"clip"``: noisy bisections, each step a count of users (1): median and radius of
-   the users' mean ratings; twice their RMS deviation (log grid, then 16 steps in a cell);
-1. ``"mean"`` (Alg. 3, line 2): means clipped around the private median (``2 R``), or
-   means clipped to ``[-b, b]`` over the public ``n_users`` (``2 b / n_users``);
-2. ``"counts"`` (App. B, D.1): at most ``count_cap`` items per user (``sqrt(2
-   count_cap)``); a private catalogue publishes a candidate (an item some user counted)
-   iff its noisy count exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t =
-   delta / 4``: an item only the replaced user rated passes w.p. <= ``delta_t``;
-3. ``"item_bias"``: weighted counts, then per pass weighted sums of user-centred ratings
-   (Alg. 1, ``d = 1``): ``sqrt(2 count_cap)``, ``2 sqrt(count_cap) C_r``;
-4. ``"items"`` (Alg. 3, line 5): ALS, ``A_i = sum_j w_ij u_j u_j^T`` (symmetric noise,
-   ``2 sqrt(beta) C_u^2``) and ``b_i = sum_j w_ij t_ij u_j`` (``2 sqrt(beta) C_u C_r``)
-   (Alg. 1, lines 5-6); SGD, clipped gradients (Alg. 2, line 5: ``2 sqrt(beta) Gamma``);
-5. ``"ridge"``: held-out squared errors of the 6 grid ridges, clipped: ``sqrt(6) C_r^2``.
+:mod:`._als_kernels`, :mod:`._item_biases`, :mod:`._task_weights`). The releases, in order:
+``"clip"``, ``"mean"``, ``"counts"``, ``"item_bias"``, ``"items"``, ``"ridge"``; their
+replace-one-user L2 sensitivities are tabled in the User Guide (``adaptive_mf``) and
+computed next to each release below.
 """
 
 import warnings
@@ -100,16 +86,6 @@ class MFConfig:
         return (self.weighting in ("adaptive", "tail") or self.solver == "sgd"
                 or self.catalogue == "private")
 
-    @property
-    def auto_bounds(self):
-        return tuple(name for name, auto in [
-            ("mean_clip", self.center and self.mean_clip == "auto"),
-            ("rating_clip", self.rating_clip == "auto")] if auto)
-
-    @property
-    def n_item_releases(self):
-        return self.n_iter * (2 if self.solver == "als" else self.gd_steps)
-
 
 # The budget plan
 def plan(config, meta):
@@ -134,7 +110,8 @@ def plan(config, meta):
                        param="budget_shares['item_bias']")
         if cfg.embedding_ridge == "auto":
             budget.add("ridge", share=shares["ridge"], param="budget_shares['ridge']")
-        budget.add_rest("items", count=cfg.n_item_releases)
+        per_iteration = 2 if cfg.solver == "als" else cfg.gd_steps  # (A, b) or GD steps
+        budget.add_rest("items", count=cfg.n_iter * per_iteration)
         return budget
 
     if not clip_count:
@@ -153,8 +130,7 @@ def _fallback(executor, release, meta, cfg):
     new users the private median mean rating (``mean_``) or 0."""
     n_users, k = int(meta["n_users"]), cfg.n_components
     level = fallback_level(release, lambda fn: executor.map(K.user_mean_statistic, fn), n_users)
-    n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
-    m = 0 if cfg.catalogue == "private" else n_count
+    m = 0 if cfg.catalogue == "private" else int(meta["n_items"])  # None iff private
     U, bias = executor.collect(K.own_mean_parts, k)
     attributes = {
         "item_embeddings_": np.zeros((m, k)), "item_biases_": np.zeros(m),
@@ -206,11 +182,13 @@ def catalogue_candidates(counts):
 
 
 def _catalogue(executor, release, meta, cfg, key):
-    """The ``"counts"`` phase: published item codes (increasing), noisy counts (or None)."""
-    n_codes = int(meta["n_item_codes"])
-    n_count = n_codes if meta["n_items"] is None else int(meta["n_items"])
+    """The ``"counts"`` phase: published item codes (increasing), noisy counts (or None)
+    and their noise std. A private catalogue publishes a candidate iff its noisy count
+    exceeds ``1 + sigma Phi^-1(1 - delta_t / count_cap)``, ``delta_t = delta / 4``: an
+    item only the replaced user rated passes w.p. <= ``delta_t``."""
+    n_count = int(meta["n_item_codes"]) if meta["n_items"] is None else int(meta["n_items"])
     if not cfg.needs_counts:
-        return np.arange(n_count), None
+        return np.arange(n_count), None, 0.0
     total = executor.map(K.count_partial, (key, cfg.count_cap, n_count))
     sens = None if cfg.count_cap is None else float(np.sqrt(2.0 * cfg.count_cap))
     clip = None if cfg.count_cap is None else float(np.sqrt(cfg.count_cap))
@@ -221,9 +199,9 @@ def _catalogue(executor, release, meta, cfg, key):
             "counts", total, sensitivity=sens, max_contribution=1.0,
             max_partitions=cfg.count_cap or 1, clip_norm=clip)
         published = np.flatnonzero(keep & catalogue_candidates(total))
-        return published, noisy[published]
+        return published, noisy[published], release.noise_std("counts", sens)
     counts = release.gaussian("counts", total, sensitivity=sens, clip_norm=clip)
-    return np.arange(n_count), counts
+    return np.arange(n_count), counts, release.noise_std("counts", sens)
 
 
 def _item_sensitivities(cfg, rating_clip):
@@ -262,10 +240,8 @@ def run(executor, release, randomness, meta, config):
     rating_clip = cfg.rating_clip
     if rating_clip == "auto":
         rating_clip = _rating_clip(executor, release, mean, cfg.clip_quantile, n_users)
-    published, counts = _catalogue(executor, release, meta, cfg, key)
-    count_std = weight_std = 0.0  # noise of the two popularity releases (public)
-    if cfg.needs_counts and cfg.count_cap is not None:
-        count_std = release.noise_std("counts", float(np.sqrt(2.0 * cfg.count_cap)))
+    # count_std, weight_std: noise of the two popularity releases (public)
+    published, counts, count_std = _catalogue(executor, release, meta, cfg, key)
     m = int(published.shape[0])
     remap = np.full(int(meta["n_item_codes"]), m, dtype=np.int64)
     remap[published] = np.arange(m)
@@ -275,7 +251,7 @@ def run(executor, release, randomness, meta, config):
     # items, from the public stream (its only draw; m is released).
     V = randomness.public.standard_normal((m, k)) / np.sqrt(k)
     # Item biases (Alg. 1 with d = 1, own phase), then the factor model's residuals.
-    biases, weights = np.zeros(m + 1), None
+    biases, weights, weight_std = np.zeros(m + 1), None, 0.0
     if cfg.item_bias:
         sens_w, sens_s = item_bias_sensitivities(cfg.count_cap, rating_clip)
         weights = release.gaussian("item_bias", executor.map(bias_weights, (cfg.count_cap, m)),
@@ -341,8 +317,16 @@ def run(executor, release, randomness, meta, config):
         rho = K.choose_ridge(scores, release.noise_std("ridge", sens))
     # Personal parts (billboard model): exact least squares from the released items.
     U, bias = executor.collect(K.personal_parts, (V, cfg, rho))
-    if cfg.catalogue == "private" and cfg.epsilon != np.inf:  # no noise: the data's size
-        _warn_tiny_catalogue(m, n_users, cfg.epsilon)
+    # Post-processing of "counts" (without noise, m is the data's size: no warning).
+    if cfg.catalogue == "private" and cfg.epsilon != np.inf and m < TINY_CATALOGUE:
+        what = "no item" if m == 0 else f"only {m} item(s)"
+        warnings.warn(
+            f"The private item catalogue published {what} ({n_users} users at epsilon="
+            f"{cfg.epsilon:g}): an item is published only if enough users rated it to clear "
+            "the noise. Predictions are then mostly the DP mean plus each user's bias, and "
+            "recommend() has little or nothing to offer. Pass a public catalogue items=[...] "
+            "(e.g. the ids of a public movie list), raise epsilon, or fit on more users.",
+            UserWarning, stacklevel=_caller_stacklevel())
     attributes = {
         "item_embeddings_": V, "item_biases_": biases[:m], "item_counts_": counts,
         "item_weighted_counts_": weights, "_popularity_noise": (count_std, weight_std),
@@ -353,7 +337,8 @@ def run(executor, release, randomness, meta, config):
     released = [name for name, out in [
         ("item_embeddings_", True), ("item_biases_", cfg.item_bias), ("mean_", cfg.center),
         ("item_counts_", counts is not None), ("item_weighted_counts_", weights is not None),
-        *[(f"{name}_", True) for name in cfg.auto_bounds],
+        ("mean_clip_", cfg.center and cfg.mean_clip == "auto"),
+        ("rating_clip_", cfg.rating_clip == "auto"),
         ("embedding_ridge_", auto_ridge), ("item_ids_", cfg.catalogue == "private")] if out]
     return FitResult(attributes=attributes, released=tuple(released),
                      local=("user_embeddings_", "user_biases_"),
@@ -390,20 +375,6 @@ def _notes(cfg, n_published):
                      "count_cap)) and, per pass, the weighted sums of user-centred ratings (2 "
                      "sqrt(count_cap) C_r).")
     return tuple(notes)
-
-
-def _warn_tiny_catalogue(n_published, n_users, epsilon):
-    """Warn below ``TINY_CATALOGUE`` published items (post-processing of ``"counts"``)."""
-    if n_published >= TINY_CATALOGUE:
-        return
-    what = "no item" if n_published == 0 else f"only {n_published} item(s)"
-    warnings.warn(
-        f"The private item catalogue published {what} ({n_users} users at epsilon="
-        f"{epsilon:g}): an item is published only if enough users rated it to clear the "
-        "noise. Predictions are then mostly the DP mean plus each user's bias, and "
-        "recommend() has little or nothing to offer. Pass a public catalogue items=[...] "
-        "(e.g. the ids of a public movie list), raise epsilon, or fit on more users.",
-        UserWarning, stacklevel=_caller_stacklevel())
 
 
 # The personal-part fit (App. D, Remark D.1)
