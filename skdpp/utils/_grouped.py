@@ -89,17 +89,13 @@ _PYTHON_ID_KINDS = (((numbers.Number, np.bool_), "number"), ((str, np.str_), "st
                     ((bytes, np.bytes_), "bytes"))
 
 
-def _python_id_kind(cls):
-    return next((k for types, k in _PYTHON_ID_KINDS if issubclass(cls, types)),
-                cls.__qualname__)
-
-
 def id_kinds(ids):
     """The set of id kinds (``"number"``, ``"str"``, ``"bytes"`` or a type name) of ``ids``."""
     ids = np.asarray(ids)
     if ids.dtype.kind != "O":
         return frozenset({_DTYPE_ID_KINDS.get(ids.dtype.kind, str(ids.dtype))})
-    return frozenset(_python_id_kind(cls) for cls in set(map(type, ids.tolist())))
+    return frozenset(next((k for types, k in _PYTHON_ID_KINDS if issubclass(cls, types)),
+                          cls.__qualname__) for cls in set(map(type, ids.tolist())))
 
 
 def check_id_kinds(kinds, *, name="groups"):
@@ -109,10 +105,8 @@ def check_id_kinds(kinds, *, name="groups"):
         listed = " and ".join(sorted(kinds))
         raise ValueError(
             f"`{name}` mixes user ids of different types ({listed}). User ids must all "
-            f"be numbers or all be strings: the int 7 and the string '7' would be two "
-            f"different users. Convert them to one type first, e.g. "
-            f"np.asarray({name}).astype(str) (or astype(np.int64) if they are all "
-            f"integers written as text).")
+            f"be numbers or all be strings (7 and '7' are two users): convert them first, "
+            f"e.g. np.asarray({name}).astype(str) (or .astype(np.int64)).")
 
 
 def _readonly(a):
@@ -363,11 +357,16 @@ def segment_sum(values, index):
     out_dtype = np.result_type(values.dtype, np.int64) if values.dtype.kind in "bui" \
         else values.dtype
     out = np.zeros((index.n_users,) + values.shape[1:], dtype=out_dtype)
-    nonempty = index.counts > 0
-    if index.n_samples == 0 or not nonempty.any():
-        return out
-    sorted_values = values[index.order].astype(out_dtype, copy=False)
-    out[nonempty] = np.add.reduceat(sorted_values, index.offsets[:-1][nonempty], axis=0)
+    return _reduceat(np.add, values[index.order].astype(out_dtype, copy=False),
+                     index.counts, index.offsets, out)
+
+
+def _reduceat(ufunc, values, counts, offsets, out):
+    """``out`` with ``ufunc.reduceat`` of the rows of each non-empty segment of the
+    user-sorted ``values`` (segment ``u`` starts at ``offsets[u]``)."""
+    nonempty = counts > 0
+    if nonempty.any():
+        out[nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty], axis=0)
     return out
 
 
@@ -672,10 +671,7 @@ class UserBlock:
             return np.bincount(self.row_user, weights=values, minlength=self.n_users)
         out = np.zeros((self.n_users,) + values.shape[1:],
                        dtype=np.result_type(values.dtype, np.float64))
-        nonempty = self.counts > 0
-        if self.n_rows and nonempty.any():
-            out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
-        return out
+        return _reduceat(np.add, values, self.counts, self.offsets, out)
 
     def uniform_count(self):
         """The users' common row count (0 if they differ)."""
@@ -689,11 +685,8 @@ class UserBlock:
         values = np.ascontiguousarray(values)
         width = values.size // max(self.n_rows, 1)
         out = np.full(self.n_users, initial, dtype=np.result_type(values.dtype, np.float64))
-        nonempty = self.counts > 0
-        if self.n_rows and nonempty.any():
-            out[nonempty] = np.maximum.reduceat(values.reshape(-1),
-                                                self.offsets[:-1][nonempty] * width)
-        return out
+        return _reduceat(np.maximum, values.reshape(-1), self.counts, self.offsets * width,
+                         out)
 
     def gram(self, P, weights=None):
         """Per-user ``sum_r w_r p_r p_r^T`` of row-aligned ``P`` (n_rows, k) -> (n_users, k, k)."""
