@@ -59,9 +59,8 @@ def set_config(noise=None):
     ----------
     noise : {"numpy", "secure"}, default=None
         Source of the privacy noise: numpy's PCG64 generator (fast, floating-point
-        samplers), or OpenDP's exact samplers (discrete Gaussian and Laplace,
-        Gumbel report-noisy-max) and the OS's cryptographic source (:mod:`secrets`;
-        ``random_state`` then seeds only public randomness; needs ``pip install
+        samplers), or OpenDP's exact samplers and the OS's cryptographic source
+        (``random_state`` then seeds only public randomness; needs ``pip install
         "skdpp[secure]"``). ``None`` leaves it unchanged.
 
     Raises
@@ -96,14 +95,7 @@ def set_config(noise=None):
 
 @contextmanager
 def config_context(*, noise=None):
-    """Context manager that sets the configuration (:func:`set_config`) and restores it.
-
-    Examples
-    --------
-    >>> import skdpp
-    >>> with skdpp.config_context(noise="numpy"):
-    ...     pass
-    """
+    """Context manager that sets the configuration (:func:`set_config`) and restores it."""
     old = get_config()
     set_config(noise=noise)
     try:
