@@ -95,7 +95,8 @@ def set_config(noise=None):
 
 @contextmanager
 def config_context(*, noise=None):
-    """Context manager that sets the configuration (:func:`set_config`) and restores it."""
+    """Context manager that sets the configuration (:func:`set_config`), then restores
+    it."""
     old = get_config()
     set_config(noise=noise)
     try:

@@ -79,12 +79,13 @@ def _check_finite_output(estimator, method, values):
         return values
     bad = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1)) \
         if finite.ndim else np.array([0])
-    shown = ", ".join(str(int(i)) for i in bad[:10]) + (", ..." if bad.shape[0] > 10 else "")
+    shown = ", ".join(str(int(i)) for i in bad[:10]) + (", ..." * (bad.shape[0] > 10))
     raise ValueError(
         f"{type(estimator).__name__}.{method}: the output of {bad.shape[0]} of "
-        f"{arr.shape[0] if arr.ndim else 1} row(s) (rows {shown}) is not finite although "
-        f"X is finite: the values of X are too large for float64 arithmetic with this "
-        f"model (beyond about 1.8e308). Rescale X (e.g. StandardScaler) and refit.")
+        f"{arr.shape[0] if arr.ndim else 1} row(s) (rows {shown}) is not finite "
+        f"although X is finite: the values of X are too large for float64 arithmetic "
+        f"with this model (beyond about 1.8e308). Rescale X (e.g. StandardScaler) and "
+        f"refit.")
 
 
 def linear_predictions(X, plain, linear_parts):
@@ -349,9 +350,9 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _check_delta(self, n_users):
         if self.epsilon != np.inf and self.delta >= 1.0 / n_users:
             warnings.warn(
-                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: publishing one "
-                f"random user's data would meet this guarantee. Use delta much smaller "
-                f"than 1/n_users (e.g. 1/n_users**1.1).",
+                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: publishing "
+                f"one random user's data would meet this guarantee. Use delta much "
+                f"smaller than 1/n_users (e.g. 1/n_users**1.1).",
                 PrivacyLeakWarning, stacklevel=_caller_stacklevel())
 
     def _validate_personal_input(self, X, y):
@@ -380,33 +381,32 @@ class BasePersonalizedEstimator(BaseEstimator):
         if not self._has_user_ids():
             warnings.warn(
                 f"{name} was fitted without user ids (groups=None: row-level DP), so "
-                f"these ids match no user: every row gets the cold-start prediction. To "
-                f"personalize, fit with groups=... (in Pipeline or a search, call "
-                f"sklearn.set_config(enable_metadata_routing=True) so groups reach fit).",
+                f"these ids match no user: every row gets the cold-start prediction. "
+                f"To personalize, fit with groups=... (in Pipeline or a search, call "
+                f"sklearn.set_config(enable_metadata_routing=True) to route groups).",
                 UserWarning, stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
         known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
         codes = known.lookup(groups)
         unseen = codes < 0
-        mismatch = unseen.any() and self._id_type_mismatch(groups[unseen])
+        mismatch = unseen.any() and self._id_type_mismatch(
+            groups[unseen], "these rows get the cold-start prediction, as new users")
         if mismatch:
-            warnings.warn(
-                f"{mismatch}: these rows get the cold-start prediction, as new "
-                f"users. If they are users seen in fit, pass ids of the type used "
-                f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
-                UserWarning, stacklevel=_caller_stacklevel())
+            warnings.warn(mismatch, UserWarning, stacklevel=_caller_stacklevel())
         return codes
 
-    def _id_type_mismatch(self, ids):
-        """Describe the id types of ``ids`` that no fitted id has ("" if none)."""
+    def _id_type_mismatch(self, ids, consequence):
+        """The message for ``ids`` of a type no fitted id has ("" if none)."""
         fitted, given = id_kinds(self.user_ids_), id_kinds(ids)
         if given <= fitted:
             return ""
         return (
             f"{type(self).__name__}: the user ids in groups are of type "
-            f"{' and '.join(sorted(given - fitted))}, but the model's user ids (user_ids_) "
-            f"are of type {' and '.join(sorted(fitted))} (dtype {self.user_ids_.dtype}). Ids of "
-            f"different types never match")
+            f"{' and '.join(sorted(given - fitted))}, but the model's user ids "
+            f"(user_ids_) are of type {' and '.join(sorted(fitted))} (dtype "
+            f"{self.user_ids_.dtype}). Ids of different types never match: "
+            f"{consequence}. If they are users seen in fit, pass ids of the type used "
+            f"in fit, e.g. {_conversion_hint(self.user_ids_)}.")
 
     def personalize(self, X, y, groups):
         """Fit personal parts for the given users from their own rows.
@@ -441,19 +441,18 @@ class BasePersonalizedEstimator(BaseEstimator):
                              "groups=None. Pass the user ids of the rows.")
         if not self._has_user_ids():
             raise ValueError(
-                f"{type(self).__name__} was fitted without user ids (groups=None), so its "
-                f"user_ids_ are row numbers and personalize cannot add users. Refit with "
-                f"groups=...; if every row is a different user, pass "
+                f"{type(self).__name__} was fitted without user ids (groups=None), so "
+                f"its user_ids_ are row numbers and personalize cannot add users. "
+                f"Refit with groups=...; if every row is a different user, pass "
                 f"groups=np.arange(n_samples) (or your own row ids) to fit.")
         _reject_sparse(self, X)
         X, y = self._validate_personal_input(X, y)
         index = UserIndex.from_groups(groups, X.shape[0])
-        mismatch = self._id_type_mismatch(index.users)
+        mismatch = self._id_type_mismatch(
+            index.users, "personalize would add them as new users (give new users "
+            "ids of the fitted type too) and change the type of user_ids_")
         if mismatch:
-            raise TypeError(
-                f"{mismatch}: personalize would add them as new users and change the type "
-                f"of user_ids_. Pass ids of the type used in fit (for new users too), "
-                f"e.g. {_conversion_hint(self.user_ids_)}.")
+            raise TypeError(mismatch)
         with _fit_environment(X.shape[1]):
             personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
@@ -546,10 +545,11 @@ def _reject_sparse(estimator, X):
     """Refuse a sparse ``X`` with the recipe."""
     if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # a scipy.sparse matrix or array
         raise TypeError(
-            f"{type(estimator).__name__} needs dense X; got a sparse {type(X).__name__}. "
-            f"Densify it first: OneHotEncoder(sparse_output=False), or the step "
-            f"FunctionTransformer(skdpp.pipeline.to_dense, accept_sparse=True) before it "
-            f"(user guide, 'Sparse input').")
+            f"{type(estimator).__name__} needs dense X; got a sparse "
+            f"{type(X).__name__}. Densify it first: "
+            f"OneHotEncoder(sparse_output=False), or the step "
+            f"FunctionTransformer(skdpp.pipeline.to_dense, "
+            f"accept_sparse=True) before it (user guide, 'Sparse input').")
 
 
 def _dropped_groups_message(name):

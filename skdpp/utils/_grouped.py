@@ -94,8 +94,9 @@ def id_kinds(ids):
     ids = np.asarray(ids)
     if ids.dtype.kind != "O":
         return frozenset({_DTYPE_ID_KINDS.get(ids.dtype.kind, str(ids.dtype))})
-    return frozenset(next((k for types, k in _PYTHON_ID_KINDS if issubclass(cls, types)),
-                          cls.__qualname__) for cls in set(map(type, ids.tolist())))
+    return frozenset(next((kind for types, kind in _PYTHON_ID_KINDS
+                           if issubclass(cls, types)), cls.__qualname__)
+                     for cls in set(map(type, ids.tolist())))
 
 
 def check_id_kinds(kinds, *, name="groups"):
@@ -104,9 +105,9 @@ def check_id_kinds(kinds, *, name="groups"):
     if len(kinds) > 1:
         listed = " and ".join(sorted(kinds))
         raise ValueError(
-            f"`{name}` mixes user ids of different types ({listed}). User ids must all "
-            f"be numbers or all be strings (7 and '7' are two users): convert them first, "
-            f"e.g. np.asarray({name}).astype(str) (or .astype(np.int64)).")
+            f"`{name}` mixes user ids of different types ({listed}). User ids must "
+            f"all be numbers or all be strings (7 and '7' are two users): convert "
+            f"them first, e.g. np.asarray({name}).astype(str) (or .astype(np.int64)).")
 
 
 def _readonly(a):
@@ -685,8 +686,8 @@ class UserBlock:
         values = np.ascontiguousarray(values)
         width = values.size // max(self.n_rows, 1)
         out = np.full(self.n_users, initial, dtype=np.result_type(values.dtype, np.float64))
-        return _reduceat(np.maximum, values.reshape(-1), self.counts, self.offsets * width,
-                         out)
+        return _reduceat(np.maximum, values.reshape(-1), self.counts,
+                         self.offsets * width, out)
 
     def gram(self, P, weights=None):
         """Per-user ``sum_r w_r p_r p_r^T`` of row-aligned ``P`` (n_rows, k) -> (n_users, k, k)."""
