@@ -197,13 +197,8 @@ class UserIndex:
         ------
         ValueError
             If ``groups`` has missing ids (None, NaN, NaT, pd.NA), mixes ids of
-            different kinds (numbers and strings), is not 1-D, or its length
-            differs from ``n_samples``.
-
-        Notes
-        -----
-        Ids must all be numbers or all strings (or all of one other type):
-        rule and equality in :ref:`user_ids`.
+            different kinds (numbers and strings: rule in :ref:`user_ids`), is not
+            1-D, or its length differs from ``n_samples``.
         """
         if groups is None:
             if n_samples is None:
@@ -267,21 +262,19 @@ class UserIndex:
     def lookup(self, groups):
         """Codes (int64) of the user ids ``groups``, ``-1`` for ids not in the index."""
         ids = _as_id_array(groups)
-        n = ids.shape[0]
-        out = np.full(n, -1, dtype=np.int64)
-        if n == 0 or self.n_users == 0:
+        out = np.full(ids.shape[0], -1, dtype=np.int64)
+        if ids.shape[0] == 0 or self.n_users == 0:
             return out
-        users = self.users
         if self._mixed:
             return self._lookup_hash(ids)
-        kinds = [_DTYPE_ID_KINDS.get(k, k) for k in (users.dtype.kind, ids.dtype.kind)]
-        if "O" not in kinds and kinds[0] != kinds[1]:
+        kinds = {_DTYPE_ID_KINDS.get(k, k) for k in (self.users.dtype.kind, ids.dtype.kind)}
+        if len(kinds) > 1 and "O" not in kinds:
             return out  # e.g. str ids asked of an index of int ids: all unseen
         try:
-            pos = np.searchsorted(users, ids)
+            pos = np.searchsorted(self.users, ids)
             np.clip(pos, 0, self.n_users - 1, out=pos)
-            found = np.asarray(users[pos] == ids)
-            if found.shape != (n,):
+            found = np.asarray(self.users[pos] == ids)
+            if found.shape != out.shape:
                 raise TypeError("elementwise comparison failed")
             found = found.astype(bool)
         except (TypeError, ValueError, OverflowError):
@@ -510,7 +503,6 @@ def split_within_users(index, fraction, rng=None):
     >>> split_within_users(index, 0.5)
     array([ True,  True, False, False,  True])
     """
-    _check_index(index)
     if not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
         raise ValueError(
             f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}.")
