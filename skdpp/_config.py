@@ -22,8 +22,6 @@ _NOISE_MODES = ("numpy", "secure")
 _global_config = {"noise": os.environ.get("SKDPP_NOISE", "numpy") or "numpy"}
 _threadlocal = threading.local()
 
-SECURE_INSTALL = 'pip install "skdpp[secure]"'
-
 
 def _get_threadlocal_config():
     if not hasattr(_threadlocal, "global_config"):
@@ -42,7 +40,8 @@ def _require_opendp():
     except ImportError as exc:
         raise ImportError(
             "noise='secure' needs OpenDP (>= 0.16), which is not installed: run "
-            f"`{SECURE_INSTALL}` (or `pip install opendp`), or use noise='numpy'."
+            "`pip install \"skdpp[secure]\"` (or `pip install opendp`), or use "
+            "noise='numpy'."
         ) from exc
     return dp
 

@@ -267,7 +267,8 @@ class UserIndex:
             return out
         if self._mixed:
             return self._lookup_hash(ids)
-        kinds = {_DTYPE_ID_KINDS.get(k, k) for k in (self.users.dtype.kind, ids.dtype.kind)}
+        kinds = {_DTYPE_ID_KINDS.get(k, k) for k in (self.users.dtype.kind,
+                                                      ids.dtype.kind)}
         if len(kinds) > 1 and "O" not in kinds:
             return out  # e.g. str ids asked of an index of int ids: all unseen
         try:
