@@ -5,6 +5,7 @@ releases nothing (splitters, generators, tests). See :ref:`data_layer`.
 """
 
 import numbers
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -584,7 +585,7 @@ class UserBlock:
         self.offsets = np.zeros(self.counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.offsets[1:])
         self.first_user = int(first_user)
-        self._row_user = self._rank = self._uniform = None
+        self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -597,18 +598,14 @@ class UserBlock:
     def n_rows(self):
         return int(self.offsets[-1])
 
-    @property
+    @cached_property
     def row_user(self):
-        if self._row_user is None:
-            self._row_user = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
-        return self._row_user
+        return np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
 
-    @property
+    @cached_property
     def rank(self):
-        if self._rank is None:
-            self._rank = (np.arange(self.n_rows, dtype=np.int64)
-                          - np.repeat(self.offsets[:-1], self.counts))
-        return self._rank
+        return (np.arange(self.n_rows, dtype=np.int64)
+                - np.repeat(self.offsets[:-1], self.counts))
 
     def take(self, A, out=None):
         """The block's rows of a source-aligned ``A`` (a view, or a gather into ``out``)."""

@@ -116,8 +116,7 @@ class FitRandomness:
         from ..privacy.mechanisms import _secure_mode, fit_key
 
         self.seeded = noise_is_seeded(random_state) and not _secure_mode()
-        root = seed_sequence(random_state)
-        noise, public, key = root.spawn(3)
+        noise, public, key = seed_sequence(random_state).spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))
         self.public = np.random.Generator(np.random.PCG64(public))
         self.key = fit_key(key.generate_state(2, dtype=np.uint64), random_state)
