@@ -36,8 +36,8 @@ class ReleasedModel:
     Attributes
     ----------
     estimator : estimator or Pipeline
-        The scrubbed copy (no user ids, no personal parts, ``random_state``
-        of every step ``None``).
+        The scrubbed copy: every step's DP attributes; no user ids, personal parts
+        emptied (trailing shape kept), ``random_state`` of every step ``None``.
     privacy_report : PipelinePrivacyReport
         The composed report of everything released
         (:func:`skdpp.privacy.privacy_report`).
@@ -117,8 +117,6 @@ def export_released(obj):
     Returns
     -------
     released : ReleasedModel
-        Every step's DP attributes and the composed privacy report; user ids,
-        personal parts (emptied, trailing shape kept) and ``random_state`` removed.
 
     Raises
     ------
