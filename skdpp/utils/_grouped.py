@@ -313,6 +313,7 @@ def _check_index(index):
 
 
 def _check_rows(values, index, name="values"):
+    _check_index(index)
     values = np.asarray(values)
     if values.ndim == 0 or values.shape[0] != index.n_samples:
         raise ValueError(
@@ -345,7 +346,6 @@ def segment_sum(values, index):
     >>> segment_sum(np.array([1.0, 2.0, 3.0]), index)
     array([4., 2.])
     """
-    _check_index(index)
     values = _check_rows(values, index)
     if values.ndim == 1 and values.dtype.kind == "f":
         return np.bincount(index.codes, weights=values, minlength=index.n_users
@@ -401,7 +401,6 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     array([[1., 0.],
            [0., 4.]])
     """
-    _check_index(index)
     A = _check_rows(A, index, "A")
     same = B is None
     B = A if same else _check_rows(B, index, "B")
