@@ -79,7 +79,7 @@ def _check_finite_output(estimator, method, values):
         return values
     bad = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1)) \
         if finite.ndim else np.array([0])
-    shown = ", ".join(str(int(i)) for i in bad[:10]) + (", ..." * (bad.shape[0] > 10))
+    shown = ", ".join(map(str, bad[:10].tolist())) + (", ..." if len(bad) > 10 else "")
     raise ValueError(
         f"{type(estimator).__name__}.{method}: the output of {bad.shape[0]} of "
         f"{arr.shape[0] if arr.ndim else 1} row(s) (rows {shown}) is not finite "
