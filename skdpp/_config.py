@@ -22,8 +22,6 @@ _NOISE_MODES = ("numpy", "secure")
 _global_config = {"noise": os.environ.get("SKDPP_NOISE", "numpy") or "numpy"}
 _threadlocal = threading.local()
 
-SECURE_INSTALL = 'pip install "skdpp[secure]"'
-
 
 def _get_threadlocal_config():
     if not hasattr(_threadlocal, "global_config"):
@@ -42,7 +40,8 @@ def _require_opendp():
     except ImportError as exc:
         raise ImportError(
             "noise='secure' needs OpenDP (>= 0.16), which is not installed: run "
-            f"`{SECURE_INSTALL}` (or `pip install opendp`), or use noise='numpy'."
+            "`pip install \"skdpp[secure]\"` (or `pip install opendp`), or use "
+            "noise='numpy'."
         ) from exc
     return dp
 
@@ -59,9 +58,8 @@ def set_config(noise=None):
     ----------
     noise : {"numpy", "secure"}, default=None
         Source of the privacy noise: numpy's PCG64 generator (fast, floating-point
-        samplers), or OpenDP's exact samplers (discrete Gaussian and Laplace,
-        Gumbel report-noisy-max) and the OS's cryptographic source (:mod:`secrets`;
-        ``random_state`` then seeds only public randomness; needs ``pip install
+        samplers), or OpenDP's exact samplers and the OS's cryptographic source
+        (``random_state`` then seeds only public randomness; needs ``pip install
         "skdpp[secure]"``). ``None`` leaves it unchanged.
 
     Raises
@@ -96,14 +94,8 @@ def set_config(noise=None):
 
 @contextmanager
 def config_context(*, noise=None):
-    """Context manager that sets the configuration (:func:`set_config`) and restores it.
-
-    Examples
-    --------
-    >>> import skdpp
-    >>> with skdpp.config_context(noise="numpy"):
-    ...     pass
-    """
+    """Context manager that sets the configuration (:func:`set_config`), then restores
+    it."""
     old = get_config()
     set_config(noise=noise)
     try:

@@ -36,8 +36,8 @@ class ReleasedModel:
     Attributes
     ----------
     estimator : estimator or Pipeline
-        The scrubbed copy (no user ids, no personal parts, ``random_state``
-        of every step ``None``).
+        The scrubbed copy: every step's DP attributes; no user ids, personal parts
+        emptied (trailing shape kept), ``random_state`` of every step ``None``.
     privacy_report : PipelinePrivacyReport
         The composed report of everything released
         (:func:`skdpp.privacy.privacy_report`).
@@ -84,10 +84,9 @@ def _scrub(est):
     if "random_state" in params:
         est.set_params(random_state=None)  # a seed rebuilds the noise
     n_users = getattr(est, "n_users_", None)
-    ids = getattr(est, "user_ids_", None)
-    if ids is not None:
-        ids = np.asarray(ids)
-        est.user_ids_ = np.empty(0, dtype="<U1" if ids.dtype.kind in "OUS" else ids.dtype)
+    if getattr(est, "user_ids_", None) is not None:
+        dtype = np.asarray(est.user_ids_).dtype
+        est.user_ids_ = np.empty(0, dtype="<U1" if dtype.kind in "OUS" else dtype)
     personal = set(getattr(type(est), "_personal_attributes", ()))
     per_user = personal | set(getattr(type(est), "_per_user_data_attributes", ()))
     released = set(getattr(getattr(est, "privacy_report_", None), "released", ()))
@@ -108,14 +107,12 @@ def _scrub(est):
 def export_released(obj):
     """The released part of a fitted object: a picklable :class:`ReleasedModel`.
 
-    Keeps every step's DP attributes and the composed privacy report; removes
-    user ids, personal parts (emptied, trailing shape kept) and ``random_state``.
-    Works on an skdpp estimator, a ``Pipeline`` (or composite) of private steps and
-    :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its ``best_estimator_``).
-
     Parameters
     ----------
     obj : fitted estimator, Pipeline or PrivateRandomizedSearchCV
+        An skdpp estimator, a ``Pipeline`` (or composite) of private steps, or
+        :class:`~skdpp.model_selection.PrivateRandomizedSearchCV` (its
+        ``best_estimator_`` is exported).
 
     Returns
     -------

@@ -70,24 +70,22 @@ def _caller_stacklevel():
 
 def _check_finite_output(estimator, method, values):
     """Return ``values`` unless a float output is not finite (``ValueError`` naming rows)."""
-    values_arr = None if np.isscalar(values) else np.asarray(values)
-    if values_arr is None or values_arr.dtype.kind not in "fc":
+    arr = None if np.isscalar(values) else np.asarray(values)
+    if arr is None or arr.dtype.kind not in "fc":
         return values
     with quiet_numerics():
-        finite = np.isfinite(values_arr)
+        finite = np.isfinite(arr)
     if finite.all():
         return values
-    bad_rows = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1)) \
+    bad = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1)) \
         if finite.ndim else np.array([0])
-    shown = ", ".join(str(int(i)) for i in bad_rows[:10])
-    more = ", ..." if bad_rows.shape[0] > 10 else ""
+    shown = ", ".join(map(str, bad[:10].tolist())) + (", ..." if len(bad) > 10 else "")
     raise ValueError(
-        f"{type(estimator).__name__}.{method}: the output of {bad_rows.shape[0]} of "
-        f"{values_arr.shape[0] if values_arr.ndim else 1} row(s) (rows {shown}{more}) is "
-        f"not finite although X is finite: the values of X are too large for float64 "
-        f"arithmetic with this model (a prediction would exceed about 1.8e308 in "
-        f"magnitude). Rescale X (e.g. divide it by a constant, or StandardScaler) and "
-        f"refit on the rescaled data.")
+        f"{type(estimator).__name__}.{method}: the output of {bad.shape[0]} of "
+        f"{arr.shape[0] if arr.ndim else 1} row(s) (rows {shown}) is not finite "
+        f"although X is finite: the values of X are too large for float64 arithmetic "
+        f"with this model (beyond about 1.8e308). Rescale X (e.g. StandardScaler) and "
+        f"refit.")
 
 
 def linear_predictions(X, plain, linear_parts):
@@ -223,10 +221,9 @@ class BasePersonalizedEstimator(BaseEstimator):
         for hook in ("_fit_core", "_budget_plan", "_fit_executor"):
             if hook in vars(cls):  # ignored, or a plan other than the run's releases
                 raise TypeError(
-                    f"{cls.__name__} defines {hook}: the fit template of "
-                    f"BasePersonalizedEstimator calls only _algorithm.plan(config, meta) and "
-                    f"_algorithm.run(...). Declare _algorithm and _fit_config(meta) instead "
-                    f"(see the architecture page of the docs).")
+                    f"{cls.__name__} defines {hook}: the fit template calls only "
+                    f"_algorithm.plan(config, meta) and _algorithm.run(...). Declare "
+                    f"_algorithm and _fit_config(meta) instead (docs: architecture).")
         for name in ENTRY_POINTS:
             method = inspect.getattr_static(cls, name, None)
             if not inspect.isfunction(method) or getattr(method, "_quiet_entry_point", False):
@@ -353,9 +350,9 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _check_delta(self, n_users):
         if self.epsilon != np.inf and self.delta >= 1.0 / n_users:
             warnings.warn(
-                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: a mechanism "
-                f"that publishes one whole user's data at random would meet this "
-                f"guarantee. Use delta much smaller than 1/n_users (e.g. 1/n_users**1.1).",
+                f"delta={self.delta!r} is at least 1/n_users = 1/{n_users}: publishing "
+                f"one random user's data would meet this guarantee. Use delta much "
+                f"smaller than 1/n_users (e.g. 1/n_users**1.1).",
                 PrivacyLeakWarning, stacklevel=_caller_stacklevel())
 
     def _validate_personal_input(self, X, y):
@@ -369,44 +366,47 @@ class BasePersonalizedEstimator(BaseEstimator):
     def _user_codes(self, groups, n_samples):
         """Each row's position in ``user_ids_`` (-1: cold start); warns for ``groups=None``
         on a model fitted with ids, ids for one fitted without, unseen id types."""
+        name = type(self).__name__
         if groups is None:
             if self._has_user_ids():
-                warnings.warn(_dropped_groups_message(type(self).__name__), UserWarning,
+                warnings.warn(_dropped_groups_message(name), UserWarning,
                               stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
-        groups = _as_1d_ids(groups, n_samples)
+        if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
+            groups = groups.to_numpy()
+        groups = np.asarray(groups)
+        if groups.ndim != 1 or groups.shape[0] != n_samples:
+            raise ValueError(f"groups must be 1-D with one user id per row of X: expected "
+                             f"shape ({n_samples},), got {groups.shape}.")
         if not self._has_user_ids():
             warnings.warn(
-                f"{type(self).__name__} was fitted without user ids (groups=None: "
-                f"every training row was its own user, i.e. row-level DP), so the user "
-                f"ids passed now cannot match any user and every row gets the "
-                f"cold-start prediction. To personalize, fit with groups=... (inside "
-                f"Pipeline, GridSearchCV or cross_validate call "
-                f"sklearn.set_config(enable_metadata_routing=True) so that groups "
-                f"reach fit).", UserWarning, stacklevel=_caller_stacklevel())
+                f"{name} was fitted without user ids (groups=None: row-level DP), so "
+                f"these ids match no user: every row gets the cold-start prediction. "
+                f"To personalize, fit with groups=... (in Pipeline or a search, call "
+                f"sklearn.set_config(enable_metadata_routing=True) to route groups).",
+                UserWarning, stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
         known = UserIndex.from_groups(self.user_ids_, self.user_ids_.shape[0])
         codes = known.lookup(groups)
         unseen = codes < 0
-        mismatch = unseen.any() and self._id_type_mismatch(groups[unseen])
+        mismatch = unseen.any() and self._id_type_mismatch(
+            groups[unseen], "these rows get the cold-start prediction, as new users")
         if mismatch:
-            warnings.warn(
-                f"{mismatch}: these rows get the cold-start prediction, as new "
-                f"users. If they are users seen in fit, pass ids of the type used "
-                f"in fit, e.g. {_conversion_hint(self.user_ids_)}.",
-                UserWarning, stacklevel=_caller_stacklevel())
+            warnings.warn(mismatch, UserWarning, stacklevel=_caller_stacklevel())
         return codes
 
-    def _id_type_mismatch(self, ids):
-        """Describe the id types of ``ids`` that no fitted id has ("" if none)."""
+    def _id_type_mismatch(self, ids, consequence):
+        """The message for ``ids`` of a type no fitted id has ("" if none)."""
         fitted, given = id_kinds(self.user_ids_), id_kinds(ids)
         if given <= fitted:
             return ""
         return (
             f"{type(self).__name__}: the user ids in groups are of type "
-            f"{' and '.join(sorted(given - fitted))}, but the model's user ids (user_ids_) "
-            f"are of type {' and '.join(sorted(fitted))} (dtype {self.user_ids_.dtype}). Ids of "
-            f"different types never match")
+            f"{' and '.join(sorted(given - fitted))}, but the model's user ids "
+            f"(user_ids_) are of type {' and '.join(sorted(fitted))} (dtype "
+            f"{self.user_ids_.dtype}). Ids of different types never match: "
+            f"{consequence}. If they are users seen in fit, pass ids of the type used "
+            f"in fit, e.g. {_conversion_hint(self.user_ids_)}.")
 
     def personalize(self, X, y, groups):
         """Fit personal parts for the given users from their own rows.
@@ -441,23 +441,18 @@ class BasePersonalizedEstimator(BaseEstimator):
                              "groups=None. Pass the user ids of the rows.")
         if not self._has_user_ids():
             raise ValueError(
-                f"{type(self).__name__} was fitted without user ids (groups=None: every "
-                f"training row was its own user, i.e. row-level DP), so personalize "
-                f"cannot add users to it: its user_ids_ are row numbers, which the new "
-                f"ids would be confused with. Refit with groups=...; if every training "
-                f"row is a different user, pass groups=np.arange(n_samples) (or your own "
-                f"row ids) to fit.")
+                f"{type(self).__name__} was fitted without user ids (groups=None), so "
+                f"its user_ids_ are row numbers and personalize cannot add users. "
+                f"Refit with groups=...; if every row is a different user, pass "
+                f"groups=np.arange(n_samples) (or your own row ids) to fit.")
         _reject_sparse(self, X)
         X, y = self._validate_personal_input(X, y)
         index = UserIndex.from_groups(groups, X.shape[0])
-        mismatch = self._id_type_mismatch(index.users)
+        mismatch = self._id_type_mismatch(
+            index.users, "personalize would add them as new users (give new users "
+            "ids of the fitted type too) and change the type of user_ids_")
         if mismatch:
-            raise TypeError(
-                f"{mismatch}: personalize would add these rows as new users next to the "
-                f"fitted ones and change the type of user_ids_. If they are users seen "
-                f"in fit, pass ids of the type used in fit, e.g. "
-                f"{_conversion_hint(self.user_ids_)}; give new users ids of that type "
-                f"too.")
+            raise TypeError(mismatch)
         with _fit_environment(X.shape[1]):
             personal = self._fit_personal(X, y, index)
         self._merge_personal(index.users, personal)
@@ -550,11 +545,11 @@ def _reject_sparse(estimator, X):
     """Refuse a sparse ``X`` with the recipe."""
     if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # a scipy.sparse matrix or array
         raise TypeError(
-            f"{type(estimator).__name__} needs dense X; got a sparse {type(X).__name__} "
-            f"(e.g. from OneHotEncoder or CountVectorizer). Densify it before the "
-            f"estimator: OneHotEncoder(sparse_output=False), or add "
-            f"FunctionTransformer(skdpp.pipeline.to_dense, accept_sparse=True) as the step "
-            f"before it (see the user guide, 'Sparse input').")
+            f"{type(estimator).__name__} needs dense X; got a sparse "
+            f"{type(X).__name__}. Densify it first: "
+            f"OneHotEncoder(sparse_output=False), or the step "
+            f"FunctionTransformer(skdpp.pipeline.to_dense, "
+            f"accept_sparse=True) before it (user guide, 'Sparse input').")
 
 
 def _dropped_groups_message(name):
@@ -582,13 +577,3 @@ def _conversion_hint(user_ids):
         return "np.asarray(groups).astype(np.int64)"
     return "convert them to the types of user_ids_"
 
-
-def _as_1d_ids(groups, n_samples):
-    """``groups`` as a 1-D array of length ``n_samples``."""
-    if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
-        groups = groups.to_numpy()
-    groups = np.asarray(groups)
-    if groups.ndim != 1 or groups.shape[0] != n_samples:
-        raise ValueError(f"groups must be 1-D with one user id per row of X: expected "
-                         f"shape ({n_samples},), got {groups.shape}. Pass one id per row.")
-    return groups

@@ -16,9 +16,6 @@ class UselessFitWarning(UserWarning):
 
 
 class SecureNoiseSeedWarning(UserWarning):
-    """Warns that an int ``random_state`` cannot seed secure noise.
-
-    Under ``skdpp.set_config(noise="secure")`` the noise comes from OpenDP or the
-    OS's cryptographic source: ``random_state`` seeds only the public randomness,
-    so two fits with the same int differ. Once per fit, from the parameter alone.
-    """
+    """Warns that an int ``random_state`` cannot seed secure noise: it seeds only the
+    public randomness (:ref:`secure_noise`), so two fits with the same int differ.
+    Once per fit, from the parameter alone."""

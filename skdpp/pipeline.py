@@ -30,16 +30,12 @@ def to_dense(X):
     return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
 
 
-def _split(pipe):
-    return (pipe[:-1], pipe[-1]) if isinstance(pipe, Pipeline) else (None, pipe)
-
-
 def transform_then(pipe, method, X, *args, groups=None, **kwargs):
     """Run ``pipe``'s transform steps on ``X``, then ``method`` of its final step (which
     alone gets ``groups``)."""
-    head, last = _split(pipe)
-    Xt = X if head is None or len(head) == 0 else head.transform(X)
-    return getattr(last, method)(Xt, *args, groups=groups, **kwargs)
+    if isinstance(pipe, Pipeline):
+        X, pipe = (X if len(pipe) == 1 else pipe[:-1].transform(X)), pipe[-1]
+    return getattr(pipe, method)(X, *args, groups=groups, **kwargs)
 
 
 def personalize(pipe, X, y, groups):
@@ -63,7 +59,7 @@ def personalize(pipe, X, y, groups):
     pipe : object
         The same object, personalized.
     """
-    last = _split(pipe)[1]
+    last = pipe[-1] if isinstance(pipe, Pipeline) else pipe
     if not hasattr(last, "personalize"):
         raise TypeError(
             f"The final step of the pipeline ({type(last).__name__}) has no personalize "

@@ -5,6 +5,7 @@ releases nothing (splitters, generators, tests). See :ref:`data_layer`.
 """
 
 import numbers
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -89,17 +90,14 @@ _PYTHON_ID_KINDS = (((numbers.Number, np.bool_), "number"), ((str, np.str_), "st
                     ((bytes, np.bytes_), "bytes"))
 
 
-def _python_id_kind(cls):
-    return next((k for types, k in _PYTHON_ID_KINDS if issubclass(cls, types)),
-                cls.__qualname__)
-
-
 def id_kinds(ids):
     """The set of id kinds (``"number"``, ``"str"``, ``"bytes"`` or a type name) of ``ids``."""
     ids = np.asarray(ids)
     if ids.dtype.kind != "O":
         return frozenset({_DTYPE_ID_KINDS.get(ids.dtype.kind, str(ids.dtype))})
-    return frozenset(_python_id_kind(cls) for cls in set(map(type, ids.tolist())))
+    return frozenset(next((kind for types, kind in _PYTHON_ID_KINDS
+                           if issubclass(cls, types)), cls.__qualname__)
+                     for cls in set(map(type, ids.tolist())))
 
 
 def check_id_kinds(kinds, *, name="groups"):
@@ -108,11 +106,9 @@ def check_id_kinds(kinds, *, name="groups"):
     if len(kinds) > 1:
         listed = " and ".join(sorted(kinds))
         raise ValueError(
-            f"`{name}` mixes user ids of different types ({listed}). User ids must all "
-            f"be numbers or all be strings: the int 7 and the string '7' would be two "
-            f"different users. Convert them to one type first, e.g. "
-            f"np.asarray({name}).astype(str) (or astype(np.int64) if they are all "
-            f"integers written as text).")
+            f"`{name}` mixes user ids of different types ({listed}). User ids must "
+            f"all be numbers or all be strings (7 and '7' are two users): convert "
+            f"them first, e.g. np.asarray({name}).astype(str) (or .astype(np.int64)).")
 
 
 def _readonly(a):
@@ -202,13 +198,8 @@ class UserIndex:
         ------
         ValueError
             If ``groups`` has missing ids (None, NaN, NaT, pd.NA), mixes ids of
-            different kinds (numbers and strings), is not 1-D, or its length
-            differs from ``n_samples``.
-
-        Notes
-        -----
-        Ids must all be numbers or all strings (or all of one other type):
-        rule and equality in :ref:`user_ids`.
+            different kinds (numbers and strings: rule in :ref:`user_ids`), is not
+            1-D, or its length differs from ``n_samples``.
         """
         if groups is None:
             if n_samples is None:
@@ -272,21 +263,20 @@ class UserIndex:
     def lookup(self, groups):
         """Codes (int64) of the user ids ``groups``, ``-1`` for ids not in the index."""
         ids = _as_id_array(groups)
-        n = ids.shape[0]
-        out = np.full(n, -1, dtype=np.int64)
-        if n == 0 or self.n_users == 0:
+        out = np.full(ids.shape[0], -1, dtype=np.int64)
+        if ids.shape[0] == 0 or self.n_users == 0:
             return out
-        users = self.users
         if self._mixed:
             return self._lookup_hash(ids)
-        kinds = [_DTYPE_ID_KINDS.get(k, k) for k in (users.dtype.kind, ids.dtype.kind)]
-        if "O" not in kinds and kinds[0] != kinds[1]:
+        kinds = {_DTYPE_ID_KINDS.get(k, k) for k in (self.users.dtype.kind,
+                                                      ids.dtype.kind)}
+        if len(kinds) > 1 and "O" not in kinds:
             return out  # e.g. str ids asked of an index of int ids: all unseen
         try:
-            pos = np.searchsorted(users, ids)
+            pos = np.searchsorted(self.users, ids)
             np.clip(pos, 0, self.n_users - 1, out=pos)
-            found = np.asarray(users[pos] == ids)
-            if found.shape != (n,):
+            found = np.asarray(self.users[pos] == ids)
+            if found.shape != out.shape:
                 raise TypeError("elementwise comparison failed")
             found = found.astype(bool)
         except (TypeError, ValueError, OverflowError):
@@ -323,6 +313,7 @@ def _check_index(index):
 
 
 def _check_rows(values, index, name="values"):
+    _check_index(index)
     values = np.asarray(values)
     if values.ndim == 0 or values.shape[0] != index.n_samples:
         raise ValueError(
@@ -355,7 +346,6 @@ def segment_sum(values, index):
     >>> segment_sum(np.array([1.0, 2.0, 3.0]), index)
     array([4., 2.])
     """
-    _check_index(index)
     values = _check_rows(values, index)
     if values.ndim == 1 and values.dtype.kind == "f":
         return np.bincount(index.codes, weights=values, minlength=index.n_users
@@ -363,11 +353,16 @@ def segment_sum(values, index):
     out_dtype = np.result_type(values.dtype, np.int64) if values.dtype.kind in "bui" \
         else values.dtype
     out = np.zeros((index.n_users,) + values.shape[1:], dtype=out_dtype)
-    nonempty = index.counts > 0
-    if index.n_samples == 0 or not nonempty.any():
-        return out
-    sorted_values = values[index.order].astype(out_dtype, copy=False)
-    out[nonempty] = np.add.reduceat(sorted_values, index.offsets[:-1][nonempty], axis=0)
+    return _reduceat(np.add, values[index.order].astype(out_dtype, copy=False),
+                     index.counts, index.offsets, out)
+
+
+def _reduceat(ufunc, values, counts, offsets, out):
+    """``out`` with ``ufunc.reduceat`` of the rows of each non-empty segment of the
+    user-sorted ``values`` (segment ``u`` starts at ``offsets[u]``)."""
+    nonempty = counts > 0
+    if nonempty.any():
+        out[nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty], axis=0)
     return out
 
 
@@ -406,7 +401,6 @@ def segment_outer_sum(A, B=None, index=None, *, max_bytes=_OUTER_SUM_MAX_BYTES):
     array([[1., 0.],
            [0., 4.]])
     """
-    _check_index(index)
     A = _check_rows(A, index, "A")
     same = B is None
     B = A if same else _check_rows(B, index, "B")
@@ -510,7 +504,6 @@ def split_within_users(index, fraction, rng=None):
     >>> split_within_users(index, 0.5)
     array([ True,  True, False, False,  True])
     """
-    _check_index(index)
     if not (isinstance(fraction, numbers.Real) and 0 < fraction < 1):
         raise ValueError(
             f"`fraction` must be a float in the open interval (0, 1); got {fraction!r}.")
@@ -591,7 +584,7 @@ class UserBlock:
         self.offsets = np.zeros(self.counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.offsets[1:])
         self.first_user = int(first_user)
-        self._row_user = self._rank = self._uniform = None
+        self._uniform = None
 
     def __repr__(self):
         return f"UserBlock(n_users={self.n_users}, n_rows={self.n_rows})"
@@ -604,18 +597,14 @@ class UserBlock:
     def n_rows(self):
         return int(self.offsets[-1])
 
-    @property
+    @cached_property
     def row_user(self):
-        if self._row_user is None:
-            self._row_user = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
-        return self._row_user
+        return np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
 
-    @property
+    @cached_property
     def rank(self):
-        if self._rank is None:
-            self._rank = (np.arange(self.n_rows, dtype=np.int64)
-                          - np.repeat(self.offsets[:-1], self.counts))
-        return self._rank
+        return (np.arange(self.n_rows, dtype=np.int64)
+                - np.repeat(self.offsets[:-1], self.counts))
 
     def take(self, A, out=None):
         """The block's rows of a source-aligned ``A`` (a view, or a gather into ``out``)."""
@@ -672,10 +661,7 @@ class UserBlock:
             return np.bincount(self.row_user, weights=values, minlength=self.n_users)
         out = np.zeros((self.n_users,) + values.shape[1:],
                        dtype=np.result_type(values.dtype, np.float64))
-        nonempty = self.counts > 0
-        if self.n_rows and nonempty.any():
-            out[nonempty] = np.add.reduceat(values, self.offsets[:-1][nonempty], axis=0)
-        return out
+        return _reduceat(np.add, values, self.counts, self.offsets, out)
 
     def uniform_count(self):
         """The users' common row count (0 if they differ)."""
@@ -689,11 +675,8 @@ class UserBlock:
         values = np.ascontiguousarray(values)
         width = values.size // max(self.n_rows, 1)
         out = np.full(self.n_users, initial, dtype=np.result_type(values.dtype, np.float64))
-        nonempty = self.counts > 0
-        if self.n_rows and nonempty.any():
-            out[nonempty] = np.maximum.reduceat(values.reshape(-1),
-                                                self.offsets[:-1][nonempty] * width)
-        return out
+        return _reduceat(np.maximum, values.reshape(-1), self.counts,
+                         self.offsets * width, out)
 
     def gram(self, P, weights=None):
         """Per-user ``sum_r w_r p_r p_r^T`` of row-aligned ``P`` (n_rows, k) -> (n_users, k, k)."""

@@ -32,17 +32,19 @@ def _mix(x):
     """SplitMix64 finaliser on a uint64 array."""
     x = np.asarray(x, dtype=_U64)
     with np.errstate(over="ignore"):
-        x = x ^ (x >> _S30)
-        x = x * _M1
-        x = x ^ (x >> _S27)
-        x = x * _M2
+        x = (x ^ (x >> _S30)) * _M1
+        x = (x ^ (x >> _S27)) * _M2
         return x ^ (x >> _S31)
 
 
+def _blake64(text):
+    """A 64-bit int of ``text``, the same in every process (blake2b)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 def _tag(name):
-    """A fixed uint64 for a stream or type name (stable across processes)."""
-    return _U64(int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(),
-                               "little"))
+    """A fixed uint64 for a stream or type name."""
+    return _U64(_blake64(name))
 
 
 def seed_sequence(random_state):
@@ -114,8 +116,7 @@ class FitRandomness:
         from ..privacy.mechanisms import _secure_mode, fit_key
 
         self.seeded = noise_is_seeded(random_state) and not _secure_mode()
-        root = seed_sequence(random_state)
-        noise, public, key = root.spawn(3)
+        noise, public, key = seed_sequence(random_state).spawn(3)
         self.noise = np.random.Generator(np.random.PCG64(noise))
         self.public = np.random.Generator(np.random.PCG64(public))
         self.key = fit_key(key.generate_state(2, dtype=np.uint64), random_state)
@@ -164,24 +165,6 @@ def _hash_ints(values):
     return _mix(np.asarray(values, dtype=np.int64).view(_U64) ^ _tag("int"))
 
 
-def _hash_codepoints(codes, lengths, tag):
-    """Hash of strings given as an (n, L) array of code points and their lengths."""
-    n, width = codes.shape
-    h = np.full(n, _tag(tag), dtype=_U64)
-    with np.errstate(over="ignore"):
-        for j in range(width):  # loop over character positions, not ids
-            live = j < lengths
-            if not live.any():
-                break
-            h = np.where(live, _mix(h ^ (codes[:, j].astype(_U64) + _GOLDEN)), h)
-        return _mix(h ^ lengths.astype(_U64))
-
-
-def _hash_object(value):
-    text = f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
 def hash_ids(ids):
     """A 64-bit hash of every id, the same in every process (:ref:`data_layer`).
 
@@ -215,7 +198,15 @@ def hash_ids(ids):
         width = a.dtype.itemsize // unit.itemsize
         codes = a.view(unit).reshape(a.shape[0], width) if width else \
             np.zeros((a.shape[0], 0), dtype=unit)
-        return _hash_codepoints(codes, np.char.str_len(a), "str" if kind == "U" else "bytes")
+        lengths = np.char.str_len(a)
+        h = np.full(a.shape[0], _tag("str" if kind == "U" else "bytes"), dtype=_U64)
+        with np.errstate(over="ignore"):
+            for j in range(width):  # loop over character positions, not ids
+                live = j < lengths
+                if not live.any():
+                    break
+                h = np.where(live, _mix(h ^ (codes[:, j].astype(_U64) + _GOLDEN)), h)
+            return _mix(h ^ lengths.astype(_U64))
     if kind in "mM":
         return _mix(arr.view(np.int64).view(_U64) ^ _tag("datetime"))
     # object ids: ints and strings like their numpy counterparts, others by repr
@@ -227,7 +218,8 @@ def hash_ids(ids):
             pass
     if all(isinstance(v, str) for v in values):
         return hash_ids(np.array(values, dtype=str))
-    return np.fromiter((_hash_object(v) for v in values), dtype=_U64, count=len(values))
+    return np.fromiter((_blake64(f"{type(v).__module__}.{type(v).__qualname__}:{v!r}")
+                        for v in values), dtype=_U64, count=len(values))
 
 
 def _multipliers(width, offset):

@@ -1,1 +1,0 @@
-"""Demo tour run by ``python -m skdpp`` (one module per estimator)."""
