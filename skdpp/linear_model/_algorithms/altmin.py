@@ -15,7 +15,6 @@ from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from .._auto import FallbackPlan, auto_bound, rms_per_user, user_weights
 from .._heads import psd_floor_solve
 from . import representation as rep
-from .representation import fit_heads
 
 __all__ = ["Config", "plan", "run"]
 
@@ -131,31 +130,28 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     return gram, moments
 
 
-def _round_heads(block, state, rnd, all_users=False):
-    """The round's statistics rows and heads (Alg. 1, lines 4-5; ``all_users``: the
-    ``"auto"`` ``η`` pass)."""
+def _round_heads(state, rnd, all_users=False):
+    """``(stats, V)``: the round's statistics rows and heads (Alg. 1, lines 4-5;
+    ``all_users``: the ``"auto"`` ``η`` pass)."""
     heads, stats = state.extra["halves"]
     if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
         active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = state.X0 @ rnd.U
-    V = fit_heads(heads, heads.take(P), heads.take(state.y0))  # line 5
-    return state.X0, stats, V
+    return stats, rep.round_heads(state, rnd.U, heads)[1]  # line 5
 
 
 def altmin_round(block, state, rnd):
     """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
-    X0, stats, V = _round_heads(block, state, rnd)
-    partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
-    return partial, state
+    stats, V = _round_heads(state, rnd)
+    return altmin_statistics(stats, state.X0, state.y0, V, rnd.clip_norm,
+                             rnd.label_clip), state
 
 
 def row_norm_statistic(block, state, rnd):
     """Block function: each user's RMS of ``||x_r|| ||v_i||`` at ``U_0`` (``"auto"`` ``η``)."""
-    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
-    xn = unit_rows(stats.take(X0))[1]
+    stats, V = _round_heads(state, rnd, all_users=True)
+    xn = unit_rows(stats.take(state.X0))[1]
     with np.errstate(over="ignore", invalid="ignore"):
         norms = xn * stats.expand(unit_rows(V)[1])
     return rms_per_user(stats, norms), state
