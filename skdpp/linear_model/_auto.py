@@ -191,14 +191,13 @@ def label_range(executor, release, *, n_users):
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = float(np.clip(3.0 * sigma / max(int(n_users), 1), *LABEL_QUANTILES))
     ends = []
-    for row, q, outer in ((0, q, -1), (1, 1.0 - q, 0)):
+    for row, q, outer, edge in ((0, q, -1, -np.inf), (1, 1.0 - q, 0, np.inf)):
         point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
                                  n_users=n_users)
         j = int(np.searchsorted(grid, point))
-        if j <= 0 or j >= grid.shape[0] - 1:
-            ends.append(-np.inf if row == 0 else np.inf)
-        else:  # the outer end of the cell (grid[j - 1], grid[j]]
-            ends.append(float(grid[j + outer]))
+        off_grid = j <= 0 or j >= grid.shape[0] - 1  # then that side is not clamped
+        # else the outer end of the cell (grid[j - 1], grid[j]]
+        ends.append(edge if off_grid else float(grid[j + outer]))
     lo, hi = ends
     if np.isfinite(lo) and np.isfinite(hi):
         lo, hi = min(lo, hi), max(lo, hi)
@@ -285,13 +284,11 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
     return pred
 
 
-def clamp_predictions(pred, label_range, rows=None):
-    """Finite predictions (in the mask ``rows``) clamped to ``label_range`` (or None)."""
+def clamp_predictions(pred, label_range):
+    """Finite predictions clamped to ``label_range`` (or None)."""
     if label_range is None:
         return pred
-    lo, hi = label_range
-    mask = np.isfinite(pred) if rows is None else np.asarray(rows) & np.isfinite(pred)
-    return np.where(mask, np.clip(pred, lo, hi), pred)
+    return np.where(np.isfinite(pred), np.clip(pred, *label_range), pred)
 
 
 LINEAR_FALLBACK = "each known user gets its own ridge fit (local data only)"
@@ -383,12 +380,7 @@ def gated_plan(build, clip_share, n_users, n_base, n_scales, scaled):
     """``(plan, scaled)`` of ``build(share, n_clip)`` at the share of
     :func:`resolve_clip_share`; the ``n_scales`` feature-scale releases are dropped
     when the clip noise then exceeds ``SCALE_GATE_NOISE * n_users`` (public rule)."""
-    plans = {}
-
-    def cached(share, n_clip):
-        if (share, n_clip) not in plans:
-            plans[share, n_clip] = build(share, n_clip)
-        return plans[share, n_clip]
+    cached = functools.cache(build)
 
     def resolved(n_clip):
         if not n_clip:

@@ -1,11 +1,7 @@
-"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
-
-The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`: the driver
-:func:`run` (Alg. 2: release, line 2; solve, line 3; QR, line 4) and the block
-functions :func:`prepare_altmin` and :func:`altmin_round` (heads, Alg. 1, line
-5; clipped per-user means, Alg. 2, line 1); the rest is shared with FedRep
-(:mod:`.representation`).
-"""
+"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1-3) of
+:class:`~skdpp.linear_model.PrivAltMinRegressor`: :func:`run` (Alg. 2, lines 2-4) and
+:func:`altmin_round` (Alg. 1, line 5; Alg. 2, line 1); the rest is shared with FedRep
+(:mod:`.representation`)."""
 
 from dataclasses import dataclass
 
@@ -45,8 +41,7 @@ def plan(config, meta):
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
 
 
-# Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
-_CHUNK_BYTES = 16 * 2**20
+_CHUNK_BYTES = 16 * 2**20  # per-chunk temporaries of the Kronecker Gram blocks
 
 
 @dataclass(frozen=True, eq=False)

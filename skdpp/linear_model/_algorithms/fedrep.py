@@ -1,11 +1,7 @@
-"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
-
-The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`: the driver
-:func:`run` (release, line 10; step, line 11) and the block function
-:func:`fedrep_round` (heads on ``B_{i,t}``, line 6; clipped gradients on
-``B'_{i,t}``, lines 7-9); the rest is shared with Priv-AltMin
-(:mod:`.representation`, :mod:`.spectral_init`).
-"""
+"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1; Alg. 2 initialisation) of
+:class:`~skdpp.linear_model.PrivateFedRepRegressor`: :func:`run` (lines 10-11) and
+:func:`fedrep_round` (lines 5-9); the rest is shared with Priv-AltMin
+(:mod:`.representation`, :mod:`.spectral_init`)."""
 
 from dataclasses import dataclass
 

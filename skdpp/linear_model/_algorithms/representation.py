@@ -310,8 +310,8 @@ def _cold_head(executor, release, head_clip_norm, variance_floor, n_users, k):
     cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
     if sensitivity is None:
         return cold_head
-    sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
-    return cold_head_shrinkage(cold_head, sigma)
+    noise_std = float(release.noise_multiplier("cold_start")) * sensitivity
+    return cold_head_shrinkage(cold_head, noise_std / max(n_users, 1))
 
 
 def round_heads(state, U, rows):
@@ -425,7 +425,7 @@ def _plan(config, clip_share, n_clip, iteration_releases):
         plan.add("init", share=shares["init"], param="budget_shares['init']")  # start()
     plan.add_rest("iterations", count=iteration_releases)
     plan.add("cold_start", share=shares["cold_start"], param="budget_shares['cold_start']",
-             count=1 + 2 * int(bool(config.fit_intercept)))  # final_heads()
+             count=1 + 2 * int(bool(config.fit_intercept)))  # finish()
     return plan
 
 
@@ -508,7 +508,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
         if fit_intercept:
             head, intercept, intercept_scale, labels = cold_start_levels(
                 release, lambda v, fn: executor.map(_offsets, (v, fn)), head,
-                n_users=n_users, clip_quantile=float(config.clip_quantile), labels=labels,
+                n_users=n_users, clip_quantile=float(config.clip_quantile),
+                labels=labels,
                 reduce_votes=lambda v, b, b0: executor.map(head_votes, (U, v, b, b0)))
     prior = PersonalPrior(head, float(intercept), intercept_scale,
                           float(config.personal_ridge), fit_intercept, variance_floor)

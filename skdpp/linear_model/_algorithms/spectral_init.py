@@ -1,10 +1,6 @@
-"""Private initialisations of the shared embedding ``U`` (:func:`initial_components`).
-
-``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2
-(:func:`spectral_statistic`); ``"private_pairwise"``: Jain, Rush, Smith, Song &
-Thakurta (2021), Alg. 3 (:func:`pairwise_statistic`); both released once with
-symmetric noise, ``U`` the top-``k`` eigenvectors. ``"random"``: free.
-"""
+"""Initialisations of the shared embedding ``U`` (:func:`initial_components`):
+Snedeker, Zhou & Bassily (2025), Alg. 2 (:func:`spectral_statistic`) and Jain, Rush,
+Smith, Song & Thakurta (2021), Alg. 3 (:func:`pairwise_statistic`)."""
 
 import numpy as np
 
@@ -190,11 +186,11 @@ def random_init(n_features, n_components, rng):
 
 
 def initial_components(executor, release, *, init, clip, n_components, n_features, rng):
-    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is released
-    in phase ``"init"`` with symmetric noise, sensitivity (replace one user) ``2 ψ_init``
-    (spectral, ``clip = ψ_init``: each clipped ``Z_i`` has norm ``<= ψ_init``) or ``2
-    ζ^2`` (pairwise, ``clip = ζ``: each mean pair matrix has norm ``<= ζ^2``); ``rng``
-    is public."""
+    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is
+    released in phase ``"init"`` with symmetric noise, sensitivity (replace one user)
+    ``2 ψ_init`` (spectral, ``clip = ψ_init``: each clipped ``Z_i`` has norm ``<=
+    ψ_init``) or ``2 ζ^2`` (pairwise, ``clip = ζ``: each mean pair matrix has norm
+    ``<= ζ^2``); ``rng`` is public."""
     if not isinstance(init, str):  # a public warm start
         return np.linalg.qr(np.asarray(init, dtype=np.float64))[0]
     if init == "random":
