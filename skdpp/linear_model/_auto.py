@@ -124,16 +124,23 @@ def _feature_range_counts(block, state, grid):
     return np.stack([cumulative_counts(r, grid) for r in ranges.T]), state
 
 
+def _grid_quantiles(executor, release, block_counts, grid, quantiles, n_users):
+    """The released ``quantiles[j]`` (phase ``"clip"``) of row ``j`` of the users'
+    cumulative counts ``executor.map(block_counts, grid)``."""
+    counts = executor.map(block_counts, grid)
+    if counts is None:  # no rows at all
+        counts = np.zeros((len(quantiles), grid.shape[0]))
+    return [private_quantile(release, CLIP_PHASE, row, grid, quantile=q, n_users=n_users)
+            for row, q in zip(counts, quantiles)]
+
+
 def feature_scales(executor, release, *, n_features, n_users):
     """``(scales, dropped)``: each column's :data:`FEATURE_SCALE_QUANTILE` of the users'
     within-user ranges (phase ``"clip"``); a scale on the grid's lower end is ``inf``."""
     grid = quantile_grid()
-    counts = executor.map(_feature_range_counts, grid)
-    if counts is None:
-        counts = np.zeros((n_features, grid.shape[0]))
-    scales = np.array([private_quantile(release, CLIP_PHASE, counts[j], grid, n_users=n_users,
-                                        quantile=FEATURE_SCALE_QUANTILE)
-                       for j in range(n_features)], dtype=np.float64)
+    scales = np.array(_grid_quantiles(executor, release, _feature_range_counts, grid,
+                                      [FEATURE_SCALE_QUANTILE] * n_features, n_users),
+                      dtype=np.float64)
     low = scales <= grid[0]
     scales[low] = np.inf
     return scales, int(low.sum())
@@ -185,15 +192,12 @@ def own_label_ranges(block, state, _=None):
 def label_range(executor, release, *, n_users):
     """The released label range ``(lo, hi)`` (phase ``"clip"``; :ref:`auto_rules`)."""
     grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
-    counts = executor.map(_label_extreme_counts, grid)
-    if counts is None:
-        counts = np.zeros((2, grid.shape[0]))
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = float(np.clip(3.0 * sigma / max(int(n_users), 1), *LABEL_QUANTILES))
+    points = _grid_quantiles(executor, release, _label_extreme_counts, grid, (q, 1.0 - q),
+                             n_users)
     ends = []
-    for row, q, outer, edge in ((0, q, -1, -np.inf), (1, 1.0 - q, 0, np.inf)):
-        point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
-                                 n_users=n_users)
+    for point, outer, edge in zip(points, (-1, 0), (-np.inf, np.inf)):
         j = int(np.searchsorted(grid, point))
         off_grid = j <= 0 or j >= grid.shape[0] - 1  # then that side is not clamped
         # else the outer end of the cell (grid[j - 1], grid[j]]
