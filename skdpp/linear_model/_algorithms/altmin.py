@@ -44,19 +44,6 @@ def plan(config, meta):
 _CHUNK_BYTES = 16 * 2**20  # per-chunk temporaries of the Kronecker Gram blocks
 
 
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    n_rounds: int
-    schedule: str
-    clip_norm: object
-    label_clip: object
-
-
 def user_rounds(block, key, n_rounds):
     """Each user's round ``floor(T u_i)``, ``u_i = hash(key, "altmin_round", user id)``
     (``schedule="disjoint"``, Alg. 1, lines 2, 4): its own id only, unlike a permutation."""
@@ -129,8 +116,8 @@ def _round_heads(state, rnd, all_users=False):
     """``(stats, V)``: the round's statistics rows and heads (Alg. 1, lines 4-5;
     ``all_users``: the ``"auto"`` ``η`` pass)."""
     heads, stats = state.extra["halves"]
-    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
-        active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
+    if rnd.config.schedule == "disjoint" and not all_users:  # line 4: round t's users
+        active = user_rounds(state.local, rnd.key, int(rnd.config.max_iter)) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
     return stats, rep.round_heads(state, rnd.U, heads)[1]  # line 5
@@ -139,8 +126,8 @@ def _round_heads(state, rnd, all_users=False):
 def altmin_round(block, state, rnd):
     """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
     stats, V = _round_heads(state, rnd)
-    return altmin_statistics(stats, state.X0, state.y0, V, rnd.clip_norm,
-                             rnd.label_clip), state
+    return altmin_statistics(stats, state.X0, state.y0, V, rnd.bounds["clip_norm"],
+                             rnd.bounds["label_clip"]), state
 
 
 def row_norm_statistic(block, state, rnd):
@@ -174,7 +161,7 @@ def run(executor, release, randomness, meta, config):
     if n_rounds:
         clip_norm = config.clip_norm
         label_clip = begun.bounds.get("label_clip", config.label_clip)  # pairwise init's ζ
-        rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+        rnd0 = rep.Round(U, 0, key, config, {})
         if clip_norm == "auto":
             clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
                                    quantile=quantile, n_users=n_users)
@@ -188,8 +175,8 @@ def run(executor, release, randomness, meta, config):
             * np.sqrt(d * k)
     # schedule="disjoint": parallel composition, branch 0 charged (estimator Notes)
     for t in range(n_rounds):  # line 3
-        grams, moments = executor.map(altmin_round, _Round(
-            U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
+        grams, moments = executor.map(altmin_round, rep.Round(U, t, key, config, {
+            "clip_norm": clip_norm, "label_clip": label_clip}))  # lines 4-5, Alg. 2 l. 1
         branch = t if schedule == "disjoint" else None
         # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
         G = release.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,

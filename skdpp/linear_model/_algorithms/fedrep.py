@@ -39,18 +39,6 @@ def plan(config, meta):
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
 
 
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    batch_mode: str
-    batch_size: object
-    clip_norm: object
-
-
 def fedrep_batches(local, key, t, batch_mode, batch_size):
     """``(head_block, grad_block)`` of round ``t`` (Alg. 1, line 5): the ``S^0`` rows
     ``local`` ranked by ``hash(key, "fedrep_batch", user id, rank, t)``. ``"same"``:
@@ -95,14 +83,16 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
 
 def _round_inputs(state, rnd):
     """``(grad, P, V)``: the gradient batch, ``P = X0 U`` and the heads (lines 5-6)."""
-    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
+    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.config.batch_mode,
+                                rnd.config.batch_size)
     return (grad,) + rep.round_heads(state, rnd.U, head)
 
 
 def fedrep_round(block, state, rnd):
     """Block function: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
     grad, P, V = _round_inputs(state, rnd)
-    return _clipped_gradient_sum(grad, state.X0, P, state.y0, V, rnd.clip_norm), state
+    return _clipped_gradient_sum(grad, state.X0, P, state.y0, V,
+                                 rnd.bounds["clip_norm"]), state
 
 
 def gradient_norms(block, state, rnd):
@@ -130,13 +120,13 @@ def run(executor, release, randomness, meta, config):
                                  quantile=quantile, n_users=n_users)
     if clip_norm == "auto":
         clip_norm = auto_bound(executor, release, gradient_norms,
-                               _Round(U, 0, key, config.batch_mode, config.batch_size, None),
+                               rep.Round(U, 0, key, config, {}),
                                quantile=quantile, n_users=n_users)
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
     step = float(config.learning_rate) / float(label_scale) ** 2 if n_iter else 0.0
     for t in range(n_iter):  # line 2
-        total = executor.map(fedrep_round, _Round(U, t, key, config.batch_mode,
-                                                   config.batch_size, clip_norm))  # lines 3-9
+        total = executor.map(fedrep_round, rep.Round(
+            U, t, key, config, {"clip_norm": clip_norm}))  # lines 3-9
         noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
         # dividing by the public n is post-processing; line 11: QR

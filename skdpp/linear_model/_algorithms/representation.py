@@ -314,6 +314,18 @@ def _cold_head(executor, release, head_clip_norm, variance_floor, n_users, k):
     return cold_head_shrinkage(cold_head, noise_std / max(n_users, 1))
 
 
+@dataclass(frozen=True, eq=False)
+class Round:
+    """The broadcast of round ``t``: ``U``, the fit's key, its public ``config`` and the
+    iterations' resolved ``bounds`` (empty while they are resolved)."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    config: object
+    bounds: dict
+
+
 def round_heads(state, U, rows):
     """``(P, V)``: ``P = X0 U`` on the block's ``S^0`` rows, ``V`` the heads fitted on
     ``rows`` (a selection of them)."""
