@@ -149,8 +149,7 @@ def feature_scales(executor, release, *, n_features, n_users):
 def standardize_block(block, state, inv_scales):
     """Block function: the block then owns its rows ``X * inv_scales`` and targets."""
     rows = block.source_rows()
-    with np.errstate(over="ignore", invalid="ignore"):
-        X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
+    X = standardize(np.take(np.asarray(block.X), rows, axis=0), inv_scales)
     y = np.take(np.asarray(block.y), rows, axis=0)
     block.X, block.y, block.rows = X, y, None
     return None, state
