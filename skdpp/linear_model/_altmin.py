@@ -14,10 +14,9 @@ __all__ = ["PrivAltMinRegressor"]
 class PrivAltMinRegressor(_RepresentationRegressor):
     """Priv-AltMin: private alternating minimisation for a shared linear embedding.
 
-    The model and scale-free defaults of :class:`PrivateFedRepRegressor`,
-    fitted by Jain et al. (2021): Alg. 1 (alternating minimisation), the ``U``
-    step of Alg. 2 (perturbed least-squares sufficient statistics) and
-    optionally Alg. 3 (private initialisation).
+    The model and defaults of :class:`PrivateFedRepRegressor`, fitted by Jain et al.
+    (2021): Alg. 1 (alternating minimisation), Alg. 2 (perturbed least-squares
+    statistics for ``U``) and optionally Alg. 3 (private initialisation).
 
     Read more in the :ref:`User Guide <altmin>`.
 
@@ -41,8 +40,8 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     personal_ridge : float, default=10.0
         ``κ >= 0``, as in :class:`PrivateFedRepRegressor`; ``0``: least squares.
     clip_norm : float, "auto" or None, default="auto"
-        ``η``: clip of each row's ``vec(x v^T)`` (Alg. 2, line 1). ``"auto"``: a
-        private quantile (:ref:`auto_rules`). ``None`` only with ``epsilon=np.inf``.
+        ``η``: clip of each row's ``vec(x v^T)`` (Alg. 2, line 1); ``"auto"``: a private
+        quantile (:ref:`auto_rules`); ``None`` only with ``epsilon=np.inf``.
     label_clip : float, "auto" or None, default="auto"
         ``ζ``: clip of each centred label (Alg. 2 and 3). ``"auto"``: a private quantile.
     psd_floor : float, default=32.0
@@ -63,8 +62,7 @@ class PrivAltMinRegressor(_RepresentationRegressor):
     delta : float, default=1e-6
         Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise, the random init and the key of the split, halves and
-        rounds; ``None``: OS entropy.
+        Seeds the noise, the random init and the key of the split, halves and rounds.
     verbose : int, default=0
         Print one line per round (public values only) when positive.
 

@@ -124,16 +124,23 @@ def _feature_range_counts(block, state, grid):
     return np.stack([cumulative_counts(r, grid) for r in ranges.T]), state
 
 
+def _grid_quantiles(executor, release, block_counts, grid, quantiles, n_users):
+    """The released ``quantiles[j]`` (phase ``"clip"``) of row ``j`` of the users'
+    cumulative counts ``executor.map(block_counts, grid)``."""
+    counts = executor.map(block_counts, grid)
+    if counts is None:  # no rows at all
+        counts = np.zeros((len(quantiles), grid.shape[0]))
+    return [private_quantile(release, CLIP_PHASE, row, grid, quantile=q, n_users=n_users)
+            for row, q in zip(counts, quantiles)]
+
+
 def feature_scales(executor, release, *, n_features, n_users):
     """``(scales, dropped)``: each column's :data:`FEATURE_SCALE_QUANTILE` of the users'
     within-user ranges (phase ``"clip"``); a scale on the grid's lower end is ``inf``."""
     grid = quantile_grid()
-    counts = executor.map(_feature_range_counts, grid)
-    if counts is None:
-        counts = np.zeros((n_features, grid.shape[0]))
-    scales = np.array([private_quantile(release, CLIP_PHASE, counts[j], grid, n_users=n_users,
-                                        quantile=FEATURE_SCALE_QUANTILE)
-                       for j in range(n_features)], dtype=np.float64)
+    scales = np.array(_grid_quantiles(executor, release, _feature_range_counts, grid,
+                                      [FEATURE_SCALE_QUANTILE] * n_features, n_users),
+                      dtype=np.float64)
     low = scales <= grid[0]
     scales[low] = np.inf
     return scales, int(low.sum())
@@ -142,8 +149,7 @@ def feature_scales(executor, release, *, n_features, n_users):
 def standardize_block(block, state, inv_scales):
     """Block function: the block then owns its rows ``X * inv_scales`` and targets."""
     rows = block.source_rows()
-    with np.errstate(over="ignore", invalid="ignore"):
-        X = np.take(np.asarray(block.X), rows, axis=0) * np.asarray(inv_scales)
+    X = standardize(np.take(np.asarray(block.X), rows, axis=0), inv_scales)
     y = np.take(np.asarray(block.y), rows, axis=0)
     block.X, block.y, block.rows = X, y, None
     return None, state
@@ -185,20 +191,16 @@ def own_label_ranges(block, state, _=None):
 def label_range(executor, release, *, n_users):
     """The released label range ``(lo, hi)`` (phase ``"clip"``; :ref:`auto_rules`)."""
     grid = quantile_grid(signed=True, size=LABEL_GRID_SIZE)
-    counts = executor.map(_label_extreme_counts, grid)
-    if counts is None:
-        counts = np.zeros((2, grid.shape[0]))
     sigma = float(release.noise_multiplier(CLIP_PHASE))
     q = float(np.clip(3.0 * sigma / max(int(n_users), 1), *LABEL_QUANTILES))
+    points = _grid_quantiles(executor, release, _label_extreme_counts, grid, (q, 1.0 - q),
+                             n_users)
     ends = []
-    for row, q, outer in ((0, q, -1), (1, 1.0 - q, 0)):
-        point = private_quantile(release, CLIP_PHASE, counts[row], grid, quantile=q,
-                                 n_users=n_users)
+    for point, outer, edge in zip(points, (-1, 0), (-np.inf, np.inf)):
         j = int(np.searchsorted(grid, point))
-        if j <= 0 or j >= grid.shape[0] - 1:
-            ends.append(-np.inf if row == 0 else np.inf)
-        else:  # the outer end of the cell (grid[j - 1], grid[j]]
-            ends.append(float(grid[j + outer]))
+        off_grid = j <= 0 or j >= grid.shape[0] - 1  # then that side is not clamped
+        # else the outer end of the cell (grid[j - 1], grid[j]]
+        ends.append(edge if off_grid else float(grid[j + outer]))
     lo, hi = ends
     if np.isfinite(lo) and np.isfinite(hi):
         lo, hi = min(lo, hi), max(lo, hi)
@@ -285,13 +287,11 @@ def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
     return pred
 
 
-def clamp_predictions(pred, label_range, rows=None):
-    """Finite predictions (in the mask ``rows``) clamped to ``label_range`` (or None)."""
+def clamp_predictions(pred, label_range):
+    """Finite predictions clamped to ``label_range`` (or None)."""
     if label_range is None:
         return pred
-    lo, hi = label_range
-    mask = np.isfinite(pred) if rows is None else np.asarray(rows) & np.isfinite(pred)
-    return np.where(mask, np.clip(pred, lo, hi), pred)
+    return np.where(np.isfinite(pred), np.clip(pred, *label_range), pred)
 
 
 LINEAR_FALLBACK = "each known user gets its own ridge fit (local data only)"
@@ -383,12 +383,7 @@ def gated_plan(build, clip_share, n_users, n_base, n_scales, scaled):
     """``(plan, scaled)`` of ``build(share, n_clip)`` at the share of
     :func:`resolve_clip_share`; the ``n_scales`` feature-scale releases are dropped
     when the clip noise then exceeds ``SCALE_GATE_NOISE * n_users`` (public rule)."""
-    plans = {}
-
-    def cached(share, n_clip):
-        if (share, n_clip) not in plans:
-            plans[share, n_clip] = build(share, n_clip)
-        return plans[share, n_clip]
+    cached = functools.cache(build)
 
     def resolved(n_clip):
         if not n_clip:

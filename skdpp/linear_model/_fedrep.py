@@ -15,10 +15,10 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     """Private FedRep: a shared linear embedding under user-level DP, personal heads.
 
     Learns ``y ≈ b_i + <x, U v_i>``: the orthonormal ``U`` (``n_features ×
-    n_components``) is released under user-level (ε, δ)-DP; each user's head
-    ``v_i`` and intercept ``b_i`` come from the releases and its own rows.
-    Algorithms 1-2 of Snedeker, Zhou & Bassily (2025), plus intercepts, a
-    cold start and private scale-free bounds: raw data work with only ``epsilon``.
+    n_components``) is released under user-level (ε, δ)-DP; each user's head ``v_i``
+    and intercept ``b_i`` come from the releases and its own rows. Algorithms 1-2 of
+    Snedeker, Zhou & Bassily (2025), plus intercepts, a cold start and private
+    scale-free bounds.
 
     Read more in the :ref:`User Guide <fedrep>`.
 
@@ -35,19 +35,18 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     learning_rate : float, default=1.5
         ``η > 0``: the step on ``U`` is ``η / s_y^2`` (Alg. 1, line 10).
     label_scale : float or "auto", default="auto"
-        ``s_y > 0``. ``"auto"``: a private quantile of the users' RMS centred
-        targets. ``1.0``: the paper's step.
+        ``s_y > 0``; ``"auto"``: a private quantile of the users' RMS centred
+        targets; ``1.0``: the paper's step.
     fit_intercept : bool, default=True
         Per-user and cold-start intercepts. ``False``: the paper's model.
     personal_rows : {"all", "holdout"}, default="all"
         Rows of the personal parts: all of a user's rows, or the paper's ``S^1``.
     personal_ridge : float, default=10.0
-        ``κ >= 0``: shrinkage of the personal parts towards the cold start, in
-        ``κ k`` pseudo-rows. ``0``: least squares.
+        ``κ >= 0``: ``κ k`` pseudo-rows shrinking the personal parts to the cold start.
     clip_norm : float, "auto" or None, default="auto"
-        ``ψ``: Frobenius clip of each user's gradient. ``"auto"``: a private
-        quantile of the gradient norms at ``U_0`` (:ref:`auto_rules`).
-        ``None`` only with ``epsilon=np.inf``.
+        ``ψ``: Frobenius clip of each user's gradient; ``"auto"``: a private
+        quantile of the norms at ``U_0`` (:ref:`auto_rules`); ``None`` only with
+        ``epsilon=np.inf``.
     init_clip_norm : float, "auto" or None, default="auto"
         ``ψ_init``: clip of each ``Z_i`` in Alg. 2 (pairwise init: label clip ``ζ``).
     head_clip_norm : float, "auto" or None, default="auto"
@@ -67,8 +66,7 @@ class PrivateFedRepRegressor(_RepresentationRegressor):
     delta : float, default=1e-6
         Privacy parameter in [0, 1); choose ``delta << 1 / n_users``.
     random_state : int, RandomState instance or None, default=None
-        Seeds the noise, the random init and the key of the split and batches;
-        ``None``: OS entropy.
+        Seeds the noise, the random init and the key of the split and batches.
     verbose : int, default=0
         Print one line per iteration (public values only) when positive.
 

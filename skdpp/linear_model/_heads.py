@@ -70,18 +70,9 @@ def batched_solve(A, b, *, ridge=0.0):
     """
     A = np.asarray(A)
     b = np.asarray(b)
-    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(
-            f"`A` must be a stack of square matrices of shape (..., k, k); got {A.shape}.")
-    if not (np.isscalar(ridge) and np.isfinite(ridge) and ridge >= 0):
-        raise ValueError(f"`ridge` must be a finite number >= 0; got {ridge!r}.")
     k = A.shape[-1]
     vector = b.ndim == A.ndim - 1
     B = b[..., None] if vector else b
-    if B.shape[:-1] != A.shape[:-1]:
-        raise ValueError(
-            f"`b` of shape {b.shape} does not match `A` of shape {A.shape}; expected "
-            f"{A.shape[:-1]} (vectors) or {A.shape[:-1]} + (m,) (matrices).")
     dtype = np.result_type(A.dtype, B.dtype, np.float64)
     M = A.astype(dtype, copy=True)
     if ridge:

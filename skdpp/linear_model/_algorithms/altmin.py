@@ -1,11 +1,7 @@
-"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1 with Alg. 2 and Alg. 3).
-
-The algorithm of :class:`~skdpp.linear_model.PrivAltMinRegressor`: the driver
-:func:`run` (Alg. 2: release, line 2; solve, line 3; QR, line 4) and the block
-functions :func:`prepare_altmin` and :func:`altmin_round` (heads, Alg. 1, line
-5; clipped per-user means, Alg. 2, line 1); the rest is shared with FedRep
-(:mod:`.representation`).
-"""
+"""Priv-AltMin (Jain, Rush, Smith, Song & Thakurta 2021, Alg. 1-3) of
+:class:`~skdpp.linear_model.PrivAltMinRegressor`: :func:`run` (Alg. 2, lines 2-4) and
+:func:`altmin_round` (Alg. 1, line 5; Alg. 2, line 1); the rest is shared with FedRep
+(:mod:`.representation`)."""
 
 from dataclasses import dataclass
 
@@ -15,7 +11,6 @@ from ...privacy._clipping import clip_values, clipped_magnitudes, unit_rows
 from .._auto import FallbackPlan, auto_bound, rms_per_user, user_weights
 from .._heads import psd_floor_solve
 from . import representation as rep
-from .representation import fit_heads
 
 __all__ = ["Config", "plan", "run"]
 
@@ -46,21 +41,7 @@ def plan(config, meta):
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
 
 
-# Bytes of the per-chunk temporaries of the Kronecker Gram blocks.
-_CHUNK_BYTES = 16 * 2**20
-
-
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    n_rounds: int
-    schedule: str
-    clip_norm: object
-    label_clip: object
+_CHUNK_BYTES = 16 * 2**20  # per-chunk temporaries of the Kronecker Gram blocks
 
 
 def user_rounds(block, key, n_rounds):
@@ -131,31 +112,28 @@ def altmin_statistics(stats, X0, y0, V, clip_norm, label_clip):
     return gram, moments
 
 
-def _round_heads(block, state, rnd, all_users=False):
-    """The round's statistics rows and heads (Alg. 1, lines 4-5; ``all_users``: the
-    ``"auto"`` ``η`` pass)."""
+def _round_heads(state, rnd, all_users=False):
+    """``(stats, V)``: the round's statistics rows and heads (Alg. 1, lines 4-5;
+    ``all_users``: the ``"auto"`` ``η`` pass)."""
     heads, stats = state.extra["halves"]
-    if rnd.schedule == "disjoint" and not all_users:  # line 4: only the users of round t
-        active = user_rounds(state.local, rnd.key, rnd.n_rounds) == rnd.t
+    if rnd.config.schedule == "disjoint" and not all_users:  # line 4: round t's users
+        active = user_rounds(state.local, rnd.key, int(rnd.config.max_iter)) == rnd.t
         heads = heads.select(heads.expand(active))
         stats = stats.select(stats.expand(active))
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = state.X0 @ rnd.U
-    V = fit_heads(heads, heads.take(P), heads.take(state.y0))  # line 5
-    return state.X0, stats, V
+    return stats, rep.round_heads(state, rnd.U, heads)[1]  # line 5
 
 
 def altmin_round(block, state, rnd):
     """Block function of one round: heads (Alg. 1, line 5), then Alg. 2, line 1."""
-    X0, stats, V = _round_heads(block, state, rnd)
-    partial = altmin_statistics(stats, X0, state.y0, V, rnd.clip_norm, rnd.label_clip)
-    return partial, state
+    stats, V = _round_heads(state, rnd)
+    return altmin_statistics(stats, state.X0, state.y0, V, rnd.bounds["clip_norm"],
+                             rnd.bounds["label_clip"]), state
 
 
 def row_norm_statistic(block, state, rnd):
     """Block function: each user's RMS of ``||x_r|| ||v_i||`` at ``U_0`` (``"auto"`` ``η``)."""
-    X0, stats, V = _round_heads(block, state, rnd, all_users=True)
-    xn = unit_rows(stats.take(X0))[1]
+    stats, V = _round_heads(state, rnd, all_users=True)
+    xn = unit_rows(stats.take(state.X0))[1]
     with np.errstate(over="ignore", invalid="ignore"):
         norms = xn * stats.expand(unit_rows(V)[1])
     return rms_per_user(stats, norms), state
@@ -183,7 +161,7 @@ def run(executor, release, randomness, meta, config):
     if n_rounds:
         clip_norm = config.clip_norm
         label_clip = begun.bounds.get("label_clip", config.label_clip)  # pairwise init's ζ
-        rnd0 = _Round(U, 0, key, n_rounds, schedule, None, None)
+        rnd0 = rep.Round(U, 0, key, config, {})
         if clip_norm == "auto":
             clip_norm = auto_bound(executor, release, row_norm_statistic, rnd0,
                                    quantile=quantile, n_users=n_users)
@@ -197,8 +175,8 @@ def run(executor, release, randomness, meta, config):
             * np.sqrt(d * k)
     # schedule="disjoint": parallel composition, branch 0 charged (estimator Notes)
     for t in range(n_rounds):  # line 3
-        grams, moments = executor.map(altmin_round, _Round(
-            U, t, key, n_rounds, schedule, clip_norm, label_clip))  # lines 4-5, Alg. 2 l. 1
+        grams, moments = executor.map(altmin_round, rep.Round(U, t, key, config, {
+            "clip_norm": clip_norm, "label_clip": label_clip}))  # lines 4-5, Alg. 2 l. 1
         branch = t if schedule == "disjoint" else None
         # Alg. 2, line 2: symmetric noise on the Gram, Gaussian noise on b.
         G = release.gaussian("iterations", _assemble_gram(grams, k), sensitivity=sens_G,

@@ -1,20 +1,16 @@
-"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1 with the Alg. 2 initialisation).
-
-The algorithm of :class:`~skdpp.linear_model.PrivateFedRepRegressor`: the driver
-:func:`run` (release, line 10; step, line 11) and the block function
-:func:`fedrep_round` (heads on ``B_{i,t}``, line 6; clipped gradients on
-``B'_{i,t}``, lines 7-9); the rest is shared with Priv-AltMin
-(:mod:`.representation`, :mod:`.spectral_init`).
-"""
+"""Private FedRep (Snedeker, Zhou & Bassily 2025, Alg. 1; Alg. 2 initialisation) of
+:class:`~skdpp.linear_model.PrivateFedRepRegressor`: :func:`run` (lines 10-11) and
+:func:`fedrep_round` (lines 5-9); the rest is shared with Priv-AltMin
+(:mod:`.representation`, :mod:`.spectral_init`)."""
 
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from ...privacy._clipping import clipped_outer_sum, unit_rows
-from .._auto import FallbackPlan, auto_bound, rms_per_user
+from .._auto import FallbackPlan, auto_bound
 from . import representation as rep
-from .representation import fit_heads, source_row_sum
 
 __all__ = ["Config", "plan", "run"]
 
@@ -43,18 +39,6 @@ def plan(config, meta):
     return rep.plan(config, meta, iteration_releases=_iteration_releases(config))[0]
 
 
-@dataclass(frozen=True, eq=False)
-class _Round:
-    """The broadcast of one round: ``U`` and the public configuration."""
-
-    U: np.ndarray
-    t: int
-    key: np.ndarray
-    batch_mode: str
-    batch_size: object
-    clip_norm: object
-
-
 def fedrep_batches(local, key, t, batch_mode, batch_size):
     """``(head_block, grad_block)`` of round ``t`` (Alg. 1, line 5): the ``S^0`` rows
     ``local`` ranked by ``hash(key, "fedrep_batch", user id, rank, t)``. ``"same"``:
@@ -74,12 +58,13 @@ def fedrep_batches(local, key, t, batch_mode, batch_size):
 
 def _user_gradients(grad, X0, P, y0, V):
     """``g_i`` with ``∇_{i,t} = -(2/b) sum_{B'} (y - <x, U v>) x v_i^T = g_i v_i^T``
-    (Alg. 1, lines 7-8); zero if not a number."""
+    (Alg. 1, lines 7-8), one sparse product over ``X0``; zero if not a number."""
     with np.errstate(over="ignore", invalid="ignore"):
-        resid = grad.take(y0) - np.einsum("ij,ij->i", grad.take(P),
-                                                grad.expand(V))
+        resid = grad.take(y0) - np.einsum("ij,ij->i", grad.take(P), grad.expand(V))
         w = -2.0 * resid / grad.expand(np.maximum(grad.counts, 1))
-    g = source_row_sum(grad, w, X0)
+    W = sp.csr_matrix((w, grad.source_rows(), grad.offsets),
+                      shape=(grad.n_users, X0.shape[0]))
+    g = np.asarray(W @ X0)
     # NaN (magnitudes near the float maximum): zero, a function of the user's rows
     with np.errstate(invalid="ignore", over="ignore"):
         suspect = ~np.isfinite(g.sum(axis=1))  # one pass, no n x d temporary
@@ -96,32 +81,26 @@ def _clipped_gradient_sum(grad, X0, P, y0, V, clip_norm):
     return clipped_outer_sum(_user_gradients(grad, X0, P, y0, V), V, clip_norm)
 
 
-def _round_inputs(block, state, rnd):
-    X0 = state.X0
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = X0 @ rnd.U
-    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.batch_mode, rnd.batch_size)
-    V = fit_heads(head, head.take(P), head.take(state.y0))  # line 6
-    return X0, P, grad, V
+def _round_inputs(state, rnd):
+    """``(grad, P, V)``: the gradient batch, ``P = X0 U`` and the heads (lines 5-6)."""
+    head, grad = fedrep_batches(state.local, rnd.key, rnd.t, rnd.config.batch_mode,
+                                rnd.config.batch_size)
+    return (grad,) + rep.round_heads(state, rnd.U, head)
 
 
 def fedrep_round(block, state, rnd):
     """Block function: the block's ``sum_i clip(∇_{i,t}, ψ)`` (lines 5-9)."""
-    X0, P, grad, V = _round_inputs(block, state, rnd)
-    return _clipped_gradient_sum(grad, X0, P, state.y0, V, rnd.clip_norm), state
+    grad, P, V = _round_inputs(state, rnd)
+    return _clipped_gradient_sum(grad, state.X0, P, state.y0, V,
+                                 rnd.bounds["clip_norm"]), state
 
 
 def gradient_norms(block, state, rnd):
     """Block function: each user's ``||∇_{i,t}||_F = ||g_i|| ||v_i||`` (the ``"auto"`` ``ψ``)."""
-    X0, P, grad, V = _round_inputs(block, state, rnd)
-    g = _user_gradients(grad, X0, P, state.y0, V)
+    grad, P, V = _round_inputs(state, rnd)
+    g = _user_gradients(grad, state.X0, P, state.y0, V)
     with np.errstate(over="ignore", invalid="ignore"):
         return unit_rows(g)[1] * unit_rows(V)[1], state
-
-
-def label_statistic(block, state, _):
-    """Block function: each user's root mean square of its (centred) ``S^0`` targets."""
-    return rms_per_user(state.local, state.y0), state
 
 
 def run(executor, release, randomness, meta, config):
@@ -137,17 +116,17 @@ def run(executor, release, randomness, meta, config):
     clip_norm = None if config.clip_norm == "auto" and n_iter == 0 else config.clip_norm
     label_scale = None if config.label_scale == "auto" and n_iter == 0 else config.label_scale
     if label_scale == "auto":
-        label_scale = auto_bound(executor, release, label_statistic, None,
+        label_scale = auto_bound(executor, release, rep.label_statistic, None,
                                  quantile=quantile, n_users=n_users)
     if clip_norm == "auto":
         clip_norm = auto_bound(executor, release, gradient_norms,
-                               _Round(U, 0, key, config.batch_mode, config.batch_size, None),
+                               rep.Round(U, 0, key, config, {}),
                                quantile=quantile, n_users=n_users)
     sensitivity = None if clip_norm is None else 2.0 * clip_norm
     step = float(config.learning_rate) / float(label_scale) ** 2 if n_iter else 0.0
     for t in range(n_iter):  # line 2
-        total = executor.map(fedrep_round, _Round(U, t, key, config.batch_mode,
-                                                   config.batch_size, clip_norm))  # lines 3-9
+        total = executor.map(fedrep_round, rep.Round(
+            U, t, key, config, {"clip_norm": clip_norm}))  # lines 3-9
         noisy = release.gaussian("iterations", total, sensitivity=sensitivity,
                                  clip_norm=clip_norm)  # line 10: the sum plus noise
         # dividing by the public n is post-processing; line 11: QR

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 from scipy import stats
-import scipy.sparse as sp
 
 from ...base import FitResult
 from ...exceptions import UselessFitWarning
@@ -212,13 +211,6 @@ def personal_parts(stats, prior):
     return heads, intercepts
 
 
-def source_row_sum(block, weights, A):
-    """``out[u] = sum_{r in u} w_r A[row_r]``: one sparse product over the source ``A``."""
-    W = sp.csr_matrix((np.asarray(weights, dtype=np.float64), block.source_rows(),
-                       block.offsets), shape=(block.n_users, A.shape[0]))
-    return np.asarray(W @ A)
-
-
 @dataclass
 class FinalState:
     """A block's state at the end of a fit and in ``personalize``."""
@@ -306,47 +298,52 @@ def cold_head_shrinkage(head, sigma):
     return max(factor, 0.0) * head
 
 
-def final_heads(executor, release, U, *, rows, fit_intercept, head_clip_norm, cold_start,
-                personal_ridge, clip_quantile, n_users, variance_floor=0.0, labels=None):
-    """``(heads, intercepts, cold_head, cold_intercept, head_clip, prior, labels)``: each
-    user's head on its final rows (Alg. 1, line 14); the cold-start head, the released
-    ``sum_i clip(v_i, C_head)`` (sensitivity ``2 C_head``) over the public ``n``; the
-    cold-start intercept (:func:`~skdpp.linear_model._auto.cold_start_levels`); the
-    personal parts (:func:`personal_parts`, post-processing)."""
-    k = U.shape[1]
-    executor.map(final_statistics, (U, rows, fit_intercept))
-    if head_clip_norm == "auto" and cold_start:
-        head_clip_norm = auto_bound(executor, release, _head_norms, variance_floor,
-                                    quantile=clip_quantile, n_users=n_users)
-    cold_head, cold_intercept, intercept_scale = np.zeros(k), 0.0, None
-    if cold_start:
-        total = executor.map(_clipped_heads, (head_clip_norm, variance_floor))
-        sensitivity = None if head_clip_norm is None else 2.0 * head_clip_norm
-        noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
-                                 clip_norm=head_clip_norm)
-        cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
-        if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
-            cold_head = np.zeros(k)
-        elif sensitivity is not None:
-            # shrunk towards 0 by its public noise (post-processing)
-            sigma = float(release.noise_multiplier("cold_start")) * sensitivity / max(n_users, 1)
-            cold_head = cold_head_shrinkage(cold_head, sigma)
-        if fit_intercept:
-            cold_head, cold_intercept, intercept_scale, labels = cold_start_levels(
-                release, lambda v, fn: executor.map(_offsets, (v, fn)), cold_head,
-                n_users=n_users, clip_quantile=clip_quantile, labels=labels,
-                reduce_votes=lambda v, b, b0: executor.map(head_votes, (U, v, b, b0)))
-    prior = PersonalPrior(cold_head, float(cold_intercept), intercept_scale,
-                          float(personal_ridge), bool(fit_intercept), float(variance_floor))
-    heads, intercepts = executor.collect(_personal_block, prior)
-    return heads, intercepts, cold_head, float(cold_intercept), head_clip_norm, prior, labels
+def _cold_head(executor, release, head_clip_norm, variance_floor, n_users, k):
+    """The cold-start head: the released ``sum_i clip(v_i, C_head)`` (sensitivity ``2
+    C_head``) over the public ``n``, shrunk by its public noise (post-processing)."""
+    total = executor.map(_clipped_heads, (head_clip_norm, variance_floor))
+    sensitivity = None if head_clip_norm is None else 2.0 * head_clip_norm
+    noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
+                             clip_norm=head_clip_norm)
+    if at_grid_edge(head_clip_norm):  # the heads are about 0: no information
+        return np.zeros(k)
+    cold_head = noisy / max(n_users, 1)  # division by the public n: post-processing
+    if sensitivity is None:
+        return cold_head
+    noise_std = float(release.noise_multiplier("cold_start")) * sensitivity
+    return cold_head_shrinkage(cold_head, noise_std / max(n_users, 1))
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    """The broadcast of round ``t``: ``U``, the fit's key, its public ``config`` and the
+    iterations' resolved ``bounds`` (empty while they are resolved)."""
+
+    U: np.ndarray
+    t: int
+    key: np.ndarray
+    config: object
+    bounds: dict
+
+
+def round_heads(state, U, rows):
+    """``(P, V)``: ``P = X0 U`` on the block's ``S^0`` rows, ``V`` the heads fitted on
+    ``rows`` (a selection of them)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = state.X0 @ U
+    return P, fit_heads(rows, rows.take(P), rows.take(state.y0))
+
+
+def label_statistic(block, state, _=None):
+    """Block function: each user's RMS of its (centred) ``S^0`` targets."""
+    return rms_per_user(state.local, state.y0), state
 
 
 def _init_statistic(block, state, init):
     """Per-user statistic of an ``"auto"`` initialisation bound on ``S^0``."""
     if init == "private_spectral":
         return spectral_statistic(state.local, None, norms_only=True)[1], state
-    return rms_per_user(state.local, state.y0), state
+    return label_statistic(block, state)
 
 
 @dataclass(frozen=True, eq=False)
@@ -440,7 +437,7 @@ def _plan(config, clip_share, n_clip, iteration_releases):
         plan.add("init", share=shares["init"], param="budget_shares['init']")  # start()
     plan.add_rest("iterations", count=iteration_releases)
     plan.add("cold_start", share=shares["cold_start"], param="budget_shares['cold_start']",
-             count=1 + 2 * int(bool(config.fit_intercept)))  # final_heads()
+             count=1 + 2 * int(bool(config.fit_intercept)))  # finish()
     return plan
 
 
@@ -491,40 +488,48 @@ def start(executor, release, randomness, meta, config):
                                          n_users=n_users)
         executor.map(standardize_block, inverse_scales(scales))
     executor.map(prepare_split, (randomness.key, bool(config.fit_intercept)))
-    bounds = {}
     init_param = config.init_clip_param
-    init_kind = config.init if isinstance(config.init, str) else None
     init_clip = getattr(config, init_param) if init_param else None
     if init_clip == "auto":
         init_clip = auto_bound(executor, release, _init_statistic, config.init,
                                quantile=_INIT_QUANTILE_FACTOR * config.clip_quantile,
                                n_users=n_users)
-    if init_param:
-        bounds[init_param] = init_clip
-    U0 = initial_components(
-        executor, release, init=config.init, n_components=config.n_components,
-        n_features=meta["n_features"],
-        clip_norm=init_clip if init_kind == "private_spectral" else None,
-        label_clip=init_clip if init_kind == "private_pairwise" else None,
-        rng=randomness.public)
+    U0 = initial_components(executor, release, init=config.init, clip=init_clip,
+                            n_components=config.n_components,
+                            n_features=meta["n_features"], rng=randomness.public)
+    bounds = {init_param: init_clip} if init_param else {}
     return Start(U0, bounds, scaled, labels, scales, dropped)
 
 
 def finish(executor, release, meta, config, begun, U, bounds, notes):
-    """:func:`final_heads` and the :class:`~skdpp.base.FitResult` (``bounds``: the
-    iterations' resolved bounds; ``notes``: the algorithm's)."""
-    fit_intercept = bool(config.fit_intercept)
+    """Each user's head on its final rows (Alg. 1, line 14), the cold start
+    (:func:`_cold_head`, :func:`~skdpp.linear_model._auto.cold_start_levels`), the
+    personal parts (:func:`personal_parts`, post-processing) and the
+    :class:`~skdpp.base.FitResult` (``bounds``, ``notes``: the iterations')."""
+    fit_intercept, n_users, k = bool(config.fit_intercept), meta["n_users"], U.shape[1]
+    variance_floor = VARIANCE_FLOOR if begun.scaled else 0.0
     bounds = {**begun.bounds, **bounds}
-    heads, intercepts, head, intercept, head_clip, prior, labels = final_heads(
-        executor, release, U, rows=config.personal_rows, fit_intercept=fit_intercept,
-        head_clip_norm=config.head_clip_norm, cold_start=config.cold_start,
-        personal_ridge=float(config.personal_ridge),
-        clip_quantile=float(config.clip_quantile), n_users=meta["n_users"],
-        variance_floor=VARIANCE_FLOOR if begun.scaled else 0.0, labels=begun.labels)
+    executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
+    head_clip = config.head_clip_norm
+    if head_clip == "auto" and config.cold_start:
+        head_clip = auto_bound(executor, release, _head_norms, variance_floor,
+                               quantile=float(config.clip_quantile), n_users=n_users)
+    head, intercept, intercept_scale, labels = np.zeros(k), 0.0, None, begun.labels
+    if config.cold_start:
+        head = _cold_head(executor, release, head_clip, variance_floor, n_users, k)
+        if fit_intercept:
+            head, intercept, intercept_scale, labels = cold_start_levels(
+                release, lambda v, fn: executor.map(_offsets, (v, fn)), head,
+                n_users=n_users, clip_quantile=float(config.clip_quantile),
+                labels=labels,
+                reduce_votes=lambda v, b, b0: executor.map(head_votes, (U, v, b, b0)))
+    prior = PersonalPrior(head, float(intercept), intercept_scale,
+                          float(config.personal_ridge), fit_intercept, variance_floor)
+    heads, intercepts = executor.collect(_personal_block, prior)
     bounds["head_clip_norm"] = head_clip
-    attributes = _attributes(executor, config, bounds, U, heads, intercepts, head, intercept,
-                             prior.intercept_scale, int(config.max_iter), begun.scales,
-                             labels, False)
+    attributes = _attributes(executor, config, bounds, U, heads, intercepts, head,
+                             float(intercept), intercept_scale, int(config.max_iter),
+                             begun.scales, labels, False)
     intercept_released = fit_intercept and config.cold_start
     released = ("components_", "cold_start_head_") \
         + ("cold_start_intercept_",) * intercept_released \
@@ -571,7 +576,7 @@ def fallback_fit(executor, release, randomness, meta, config):
         U = initial_components(
             executor, release, n_components=k, n_features=meta["n_features"],
             init=config.init if not isinstance(config.init, str) else "random",
-            clip_norm=None, label_clip=None, rng=randomness.public)
+            clip=None, rng=randomness.public)
         executor.map(prepare_split, (randomness.key, fit_intercept))
         executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
         prior = PersonalPrior(np.zeros(k), level, None, float(config.personal_ridge),

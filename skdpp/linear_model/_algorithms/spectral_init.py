@@ -1,10 +1,6 @@
-"""Private initialisations of the shared embedding ``U`` (:func:`initial_components`).
-
-``"private_spectral"``: Snedeker, Zhou & Bassily (2025), Alg. 2
-(:func:`spectral_statistic`); ``"private_pairwise"``: Jain, Rush, Smith, Song &
-Thakurta (2021), Alg. 3 (:func:`pairwise_statistic`); both released once with
-symmetric noise, ``U`` the top-``k`` eigenvectors. ``"random"``: free.
-"""
+"""Initialisations of the shared embedding ``U`` (:func:`initial_components`):
+Snedeker, Zhou & Bassily (2025), Alg. 2 (:func:`spectral_statistic`) and Jain, Rush,
+Smith, Song & Thakurta (2021), Alg. 3 (:func:`pairwise_statistic`)."""
 
 import numpy as np
 
@@ -189,27 +185,25 @@ def random_init(n_features, n_components, rng):
     return Q
 
 
-def initial_components(executor, release, *, init, n_components, n_features, clip_norm,
-                       label_clip, rng):
-    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is released
-    in phase ``"init"`` with symmetric noise, sensitivity (replace one user) ``2
-    ψ_init`` (``clip_norm``: each clipped ``Z_i`` has norm ``<= ψ_init``) or ``2 ζ^2``
-    (``label_clip``: each mean pair matrix has norm ``<= ζ^2``); ``rng`` is public."""
-    k = n_components
-    if isinstance(init, str) and init == "random":
-        return random_init(n_features, k, rng)
+def initial_components(executor, release, *, init, clip, n_components, n_features, rng):
+    """``U_0`` (``d × k``, orthonormal) from the ``S^0`` split: the statistic is
+    released in phase ``"init"`` with symmetric noise, sensitivity (replace one user)
+    ``2 ψ_init`` (spectral, ``clip = ψ_init``: each clipped ``Z_i`` has norm ``<=
+    ψ_init``) or ``2 ζ^2`` (pairwise, ``clip = ζ``: each mean pair matrix has norm
+    ``<= ζ^2``); ``rng`` is public."""
     if not isinstance(init, str):  # a public warm start
-        Q, _ = np.linalg.qr(np.asarray(init, dtype=np.float64))
-        return Q
+        return np.linalg.qr(np.asarray(init, dtype=np.float64))[0]
+    if init == "random":
+        return random_init(n_features, n_components, rng)
     if init == "private_spectral":
-        total = executor.map(_spectral_block, clip_norm)  # Alg. 2, lines 4-5
-        clip, sensitivity = clip_norm, None if clip_norm is None else 2.0 * clip_norm
+        total = executor.map(_spectral_block, clip)  # Alg. 2, lines 4-5
+        sensitivity = None if clip is None else 2.0 * clip
     else:
-        total = executor.map(_pairwise_block, label_clip)  # Jain Alg. 3, line 1
-        clip = label_clip
-        sensitivity = None if label_clip is None else 2.0 * label_clip**2
+        total = executor.map(_pairwise_block, clip)  # Jain Alg. 3, line 1
+        sensitivity = None if clip is None else 2.0 * clip**2
     total = (total + total.T) / 2.0
     noisy = release.gaussian("init", total, sensitivity=sensitivity, clip_norm=clip,
                              symmetric=True)  # Alg. 2, line 6 / Alg. 3, line 2
     w, Q = np.linalg.eigh((noisy + noisy.T) / 2.0)
-    return Q[:, np.argsort(w)[::-1][:k]]  # top-k eigenvectors: Alg. 2, line 7 / Alg. 3, line 3
+    # the top-k eigenvectors: Alg. 2, line 7 / Alg. 3, line 3
+    return Q[:, np.argsort(w)[::-1][:n_components]]
