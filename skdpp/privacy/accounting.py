@@ -245,25 +245,11 @@ class PrivacyAccountant:
     def rdp(self):
         """Composed RDP at each of :attr:`orders`; for ``"rdp-zero-out"`` it is against
         the zero-out neighbour (module docstring), *not* a replace-one-user RDP."""
-        orders = self._orders
-        total = np.zeros_like(orders)
+        total = np.zeros_like(self._orders)
         cache = {}
         for a, c in self._atoms():
             if a not in cache:
-                if isinstance(a, NonPrivateEvent):
-                    cache[a] = np.full_like(orders, np.inf)
-                elif isinstance(a, GaussianEvent):
-                    cache[a] = orders / (2.0 * a.noise_multiplier ** 2)
-                elif isinstance(a, PoissonSampledEvent):
-                    # Zero-out sensitivity C = half the replace-one sensitivity 2C.
-                    cache[a] = _rdp_poisson_gaussian(
-                        a.sampling_probability, 2.0 * a.event.noise_multiplier, orders)
-                elif isinstance(a, LaplaceEvent):
-                    cache[a] = _rdp_laplace(a.noise_multiplier, orders)
-                elif isinstance(a, ExponentialEvent):
-                    cache[a] = _rdp_exponential(a.epsilon, orders)
-                else:  # pragma: no cover - _flatten rejects others
-                    raise TypeError(f"Unsupported atom {a!r}.")
+                cache[a] = _ATOM_RDP[type(a)](a, self._orders)
             total = total + c * cache[a]
         return total
 
@@ -272,13 +258,12 @@ class PrivacyAccountant:
         :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
         delta = _check_delta(delta)
         t_delta = self.threshold_delta
-        if t_delta > 0.0:
-            # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent.
-            if delta <= t_delta:
-                return math.inf
-            return self._epsilon_without_thresholds(delta - t_delta) \
-                + self._threshold_epsilon()
-        return self._epsilon_without_thresholds(delta)
+        if t_delta > 0.0 and delta <= t_delta:
+            return math.inf
+        # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent
+        # (both terms are 0.0 without thresholds).
+        return self._epsilon_without_thresholds(delta - t_delta) \
+            + self._threshold_epsilon()
 
     def _epsilon_without_thresholds(self, delta):
         method = self.method
@@ -300,14 +285,10 @@ class PrivacyAccountant:
     def get_delta(self, epsilon):
         """Smallest δ at ε >= 0 by the best available analysis (``1`` with a
         :class:`NonPrivateEvent` at finite ε)."""
-        epsilon = _check_nonneg(epsilon, "epsilon")
-        t_delta = self.threshold_delta
-        if t_delta > 0.0:
-            rest = epsilon - self._threshold_epsilon()
-            if rest < 0.0:
-                return 1.0
-            return min(1.0, self._delta_without_thresholds(rest) + t_delta)
-        return self._delta_without_thresholds(epsilon)
+        rest = _check_nonneg(epsilon, "epsilon") - self._threshold_epsilon()
+        if rest < 0.0:
+            return 1.0
+        return min(1.0, self._delta_without_thresholds(rest) + self.threshold_delta)
 
     def _delta_without_thresholds(self, epsilon):
         method = self.method
@@ -348,6 +329,18 @@ def _zero_out_epsilon(orders, rdp, delta):
         if (1.0 + math.exp(min(eps0, 700.0))) * d0 <= delta:
             best = min(best, 2.0 * eps0)
     return best
+
+
+# The RDP curve of each atom of ``_flatten`` at an array of orders.
+_ATOM_RDP = {
+    NonPrivateEvent: lambda a, orders: np.full_like(orders, np.inf),
+    GaussianEvent: lambda a, orders: orders / (2.0 * a.noise_multiplier ** 2),
+    # Zero-out sensitivity C = half the replace-one sensitivity 2C.
+    PoissonSampledEvent: lambda a, orders: _rdp_poisson_gaussian(
+        a.sampling_probability, 2.0 * a.event.noise_multiplier, orders),
+    LaplaceEvent: lambda a, orders: _rdp_laplace(a.noise_multiplier, orders),
+    ExponentialEvent: lambda a, orders: _rdp_exponential(a.epsilon, orders),
+}
 
 
 def _mechanism_name(event):
