@@ -25,8 +25,7 @@ from typing import Optional
 
 from ..exceptions import PrivacyBudgetError
 from .accounting import PrivacyAccountant, _flatten
-from .events import (ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
-                     PoissonSampledEvent, ThresholdEvent)
+from .events import NonPrivateEvent, PoissonSampledEvent, ThresholdEvent
 
 __all__ = ["NON_PRIVATE_NOTE", "PhaseReport", "PrivacyReport", "non_private_wording"]
 
@@ -274,15 +273,18 @@ class PrivacyReport:
                     f"the guarantee; the rest is {head}")
         return head
 
+    def _summary(self):
+        """The headline and the lines under it (shared by ``str`` and HTML)."""
+        return [self._headline(),
+                f"unit: {self.unit}, neighbouring: {self.neighbouring}, "
+                f"n_users: {self.n_users}, accountant: {self.accountant}",
+                f"noise: {self.noise_source}",
+                f"released: {', '.join(self.released) or '-'}; "
+                f"kept local: {', '.join(self.local) or '-'}"]
+
     def __str__(self):
-        lines = [
-            "PrivacyReport: " + self._headline(),
-            f"  unit: {self.unit}, neighbouring: {self.neighbouring}, "
-            f"n_users: {self.n_users}, accountant: {self.accountant}",
-            f"  noise: {self.noise_source}",
-            f"  released: {', '.join(self.released) or '-'}; "
-            f"kept local: {', '.join(self.local) or '-'}",
-        ]
+        head, *rest = self._summary()
+        lines = ["PrivacyReport: " + head] + ["  " + line for line in rest]
         header, rows = self._rows()
         if rows:
             widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
@@ -296,12 +298,8 @@ class PrivacyReport:
     def _repr_html_(self):
         esc = html.escape
         header, rows = self._rows()
-        parts = [f"<div><strong>PrivacyReport</strong>: {esc(self._headline())}<br>",
-                 f"unit: {esc(self.unit)}, neighbouring: {esc(self.neighbouring)}, "
-                 f"n_users: {self.n_users}, accountant: {esc(self.accountant)}<br>",
-                 f"noise: {esc(self.noise_source)}<br>",
-                 f"released: {esc(', '.join(self.released) or '-')}; kept local: "
-                 f"{esc(', '.join(self.local) or '-')}"]
+        parts = ["<div><strong>PrivacyReport</strong>: "
+                 + "<br>".join(esc(line) for line in self._summary())]
         if rows:
             parts.append("<table><thead><tr>"
                          + "".join(f"<th>{esc(h)}</th>" for h in header)
@@ -347,12 +345,8 @@ def _phase_report(name, share, entries, delta, orders):
             if isinstance(atom, PoissonSampledEvent):
                 rate, atom = atom.sampling_probability, atom.event
             rates.append(rate)
-            if isinstance(atom, (GaussianEvent, LaplaceEvent)):
-                noise.append(atom.noise_multiplier)
-            elif isinstance(atom, ExponentialEvent):
-                noise.append(atom.epsilon)
-            elif isinstance(atom, NonPrivateEvent):
-                noise.append(0.0)
+            noise.append(getattr(atom, "noise_multiplier",  # Gaussian, Laplace
+                                 getattr(atom, "epsilon", 0.0)))  # exponential, none
         mechs.append(entry.mechanism)
     standalone = PrivacyAccountant(orders=orders)
     for entry in entries:
