@@ -223,12 +223,15 @@ def rdp_to_delta(orders, rdp, epsilon):
 _MAX_ORDER = 1e7
 _MIN_ORDER = 1.0 + 1e-9
 _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
+# The RDP orders extended to _MAX_ORDER (2 x 1024 first).
+_EPSILON_GRID = np.concatenate([DEFAULT_RDP_ORDERS,
+                                np.geomspace(2048.0, _MAX_ORDER, 14)])
 
 
-def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
+def _cks_epsilon(rdp_at, delta):
     """min over orders λ > 1 of ``rdp_at(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``
-    for an RDP bound ``rdp_at`` valid at every real order (vectorised): over
-    ``grid``, then refined over continuous orders around the best grid point
+    for an RDP bound ``rdp_at`` valid at every real order (vectorised): over a
+    grid, then refined over continuous orders around the best grid point
     (every value is a valid ε; the refinement only tightens it)."""
     log_delta = math.log(delta)
 
@@ -236,15 +239,14 @@ def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
         lam = np.asarray(lam, dtype=float)
         return rdp_at(lam) + _cks_penalty(lam, log_delta)
 
-    grid = np.sort(np.asarray(grid, dtype=float))
-    grid = np.concatenate([grid, np.geomspace(grid[-1] * 2.0, max_order, 14)])
+    grid = _EPSILON_GRID
     # On the grid, a bound at a higher order is also a bound at a lower one.
     rdp = np.minimum.accumulate(np.asarray(rdp_at(grid), dtype=float)[::-1])[::-1]
     values = rdp + _cks_penalty(grid, log_delta)
     i = int(np.nanargmin(values))
     best = float(values[i])
     lo = grid[i - 1] if i > 0 else _MIN_ORDER
-    hi = grid[i + 1] if i + 1 < grid.size else max_order
+    hi = grid[i + 1] if i + 1 < grid.size else _MAX_ORDER
     res = optimize.minimize_scalar(lambda x: float(conv(x)), bounds=(lo, hi),
                                    method="bounded", options={"xatol": 1e-10 * hi})
     if res.success and res.fun < best:

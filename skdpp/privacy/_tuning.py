@@ -369,16 +369,15 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
         return (math.log(r) if r > 0 else -math.inf) - math.log(rho)
 
     lo = hi = math.log(e0)
+    failed = f"Could not find an epsilon at which the plan spends rho={rho:.6g}."
     while f(lo) > 0.0:
         lo -= 1.0
         if lo < math.log(e0) - 80:
-            raise ValueError("Could not find an epsilon at which the plan spends "
-                             f"rho={rho:.6g}.")
+            raise ValueError(failed)
     while f(hi) < 0.0:
         hi += 1.0
         if hi > math.log(e0) + 80:  # pragma: no cover - rho(e) grows without bound
-            raise ValueError("Could not find an epsilon at which the plan spends "
-                             f"rho={rho:.6g}.")
+            raise ValueError(failed)
     log_e = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-12, maxiter=500)
     step = 1e-12
     while plan_rho(plan_at(math.exp(log_e))) > rho:

@@ -185,25 +185,22 @@ class PrivacyAccountant:
         """ndarray: the Rényi orders of the RDP path."""
         return self._orders.copy()
 
-    def _all_atoms(self):
+    def _atoms(self, thresholds=False):
+        """(atom, multiplicity) of every release: the threshold events (accounted
+        additively) if ``thresholds``, else all the others."""
         out = []
         for entry in self._ledger:
             _flatten(entry.event, entry.count, out)
-        return out
-
-    def _atoms(self):
-        """Atoms of every release except the threshold events (accounted additively)."""
-        return [(a, c) for a, c in self._all_atoms() if not isinstance(a, ThresholdEvent)]
+        return [(a, c) for a, c in out if isinstance(a, ThresholdEvent) == thresholds]
 
     @property
     def threshold_delta(self):
         """float: total δ of the :class:`~skdpp.privacy.events.ThresholdEvent` s."""
-        return float(sum(c * a.delta for a, c in self._all_atoms()
-                         if isinstance(a, ThresholdEvent)))
+        return float(sum(c * a.delta for a, c in self._atoms(thresholds=True)))
 
     def _threshold_epsilon(self):
-        return float(sum(-c * math.log1p(-a.delta) for a, c in self._all_atoms()
-                         if isinstance(a, ThresholdEvent)))
+        return float(sum(-c * math.log1p(-a.delta)
+                         for a, c in self._atoms(thresholds=True)))
 
     @property
     def method(self):

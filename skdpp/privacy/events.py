@@ -77,9 +77,7 @@ class GaussianEvent(DpEvent):
     """
 
     noise_multiplier: float
-
-    def __post_init__(self):
-        _check_multiplier(self)
+    __post_init__ = _check_multiplier
 
 
 @dataclass(frozen=True)
@@ -93,9 +91,7 @@ class LaplaceEvent(DpEvent):
     """
 
     noise_multiplier: float
-
-    def __post_init__(self):
-        _check_multiplier(self)
+    __post_init__ = _check_multiplier
 
 
 @dataclass(frozen=True)
