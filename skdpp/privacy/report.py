@@ -47,7 +47,6 @@ _EXACT_WORDING = (
      r"computed exactly (no noise) by \1"),
     (re.compile(r"\b(a|an) noisy (bisection|binary search)"), r"an exact \2 (no noise)"),
     (re.compile(r"\bnoisy (bisection|binary search)"), r"exact \1 (no noise)"),
-    (re.compile(r"\b(\d+) Gaussian counts\b"), r"\1 exact counts"),
     (re.compile(r"\bGaussian count(s?)\b"), r"exact count\1"),
     (re.compile(r"\b(a|an) private (quantile|location|median)"), r"the exact \2"),
     (re.compile(r"\bprivate (quantile|location|median)"), r"exact \1"),
@@ -55,8 +54,7 @@ _EXACT_WORDING = (
                 r"with probability at most delta(/\d+)?"),
      r"its count (phase '\1') is positive (at epsilon=inf every item present is "
      r"published)"),
-    (re.compile(r"\bselected under DP\b"), "selected exactly (no noise)"),
-    (re.compile(r"\bselected privately\b"), "selected exactly (no noise)"),
+    (re.compile(r"\bselected (under DP|privately)\b"), "selected exactly (no noise)"),
     (re.compile(r"\bthe DP '(\w+)' release"), r"the exact '\1' release"),
     (re.compile(r"\bselected by the exponential mechanism\b"),
      "selected by the argmax of its scores (the exponential mechanism without noise)"),
@@ -211,7 +209,7 @@ class PrivacyReport:
         if method == "none":
             eps_spent, delta_spent = 0.0, 0.0
         elif method == "non-private":
-            # No noise, no guarantee: there is no delta to spend (see Notes).
+            # No noise, no guarantee: there is no delta to spend.
             eps_spent, delta_spent = math.inf, 0.0
         elif method == "pure" and accountant.threshold_delta == 0.0:
             basic = accountant.pure_epsilon()
@@ -221,7 +219,6 @@ class PrivacyReport:
                 eps_spent, delta_spent = accountant.get_epsilon(delta), delta
         else:
             eps_spent, delta_spent = accountant.get_epsilon(delta), delta
-
         if math.isinf(epsilon):
             notes = tuple(non_private_wording(n) for n in notes) + (NON_PRIVATE_NOTE,)
         elif eps_spent > epsilon * (1 + _REL_TOL):
@@ -229,7 +226,6 @@ class PrivacyReport:
                 f"The fit spent epsilon={eps_spent:.6g} at delta={delta_spent:g} "
                 f"(accountant {method!r}), more than the requested epsilon={epsilon:g}. "
                 "Increase the noise (re-calibrate the plan) or request a larger epsilon.")
-
         total_share = sum(float(v) for v in shares.values()) if shares else None
         groups = {}
         for entry in accountant.ledger:
