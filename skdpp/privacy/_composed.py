@@ -90,6 +90,7 @@ class PipelinePrivacyReport(PrivacyReport):
     """
 
     steps: tuple = ()
+    _title = "PipelinePrivacyReport"
 
     @property
     def covered(self):
@@ -118,16 +119,13 @@ class PipelinePrivacyReport(PrivacyReport):
 
     def __str__(self):
         lines = super().__str__().splitlines()
-        lines[0] = "PipelinePrivacyReport: " + self._headline()
         lines.insert(1, f"  covered: {self.covered}")
         lines.extend("  step: " + line for line in self._step_lines())
         return "\n".join(lines)
 
     def _repr_html_(self):
-        body = super()._repr_html_().replace("<strong>PrivacyReport</strong>",
-                                             "<strong>PipelinePrivacyReport</strong>", 1)
         items = "".join(f"<li>{html.escape(line)}</li>" for line in self._step_lines())
-        return (body + f"<div>covered: {self.covered}</div>"
+        return (super()._repr_html_() + f"<div>covered: {self.covered}</div>"
                 + f"<div>steps:<ul>{items}</ul></div>")
 
     def to_dict(self):

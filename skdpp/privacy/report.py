@@ -168,6 +168,7 @@ class PrivacyReport:
     noise_seeded: bool = False
     noise_source: str = ""
     ledger: tuple = field(default=(), repr=False, compare=False)
+    _title = "PrivacyReport"  # the first word of ``str`` and HTML (not a field)
 
     def __post_init__(self):
         if not self.noise_source:  # the fit's configured source (it is built in the fit)
@@ -280,7 +281,7 @@ class PrivacyReport:
 
     def __str__(self):
         head, *rest = self._summary()
-        lines = ["PrivacyReport: " + head] + ["  " + line for line in rest]
+        lines = [f"{self._title}: {head}"] + ["  " + line for line in rest]
         header, rows = self._rows()
         if rows:
             widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
@@ -294,7 +295,7 @@ class PrivacyReport:
     def _repr_html_(self):
         esc = html.escape
         header, rows = self._rows()
-        parts = ["<div><strong>PrivacyReport</strong>: "
+        parts = [f"<div><strong>{self._title}</strong>: "
                  + "<br>".join(esc(line) for line in self._summary())]
         if rows:
             parts.append("<table><thead><tr>"
