@@ -1,21 +1,13 @@
 """Privacy accounting: compose events and convert them to (ε, δ).
 
 One :class:`PrivacyAccountant` per fit composes every release into its ledger;
-:meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis
-(:ref:`accounting`): ``"exact-gdp"`` (non-subsampled Gaussians: exactly μ-GDP,
-``μ = sqrt(Σ count / z²)``, :mod:`skdpp.privacy._gdp`), ``"pure"`` (Laplace and
-exponential only: ``ε = Σ ε_i``, or the RDP bound if smaller at δ > 0), ``"rdp"``
-(other events, :mod:`skdpp.privacy._rdp`), ``"rdp-zero-out"`` (Poisson-subsampled
-Gaussians), ``"non-private"`` (a release without noise: ε = inf), ``"none"``
-(nothing released: ε = 0).
-
-**Zero-out charge.** A Poisson-subsampled Gaussian is charged by the add/remove
-sampled-Gaussian RDP bound (Mironov, Talwar & Zhang 2019) against the neighbour
-``D0`` where the replaced user contributes zero (sensitivity ``C``: multiplier
-``2 z``); ``(ε0, δ0)`` against ``D0`` gives ``(2 ε0, (1 + e^ε0) δ0)`` under
-replace-one-user (group privacy of 2; derivation in :ref:`accounting`). A
-:class:`~skdpp.privacy.events.ThresholdEvent` adds ``log(1/(1 - δ_t))`` to ε and
-``δ_t`` to δ.
+:meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis: ``"exact-gdp"``
+(:mod:`skdpp.privacy._gdp`), ``"pure"``, ``"rdp"`` (:mod:`skdpp.privacy._rdp`),
+``"rdp-zero-out"``, ``"non-private"`` or ``"none"``, defined in :ref:`accounting`.
+A Poisson-subsampled Gaussian with multiplier ``z`` is charged as the add/remove
+sampled Gaussian with multiplier ``2 z`` against the neighbour where the replaced
+user contributes zero; ``(ε0, δ0)`` against it gives ``(2 ε0, (1 + e^ε0) δ0)``
+under replace-one-user (group privacy of 2).
 
 Examples
 --------
@@ -121,7 +113,7 @@ class PrivacyAccountant:
     ledger : tuple of LedgerEntry
         Every composed release, in order.
     method : str
-        The analysis of :meth:`get_epsilon` (module docstring).
+        The analysis of :meth:`get_epsilon` (:ref:`accounting`).
 
     Notes
     -----
@@ -204,7 +196,7 @@ class PrivacyAccountant:
 
     @property
     def method(self):
-        """str: the analysis used (module docstring)."""
+        """str: the analysis used (:ref:`accounting`)."""
         atoms = self._atoms()
         if not atoms:
             return "none"
