@@ -53,21 +53,16 @@ __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
-def _expm1_over_x(x):
-    """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
-    if abs(x) < 1e-5:
-        return 1.0 + x / 2.0 + x * x / 6.0
-    return math.expm1(x) / x
-
-
 def _tnb_mean(gamma, eta):
     """Mean of the truncated negative binomial ``D_{η,γ}`` (Definition 1)."""
     if gamma == 1.0:
         return 1.0
     log_g = math.log(gamma)
-    # E[K] = η (1 − γ) / (γ (1 − γ^η)) = (1 − γ) / (γ · (−log γ) · expm1(η log γ)/(η log γ)),
+    # E[K] = η (1 − γ) / (γ (1 − γ^η)) = (1 − γ) / (γ (−log γ) expm1(x)/x), x = η log γ,
     # continuous at η = 0 (logarithmic distribution: (1/γ − 1)/log(1/γ)).
-    return (1.0 - gamma) / (gamma * (-log_g) * _expm1_over_x(eta * log_g))
+    x = eta * log_g
+    expm1_over_x = 1.0 + x / 2.0 + x * x / 6.0 if abs(x) < 1e-5 else math.expm1(x) / x
+    return (1.0 - gamma) / (gamma * (-log_g) * expm1_over_x)
 
 
 def _tnb_gamma(mean, eta):
