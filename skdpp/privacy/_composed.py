@@ -221,10 +221,7 @@ def _leaf(obj, path):
     if not path or path == type(obj).__name__:
         return obj
     for part in path.split("__"):
-        children = _children(obj)
-        if children is None:
-            return None
-        obj = dict(children).get(part)
+        obj = dict(_children(obj) or ()).get(part)  # None: a leaf or no such step
         if obj is None:
             return None
     return obj

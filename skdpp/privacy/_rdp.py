@@ -102,13 +102,12 @@ def _rdp_poisson_gaussian(q, sigma, orders):
         if math.isinf(alpha):
             out[k] = math.inf
             continue
-        if float(alpha).is_integer():
-            log_a = _log_a_int(q, sigma, alpha)
-        elif q > _FRACTIONAL_SERIES_MAX_Q:
+        if q > _FRACTIONAL_SERIES_MAX_Q:
             # The series decays only polynomially for large q (tens of seconds per
             # order); RDP is non-decreasing in the order: ceil(alpha) bounds it.
-            out[k] = max(_log_a_int(q, sigma, math.ceil(alpha)), 0.0) / (math.ceil(alpha) - 1.0)
-            continue
+            alpha = float(math.ceil(alpha))
+        if float(alpha).is_integer():
+            log_a = _log_a_int(q, sigma, alpha)
         else:
             log_a = _log_a_frac(q, sigma, alpha)
         out[k] = max(log_a, 0.0) / (alpha - 1.0)

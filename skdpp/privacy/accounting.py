@@ -79,12 +79,11 @@ def _flatten(event, count, out):
         q, inner = event.sampling_probability, event.event
         if q == 0.0 or isinstance(inner, NoOpEvent):
             return
-        if q == 1.0:
-            _flatten(inner, count, out)
+        if q == 1.0 or isinstance(inner, (NonPrivateEvent, LaplaceEvent,
+                                          ExponentialEvent)):
+            _flatten(inner, count, out)  # not subsampled, or pure-eps: no amplification
         elif isinstance(inner, GaussianEvent):
             out.append((NonPrivateEvent() if _noiseless(inner) else event, count))
-        elif isinstance(inner, (NonPrivateEvent, LaplaceEvent, ExponentialEvent)):
-            _flatten(inner, count, out)  # pure-eps: no amplification credited
         else:
             raise NotImplementedError(
                 f"PoissonSampledEvent of {type(inner).__name__} is not supported; "
