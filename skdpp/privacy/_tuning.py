@@ -381,8 +381,7 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
     return math.exp(log_e)
 
 
-_REPORT_MECHANISMS = {"gaussian": "gaussian", "sampled-gaussian": "gaussian",
-                      "laplace": "laplace", "exponential": "exponential"}
+_RHO_MECHANISMS = ("gaussian", "sampled-gaussian", "laplace", "exponential")
 
 
 def report_rho(report):
@@ -400,10 +399,10 @@ def report_rho(report):
         return mu * mu / 2.0
     total = 0.0
     for phase in report.phases:
-        mechanism = _REPORT_MECHANISMS.get(phase.mechanism)
-        if phase.mechanism == "none" or phase.count == 0:
+        mechanism = phase.mechanism
+        if mechanism == "none" or phase.count == 0:
             continue
-        if mechanism is None:
+        if mechanism not in _RHO_MECHANISMS:
             return None
         values = phase.noise_multiplier
         values = values if isinstance(values, tuple) else (values,)
