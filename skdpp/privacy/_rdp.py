@@ -132,18 +132,13 @@ def _rdp_laplace(noise_multiplier, orders):
     return out
 
 
-def _rdp_pure(epsilon, orders):
-    """Tight RDP bound implied by pure ε-DP (randomized response is extremal)."""
-    a = np.asarray(orders, dtype=float)
-    val = (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.log1p(np.exp(epsilon))) \
-        / (a - 1.0)
-    return np.minimum(val, epsilon)
-
-
 def _rdp_exponential(epsilon, orders):
-    """RDP of an ε-bounded-range selection: min(ε, α ε²/8, pure-DP bound)."""
-    orders = np.asarray(orders, dtype=float)
-    return np.minimum(orders * epsilon * epsilon / 8.0, _rdp_pure(epsilon, orders))
+    """RDP of an ε-bounded-range selection: min(α ε²/8, the pure ε-DP bound)."""
+    a = np.asarray(orders, dtype=float)
+    # Tight pure ε-DP bound: the Rényi moment of randomized response (extremal), <= ε.
+    log_m = np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.log1p(np.exp(epsilon))
+    pure = np.minimum(log_m / (a - 1.0), epsilon)
+    return np.minimum(a * epsilon * epsilon / 8.0, pure)
 
 
 def _cks_penalty(orders, log_delta):
