@@ -237,7 +237,8 @@ class PrivacyAccountant:
         cache = {}
         for a, c in self._atoms():
             if a not in cache:
-                cache[a] = _ATOM_RDP[type(a)](a, self._orders)
+                rdp_of = next(f for cls, f in _ATOM_RDP.items() if isinstance(a, cls))
+                cache[a] = rdp_of(a, self._orders)
             total = total + c * cache[a]
         return total
 
