@@ -29,11 +29,17 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
+from sklearn.model_selection._search import BaseSearchCV
+from sklearn.pipeline import FeatureUnion, Pipeline
+from sklearn.utils import get_tags
 
 from ._gdp import gaussian_mu
-from .accounting import PrivacyAccountant
+from ._tuning import SearchPrivacyReport, largest_root_below
+from .accounting import LedgerEntry, PrivacyAccountant
 from .calibration import plan_events
-from .events import GaussianEvent, NonPrivateEvent
+from .events import GaussianEvent
 from .report import PrivacyReport, _fmt
 
 __all__ = ["PipelinePrivacyReport", "StepReport", "privacy_report", "split_budget"]
@@ -84,6 +90,7 @@ class PipelinePrivacyReport(PrivacyReport):
     """
 
     steps: tuple = ()
+    _title = "PipelinePrivacyReport"
 
     @property
     def covered(self):
@@ -112,16 +119,13 @@ class PipelinePrivacyReport(PrivacyReport):
 
     def __str__(self):
         lines = super().__str__().splitlines()
-        lines[0] = "PipelinePrivacyReport: " + self._headline()
         lines.insert(1, f"  covered: {self.covered}")
         lines.extend("  step: " + line for line in self._step_lines())
         return "\n".join(lines)
 
     def _repr_html_(self):
-        body = super()._repr_html_().replace("<strong>PrivacyReport</strong>",
-                                             "<strong>PipelinePrivacyReport</strong>", 1)
         items = "".join(f"<li>{html.escape(line)}</li>" for line in self._step_lines())
-        return (body + f"<div>covered: {self.covered}</div>"
+        return (super()._repr_html_() + f"<div>covered: {self.covered}</div>"
                 + f"<div>steps:<ul>{items}</ul></div>")
 
     def to_dict(self):
@@ -134,24 +138,21 @@ class PipelinePrivacyReport(PrivacyReport):
 
 @dataclass
 class _Part:
-    """One step found by the walk: its report/events and how they were obtained."""
+    """One step found by the walk: its report, ledger rows and how they were found."""
 
     name: str
     obj: object
     status: str
-    ledger: tuple = ()       # (event, count, phase, mechanism, sensitivity, clip) rows
+    ledger: tuple = ()  # LedgerEntry rows, phases prefixed by the step's path
     report: object = None
     n_fits: int = 1
     how: str = ""
-    search_report: object = None  # a SearchPrivacyReport (not ledger-based)
 
 
 def _is_stateless(obj):
     if obj is None or (isinstance(obj, str) and obj in ("passthrough", "drop")):
         return True
     try:
-        from sklearn.utils import get_tags
-
         return not get_tags(obj).requires_fit
     except Exception:  # pragma: no cover - objects without tags
         return False
@@ -163,28 +164,16 @@ def _cls(obj):
 
 def _children(obj):
     """The fitted sub-steps (name, step) of a composite, or None for a leaf."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.pipeline import FeatureUnion, Pipeline
-
     if isinstance(obj, Pipeline):
-        return [(n, s) for n, s in obj.steps]
+        return list(obj.steps)
     if isinstance(obj, ColumnTransformer):
         return [(n, t) for n, t, _ in getattr(obj, "transformers_", obj.transformers)]
     if isinstance(obj, FeatureUnion):
-        return [(n, t) for n, t in obj.transformer_list]
+        return list(obj.transformer_list)
     return None
 
 
-def _ledger_rows(report, prefix):
-    return tuple((e.event, e.count, f"{prefix}:{e.phase}" if prefix else e.phase,
-                  e.mechanism, e.sensitivity, e.clip_norm) for e in report.ledger)
-
-
 def _walk(obj, name, out):
-    from sklearn.model_selection._search import BaseSearchCV
-
-    from ._tuning import SearchPrivacyReport
-
     children = _children(obj)
     if children is not None:
         for child_name, child in children:
@@ -193,13 +182,14 @@ def _walk(obj, name, out):
     label = name or type(obj).__name__
     report = getattr(obj, "privacy_report_", None)
     if isinstance(report, SearchPrivacyReport):
-        out.append(_Part(label, obj, COVERED, report=report, search_report=report,
+        out.append(_Part(label, obj, COVERED, report=report,
                          how="the private search's own report (random stopping, "
                              "Papernot & Steinke 2022)"))
     elif isinstance(report, PrivacyReport):
         if report.ledger:
-            out.append(_Part(label, obj, COVERED, ledger=_ledger_rows(report, label),
-                             report=report, how="its fit's ledger"))
+            out.append(_Part(label, obj, COVERED, report=report, how="its fit's ledger",
+                             ledger=tuple(replace(e, phase=f"{label}:{e.phase}")
+                                          for e in report.ledger)))
         else:
             out.append(_Part(label, obj, NOT_COVERED, report=report,
                              how="its report holds no ledger (fitted before ledgers were "
@@ -231,10 +221,7 @@ def _leaf(obj, path):
     if not path or path == type(obj).__name__:
         return obj
     for part in path.split("__"):
-        children = _children(obj)
-        if children is None:
-            return None
-        obj = dict(children).get(part)
+        obj = dict(_children(obj) or ()).get(part)  # None: a leaf or no such step
         if obj is None:
             return None
     return obj
@@ -260,33 +247,33 @@ def _planned_rows(step, fitted, prefix):
     """A step's events re-planned from its parameters and the fitted step's public
     ``n_users_`` / ``n_features_in_`` (None if impossible)."""
     plan_fn = getattr(step, "_budget_plan", None)
-    if plan_fn is None or fitted is None:
-        return None
     meta = {"n_users": int(getattr(fitted, "n_users_", 0) or 0),
             "n_features": int(getattr(fitted, "n_features_in_", 0) or 0)}
-    if not meta["n_users"]:
+    if plan_fn is None or not meta["n_users"]:
         return None
     try:
         event = _plan_event(plan_fn(meta))
     except Exception:  # the plan needs more than public n_users / n_features
         return None
-    return ((event, 1, f"{prefix}:plan", "planned", None, None),)
+    return (LedgerEntry(f"{prefix}:plan", event, mechanism="planned"),)
 
 
 def _compose(rows, delta):
+    """A fresh accountant with every :class:`LedgerEntry` of ``rows`` composed."""
     acc = PrivacyAccountant()
-    for event, count, phase, mechanism, sensitivity, clip in rows:
-        acc.compose(event, count, phase=phase, mechanism=mechanism,
-                    sensitivity=sensitivity, clip_norm=clip)
+    for e in rows:
+        acc.compose(e.event, e.count, phase=e.phase, mechanism=e.mechanism,
+                    sensitivity=e.sensitivity, clip_norm=e.clip_norm)
     return acc
+
+
+def _budget_of(step):
+    params = step.get_params(deep=False)
+    return {k: params[k] for k in ("epsilon", "delta") if k in params}
 
 
 def _walk_sklearn_search(search, label, out):
     """Every candidate x split fit of a scikit-learn search plus the refit."""
-    from sklearn.base import clone
-
-    params_list = list(search.cv_results_["params"])
-    n_splits = int(getattr(search, "n_splits_", 1))
     refit = getattr(search, "best_estimator_", None)
     if refit is None:
         out.append(_Part(f"{label} (all fits)", search, NOT_COVERED,
@@ -296,57 +283,58 @@ def _walk_sklearn_search(search, label, out):
     inner = []
     _walk(refit, f"{label}__refit", inner)
     for part in inner:
-        part_path = part.name[len(f"{label}__refit"):].lstrip("_")
-        if part.status != COVERED or part.search_report is not None:
-            part.name = f"{label}__{part_path}" if part_path else label
-            out.append(part)
-            continue
-        # Re-plan every candidate's fit of this step; check against the refit.
-        rows, how, n_fits, uncovered = list(part.ledger), None, 1, []
-        refit_eps = _compose(part.ledger, part.report.delta).get_epsilon(part.report.delta)
-        best_params = getattr(search, "best_params_", None)
-        cand_steps = [clone(search.estimator).set_params(**params) for params in params_list]
-        if part_path:
-            cand_steps = [_leaf(est, part_path) for est in cand_steps]
-        planned = [None if step is None else _planned_rows(
-            step, part.obj, f"{label}[{i}]__{part_path or type(part.obj).__name__}")
-            for i, step in enumerate(cand_steps)]
-        ok = all(p is not None for p in planned)
-        if ok and best_params is not None and best_params in params_list:
-            check = _compose(planned[params_list.index(best_params)], part.report.delta)
-            ok = math.isclose(check.get_epsilon(part.report.delta), refit_eps,
-                              rel_tol=1e-6, abs_tol=1e-12)
-        if ok:
-            for p in planned:
-                rows += [(e, c * n_splits, ph, m, s, cl) for e, c, ph, m, s, cl in p]
-            n_fits += len(planned) * n_splits
-            how = (f"{len(params_list)} candidates x {n_splits} splits re-planned from their "
-                   f"parameters on the refit's public n_users={part.obj.n_users_} (checked "
-                   "against the refit's ledger), plus the refit's ledger; folds holding "
-                   "fewer users (GroupKFold) plan on their own n_users")
-        else:
-            def budget(step):
-                return None if step is None else {
-                    k: v for k, v in step.get_params(deep=False).items()
-                    if k in ("epsilon", "delta")}
-
-            own = budget(part.obj)
-            for i, (params, step) in enumerate(zip(params_list, cand_steps)):
-                if budget(step) == own:
-                    rows += [(e, c * n_splits, f"{label}[{i}]:{ph}", m, s, cl)
-                             for e, c, ph, m, s, cl in part.ledger]
-                    n_fits += n_splits
-                else:
-                    uncovered.append(f"{label} candidate {i} ({params})")
-            how = ("no public plan: every fit of a candidate with the refit's epsilon/delta "
-                   "is charged the refit's ledger (assumes the same plan)")
-        out.append(_Part(f"{label}__{part_path}" if part_path else label, part.obj, COVERED,
-                         ledger=tuple(rows), report=part.report, n_fits=n_fits, how=how))
-        out.extend(_Part(u, search, NOT_COVERED, how="budget differs from the refit's, "
-                                                      "no public plan") for u in uncovered)
+        path = part.name[len(f"{label}__refit"):].lstrip("_")
+        part.name = f"{label}__{path}" if path else label
+        out.append(part)
+        if part.status == COVERED and not isinstance(part.report, SearchPrivacyReport):
+            _charge_candidates(search, label, part, path, out)
     out.append(_Part(f"{label} selection", search, NOT_COVERED,
                      how="best_params_/best_score_/cv_results_: the argmax over non-private "
                          "validation scores"))
+
+
+def _charge_candidates(search, label, part, path, out):
+    """Add every candidate x split fit of the refit's covered step ``part`` to its
+    ledger: re-planned (checked against the refit) or charged the refit's ledger."""
+    params_list = list(search.cv_results_["params"])
+    n_splits = int(getattr(search, "n_splits_", 1))
+    delta = part.report.delta
+    steps = [clone(search.estimator).set_params(**params) for params in params_list]
+    if path:
+        steps = [_leaf(est, path) for est in steps]
+    planned = [None if step is None else _planned_rows(
+        step, part.obj, f"{label}[{i}]__{path or type(part.obj).__name__}")
+        for i, step in enumerate(steps)]
+    ok = all(p is not None for p in planned)
+    best = getattr(search, "best_params_", None)
+    if ok and best is not None and best in params_list:
+        ok = math.isclose(
+            _compose(planned[params_list.index(best)], delta).get_epsilon(delta),
+            _compose(part.ledger, delta).get_epsilon(delta),
+            rel_tol=1e-6, abs_tol=1e-12)
+    rows = []
+    if ok:
+        rows = [replace(e, count=e.count * n_splits) for p in planned for e in p]
+        part.n_fits += len(planned) * n_splits
+        part.how = (
+            f"{len(params_list)} candidates x {n_splits} splits re-planned from their "
+            f"parameters on the refit's public n_users={part.obj.n_users_} (checked "
+            "against the refit's ledger), plus the refit's ledger; folds holding "
+            "fewer users (GroupKFold) plan on their own n_users")
+    else:
+        own = _budget_of(part.obj)
+        for i, (params, step) in enumerate(zip(params_list, steps)):
+            if step is not None and _budget_of(step) == own:
+                rows += [replace(e, count=e.count * n_splits,
+                                 phase=f"{label}[{i}]:{e.phase}") for e in part.ledger]
+                part.n_fits += n_splits
+            else:
+                out.append(_Part(f"{label} candidate {i} ({params})", search,
+                                 NOT_COVERED, how="budget differs from the refit's, "
+                                                  "no public plan"))
+        part.how = ("no public plan: every fit of a candidate with the refit's epsilon/"
+                    "delta is charged the refit's ledger (assumes the same plan)")
+    part.ledger += tuple(rows)
 
 
 def privacy_report(obj, *, delta=None):
@@ -380,70 +368,62 @@ def privacy_report(obj, *, delta=None):
     parts = []
     _walk(obj, "", parts)
     covered = [p for p in parts if p.status == COVERED]
-    ledger_parts = [p for p in covered if p.search_report is None]
-    search_parts = [p for p in covered if p.search_report is not None]
+    searches = [p for p in covered if isinstance(p.report, SearchPrivacyReport)]
     reports = [p.report for p in covered]
     if delta is None:
         delta = max((float(r.delta) for r in reports), default=0.0)
     delta = float(delta)
-    rows = [row for p in ledger_parts for row in p.ledger]
-    acc = _compose(rows, delta)
-    notes = []
-    if len(search_parts) == 1 and not ledger_parts:
-        base = search_parts[0].report
+    acc = _compose([e for p in covered for e in p.ledger], delta)  # searches: no ledger
+    if len(searches) == len(covered) == 1:
+        base = searches[0].report
         eps_spent, delta_spent, method = base.epsilon_spent, base.delta_spent, base.accountant
         phases, released, local = base.phases, base.released, base.local
-        notes += list(base.notes)
+        notes = list(base.notes)
     else:
         tmp = PrivacyReport.from_accountant(acc, epsilon=math.inf if acc.method == "non-private"
                                             else 1e300, delta=delta, n_users=1)
         eps_spent, delta_spent, method = tmp.epsilon_spent, tmp.delta_spent, tmp.accountant
-        phases = tmp.phases
+        phases, notes = tmp.phases, []
         released = tuple(f"{p.name}: {r}" for p in covered for r in p.report.released)
         local = tuple(f"{p.name}: {r}" for p in covered for r in p.report.local)
-        if search_parts:
-            eps_spent += sum(p.report.epsilon_spent for p in search_parts)
-            delta_spent += sum(p.report.delta_spent for p in search_parts)
+        if searches:
+            eps_spent += sum(p.report.epsilon_spent for p in searches)
+            delta_spent += sum(p.report.delta_spent for p in searches)
             method = f"{method}+basic"
             notes.append("A private search is composed with the other steps by basic "
                          "composition (epsilons and deltas summed: an upper bound).")
             phases += tuple(replace(ph, name=f"{p.name}:{ph.name}")
-                            for p in search_parts for ph in p.report.phases)
+                            for p in searches for ph in p.report.phases)
         if math.isinf(eps_spent):
             notes.append("Non-private: a step was fitted with epsilon=inf (no noise); no "
                          "privacy guarantee holds.")
-    n_users = max((int(r.n_users) for r in reports), default=0)
-    if len({int(r.n_users) for r in reports}) > 1:
-        notes.append(f"The steps report different n_users "
-                     f"({sorted({int(r.n_users) for r in reports})}); the composition "
+    users = sorted({int(r.n_users) for r in reports})
+    if len(users) > 1:
+        notes.append(f"The steps report different n_users ({users}); the composition "
                      "assumes they saw the same users (n_users is the largest).")
     notes.append("Sequential composition of every step (same users), exact: every step's "
                  "ledger events re-added to one accountant.")
-    not_covered = tuple(f"{p.name} ({_cls(p.obj)})" for p in parts
-                        if p.status == NOT_COVERED)
     steps = tuple(StepReport(
-        name=p.name, estimator=_cls(p.obj), status=p.status,
-        epsilon=None if p.report is None or p.status != COVERED
-        else float(p.report.epsilon_spent),
-        delta=None if p.report is None or p.status != COVERED else float(p.report.delta),
-        n_fits=p.n_fits, how=p.how) for p in parts)
+        name=p.name, estimator=_cls(p.obj), status=p.status, n_fits=p.n_fits, how=p.how,
+        epsilon=float(p.report.epsilon_spent) if p.status == COVERED else None,
+        delta=float(p.report.delta) if p.status == COVERED else None) for p in parts)
     return PipelinePrivacyReport(
         epsilon=float(eps_spent),
         delta=delta, epsilon_spent=float(eps_spent), delta_spent=float(delta_spent),
-        accountant=method, n_users=n_users, phases=tuple(phases), released=released,
-        local=local, notes=tuple(notes), not_covered=not_covered,
+        accountant=method, n_users=users[-1] if users else 0, phases=tuple(phases),
+        released=released, local=local, notes=tuple(notes),
+        not_covered=tuple(f"{p.name} ({_cls(p.obj)})" for p in parts
+                          if p.status == NOT_COVERED),
         noise_seeded=any(r.noise_seeded for r in reports),
         noise_source=reports[0].noise_source if reports else "",
         ledger=acc.ledger, steps=steps)
 
 
 def _step_rows(step, epsilon, delta, meta, name):
-    """Events of ``step`` at ``(epsilon, delta)`` from its plan built on ``meta``."""
-    if math.isinf(epsilon):
-        return [(NonPrivateEvent(), 1, name, None, None, None)]
+    """Ledger rows of ``step`` at finite ``(epsilon, delta)``, its plan on ``meta``."""
     if getattr(step, "_budget_plan", None) is not None:
         with _budget_set(step, epsilon, delta):
-            return [(_plan_event(step._budget_plan(meta)), 1, name, None, None, None)]
+            return [LedgerEntry(name, _plan_event(step._budget_plan(meta)))]
     raise ValueError(
         f"Step {name!r} ({type(step).__name__}) has no public budget plan "
         f"(_budget_plan(meta)), so its releases at epsilon={epsilon!r} cannot be composed "
@@ -530,10 +510,6 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
     >>> split_budget(make_pipeline(PPSGDRegressor()), epsilon=2.0)[-1].epsilon
     2.0
     """
-    from sklearn.base import clone
-
-    from ._tuning import largest_root_below
-
     epsilon, delta = float(epsilon), float(delta)
     if not epsilon > 0:
         raise ValueError(f"epsilon must be in (0, inf], got {epsilon!r}.")
@@ -553,27 +529,25 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
         for _, leaf in leaves:
             leaf.set_params(epsilon=np.inf, delta=delta)
         return out
-    meta = None
-    for name, leaf in leaves:
-        if not _gaussian_only(leaf, delta):
-            if n_users is None:
-                raise ValueError(
-                    f"Step {name!r} ({type(leaf).__name__}) makes non-Gaussian releases: "
-                    "its plan depends on the public number of users. Pass "
-                    "split_budget(..., n_users=<number of users>, n_features=<columns "
-                    "it sees>).")
-            meta = {"n_users": int(n_users), "n_features": int(n_features or 1)}
+    planned = [(name, leaf) for name, leaf in leaves if not _gaussian_only(leaf, delta)]
+    if planned and n_users is None:
+        raise ValueError(
+            f"Step {planned[0][0]!r} ({type(planned[0][1]).__name__}) makes "
+            "non-Gaussian releases: its plan depends on the public number of users. "
+            "Pass split_budget(..., n_users=<number of users>, n_features=<columns it "
+            "sees>).")
+    meta = {"n_users": int(n_users or 0), "n_features": int(n_features or 1)}
 
     def composed(log_c):
         c = math.exp(log_c)
         rows = []
         for name, leaf in leaves:
             eps_i = c * weights[name] * epsilon
-            if meta is not None and not _gaussian_only(leaf, delta):
+            if (name, leaf) in planned:
                 rows += _step_rows(leaf, eps_i, delta, meta, name)
             else:
-                rows.append((GaussianEvent(1.0 / gaussian_mu(eps_i, delta)), 1, name,
-                             None, None, None))
+                mu = gaussian_mu(eps_i, delta)
+                rows.append(LedgerEntry(name, GaussianEvent(1.0 / mu)))
         return _compose(rows, delta).get_epsilon(delta) - epsilon
 
     if len(leaves) == 1:

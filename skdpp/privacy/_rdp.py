@@ -102,13 +102,12 @@ def _rdp_poisson_gaussian(q, sigma, orders):
         if math.isinf(alpha):
             out[k] = math.inf
             continue
-        if float(alpha).is_integer():
-            log_a = _log_a_int(q, sigma, alpha)
-        elif q > _FRACTIONAL_SERIES_MAX_Q:
+        if q > _FRACTIONAL_SERIES_MAX_Q:
             # The series decays only polynomially for large q (tens of seconds per
             # order); RDP is non-decreasing in the order: ceil(alpha) bounds it.
-            out[k] = max(_log_a_int(q, sigma, math.ceil(alpha)), 0.0) / (math.ceil(alpha) - 1.0)
-            continue
+            alpha = float(math.ceil(alpha))
+        if float(alpha).is_integer():
+            log_a = _log_a_int(q, sigma, alpha)
         else:
             log_a = _log_a_frac(q, sigma, alpha)
         out[k] = max(log_a, 0.0) / (alpha - 1.0)
@@ -133,18 +132,13 @@ def _rdp_laplace(noise_multiplier, orders):
     return out
 
 
-def _rdp_pure(epsilon, orders):
-    """Tight RDP bound implied by pure ε-DP (randomized response is extremal)."""
-    a = np.asarray(orders, dtype=float)
-    val = (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.log1p(np.exp(epsilon))) \
-        / (a - 1.0)
-    return np.minimum(val, epsilon)
-
-
 def _rdp_exponential(epsilon, orders):
-    """RDP of an ε-bounded-range selection: min(ε, α ε²/8, pure-DP bound)."""
-    orders = np.asarray(orders, dtype=float)
-    return np.minimum(orders * epsilon * epsilon / 8.0, _rdp_pure(epsilon, orders))
+    """RDP of an ε-bounded-range selection: min(α ε²/8, the pure ε-DP bound)."""
+    a = np.asarray(orders, dtype=float)
+    # Tight pure ε-DP bound: the Rényi moment of randomized response (extremal), <= ε.
+    log_m = np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.log1p(np.exp(epsilon))
+    pure = np.minimum(log_m / (a - 1.0), epsilon)
+    return np.minimum(a * epsilon * epsilon / 8.0, pure)
 
 
 def _cks_penalty(orders, log_delta):
@@ -223,12 +217,15 @@ def rdp_to_delta(orders, rdp, epsilon):
 _MAX_ORDER = 1e7
 _MIN_ORDER = 1.0 + 1e-9
 _DELTA_GRID = np.geomspace(1.0 + 1e-6, _MAX_ORDER, 400)
+# The RDP orders extended to _MAX_ORDER (2 x 1024 first).
+_EPSILON_GRID = np.concatenate([DEFAULT_RDP_ORDERS,
+                                np.geomspace(2048.0, _MAX_ORDER, 14)])
 
 
-def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
+def _cks_epsilon(rdp_at, delta):
     """min over orders λ > 1 of ``rdp_at(λ) + log1p(−1/λ) − (log δ + log λ)/(λ − 1)``
-    for an RDP bound ``rdp_at`` valid at every real order (vectorised): over
-    ``grid``, then refined over continuous orders around the best grid point
+    for an RDP bound ``rdp_at`` valid at every real order (vectorised): over a
+    grid, then refined over continuous orders around the best grid point
     (every value is a valid ε; the refinement only tightens it)."""
     log_delta = math.log(delta)
 
@@ -236,15 +233,14 @@ def _cks_epsilon(rdp_at, delta, grid=DEFAULT_RDP_ORDERS, max_order=_MAX_ORDER):
         lam = np.asarray(lam, dtype=float)
         return rdp_at(lam) + _cks_penalty(lam, log_delta)
 
-    grid = np.sort(np.asarray(grid, dtype=float))
-    grid = np.concatenate([grid, np.geomspace(grid[-1] * 2.0, max_order, 14)])
+    grid = _EPSILON_GRID
     # On the grid, a bound at a higher order is also a bound at a lower one.
     rdp = np.minimum.accumulate(np.asarray(rdp_at(grid), dtype=float)[::-1])[::-1]
     values = rdp + _cks_penalty(grid, log_delta)
     i = int(np.nanargmin(values))
     best = float(values[i])
     lo = grid[i - 1] if i > 0 else _MIN_ORDER
-    hi = grid[i + 1] if i + 1 < grid.size else max_order
+    hi = grid[i + 1] if i + 1 < grid.size else _MAX_ORDER
     res = optimize.minimize_scalar(lambda x: float(conv(x)), bounds=(lo, hi),
                                    method="bounded", options={"xatol": 1e-10 * hi})
     if res.success and res.fun < best:

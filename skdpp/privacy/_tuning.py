@@ -1,15 +1,13 @@
 """Privacy of hyperparameter search with random stopping (Rényi DP).
 
-A private search runs a DP trial ``Q`` a random number ``K`` of times and
-releases only the best output (Liu & Talwar 2019). :class:`RandomStopping`
-implements Theorems 2 (truncated negative binomial ``K``) and 6 (Poisson ``K``)
-of Papernot & Steinke (2022, arXiv:2110.03620v2 numbering) and their closed form
-for ρ-zCDP trials, converted to (ε, δ) by Canonne, Kamath & Steinke (2020); the
-formulas and the per-trial zCDP budget are in :ref:`tuning`. Every trial meets
-one common ρ-zCDP budget (a data-independent mixture is no less private than its
-least private component): :func:`plan_rho` adds a plan's per-mechanism zCDP up,
-:func:`epsilon_for_rho` finds the ``epsilon`` at which a plan spends exactly ρ.
-As ``λ, λ̂ → ∞`` a pure ε-DP trial gives a ``(2 + η)ε``-DP search.
+A private search runs a DP trial a random number ``K`` of times and releases only
+the best output (Liu & Talwar 2019). :class:`RandomStopping` implements Theorems 2
+(truncated negative binomial ``K``) and 6 (Poisson ``K``) of Papernot & Steinke
+(2022, arXiv:2110.03620v2 numbering) and their closed form for ρ-zCDP trials,
+converted to (ε, δ) by Canonne, Kamath & Steinke (2020). Every trial meets one
+common ρ-zCDP budget (a data-independent mixture is no less private than its least
+private component): :func:`plan_rho` adds a plan's zCDP up, :func:`epsilon_for_rho`
+finds the ``epsilon`` at which a plan spends exactly ρ. Formulas in :ref:`tuning`.
 
 References
 ----------
@@ -55,21 +53,16 @@ __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
 STOPPING_DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
 
 
-def _expm1_over_x(x):
-    """``(e^x − 1)/x`` (1 at 0), accurate near 0."""
-    if abs(x) < 1e-5:
-        return 1.0 + x / 2.0 + x * x / 6.0
-    return math.expm1(x) / x
-
-
 def _tnb_mean(gamma, eta):
     """Mean of the truncated negative binomial ``D_{η,γ}`` (Definition 1)."""
     if gamma == 1.0:
         return 1.0
     log_g = math.log(gamma)
-    # E[K] = η (1 − γ) / (γ (1 − γ^η)) = (1 − γ) / (γ · (−log γ) · expm1(η log γ)/(η log γ)),
+    # E[K] = η (1 − γ) / (γ (1 − γ^η)) = (1 − γ) / (γ (−log γ) expm1(x)/x), x = η log γ,
     # continuous at η = 0 (logarithmic distribution: (1/γ − 1)/log(1/γ)).
-    return (1.0 - gamma) / (gamma * (-log_g) * _expm1_over_x(eta * log_g))
+    x = eta * log_g
+    expm1_over_x = 1.0 + x / 2.0 + x * x / 6.0 if abs(x) < 1e-5 else math.expm1(x) / x
+    return (1.0 - gamma) / (gamma * (-log_g) * expm1_over_x)
 
 
 def _tnb_gamma(mean, eta):
@@ -208,42 +201,38 @@ class RandomStopping:
         rdp = np.asarray(rdp, dtype=float)
         if orders.shape != rdp.shape or np.any(orders <= 1.0):
             raise ValueError("`orders` (all > 1) and `rdp` must have the same shape.")
-        if self._is_constant:
-            out = rdp.copy()
-        elif self.distribution == "poisson":
-            mu = self.mean
-            out = np.empty_like(orders)
-            for i, lam in enumerate(orders):  # loop over orders
-                eps_hat = math.log1p(1.0 / (lam - 1.0))
-                delta_hat = rdp_to_delta(orders, rdp, eps_hat)
-                out[i] = rdp[i] + mu * delta_hat + math.log(mu) / (lam - 1.0)
-        else:
-            c = (1.0 + self.eta) * float(np.min((1.0 - 1.0 / orders) * rdp
-                                                - math.log(self.gamma) / orders))
-            out = rdp + c + math.log(self.mean) / (orders - 1.0)
-        if not monotone:
-            return out
-        # Monotonicity in the order: out[i] <= min_{j: orders[j] >= orders[i]} out[j].
-        order = np.argsort(orders)
-        env = np.minimum.accumulate(out[order][::-1])[::-1]
-        result = np.empty_like(out)
-        result[order] = env
-        return result
+
+        def tnb_constant():  # Theorem 2's minimum over λ̂ on the grid
+            return (1.0 + self.eta) * float(np.min((1.0 - 1.0 / orders) * rdp
+                                                   - math.log(self.gamma) / orders))
+
+        out = self._theorem(orders, rdp, lambda eps: rdp_to_delta(orders, rdp, eps),
+                            tnb_constant)
+        if monotone:  # out[i] <= min_{j: orders[j] >= orders[i]} out[j]
+            order = np.argsort(orders)
+            out[order] = np.minimum.accumulate(out[order][::-1])[::-1]
+        return out
 
     def zcdp_rdp(self, rho, orders):
-        """RDP of the search at real orders ``λ > 1`` when every trial is ρ-zCDP: the
-        closed form of the module docstring, or Theorem 6 with ``δ̂`` the zCDP
-        conversion at ``ε̂ = log(1 + 1/(λ − 1))``."""
+        """RDP of the search at real orders ``λ > 1`` when every trial is ρ-zCDP
+        (Theorem 2's closed form, :ref:`tuning`, or Theorem 6)."""
         lam = np.asarray(orders, dtype=float)
         rho = float(rho)
+        return self._theorem(lam, rho * lam, lambda eps: zcdp_delta(rho, eps),
+                             lambda: self._tnb_constant(rho))
+
+    def _theorem(self, lam, trial_rdp, trial_delta, tnb_constant):
+        """The search's RDP at orders ``lam`` from the trial's RDP there: Theorem 6
+        (Poisson; ``trial_delta(ε̂)`` the trial's δ at ``ε̂ = log(1 + 1/(λ − 1))``) or
+        Theorem 2 (``tnb_constant()`` its minimum over ``λ̂``)."""
         if self._is_constant:
-            return rho * lam
+            return trial_rdp.copy()
         if self.distribution == "poisson":
             mu = self.mean
-            flat = lam.reshape(-1)
-            delta_hat = np.array([zcdp_delta(rho, math.log1p(1.0 / (x - 1.0))) for x in flat])
-            return (rho * flat + mu * delta_hat + math.log(mu) / (flat - 1.0)).reshape(lam.shape)
-        return rho * lam + self._tnb_constant(rho) + math.log(self.mean) / (lam - 1.0)
+            delta_hat = np.array([trial_delta(math.log1p(1.0 / (x - 1.0)))
+                                  for x in lam.reshape(-1)]).reshape(lam.shape)
+            return trial_rdp + mu * delta_hat + math.log(mu) / (lam - 1.0)
+        return trial_rdp + tnb_constant() + math.log(self.mean) / (lam - 1.0)
 
     def _tnb_constant(self, rho):
         """``min_{λ̂>=1} (1 + η)[(1 − 1/λ̂) ρλ̂ + log(1/γ)/λ̂]`` (closed form)."""
@@ -375,16 +364,15 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
         return (math.log(r) if r > 0 else -math.inf) - math.log(rho)
 
     lo = hi = math.log(e0)
+    failed = f"Could not find an epsilon at which the plan spends rho={rho:.6g}."
     while f(lo) > 0.0:
         lo -= 1.0
         if lo < math.log(e0) - 80:
-            raise ValueError("Could not find an epsilon at which the plan spends "
-                             f"rho={rho:.6g}.")
+            raise ValueError(failed)
     while f(hi) < 0.0:
         hi += 1.0
         if hi > math.log(e0) + 80:  # pragma: no cover - rho(e) grows without bound
-            raise ValueError("Could not find an epsilon at which the plan spends "
-                             f"rho={rho:.6g}.")
+            raise ValueError(failed)
     log_e = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-12, maxiter=500)
     step = 1e-12
     while plan_rho(plan_at(math.exp(log_e))) > rho:
@@ -393,8 +381,7 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
     return math.exp(log_e)
 
 
-_REPORT_MECHANISMS = {"gaussian": "gaussian", "sampled-gaussian": "gaussian",
-                      "laplace": "laplace", "exponential": "exponential"}
+_RHO_MECHANISMS = ("gaussian", "sampled-gaussian", "laplace", "exponential")
 
 
 def report_rho(report):
@@ -412,10 +399,10 @@ def report_rho(report):
         return mu * mu / 2.0
     total = 0.0
     for phase in report.phases:
-        mechanism = _REPORT_MECHANISMS.get(phase.mechanism)
-        if phase.mechanism == "none" or phase.count == 0:
+        mechanism = phase.mechanism
+        if mechanism == "none" or phase.count == 0:
             continue
-        if mechanism is None:
+        if mechanism not in _RHO_MECHANISMS:
             return None
         values = phase.noise_multiplier
         values = values if isinstance(values, tuple) else (values,)

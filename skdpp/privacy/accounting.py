@@ -1,21 +1,13 @@
 """Privacy accounting: compose events and convert them to (ε, δ).
 
 One :class:`PrivacyAccountant` per fit composes every release into its ledger;
-:meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis
-(:ref:`accounting`): ``"exact-gdp"`` (non-subsampled Gaussians: exactly μ-GDP,
-``μ = sqrt(Σ count / z²)``, :mod:`skdpp.privacy._gdp`), ``"pure"`` (Laplace and
-exponential only: ``ε = Σ ε_i``, or the RDP bound if smaller at δ > 0), ``"rdp"``
-(other events, :mod:`skdpp.privacy._rdp`), ``"rdp-zero-out"`` (Poisson-subsampled
-Gaussians), ``"non-private"`` (a release without noise: ε = inf), ``"none"``
-(nothing released: ε = 0).
-
-**Zero-out charge.** A Poisson-subsampled Gaussian is charged by the add/remove
-sampled-Gaussian RDP bound (Mironov, Talwar & Zhang 2019) against the neighbour
-``D0`` where the replaced user contributes zero (sensitivity ``C``: multiplier
-``2 z``); ``(ε0, δ0)`` against ``D0`` gives ``(2 ε0, (1 + e^ε0) δ0)`` under
-replace-one-user (group privacy of 2; derivation in :ref:`accounting`). A
-:class:`~skdpp.privacy.events.ThresholdEvent` adds ``log(1/(1 - δ_t))`` to ε and
-``δ_t`` to δ.
+:meth:`PrivacyAccountant.get_epsilon` picks the tightest analysis: ``"exact-gdp"``
+(:mod:`skdpp.privacy._gdp`), ``"pure"``, ``"rdp"`` (:mod:`skdpp.privacy._rdp`),
+``"rdp-zero-out"``, ``"non-private"`` or ``"none"``, defined in :ref:`accounting`.
+A Poisson-subsampled Gaussian with multiplier ``z`` is charged as the add/remove
+sampled Gaussian with multiplier ``2 z`` against the neighbour where the replaced
+user contributes zero; ``(ε0, δ0)`` against it gives ``(2 ε0, (1 + e^ε0) δ0)``
+under replace-one-user (group privacy of 2).
 
 Examples
 --------
@@ -87,12 +79,11 @@ def _flatten(event, count, out):
         q, inner = event.sampling_probability, event.event
         if q == 0.0 or isinstance(inner, NoOpEvent):
             return
-        if q == 1.0:
-            _flatten(inner, count, out)
+        if q == 1.0 or isinstance(inner, (NonPrivateEvent, LaplaceEvent,
+                                          ExponentialEvent)):
+            _flatten(inner, count, out)  # not subsampled, or pure-eps: no amplification
         elif isinstance(inner, GaussianEvent):
             out.append((NonPrivateEvent() if _noiseless(inner) else event, count))
-        elif isinstance(inner, (NonPrivateEvent, LaplaceEvent, ExponentialEvent)):
-            _flatten(inner, count, out)  # pure-eps: no amplification credited
         else:
             raise NotImplementedError(
                 f"PoissonSampledEvent of {type(inner).__name__} is not supported; "
@@ -121,7 +112,7 @@ class PrivacyAccountant:
     ledger : tuple of LedgerEntry
         Every composed release, in order.
     method : str
-        The analysis of :meth:`get_epsilon` (module docstring).
+        The analysis of :meth:`get_epsilon` (:ref:`accounting`).
 
     Notes
     -----
@@ -185,29 +176,26 @@ class PrivacyAccountant:
         """ndarray: the Rényi orders of the RDP path."""
         return self._orders.copy()
 
-    def _all_atoms(self):
+    def _atoms(self, thresholds=False):
+        """(atom, multiplicity) of every release: the threshold events (accounted
+        additively) if ``thresholds``, else all the others."""
         out = []
         for entry in self._ledger:
             _flatten(entry.event, entry.count, out)
-        return out
-
-    def _atoms(self):
-        """Atoms of every release except the threshold events (accounted additively)."""
-        return [(a, c) for a, c in self._all_atoms() if not isinstance(a, ThresholdEvent)]
+        return [(a, c) for a, c in out if isinstance(a, ThresholdEvent) == thresholds]
 
     @property
     def threshold_delta(self):
         """float: total δ of the :class:`~skdpp.privacy.events.ThresholdEvent` s."""
-        return float(sum(c * a.delta for a, c in self._all_atoms()
-                         if isinstance(a, ThresholdEvent)))
+        return float(sum(c * a.delta for a, c in self._atoms(thresholds=True)))
 
     def _threshold_epsilon(self):
-        return float(sum(-c * math.log1p(-a.delta) for a, c in self._all_atoms()
-                         if isinstance(a, ThresholdEvent)))
+        return float(sum(-c * math.log1p(-a.delta)
+                         for a, c in self._atoms(thresholds=True)))
 
     @property
     def method(self):
-        """str: the analysis used (module docstring)."""
+        """str: the analysis used (:ref:`accounting`)."""
         atoms = self._atoms()
         if not atoms:
             return "none"
@@ -245,25 +233,12 @@ class PrivacyAccountant:
     def rdp(self):
         """Composed RDP at each of :attr:`orders`; for ``"rdp-zero-out"`` it is against
         the zero-out neighbour (module docstring), *not* a replace-one-user RDP."""
-        orders = self._orders
-        total = np.zeros_like(orders)
+        total = np.zeros_like(self._orders)
         cache = {}
         for a, c in self._atoms():
             if a not in cache:
-                if isinstance(a, NonPrivateEvent):
-                    cache[a] = np.full_like(orders, np.inf)
-                elif isinstance(a, GaussianEvent):
-                    cache[a] = orders / (2.0 * a.noise_multiplier ** 2)
-                elif isinstance(a, PoissonSampledEvent):
-                    # Zero-out sensitivity C = half the replace-one sensitivity 2C.
-                    cache[a] = _rdp_poisson_gaussian(
-                        a.sampling_probability, 2.0 * a.event.noise_multiplier, orders)
-                elif isinstance(a, LaplaceEvent):
-                    cache[a] = _rdp_laplace(a.noise_multiplier, orders)
-                elif isinstance(a, ExponentialEvent):
-                    cache[a] = _rdp_exponential(a.epsilon, orders)
-                else:  # pragma: no cover - _flatten rejects others
-                    raise TypeError(f"Unsupported atom {a!r}.")
+                rdp_of = next(f for cls, f in _ATOM_RDP.items() if isinstance(a, cls))
+                cache[a] = rdp_of(a, self._orders)
             total = total + c * cache[a]
         return total
 
@@ -272,13 +247,12 @@ class PrivacyAccountant:
         :class:`NonPrivateEvent` or δ = 0 with Gaussians, ``0`` if empty)."""
         delta = _check_delta(delta)
         t_delta = self.threshold_delta
-        if t_delta > 0.0:
-            # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent.
-            if delta <= t_delta:
-                return math.inf
-            return self._epsilon_without_thresholds(delta - t_delta) \
-                + self._threshold_epsilon()
-        return self._epsilon_without_thresholds(delta)
+        if t_delta > 0.0 and delta <= t_delta:
+            return math.inf
+        # Threshold events: (eps' + log 1/(1 - d_t), delta' + d_t), see ThresholdEvent
+        # (both terms are 0.0 without thresholds).
+        return self._epsilon_without_thresholds(delta - t_delta) \
+            + self._threshold_epsilon()
 
     def _epsilon_without_thresholds(self, delta):
         method = self.method
@@ -300,14 +274,10 @@ class PrivacyAccountant:
     def get_delta(self, epsilon):
         """Smallest δ at ε >= 0 by the best available analysis (``1`` with a
         :class:`NonPrivateEvent` at finite ε)."""
-        epsilon = _check_nonneg(epsilon, "epsilon")
-        t_delta = self.threshold_delta
-        if t_delta > 0.0:
-            rest = epsilon - self._threshold_epsilon()
-            if rest < 0.0:
-                return 1.0
-            return min(1.0, self._delta_without_thresholds(rest) + t_delta)
-        return self._delta_without_thresholds(epsilon)
+        rest = _check_nonneg(epsilon, "epsilon") - self._threshold_epsilon()
+        if rest < 0.0:
+            return 1.0
+        return min(1.0, self._delta_without_thresholds(rest) + self.threshold_delta)
 
     def _delta_without_thresholds(self, epsilon):
         method = self.method
@@ -348,6 +318,18 @@ def _zero_out_epsilon(orders, rdp, delta):
         if (1.0 + math.exp(min(eps0, 700.0))) * d0 <= delta:
             best = min(best, 2.0 * eps0)
     return best
+
+
+# The RDP curve of each atom of ``_flatten`` at an array of orders.
+_ATOM_RDP = {
+    NonPrivateEvent: lambda a, orders: np.full_like(orders, np.inf),
+    GaussianEvent: lambda a, orders: orders / (2.0 * a.noise_multiplier ** 2),
+    # Zero-out sensitivity C = half the replace-one sensitivity 2C.
+    PoissonSampledEvent: lambda a, orders: _rdp_poisson_gaussian(
+        a.sampling_probability, 2.0 * a.event.noise_multiplier, orders),
+    LaplaceEvent: lambda a, orders: _rdp_laplace(a.noise_multiplier, orders),
+    ExponentialEvent: lambda a, orders: _rdp_exponential(a.epsilon, orders),
+}
 
 
 def _mechanism_name(event):

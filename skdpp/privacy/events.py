@@ -43,6 +43,11 @@ def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
     return value
 
 
+def _check_event(cls, name, event):
+    if not isinstance(event, DpEvent):
+        raise TypeError(f"{cls}: `{name}` must be a DpEvent, got {event!r}.")
+
+
 def _check_multiplier(event):
     object.__setattr__(event, "noise_multiplier", _check_real(
         "noise_multiplier", event.noise_multiplier, cls=type(event).__name__, low=0.0,
@@ -77,9 +82,7 @@ class GaussianEvent(DpEvent):
     """
 
     noise_multiplier: float
-
-    def __post_init__(self):
-        _check_multiplier(self)
+    __post_init__ = _check_multiplier
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,7 @@ class LaplaceEvent(DpEvent):
     """
 
     noise_multiplier: float
-
-    def __post_init__(self):
-        _check_multiplier(self)
+    __post_init__ = _check_multiplier
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,7 @@ class SelfComposedEvent(DpEvent):
     count: int
 
     def __post_init__(self):
-        if not isinstance(self.event, DpEvent):
-            raise TypeError(
-                f"SelfComposedEvent: `event` must be a DpEvent, got {self.event!r}.")
+        _check_event("SelfComposedEvent", "event", self.event)
         if isinstance(self.count, bool) or not isinstance(self.count, numbers.Integral):
             raise TypeError(
                 f"SelfComposedEvent: `count` must be an int, got {self.count!r}.")
@@ -147,9 +146,7 @@ class ComposedEvent(DpEvent):
     def __post_init__(self):
         events = tuple(self.events)
         for i, event in enumerate(events):
-            if not isinstance(event, DpEvent):
-                raise TypeError(
-                    f"ComposedEvent: `events[{i}]` must be a DpEvent, got {event!r}.")
+            _check_event("ComposedEvent", f"events[{i}]", event)
         object.__setattr__(self, "events", events)
 
 
@@ -166,9 +163,7 @@ class PoissonSampledEvent(DpEvent):
         object.__setattr__(self, "sampling_probability", _check_real(
             "sampling_probability", self.sampling_probability,
             cls="PoissonSampledEvent", low=0.0, high=1.0, high_inclusive=True))
-        if not isinstance(self.event, DpEvent):
-            raise TypeError(
-                f"PoissonSampledEvent: `event` must be a DpEvent, got {self.event!r}.")
+        _check_event("PoissonSampledEvent", "event", self.event)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ from typing import Optional
 
 from ..exceptions import PrivacyBudgetError
 from .accounting import PrivacyAccountant, _flatten
-from .events import (ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
-                     PoissonSampledEvent, ThresholdEvent)
+from .events import NonPrivateEvent, PoissonSampledEvent, ThresholdEvent
 
 __all__ = ["NON_PRIVATE_NOTE", "PhaseReport", "PrivacyReport", "non_private_wording"]
 
@@ -48,7 +47,6 @@ _EXACT_WORDING = (
      r"computed exactly (no noise) by \1"),
     (re.compile(r"\b(a|an) noisy (bisection|binary search)"), r"an exact \2 (no noise)"),
     (re.compile(r"\bnoisy (bisection|binary search)"), r"exact \1 (no noise)"),
-    (re.compile(r"\b(\d+) Gaussian counts\b"), r"\1 exact counts"),
     (re.compile(r"\bGaussian count(s?)\b"), r"exact count\1"),
     (re.compile(r"\b(a|an) private (quantile|location|median)"), r"the exact \2"),
     (re.compile(r"\bprivate (quantile|location|median)"), r"exact \1"),
@@ -56,8 +54,7 @@ _EXACT_WORDING = (
                 r"with probability at most delta(/\d+)?"),
      r"its count (phase '\1') is positive (at epsilon=inf every item present is "
      r"published)"),
-    (re.compile(r"\bselected under DP\b"), "selected exactly (no noise)"),
-    (re.compile(r"\bselected privately\b"), "selected exactly (no noise)"),
+    (re.compile(r"\bselected (under DP|privately)\b"), "selected exactly (no noise)"),
     (re.compile(r"\bthe DP '(\w+)' release"), r"the exact '\1' release"),
     (re.compile(r"\bselected by the exponential mechanism\b"),
      "selected by the argmax of its scores (the exponential mechanism without noise)"),
@@ -171,6 +168,7 @@ class PrivacyReport:
     noise_seeded: bool = False
     noise_source: str = ""
     ledger: tuple = field(default=(), repr=False, compare=False)
+    _title = "PrivacyReport"  # the first word of ``str`` and HTML (not a field)
 
     def __post_init__(self):
         if not self.noise_source:  # the fit's configured source (it is built in the fit)
@@ -212,7 +210,7 @@ class PrivacyReport:
         if method == "none":
             eps_spent, delta_spent = 0.0, 0.0
         elif method == "non-private":
-            # No noise, no guarantee: there is no delta to spend (see Notes).
+            # No noise, no guarantee: there is no delta to spend.
             eps_spent, delta_spent = math.inf, 0.0
         elif method == "pure" and accountant.threshold_delta == 0.0:
             basic = accountant.pure_epsilon()
@@ -222,7 +220,6 @@ class PrivacyReport:
                 eps_spent, delta_spent = accountant.get_epsilon(delta), delta
         else:
             eps_spent, delta_spent = accountant.get_epsilon(delta), delta
-
         if math.isinf(epsilon):
             notes = tuple(non_private_wording(n) for n in notes) + (NON_PRIVATE_NOTE,)
         elif eps_spent > epsilon * (1 + _REL_TOL):
@@ -230,7 +227,6 @@ class PrivacyReport:
                 f"The fit spent epsilon={eps_spent:.6g} at delta={delta_spent:g} "
                 f"(accountant {method!r}), more than the requested epsilon={epsilon:g}. "
                 "Increase the noise (re-calibrate the plan) or request a larger epsilon.")
-
         total_share = sum(float(v) for v in shares.values()) if shares else None
         groups = {}
         for entry in accountant.ledger:
@@ -274,15 +270,18 @@ class PrivacyReport:
                     f"the guarantee; the rest is {head}")
         return head
 
+    def _summary(self):
+        """The headline and the lines under it (shared by ``str`` and HTML)."""
+        return [self._headline(),
+                f"unit: {self.unit}, neighbouring: {self.neighbouring}, "
+                f"n_users: {self.n_users}, accountant: {self.accountant}",
+                f"noise: {self.noise_source}",
+                f"released: {', '.join(self.released) or '-'}; "
+                f"kept local: {', '.join(self.local) or '-'}"]
+
     def __str__(self):
-        lines = [
-            "PrivacyReport: " + self._headline(),
-            f"  unit: {self.unit}, neighbouring: {self.neighbouring}, "
-            f"n_users: {self.n_users}, accountant: {self.accountant}",
-            f"  noise: {self.noise_source}",
-            f"  released: {', '.join(self.released) or '-'}; "
-            f"kept local: {', '.join(self.local) or '-'}",
-        ]
+        head, *rest = self._summary()
+        lines = [f"{self._title}: {head}"] + ["  " + line for line in rest]
         header, rows = self._rows()
         if rows:
             widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
@@ -296,12 +295,8 @@ class PrivacyReport:
     def _repr_html_(self):
         esc = html.escape
         header, rows = self._rows()
-        parts = [f"<div><strong>PrivacyReport</strong>: {esc(self._headline())}<br>",
-                 f"unit: {esc(self.unit)}, neighbouring: {esc(self.neighbouring)}, "
-                 f"n_users: {self.n_users}, accountant: {esc(self.accountant)}<br>",
-                 f"noise: {esc(self.noise_source)}<br>",
-                 f"released: {esc(', '.join(self.released) or '-')}; kept local: "
-                 f"{esc(', '.join(self.local) or '-')}"]
+        parts = [f"<div><strong>{self._title}</strong>: "
+                 + "<br>".join(esc(line) for line in self._summary())]
         if rows:
             parts.append("<table><thead><tr>"
                          + "".join(f"<th>{esc(h)}</th>" for h in header)
@@ -347,12 +342,8 @@ def _phase_report(name, share, entries, delta, orders):
             if isinstance(atom, PoissonSampledEvent):
                 rate, atom = atom.sampling_probability, atom.event
             rates.append(rate)
-            if isinstance(atom, (GaussianEvent, LaplaceEvent)):
-                noise.append(atom.noise_multiplier)
-            elif isinstance(atom, ExponentialEvent):
-                noise.append(atom.epsilon)
-            elif isinstance(atom, NonPrivateEvent):
-                noise.append(0.0)
+            noise.append(getattr(atom, "noise_multiplier",  # Gaussian, Laplace
+                                 getattr(atom, "epsilon", 0.0)))  # exponential, none
         mechs.append(entry.mechanism)
     standalone = PrivacyAccountant(orders=orders)
     for entry in entries:
