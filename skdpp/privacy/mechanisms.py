@@ -41,8 +41,7 @@ import numpy as np
 from scipy import special
 
 from .._config import _require_opendp, get_config
-
-from ._clipping import clip_by_norm, unit_rows  # noqa: F401  (re-exported for compatibility)
+from ._clipping import clip_by_norm
 from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
 
 __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
@@ -67,14 +66,6 @@ def _check_rng(rng):
         raise TypeError(
             "`rng` must be a numpy Generator or RandomState (e.g. from "
             f"sklearn.utils.check_random_state), got {type(rng).__name__}.")
-    return rng
-
-
-def _as_float_array(value, name):
-    arr = np.array(value, dtype=float, copy=True)
-    if np.isnan(arr).any():
-        raise ValueError(f"`{name}` contains NaN; privacy mechanisms need finite inputs.")
-    return arr
 
 
 def _mirror_upper(a, check=False):
@@ -253,8 +244,7 @@ def _sample_index(scores, *, sensitivity, epsilon, rng):
         return _secure_index(scores, sensitivity=sensitivity, epsilon=epsilon)
     # shift by the max score first (exact for nearby scores, no overflow)
     logits = (epsilon / (2.0 * sensitivity)) * (scores - scores.max())
-    gumbel = _numpy_gumbel(scores.shape, rng)
-    return int(np.argmax(logits + gumbel))
+    return int(np.argmax(logits + _numpy_gumbel(scores.shape, rng)))
 
 
 def _numpy_gumbel(shape, rng):
@@ -269,7 +259,9 @@ def _additive(value, distribution, sensitivity, noise_multiplier, rng, symmetric
     """The Gaussian or Laplace mechanism (``distribution``) and its event."""
     sensitivity = _check_nonneg("sensitivity", sensitivity)
     z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
-    value = _as_float_array(value, "value")
+    value = np.array(value, dtype=float, copy=True)
+    if np.isnan(value).any():
+        raise ValueError("`value` contains NaN; privacy mechanisms need finite inputs.")
     if z == 0.0:
         return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
     _check_rng(rng)
@@ -291,18 +283,14 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
         z >= 0; 0 releases ``value`` without noise (non-private).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        ``value`` (..., p, p): release the mirrored upper triangle plus iid noise.
+        ``value`` (..., p, p): release the mirrored upper triangle plus iid noise (Δ
+        bounds its sensitivity: ``||u(D)||_2 <= ||D||_F`` for the upper triangle ``u``
+        of any difference ``D``).
 
     Returns
     -------
     release : ndarray
     event : GaussianEvent or NonPrivateEvent
-
-    Notes
-    -----
-    Symmetric noise: ``||u(D)||_2 <= ||D||_F`` for the upper triangle ``u`` of any
-    difference ``D`` (off-diagonal entries count twice in ``||D||_F``), so Δ bounds
-    the sensitivity of ``u(value)``.
 
     Examples
     --------
@@ -353,8 +341,7 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     arr = np.asarray(contributions, dtype=float)
     if arr.ndim < 1:
         raise ValueError("`contributions` must have a leading per-user axis.")
-    clipped = clip_by_norm(arr, clip_norm)
-    total = clipped.sum(axis=0)
+    total = clip_by_norm(arr, clip_norm).sum(axis=0)
     sensitivity = 0.0 if clip_norm is None else 2.0 * float(clip_norm)
     return gaussian_mechanism(total, sensitivity=sensitivity, noise_multiplier=z,
                               rng=rng, symmetric=symmetric)
