@@ -66,9 +66,7 @@ class Releaser:
 
     def noise_std(self, phase, sensitivity):
         """Standard deviation of the Gaussian noise of a release (public)."""
-        if sensitivity is None:
-            return 0.0
-        return float(self.plan[phase]) * float(sensitivity)
+        return 0.0 if sensitivity is None else float(self.plan[phase]) * float(sensitivity)
 
     def _checked(self, phase, sensitivity):
         """``(z, sensitivity)``; a missing (no clipping) or overflowing sensitivity is

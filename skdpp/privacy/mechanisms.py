@@ -171,8 +171,7 @@ def _secure_additive(values, *, distribution, scale, sensitivity):
                                float(scale))[0]
     # non-finite entries (only at overflow) cannot enter OpenDP's domain
     finite = np.isfinite(values)
-    inputs = np.where(finite, values, 0.0)
-    out = np.asarray(meas(inputs.tolist()), dtype=float)
+    out = np.asarray(meas(np.where(finite, values, 0.0).tolist()), dtype=float)
     return np.where(finite, out, values)
 
 
@@ -191,8 +190,7 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
         return np.array(value, copy=True)
     if _secure_mode():
         if symmetric:
-            p = value.shape[-1]
-            iu = np.triu_indices(p)
+            iu = np.triu_indices(value.shape[-1])
             upper = _secure_additive(value[..., iu[0], iu[1]], distribution=distribution,
                                      scale=scale, sensitivity=sensitivity)
             out = np.zeros_like(value)
@@ -536,9 +534,7 @@ class _OSRandom:
 def sample_trial_count(stopping, rng):
     """The private search's number of trials ``K`` (``stopping.sample``) from ``rng``, or
     from :mod:`secrets` with ``noise="secure"`` (``K`` must stay secret)."""
-    if _secure_mode():
-        return int(stopping.sample(_OSRandom()))
-    return int(stopping.sample(rng))
+    return int(stopping.sample(_OSRandom() if _secure_mode() else rng))
 
 
 def gaussian_threshold(sigma, tail, *, sensitivity, size):
