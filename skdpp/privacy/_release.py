@@ -4,9 +4,7 @@
 its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`: each
 method calls a mechanism of :mod:`skdpp.privacy.mechanisms` and composes its
 event with the *same* sensitivity and clip norm, so the two never disagree
-(estimators never call a mechanism or ``accountant.compose`` themselves). At
-``epsilon=inf`` the noise multipliers are 0 and only then may a sensitivity be
-``None`` (no clipping).
+(estimators never call a mechanism or ``accountant.compose`` themselves).
 
 Examples
 --------
