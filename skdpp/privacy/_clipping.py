@@ -108,8 +108,7 @@ def unit_row_norms(values):
         scaled = M / absmax[:, None]
         unit_norm = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
         norms = absmax * unit_norm
-    # as in unit_rows: rows scaled by an infinite, zero or NaN maximum give
-    # inf, 0 and NaN
+    # as in unit_rows: an infinite, zero or NaN maximum gives inf, 0 and NaN
     norms[np.isinf(absmax)] = np.inf
     norms[absmax == 0] = 0.0
     norms[np.isnan(absmax)] = np.nan
@@ -208,11 +207,9 @@ def clip_by_norm(values, clip_norm, *, out_dtype=np.float64):
     if arr.ndim == 0:
         raise ValueError("`values` must have a leading (per-user) axis; got a scalar.")
     clip_norm = _check_clip(clip_norm)
-    if clip_norm is None:
+    if clip_norm is None or arr.size == 0:
         return np.array(arr, dtype=out_dtype, copy=True)
     n = arr.shape[0]
-    if arr.size == 0:
-        return np.array(arr, dtype=out_dtype, copy=True)
     flat = arr.reshape(n, -1)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         norms = np.sqrt(np.einsum("ij,ij->i", flat, flat, dtype=np.float64))

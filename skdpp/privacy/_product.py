@@ -1,11 +1,8 @@
 """Several selections as one exponential mechanism over their product.
 
-A fit selecting one candidate for each of ``P`` problems, ``P`` known only during
-the fit (e.g. one-vs-rest classes of a privately selected label set), makes them
-*one* exponential mechanism over the product of the candidate sets with summed
-score of sensitivity ``P Δ``: ``P(c) ∝ exp(ε Σ_p s_p(c_p) / (2 P Δ)) = Π_p
-exp((ε / P) s_p(c_p) / (2 Δ))``, sampled exactly by ``P`` independent selections
-at ``ε / P`` and charged once as the ε-DP mechanism it is (:ref:`partition_selection`).
+``P`` independent selections at ``ε / P`` (scores of sensitivity ``Δ`` each) sample
+exactly the exponential mechanism over the product of the candidate sets with summed
+score of sensitivity ``P Δ``, an ε-DP mechanism charged once (:ref:`partition_selection`).
 
 Examples
 --------

@@ -1,13 +1,8 @@
-"""Private quantiles and locations of per-user statistics (scale-free bounds).
+"""Private quantiles and locations of per-user statistics (:ref:`private_bounds`).
 
-Clip bounds, offsets and step sizes in the data's units are chosen privately,
-with Gaussian releases only so that a Gaussian fit keeps the exact μ-GDP
-accounting (:ref:`private_bounds`): :func:`private_quantile` (noisy binary
-search over a public grid), :func:`private_location` (a mean with noise relative
-to the values' spread) and :func:`private_median` (one exponential-mechanism
-selection, pure ε-DP, for budgets too small for the searches). Users' values
-enter only through sums over blocks of whole users (:func:`cumulative_counts`,
-:func:`distance_counts`, :func:`clipped_deviation_sum`; ``reduce(fn)`` callables).
+Users' values enter only through sums over blocks of whole users
+(:func:`cumulative_counts`, :func:`distance_counts`, :func:`clipped_deviation_sum`,
+summed by the ``reduce(fn)`` callables), so the same code runs in-process and on Dask.
 
 References
 ----------
@@ -88,13 +83,10 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
     """The ``quantile`` (in (0, 1]) of one value per user on ``grid``, by noisy binary search.
 
     Finds (up to the noise) the smallest ``grid[j]`` with at least ``quantile *
-    n_users`` values ``<= grid[j]``: each of the public ``search_steps(grid)`` steps
-    releases ``counts[mid]`` (:func:`cumulative_counts` over all users) with Gaussian
-    noise in ``phase`` (L2 sensitivity 1 under replace-one-user; ``n_users`` is
-    public), which ``release`` must plan. ``grid``: public, increasing, a power of
-    two of candidates. Returns a float point of the selected cell ``(grid[j - 1],
-    grid[j]]`` (geometric midpoint for ends of one sign, else arithmetic;
-    ``grid[0]`` for ``j = 0``): post-processing, exact at ``epsilon=np.inf``.
+    n_users`` values ``<= grid[j]``: each of the ``search_steps(grid)`` steps releases
+    ``counts[mid]`` (:func:`cumulative_counts` over all users) with Gaussian noise in
+    ``phase``, L2 sensitivity 1 under replace-one-user (``n_users`` and the increasing
+    ``grid`` are public). Returns a point of the selected cell (post-processing).
     """
     steps = search_steps(grid)
     counts = np.asarray(counts, dtype=np.float64)
@@ -111,7 +103,8 @@ def private_quantile(release, phase, counts, grid, *, quantile, n_users):
 
 
 def _cell_point(grid, j):
-    """The representative point of the cell ``(grid[j - 1], grid[j]]``."""
+    """A point of the cell ``(grid[j - 1], grid[j]]``: geometric midpoint for ends of
+    one sign, else arithmetic; ``grid[0]`` for ``j = 0``."""
     if j == 0:
         return float(grid[0])
     a, b = float(grid[j - 1]), float(grid[j])
@@ -162,15 +155,13 @@ def private_location(release, reduce, *, n_users, search_phase, mean_phase,
                      radius_quantile=0.9, return_shift=False):
     """DP mean of one scalar per user, clipped around a private median (:ref:`private_bounds`).
 
-    Coarse median (7 steps), ``FINE_LEVELS`` refinements (8 steps each), radius
-    ``R`` as the ``radius_quantile`` of ``|v_i - m|`` (6 steps): the
+    Median ``m`` and radius ``R`` (the ``radius_quantile`` of ``|v_i - m|``): the
     :data:`LOCATION_SEARCH_STEPS` releases (sensitivity 1) of ``search_phase``; then
     ``m + (sum_i clip(v_i - m, R) + N(0, (2 R z)^2)) / n_users``, one release of
     ``mean_phase`` (L2 sensitivity ``2 R``; ``n_users`` public). ``reduce(fn)``: the
     sum over all users' blocks of ``fn(values)`` (a non-finite value counts above
     every candidate and contributes 0 to the mean). Returns ``(mean, R)``, and with
-    ``return_shift`` also ``(mean - m) / R`` (about ``±1`` when the median search
-    went astray, near 0 for a central ``m``).
+    ``return_shift`` also ``(mean - m) / R`` (about ``±1`` when the search went astray).
     """
     grid = quantile_grid(signed=True)
     counts = reduce(functools.partial(value_counts, grid=grid))

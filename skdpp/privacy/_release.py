@@ -4,9 +4,7 @@
 its noise generator and its :class:`~skdpp.privacy.PrivacyAccountant`: each
 method calls a mechanism of :mod:`skdpp.privacy.mechanisms` and composes its
 event with the *same* sensitivity and clip norm, so the two never disagree
-(estimators never call a mechanism or ``accountant.compose`` themselves). At
-``epsilon=inf`` the noise multipliers are 0 and only then may a sensitivity be
-``None`` (no clipping).
+(estimators never call a mechanism or ``accountant.compose`` themselves).
 
 Examples
 --------
@@ -66,28 +64,20 @@ class Releaser:
 
     def noise_std(self, phase, sensitivity):
         """Standard deviation of the Gaussian noise of a release (public)."""
-        if sensitivity is None:
-            return 0.0
-        return float(self.plan[phase]) * float(sensitivity)
+        return 0.0 if sensitivity is None else float(self.plan[phase]) * float(sensitivity)
 
     def _checked(self, phase, sensitivity):
+        """``(z, sensitivity)``; a missing (no clipping) or overflowing sensitivity is
+        None, allowed only where the plan adds no noise (``epsilon=inf``)."""
         z = float(self.plan[phase])
-        if sensitivity is None:
-            if z != 0.0:
-                raise ValueError(
-                    f"Release in phase {phase!r} has no sensitivity bound (no clipping) "
-                    "but the plan adds noise: clipping may only be disabled with "
-                    "epsilon=np.inf.")
-            return z, None
-        sensitivity = float(sensitivity)
-        if not math.isfinite(sensitivity):
-            if z != 0.0:
-                raise ValueError(
-                    f"The sensitivity of phase {phase!r} overflows ({sensitivity!r}): "
-                    "the clip bounds are too large for floating point. Pass smaller "
-                    "clip bounds (or epsilon=np.inf).")
-            return z, None
-        return z, sensitivity
+        if sensitivity is not None and math.isfinite(float(sensitivity)):
+            return z, float(sensitivity)
+        if z != 0.0:
+            raise ValueError(
+                f"Release in phase {phase!r} has sensitivity {sensitivity!r} (None: no "
+                "clipping; inf: the clip bounds overflow floating point) but the plan adds "
+                "noise: pass finite, smaller clip bounds, or use epsilon=np.inf.")
+        return z, None
 
     def _compose(self, phase, event, *, mechanism, sensitivity, clip_norm, count=1,
                  branch=None):
@@ -139,16 +129,8 @@ class Releaser:
         -------
         release : ndarray
         """
-        z, sens = self._checked(phase, sensitivity)
-        if sens is None:
-            value = np.array(value, dtype=float, copy=True)
-            if symmetric:
-                value = mechanisms._mirror_upper(value)
-            release, event = value, NonPrivateEvent()
-        else:
-            release, event = mechanisms.gaussian_mechanism(
-                value, sensitivity=sens, noise_multiplier=z, rng=self.rng,
-                symmetric=symmetric)
+        release, event, sens = self._additive(mechanisms.gaussian_mechanism, phase, value,
+                                              sensitivity, symmetric=symmetric)
         if sampling_rate < 1.0 and not isinstance(event, NonPrivateEvent):
             event = PoissonSampledEvent(float(sampling_rate), event)
         self._compose(phase, event, mechanism="gaussian", sensitivity=sens,
@@ -165,15 +147,23 @@ class Releaser:
 
     def laplace(self, phase, value, *, sensitivity, clip_norm=None):
         """Laplace mechanism with scale ``z Δ₁`` (``Δ₁`` the L1 sensitivity)."""
-        z, sens = self._checked(phase, sensitivity)
-        if sens is None:
-            release, event = np.array(value, dtype=float, copy=True), NonPrivateEvent()
-        else:
-            release, event = mechanisms.laplace_mechanism(
-                value, sensitivity=sens, noise_multiplier=z, rng=self.rng)
+        release, event, sens = self._additive(mechanisms.laplace_mechanism, phase, value,
+                                              sensitivity)
         self._compose(phase, event, mechanism="laplace", sensitivity=sens,
                       clip_norm=clip_norm)
         return release
+
+    def _additive(self, mechanism, phase, value, sensitivity, **kwargs):
+        """``(release, event, sensitivity)`` of ``mechanism`` (Gaussian or Laplace) at
+        the plan's z; no noise where the sensitivity is None (``epsilon=inf``)."""
+        z, sens = self._checked(phase, sensitivity)
+        if sens is not None:
+            return (*mechanism(value, sensitivity=sens, noise_multiplier=z, rng=self.rng,
+                               **kwargs), sens)
+        value = np.array(value, dtype=float, copy=True)
+        if kwargs.get("symmetric"):
+            value = mechanisms._mirror_upper(value)
+        return value, NonPrivateEvent(), None
 
     def exponential(self, phase, scores, *, sensitivity):
         """Exponential mechanism: an index chosen with ``P ∝ exp(ε s / (2Δ))``,

@@ -1,12 +1,9 @@
 """Calibrate noise to a target (ε, δ) over a named budget plan.
 
-:func:`calibrate` gives every :class:`Phase` the noise multiplier of each
-release (Gaussian, Laplace) or the per-selection ε (exponential) such that the
-planned events compose to exactly the target ε at δ, never more. A phase's
-``share`` is its fraction of a zCDP budget ``ρ_j = share_j · s``, split evenly
-over its releases (Gaussian ``z = sqrt(count / (2 ρ_j))``, exponential ``ε =
-sqrt(8 ρ_j / count)``, Laplace ``z = 1 / sqrt(2 ρ_j / count)``); the global scale
-``s`` is solved so that a fresh accountant reports exactly ε (:ref:`calibration`).
+:func:`calibrate` gives every :class:`Phase` the noise multiplier of each release
+(Gaussian, Laplace) or the per-selection ε (exponential) by the share rule of
+:ref:`calibration`: the planned events compose to exactly the target ε at δ,
+never more.
 
 References
 ----------
@@ -38,7 +35,18 @@ from .events import (ComposedEvent, ExponentialEvent, GaussianEvent, LaplaceEven
 
 __all__ = ["Phase", "calibrate", "params_for_rho", "plan_events"]
 
-_MECHANISMS = ("gaussian", "laplace", "exponential")
+# The per-release parameter of a phase given zCDP budget ``rho`` over ``count``
+# releases: Gaussian 1/(2z²)-zCDP, exponential ε²/8 (bounded range), Laplace ε²/2.
+_PARAMS = {"gaussian": lambda rho, count: math.sqrt(count / (2.0 * rho)),
+           "laplace": lambda rho, count: 1.0 / math.sqrt(2.0 * rho / count),
+           "exponential": lambda rho, count: math.sqrt(8.0 * rho / count)}
+_MECHANISMS = tuple(_PARAMS)
+
+
+def _is_real(value, ok):
+    """``value`` is a real number (not a bool) with ``ok(float(value))``."""
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real)
+            and ok(float(value)))
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,7 @@ class Phase:
                 ("sampling_rate", numbers.Real, lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
                 ("threshold_delta", numbers.Real, lambda v: 0.0 <= v < 1.0, "in [0, 1)")):
             value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, kind) \
-                    or not ok(float(value)):
+            if not (isinstance(value, kind) and _is_real(value, ok)):
                 raise ValueError(
                     f"Phase {self.name!r}: `{attr}` must be {what}, got {value!r}."
                     + (" Drop the phase instead of giving it share 0."
@@ -94,15 +101,12 @@ class Phase:
         if self.mechanism not in _MECHANISMS:
             raise ValueError(f"Phase {self.name!r}: `mechanism` must be one of "
                              f"{_MECHANISMS}, got {self.mechanism!r}.")
-        if self.threshold_delta > 0.0 and self.mechanism != "gaussian":
-            raise ValueError(
-                f"Phase {self.name!r}: `threshold_delta` > 0 needs the gaussian mechanism, "
-                f"got mechanism={self.mechanism!r}.")
-        if self.sampling_rate < 1.0 and self.mechanism != "gaussian":
-            raise ValueError(
-                f"Phase {self.name!r}: `sampling_rate` < 1 is only supported for the "
-                f"gaussian mechanism, got mechanism={self.mechanism!r}. Use "
-                "sampling_rate=1.0.")
+        for attr, neutral in (("threshold_delta", 0.0), ("sampling_rate", 1.0)):
+            if getattr(self, attr) != neutral and self.mechanism != "gaussian":
+                raise ValueError(
+                    f"Phase {self.name!r}: `{attr}`={getattr(self, attr)!r} needs the "
+                    f"gaussian mechanism, got mechanism={self.mechanism!r}. Use "
+                    f"{attr}={neutral}.")
 
 
 def _check_phases(phases):
@@ -124,16 +128,8 @@ def _non_private(phases):
 
 def _params_for_scale(phases, scale):
     total = sum(p.share for p in phases)
-    params = {}
-    for p in phases:
-        rho = p.share / total * scale
-        if p.mechanism == "gaussian":
-            params[p.name] = math.sqrt(p.count / (2.0 * rho))
-        elif p.mechanism == "exponential":
-            params[p.name] = math.sqrt(8.0 * rho / p.count)
-        else:  # laplace
-            params[p.name] = 1.0 / math.sqrt(2.0 * rho / p.count)
-    return params
+    return {p.name: _PARAMS[p.mechanism](p.share / total * scale, p.count)
+            for p in phases}
 
 
 def plan_events(phases, params):
@@ -219,13 +215,11 @@ def calibrate(phases, *, epsilon, delta):
     (['init', 'iterations'], True)
     """
     phases = _check_phases(phases)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) \
-            or not float(epsilon) > 0.0:
+    if not _is_real(epsilon, lambda v: v > 0.0):
         raise ValueError(
             f"`epsilon` must be in (0, inf], got {epsilon!r}. Use np.inf for the "
             "non-private baseline.")
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) \
-            or not 0.0 <= float(delta) < 1.0:
+    if not _is_real(delta, lambda v: 0.0 <= v < 1.0):
         raise ValueError(f"`delta` must be in [0, 1), got {delta!r}; e.g. delta=1e-6.")
     epsilon, delta = float(epsilon), float(delta)
     if math.isinf(epsilon):
@@ -235,10 +229,10 @@ def calibrate(phases, *, epsilon, delta):
         raise ValueError(
             f"The partition-selection thresholds use delta={threshold:g}, not less than the "
             f"target delta={delta:g}; lower their threshold_delta or raise delta.")
-    if delta == 0.0 and any(p.mechanism == "gaussian" for p in phases):
-        bad = [p.name for p in phases if p.mechanism == "gaussian"]
+    gaussian = [p.name for p in phases if p.mechanism == "gaussian"]
+    if delta == 0.0 and gaussian:
         raise ValueError(
-            f"delta=0 is infeasible with Gaussian phases {bad}: use delta>0 or a "
+            f"delta=0 is infeasible with Gaussian phases {gaussian}: use delta>0 or a "
             "pure-ε mechanism (laplace/exponential) for every phase.")
 
     def f(log_s):
@@ -246,24 +240,22 @@ def calibrate(phases, *, epsilon, delta):
         spent = _epsilon_of(phases, _params_for_scale(phases, math.exp(log_s)), delta)
         return (math.log(spent) if spent > 0.0 else -math.inf) - math.log(epsilon)
 
-    # zCDP heuristic: rho ~ eps^2 / (4 log(1/delta)) or eps^2/2 for pure.
-    guess = epsilon ** 2 / (4.0 * math.log(1.0 / delta)) if delta > 0 else epsilon ** 2 / 2
-    lo = hi = math.log(max(guess, 1e-300))
-    for _ in range(200):
-        if f(lo) < 0.0:
-            break
-        lo -= 2.0
-    else:  # pragma: no cover - epsilon(s) -> 0 as s -> 0
-        raise ValueError(f"Could not calibrate to epsilon={epsilon}, delta={delta}.")
-    for _ in range(200):
-        if f(hi) > 0.0:
-            break
-        hi += 2.0
-    else:
+    def bracket(log_s, step):
+        """The first ``log_s + k step`` (k < 200) where ``f`` has the sign of ``step``
+        (epsilon(s) -> 0 as s -> 0, so only an upper end can be missing)."""
+        for _ in range(200):
+            if f(log_s) * step > 0.0:
+                return log_s
+            log_s += step
         raise ValueError(
             f"epsilon={epsilon} at delta={delta} cannot be reached by this plan; "
             "increase delta or epsilon.")
-    log_s = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-14, maxiter=500)
+
+    # zCDP heuristic: rho ~ eps^2 / (4 log(1/delta)) or eps^2/2 for pure.
+    guess = epsilon ** 2 / (4.0 * math.log(1.0 / delta)) if delta > 0 else epsilon ** 2 / 2
+    start = math.log(max(guess, 1e-300))
+    log_s = optimize.brentq(f, bracket(start, -2.0), bracket(start, 2.0), xtol=1e-13,
+                            rtol=1e-14, maxiter=500)
     params = _params_for_scale(phases, math.exp(log_s))
     step = 1e-12
     while _epsilon_of(phases, params, delta) > epsilon:
@@ -285,7 +277,7 @@ def params_for_rho(phases, rho):
     5.0
     """
     phases = _check_phases(phases)
-    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not float(rho) > 0.0:
+    if not _is_real(rho, lambda v: v > 0.0):
         raise ValueError(f"`rho` must be in (0, inf], got {rho!r}.")
     if math.isinf(float(rho)):
         return _non_private(phases)

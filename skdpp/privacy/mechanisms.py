@@ -5,14 +5,11 @@ returning the release and its :mod:`~skdpp.privacy.events` event. Noise is drawn
 only by :func:`_add_noise` (Gaussian, Laplace) and :func:`_sample_index` (the
 exponential mechanism), looked up at call time so that the privacy test harness
 can monkeypatch them. Sensitivities are under replace-one-user: a sum of
-contributions clipped to Frobenius norm ``C`` has L2 sensitivity ``2C``.
-
-Noise sources (:func:`skdpp.set_config`, option ``noise``): ``"numpy"`` (default),
-numpy's floating-point samplers on the fit's PCG64 stream, not hardened against
-floating-point side channels (Mironov 2012); ``"secure"``, OpenDP's exact samplers
-from the OS source, each measurement calibrated so that OpenDP's own privacy map
-(grid rounding included) is at most what the accountant charges, else it raises
-(:ref:`secure_noise`).
+contributions clipped to Frobenius norm ``C`` has L2 sensitivity ``2C``. In every
+mechanism ``rng`` (a numpy ``Generator`` or ``RandomState``) serves the default
+``noise="numpy"`` source (floating-point samplers, not hardened against floating-point
+side channels, Mironov 2012); with :func:`skdpp.set_config` ``noise="secure"`` the
+noise comes from OpenDP's exact samplers and the OS source instead (:ref:`secure_noise`).
 
 References
 ----------
@@ -44,8 +41,7 @@ import numpy as np
 from scipy import special
 
 from .._config import _require_opendp, get_config
-
-from ._clipping import clip_by_norm, unit_rows  # noqa: F401  (re-exported for compatibility)
+from ._clipping import clip_by_norm
 from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
 
 __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
@@ -70,20 +66,6 @@ def _check_rng(rng):
         raise TypeError(
             "`rng` must be a numpy Generator or RandomState (e.g. from "
             f"sklearn.utils.check_random_state), got {type(rng).__name__}.")
-    return rng
-
-
-def _check_distribution(distribution):
-    if distribution not in ("gaussian", "laplace"):
-        raise ValueError(
-            f"`distribution` must be 'gaussian' or 'laplace', got {distribution!r}.")
-
-
-def _as_float_array(value, name):
-    arr = np.array(value, dtype=float, copy=True)
-    if np.isnan(arr).any():
-        raise ValueError(f"`{name}` contains NaN; privacy mechanisms need finite inputs.")
-    return arr
 
 
 def _mirror_upper(a, check=False):
@@ -152,34 +134,31 @@ def _opendp_additive(distribution, size, scale, k):
     return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=k)
 
 
-def _calibrated(make, scale, sensitivity, charged, step):
+def _calibrated(make, scale, sensitivity, charged, step, what):
     """``(measurement, scale)``: the first ``make(scale)`` (scale raised by ``step(used /
-    charged)`` per try) whose OpenDP map is <= ``charged``; None after 8 tries."""
+    charged)`` per try) whose OpenDP map is <= ``charged``; raises after 8 tries."""
     for _ in range(8):
         meas = make(scale)
         used = float(meas.map(sensitivity))
         if used <= charged:
             return meas, scale
         scale *= step(used / charged) * (1.0 + _CALIBRATION_SLACK)
-    return None, scale
+    raise RuntimeError(
+        f"OpenDP's {what} could not be calibrated to the charged privacy loss "
+        f"{charged!r} (sensitivity {sensitivity!r}): refusing to under-charge it.")
 
 
 @functools.lru_cache(maxsize=256)
 def _secure_measurement(distribution, size, sensitivity, scale):
     """``(measurement, opendp_scale, k, charged)`` of one release, OpenDP's map at
     ``sensitivity`` <= ``charged`` (what the accountant composes); cached (no randomness)."""
-    _check_distribution(distribution)
     charged = _opendp_charge(distribution, sensitivity, scale)
     k = max(math.floor(math.log2(scale)) - _GRID_BITS, -1074)
     meas, s = _calibrated(lambda s: _opendp_additive(distribution, size, s, k),
                           scale, sensitivity, charged,
-                          math.sqrt if distribution == "gaussian" else float)
-    if meas is not None:
-        return meas, s, k, charged
-    raise RuntimeError(
-        f"OpenDP's {distribution} mechanism could not be calibrated to the charged "
-        f"privacy loss {charged!r} (sensitivity {sensitivity!r}, scale {scale!r}, "
-        f"{size} entries): refusing to under-charge the release.")
+                          math.sqrt if distribution == "gaussian" else float,
+                          f"{distribution} mechanism (scale {scale!r}, {size} entries)")
+    return meas, s, k, charged
 
 
 def _secure_additive(values, *, distribution, scale, sensitivity):
@@ -192,8 +171,7 @@ def _secure_additive(values, *, distribution, scale, sensitivity):
                                float(scale))[0]
     # non-finite entries (only at overflow) cannot enter OpenDP's domain
     finite = np.isfinite(values)
-    inputs = np.where(finite, values, 0.0)
-    out = np.asarray(meas(inputs.tolist()), dtype=float)
+    out = np.asarray(meas(np.where(finite, values, 0.0).tolist()), dtype=float)
     return np.where(finite, out, values)
 
 
@@ -210,11 +188,9 @@ def _add_noise(value, *, distribution, scale, sensitivity, rng, symmetric=False)
         value = _mirror_upper(value, check=True)
     if scale == 0.0:
         return np.array(value, copy=True)
-    _check_distribution(distribution)
     if _secure_mode():
         if symmetric:
-            p = value.shape[-1]
-            iu = np.triu_indices(p)
+            iu = np.triu_indices(value.shape[-1])
             upper = _secure_additive(value[..., iu[0], iu[1]], distribution=distribution,
                                      scale=scale, sensitivity=sensitivity)
             out = np.zeros_like(value)
@@ -244,12 +220,9 @@ def _secure_selection(size, sensitivity, epsilon):
     meas, scale = _calibrated(
         lambda s: dp.m.make_noisy_max(domain, dp.linf_distance(T=float),
                                       dp.zero_concentrated_divergence(), scale=s),
-        2.0 * sensitivity / epsilon, sensitivity, charged, math.sqrt)
-    if meas is not None:
-        return meas, scale, charged
-    raise RuntimeError(
-        f"OpenDP's report-noisy-max could not be calibrated to epsilon={epsilon!r} "
-        f"(sensitivity {sensitivity!r}): refusing to under-charge the selection.")
+        2.0 * sensitivity / epsilon, sensitivity, charged, math.sqrt,
+        f"report-noisy-max (epsilon={epsilon!r})")
+    return meas, scale, charged
 
 
 def _secure_index(scores, *, sensitivity, epsilon):
@@ -269,8 +242,7 @@ def _sample_index(scores, *, sensitivity, epsilon, rng):
         return _secure_index(scores, sensitivity=sensitivity, epsilon=epsilon)
     # shift by the max score first (exact for nearby scores, no overflow)
     logits = (epsilon / (2.0 * sensitivity)) * (scores - scores.max())
-    gumbel = _numpy_gumbel(scores.shape, rng)
-    return int(np.argmax(logits + gumbel))
+    return int(np.argmax(logits + _numpy_gumbel(scores.shape, rng)))
 
 
 def _numpy_gumbel(shape, rng):
@@ -285,7 +257,9 @@ def _additive(value, distribution, sensitivity, noise_multiplier, rng, symmetric
     """The Gaussian or Laplace mechanism (``distribution``) and its event."""
     sensitivity = _check_nonneg("sensitivity", sensitivity)
     z = _check_nonneg("noise_multiplier", noise_multiplier, remedy=_Z_REMEDY)
-    value = _as_float_array(value, "value")
+    value = np.array(value, dtype=float, copy=True)
+    if np.isnan(value).any():
+        raise ValueError("`value` contains NaN; privacy mechanisms need finite inputs.")
     if z == 0.0:
         return (_mirror_upper(value, check=True) if symmetric else value), NonPrivateEvent()
     _check_rng(rng)
@@ -307,18 +281,14 @@ def gaussian_mechanism(value, *, sensitivity, noise_multiplier, rng, symmetric=F
         z >= 0; 0 releases ``value`` without noise (non-private).
     rng : numpy.random.Generator or RandomState
     symmetric : bool, default=False
-        ``value`` (..., p, p): release the mirrored upper triangle plus iid noise.
+        ``value`` (..., p, p): release the mirrored upper triangle plus iid noise (Δ
+        bounds its sensitivity: ``||u(D)||_2 <= ||D||_F`` for the upper triangle ``u``
+        of any difference ``D``).
 
     Returns
     -------
     release : ndarray
     event : GaussianEvent or NonPrivateEvent
-
-    Notes
-    -----
-    Symmetric noise: ``||u(D)||_2 <= ||D||_F`` for the upper triangle ``u`` of any
-    difference ``D`` (off-diagonal entries count twice in ``||D||_F``), so Δ bounds
-    the sensitivity of ``u(value)``.
 
     Examples
     --------
@@ -369,8 +339,7 @@ def gaussian_sum(contributions, *, clip_norm, noise_multiplier, rng, symmetric=F
     arr = np.asarray(contributions, dtype=float)
     if arr.ndim < 1:
         raise ValueError("`contributions` must have a leading per-user axis.")
-    clipped = clip_by_norm(arr, clip_norm)
-    total = clipped.sum(axis=0)
+    total = clip_by_norm(arr, clip_norm).sum(axis=0)
     sensitivity = 0.0 if clip_norm is None else 2.0 * float(clip_norm)
     return gaussian_mechanism(total, sensitivity=sensitivity, noise_multiplier=z,
                               rng=rng, symmetric=symmetric)
@@ -407,21 +376,20 @@ def noisy_counts(counts, *, sensitivity, noise_multiplier, rng, mechanism="gauss
     >>> event
     LaplaceEvent(noise_multiplier=1.5)
     """
-    if mechanism in ("gaussian", "laplace"):
-        release = gaussian_mechanism if mechanism == "gaussian" else laplace_mechanism
-        return release(counts, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
-                       rng=rng)
-    raise ValueError(f"`mechanism` must be 'gaussian' or 'laplace', got {mechanism!r}.")
+    if mechanism not in ("gaussian", "laplace"):
+        raise ValueError(f"`mechanism` must be 'gaussian' or 'laplace', got {mechanism!r}.")
+    return _additive(counts, mechanism, sensitivity, noise_multiplier, rng)
 
 
-def _check_scores(scores):
+def _check_selection(scores, sensitivity, epsilon):
+    """Validated ``(scores, sensitivity, epsilon)`` of an exponential mechanism."""
     scores = np.asarray(scores, dtype=float)
-    if scores.ndim != 1 or scores.size == 0:
-        raise ValueError(
-            f"`scores` must be a non-empty 1-d array, got shape {scores.shape}.")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("`scores` must be finite (no NaN or inf).")
-    return scores
+    if scores.ndim != 1 or scores.size == 0 or not np.all(np.isfinite(scores)):
+        raise ValueError("`scores` must be a non-empty 1-d array of finite values, got "
+                         f"shape {scores.shape}.")
+    return (scores, _check_nonneg("sensitivity", sensitivity, allow_zero=False),
+            _check_nonneg("epsilon", epsilon, allow_zero=False, allow_inf=True,
+                          remedy="Use epsilon=np.inf for a non-private argmax."))
 
 
 def exponential_mechanism_probabilities(scores, *, sensitivity, epsilon):
@@ -436,9 +404,7 @@ def exponential_mechanism_probabilities(scores, *, sensitivity, epsilon):
     ...                                     epsilon=2.0).round(4)
     array([0.2689, 0.7311])
     """
-    scores = _check_scores(scores)
-    sensitivity = _check_nonneg("sensitivity", sensitivity, allow_zero=False)
-    epsilon = _check_nonneg("epsilon", epsilon, allow_zero=False, allow_inf=True)
+    scores, sensitivity, epsilon = _check_selection(scores, sensitivity, epsilon)
     if math.isinf(epsilon):
         best = scores == scores.max()
         return best / best.sum()
@@ -473,10 +439,7 @@ def exponential_mechanism(scores, *, sensitivity, epsilon, rng):
     ...                       rng=np.random.default_rng(0))
     (2, ExponentialEvent(epsilon=1.0))
     """
-    scores = _check_scores(scores)
-    sensitivity = _check_nonneg("sensitivity", sensitivity, allow_zero=False)
-    epsilon = _check_nonneg("epsilon", epsilon, allow_zero=False, allow_inf=True,
-                            remedy="Use epsilon=np.inf for a non-private argmax.")
+    scores, sensitivity, epsilon = _check_selection(scores, sensitivity, epsilon)
     _check_rng(rng)
     index = int(_sample_index(scores, sensitivity=sensitivity, epsilon=epsilon, rng=rng))
     event = NonPrivateEvent() if math.isinf(epsilon) else ExponentialEvent(epsilon)
@@ -533,10 +496,8 @@ def warn_seeded_secure(random_state):
         from ..exceptions import SecureNoiseSeedWarning
 
         warnings.warn(
-            f"random_state={int(random_state)!r} cannot seed secure noise: with "
-            "skdpp.set_config(noise='secure') every privacy-relevant draw comes from "
-            "OpenDP and the operating system's entropy, so two fits with the same "
-            "random_state differ; it seeds only the public randomness "
+            f"random_state={int(random_state)!r} cannot seed secure noise (noise='secure' "
+            "draws from OpenDP and the OS entropy): it seeds only the public randomness "
             "(initialisation, candidates). Use random_state=None.",
             SecureNoiseSeedWarning, stacklevel=4)
 
@@ -573,9 +534,7 @@ class _OSRandom:
 def sample_trial_count(stopping, rng):
     """The private search's number of trials ``K`` (``stopping.sample``) from ``rng``, or
     from :mod:`secrets` with ``noise="secure"`` (``K`` must stay secret)."""
-    if _secure_mode():
-        return int(stopping.sample(_OSRandom()))
-    return int(stopping.sample(rng))
+    return int(stopping.sample(_OSRandom() if _secure_mode() else rng))
 
 
 def gaussian_threshold(sigma, tail, *, sensitivity, size):
