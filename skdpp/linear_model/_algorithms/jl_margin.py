@@ -273,7 +273,7 @@ def run(executor, release, randomness, meta, config):
         _log(config, f"subspace: released {n_problems} noisy {jl_dim}x{jl_dim} second "
                      f"moment(s) (noise multiplier {release.noise_multiplier('subspace'):.3g})")
     else:  # Alg. 3, line 3: a finite, data-independent candidate set in B_F
-        all_candidates = random_candidates(perturbations)
+        all_candidates = np.stack([random_candidates(g) for g in perturbations])
 
     def select(phase, block_fn, frames):
         # one choice per problem, scores -(1/n) sum_i t_i (sensitivity 1/n each)
