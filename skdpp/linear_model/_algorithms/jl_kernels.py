@@ -415,7 +415,7 @@ class _RowGridCounter(_RowCounter):
     def min_loss_counts(self, yF, dirs_t, threshold, best, multi):
         """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts
         (``multi``: the unchunked product has several rows; pad single-row products)."""
-        n_rows, b, k = yF.shape
+        _, b, k = yF.shape
         n_dir = self.n_dir
         steps = self.steps(b)
         if not steps:
