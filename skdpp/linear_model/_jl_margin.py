@@ -99,16 +99,10 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
     heads_, intercepts_ : ndarray of shape (n_users_, n_problems, n_components), \
             (n_users_, n_problems)
         Personal heads ``v_i`` and biases ``b_i`` (local), aligned with ``user_ids_``.
-    user_ids_ : ndarray of shape (n_users_,)
-        Ids of the users with a personal head.
-    n_users_ : int
-        Number of users seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    user_ids_, n_users_, n_features_in_, privacy_report_
+        As for :class:`~skdpp.linear_model.PrivateFedRepRegressor`.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Feature names, when ``X`` has string column names.
-    privacy_report_ : PrivacyReport
-        The budget plan and the spent ``(epsilon, delta)``.
 
     See Also
     --------

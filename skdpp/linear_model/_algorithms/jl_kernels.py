@@ -96,97 +96,47 @@ def candidate_user_losses(seg, yZ, candidates, directions, threshold):
     Gamma} L^_rho(U~_c, v; (S_i^0)_M)`` (Alg. 3, score ``f``; attained at ``||v|| =
     Gamma``). ``D_i``: the public ``directions`` and the user's own ``U~_c^T sum_j
     y_j z_j``. Each ``t_{c,i}`` is in ``[0, 1]`` (enforced), user ``i``'s rows only.
-    Computed once per distinct row (:class:`_GridCounter`) or row by row
-    (:func:`_row_user_losses`): the same float operations, bit-identical results.
+    Computed once per distinct row (:class:`_GridCounter`), row by row
+    (:class:`_RowGridCounter`) or by arcs (:class:`_CircleCounter`): the same float
+    operations, bit-identical results.
     """
     yZ = np.ascontiguousarray(yZ, dtype=np.float64)
     n_rows, jl_dim = yZ.shape
     n_cand, _, k = candidates.shape
     n_dir = directions.shape[0]
-    n_users = seg.n_users
-    out = np.zeros((n_cand, n_users))
+    out = np.zeros((n_cand, seg.n_users))
     if n_rows == 0:
         return out
+    if k == 2 and np.array_equal(directions, circle_grid(n_dir)):
+        grid = _CircleCounter(seg, yZ, n_dir, n_cand, k)
+    else:
+        first, key = _distinct_rows(yZ)
+        if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
+            grid = _RowGridCounter(seg, yZ, n_dir, n_cand, k)
+        else:
+            grid = _GridCounter(seg, yZ, n_dir, n_cand, k, first, key)
     denom = np.maximum(seg.counts, 1)[:, None]
     dirs_t = np.ascontiguousarray(directions.T)
-    if k == 2 and np.array_equal(directions, circle_grid(n_dir)):
-        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, True)
-    first, key = _distinct_rows(yZ)
-    if first.shape[0] > _DISTINCT_FRACTION * n_rows:  # few equal rows: row by row
-        return _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, False)
-    order, n_pairs = _negation_order(yZ[first].view(np.uint64).reshape(first.shape[0], -1))
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    first, key = first[order], rank[key]
-    distinct = yZ[first]                                     # (n_distinct, k')
-    n_keys = first.shape[0]
-    # candidate chunks: projections within memory (outer), grid losses in cache (inner)
-    per_cand = n_keys * k * 8 * 2 + n_users * k * 8 * 3 + n_rows * 6
-    outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
-    inner = int(max(1, min(outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
-    grid = _GridCounter(seg, n_dir, key, n_keys, n_pairs)
-    row_user = seg.row_user
-    dot = _dot(k)
     # numpy sends a single-row product to another BLAS routine: pad it to two rows
-    pad = n_keys == 1 and n_rows > 1
+    pad = grid.n_keys == 1 and n_rows > 1
     multi = n_rows * n_cand > 1
+    outer, inner = grid.outer, grid.inner
     with np.errstate(**_QUIET):
         sums = seg.segment_sum_wide(yZ)                      # (n_users, k'): sum_j y_j z_j
         for lo in range(0, n_cand, outer):  # candidate chunks (memory), not users
             cand = candidates[lo:lo + outer]
             b = cand.shape[0]
             flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-            left = np.repeat(distinct, 2, axis=0) if pad else distinct
-            yF = (left @ flat)[:n_keys].reshape(n_keys, b, k)   # y U~_c^T z, distinct rows
-            own = _unit((sums @ flat).reshape(n_users, b, k))  # U~_c^T sum_j y_j z_j, unit
-            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction (every row) ...
-            loss_own = np.zeros((n_rows, -(-b // 8) * 8), dtype=bool)  # whole words
-            step = max(1, _OWN_STEP_ELEMENTS // (b * k))
-            for r0 in range(0, n_rows, step):  # cache-sized steps of rows
-                r1 = min(n_rows, r0 + step)
-                np.less_equal(dot(yF[key[r0:r1]], own[row_user[r0:r1]]), threshold,
-                              out=loss_own[r0:r1, :b])
-            best = grid.user_counts(loss_own)[:, :b]         # (n_users, b) counts, float32
-            # ... and for the grid directions (0/1 losses of the distinct rows)
+            left = np.repeat(grid.left, 2, axis=0) if pad else grid.left
+            yF = (left @ flat)[:grid.n_keys].reshape(grid.n_keys, b, k)  # y U~_c^T z
+            own = _unit((sums @ flat).reshape(seg.n_users, b, k))  # U~_c^T sum y_j z_j
+            # 1[y <U~^T z, u> <= rho / Gamma] for the own direction, then the grid's
+            best = grid.own_counts(yF, own, threshold)       # (n_users, b), float32
             for j in range(0, b, inner):
-                grid.min_loss_counts(yF[:, j:j + inner], dirs_t,
-                                     threshold, best[:, j:j + inner], multi)
+                grid.min_loss_counts(yF[:, j:j + inner], dirs_t, threshold,
+                                     best[:, j:j + inner], multi)
             out[lo:lo + b] = (best / denom).T
     # guard: every term in [0, 1] whatever the rounding (sensitivity 1/n rests on it)
-    return np.clip(out, 0.0, 1.0, out=out)
-
-
-def _row_user_losses(seg, yZ, candidates, directions, threshold, out, denom, circle):
-    """:func:`candidate_user_losses` row by row (the circle grid, or few equal rows)."""
-    n_rows, jl_dim = yZ.shape
-    n_cand, _, k = candidates.shape
-    n_dir = directions.shape[0]
-    n_users = seg.n_users
-    dirs_t = np.ascontiguousarray(directions.T)
-    outer = int(max(1, _CHUNK_BYTES // (n_rows * k * 8 * 4 + n_users * k * 8 * 2)))
-    inner = int(max(1, _CHUNK_BYTES // (n_rows * 220 + n_users * (n_dir + 1) * 24)))
-    grid = None if circle else _RowGridCounter(seg, n_dir)
-    dot = _dot(k)
-    with np.errstate(**_QUIET):
-        row_user = seg.row_user
-        sums = seg.segment_sum_wide(yZ)
-        for lo in range(0, n_cand, outer):
-            cand = candidates[lo:lo + outer]
-            b = cand.shape[0]
-            flat = cand.transpose(1, 0, 2).reshape(jl_dim, b * k)
-            yF = (yZ @ flat).reshape(n_rows, b, k)
-            own = _unit((sums @ flat).reshape(n_users, b, k))
-            loss_own = dot(own[row_user], yF) <= threshold
-            best = seg.segment_sum_wide(loss_own, dtype=np.float32)
-            if circle:
-                for j in range(0, b, inner):
-                    sub = yF[:, j:j + inner]
-                    bs = sub.shape[1]
-                    grid_min = circle_grid_min_loss_counts(seg, sub, n_dir, threshold)
-                    np.minimum(best[:, j:j + bs], grid_min, out=best[:, j:j + bs])
-            else:
-                grid.min_loss_counts(yF, dirs_t, threshold, best)
-            out[lo:lo + b] = (best / denom).T
     return np.clip(out, 0.0, 1.0, out=out)
 
 
@@ -253,57 +203,140 @@ def _negation_order(words):
     return np.concatenate([first, alone, second]), int(first.shape[0])
 
 
+class _RowCounter:
+    """Row-by-row counts: the rows themselves are projected (``left``, ``n_keys``)."""
+
+    def __init__(self, seg, yZ, n_dir, n_cand, k):
+        self.seg, self.n_dir = seg, n_dir
+        self.left, self.n_keys = yZ, yZ.shape[0]
+        per_cand = yZ.shape[0] * k * 8 * 4 + seg.n_users * k * 8 * 2
+        self.outer = self.inner = int(max(1, _CHUNK_BYTES // per_cand))
+
+    def own_counts(self, yF, own, threshold):
+        """Per-user counts (float32, exact) of ``1[<yF_j, own_i> <= t]``."""
+        loss_own = _dot(yF.shape[-1])(own[self.seg.row_user], yF) <= threshold
+        return self.seg.segment_sum_wide(loss_own, dtype=np.float32)
+
+
+class _CircleCounter(_RowCounter):
+    """The :func:`circle_grid` (``k = 2``): grid minima by arcs."""
+
+    def __init__(self, seg, yZ, n_dir, n_cand, k):
+        super().__init__(seg, yZ, n_dir, n_cand, k)
+        per_cand = yZ.shape[0] * 220 + seg.n_users * (n_dir + 1) * 24
+        self.inner = int(max(1, _CHUNK_BYTES // per_cand))
+
+    def min_loss_counts(self, yF, dirs_t, threshold, best, multi):
+        """Lower ``best`` to ``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` over the
+        :func:`circle_grid` in ``O(rows + users * D)`` per candidate: row ``j`` has zero
+        loss exactly on the open arc of half-width ``arccos(t / |yF_j|)`` around its
+        angle, accumulated per user in a circular difference array and swept.
+        Non-finite rows lose at every direction."""
+        seg, n_dir, n_cand = self.seg, self.n_dir, yF.shape[1]
+        n_users = seg.n_users
+        scale = n_dir / (2.0 * np.pi)  # angles in units of the grid step
+        with np.errstate(**_QUIET):
+            a, b = yF[..., 0], yF[..., 1]
+            r2 = a * a + b * b
+            radius = np.sqrt(r2)                                # 7x faster than hypot
+            odd = ~((r2 > 1e-300) & (r2 < 1e300))               # squares under/overflow
+            if odd.any():
+                radius[odd] = np.hypot(a[odd], b[odd])
+            won = (radius > threshold) & np.isfinite(radius)
+            angle = np.arctan2(yF[..., 1], yF[..., 0]) * scale  # in [-D/2, D/2]
+            half = np.arccos(threshold / np.where(won, radius, np.inf)) * scale
+            won &= np.isfinite(angle)
+            # integer bins strictly inside (angle - half, angle + half)
+            lo = np.where(won, np.floor(angle - half), 0.0).astype(np.int64) + 1
+            hi = np.where(won, np.ceil(angle + half), 0.0).astype(np.int64)  # exclusive
+        length = np.where(won, np.clip(hi - lo, 0, n_dir), 0)
+        start = np.mod(lo, n_dir)
+        end = start + length                                     # may exceed n_dir
+        # difference array laid out direction-major: index d * (users * cands) + (i, c)
+        nb = n_users * n_cand
+        base = seg.row_user[:, None] * n_cand + np.arange(n_cand)[None, :]
+        arc, wrap = length > 0, end > n_dir
+        plus = np.concatenate([(start * nb + base)[arc], base[wrap]])
+        minus = np.concatenate([(np.minimum(end, n_dir) * nb + base)[arc],
+                                ((end - n_dir) * nb + base)[wrap]])
+        size = (n_dir + 1) * nb
+        diff = (np.bincount(plus, minlength=size) - np.bincount(minus, minlength=size)
+                ).reshape(n_dir + 1, nb)
+        running = diff[0].copy()
+        most = running.copy()
+        for d in range(1, n_dir):  # sweep over the grid directions, not users or rows
+            running += diff[d]
+            np.maximum(most, running, out=most)
+        np.minimum(best, seg.counts[:, None] - most.reshape(n_users, n_cand), out=best)
+
+
 class _GridCounter:
-    """Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]`` (exact):
-    0/1 losses per distinct row stored as bytes, counted by one sparse product over
-    *pieces* (at most :attr:`CAP` rows of one user) on the bytes viewed as 64-bit
-    words (no carry below 256); longer users' pieces are added in ``int64``."""
+    """Lowers ``best[i, c]`` to ``min_d sum_{j in S_i} 1[<yF_{j,c}, u_d> <= t]``
+    (exact), once per distinct row (``first``, ``key``: :func:`_distinct_rows`): 0/1
+    losses stored as bytes, counted by one sparse product over *pieces* (at most
+    :attr:`CAP` rows of one user) on the bytes viewed as 64-bit words (no carry below
+    256); longer users' pieces are added in ``int64``."""
 
     CAP = 255
 
     @staticmethod
     def pieces(seg):
-        """``(n_pieces, piece_user, piece_start)``: runs of at most :attr:`CAP` rows."""
+        """``(n_pieces, piece_user, piece_start, split_users)``: runs of at most
+        :attr:`CAP` rows; users with more (``split_users``) add their pieces in int64."""
         n_pieces = -(-seg.counts // _GridCounter.CAP)
         piece_user = np.repeat(np.arange(seg.n_users), n_pieces)
         first = np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
         piece_start = seg.offsets[:-1][piece_user] \
             + (np.arange(piece_user.shape[0]) - first) * _GridCounter.CAP
-        return n_pieces, piece_user, piece_start
+        return n_pieces, piece_user, piece_start, np.flatnonzero(n_pieces > 1)
 
-    def __init__(self, seg, n_dir, key, n_keys, n_pairs=0):
-        self.n_dir = n_dir
-        self.n_keys = n_keys
-        self.n_pairs = n_pairs
-        n_pieces, self.piece_user, piece_start = self.pieces(seg)
+    def __init__(self, seg, yZ, n_dir, n_cand, k, first, key):
+        self.seg, self.n_dir, self.n_users = seg, n_dir, seg.n_users
+        # distinct rows mirror + i (i < n_pairs) are the negations of rows i
+        order, self.n_pairs = _negation_order(
+            yZ[first].view(np.uint64).reshape(first.shape[0], -1))
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.shape[0])
+        first, self.key = first[order], rank[key]
+        self.left = yZ[first]                                # (n_distinct, k')
+        self.n_keys = n_keys = first.shape[0]
+        n_rows = yZ.shape[0]
+        # candidate chunks: projections in memory (outer), grid losses in cache (inner)
+        per_cand = n_keys * k * 8 * 2 + seg.n_users * k * 8 * 3 + n_rows * 6
+        self.outer = int(max(1, min(n_cand, _CHUNK_BYTES // per_cand)))
+        self.inner = int(max(1, min(self.outer, _GRID_TABLE_BYTES // (n_keys * n_dir))))
+        n_pieces, self.piece_user, self.piece_start, self.split_users = self.pieces(seg)
         self.owner = sp.csr_matrix(
-            (np.ones(seg.n_rows, dtype=np.uint64), key, np.r_[piece_start, seg.n_rows]),
+            (np.ones(n_rows, dtype=np.uint64), self.key, np.r_[self.piece_start, n_rows]),
             shape=(self.piece_user.shape[0], n_keys))
         self.owner.sum_duplicates()
-        self.piece_start = piece_start
         self._buffers = {}
-        self.n_users = seg.n_users
-        # users with more than CAP rows: their pieces' counts are added in int64
-        self.split_users = np.flatnonzero(n_pieces > 1)
         self.whole = n_pieces[self.piece_user] == 1
         split = ~self.whole
         self.split_pieces = np.flatnonzero(split)
         self.split_runs = np.flatnonzero(np.r_[True, np.diff(self.piece_user[split]) != 0])
 
-    def user_counts(self, lost):
-        """Per-user counts (float32, exact) of row-aligned bools ``lost`` (n_rows, 8 j)."""
+    def own_counts(self, yF, own, threshold):
+        """:meth:`_RowCounter.own_counts` in cache-sized steps, counted by pieces."""
+        n_rows, b, k = self.key.shape[0], own.shape[1], own.shape[2]
+        lost = np.zeros((n_rows, -(-b // 8) * 8), dtype=bool)  # whole words
+        step = max(1, _OWN_STEP_ELEMENTS // (b * k))
+        dot, row_user = _dot(k), self.seg.row_user
+        for r0 in range(0, n_rows, step):  # cache-sized steps of rows
+            r1 = min(n_rows, r0 + step)
+            np.less_equal(dot(yF[self.key[r0:r1]], own[row_user[r0:r1]]), threshold,
+                          out=lost[r0:r1, :b])
         out = np.zeros((self.n_users, lost.shape[1]), dtype=np.float32)
-        if self.piece_start.shape[0] == 0:
-            return out
-        counts = np.add.reduceat(lost.view(np.uint64), self.piece_start, axis=0)
-        counts = counts.view(np.uint8)
-        out[self.piece_user[self.whole]] = counts[self.whole]
-        if self.split_users.shape[0]:
-            out[self.split_users] = np.add.reduceat(
-                counts[self.split_pieces].astype(np.int64), self.split_runs, axis=0)
-        return out
+        if self.piece_start.shape[0]:
+            counts = np.add.reduceat(lost.view(np.uint64), self.piece_start, axis=0)
+            counts = counts.view(np.uint8)
+            out[self.piece_user[self.whole]] = counts[self.whole]
+            if self.split_users.shape[0]:
+                out[self.split_users] = np.add.reduceat(
+                    counts[self.split_pieces].astype(np.int64), self.split_runs, axis=0)
+        return out[:, :b]
 
-    def min_loss_counts(self, yF, dirs_t, threshold, best, multi=True):
+    def min_loss_counts(self, yF, dirs_t, threshold, best, multi):
         """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts
         (``yF``: the distinct rows' projections; ``multi``: pad single-row products)."""
         n_keys, b, k = yF.shape
@@ -340,16 +373,14 @@ class _GridCounter:
             best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
 
 
-class _RowGridCounter:
+class _RowGridCounter(_RowCounter):
     """Row-by-row :class:`_GridCounter` (blocks with few equal rows): the same
     counts, in cache-sized steps of whole pieces."""
 
-    def __init__(self, seg, n_dir):
-        self.n_dir = n_dir
+    def __init__(self, seg, yZ, n_dir, n_cand, k):
+        super().__init__(seg, yZ, n_dir, n_cand, k)
         self.n_rows = seg.n_rows
-        n_pieces, self.piece_user, self.piece_start = _GridCounter.pieces(seg)
-        # users with more than CAP rows: their pieces' counts are added in int64
-        self.split_users = np.flatnonzero(n_pieces > 1)
+        _, self.piece_user, self.piece_start, self.split_users = _GridCounter.pieces(seg)
         slot = np.full(seg.n_users, -1)
         slot[self.split_users] = np.arange(self.split_users.shape[0])
         self.piece_slot = slot[self.piece_user]
@@ -381,9 +412,10 @@ class _RowGridCounter:
             self._steps[b] = out
         return self._steps[b]
 
-    def min_loss_counts(self, yF, dirs_t, threshold, best):
-        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts."""
-        n_rows, b, k = yF.shape
+    def min_loss_counts(self, yF, dirs_t, threshold, best, multi):
+        """Lower ``best`` (n_users, b) to the grid minimum of every user's loss counts
+        (``multi``: the unchunked product has several rows; pad single-row products)."""
+        _, b, k = yF.shape
         n_dir = self.n_dir
         steps = self.steps(b)
         if not steps:
@@ -397,7 +429,6 @@ class _RowGridCounter:
         split = self.split_users.shape[0] > 0
         if split:
             totals = np.zeros((self.split_users.shape[0], b, n_dir), dtype=np.int64)
-        multi = n_rows * b > 1           # the unchunked product is a multi-row product
         for r0, r1, p0, p1, offsets, parts in steps:  # cache-sized steps of whole pieces
             m = r1 - r0
             g = _grid_dots(yF[r0:r1].reshape(m * b, k), dirs_t, dots, multi)
@@ -415,50 +446,6 @@ class _RowGridCounter:
         best[users] = np.minimum(best[users], piece_min[whole])
         if split:
             best[self.split_users] = np.minimum(best[self.split_users], totals.min(axis=-1))
-
-
-def circle_grid_min_loss_counts(seg, yF, n_dir, threshold):
-    """``min_d sum_{j in S_i} 1[<yF_j, u_d> <= t]`` over the :func:`circle_grid`, shape
-    ``(n_users, n_cand)``, in ``O(rows + users * D)`` per candidate: row ``j`` has
-    zero loss exactly on the open arc of half-width ``arccos(t / |yF_j|)`` around
-    its angle, accumulated per user in a circular difference array and swept.
-    Non-finite rows lose at every direction."""
-    n_rows, n_cand, _ = yF.shape
-    n_users = seg.n_users
-    scale = n_dir / (2.0 * np.pi)  # angles in units of the grid step
-    with np.errstate(**_QUIET):
-        a, b = yF[..., 0], yF[..., 1]
-        r2 = a * a + b * b
-        radius = np.sqrt(r2)                                    # 7x faster than hypot
-        odd = ~((r2 > 1e-300) & (r2 < 1e300))                   # squares under/overflow
-        if odd.any():
-            radius[odd] = np.hypot(a[odd], b[odd])
-        won = (radius > threshold) & np.isfinite(radius)
-        angle = np.arctan2(yF[..., 1], yF[..., 0]) * scale      # in [-D/2, D/2]
-        half = np.arccos(threshold / np.where(won, radius, np.inf)) * scale
-        won &= np.isfinite(angle)
-        # integer bins strictly inside (angle - half, angle + half)
-        lo = np.where(won, np.floor(angle - half), 0.0).astype(np.int64) + 1
-        hi = np.where(won, np.ceil(angle + half), 0.0).astype(np.int64)  # exclusive
-    length = np.where(won, np.clip(hi - lo, 0, n_dir), 0)
-    start = np.mod(lo, n_dir)
-    end = start + length                                         # may exceed n_dir
-    # difference array laid out direction-major: index d * (users * cands) + (i, c)
-    nb = n_users * n_cand
-    base = seg.row_user[:, None] * n_cand + np.arange(n_cand)[None, :]
-    arc, wrap = length > 0, end > n_dir
-    plus = np.concatenate([(start * nb + base)[arc], base[wrap]])
-    minus = np.concatenate([(np.minimum(end, n_dir) * nb + base)[arc],
-                            ((end - n_dir) * nb + base)[wrap]])
-    size = (n_dir + 1) * nb
-    diff = (np.bincount(plus, minlength=size) - np.bincount(minus, minlength=size)
-            ).reshape(n_dir + 1, nb)
-    running = diff[0].copy()
-    most = running.copy()
-    for d in range(1, n_dir):  # sweep over the grid directions, not users or rows
-        running += diff[d]
-        np.maximum(most, running, out=most)
-    return seg.counts[:, None] - most.reshape(n_users, n_cand)
 
 
 def direction_user_losses(seg, yF, directions, threshold):
@@ -700,8 +687,7 @@ class Heads:
     embeddings: np.ndarray         # (n_problems, d, k)
     classes: np.ndarray
     cold_start_heads: np.ndarray   # (n_problems, k)
-    cold_start_intercepts: np.ndarray  # (n_problems,)
-    prior_bias: np.ndarray         # (n_problems,)
+    cold_start_intercepts: np.ndarray  # (n_problems,): also the heads' prior bias
     ridge: float
     fit_intercept: bool
 
@@ -723,8 +709,8 @@ def heads_block(block, state, bc):
         with np.errstate(**_QUIET):
             F = X @ bc.embeddings[p]
         if bc.fit_intercept:
-            v, b, ok = intercept_heads(seg, F, Y[:, p], prior_bias=float(bc.prior_bias[p]),
-                                       ridge=bc.ridge)
+            v, b, ok = intercept_heads(seg, F, Y[:, p], ridge=bc.ridge,
+                                       prior_bias=float(bc.cold_start_intercepts[p]))
         else:
             v, b, ok = logistic_heads(seg, F, Y[:, p], prior_bias=0.0, ridge=bc.ridge,
                                       fit_intercept=False)

@@ -134,11 +134,6 @@ def cold_start_sensitivity(n_problems):
     return 1.0 if n_problems == 1 else math.sqrt(2.0)
 
 
-def n_problems_of(n_classes):
-    """Binary problems: 1 for two classes, else one per class (one-vs-rest)."""
-    return 1 if n_classes == 2 else int(n_classes)
-
-
 @dataclass(frozen=True)
 class JLConfig:
     """The parameters of :class:`~skdpp.linear_model.JLMarginClassifier`, resolved."""
@@ -194,15 +189,6 @@ def _log(config, message):  # public values only
         print(f"[JLMarginClassifier] {message}")
 
 
-def resolve_jl_dim(config, n_users, n_features):
-    """``jl_dim`` of a fit from public values (``n_users`` is public)."""
-    if config.jl_dim == "auto":
-        # margin="auto" is the limit rho -> 0+: Alg. 3's k' -> inf, i.e. the cap.
-        margin = 0.0 if config.margin == "auto" else config.margin
-        return auto_jl_dim(n_users, n_features, config.n_components, margin=margin)
-    return int(config.jl_dim)
-
-
 def margin_threshold(margin, radius):
     """``rho / Gamma``: ``margin * r`` (``r = 1`` unclipped), or 0 for ``"auto"``."""
     if margin == "auto":
@@ -246,12 +232,15 @@ def run(executor, release, randomness, meta, config):
     """Run Algorithm 3 for every binary problem (one-vs-rest); a :class:`FitResult`."""
     n_users, n_features = meta["n_users"], meta["n_features"]
     k = config.n_components
-    jl_dim = resolve_jl_dim(config, n_users, n_features)
+    # margin="auto" is the limit rho -> 0+: Alg. 3's k' -> inf, i.e. the cap
+    margin = 0.0 if config.margin == "auto" else config.margin
+    jl_dim = int(config.jl_dim) if config.jl_dim != "auto" \
+        else auto_jl_dim(n_users, n_features, k, margin=margin)
     # public randomness (Alg. 3, line 1), never dependent on the data
     M = jl_matrix(jl_dim, n_features, randomness.public)
     directions = direction_grid(k, config.n_directions, randomness.public)
     classes, covered = _label_set(executor, release, config)
-    n_problems = n_problems_of(classes.shape[0])
+    n_problems = 1 if classes.shape[0] == 2 else int(classes.shape[0])  # one-vs-rest
     _log(config, f"labels: {classes.shape[0]} classes, {n_problems} binary problem(s)")
     # public randomness; its shape depends on the released label set only
     perturbations = randomness.public.standard_normal(
@@ -267,7 +256,6 @@ def run(executor, release, randomness, meta, config):
         _log(config, f"clip: released clip radius {radius:.6g}")
     executor.map(project_block, Project(M, radius))             # Alg. 3, line 2
     threshold = margin_threshold(config.margin, radius)
-    all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
     if config.candidates == "subspace":
         # not in the paper: candidates around a DP estimate of the subspace
         stats = executor.map(subspace_block)
@@ -275,6 +263,7 @@ def run(executor, release, randomness, meta, config):
                                  sensitivity=subspace_sensitivity(n_problems),
                                  clip_norm=1.0, symmetric=True)
         std = release.noise_std("subspace", subspace_sensitivity(n_problems))
+        all_candidates = np.empty((n_problems, config.n_candidates, jl_dim, k))
         for p in range(n_problems):  # post-processing, per problem
             vals, vecs = np.linalg.eigh(noisy[p])
             vals, vecs = vals[::-1], vecs[:, ::-1]
@@ -283,13 +272,11 @@ def run(executor, release, randomness, meta, config):
                                                     perturbations[p], max_spread=spread)
         _log(config, f"subspace: released {n_problems} noisy {jl_dim}x{jl_dim} second "
                      f"moment(s) (noise multiplier {release.noise_multiplier('subspace'):.3g})")
-    else:
-        # Alg. 3, line 3: a finite, data-independent candidate set in B_F.
-        for p in range(n_problems):
-            all_candidates[p] = random_candidates(perturbations[p])
+    else:  # Alg. 3, line 3: a finite, data-independent candidate set in B_F
+        all_candidates = np.stack([random_candidates(g) for g in perturbations])
+
     def select(phase, block_fn, frames):
-        """One choice per problem (exponential mechanism over the product of problems)
-        with the scores ``-(1/n) sum_i t_i`` (sensitivity 1/n each)."""
+        # one choice per problem, scores -(1/n) sum_i t_i (sensitivity 1/n each)
         scores = np.stack([-executor.map(block_fn, Scores(p, frames[p], directions,
                                                           threshold)) / n_users
                            for p in range(n_problems)])
@@ -313,15 +300,13 @@ def run(executor, release, randomness, meta, config):
         rate = np.clip(np.asarray(noisy, dtype=float) / n_users, _RATE_FLOOR,
                        1.0 - _RATE_FLOOR)
         cold_intercepts = np.log(rate) - np.log1p(-rate)
-        prior = cold_intercepts
     else:
         cold_heads = directions[select("cold_start", population_scores_block, utilde)]
-        prior = np.zeros(n_problems)
     _log(config, "cold_start: released")
     # Alg. 3, line 6: every user's head from the releases and its own rows.
     heads, intercepts = executor.collect(heads_block, Heads(
-        embeddings, classes, cold_heads, cold_intercepts, prior,
-        float(config.personal_ridge), bool(config.fit_intercept)))
+        embeddings, classes, cold_heads, cold_intercepts, float(config.personal_ridge),
+        bool(config.fit_intercept)))
     attributes = {"classes_": classes, "jl_dim_": jl_dim, "clip_norm_": radius,
                   "jl_matrix_": M, "embeddings_": embeddings, "cold_start_heads_": cold_heads,
                   "cold_start_intercepts_": cold_intercepts, "heads_": heads,
@@ -350,7 +335,6 @@ def _notes(config, threshold, covered, n_problems):
     else:
         notes.append(f"Margin: {float(config.margin):g} times the clip radius "
                      f"(rho = {threshold:.6g}).")
-    not_covered = ()
     if config.classes is None and covered:
         notes.append("The label set classes_ was selected privately (phase 'labels').")
     elif config.classes is None:
@@ -358,19 +342,17 @@ def _notes(config, threshold, covered, n_problems):
                      "published fewer than 2 labels, so classes_ holds the labels "
                      "observed in y (one user holding a unique label changes it). Pass "
                      "the label set as `classes`.")
-        not_covered = ("classes_",)
     elif isinstance(config.classes, str):
         notes.append("NOT COVERED: the label set classes_ was inferred from y "
                      "(classes='observed') and is released as is (one user holding a "
                      "unique label changes it). Use classes=None (private selection) "
                      "or pass the label set.")
-        not_covered = ("classes_",)
     else:
         notes.append("The label set classes_ is public (given by `classes`).")
     if n_problems > 1:
         notes.append(f"One-vs-rest over {n_problems} classes: each phase releases all "
                      f"{n_problems} binary problems at once.")
-    return tuple(notes), not_covered
+    return tuple(notes), () if covered else ("classes_",)
 
 
 def make_jl_blocks(X, y, index):
@@ -382,9 +364,8 @@ def fit_personal(X, y, index, config, estimator):
     """``personalize``: heads from the users' rows and ``estimator``'s releases (line 6)."""
     y = np.asarray(y)
     executor = LocalExecutor(make_jl_blocks(X, y, index))
-    cold = estimator.cold_start_intercepts_
     heads, intercepts = executor.collect(heads_block, Heads(
-        estimator.embeddings_, estimator.classes_, estimator.cold_start_heads_, cold,
-        cold if config.fit_intercept else np.zeros_like(cold), float(config.personal_ridge),
+        estimator.embeddings_, estimator.classes_, estimator.cold_start_heads_,
+        estimator.cold_start_intercepts_, float(config.personal_ridge),
         bool(config.fit_intercept)))
     return {"heads_": heads, "intercepts_": intercepts}

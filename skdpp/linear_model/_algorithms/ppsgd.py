@@ -260,11 +260,9 @@ def _run(executor, release, randomness, meta, config):
                   "intercept_clip_": intercept_scale, "feature_scales_": scales,
                   "label_range_": labels, "local_only_": False,
                   "own_label_ranges_": executor.collect(own_label_ranges)}
-    released = ()
-    if releases:
-        released = ("coef_",) + (("intercept_",) if config.cold_start else ()) + tuple(
-            f"{name}_" for name in config.auto_names) \
-            + (("intercept_clip_",) if config.cold_start else ())
+    released = (("coef_",) * releases + ("intercept_",) * config.cold_start
+                + tuple(f"{name}_" for name in config.auto_names)
+                + ("intercept_clip_",) * config.cold_start)
     notes = _notes(config, z)
     if config.labelled:
         released += ("feature_scales_",) * scaled + ("label_range_",)

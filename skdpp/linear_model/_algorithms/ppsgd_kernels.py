@@ -61,11 +61,10 @@ class MinibatchStream:
         self.starts = block.offsets[:-1]
         self.batch = self.counts.copy() if batch_size is None \
             else np.minimum(self.counts, int(batch_size))
-        full = self.batch == self.counts
         self.stream = np.arange(block.n_rows, dtype=np.int64)  # canonical order
         self.cursor = np.zeros(block.n_users, dtype=np.int64)
         self.n_pass = np.zeros(block.n_users, dtype=np.int64)
-        self._shuffle(np.flatnonzero(~full))
+        self._shuffle(np.flatnonzero(self.batch != self.counts))  # full: canonical
 
     def _shuffle(self, users):
         """Write pass ``n_pass[users]`` of ``users`` into their part of the stream."""
@@ -89,8 +88,7 @@ class MinibatchStream:
         ends = c + m >= n
         start = np.repeat(self.starts[users], m)
         n_rep = np.repeat(n, m)
-        vpos = np.repeat(c, m) + (np.arange(int(m.sum()), dtype=np.int64)
-                                  - np.repeat(np.cumsum(m) - m, m))
+        vpos = _ranges(c, m)  # virtual positions c_u .. c_u + m_u - 1 (may wrap)
         wrapped = vpos >= n_rep
         positions = self.stream[start + np.where(wrapped, 0, vpos)]
         done = users[ends & (m < n)]
@@ -127,28 +125,26 @@ class BlockState:
         self.stream = None
         self.x_means = self.y_means = self.inv_scale = self.mean_sq = None
         if config.center or config.local_scale:
-            self.x_means, self.y_means, sq = user_moments(block, config.center)
+            x_means, y_means, sq = user_moments(block, config.center)
             self.mean_sq = sq
             if config.center:
-                self.x_means = np.nan_to_num(self.x_means, nan=0.0)
-            else:
-                self.x_means = self.y_means = None
+                self.x_means, self.y_means = np.nan_to_num(x_means, nan=0.0), y_means
             if config.local_scale:
                 with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
                     inv = 1.0 / sq
                 self.inv_scale = np.where(np.isfinite(inv) & (sq > 0), inv, 0.0)
 
 
-def user_moments(block, center, max_rows=DEFAULT_BLOCK_ROWS):
+def user_moments(block, center):
     """``(x_means, y_means, mean_sq_norms)`` of each user over all its rows
     (overflow-free; ``inf`` if centred norms overflow)."""
     d = block.X.shape[1]
     x_means = np.zeros((block.n_users, d))
     y_means = np.zeros(block.n_users)
     sq = np.zeros(block.n_users)
-    for sub in block.split(max_rows):
-        u = slice(sub.first_user - block.first_user,
-                  sub.first_user - block.first_user + sub.n_users)
+    for sub in block.split():
+        lo = sub.first_user - block.first_user
+        u = slice(lo, lo + sub.n_users)
         X, y = gather_rows(sub, None)
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             if center:
@@ -296,8 +292,7 @@ def sgd_round(block, state, broadcast, *, config):
     """One round on one block (broadcast ``(round, w)``; :func:`local_steps`)."""
     round_index, w = broadcast
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if state is None:
-            state = BlockState(block, config)
+        state = _with_state(block, state, config)
         users, positions, m = draw_minibatches(block, state, round_index, config)
         Xb, yb = gather_rows(block, positions)
         if state.x_means is not None:  # per-user centring (the profiled intercept)
@@ -361,12 +356,10 @@ def gradient_norm_statistic(block, state, config):
 
 
 def feature_scale_statistic(block, state, config):
-    """Block function (``"auto"`` ``feature_scale``): users' RMS centred row norms."""
+    """Block function (``"auto"`` ``feature_scale``): users' RMS centred row norms
+    (``mean_sq``: ``feature_scale="auto"`` sets ``local_scale``)."""
     state = _with_state(block, state, config)
-    sq = state.mean_sq  # computed with the state (the same user_moments call)
-    if sq is None:
-        sq = user_moments(block, config.center)[2]
-    return np.sqrt(sq), state
+    return np.sqrt(state.mean_sq), state
 
 
 def offset_values(block, state, config):
@@ -409,8 +402,8 @@ def personal_refit(block, state, prior):
     intercept_scale = None if prior.local_only else prior.intercept_scale
     kappa = float(prior.ridge)
     theta = np.zeros((block.n_users, d))
-    levels = np.zeros(block.n_users)
     sigma2 = np.zeros(block.n_users)
+    n_fixed = int(config.center)  # the profiled intercept's degree of freedom
     per_chunk = max(1, _REFIT_BYTES // (8 * max(d * d, 1)))
     for part in block.split():
         for lo in range(0, part.n_users, per_chunk):
@@ -425,15 +418,16 @@ def personal_refit(block, state, prior):
                 yy = sub.segment_sum(y * y)
                 Aw = A @ w
                 rss_w = np.maximum(yy - 2.0 * r @ w + Aw @ w, 0.0)
-                dof = m - d - (1 if config.center else 0)
+                dof = m - d - n_fixed
                 tau = 1e-10 * np.trace(A, axis1=1, axis2=2) / max(d, 1)
                 rich = dof >= 1
-                s2 = rss_w / np.maximum(m - (1 if config.center else 0), 1.0)
+                n_eff = np.maximum(m - n_fixed, 1.0)
+                s2 = rss_w / n_eff
                 if rich.any():
                     beta = _solve_stack(A[rich] + tau[rich, None, None] * np.eye(d), r[rich])
                     rss = np.maximum(yy[rich] - np.einsum("ij,ij->i", beta, r[rich]), 0.0)
                     s2[rich] = rss / dof[rich]
-                var_y = yy / np.maximum(m - (1 if config.center else 0), 1.0)
+                var_y = yy / n_eff
                 D = np.einsum("nii->ni", A) / m[:, None]  # the user's feature variances
                 penalty = shrinkage_penalty(kappa, d, s2, var_y, D,
                                             float(prior.variance_floor))
@@ -442,11 +436,10 @@ def personal_refit(block, state, prior):
                 t[~np.isfinite(t).all(axis=1)] = 0.0
             theta[u] = t
             sigma2[u] = s2
-            levels[u] = state.y_means[u] if config.center else 0.0
     if not config.center:
         return theta, np.zeros(block.n_users)
+    levels, xm = state.y_means, state.x_means
     with np.errstate(all="ignore"):
-        xm = state.x_means
         if kappa > 0 and intercept_scale is not None:
             s2 = np.where(block.counts >= 2, sigma2, np.nan)
             levels = shrink_levels(levels, block.counts, s2, prior.intercept + xm @ w,
