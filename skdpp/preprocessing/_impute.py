@@ -22,12 +22,6 @@ from ._base import (
 __all__ = ["PrivateSimpleImputer"]
 
 
-def _missing_mask(X, missing_values):
-    if isinstance(missing_values, float) and math.isnan(missing_values):
-        return np.isnan(X)
-    return X == missing_values
-
-
 class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     """Replace missing values by a per-column mean or median released under user-level DP.
 
@@ -122,13 +116,17 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     def _nan_missing(self):
         return isinstance(self.missing_values, float) and math.isnan(self.missing_values)
 
+    def _missing_mask(self, X):
+        return np.isnan(X) if self._nan_missing() else X == self.missing_values
+
     def _validate(self, X, reset):
         finite = "allow-nan" if self._nan_missing() else True
         return validate_data(self, X, dtype=np.float64, reset=reset, copy=not reset,
                              ensure_all_finite=finite)
 
     def _validate_fit_input(self, X):
-        return self._validate(X, reset=True)
+        X = self._validate(X, reset=True)
+        return X, *X.shape
 
     def _plan(self, n_features, share):
         plan = BudgetPlan(self.epsilon, self.delta)
@@ -147,7 +145,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
             fill = 0.0 if self.fill_value is None else float(self.fill_value)
             return ({"statistics_": np.full(d, fill), "n_observed_": None}, (),
                     ("strategy='constant': the fill value is public; nothing is released.",))
-        mask = ~_missing_mask(X, self.missing_values)
+        mask = ~self._missing_mask(X)
         per_user = user_means(X, index, mask) if self.strategy == "mean" \
             else _user_medians(X, mask, index)
         observed = np.isfinite(per_user)
@@ -173,11 +171,8 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         return ({"statistics_": stats, "n_observed_": np.asarray(n_obs, dtype=np.float64)},
                 ("statistics_", "n_observed_"), notes)
 
-    def _prior_attributes(self, attributes):
-        if self.strategy == "constant":
-            return {}
-        stats = attributes.get("statistics_")
-        return {"statistics_": None if stats is None else np.zeros_like(stats)}
+    def _prior_attributes(self, attributes):  # a "clip" phase: not "constant"
+        return {"statistics_": np.zeros_like(attributes["statistics_"])}
 
     def transform(self, X):
         """Replace the missing values of ``X`` by ``statistics_`` (post-processing).
@@ -192,8 +187,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         """
         check_is_fitted(self)
         X = self._validate(X, reset=False)
-        missing = _missing_mask(X, self.missing_values)
-        return np.where(missing, self.statistics_[None, :], X)
+        return np.where(self._missing_mask(X), self.statistics_[None, :], X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
