@@ -91,8 +91,7 @@ def _read_u_item(path):
             np.array(names, dtype=object)[keep])
 
 
-# (ratings file, format name, delimiter, has header, movies file, its reader), in lookup
-# order
+# (ratings file, format, delimiter, header?, movies file, its reader), in lookup order
 _RATING_FILES = (
     ("ratings.csv", "ml-latest", ",", True, "movies.csv", _read_movies_csv),
     ("ratings.dat", "ml-1m/ml-10m", "::", False, "movies.dat", _read_movies_dat),

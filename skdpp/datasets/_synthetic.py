@@ -403,8 +403,8 @@ def make_personalized_margin_classification(
     """
     n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
                                             n_samples_per_user, n_test_samples_per_user)
-    radius = _check_float("radius", radius, 0, np.inf, low_open=True)
-    head_norm = _check_float("head_norm", head_norm, 0, np.inf, low_open=True)
+    radius, head_norm = (_check_float(name, v, 0, np.inf, low_open=True) for name, v in (
+        ("radius", radius), ("head_norm", head_norm)))
     margin = _check_float("margin", margin, 0, radius * head_norm)
     flip_y = _check_float("flip_y", flip_y, 0, 0.5, high_open=False)
     rng = check_random_state(random_state)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..utils._grouped import UserIndex
 from ..utils._random import hash_ids
-from ._executor import _quiet_call, submit_quiet
+from ._executor import _quiet_call, concat_chunks, submit_quiet
 
 __all__ = ["UserBlocks"]
 
@@ -71,20 +71,18 @@ def _labels(raw):
     return np.asarray(raw.labels)
 
 
-def _labels_dtype(raw):
-    return _labels(raw).dtype
+def id_range(users):
+    """``(first, last)`` of sorted unique ``users`` if their kind is ordered, else None."""
+    return (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" else None
 
 
 def _summary(raw):
     """Public-to-the-driver facts of one partition: its size and its id range."""
     out = {"n_rows": raw.n_rows, "n_features": int(raw.X.shape[1]), "id_range": None}
-    if raw.n_rows:
-        try:
-            users = UserIndex.from_groups(raw.groups, raw.n_rows).users
-            if users.dtype.kind in "biufUSmM":
-                out["id_range"] = (users[0], users[-1])
-        except (TypeError, ValueError):
-            pass  # missing ids are reported by the estimator's validation
+    try:
+        out["id_range"] = id_range(UserIndex.from_groups(raw.groups, raw.n_rows).users)
+    except (TypeError, ValueError):
+        pass  # missing ids are reported by the estimator's validation
     return out
 
 
@@ -109,12 +107,13 @@ def _shared_in_bucket(*hashes):
     return int(allh.shape[0] - np.unique(allh).shape[0])
 
 
-def _ranges_disjoint(ranges):
-    """True if the partitions' [min, max] id ranges are pairwise disjoint."""
-    live = [r for r in ranges if r is not None]
+def ranges_disjoint(ranges):
+    """True if the partitions' [min, max] id ranges are all known and pairwise disjoint."""
+    if any(r is None for r in ranges):
+        return False
     try:
-        live.sort(key=lambda r: r[0])
-        return all(a[1] < b[0] for a, b in zip(live[:-1], live[1:]))
+        ranges = sorted(ranges, key=lambda r: r[0])
+        return all(a[1] < b[0] for a, b in zip(ranges[:-1], ranges[1:]))
     except TypeError:  # ids of different types in different partitions
         return False
 
@@ -323,7 +322,7 @@ class UserBlocks:
         hashed ids compared bucket by bucket on the workers)."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
-        if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):
+        if len(live) <= 1 or ranges_disjoint(ranges):
             self._users_disjoint = True
             return
         shared = self._count_shared_users(live)
@@ -352,14 +351,8 @@ class UserBlocks:
         """The row labels as a dask array aligned with
         :func:`~skdpp.distributed.predict_distributed`'s (input row numbers for
         :meth:`from_arrays`)."""
-        import dask
-        import dask.array as da
-
-        dtypes = self.client.gather([submit_quiet(self.client, _labels_dtype, f)
-                                     for f in self.partitions])
-        return da.concatenate([
-            da.from_delayed(dask.delayed(_quiet_call)(_labels, f), shape=(n,), dtype=dtype)
-            for f, n, dtype in zip(self.partitions, self._n_rows, dtypes)])
+        return concat_chunks(self.client, [submit_quiet(self.client, _labels, f)
+                                           for f in self.partitions])
 
     def _live_partitions(self):
         """Indices of the partitions holding rows."""

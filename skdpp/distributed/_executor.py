@@ -72,6 +72,17 @@ def _spec(value):
     return (value.shape, value.dtype)
 
 
+def concat_chunks(client, futures):
+    """A dask array of the arrays ``futures`` hold, one chunk each (their shapes and
+    dtypes read on the workers)."""
+    import dask
+    import dask.array as da
+
+    specs = client.gather([submit_quiet(client, _spec, f) for f in futures])
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=shape, dtype=dtype)
+                           for f, (shape, dtype) in zip(futures, specs)])
+
+
 def _leaf(value, path):
     return functools.reduce(operator.getitem, path, value)
 

@@ -13,8 +13,8 @@ import numpy as np
 from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..utils._grouped import UserIndex, check_id_kinds, id_kinds
 from ..utils._random import FitRandomness
-from ._blocks import UserBlocks, _get_client
-from ._executor import DaskExecutor, _quiet_call, _spec
+from ._blocks import UserBlocks, _get_client, id_range, ranges_disjoint
+from ._executor import DaskExecutor, concat_chunks
 from ._executor import submit_quiet as _submit
 
 __all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
@@ -60,9 +60,7 @@ def _validate_partition(estimator, raw):
     vocabulary = estimator._partition_vocabulary(data) \
         if hasattr(estimator, "_partition_vocabulary") else None
     users = np.asarray(data.attributes.get("user_ids_", []))
-    id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
-        else None
-    summary = {"id_range": id_range, "vocabulary": vocabulary,
+    summary = {"id_range": id_range(users), "vocabulary": vocabulary,
                "id_kinds": id_kinds(users) if users.size else frozenset(),
                "warnings": [(w.category, str(w.message)) for w in caught]}
     return _Validated(data, summary)
@@ -342,15 +340,8 @@ class DistributedPersonalParts:
     def to_dask(self, name):
         """The personal attribute ``name`` as a dask array, one chunk per partition
         (rows in partition order: ``to_dask("user_ids_")`` gives their ids)."""
-        import dask
-        import dask.array as da
-
-        specs = self.client.gather([_submit(self.client, _leaf_spec, f, name)
-                                    for f in self.parts])
-        return da.concatenate([
-            da.from_delayed(dask.delayed(_quiet_call)(operator.getitem, f, name),
-                           shape=shape, dtype=dtype)
-            for f, (shape, dtype) in zip(self.parts, specs)])
+        return concat_chunks(self.client, [_submit(self.client, operator.getitem, f, name)
+                                           for f in self.parts])
 
     def release(self):
         """Free the personal parts on the workers."""
@@ -373,11 +364,6 @@ def _merge_by_id(parts, names):
         else:
             out[name] = np.concatenate([np.asarray(v) for v in values])[order]
     return out
-
-
-def _leaf_spec(parts, name):
-    value = np.asarray(parts[name])
-    return value.shape, value.dtype
 
 
 # Prediction
@@ -413,15 +399,6 @@ def _empty_like_series(series):
     return series.iloc[:0]
 
 
-def _ranges_overlap(a, b):
-    if a is None or b is None:
-        return True
-    try:
-        return not (a[1] < b[0] or b[1] < a[0])
-    except TypeError:
-        return True
-
-
 def predict_distributed(estimator, blocks, *, client=None):
     """Predict every row of ``blocks`` with each user's personal part, on the workers.
 
@@ -446,8 +423,6 @@ def predict_distributed(estimator, blocks, *, client=None):
         DataFrame, or an array with one chunk per partition aligned with
         ``blocks.row_labels()``.
     """
-    import dask
-    import dask.array as da
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(estimator)
@@ -470,7 +445,7 @@ def predict_distributed(estimator, blocks, *, client=None):
             selected = [parts.parts[q]]
         else:
             overlap = [p for p in range(parts.n_partitions)
-                       if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
+                       if not ranges_disjoint([parts._id_ranges[p], blocks._id_ranges[q]])]
             selected = [_submit(client, _select, parts.parts[p], raw) for p in overlap or [0]]
         futures.append(_submit(client, _predict_partition, light, raw, names,
                                blocks.from_dataframe, *selected, pure=False))
@@ -482,7 +457,4 @@ def predict_distributed(estimator, blocks, *, client=None):
         meta = _submit(client, _empty_like_series, preds[0]).result()
         return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
                                verify_meta=False)
-    dtype = np.result_type(*[dt for _, dt in client.gather([_submit(client, _spec, f)
-                                                            for f in preds])])
-    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
-                           for f, n in zip(preds, blocks._n_rows)])
+    return concat_chunks(client, preds)

@@ -141,20 +141,17 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
     def _columns(self, X, reset):
         """The validated columns of ``X`` (a list of 1-D arrays) and its number of rows."""
         frame = hasattr(X, "iloc") and hasattr(X, "dtypes")
-        if frame:
-            kinds = ["number" if dt.kind in "biuf" else "str" for dt in X.dtypes]
         Xv = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=reset)
-        if not frame:
-            kinds = ["number" if Xv.dtype.kind in "biuf" else "str"] * Xv.shape[1]
+        dtypes = X.dtypes if frame else [Xv.dtype] * Xv.shape[1]
+        kinds = ["number" if dt.kind in "biuf" else "str" for dt in dtypes]
         if reset:
             self._kinds = kinds
         elif not frame:  # an ndarray after a fit on a frame: the fitted kinds rule
             kinds = self._kinds
         columns = []
         for j, kind in enumerate(kinds):
-            col = X.iloc[:, j].to_numpy() if frame else Xv[:, j]
+            col = np.asarray(X.iloc[:, j].to_numpy() if frame else Xv[:, j])
             if kind == "number":
-                col = np.asarray(col)
                 if col.dtype.kind not in "biuf":
                     col = col.astype(np.float64)
                 if col.dtype.kind == "f" and not np.isfinite(col).all():
@@ -164,7 +161,7 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
                         f"{type(self).__name__}). Impute first, or pass the column as "
                         f"strings (then 'nan' is a category).")
             else:
-                col = np.asarray(col).astype(str)
+                col = col.astype(str)
             columns.append(col)
         return columns, Xv.shape[0]
 
