@@ -29,20 +29,15 @@ class RawPartition:
         return f"RawPartition(n_rows={self.n_rows})"
 
 
-def _as_ids(groups):
-    groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
-    if groups.ndim != 1:
-        raise ValueError(f"groups must be 1-D (one user id per row), got shape {groups.shape}.")
-    return groups
-
-
 def _raw_from_arrays(X, y, groups, labels=None):
     """A :class:`RawPartition` from array-likes (pandas objects converted)."""
     X = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
     if X.ndim == 1:
         X = X[:, None]
     y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
-    groups = _as_ids(groups)
+    groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
+    if groups.ndim != 1:
+        raise ValueError(f"groups must be 1-D (one user id per row), got shape {groups.shape}.")
     if not X.shape[0] == y.shape[0] == groups.shape[0]:
         raise ValueError(
             f"X, y and groups must have the same number of rows; got {X.shape[0]}, "
@@ -121,9 +116,8 @@ def ranges_disjoint(ranges):
 class UserBlocks:
     """Rows of whole users, partitioned by user and persisted on a Dask cluster.
 
-    Build it with :meth:`from_dask_dataframe`, :meth:`from_arrays` or
-    :meth:`from_delayed`; pass it to :func:`~skdpp.distributed.fit_distributed`
-    and :func:`~skdpp.distributed.predict_distributed`.
+    Built by :meth:`from_dask_dataframe`, :meth:`from_arrays` or :meth:`from_delayed`
+    for :func:`~skdpp.distributed.fit_distributed` and ``predict_distributed``.
 
     Attributes
     ----------
@@ -161,18 +155,15 @@ class UserBlocks:
 
     @classmethod
     def from_arrays(cls, X, y, groups, *, n_partitions, client=None):
-        """Partition in-memory arrays by user and scatter them to the workers.
-
-        Users (sorted by id) are cut into ``n_partitions`` ranges of about
-        equal numbers of rows.
+        """Partition in-memory arrays by user (ranges of sorted ids, about equal
+        numbers of rows) and scatter them to the workers.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
         groups : array-like of shape (n_samples,)
-            User id of each row (required: pass ``np.arange(n_samples)`` to
-            make every row its own user).
+            User id of each row (required; ``np.arange(n_samples)``: row-level).
         n_partitions : int
             Number of partitions (at most the number of users).
         client : distributed.Client, default=None
@@ -181,7 +172,7 @@ class UserBlocks:
         Returns
         -------
         blocks : UserBlocks
-            Row labels (:meth:`row_labels`) are the row numbers.
+            Row labels (:meth:`row_labels`): the row numbers.
         """
         client = _get_client(client)
         if groups is None:
@@ -261,8 +252,7 @@ class UserBlocks:
         Raises
         ------
         ValueError
-            If ``shuffle=False`` and a user has rows in more than one
-            partition.
+            If ``shuffle=False`` and a user has rows in more than one partition.
         """
         client = _get_client(client)
         in_index = ddf.index.name == groups and groups not in ddf.columns

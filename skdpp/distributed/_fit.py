@@ -133,7 +133,13 @@ def _reemit(warning_lists):
 
 
 def _personal_chunks(client, array, users_per_partition):
-    """Futures of the per-partition chunks of a collected dask array."""
+    """Futures of the per-partition chunks of a per-user value (a collected dask array,
+    or an array the core computed in this process: each partition gets its users)."""
+    import dask.array as da
+
+    if not isinstance(array, da.Array):
+        cuts = np.cumsum(users_per_partition)[:-1]
+        return client.scatter(np.split(np.asarray(array), cuts), hash=False)
     if tuple(array.chunks[0]) != tuple(users_per_partition):
         array = array.rechunk({0: tuple(users_per_partition)})
     if array.ndim > 1 and any(len(c) > 1 for c in array.chunks[1:]):
@@ -274,14 +280,7 @@ def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_na
         raise TypeError(
             f"{type(estimator).__name__}: the fit collected per-user values {stray} that "
             f"are not listed in _personal_attributes; list them there.")
-    chunks = []
-    for name in names:
-        value = fitted[name]
-        if isinstance(value, da.Array):
-            chunks.append(_personal_chunks(client, value, users))
-        else:  # the core computed it in this process: send each partition its users
-            chunks.append(client.scatter(np.split(np.asarray(value), np.cumsum(users)[:-1]),
-                                         hash=False))
+    chunks = [_personal_chunks(client, fitted[name], users) for name in names]
     setter, empties = None, {}
     if type(estimator)._set_fitted_attributes \
             is not BasePersonalizedEstimator._set_fitted_attributes:
@@ -419,9 +418,8 @@ def predict_distributed(estimator, blocks, *, client=None):
     Returns
     -------
     y_pred : dask.dataframe.Series or dask.array.Array
-        One prediction per row: a Series indexed like the source dask
-        DataFrame, or an array with one chunk per partition aligned with
-        ``blocks.row_labels()``.
+        One prediction per row: a Series indexed like the source dask DataFrame, or an
+        array with one chunk per partition aligned with ``blocks.row_labels()``.
     """
     from sklearn.utils.validation import check_is_fitted
 

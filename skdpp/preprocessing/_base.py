@@ -161,12 +161,11 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
     Notes
     -----
     **Guarantee** (every private transformer): ``(epsilon, delta)``-DP under
-    replace-one-user (all rows sharing a ``groups`` value; ``groups=None``:
-    row-level) for every fitted attribute; ``n_users`` is public, nothing is
-    kept per user, ``transform`` is post-processing. ``budget_shares``: shares
-    by phase name; ``"clip"`` (the private searches) defaults to ``"auto"``
-    (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split
-    the rest.
+    replace-one-user (all rows sharing a ``groups`` value; ``groups=None``: row-level)
+    for every fitted attribute; ``n_users`` is public, nothing is kept per user,
+    ``transform`` is post-processing. ``budget_shares``: shares by phase name;
+    ``"clip"`` (the private searches) defaults to ``"auto"``
+    (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split the rest.
     """
 
     _parameter_constraints: dict = {

@@ -67,15 +67,14 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`
-    (every release Gaussian: exact μ-GDP). Per feature, ``mean_`` is the DP
-    location (:func:`~skdpp.preprocessing._base.scale_free_location`) of the
-    users' means and ``var_`` that of their mean squared deviations from
-    ``mean_``: means over users, not rows. Phases: ``"clip"`` (noisy
-    bisections, 36 counts of sensitivity 1 per location), ``"location"`` and
-    ``"scale"`` (one clipped Gaussian sum per feature, sensitivity ``2 R_j``;
-    the rest of the budget split equally). Non-finite ``X`` is rejected
-    (impute first). Details: :ref:`preprocessing_statistics`.
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer` (every release
+    Gaussian: exact μ-GDP). Per feature, ``mean_`` is the DP location
+    (:func:`~skdpp.preprocessing._base.scale_free_location`) of the users' means and
+    ``var_`` that of their mean squared deviations from ``mean_``: means over users, not
+    rows. Phases: ``"clip"`` (noisy bisections, 36 counts of sensitivity 1 per
+    location), ``"location"`` and ``"scale"`` (one clipped Gaussian sum per feature,
+    sensitivity ``2 R_j``; the rest of the budget split equally). Non-finite ``X`` is
+    rejected (impute first). Details: :ref:`preprocessing_statistics`.
 
     Examples
     --------

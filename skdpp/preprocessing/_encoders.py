@@ -28,10 +28,9 @@ INFREQUENT = "infrequent_sklearn"
 class PrivateOneHotEncoder(BasePrivateTransformer):
     """Encode categorical columns as one-hot columns; categories selected under user-level DP.
 
-    The user-level private :class:`sklearn.preprocessing.OneHotEncoder`:
-    each column's categories are chosen by private partition selection, never
-    publishing a rare category of one user. Read more in the :ref:`User Guide
-    <preprocessing>`.
+    The user-level private :class:`sklearn.preprocessing.OneHotEncoder`: each column's
+    categories are chosen by private partition selection, never publishing a rare
+    category of one user. Read more in the :ref:`User Guide <preprocessing>`.
 
     Parameters
     ----------
@@ -78,14 +77,13 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
 
     Notes
     -----
-    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`.
-    One partition selection over the (column, category) candidates of every
-    ``"auto"`` column (:meth:`skdpp.privacy.Releaser.select_partitions`): a
-    user creates at most ``L = max_categories_per_user * n_columns``
-    candidates, so the count vector has L2 sensitivity ``sqrt(2 L)``; a count
-    with noise ``sigma = z sqrt(2 L)`` is kept iff above ``1 + sigma
-    Phi^-1(1 - delta_t / L)``, so a category of the replaced user only is
-    published with probability at most ``delta_t = 0.25 delta``.
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`. One partition
+    selection over the (column, category) candidates of every ``"auto"`` column
+    (:meth:`skdpp.privacy.Releaser.select_partitions`): a user creates at most ``L =
+    max_categories_per_user * n_columns`` candidates, so the count vector has L2
+    sensitivity ``sqrt(2 L)``; a count with noise ``sigma = z sqrt(2 L)`` is kept iff
+    above ``1 + sigma Phi^-1(1 - delta_t / L)``, so a category of the replaced user only
+    is published with probability at most ``delta_t = 0.25 delta``.
 
     A column's kind follows its dtype: numeric categories must be finite,
     others are compared as strings. Not supported: ``drop``,

@@ -25,11 +25,10 @@ __all__ = ["PrivateSimpleImputer"]
 class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     """Replace missing values by a per-column mean or median released under user-level DP.
 
-    The user-level private :class:`sklearn.impute.SimpleImputer` for numeric
-    data: a column's fill value is the DP location (``"mean"``) or median
-    (``"median"``), over the users with an observation, of each user's mean
-    (or median) of its observed values. Read more in the :ref:`User Guide
-    <preprocessing>`.
+    The user-level private :class:`sklearn.impute.SimpleImputer` for numeric data: a
+    column's fill value is the DP location (``"mean"``) or median (``"median"``), over
+    the users with an observation, of each user's mean (or median) of its observed
+    values. Read more in the :ref:`User Guide <preprocessing>`.
 
     Parameters
     ----------
