@@ -274,10 +274,8 @@ class UserBlocks:
         do_shuffle = shuffle is True or (shuffle == "auto" and not sorted_by_user)
         divisions = None
         if do_shuffle:
-            if in_index:
-                ddf = ddf.reset_index()
-                in_index = False
-            ddf = ddf.shuffle(on=groups)
+            ddf = (ddf.reset_index() if in_index else ddf).shuffle(on=groups)
+            in_index = False
         elif ddf.known_divisions:
             divisions = tuple(ddf.divisions)
         import dask
@@ -312,10 +310,8 @@ class UserBlocks:
         hashed ids compared bucket by bucket on the workers)."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
-        if len(live) <= 1 or ranges_disjoint(ranges):
-            self._users_disjoint = True
-            return
-        shared = self._count_shared_users(live)
+        shared = 0 if len(live) <= 1 or ranges_disjoint(ranges) \
+            else self._count_shared_users(live)
         if shared:
             raise ValueError(
                 f"{shared} user(s) have rows in more than one partition. Every user's "
