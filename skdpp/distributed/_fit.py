@@ -41,9 +41,11 @@ class _KeyOnly:
                            "worker (its draws must not depend on the partitioning).")
 
 
-# One partition (on a worker) after validation, and with its blocks.
+# One partition (on a worker) after validation, and with its blocks; their summaries
+# (public metadata) are what the driver gathers.
 _Validated = namedtuple("_Validated", "data summary")
 _Prepared = namedtuple("_Prepared", "blocks attributes summary")
+_SUMMARY = operator.attrgetter("summary")
 
 
 def _per_user_names(estimator):
@@ -120,10 +122,6 @@ def _combine_partitions(estimator, metas, attributes):
             out[key] = values[0]
         combined.append(out)
     return combined[0], combined[1]
-
-
-def _summary(prepared):
-    return prepared.summary
 
 
 def _reemit(warning_lists):
@@ -218,7 +216,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         validated = [_submit(client, _validate_partition, estimator, blocks.partitions[i],
                              key=f"skdpp-validate-{i}-{uuid.uuid4().hex}")
                      for i in live]
-        checked = client.gather([_submit(client, _summary, f) for f in validated])
+        checked = client.gather([_submit(client, _SUMMARY, f) for f in validated])
         # The ids' input domain over all partitions, as fit checks it on all rows.
         check_id_kinds(frozenset().union(*(s["id_kinds"] for s in checked)))
         if not blocks._users_disjoint:  # built without the constructors' check
@@ -230,7 +228,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         prepared = [_submit(client, _prepare_partition, estimator, f, vocabulary,
                             worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
                     for i, f in zip(live, validated)]
-        summaries = client.gather([_submit(client, _summary, f) for f in prepared])
+        summaries = client.gather([_submit(client, _SUMMARY, f) for f in prepared])
         for f in validated:
             f.release()
         meta, attributes = _combine_partitions(
@@ -394,10 +392,6 @@ def _predict_partition(estimator, raw, names, as_series, *selected):
     return pred, [(w.category, str(w.message)) for w in caught]
 
 
-def _empty_like_series(series):
-    return series.iloc[:0]
-
-
 def predict_distributed(estimator, blocks, *, client=None):
     """Predict every row of ``blocks`` with each user's personal part, on the workers.
 
@@ -452,7 +446,7 @@ def predict_distributed(estimator, blocks, *, client=None):
     if blocks.from_dataframe:
         import dask.dataframe as dd
 
-        meta = _submit(client, _empty_like_series, preds[0]).result()
+        meta = _submit(client, operator.methodcaller("head", 0), preds[0]).result()
         return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
                                verify_meta=False)
     return concat_chunks(client, preds)
