@@ -189,7 +189,8 @@ def load_movielens(path):
         format=fmt, ratings_file=str(ratings_file))
     movies_file = ratings_file.parent / movies_file
     if movies_file.is_file():
-        data.movie_ids, data.titles, data.genres, data.genre_names = read_movies(movies_file)
+        movies = read_movies(movies_file)
+        data.movie_ids, data.titles, data.genres, data.genre_names = movies
         data.years = _release_years(data.titles)
     return data
 

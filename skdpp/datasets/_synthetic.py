@@ -41,8 +41,8 @@ def _check_float(name, value, low, high, *, low_open=False, high_open=True):
 
 def _check_sizes(n_users, n_features, n_components, m, m_test):
     n_users, d, k, m = (_check_int(name, v, 1) for name, v in (
-        ("n_users", n_users), ("n_features", n_features), ("n_components", n_components),
-        ("n_samples_per_user", m)))
+        ("n_users", n_users), ("n_features", n_features),
+        ("n_components", n_components), ("n_samples_per_user", m)))
     if k > d:
         raise ValueError(f"`n_components` must be <= n_features={d}; got {k}. Lower "
                          "n_components.")
@@ -115,9 +115,9 @@ def make_shared_representation_regression(
     X, y, groups : ndarray of shapes (n_rows, n_features), (n_rows,), (n_rows,)
         ``n_rows = n_users * n_samples_per_user``.
     info : Bunch
-        ``U`` (d, k) ``U*``, the Q factor of a Gaussian matrix (App. B.4); ``V`` (n_users,
-        k) heads ``v_i*``; ``coef`` (n_users, d) ``U* v_i*``; ``noise`` (the Bayes risk is
-        ``noise ** 2``); test rows.
+        ``U`` (d, k) ``U*``, the Q factor of a Gaussian matrix (App. B.4); ``V``
+        (n_users, k) heads ``v_i*``; ``coef`` (n_users, d) ``U* v_i*``; ``noise`` (the
+        Bayes risk is ``noise ** 2``); test rows.
 
     References
     ----------
@@ -233,19 +233,21 @@ def make_additive_personalized_regression(
         ("n_test_samples_per_user", n_test_samples_per_user, 0)))
     if p > d:
         raise ValueError(f"`n_personal_features` must be <= n_features={d}; got {p}.")
-    personal_scale, global_scale, noise = (_check_float(name, v, 0, np.inf) for name, v in (
-        ("personal_scale", personal_scale), ("global_scale", global_scale),
-        ("noise", noise)))
+    personal_scale, global_scale, noise = (
+        _check_float(name, v, 0, np.inf) for name, v in (
+            ("personal_scale", personal_scale), ("global_scale", global_scale),
+            ("noise", noise)))
     rng = check_random_state(random_state)
     w = global_scale * rng.standard_normal(d)
     theta = np.zeros((n_users, d))
     theta[:, d - p:] = personal_scale * rng.standard_normal((n_users, p))
     coef = w + theta
     variances = 1.0 / np.arange(1, d + 1)
+    std = np.sqrt(variances)
 
     def draw(m_rows):
         return _regression_rows(
-            rng, n_users, m_rows, lambda n: rng.standard_normal((n, d)) * np.sqrt(variances),
+            rng, n_users, m_rows, lambda n: rng.standard_normal((n, d)) * std,
             lambda X, groups: np.einsum("ij,ij->i", X, coef[groups]), noise)
 
     X, y, groups = draw(m)
@@ -316,8 +318,9 @@ def make_skewed_ratings(
     """
     n_users, n_items, d = (_check_int(name, v, 1) for name, v in (
         ("n_users", n_users), ("n_items", n_items), ("n_components", n_components)))
-    power, mean_items = (_check_float(name, v, 0, np.inf, low_open=True) for name, v in (
-        ("power", power), ("mean_items_per_user", mean_items_per_user)))
+    power, mean_items = (_check_float(name, v, 0, np.inf, low_open=True)
+                         for name, v in (("power", power),
+                                         ("mean_items_per_user", mean_items_per_user)))
     noise = _check_float("noise", noise, 0, np.inf)
     test_size = _check_float("test_size", test_size, 0, 1)
     rng = check_random_state(random_state)
@@ -403,8 +406,8 @@ def make_personalized_margin_classification(
     """
     n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
                                             n_samples_per_user, n_test_samples_per_user)
-    radius, head_norm = (_check_float(name, v, 0, np.inf, low_open=True) for name, v in (
-        ("radius", radius), ("head_norm", head_norm)))
+    radius, head_norm = (_check_float(name, v, 0, np.inf, low_open=True)
+                         for name, v in (("radius", radius), ("head_norm", head_norm)))
     margin = _check_float("margin", margin, 0, radius * head_norm)
     flip_y = _check_float("flip_y", flip_y, 0, 0.5, high_open=False)
     rng = check_random_state(random_state)

@@ -153,8 +153,8 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
 
     ``fit`` (entry points under :func:`skdpp.base.quiet_numerics`): validate,
     plan, release through one :class:`~skdpp.privacy.Releaser`, report, set
-    attributes. Subclasses implement ``_validate_fit_input(X) -> (data,
-    n_samples, n_features)``, ``_plan(n_features, clip_share)`` (or ``_budget_plan(meta)``),
+    attributes. Subclasses implement ``_validate_fit_input(X) -> (data, n_samples,
+    n_features)``, ``_plan(n_features, clip_share)`` (or ``_budget_plan(meta)``),
     ``_fit_core(data, index, release, n_users)`` returning ``(attributes,
     released, notes)``, and ``transform``.
 

@@ -137,7 +137,7 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         self.random_state = random_state
 
     def _columns(self, X, reset):
-        """The validated columns of ``X`` (a list of 1-D arrays) and its number of rows."""
+        """The validated columns of ``X`` (a list of 1-D arrays) and its row count."""
         frame = hasattr(X, "iloc") and hasattr(X, "dtypes")
         Xv = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=reset)
         dtypes = X.dtypes if frame else [Xv.dtype] * Xv.shape[1]
@@ -216,14 +216,15 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         return {"categories_": cats}, ("categories_",), notes
 
     def _capped_counts(self, col, index):
-        """``(labels, counts)`` of one column's categories (users counted, capped per user)."""
+        """``(labels, counts)`` of one column's categories (user counts, capped)."""
         rows, tokens = self._tokens(col)
         if rows.shape[0] == 0:
             return col[:0], np.empty(0)
         pairs = UserIndex.from_groups(index.codes[rows], rows.shape[0])
         blocks = make_blocks(np.empty((rows.shape[0], 0)), tokens, pairs,
                              row_keys=np.zeros(rows.shape[0], dtype=np.uint64))
-        found = LocalExecutor(blocks).map(label_counts_block, int(self.max_categories_per_user))
+        cap = int(self.max_categories_per_user)
+        found = LocalExecutor(blocks).map(label_counts_block, cap)
         return found.labels, found.counts
 
     def transform(self, X):

@@ -159,12 +159,11 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
                                                   mean_phase="mean")
             else:
                 stats[j] = scale_free_median(release, per_user[:, j], n_users=n_ref[j])
-        what = "mean" if self.strategy == "mean" else "median"
-        notes = (
-            f"Each user contributes one value per column: the {what} of its observed "
-            f"values; users without an observation contribute nothing. The number of users "
-            f"with an observation is released per column (phase 'counts', sensitivity "
-            f"sqrt(n_features)).",
+        notes = (  # strategy is "mean" or "median" here
+            f"Each user contributes one value per column: the {self.strategy} of its "
+            f"observed values; users without an observation contribute nothing. The "
+            f"number of users with an observation is released per column (phase "
+            f"'counts', sensitivity sqrt(n_features)).",
             "Every column is kept (an empty column would otherwise be published as such).",
         )
         return ({"statistics_": stats, "n_observed_": np.asarray(n_obs, dtype=np.float64)},
