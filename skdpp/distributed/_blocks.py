@@ -37,7 +37,8 @@ def _raw_from_arrays(X, y, groups, labels=None):
     y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
     groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
     if groups.ndim != 1:
-        raise ValueError(f"groups must be 1-D (one user id per row), got shape {groups.shape}.")
+        raise ValueError(f"groups must be 1-D (one user id per row), got shape "
+                         f"{groups.shape}.")
     if not X.shape[0] == y.shape[0] == groups.shape[0]:
         raise ValueError(
             f"X, y and groups must have the same number of rows; got {X.shape[0]}, "
@@ -67,8 +68,9 @@ def _labels(raw):
 
 
 def id_range(users):
-    """``(first, last)`` of sorted unique ``users`` if their kind is ordered, else None."""
-    return (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" else None
+    """``(first, last)`` of the sorted unique ``users`` if their kind is ordered."""
+    ordered = users.size and users.dtype.kind in "biufUSmM"
+    return (users[0], users[-1]) if ordered else None
 
 
 def _summary(raw):
@@ -83,12 +85,10 @@ def _summary(raw):
 
 def _hash_buckets(raw, n_buckets):
     """Sorted unique hashes of the partition's user ids, split into buckets."""
-    if raw.n_rows == 0:
-        return [np.zeros(0, dtype=np.uint64)] * n_buckets
     try:
         users = UserIndex.from_groups(raw.groups, raw.n_rows).users
-    except ValueError:
-        return [np.zeros(0, dtype=np.uint64)] * n_buckets  # the fit reports missing ids
+    except ValueError:  # missing ids: the fit reports them
+        users = np.zeros(0, dtype=np.int64)
     h = np.unique(hash_ids(users))
     bucket = (h % np.uint64(n_buckets)).astype(np.int64)
     order = np.argsort(bucket, kind="stable")
@@ -103,7 +103,7 @@ def _shared_in_bucket(*hashes):
 
 
 def ranges_disjoint(ranges):
-    """True if the partitions' [min, max] id ranges are all known and pairwise disjoint."""
+    """True if the partitions' [min, max] id ranges are known and pairwise disjoint."""
     if any(r is None for r in ranges):
         return False
     try:

@@ -337,8 +337,8 @@ class DistributedPersonalParts:
     def to_dask(self, name):
         """The personal attribute ``name`` as a dask array, one chunk per partition
         (rows in partition order: ``to_dask("user_ids_")`` gives their ids)."""
-        return concat_chunks(self.client, [_submit(self.client, operator.getitem, f, name)
-                                           for f in self.parts])
+        return concat_chunks(self.client, [
+            _submit(self.client, operator.getitem, f, name) for f in self.parts])
 
     def release(self):
         """Free the personal parts on the workers."""
@@ -436,8 +436,9 @@ def predict_distributed(estimator, blocks, *, client=None):
         elif same:
             selected = [parts.parts[q]]
         else:
+            wanted = blocks._id_ranges[q]
             overlap = [p for p in range(parts.n_partitions)
-                       if not ranges_disjoint([parts._id_ranges[p], blocks._id_ranges[q]])]
+                       if not ranges_disjoint([parts._id_ranges[p], wanted])]
             selected = [_submit(client, _select, parts.parts[p], raw) for p in overlap or [0]]
         futures.append(_submit(client, _predict_partition, light, raw, names,
                                blocks.from_dataframe, *selected, pure=False))
