@@ -99,29 +99,26 @@ def _same_value(a, b):
         return False
 
 
-def _combine_partitions(estimator, metas, attributes):
-    """The public metadata and validation attributes of all partitions together:
-    ``n_users`` (``n_users_``) summed; every other value is public or merged, so a
-    difference between partitions is a defect of the estimator's validation."""
-    combined = []
-    for dicts in (metas, attributes):
-        out = {}
-        for key in dicts[0]:
-            values = [d.get(key) for d in dicts]
-            if key in ("n_users", "n_users_"):
-                out[key] = int(sum(values))
-                continue
-            if not all(_same_value(values[0], v) for v in values[1:]):
-                raise RuntimeError(
-                    f"{type(estimator).__name__}: validation derived {key!r} from each "
-                    f"partition's rows without merging it, so a distributed fit would "
-                    f"differ from fit: a bug of the estimator's validation (declare its "
-                    f"vocabulary with _partition_vocabulary / _merge_vocabularies / "
-                    f"_apply_vocabulary, or its per-user attribute in "
-                    f"_per_user_data_attributes); fit in-process meanwhile.")
-            out[key] = values[0]
-        combined.append(out)
-    return combined[0], combined[1]
+def _combine_partitions(estimator, dicts):
+    """The partitions' public metadata (or validation attributes) together: ``n_users``
+    (``n_users_``) summed; every other value is public or merged, so a difference
+    between partitions is a defect of the estimator's validation."""
+    out = {}
+    for key in dicts[0]:
+        values = [d.get(key) for d in dicts]
+        if key in ("n_users", "n_users_"):
+            out[key] = int(sum(values))
+            continue
+        if not all(_same_value(values[0], v) for v in values[1:]):
+            raise RuntimeError(
+                f"{type(estimator).__name__}: validation derived {key!r} from each "
+                f"partition's rows without merging it, so a distributed fit would "
+                f"differ from fit: a bug of the estimator's validation (declare its "
+                f"vocabulary with _partition_vocabulary / _merge_vocabularies / "
+                f"_apply_vocabulary, or its per-user attribute in "
+                f"_per_user_data_attributes); fit in-process meanwhile.")
+        out[key] = values[0]
+    return out
 
 
 def _reemit(warning_lists):
@@ -231,8 +228,8 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         summaries = client.gather([_submit(client, _SUMMARY, f) for f in prepared])
         for f in validated:
             f.release()
-        meta, attributes = _combine_partitions(
-            estimator, [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
+        meta, attributes = (_combine_partitions(estimator, [s[part] for s in summaries])
+                            for part in ("meta", "attributes"))
         # as in ``fit``: validation's warnings, then the delta warning
         _reemit([s["warnings"] for s in checked])
         estimator._check_delta(meta["n_users"])
