@@ -10,12 +10,6 @@ from sklearn.utils import Bunch
 
 __all__ = ["load_movielens"]
 
-# (ratings file name, format name, delimiter, has header), in lookup order
-_RATING_FILES = (
-    ("ratings.csv", "ml-latest", ",", True),
-    ("ratings.dat", "ml-1m/ml-10m", "::", False),
-    ("u.data", "ml-100k", "\t", False),
-)
 _NO_GENRE = "(no genres listed)"
 
 
@@ -79,8 +73,9 @@ def _read_movies_dat(path):
     return _movies(rows, [r[2].strip().split("|") for r in rows])
 
 
-def _read_u_item(path, genre_path):
+def _read_u_item(path):
     rows = _lines(path, "|")
+    genre_path = path.parent / "u.genre"
     flags = np.array([[int(v) for v in r[5:]] for r in rows], dtype=np.int64)
     if genre_path.is_file():
         pairs = _lines(genre_path, "|")
@@ -94,6 +89,14 @@ def _read_u_item(path, genre_path):
     return (np.array([int(r[0]) for r in rows], dtype=np.int64),
             np.array([r[1] for r in rows], dtype=object), flags[:, keep].astype(bool),
             np.array(names, dtype=object)[keep])
+
+
+# (ratings file, format, delimiter, header?, movies file, its reader), in lookup order
+_RATING_FILES = (
+    ("ratings.csv", "ml-latest", ",", True, "movies.csv", _read_movies_csv),
+    ("ratings.dat", "ml-1m/ml-10m", "::", False, "movies.dat", _read_movies_dat),
+    ("u.data", "ml-100k", "\t", False, "u.item", _read_u_item),
+)
 
 
 def load_movielens(path):
@@ -177,22 +180,16 @@ def load_movielens(path):
             raise ValueError(
                 f"Unrecognised ratings file {suffix!r}; expected ratings.csv, ratings.dat or "
                 "u.data (or a .csv/.dat/.data file in those formats).")
-    _, fmt, delim, header = match[0]
+    _, fmt, delim, header, movies_file, read_movies = match[0]
     user_ids, item_ids, ratings, timestamps = _read_ratings(ratings_file, delim, header)
     data = Bunch(
         user_ids=user_ids, item_ids=item_ids, ratings=ratings, timestamps=timestamps,
         X=item_ids[:, None], y=ratings, groups=user_ids,
         n_users=int(np.unique(user_ids).shape[0]), n_items=int(np.unique(item_ids).shape[0]),
         format=fmt, ratings_file=str(ratings_file))
-    folder = ratings_file.parent
-    movies = None
-    if fmt == "ml-latest" and (folder / "movies.csv").is_file():
-        movies = _read_movies_csv(folder / "movies.csv")
-    elif fmt == "ml-1m/ml-10m" and (folder / "movies.dat").is_file():
-        movies = _read_movies_dat(folder / "movies.dat")
-    elif fmt == "ml-100k" and (folder / "u.item").is_file():
-        movies = _read_u_item(folder / "u.item", folder / "u.genre")
-    if movies is not None:
+    movies_file = ratings_file.parent / movies_file
+    if movies_file.is_file():
+        movies = read_movies(movies_file)
         data.movie_ids, data.titles, data.genres, data.genre_names = movies
         data.years = _release_years(data.titles)
     return data

@@ -40,13 +40,13 @@ def _check_float(name, value, low, high, *, low_open=False, high_open=True):
 
 
 def _check_sizes(n_users, n_features, n_components, m, m_test):
-    n_users, d, k = (_check_int(name, v, 1) for name, v in (
-        ("n_users", n_users), ("n_features", n_features), ("n_components", n_components)))
+    n_users, d, k, m = (_check_int(name, v, 1) for name, v in (
+        ("n_users", n_users), ("n_features", n_features),
+        ("n_components", n_components), ("n_samples_per_user", m)))
     if k > d:
         raise ValueError(f"`n_components` must be <= n_features={d}; got {k}. Lower "
                          "n_components.")
-    return (n_users, d, k, _check_int("n_samples_per_user", m, 1),
-            _check_int("n_test_samples_per_user", m_test, 0))
+    return n_users, d, k, m, _check_int("n_test_samples_per_user", m_test, 0)
 
 
 def _orthonormal(rng, d, k):
@@ -67,16 +67,25 @@ def _unit_rows(V):
     return V / np.where(norms > 0, norms, 1.0)
 
 
+def _regression_rows(rng, n_users, m_rows, features, signal, noise):
+    """``m_rows`` rows per user (sorted by user): ``X = features(n_rows)``,
+    ``y = signal(X, groups) + noise * N(0, 1)``."""
+    groups = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
+    X = features(groups.shape[0])
+    y = signal(X, groups)
+    y += noise * rng.standard_normal(groups.shape[0])
+    return X, y, groups
+
+
 def make_shared_representation_regression(
     n_users=20000, n_features=50, n_components=2, n_samples_per_user=10, *, noise=0.01,
     head_norm="unit", feature_dist="gaussian", n_test_samples_per_user=10, random_state=None,
 ):
     """Linear regression with a shared low-rank representation and personal heads.
 
-    User ``i``'s labels are ``y = <x, U* v_i*> + noise * N(0, 1)`` with a shared ``U*``
-    (``n_features x n_components``, orthonormal columns) and a personal head ``v_i*``: the
-    synthetic setting of Snedeker et al. (2025), Section 3.4 and App. B.4, and of Jain et
-    al. (2021), Section 6.
+    ``y = <x, U* v_i*> + noise * N(0, 1)`` for user ``i``, with a shared orthonormal
+    ``U*`` (``d x k``) and a personal head ``v_i*`` (Snedeker et al. 2025, Section 3.4
+    and App. B.4; Jain et al. 2021, Section 6).
 
     Parameters
     ----------
@@ -94,9 +103,8 @@ def make_shared_representation_regression(
         ``"gaussian"``: ``v_i* ~ N(0, I_k)`` as in the papers; ``"unit"``: that draw
         normalised, as in the authors' code (App. B.4 is tuned for it).
     feature_dist : {"gaussian", "uniform", "rademacher"}, default="gaussian"
-        I.i.d. feature coordinates: ``N(0, 1)`` (the papers), uniform on ``[-sqrt(3),
-        sqrt(3)]`` or ``±1`` (all 1-sub-Gaussian, identity covariance: Snedeker et al.,
-        Assumption 5).
+        I.i.d. coordinates: ``N(0, 1)`` (the papers), uniform on ``[-sqrt(3), sqrt(3)]``
+        or ``±1`` (1-sub-Gaussian, identity covariance: Snedeker et al., Assumption 5).
     n_test_samples_per_user : int, default=10
         Held-out rows per user from the same distributions; 0 for none.
     random_state : int, RandomState instance or None, default=None
@@ -107,9 +115,9 @@ def make_shared_representation_regression(
     X, y, groups : ndarray of shapes (n_rows, n_features), (n_rows,), (n_rows,)
         ``n_rows = n_users * n_samples_per_user``.
     info : Bunch
-        ``U`` (n_features, n_components) ``U*``, the Q factor of a Gaussian matrix (App.
-        B.4); ``V`` (n_users, n_components) heads ``v_i*``; ``coef`` (n_users,
-        n_features) ``U* v_i*``; ``noise`` (the Bayes risk is ``noise ** 2``); test rows.
+        ``U`` (d, k) ``U*``, the Q factor of a Gaussian matrix (App. B.4); ``V``
+        (n_users, k) heads ``v_i*``; ``coef`` (n_users, d) ``U* v_i*``; ``noise`` (the
+        Bayes risk is ``noise ** 2``); test rows.
 
     References
     ----------
@@ -131,11 +139,10 @@ def make_shared_representation_regression(
     n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
                                             n_samples_per_user, n_test_samples_per_user)
     noise = _check_float("noise", noise, 0, np.inf)
-    if head_norm not in ("unit", "gaussian"):
-        raise ValueError(f"`head_norm` must be 'unit' or 'gaussian'; got {head_norm!r}.")
-    if feature_dist not in _FEATURE_DISTS:
-        raise ValueError(f"`feature_dist` must be one of {list(_FEATURE_DISTS)}; got "
-                         f"{feature_dist!r}.")
+    for name, value, options in (("head_norm", head_norm, ("unit", "gaussian")),
+                                 ("feature_dist", feature_dist, _FEATURE_DISTS)):
+        if value not in options:
+            raise ValueError(f"`{name}` must be one of {list(options)}; got {value!r}.")
     rng = check_random_state(random_state)
     U = _orthonormal(rng, d, k)
     V = rng.standard_normal((n_users, k))
@@ -143,11 +150,9 @@ def make_shared_representation_regression(
         V = _unit_rows(V)
 
     def draw(m_rows):
-        groups = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
-        X = _draw_features(rng, (groups.shape[0], d), feature_dist)
-        y = np.einsum("ij,ij->i", X @ U, V[groups])
-        y += noise * rng.standard_normal(groups.shape[0])
-        return X, y, groups
+        return _regression_rows(
+            rng, n_users, m_rows, lambda n: _draw_features(rng, (n, d), feature_dist),
+            lambda X, groups: np.einsum("ij,ij->i", X @ U, V[groups]), noise)
 
     X, y, groups = draw(m)
     info = Bunch(U=U, V=V, coef=V @ U.T, noise=noise)
@@ -163,11 +168,10 @@ def make_additive_personalized_regression(
 ):
     """Linear regression with a global model plus personal offsets (additive model).
 
-    The synthetic experiment of Bietti et al. (2022), Section 6: ``theta_0 ~ N(0,
-    global_scale^2 I_d)``; user ``i``'s parameters ``theta_i* = theta_0 + delta_i`` where
-    ``delta_i`` is zero on the first ``d - n_personal_features`` coordinates and ``N(0,
-    personal_scale^2)`` on the last ones; ``x ~ N(0, Sigma)`` with ``Sigma = diag(1/k)``,
-    ``k = 1..d``; ``y = <theta_i*, x> + noise * N(0, 1)``.
+    Bietti et al. (2022), Section 6: ``theta_i* = theta_0 + delta_i`` with ``theta_0 ~
+    N(0, global_scale^2 I_d)`` and ``delta_i`` zero except on the last
+    ``n_personal_features`` coordinates (``N(0, personal_scale^2)``); ``x ~ N(0,
+    diag(1/k))``, ``k = 1..d``; ``y = <theta_i*, x> + noise * N(0, 1)``.
 
     Parameters
     ----------
@@ -222,29 +226,29 @@ def make_additive_personalized_regression(
     >>> bool(np.all(info.theta[:, :6] == 0))
     True
     """
-    n_users = _check_int("n_users", n_users, 1)
-    d = _check_int("n_features", n_features, 1)
-    m = _check_int("n_samples_per_user", n_samples_per_user, 1)
-    p = _check_int("n_personal_features", n_personal_features, 0)
+    n_users, d, m, p, m_test = (_check_int(name, v, low) for name, v, low in (
+        ("n_users", n_users, 1), ("n_features", n_features, 1),
+        ("n_samples_per_user", n_samples_per_user, 1),
+        ("n_personal_features", n_personal_features, 0),
+        ("n_test_samples_per_user", n_test_samples_per_user, 0)))
     if p > d:
         raise ValueError(f"`n_personal_features` must be <= n_features={d}; got {p}.")
-    m_test = _check_int("n_test_samples_per_user", n_test_samples_per_user, 0)
-    personal_scale = _check_float("personal_scale", personal_scale, 0, np.inf)
-    global_scale = _check_float("global_scale", global_scale, 0, np.inf)
-    noise = _check_float("noise", noise, 0, np.inf)
+    personal_scale, global_scale, noise = (
+        _check_float(name, v, 0, np.inf) for name, v in (
+            ("personal_scale", personal_scale), ("global_scale", global_scale),
+            ("noise", noise)))
     rng = check_random_state(random_state)
     w = global_scale * rng.standard_normal(d)
     theta = np.zeros((n_users, d))
     theta[:, d - p:] = personal_scale * rng.standard_normal((n_users, p))
     coef = w + theta
     variances = 1.0 / np.arange(1, d + 1)
+    std = np.sqrt(variances)
 
     def draw(m_rows):
-        groups = np.repeat(np.arange(n_users, dtype=np.int64), m_rows)
-        X = rng.standard_normal((groups.shape[0], d)) * np.sqrt(variances)
-        y = np.einsum("ij,ij->i", X, coef[groups])
-        y += noise * rng.standard_normal(groups.shape[0])
-        return X, y, groups
+        return _regression_rows(
+            rng, n_users, m_rows, lambda n: rng.standard_normal((n, d)) * std,
+            lambda X, groups: np.einsum("ij,ij->i", X, coef[groups]), noise)
 
     X, y, groups = draw(m)
     info = Bunch(w=w, theta=theta, coef=coef, feature_variances=variances,
@@ -264,12 +268,11 @@ def make_skewed_ratings(
 ):
     """Ratings with a skewed (power-law) item frequency: multi-task regression.
 
-    The synthetic experiment of Krichene et al. (2023), App. C: ``m`` tasks (items) with
-    parameters ``theta_i``, ``n`` users with vectors ``u_j``, both ``N(0, I_d)`` projected
-    onto the unit ball; item ``i`` has a frequency ``q_i`` drawn from the power law with
-    density ``a x^(a-1)`` on ``[0, 1]``, normalised so that ``sum_i q_i =
-    mean_items_per_user``; every (user, item) pair is observed independently with
-    probability ``q_i``, with rating ``y_ij = <theta_i, u_j> + noise * N(0, 1)``.
+    Krichene et al. (2023), App. C: item vectors ``theta_i`` and user vectors ``u_j``,
+    ``N(0, I_d)`` projected onto the unit ball; item frequencies ``q_i`` of density ``a
+    x^(a-1)`` on ``[0, 1]`` scaled to ``sum_i q_i = mean_items_per_user``; each (user,
+    item) pair observed with probability ``q_i``, rating ``<theta_i, u_j> + noise * N(0,
+    1)``.
 
     Parameters
     ----------
@@ -313,12 +316,11 @@ def make_skewed_ratings(
     >>> bool(set(info.groups_test) <= set(groups))
     True
     """
-    n_users = _check_int("n_users", n_users, 1)
-    n_items = _check_int("n_items", n_items, 1)
-    d = _check_int("n_components", n_components, 1)
-    power = _check_float("power", power, 0, np.inf, low_open=True)
-    mean_items = _check_float("mean_items_per_user", mean_items_per_user, 0, np.inf,
-                              low_open=True)
+    n_users, n_items, d = (_check_int(name, v, 1) for name, v in (
+        ("n_users", n_users), ("n_items", n_items), ("n_components", n_components)))
+    power, mean_items = (_check_float(name, v, 0, np.inf, low_open=True)
+                         for name, v in (("power", power),
+                                         ("mean_items_per_user", mean_items_per_user)))
     noise = _check_float("noise", noise, 0, np.inf)
     test_size = _check_float("test_size", test_size, 0, 1)
     rng = check_random_state(random_state)
@@ -347,11 +349,10 @@ def make_personalized_margin_classification(
 ):
     """Binary classification with a shared representation and a margin.
 
-    The setting of Snedeker et al. (2025), Section 4: features in the Euclidean ball of
-    radius ``r``, a shared ``U*`` (``d x k``, orthonormal columns), personal heads
-    ``v_i*`` with ``||v_i*|| = Gamma`` and labels ``y = sign(<x, U* v_i*>)`` in ``{-1,
-    +1}``; points with ``|<x, U* v_i*>| < rho`` are rejected and redrawn, so the true
-    model has margin ``rho`` (zero margin loss ``l_rho``).
+    Snedeker et al. (2025), Section 4: features uniform in the ball of radius ``r``, a
+    shared orthonormal ``U*`` (``d x k``), heads with ``||v_i*|| = Gamma``, labels
+    ``sign(<x, U* v_i*>)`` in ``{-1, +1}``; points with ``|<x, U* v_i*>| < rho`` are
+    redrawn, so the true model has margin ``rho`` (zero margin loss ``l_rho``).
 
     Parameters
     ----------
@@ -365,9 +366,9 @@ def make_personalized_margin_classification(
     radius : float, default=1.0
         Radius ``r`` of the feature ball (features uniform in it).
     margin : float, default=0.05
-        Margin ``rho`` in ``[0, radius * head_norm)``; much above ``radius * head_norm /
-        sqrt(n_features + 2)`` (the score's std) the rejection sampling raises (fewer
-        than ~0.1% of the draws accepted).
+        Margin ``rho`` in ``[0, radius * head_norm)``; far above the score's std
+        ``radius * head_norm / sqrt(n_features + 2)`` the rejection sampling raises
+        (< ~0.1% of the draws accepted).
     head_norm : float, default=1.0
         Norm ``Gamma`` of the heads (``v_i* ~ N(0, I_k)`` rescaled).
     flip_y : float in [0, 0.5], default=0.0
@@ -405,8 +406,8 @@ def make_personalized_margin_classification(
     """
     n_users, d, k, m, m_test = _check_sizes(n_users, n_features, n_components,
                                             n_samples_per_user, n_test_samples_per_user)
-    radius = _check_float("radius", radius, 0, np.inf, low_open=True)
-    head_norm = _check_float("head_norm", head_norm, 0, np.inf, low_open=True)
+    radius, head_norm = (_check_float(name, v, 0, np.inf, low_open=True)
+                         for name, v in (("radius", radius), ("head_norm", head_norm)))
     margin = _check_float("margin", margin, 0, radius * head_norm)
     flip_y = _check_float("flip_y", flip_y, 0, 0.5, high_open=False)
     rng = check_random_state(random_state)

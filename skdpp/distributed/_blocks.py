@@ -8,7 +8,7 @@ import numpy as np
 
 from ..utils._grouped import UserIndex
 from ..utils._random import hash_ids
-from ._executor import _quiet_call, submit_quiet
+from ._executor import _quiet_call, concat_chunks, submit_quiet
 
 __all__ = ["UserBlocks"]
 
@@ -29,20 +29,16 @@ class RawPartition:
         return f"RawPartition(n_rows={self.n_rows})"
 
 
-def _as_ids(groups):
-    groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
-    if groups.ndim != 1:
-        raise ValueError(f"groups must be 1-D (one user id per row), got shape {groups.shape}.")
-    return groups
-
-
 def _raw_from_arrays(X, y, groups, labels=None):
     """A :class:`RawPartition` from array-likes (pandas objects converted)."""
     X = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
     if X.ndim == 1:
         X = X[:, None]
     y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
-    groups = _as_ids(groups)
+    groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
+    if groups.ndim != 1:
+        raise ValueError(f"groups must be 1-D (one user id per row), got shape "
+                         f"{groups.shape}.")
     if not X.shape[0] == y.shape[0] == groups.shape[0]:
         raise ValueError(
             f"X, y and groups must have the same number of rows; got {X.shape[0]}, "
@@ -71,31 +67,28 @@ def _labels(raw):
     return np.asarray(raw.labels)
 
 
-def _labels_dtype(raw):
-    return _labels(raw).dtype
+def id_range(users):
+    """``(first, last)`` of the sorted unique ``users`` if their kind is ordered."""
+    ordered = users.size and users.dtype.kind in "biufUSmM"
+    return (users[0], users[-1]) if ordered else None
 
 
 def _summary(raw):
     """Public-to-the-driver facts of one partition: its size and its id range."""
     out = {"n_rows": raw.n_rows, "n_features": int(raw.X.shape[1]), "id_range": None}
-    if raw.n_rows:
-        try:
-            users = UserIndex.from_groups(raw.groups, raw.n_rows).users
-            if users.dtype.kind in "biufUSmM":
-                out["id_range"] = (users[0], users[-1])
-        except (TypeError, ValueError):
-            pass  # missing ids are reported by the estimator's validation
+    try:
+        out["id_range"] = id_range(UserIndex.from_groups(raw.groups, raw.n_rows).users)
+    except (TypeError, ValueError):
+        pass  # missing ids are reported by the estimator's validation
     return out
 
 
 def _hash_buckets(raw, n_buckets):
     """Sorted unique hashes of the partition's user ids, split into buckets."""
-    if raw.n_rows == 0:
-        return [np.zeros(0, dtype=np.uint64)] * n_buckets
     try:
         users = UserIndex.from_groups(raw.groups, raw.n_rows).users
-    except ValueError:
-        return [np.zeros(0, dtype=np.uint64)] * n_buckets  # the fit reports missing ids
+    except ValueError:  # missing ids: the fit reports them
+        users = np.zeros(0, dtype=np.int64)
     h = np.unique(hash_ids(users))
     bucket = (h % np.uint64(n_buckets)).astype(np.int64)
     order = np.argsort(bucket, kind="stable")
@@ -109,12 +102,13 @@ def _shared_in_bucket(*hashes):
     return int(allh.shape[0] - np.unique(allh).shape[0])
 
 
-def _ranges_disjoint(ranges):
-    """True if the partitions' [min, max] id ranges are pairwise disjoint."""
-    live = [r for r in ranges if r is not None]
+def ranges_disjoint(ranges):
+    """True if the partitions' [min, max] id ranges are known and pairwise disjoint."""
+    if any(r is None for r in ranges):
+        return False
     try:
-        live.sort(key=lambda r: r[0])
-        return all(a[1] < b[0] for a, b in zip(live[:-1], live[1:]))
+        ranges = sorted(ranges, key=lambda r: r[0])
+        return all(a[1] < b[0] for a, b in zip(ranges[:-1], ranges[1:]))
     except TypeError:  # ids of different types in different partitions
         return False
 
@@ -122,9 +116,8 @@ def _ranges_disjoint(ranges):
 class UserBlocks:
     """Rows of whole users, partitioned by user and persisted on a Dask cluster.
 
-    Build it with :meth:`from_dask_dataframe`, :meth:`from_arrays` or
-    :meth:`from_delayed`; pass it to :func:`~skdpp.distributed.fit_distributed`
-    and :func:`~skdpp.distributed.predict_distributed`.
+    Built by :meth:`from_dask_dataframe`, :meth:`from_arrays` or :meth:`from_delayed`
+    for :func:`~skdpp.distributed.fit_distributed` and ``predict_distributed``.
 
     Attributes
     ----------
@@ -162,18 +155,15 @@ class UserBlocks:
 
     @classmethod
     def from_arrays(cls, X, y, groups, *, n_partitions, client=None):
-        """Partition in-memory arrays by user and scatter them to the workers.
-
-        Users (sorted by id) are cut into ``n_partitions`` ranges of about
-        equal numbers of rows.
+        """Partition in-memory arrays by user (ranges of sorted ids, about equal
+        numbers of rows) and scatter them to the workers.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
         groups : array-like of shape (n_samples,)
-            User id of each row (required: pass ``np.arange(n_samples)`` to
-            make every row its own user).
+            User id of each row (required; ``np.arange(n_samples)``: row-level).
         n_partitions : int
             Number of partitions (at most the number of users).
         client : distributed.Client, default=None
@@ -182,7 +172,7 @@ class UserBlocks:
         Returns
         -------
         blocks : UserBlocks
-            Row labels (:meth:`row_labels`) are the row numbers.
+            Row labels (:meth:`row_labels`): the row numbers.
         """
         client = _get_client(client)
         if groups is None:
@@ -262,8 +252,7 @@ class UserBlocks:
         Raises
         ------
         ValueError
-            If ``shuffle=False`` and a user has rows in more than one
-            partition.
+            If ``shuffle=False`` and a user has rows in more than one partition.
         """
         client = _get_client(client)
         in_index = ddf.index.name == groups and groups not in ddf.columns
@@ -285,10 +274,8 @@ class UserBlocks:
         do_shuffle = shuffle is True or (shuffle == "auto" and not sorted_by_user)
         divisions = None
         if do_shuffle:
-            if in_index:
-                ddf = ddf.reset_index()
-                in_index = False
-            ddf = ddf.shuffle(on=groups)
+            ddf = (ddf.reset_index() if in_index else ddf).shuffle(on=groups)
+            in_index = False
         elif ddf.known_divisions:
             divisions = tuple(ddf.divisions)
         import dask
@@ -323,10 +310,8 @@ class UserBlocks:
         hashed ids compared bucket by bucket on the workers)."""
         live = self._live_partitions()
         ranges = [self._id_ranges[i] for i in live] if id_ranges is None else list(id_ranges)
-        if len(live) <= 1 or (all(r is not None for r in ranges) and _ranges_disjoint(ranges)):
-            self._users_disjoint = True
-            return
-        shared = self._count_shared_users(live)
+        shared = 0 if len(live) <= 1 or ranges_disjoint(ranges) \
+            else self._count_shared_users(live)
         if shared:
             raise ValueError(
                 f"{shared} user(s) have rows in more than one partition. Every user's "
@@ -352,14 +337,8 @@ class UserBlocks:
         """The row labels as a dask array aligned with
         :func:`~skdpp.distributed.predict_distributed`'s (input row numbers for
         :meth:`from_arrays`)."""
-        import dask
-        import dask.array as da
-
-        dtypes = self.client.gather([submit_quiet(self.client, _labels_dtype, f)
-                                     for f in self.partitions])
-        return da.concatenate([
-            da.from_delayed(dask.delayed(_quiet_call)(_labels, f), shape=(n,), dtype=dtype)
-            for f, n, dtype in zip(self.partitions, self._n_rows, dtypes)])
+        return concat_chunks(self.client, [submit_quiet(self.client, _labels, f)
+                                           for f in self.partitions])
 
     def _live_partitions(self):
         """Indices of the partitions holding rows."""

@@ -72,6 +72,22 @@ def _spec(value):
     return (value.shape, value.dtype)
 
 
+def _from_chunks(futures, specs):
+    """The dask array concatenating the arrays ``futures`` hold (``specs``: their
+    ``(shape, dtype)``), one chunk each."""
+    import dask
+    import dask.array as da
+
+    return da.concatenate([da.from_delayed(dask.delayed(f), shape=shape, dtype=dtype)
+                           for f, (shape, dtype) in zip(futures, specs)])
+
+
+def concat_chunks(client, futures):
+    """:func:`_from_chunks` with the shapes and dtypes read on the workers."""
+    return _from_chunks(futures, client.gather([submit_quiet(client, _spec, f)
+                                                for f in futures]))
+
+
 def _leaf(value, path):
     return functools.reduce(operator.getitem, path, value)
 
@@ -158,9 +174,6 @@ class DaskExecutor:
             ``fn``'s structure, every array a dask array with one chunk per
             partition along the first axis.
         """
-        import dask
-        import dask.array as da
-
         broadcast = self._broadcast(broadcast)
         name = "collect_" + _name(fn)
         parts = [self._submit(p, _collect_partition, fn, part, self._results[p], broadcast,
@@ -173,12 +186,9 @@ class DaskExecutor:
                 return {k: build(v, path + (k,)) for k, v in spec0.items()}
             if not _is_leaf(spec0):
                 return tuple(build(v, path + (i,)) for i, v in enumerate(spec0))
-            chunks = []
-            for p, (part, spec) in enumerate(zip(parts, specs)):
-                shape, dtype = _leaf(spec, path)
-                leaf = part if not path else self._submit(p, _leaf, part, path)
-                chunks.append(da.from_delayed(dask.delayed(leaf), shape=shape, dtype=dtype))
-            return da.concatenate(chunks, axis=0)
+            leaves = [part if not path else self._submit(p, _leaf, part, path)
+                      for p, part in enumerate(parts)]
+            return _from_chunks(leaves, [_leaf(spec, path) for spec in specs])
 
         return build(specs[0], ())
 

@@ -13,8 +13,8 @@ import numpy as np
 from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..utils._grouped import UserIndex, check_id_kinds, id_kinds
 from ..utils._random import FitRandomness
-from ._blocks import UserBlocks, _get_client
-from ._executor import DaskExecutor, _quiet_call, _spec
+from ._blocks import UserBlocks, _get_client, id_range, ranges_disjoint
+from ._executor import DaskExecutor, concat_chunks
 from ._executor import submit_quiet as _submit
 
 __all__ = ["DistributedPersonalParts", "fit_distributed", "predict_distributed"]
@@ -41,9 +41,11 @@ class _KeyOnly:
                            "worker (its draws must not depend on the partitioning).")
 
 
-# One partition (on a worker) after validation, and with its blocks.
+# One partition (on a worker) after validation, and with its blocks; their summaries
+# (public metadata) are what the driver gathers.
 _Validated = namedtuple("_Validated", "data summary")
 _Prepared = namedtuple("_Prepared", "blocks attributes summary")
+_SUMMARY = operator.attrgetter("summary")
 
 
 def _per_user_names(estimator):
@@ -60,9 +62,7 @@ def _validate_partition(estimator, raw):
     vocabulary = estimator._partition_vocabulary(data) \
         if hasattr(estimator, "_partition_vocabulary") else None
     users = np.asarray(data.attributes.get("user_ids_", []))
-    id_range = (users[0], users[-1]) if users.size and users.dtype.kind in "biufUSmM" \
-        else None
-    summary = {"id_range": id_range, "vocabulary": vocabulary,
+    summary = {"id_range": id_range(users), "vocabulary": vocabulary,
                "id_kinds": id_kinds(users) if users.size else frozenset(),
                "warnings": [(w.category, str(w.message)) for w in caught]}
     return _Validated(data, summary)
@@ -99,33 +99,26 @@ def _same_value(a, b):
         return False
 
 
-def _combine_partitions(estimator, metas, attributes):
-    """The public metadata and validation attributes of all partitions together:
-    ``n_users`` (``n_users_``) summed; every other value is public or merged, so a
-    difference between partitions is a defect of the estimator's validation."""
-    combined = []
-    for dicts in (metas, attributes):
-        out = {}
-        for key in dicts[0]:
-            values = [d.get(key) for d in dicts]
-            if key in ("n_users", "n_users_"):
-                out[key] = int(sum(values))
-                continue
-            if not all(_same_value(values[0], v) for v in values[1:]):
-                raise RuntimeError(
-                    f"{type(estimator).__name__}: validation derived {key!r} from each "
-                    f"partition's rows without merging it, so a distributed fit would "
-                    f"differ from fit: a bug of the estimator's validation (declare its "
-                    f"vocabulary with _partition_vocabulary / _merge_vocabularies / "
-                    f"_apply_vocabulary, or its per-user attribute in "
-                    f"_per_user_data_attributes); fit in-process meanwhile.")
-            out[key] = values[0]
-        combined.append(out)
-    return combined[0], combined[1]
-
-
-def _summary(prepared):
-    return prepared.summary
+def _combine_partitions(estimator, dicts):
+    """The partitions' public metadata (or validation attributes) together: ``n_users``
+    (``n_users_``) summed; every other value is public or merged, so a difference
+    between partitions is a defect of the estimator's validation."""
+    out = {}
+    for key in dicts[0]:
+        values = [d.get(key) for d in dicts]
+        if key in ("n_users", "n_users_"):
+            out[key] = int(sum(values))
+            continue
+        if not all(_same_value(values[0], v) for v in values[1:]):
+            raise RuntimeError(
+                f"{type(estimator).__name__}: validation derived {key!r} from each "
+                f"partition's rows without merging it, so a distributed fit would "
+                f"differ from fit: a bug of the estimator's validation (declare its "
+                f"vocabulary with _partition_vocabulary / _merge_vocabularies / "
+                f"_apply_vocabulary, or its per-user attribute in "
+                f"_per_user_data_attributes); fit in-process meanwhile.")
+        out[key] = values[0]
+    return out
 
 
 def _reemit(warning_lists):
@@ -135,7 +128,13 @@ def _reemit(warning_lists):
 
 
 def _personal_chunks(client, array, users_per_partition):
-    """Futures of the per-partition chunks of a collected dask array."""
+    """Futures of the per-partition chunks of a per-user value (a collected dask array,
+    or an array the core computed in this process: each partition gets its users)."""
+    import dask.array as da
+
+    if not isinstance(array, da.Array):
+        cuts = np.cumsum(users_per_partition)[:-1]
+        return client.scatter(np.split(np.asarray(array), cuts), hash=False)
     if tuple(array.chunks[0]) != tuple(users_per_partition):
         array = array.rechunk({0: tuple(users_per_partition)})
     if array.ndim > 1 and any(len(c) > 1 for c in array.chunks[1:]):
@@ -214,7 +213,7 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         validated = [_submit(client, _validate_partition, estimator, blocks.partitions[i],
                              key=f"skdpp-validate-{i}-{uuid.uuid4().hex}")
                      for i in live]
-        checked = client.gather([_submit(client, _summary, f) for f in validated])
+        checked = client.gather([_submit(client, _SUMMARY, f) for f in validated])
         # The ids' input domain over all partitions, as fit checks it on all rows.
         check_id_kinds(frozenset().union(*(s["id_kinds"] for s in checked)))
         if not blocks._users_disjoint:  # built without the constructors' check
@@ -226,11 +225,11 @@ def fit_distributed(estimator, blocks, *, client=None, collect_personal=False):
         prepared = [_submit(client, _prepare_partition, estimator, f, vocabulary,
                             worker_randomness, key=f"skdpp-prepare-{i}-{uuid.uuid4().hex}")
                     for i, f in zip(live, validated)]
-        summaries = client.gather([_submit(client, _summary, f) for f in prepared])
+        summaries = client.gather([_submit(client, _SUMMARY, f) for f in prepared])
         for f in validated:
             f.release()
-        meta, attributes = _combine_partitions(
-            estimator, [s["meta"] for s in summaries], [s["attributes"] for s in summaries])
+        meta, attributes = (_combine_partitions(estimator, [s[part] for s in summaries])
+                            for part in ("meta", "attributes"))
         # as in ``fit``: validation's warnings, then the delta warning
         _reemit([s["warnings"] for s in checked])
         estimator._check_delta(meta["n_users"])
@@ -276,14 +275,7 @@ def _personal_parts(client, estimator, fitted, attributes, prepared, per_user_na
         raise TypeError(
             f"{type(estimator).__name__}: the fit collected per-user values {stray} that "
             f"are not listed in _personal_attributes; list them there.")
-    chunks = []
-    for name in names:
-        value = fitted[name]
-        if isinstance(value, da.Array):
-            chunks.append(_personal_chunks(client, value, users))
-        else:  # the core computed it in this process: send each partition its users
-            chunks.append(client.scatter(np.split(np.asarray(value), np.cumsum(users)[:-1]),
-                                         hash=False))
+    chunks = [_personal_chunks(client, fitted[name], users) for name in names]
     setter, empties = None, {}
     if type(estimator)._set_fitted_attributes \
             is not BasePersonalizedEstimator._set_fitted_attributes:
@@ -342,15 +334,8 @@ class DistributedPersonalParts:
     def to_dask(self, name):
         """The personal attribute ``name`` as a dask array, one chunk per partition
         (rows in partition order: ``to_dask("user_ids_")`` gives their ids)."""
-        import dask
-        import dask.array as da
-
-        specs = self.client.gather([_submit(self.client, _leaf_spec, f, name)
-                                    for f in self.parts])
-        return da.concatenate([
-            da.from_delayed(dask.delayed(_quiet_call)(operator.getitem, f, name),
-                           shape=shape, dtype=dtype)
-            for f, (shape, dtype) in zip(self.parts, specs)])
+        return concat_chunks(self.client, [
+            _submit(self.client, operator.getitem, f, name) for f in self.parts])
 
     def release(self):
         """Free the personal parts on the workers."""
@@ -373,11 +358,6 @@ def _merge_by_id(parts, names):
         else:
             out[name] = np.concatenate([np.asarray(v) for v in values])[order]
     return out
-
-
-def _leaf_spec(parts, name):
-    value = np.asarray(parts[name])
-    return value.shape, value.dtype
 
 
 # Prediction
@@ -409,19 +389,6 @@ def _predict_partition(estimator, raw, names, as_series, *selected):
     return pred, [(w.category, str(w.message)) for w in caught]
 
 
-def _empty_like_series(series):
-    return series.iloc[:0]
-
-
-def _ranges_overlap(a, b):
-    if a is None or b is None:
-        return True
-    try:
-        return not (a[1] < b[0] or b[1] < a[0])
-    except TypeError:
-        return True
-
-
 def predict_distributed(estimator, blocks, *, client=None):
     """Predict every row of ``blocks`` with each user's personal part, on the workers.
 
@@ -442,12 +409,9 @@ def predict_distributed(estimator, blocks, *, client=None):
     Returns
     -------
     y_pred : dask.dataframe.Series or dask.array.Array
-        One prediction per row: a Series indexed like the source dask
-        DataFrame, or an array with one chunk per partition aligned with
-        ``blocks.row_labels()``.
+        One prediction per row: a Series indexed like the source dask DataFrame, or an
+        array with one chunk per partition aligned with ``blocks.row_labels()``.
     """
-    import dask
-    import dask.array as da
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(estimator)
@@ -469,8 +433,9 @@ def predict_distributed(estimator, blocks, *, client=None):
         elif same:
             selected = [parts.parts[q]]
         else:
+            wanted = blocks._id_ranges[q]
             overlap = [p for p in range(parts.n_partitions)
-                       if _ranges_overlap(parts._id_ranges[p], blocks._id_ranges[q])]
+                       if not ranges_disjoint([parts._id_ranges[p], wanted])]
             selected = [_submit(client, _select, parts.parts[p], raw) for p in overlap or [0]]
         futures.append(_submit(client, _predict_partition, light, raw, names,
                                blocks.from_dataframe, *selected, pure=False))
@@ -479,10 +444,7 @@ def predict_distributed(estimator, blocks, *, client=None):
     if blocks.from_dataframe:
         import dask.dataframe as dd
 
-        meta = _submit(client, _empty_like_series, preds[0]).result()
+        meta = _submit(client, operator.methodcaller("head", 0), preds[0]).result()
         return dd.from_delayed(preds, meta=meta, divisions=blocks.divisions,
                                verify_meta=False)
-    dtype = np.result_type(*[dt for _, dt in client.gather([_submit(client, _spec, f)
-                                                            for f in preds])])
-    return da.concatenate([da.from_delayed(dask.delayed(f), shape=(n,), dtype=dtype)
-                           for f, n in zip(preds, blocks._n_rows)])
+    return concat_chunks(client, preds)

@@ -18,13 +18,6 @@ def _siblings(left, right):
             and pos_b == pos_a + (1 << level_a))
 
 
-def _push(stack, node):
-    stack.append(node)
-    while len(stack) >= 2 and _siblings(stack[-2], stack[-1]):
-        (level, pos, left), (_, _, right) = stack[-2], stack.pop()
-        stack[-1] = (level + 1, pos, tree_add(left, right))
-
-
 def tree_nodes(partials, start=0):
     """The nodes ``(level, position, value)`` of the :func:`tree_sum` tree covered by
     ``partials`` at global positions ``start, start + 1, ...``: the maximal aligned
@@ -50,7 +43,10 @@ def merge_tree_nodes(*node_lists):
                    key=lambda node: node[1])
     stack = []
     for node in nodes:
-        _push(stack, node)
+        stack.append(node)
+        while len(stack) >= 2 and _siblings(stack[-2], stack[-1]):
+            (level, pos, left), (_, _, right) = stack[-2], stack.pop()
+            stack[-1] = (level + 1, pos, tree_add(left, right))
     return stack
 
 

@@ -1,16 +1,11 @@
-"""User-level differentially private preprocessing.
+"""User-level differentially private preprocessing (:ref:`preprocessing`).
 
-Transformers whose fitted statistics are released under user-level DP, with
-the conventions of skdpp's estimators: ``fit(X, y=None, groups=None)`` (groups
-requested by default for metadata routing), ``epsilon`` / ``delta`` /
-``random_state``, and a ``privacy_report_`` built from the fit's ledger. Inside
-a ``Pipeline`` or ``ColumnTransformer`` they make the preprocessing part of
-the guarantee instead of a statistic of the private data published as is.
-
-* :class:`PrivateStandardScaler` -- per-feature location and scale;
-* :class:`PrivateOneHotEncoder` -- categories chosen by private partition
-  selection (or given, public);
-* :class:`PrivateSimpleImputer` -- per-column mean or median.
+Transformers with the conventions of skdpp's estimators (``fit(X, y=None,
+groups=None)``, ``epsilon`` / ``delta`` / ``random_state``, ``privacy_report_``):
+:class:`PrivateStandardScaler` (per-feature location and scale),
+:class:`PrivateOneHotEncoder` (categories chosen by private partition selection, or
+given) and :class:`PrivateSimpleImputer` (per-column mean or median). In a ``Pipeline``
+they make the preprocessing part of the guarantee.
 """
 
 from ._data import PrivateStandardScaler

@@ -74,11 +74,13 @@ def user_means(X, index, mask=None):
 
 
 def _magnitude(release, values, n_users):
-    """A released scale ``c > 0`` of ``|values|`` (their median magnitude, on a wide grid)."""
+    """A released scale ``c > 0`` of ``|values|`` (their median magnitude, on a wide
+    grid) and ``values / c``."""
     counts = value_counts(np.abs(values), MAGNITUDE_GRID)
     c = private_quantile(release, CLIP_PHASE, counts, MAGNITUDE_GRID, quantile=0.5,
                          n_users=n_users)
-    return float(c) if np.isfinite(c) and c > 0 else 1.0
+    c = float(c) if np.isfinite(c) and c > 0 else 1.0
+    return c, np.asarray(values, dtype=np.float64) / c
 
 
 def scale_free_location(release, values, *, n_users, mean_phase):
@@ -91,8 +93,7 @@ def scale_free_location(release, values, *, n_users, mean_phase):
     sensitivity ``2 R`` in ``mean_phase``); :ref:`preprocessing_statistics`.
     ``n_users`` is public or a released count.
     """
-    c = _magnitude(release, values, n_users)
-    scaled = np.asarray(values, dtype=np.float64) / c
+    c, scaled = _magnitude(release, values, n_users)
     location, _ = private_location(release, lambda fn: fn(scaled), n_users=n_users,
                                    search_phase=CLIP_PHASE, mean_phase=mean_phase,
                                    radius_quantile=radius_quantile(release, n_users))
@@ -116,8 +117,7 @@ def scale_free_median(release, values, *, n_users):
     ``"clip"``): the magnitude of :func:`scale_free_location`, then a bisection on
     the signed log grid refined ``FINE_LEVELS`` times (resolution ``|median| *
     0.79 / 256**2`` plus the counts' rank error)."""
-    c = _magnitude(release, values, n_users)
-    scaled = np.asarray(values, dtype=np.float64) / c
+    c, scaled = _magnitude(release, values, n_users)
     grid = quantile_grid(signed=True)
     median = private_quantile(release, CLIP_PHASE, value_counts(scaled, grid), grid,
                               quantile=0.5, n_users=n_users)
@@ -153,20 +153,19 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
 
     ``fit`` (entry points under :func:`skdpp.base.quiet_numerics`): validate,
     plan, release through one :class:`~skdpp.privacy.Releaser`, report, set
-    attributes. Subclasses implement ``_validate_fit_input(X)``,
-    ``_plan(n_features, clip_share)`` (or ``_budget_plan(meta)``),
+    attributes. Subclasses implement ``_validate_fit_input(X) -> (data, n_samples,
+    n_features)``, ``_plan(n_features, clip_share)`` (or ``_budget_plan(meta)``),
     ``_fit_core(data, index, release, n_users)`` returning ``(attributes,
     released, notes)``, and ``transform``.
 
     Notes
     -----
     **Guarantee** (every private transformer): ``(epsilon, delta)``-DP under
-    replace-one-user (all rows sharing a ``groups`` value; ``groups=None``:
-    row-level) for every fitted attribute; ``n_users`` is public, nothing is
-    kept per user, ``transform`` is post-processing. ``budget_shares``: shares
-    by phase name; ``"clip"`` (the private searches) defaults to ``"auto"``
-    (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split
-    the rest.
+    replace-one-user (all rows sharing a ``groups`` value; ``groups=None``: row-level)
+    for every fitted attribute; ``n_users`` is public, nothing is kept per user,
+    ``transform`` is post-processing. ``budget_shares``: shares by phase name;
+    ``"clip"`` (the private searches) defaults to ``"auto"``
+    (:func:`~skdpp.privacy._plan.resolve_clip_share`), the other phases split the rest.
     """
 
     _parameter_constraints: dict = {
@@ -209,13 +208,12 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
         self._validate_params()
         BasePersonalizedEstimator._validate_privacy_params(self)
         with np.errstate(over="ignore", invalid="ignore"):
-            data = self._validate_fit_input(X)
-        n_samples = data.shape[0] if hasattr(data, "shape") else data["n_samples"]
+            data, n_samples, n_features = self._validate_fit_input(X)
         index = UserIndex.from_groups(groups, n_samples)
         n_users = int(index.n_users)
         BasePersonalizedEstimator._check_delta(self, n_users)  # public n_users only
         randomness = FitRandomness(self.random_state)
-        meta = {"n_users": n_users, "n_features": self._n_columns(data)}
+        meta = {"n_users": n_users, "n_features": n_features}
         release = Releaser(self._budget_plan(meta), randomness.noise,
                            seeded=randomness.seeded)
         attributes, released, notes = self._fit_core(data, index, release, n_users)
@@ -243,7 +241,7 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
     def _useless_message(self, plan, n_users):
         """The warning of a fit whose count noise std exceeds :data:`USELESS_SEARCH_NOISE`
         times ``n_users`` (a public rule, :ref:`preprocessing`), else None."""
-        if CLIP_PHASE not in plan or not self._prior_attributes({}):
+        if CLIP_PHASE not in plan:  # the subclasses with a "clip" phase have a prior
             return None
         sigma = float(plan[CLIP_PHASE])
         if not np.isfinite(sigma) or sigma <= USELESS_SEARCH_NOISE * max(n_users, 1):
@@ -257,13 +255,8 @@ class BasePrivateTransformer(TransformerMixin, BaseEstimator):
                 f"(A data-independent rule: n_users, epsilon, delta and the plan.)")
 
     def _prior_attributes(self, attributes):
-        """Fitted attributes of the prior a useless fit falls back to ({}: none)."""
+        """Fitted attributes of the prior a useless fit falls back to."""
         return {}
-
-    @staticmethod
-    def _n_columns(data):
-        """The public number of columns of validated data (an array or the encoder's dict)."""
-        return data.shape[1] if hasattr(data, "shape") else len(data["columns"])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -67,15 +67,14 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
 
     Notes
     -----
-    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`
-    (every release Gaussian: exact μ-GDP). Per feature, ``mean_`` is the DP
-    location (:func:`~skdpp.preprocessing._base.scale_free_location`) of the
-    users' means and ``var_`` that of their mean squared deviations from
-    ``mean_``: means over users, not rows. Phases: ``"clip"`` (noisy
-    bisections, 36 counts of sensitivity 1 per location), ``"location"`` and
-    ``"scale"`` (one clipped Gaussian sum per feature, sensitivity ``2 R_j``;
-    the rest of the budget split equally). Non-finite ``X`` is rejected
-    (impute first). Details: :ref:`preprocessing_statistics`.
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer` (every release
+    Gaussian: exact μ-GDP). Per feature, ``mean_`` is the DP location
+    (:func:`~skdpp.preprocessing._base.scale_free_location`) of the users' means and
+    ``var_`` that of their mean squared deviations from ``mean_``: means over users, not
+    rows. Phases: ``"clip"`` (noisy bisections, 36 counts of sensitivity 1 per
+    location), ``"location"`` and ``"scale"`` (one clipped Gaussian sum per feature,
+    sensitivity ``2 R_j``; the rest of the budget split equally). Non-finite ``X`` is
+    rejected (impute first). Details: :ref:`preprocessing_statistics`.
 
     Examples
     --------
@@ -112,7 +111,8 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         self.random_state = random_state
 
     def _validate_fit_input(self, X):
-        return validate_data(self, X, dtype=np.float64, reset=True)
+        X = validate_data(self, X, dtype=np.float64, reset=True)
+        return X, *X.shape
 
     def _n_locations(self):
         """Locations released per feature: the mean (if needed) and the variance."""
@@ -160,12 +160,16 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         return attributes, released, notes
 
     def _prior_attributes(self, attributes):
-        d = None if attributes.get("mean_") is None else np.shape(attributes["mean_"])[0]
-        prior = {"mean_": None if d is None else np.zeros(d)}
+        d = np.shape(attributes["mean_"])[0]  # a "clip" phase: mean_ was released
+        prior = {"mean_": np.zeros(d)}
         if self.with_std:
-            prior.update(var_=None if d is None else np.ones(d),
-                         scale_=None if d is None else np.ones(d))
+            prior.update(var_=np.ones(d), scale_=np.ones(d))
         return prior
+
+    def _validated_copy(self, X):
+        check_is_fitted(self)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return validate_data(self, X, dtype=np.float64, reset=False, copy=True)
 
     def transform(self, X):
         """Standardize ``X`` with the released statistics (post-processing).
@@ -179,9 +183,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         X_tr : ndarray of shape (n_samples, n_features)
             ``(X - mean_) / scale_`` (as configured), saturated at the float64 range.
         """
-        check_is_fitted(self)
-        with np.errstate(over="ignore", invalid="ignore"):
-            X = validate_data(self, X, dtype=np.float64, reset=False, copy=True)
+        X = self._validated_copy(X)
         if self.with_mean:
             X -= self.mean_
         if self.with_std:
@@ -199,9 +201,7 @@ class PrivateStandardScaler(OneToOneFeatureMixin, BasePrivateTransformer):
         -------
         X_original : ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self)
-        with np.errstate(over="ignore", invalid="ignore"):
-            X = validate_data(self, X, dtype=np.float64, reset=False, copy=True)
+        X = self._validated_copy(X)
         if self.with_std:
             X *= self.scale_
         if self.with_mean:

@@ -28,10 +28,9 @@ INFREQUENT = "infrequent_sklearn"
 class PrivateOneHotEncoder(BasePrivateTransformer):
     """Encode categorical columns as one-hot columns; categories selected under user-level DP.
 
-    The user-level private :class:`sklearn.preprocessing.OneHotEncoder`:
-    each column's categories are chosen by private partition selection, never
-    publishing a rare category of one user. Read more in the :ref:`User Guide
-    <preprocessing>`.
+    The user-level private :class:`sklearn.preprocessing.OneHotEncoder`: each column's
+    categories are chosen by private partition selection, never publishing a rare
+    category of one user. Read more in the :ref:`User Guide <preprocessing>`.
 
     Parameters
     ----------
@@ -78,14 +77,13 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
 
     Notes
     -----
-    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`.
-    One partition selection over the (column, category) candidates of every
-    ``"auto"`` column (:meth:`skdpp.privacy.Releaser.select_partitions`): a
-    user creates at most ``L = max_categories_per_user * n_columns``
-    candidates, so the count vector has L2 sensitivity ``sqrt(2 L)``; a count
-    with noise ``sigma = z sqrt(2 L)`` is kept iff above ``1 + sigma
-    Phi^-1(1 - delta_t / L)``, so a category of the replaced user only is
-    published with probability at most ``delta_t = 0.25 delta``.
+    Guarantee: :class:`~skdpp.preprocessing._base.BasePrivateTransformer`. One partition
+    selection over the (column, category) candidates of every ``"auto"`` column
+    (:meth:`skdpp.privacy.Releaser.select_partitions`): a user creates at most ``L =
+    max_categories_per_user * n_columns`` candidates, so the count vector has L2
+    sensitivity ``sqrt(2 L)``; a count with noise ``sigma = z sqrt(2 L)`` is kept iff
+    above ``1 + sigma Phi^-1(1 - delta_t / L)``, so a category of the replaced user only
+    is published with probability at most ``delta_t = 0.25 delta``.
 
     A column's kind follows its dtype: numeric categories must be finite,
     others are compared as strings. Not supported: ``drop``,
@@ -139,22 +137,19 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         self.random_state = random_state
 
     def _columns(self, X, reset):
-        """The validated columns of ``X`` (a list of 1-D arrays) and their kinds."""
+        """The validated columns of ``X`` (a list of 1-D arrays) and its row count."""
         frame = hasattr(X, "iloc") and hasattr(X, "dtypes")
-        if frame:
-            kinds = ["number" if dt.kind in "biuf" else "str" for dt in X.dtypes]
         Xv = validate_data(self, X, dtype=None, ensure_all_finite=False, reset=reset)
-        if not frame:
-            kinds = ["number" if Xv.dtype.kind in "biuf" else "str"] * Xv.shape[1]
+        dtypes = X.dtypes if frame else [Xv.dtype] * Xv.shape[1]
+        kinds = ["number" if dt.kind in "biuf" else "str" for dt in dtypes]
         if reset:
             self._kinds = kinds
         elif not frame:  # an ndarray after a fit on a frame: the fitted kinds rule
             kinds = self._kinds
         columns = []
         for j, kind in enumerate(kinds):
-            col = X.iloc[:, j].to_numpy() if frame else Xv[:, j]
+            col = np.asarray(X.iloc[:, j].to_numpy() if frame else Xv[:, j])
             if kind == "number":
-                col = np.asarray(col)
                 if col.dtype.kind not in "biuf":
                     col = col.astype(np.float64)
                 if col.dtype.kind == "f" and not np.isfinite(col).all():
@@ -164,9 +159,9 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
                         f"{type(self).__name__}). Impute first, or pass the column as "
                         f"strings (then 'nan' is a category).")
             else:
-                col = np.asarray(col).astype(str)
+                col = col.astype(str)
             columns.append(col)
-        return columns
+        return columns, Xv.shape[0]
 
     def _tokens(self, col):
         """``(rows, tokens)``: the categories of each cell (several with ``separator``)."""
@@ -188,9 +183,8 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         return [np.sort(np.unique(np.asarray(c))) for c in self.categories]
 
     def _validate_fit_input(self, X):
-        columns = self._columns(X, reset=True)
-        return {"columns": columns, "n_samples": columns[0].shape[0] if columns else
-                _n_rows(X)}
+        columns, n_rows = self._columns(X, reset=True)
+        return columns, n_rows, len(columns)
 
     def _budget_plan(self, meta):
         plan = BudgetPlan(self.epsilon, self.delta)
@@ -200,17 +194,12 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
             plan.add(SELECT_PHASE, share=0.5, threshold_delta=t_delta)
         return plan
 
-    def _fit_core(self, data, index, release, n_users):
-        columns = data["columns"]
+    def _fit_core(self, columns, index, release, n_users):
         public = self._public_categories(len(columns))
         if public is not None:
             return ({"categories_": public}, (),
                     ("categories given: public, nothing is released for them.",))
-        labels, counts = [], []
-        for col in columns:
-            found = self._capped_counts(col, index)
-            labels.append(found.labels if found is not None else col[:0])
-            counts.append(found.counts if found is not None else np.empty(0))
+        labels, counts = zip(*[self._capped_counts(col, index) for col in columns])
         L = int(self.max_categories_per_user) * max(len(columns), 1)  # candidates per user
         keep, _ = release.select_partitions(
             SELECT_PHASE, np.concatenate(counts), sensitivity=labels_sensitivity(L),
@@ -227,14 +216,16 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         return {"categories_": cats}, ("categories_",), notes
 
     def _capped_counts(self, col, index):
-        """:class:`~skdpp.linear_model._labels.LabelCounts` of one column (capped per user)."""
+        """``(labels, counts)`` of one column's categories (user counts, capped)."""
         rows, tokens = self._tokens(col)
         if rows.shape[0] == 0:
-            return None
+            return col[:0], np.empty(0)
         pairs = UserIndex.from_groups(index.codes[rows], rows.shape[0])
         blocks = make_blocks(np.empty((rows.shape[0], 0)), tokens, pairs,
                              row_keys=np.zeros(rows.shape[0], dtype=np.uint64))
-        return LocalExecutor(blocks).map(label_counts_block, int(self.max_categories_per_user))
+        cap = int(self.max_categories_per_user)
+        found = LocalExecutor(blocks).map(label_counts_block, cap)
+        return found.labels, found.counts
 
     def transform(self, X):
         """One-hot (multi-hot with ``separator``) encoding with the published categories.
@@ -248,10 +239,9 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         X_out : {ndarray, sparse matrix} of shape (n_samples, n_encoded_features)
         """
         check_is_fitted(self)
-        columns = self._columns(X, reset=False)
-        n = columns[0].shape[0] if columns else _n_rows(X)
+        columns, n = self._columns(X, reset=False)
         extra = self.handle_unknown == "infrequent_if_exist"
-        rows_all, cols_all, offset = [], [], 0
+        rows_all, cols_all, offset = [], [], 0  # validate_data: at least one column
         for j, col in enumerate(columns):
             cats = self.categories_[j]
             rows, tokens = self._tokens(col)
@@ -270,8 +260,7 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
             rows_all.append(rows[~unknown])
             cols_all.append(codes[~unknown] + offset)
             offset += cats.shape[0] + int(extra)
-        rows = np.concatenate(rows_all) if rows_all else np.empty(0, dtype=np.int64)
-        cols = np.concatenate(cols_all) if cols_all else np.empty(0, dtype=np.int64)
+        rows, cols = np.concatenate(rows_all), np.concatenate(cols_all)
         out = sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)), shape=(n, offset))
         out.sum_duplicates()
         out.data[:] = 1  # a category repeated in one cell is still one hot
@@ -304,7 +293,3 @@ class PrivateOneHotEncoder(BasePrivateTransformer):
         tags.input_tags.string = True
         tags.transformer_tags.preserves_dtype = []
         return tags
-
-
-def _n_rows(X):
-    return np.asarray(X).shape[0] if not hasattr(X, "shape") else X.shape[0]

@@ -22,20 +22,13 @@ from ._base import (
 __all__ = ["PrivateSimpleImputer"]
 
 
-def _missing_mask(X, missing_values):
-    if isinstance(missing_values, float) and math.isnan(missing_values):
-        return np.isnan(X)
-    return X == missing_values
-
-
 class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     """Replace missing values by a per-column mean or median released under user-level DP.
 
-    The user-level private :class:`sklearn.impute.SimpleImputer` for numeric
-    data: a column's fill value is the DP location (``"mean"``) or median
-    (``"median"``), over the users with an observation, of each user's mean
-    (or median) of its observed values. Read more in the :ref:`User Guide
-    <preprocessing>`.
+    The user-level private :class:`sklearn.impute.SimpleImputer` for numeric data: a
+    column's fill value is the DP location (``"mean"``) or median (``"median"``), over
+    the users with an observation, of each user's mean (or median) of its observed
+    values. Read more in the :ref:`User Guide <preprocessing>`.
 
     Parameters
     ----------
@@ -122,13 +115,17 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
     def _nan_missing(self):
         return isinstance(self.missing_values, float) and math.isnan(self.missing_values)
 
+    def _missing_mask(self, X):
+        return np.isnan(X) if self._nan_missing() else X == self.missing_values
+
     def _validate(self, X, reset):
         finite = "allow-nan" if self._nan_missing() else True
         return validate_data(self, X, dtype=np.float64, reset=reset, copy=not reset,
                              ensure_all_finite=finite)
 
     def _validate_fit_input(self, X):
-        return self._validate(X, reset=True)
+        X = self._validate(X, reset=True)
+        return X, *X.shape
 
     def _plan(self, n_features, share):
         plan = BudgetPlan(self.epsilon, self.delta)
@@ -147,7 +144,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
             fill = 0.0 if self.fill_value is None else float(self.fill_value)
             return ({"statistics_": np.full(d, fill), "n_observed_": None}, (),
                     ("strategy='constant': the fill value is public; nothing is released.",))
-        mask = ~_missing_mask(X, self.missing_values)
+        mask = ~self._missing_mask(X)
         per_user = user_means(X, index, mask) if self.strategy == "mean" \
             else _user_medians(X, mask, index)
         observed = np.isfinite(per_user)
@@ -162,22 +159,18 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
                                                   mean_phase="mean")
             else:
                 stats[j] = scale_free_median(release, per_user[:, j], n_users=n_ref[j])
-        what = "mean" if self.strategy == "mean" else "median"
-        notes = (
-            f"Each user contributes one value per column: the {what} of its observed "
-            f"values; users without an observation contribute nothing. The number of users "
-            f"with an observation is released per column (phase 'counts', sensitivity "
-            f"sqrt(n_features)).",
+        notes = (  # strategy is "mean" or "median" here
+            f"Each user contributes one value per column: the {self.strategy} of its "
+            f"observed values; users without an observation contribute nothing. The "
+            f"number of users with an observation is released per column (phase "
+            f"'counts', sensitivity sqrt(n_features)).",
             "Every column is kept (an empty column would otherwise be published as such).",
         )
         return ({"statistics_": stats, "n_observed_": np.asarray(n_obs, dtype=np.float64)},
                 ("statistics_", "n_observed_"), notes)
 
-    def _prior_attributes(self, attributes):
-        if self.strategy == "constant":
-            return {}
-        stats = attributes.get("statistics_")
-        return {"statistics_": None if stats is None else np.zeros_like(stats)}
+    def _prior_attributes(self, attributes):  # a "clip" phase: not "constant"
+        return {"statistics_": np.zeros_like(attributes["statistics_"])}
 
     def transform(self, X):
         """Replace the missing values of ``X`` by ``statistics_`` (post-processing).
@@ -192,8 +185,7 @@ class PrivateSimpleImputer(OneToOneFeatureMixin, BasePrivateTransformer):
         """
         check_is_fitted(self)
         X = self._validate(X, reset=False)
-        missing = _missing_mask(X, self.missing_values)
-        return np.where(missing, self.statistics_[None, :], X)
+        return np.where(self._missing_mask(X), self.statistics_[None, :], X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
