@@ -78,11 +78,11 @@ def _adaptive_mf(random_state):
 
 
 def _jl_margin(random_state):
+    print("Personalized margin classification y = sign(<x, U v_i>): 5000 users x 10 rows, "
+          "d=20, k=1, margin 0.1.")
     X, y, groups, info = make_personalized_margin_classification(
         n_users=5000, n_features=20, n_components=1, n_samples_per_user=10, margin=0.1,
         n_test_samples_per_user=10, random_state=random_state)
-    print("Personalized margin classification y = sign(<x, U v_i>): 5000 users x 10 rows, "
-          "d=20, k=1, margin 0.1.")
     W = np.zeros((5000, X.shape[1]))
     np.add.at(W, groups, y[:, None] * X)
     local = np.mean(np.sign(np.einsum("nd,nd->n", info.X_test, W[info.groups_test]))
