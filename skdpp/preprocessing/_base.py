@@ -14,7 +14,9 @@ from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..exceptions import UselessFitWarning
 from ..privacy import Releaser
 from ..privacy._plan import phase_shares, resolve_clip_share
+from ..privacy._clipping import FLOAT_MAX
 from ..privacy._quantile import (
+    CLIP_PHASE,
     LOCATION_SEARCH_STEPS,
     REFINED_MEDIAN_STEPS,
     private_location,
@@ -40,12 +42,9 @@ MAGNITUDE_STEPS = search_steps(MAGNITUDE_GRID)
 SCALE_FREE_STEPS = MAGNITUDE_STEPS + LOCATION_SEARCH_STEPS
 #: Count releases of :func:`scale_free_median`.
 MEDIAN_STEPS = MAGNITUDE_STEPS + REFINED_MEDIAN_STEPS
-#: The phase of every noisy count of a search (sensitivity 1 each).
-CLIP_PHASE = "clip"
 #: Count noise std (fraction of the users) above which a fit falls back to the prior
 #: (``_useless_message``); a little above the share rule's target 1/8.
 USELESS_SEARCH_NOISE = 0.15
-_FLOAT_MAX = np.finfo(np.float64).max
 
 
 def user_means(X, index, mask=None):
@@ -121,7 +120,7 @@ def scale_free_median(release, values, *, n_users):
 def saturate(values):
     """``values`` saturated at the float64 range (NaN unchanged): whether a pipeline
     runs must not depend on one user's values being large."""
-    return np.clip(values, -_FLOAT_MAX, _FLOAT_MAX)
+    return np.clip(values, -FLOAT_MAX, FLOAT_MAX)
 
 
 #: Public methods of every private transformer that run under ``quiet_numerics``.

@@ -35,10 +35,12 @@ import numpy as np
 
 from ._clipping import clip_values
 
-__all__ = ["LOCATION_SEARCH_STEPS", "clipped_deviation_sum", "cumulative_counts",
+__all__ = ["CLIP_PHASE", "LOCATION_SEARCH_STEPS", "clipped_deviation_sum", "cumulative_counts",
            "distance_counts", "median_found", "private_location", "private_median",
            "private_quantile", "quantile_grid", "refined_median", "search_steps"]
 
+#: The phase of the clip-bound searches of the estimators and transformers.
+CLIP_PHASE = "clip"
 #: Public range of the candidate grids (values outside it map to the end points).
 GRID_RANGE = (1e-8, 1e8)
 #: Candidates of the positive grid (adjacent ones differ by 10**(16/63) = 1.79).
