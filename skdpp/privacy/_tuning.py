@@ -43,7 +43,7 @@ from scipy import optimize, special
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
 from .accounting import PrivacyAccountant
-from .calibration import params_for_rho, plan_events
+from .calibration import _ZCDP, params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
 
 __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
@@ -295,12 +295,10 @@ class RandomStopping:
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
     value = float(value)
-    if mechanism == "exponential":
-        return math.inf if math.isinf(value) else count * value * value / 8.0
-    # gaussian (sampled or not) and laplace: noise multiplier z
-    if value == 0.0:
+    if value == (math.inf if mechanism == "exponential" else 0.0):  # non-private
         return math.inf
-    return count / (2.0 * value * value)
+    _, rho_of = _ZCDP["gaussian" if mechanism == "sampled-gaussian" else mechanism]
+    return rho_of(value, count)
 
 
 def plan_rho(plan):

@@ -35,12 +35,16 @@ from .events import (ComposedEvent, ExponentialEvent, GaussianEvent, LaplaceEven
 
 __all__ = ["Phase", "calibrate", "params_for_rho", "plan_events"]
 
-# The per-release parameter of a phase given zCDP budget ``rho`` over ``count``
-# releases: Gaussian 1/(2z²)-zCDP, exponential ε²/8 (bounded range), Laplace ε²/2.
-_PARAMS = {"gaussian": lambda rho, count: math.sqrt(count / (2.0 * rho)),
-           "laplace": lambda rho, count: 1.0 / math.sqrt(2.0 * rho / count),
-           "exponential": lambda rho, count: math.sqrt(8.0 * rho / count)}
-_MECHANISMS = tuple(_PARAMS)
+# Per mechanism, ``count`` releases spend zCDP ``rho``: Gaussian 1/(2z²) each,
+# Laplace ε²/2 (ε = 1/b), exponential ε²/8 (bounded range). The pair maps
+# (rho, count) -> per-release parameter, and (parameter, count) -> rho.
+_ZCDP = {"gaussian": (lambda rho, count: math.sqrt(count / (2.0 * rho)),
+                      lambda z, count: count / (2.0 * z * z)),
+         "laplace": (lambda rho, count: 1.0 / math.sqrt(2.0 * rho / count),
+                     lambda b, count: count / (2.0 * b * b)),
+         "exponential": (lambda rho, count: math.sqrt(8.0 * rho / count),
+                         lambda eps, count: count * eps * eps / 8.0)}
+_MECHANISMS = tuple(_ZCDP)
 
 
 def _is_real(value, ok):
@@ -128,7 +132,7 @@ def _non_private(phases):
 
 def _params_for_scale(phases, scale):
     total = sum(p.share for p in phases)
-    return {p.name: _PARAMS[p.mechanism](p.share / total * scale, p.count)
+    return {p.name: _ZCDP[p.mechanism][0](p.share / total * scale, p.count)
             for p in phases}
 
 
