@@ -43,7 +43,7 @@ from scipy import optimize, special
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
 from .accounting import PrivacyAccountant
-from .calibration import _ZCDP, params_for_rho, plan_events
+from .calibration import _ZCDP, largest_root_below, params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
 
 __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
@@ -371,12 +371,9 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
         hi += 1.0
         if hi > math.log(e0) + 80:  # pragma: no cover - rho(e) grows without bound
             raise ValueError(failed)
-    log_e = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-12, maxiter=500)
-    step = 1e-12
-    while plan_rho(plan_at(math.exp(log_e))) > rho:
-        log_e -= step
-        step *= 2.0
-    return math.exp(log_e)
+    return math.exp(largest_root_below(
+        f, lo, hi, xtol=1e-13, rtol=1e-12,
+        exceeds=lambda log_e: plan_rho(plan_at(math.exp(log_e))) > rho))
 
 
 _RHO_MECHANISMS = ("gaussian", "sampled-gaussian", "laplace", "exponential")
@@ -458,14 +455,3 @@ class SearchPrivacyReport(PrivacyReport):
         out = super().to_dict()
         out["chosen_trial"] = None if self.chosen_trial is None else self.chosen_trial.to_dict()
         return out
-
-
-def largest_root_below(f, lo, hi):
-    """``x`` in ``[lo, hi]`` with ``f(x) <= 0`` within ~1e-13 of the root of an
-    increasing ``f`` (brentq, then stepped down: never above the target)."""
-    x = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    step = 1e-12
-    while f(x) > 0.0:
-        x -= step
-        step *= 2.0
-    return x

@@ -258,15 +258,24 @@ def calibrate(phases, *, epsilon, delta):
     # zCDP heuristic: rho ~ eps^2 / (4 log(1/delta)) or eps^2/2 for pure.
     guess = epsilon ** 2 / (4.0 * math.log(1.0 / delta)) if delta > 0 else epsilon ** 2 / 2
     start = math.log(max(guess, 1e-300))
-    log_s = optimize.brentq(f, bracket(start, -2.0), bracket(start, 2.0), xtol=1e-13,
-                            rtol=1e-14, maxiter=500)
-    params = _params_for_scale(phases, math.exp(log_s))
+    log_s = largest_root_below(
+        f, bracket(start, -2.0), bracket(start, 2.0), xtol=1e-13, rtol=1e-14,
+        exceeds=lambda log_s: _epsilon_of(
+            phases, _params_for_scale(phases, math.exp(log_s)), delta) > epsilon)
+    return _params_for_scale(phases, math.exp(log_s))
+
+
+def largest_root_below(f, lo, hi, *, xtol=1e-14, rtol=1e-13, exceeds=None):
+    """The root of an increasing ``f`` on ``[lo, hi]`` (``brentq``, ``xtol``/``rtol``),
+    stepped down (1e-12, doubling) while ``exceeds(x)`` (default ``f(x) > 0``): never
+    above the target."""
+    x = optimize.brentq(f, lo, hi, xtol=xtol, rtol=rtol, maxiter=500)
+    exceeds = exceeds or (lambda x: f(x) > 0.0)
     step = 1e-12
-    while _epsilon_of(phases, params, delta) > epsilon:
-        log_s -= step
+    while exceeds(x):
+        x -= step
         step *= 2.0
-        params = _params_for_scale(phases, math.exp(log_s))
-    return params
+    return x
 
 
 def params_for_rho(phases, rho):
