@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import html
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -43,7 +42,7 @@ from scipy import optimize, special
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
 from .accounting import PrivacyAccountant
-from .calibration import _ZCDP, largest_root_below, params_for_rho, plan_events
+from .calibration import _ZCDP, _is_real, largest_root_below, params_for_rho, plan_events
 from .report import PrivacyReport, _fmt
 
 __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
@@ -114,15 +113,13 @@ class RandomStopping:
                 f"`distribution` must be one of {STOPPING_DISTRIBUTIONS}, got "
                 f"{self.distribution!r}.")
         mean = self.mean
-        if isinstance(mean, bool) or not isinstance(mean, numbers.Real) \
-                or not 1.0 <= float(mean) < math.inf:
+        if not _is_real(mean, lambda v: 1.0 <= v < math.inf):
             raise ValueError(
                 f"The mean number of trials must be a finite number >= 1, got {mean!r} "
                 "(Theorems 2 and 6 of Papernot & Steinke 2022 need E[K] >= 1).")
         object.__setattr__(self, "mean", float(mean))
         eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) \
-                or not -1.0 < float(eta) < math.inf:
+        if not _is_real(eta, lambda v: -1.0 < v < math.inf):
             raise ValueError(f"`eta` must be a finite number > -1, got {eta!r}.")
         object.__setattr__(self, "eta", float(eta))
         object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
