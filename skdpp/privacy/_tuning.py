@@ -41,8 +41,8 @@ from scipy import optimize, special
 
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
-from .accounting import PrivacyAccountant
-from .calibration import _ZCDP, _is_real, largest_root_below, params_for_rho, plan_events
+from .calibration import (_ZCDP, _epsilon_of, _is_real, largest_root_below,
+                          params_for_rho)
 from .report import PrivacyReport, _fmt
 
 __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
@@ -338,9 +338,7 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
             f"noise is fixed), more than the per-trial budget rho={rho:.6g}. Do not fix "
             "the noise (e.g. noise_multiplier=None) in a private search.")
     # a calibrated plan's zCDP is its calibration scale: read epsilon at scale rho
-    acc = PrivacyAccountant().compose(
-        plan_events(plan0.phases, params_for_rho(plan0.phases, rho)), phase="plan")
-    e = acc.get_epsilon(delta)
+    e = _epsilon_of(plan0.phases, params_for_rho(plan0.phases, rho), delta)
     step = 1e-12
     for _ in range(40):  # nudge down past float noise in the plan's calibration
         if not 0.0 < e < math.inf:
