@@ -12,16 +12,16 @@ from ..base import FitResult, _caller_stacklevel
 from ..exceptions import UselessFitWarning
 from ..privacy import BudgetPlan
 from ..privacy._plan import AUTO_CLIP_NOISE, AUTO_CLIP_SHARES, resolve_clip_share
-from ..privacy._quantile import (LOCATION_SEARCH_STEPS, MEDIAN_GRID_SIZE, cumulative_counts,
-                                 median_found, private_location, private_median,
-                                 private_quantile, quantile_grid, search_steps)
+from ..privacy._quantile import (CLIP_PHASE, LOCATION_SEARCH_STEPS, MEDIAN_GRID_SIZE,
+                                 cumulative_counts, median_found, private_location,
+                                 private_median, private_quantile, quantile_grid,
+                                 search_steps)
 
 __all__ = ["AUTO_CLIP_NOISE", "AUTO_CLIP_SHARES", "AUTO_STEPS", "CLIP_PHASE",
            "GRADIENT_BOUND_SLACK", "LEVEL_PRIOR_VARIANCE", "auto_bound",
            "gradient_bound_inconsistent", "resolve_clip_share", "rms_per_user",
            "shrink_levels", "shrinkage_penalty", "user_means"]
 
-CLIP_PHASE = "clip"  # the phase of every private quantile of this module
 AUTO_STEPS = search_steps(quantile_grid())
 
 

@@ -14,14 +14,15 @@ from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..exceptions import UselessFitWarning
 from ..privacy import Releaser
 from ..privacy._plan import phase_shares, resolve_clip_share
+from ..privacy._clipping import FLOAT_MAX
 from ..privacy._quantile import (
-    FINE_LEVELS,
-    FINE_SIZE,
+    CLIP_PHASE,
     LOCATION_SEARCH_STEPS,
-    _cell,
+    REFINED_MEDIAN_STEPS,
     private_location,
     private_quantile,
     quantile_grid,
+    refined_median,
     search_steps,
     value_counts,
 )
@@ -40,14 +41,10 @@ MAGNITUDE_STEPS = search_steps(MAGNITUDE_GRID)
 #: Count releases (phase ``"clip"``) of :func:`scale_free_location` (plus its mean).
 SCALE_FREE_STEPS = MAGNITUDE_STEPS + LOCATION_SEARCH_STEPS
 #: Count releases of :func:`scale_free_median`.
-MEDIAN_STEPS = (MAGNITUDE_STEPS + search_steps(2 * quantile_grid().shape[0])
-                + FINE_LEVELS * search_steps(FINE_SIZE))
-#: The phase of every noisy count of a search (sensitivity 1 each).
-CLIP_PHASE = "clip"
+MEDIAN_STEPS = MAGNITUDE_STEPS + REFINED_MEDIAN_STEPS
 #: Count noise std (fraction of the users) above which a fit falls back to the prior
 #: (``_useless_message``); a little above the share rule's target 1/8.
 USELESS_SEARCH_NOISE = 0.15
-_FLOAT_MAX = np.finfo(np.float64).max
 
 
 def user_means(X, index, mask=None):
@@ -114,24 +111,16 @@ def radius_quantile(release, n_users):
 
 def scale_free_median(release, values, *, n_users):
     """The DP median of one scalar per user (:data:`MEDIAN_STEPS` counts, phase
-    ``"clip"``): the magnitude of :func:`scale_free_location`, then a bisection on
-    the signed log grid refined ``FINE_LEVELS`` times (resolution ``|median| *
-    0.79 / 256**2`` plus the counts' rank error)."""
+    ``"clip"``): the magnitude of :func:`scale_free_location`, then
+    :func:`~skdpp.privacy._quantile.refined_median` of ``v_i / c``."""
     c, scaled = _magnitude(release, values, n_users)
-    grid = quantile_grid(signed=True)
-    median = private_quantile(release, CLIP_PHASE, value_counts(scaled, grid), grid,
-                              quantile=0.5, n_users=n_users)
-    for _ in range(FINE_LEVELS):
-        grid = np.linspace(*_cell(grid, int(np.searchsorted(grid, median))), FINE_SIZE)
-        median = private_quantile(release, CLIP_PHASE, value_counts(scaled, grid), grid,
-                                  quantile=0.5, n_users=n_users)
-    return c * median
+    return c * refined_median(release, CLIP_PHASE, lambda fn: fn(scaled), n_users=n_users)
 
 
 def saturate(values):
     """``values`` saturated at the float64 range (NaN unchanged): whether a pipeline
     runs must not depend on one user's values being large."""
-    return np.clip(values, -_FLOAT_MAX, _FLOAT_MAX)
+    return np.clip(values, -FLOAT_MAX, FLOAT_MAX)
 
 
 #: Public methods of every private transformer that run under ``quiet_numerics``.

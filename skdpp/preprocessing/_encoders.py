@@ -11,14 +11,13 @@ from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, v
 
 from ..linear_model._labels import label_codes, label_counts_block, labels_sensitivity
 from ..privacy import BudgetPlan
+from ..privacy._release import THRESHOLD_DELTA_FRACTION
 from ..utils._executor import LocalExecutor
 from ..utils._grouped import UserIndex, make_blocks
 from ._base import BasePrivateTransformer
 
 __all__ = ["PrivateOneHotEncoder"]
 
-#: Share of ``delta`` reserved for the threshold of the category selection.
-THRESHOLD_DELTA_FRACTION = 0.25
 #: The phase of the category selection.
 SELECT_PHASE = "categories"
 #: Suffix of the column of unknown categories (``"infrequent_if_exist"``).

@@ -14,13 +14,15 @@ import numbers
 
 import numpy as np
 
-__all__ = ["MIN_CLIP", "clip_by_norm", "clip_factors", "clip_values",
+__all__ = ["FLOAT_MAX", "MIN_CLIP", "clip_by_norm", "clip_factors", "clip_values",
            "clipped_magnitudes", "clipped_outer_sum", "row_norms",
            "scaled_clip_factors", "stack_norms", "unit_row_norms", "unit_rows"]
 
 #: Smallest clip bound accepted in skdpp: below it, subnormal rounding can make a
 #: clipped contribution exceed its bound (measured on FedRep's initialisation).
 MIN_CLIP = 1e-100
+#: Largest finite float64 (the saturation bound of non-finite inputs).
+FLOAT_MAX = np.finfo(np.float64).max
 
 # Rows whose computed norm lies in this range take the fast path.
 _SAFE_LOW, _SAFE_HIGH = 1e-100, 1e100

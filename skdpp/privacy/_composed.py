@@ -258,7 +258,7 @@ def _planned_rows(step, fitted, prefix):
     return (LedgerEntry(f"{prefix}:plan", event, mechanism="planned"),)
 
 
-def _compose(rows, delta):
+def _compose(rows):
     """A fresh accountant with every :class:`LedgerEntry` of ``rows`` composed."""
     acc = PrivacyAccountant()
     for e in rows:
@@ -309,8 +309,8 @@ def _charge_candidates(search, label, part, path, out):
     best = getattr(search, "best_params_", None)
     if ok and best is not None and best in params_list:
         ok = math.isclose(
-            _compose(planned[params_list.index(best)], delta).get_epsilon(delta),
-            _compose(part.ledger, delta).get_epsilon(delta),
+            _compose(planned[params_list.index(best)]).get_epsilon(delta),
+            _compose(part.ledger).get_epsilon(delta),
             rel_tol=1e-6, abs_tol=1e-12)
     rows = []
     if ok:
@@ -373,7 +373,7 @@ def privacy_report(obj, *, delta=None):
     if delta is None:
         delta = max((float(r.delta) for r in reports), default=0.0)
     delta = float(delta)
-    acc = _compose([e for p in covered for e in p.ledger], delta)  # searches: no ledger
+    acc = _compose([e for p in covered for e in p.ledger])  # searches: no ledger
     if len(searches) == len(covered) == 1:
         base = searches[0].report
         eps_spent, delta_spent, method = base.epsilon_spent, base.delta_spent, base.accountant
@@ -548,7 +548,7 @@ def split_budget(estimator, *, epsilon, delta=1e-6, shares=None, n_users=None,
             else:
                 mu = gaussian_mu(eps_i, delta)
                 rows.append(LedgerEntry(name, GaussianEvent(1.0 / mu)))
-        return _compose(rows, delta).get_epsilon(delta) - epsilon
+        return _compose(rows).get_epsilon(delta) - epsilon
 
     if len(leaves) == 1:
         c = 1.0 / weights[names[0]]

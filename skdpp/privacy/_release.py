@@ -29,7 +29,11 @@ from .accounting import PrivacyAccountant
 from .events import NonPrivateEvent, NoOpEvent, PoissonSampledEvent, ThresholdEvent
 from .report import PrivacyReport
 
-__all__ = ["Releaser"]
+__all__ = ["Releaser", "THRESHOLD_DELTA_FRACTION"]
+
+#: Share of ``delta`` an estimator reserves for the threshold of
+#: :meth:`Releaser.select_partitions`.
+THRESHOLD_DELTA_FRACTION = 0.25
 
 
 class Releaser:

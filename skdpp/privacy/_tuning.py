@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import html
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -42,8 +41,8 @@ from scipy import optimize, special
 
 from ._gdp import gaussian_epsilon, gaussian_mu
 from ._rdp import _cks_epsilon, rdp_to_delta, zcdp_delta, zcdp_epsilon  # noqa: F401
-from .accounting import PrivacyAccountant
-from .calibration import params_for_rho, plan_events
+from .calibration import (_ZCDP, _epsilon_of, _is_real, largest_root_below,
+                          params_for_rho)
 from .report import PrivacyReport, _fmt
 
 __all__ = ["STOPPING_DISTRIBUTIONS", "RandomStopping", "SearchPrivacyReport",
@@ -114,15 +113,13 @@ class RandomStopping:
                 f"`distribution` must be one of {STOPPING_DISTRIBUTIONS}, got "
                 f"{self.distribution!r}.")
         mean = self.mean
-        if isinstance(mean, bool) or not isinstance(mean, numbers.Real) \
-                or not 1.0 <= float(mean) < math.inf:
+        if not _is_real(mean, lambda v: 1.0 <= v < math.inf):
             raise ValueError(
                 f"The mean number of trials must be a finite number >= 1, got {mean!r} "
                 "(Theorems 2 and 6 of Papernot & Steinke 2022 need E[K] >= 1).")
         object.__setattr__(self, "mean", float(mean))
         eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) \
-                or not -1.0 < float(eta) < math.inf:
+        if not _is_real(eta, lambda v: -1.0 < v < math.inf):
             raise ValueError(f"`eta` must be a finite number > -1, got {eta!r}.")
         object.__setattr__(self, "eta", float(eta))
         object.__setattr__(self, "gamma", float("nan") if self.distribution == "poisson"
@@ -295,12 +292,10 @@ class RandomStopping:
 def _phase_rho(mechanism, value, count):
     """zCDP of ``count`` releases of one mechanism with parameter ``value``."""
     value = float(value)
-    if mechanism == "exponential":
-        return math.inf if math.isinf(value) else count * value * value / 8.0
-    # gaussian (sampled or not) and laplace: noise multiplier z
-    if value == 0.0:
+    if value == (math.inf if mechanism == "exponential" else 0.0):  # non-private
         return math.inf
-    return count / (2.0 * value * value)
+    _, rho_of = _ZCDP["gaussian" if mechanism == "sampled-gaussian" else mechanism]
+    return rho_of(value, count)
 
 
 def plan_rho(plan):
@@ -343,9 +338,7 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
             f"noise is fixed), more than the per-trial budget rho={rho:.6g}. Do not fix "
             "the noise (e.g. noise_multiplier=None) in a private search.")
     # a calibrated plan's zCDP is its calibration scale: read epsilon at scale rho
-    acc = PrivacyAccountant().compose(
-        plan_events(plan0.phases, params_for_rho(plan0.phases, rho)), phase="plan")
-    e = acc.get_epsilon(delta)
+    e = _epsilon_of(plan0.phases, params_for_rho(plan0.phases, rho), delta)
     step = 1e-12
     for _ in range(40):  # nudge down past float noise in the plan's calibration
         if not 0.0 < e < math.inf:
@@ -373,12 +366,9 @@ def epsilon_for_rho(plan_at, rho, delta, *, rtol=1e-9):
         hi += 1.0
         if hi > math.log(e0) + 80:  # pragma: no cover - rho(e) grows without bound
             raise ValueError(failed)
-    log_e = optimize.brentq(f, lo, hi, xtol=1e-13, rtol=1e-12, maxiter=500)
-    step = 1e-12
-    while plan_rho(plan_at(math.exp(log_e))) > rho:
-        log_e -= step
-        step *= 2.0
-    return math.exp(log_e)
+    return math.exp(largest_root_below(
+        f, lo, hi, xtol=1e-13, rtol=1e-12,
+        exceeds=lambda log_e: plan_rho(plan_at(math.exp(log_e))) > rho))
 
 
 _RHO_MECHANISMS = ("gaussian", "sampled-gaussian", "laplace", "exponential")
@@ -460,14 +450,3 @@ class SearchPrivacyReport(PrivacyReport):
         out = super().to_dict()
         out["chosen_trial"] = None if self.chosen_trial is None else self.chosen_trial.to_dict()
         return out
-
-
-def largest_root_below(f, lo, hi):
-    """``x`` in ``[lo, hi]`` with ``f(x) <= 0`` within ~1e-13 of the root of an
-    increasing ``f`` (brentq, then stepped down: never above the target)."""
-    x = optimize.brentq(f, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    step = 1e-12
-    while f(x) > 0.0:
-        x -= step
-        step *= 2.0
-    return x

@@ -35,12 +35,16 @@ from .events import (ComposedEvent, ExponentialEvent, GaussianEvent, LaplaceEven
 
 __all__ = ["Phase", "calibrate", "params_for_rho", "plan_events"]
 
-# The per-release parameter of a phase given zCDP budget ``rho`` over ``count``
-# releases: Gaussian 1/(2z²)-zCDP, exponential ε²/8 (bounded range), Laplace ε²/2.
-_PARAMS = {"gaussian": lambda rho, count: math.sqrt(count / (2.0 * rho)),
-           "laplace": lambda rho, count: 1.0 / math.sqrt(2.0 * rho / count),
-           "exponential": lambda rho, count: math.sqrt(8.0 * rho / count)}
-_MECHANISMS = tuple(_PARAMS)
+# Per mechanism, ``count`` releases spend zCDP ``rho``: Gaussian 1/(2z²) each,
+# Laplace ε²/2 (ε = 1/b), exponential ε²/8 (bounded range). The pair maps
+# (rho, count) -> per-release parameter, and (parameter, count) -> rho.
+_ZCDP = {"gaussian": (lambda rho, count: math.sqrt(count / (2.0 * rho)),
+                      lambda z, count: count / (2.0 * z * z)),
+         "laplace": (lambda rho, count: 1.0 / math.sqrt(2.0 * rho / count),
+                     lambda b, count: count / (2.0 * b * b)),
+         "exponential": (lambda rho, count: math.sqrt(8.0 * rho / count),
+                         lambda eps, count: count * eps * eps / 8.0)}
+_MECHANISMS = tuple(_ZCDP)
 
 
 def _is_real(value, ok):
@@ -128,7 +132,7 @@ def _non_private(phases):
 
 def _params_for_scale(phases, scale):
     total = sum(p.share for p in phases)
-    return {p.name: _PARAMS[p.mechanism](p.share / total * scale, p.count)
+    return {p.name: _ZCDP[p.mechanism][0](p.share / total * scale, p.count)
             for p in phases}
 
 
@@ -254,15 +258,24 @@ def calibrate(phases, *, epsilon, delta):
     # zCDP heuristic: rho ~ eps^2 / (4 log(1/delta)) or eps^2/2 for pure.
     guess = epsilon ** 2 / (4.0 * math.log(1.0 / delta)) if delta > 0 else epsilon ** 2 / 2
     start = math.log(max(guess, 1e-300))
-    log_s = optimize.brentq(f, bracket(start, -2.0), bracket(start, 2.0), xtol=1e-13,
-                            rtol=1e-14, maxiter=500)
-    params = _params_for_scale(phases, math.exp(log_s))
+    log_s = largest_root_below(
+        f, bracket(start, -2.0), bracket(start, 2.0), xtol=1e-13, rtol=1e-14,
+        exceeds=lambda log_s: _epsilon_of(
+            phases, _params_for_scale(phases, math.exp(log_s)), delta) > epsilon)
+    return _params_for_scale(phases, math.exp(log_s))
+
+
+def largest_root_below(f, lo, hi, *, xtol=1e-14, rtol=1e-13, exceeds=None):
+    """The root of an increasing ``f`` on ``[lo, hi]`` (``brentq``, ``xtol``/``rtol``),
+    stepped down (1e-12, doubling) while ``exceeds(x)`` (default ``f(x) > 0``): never
+    above the target."""
+    x = optimize.brentq(f, lo, hi, xtol=xtol, rtol=rtol, maxiter=500)
+    exceeds = exceeds or (lambda x: f(x) > 0.0)
     step = 1e-12
-    while _epsilon_of(phases, params, delta) > epsilon:
-        log_s -= step
+    while exceeds(x):
+        x -= step
         step *= 2.0
-        params = _params_for_scale(phases, math.exp(log_s))
-    return params
+    return x
 
 
 def params_for_rho(phases, rho):

@@ -30,15 +30,17 @@ __all__ = ["DpEvent", "GaussianEvent", "LaplaceEvent", "ExponentialEvent",
 
 def _check_real(name, value, *, cls, low, high=math.inf, low_inclusive=True,
                 high_inclusive=False, remedy=""):
+    """``float(value)``, checked real (not bool) and in the range (``cls``: prefix)."""
+    where = f"{cls}: " if cls else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
-            f"{cls}: `{name}` must be a real number, got {value!r} "
+            f"{where}`{name}` must be a real number, got {value!r} "
             f"(type {type(value).__name__}).")
     value = float(value)
     if not ((value >= low if low_inclusive else value > low)
             and (value <= high if high_inclusive else value < high)):
         raise ValueError(
-            f"{cls}: `{name}` must be in {'[(' [not low_inclusive]}{low}, {high}"
+            f"{where}`{name}` must be in {'[(' [not low_inclusive]}{low}, {high}"
             f"{'])' [not high_inclusive]}, got {value!r}." + (f" {remedy}" if remedy else ""))
     return value
 

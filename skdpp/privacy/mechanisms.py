@@ -42,7 +42,8 @@ from scipy import special
 
 from .._config import _require_opendp, get_config
 from ._clipping import clip_by_norm
-from .events import ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent
+from .events import (ExponentialEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
+                     _check_real)
 
 __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
            "gaussian_mechanism", "gaussian_sum", "laplace_mechanism", "noisy_counts",
@@ -50,15 +51,8 @@ __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities",
 
 
 def _check_nonneg(name, value, *, allow_zero=True, allow_inf=False, remedy=""):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a real number, got {value!r}.")
-    value = float(value)
-    if not ((value >= 0.0 if allow_zero else value > 0.0)
-            and (allow_inf or not math.isinf(value))):
-        raise ValueError(f"`{name}` must be in {'[' if allow_zero else '('}0, "
-                         f"inf{']' if allow_inf else ')'}, got {value!r}."
-                         + (f" {remedy}" if remedy else ""))
-    return value
+    return _check_real(name, value, cls=None, low=0, low_inclusive=allow_zero,
+                       high_inclusive=allow_inf, remedy=remedy)
 
 
 def _check_rng(rng):

@@ -210,7 +210,7 @@ def test_split_budget_with_a_non_gaussian_plan():
     for name, leaf in _composed._private_leaves(split):
         rows += _composed._step_rows(leaf, leaf.epsilon, leaf.delta,
                                      {"n_users": 500, "n_features": 3}, name)
-    assert _composed._compose(rows, DELTA).get_epsilon(DELTA) == pytest.approx(2.0, rel=1e-6)
+    assert _composed._compose(rows).get_epsilon(DELTA) == pytest.approx(2.0, rel=1e-6)
 
 
 def test_report_pickles_and_keeps_the_ledger_out_of_to_dict():

@@ -19,6 +19,7 @@ from ...privacy import BudgetPlan
 from ...privacy._plan import resolve_clip_share
 from ...privacy._product import product_exponential
 from ...privacy._quantile import private_quantile, quantile_grid, search_steps
+from ...privacy._release import THRESHOLD_DELTA_FRACTION
 from ...utils._executor import LocalExecutor
 from ...utils._grouped import make_blocks
 from .._labels import label_counts_block, select_classes
@@ -30,7 +31,6 @@ from .jl_kernels import (Heads, Prepare, Project, Scores, candidate_scores_block
 #: Default ``budget_shares`` (``selection`` takes the rest).
 DEFAULT_SHARES = {"labels": 0.05, "clip": "auto", "subspace": 0.7, "cold_start": 0.05}
 
-THRESHOLD_DELTA_FRACTION = 0.25  # share of delta for the label selection's threshold
 BLOCK_ROWS = 32768  # rows per block of a fit (whole users; tests lower it)
 # jl_dim="auto": failure probability beta of the JL transform (Alg. 3, Require,
 # Lemma 15) and the cap (memory/time guard).

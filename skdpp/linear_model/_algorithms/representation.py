@@ -13,6 +13,7 @@ from scipy import stats
 from ...base import FitResult
 from ...exceptions import UselessFitWarning
 from ...privacy import BudgetPlan
+from ...privacy._clipping import FLOAT_MAX as _FLOAT_MAX
 from ...privacy._clipping import clip_by_norm, unit_rows
 from ...utils._executor import LocalExecutor
 from ...utils._grouped import UserBlock, make_blocks
@@ -25,8 +26,6 @@ from .._auto import (
     standardize, standardize_block, useless_fit_message, user_means)
 from .._heads import shrunk_heads, solve_heads
 from .spectral_init import initial_components, spectral_statistic
-
-_FLOAT_MAX = np.finfo(np.float64).max
 
 #: Default ``budget_shares`` (``"iterations"`` takes the rest).
 DEFAULT_SHARES = {"clip": "auto", "init": 0.1, "cold_start": 0.02}
