@@ -17,6 +17,7 @@ from ...linear_model._auto import (LEVEL_PHASE, FallbackPlan, fallback_level, fa
 from ...linear_model._heads import psd_ridge_solve
 from ...privacy import MIN_CLIP, BudgetPlan
 from ...privacy._plan import resolve_clip_share
+from ...privacy._release import THRESHOLD_DELTA_FRACTION
 from ...privacy._quantile import (
     LOCATION_SEARCH_STEPS,
     private_location,
@@ -41,7 +42,6 @@ DEFAULT_COUNT_CAP = 50  # measured on MovieLens (even user ids) and App. C
 DEFAULT_SHARES = {"clip": "auto", "mean": 0.05, "counts": 0.1, "item_bias": 0.25,
                   "ridge": 0.05}
 PRIVATE_CATALOGUE_COUNT_SHARE = 0.3
-_THRESHOLD_DELTA_FRACTION = 0.25  # of delta, for the private catalogue's threshold
 TINY_CATALOGUE = 10  # below: cannot fill one top-10 list
 
 
@@ -104,7 +104,7 @@ def plan(config, meta):
         if cfg.needs_counts:  # _catalogue
             private = cfg.catalogue == "private" and cfg.epsilon != np.inf
             budget.add("counts", share=shares["counts"], param="budget_shares['counts']",
-                       threshold_delta=_THRESHOLD_DELTA_FRACTION * cfg.delta * private)
+                       threshold_delta=THRESHOLD_DELTA_FRACTION * cfg.delta * private)
         if cfg.item_bias:  # the weighted counts, then one release per pass
             budget.add("item_bias", share=shares["item_bias"], count=1 + cfg.bias_iter,
                        param="budget_shares['item_bias']")
