@@ -180,6 +180,16 @@ class FitResult:
     not_covered: tuple = ()
 
 
+def _reject_booleans(estimator, names):
+    """Reject a boolean in the numeric parameters ``names`` (numeric constraints admit it)."""
+    for name in names:
+        value = getattr(estimator, name)
+        if isinstance(value, (bool, np.bool_)):
+            raise ValueError(
+                f"The '{name}' parameter must be a number, got the boolean {value!r}. "
+                f"Pass a number, e.g. {name}=1.0.")
+
+
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
@@ -237,12 +247,7 @@ class BasePersonalizedEstimator(BaseEstimator):
 
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express (booleans, ``*clip*`` range)."""
-        for name in ("epsilon", "delta"):
-            value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)):
-                raise ValueError(
-                    f"The '{name}' parameter must be a float, got the boolean {value!r}. "
-                    f"Pass a number, e.g. {name}=1.0.")
+        _reject_booleans(self, ("epsilon", "delta"))
         for name, value in self.get_params(deep=False).items():
             if "clip" not in name or value is None or isinstance(value, str):
                 continue
