@@ -24,7 +24,7 @@ from .exceptions import PrivacyLeakWarning
 from .privacy import MIN_CLIP as _MIN_CLIP
 from .privacy import Releaser
 from .utils._executor import LocalExecutor
-from .utils._grouped import UserIndex, id_kinds, make_blocks
+from .utils._grouped import UserIndex, _to_numpy, id_kinds, make_blocks
 from .utils._random import FitRandomness
 
 __all__ = ["BasePersonalizedEstimator", "FitData", "FitResult",
@@ -377,9 +377,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 warnings.warn(_dropped_groups_message(name), UserWarning,
                               stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
-        if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
-            groups = groups.to_numpy()
-        groups = np.asarray(groups)
+        groups = _to_numpy(groups)
         if groups.ndim != 1 or groups.shape[0] != n_samples:
             raise ValueError(f"groups must be 1-D with one user id per row of X: expected "
                              f"shape ({n_samples},), got {groups.shape}.")

@@ -27,7 +27,7 @@ from ..privacy._tuning import (STOPPING_DISTRIBUTIONS, RandomStopping,
                                largest_root_below, release_validation_score, report_rho,
                                zcdp_epsilon)
 from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport, non_private_wording
-from ..utils._grouped import UserBlock, UserIndex, canonical_order
+from ..utils._grouped import UserBlock, UserIndex, _to_numpy, canonical_order
 from ..utils._random import (DerivedRandomState, hash_ids, keyed_bits, noise_is_seeded,
                              row_hashes, seed_sequence)
 
@@ -319,7 +319,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if y is None:
             raise ValueError(f"y must have one value per row of X ({_num_samples(X)} rows).")
         index = UserIndex.from_groups(groups, _num_samples(X))
-        groups = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+        groups = _to_numpy(groups)
         n_users = int(index.n_users)
         delta = float(self.delta)
         BasePersonalizedEstimator._check_delta(self, n_users)
