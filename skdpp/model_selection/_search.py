@@ -15,6 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
+from .._export import _leaves
 from ..base import BasePersonalizedEstimator, quiet_numerics
 from ..pipeline import personalize, transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
@@ -626,14 +627,11 @@ def _take_back_seed(est):
 
 
 def _set_on_leaves(est, name, value):
-    """Set ``name`` to ``value`` on ``est`` or, for a Pipeline, on every step at any
-    depth that has that parameter."""
-    children = _children(est)
-    if children is not None:
-        for _, child in children:
-            _set_on_leaves(child, name, value)
-    elif hasattr(est, "get_params") and name in est.get_params(deep=False):
-        est.set_params(**{name: value})
+    """Set ``name`` to ``value`` on every leaf of ``est`` (:func:`skdpp._export._leaves`:
+    itself, or a Pipeline's steps at any depth) that has that parameter."""
+    for leaf in _leaves(est):
+        if hasattr(leaf, "get_params") and name in leaf.get_params(deep=False):
+            leaf.set_params(**{name: value})
 
 
 def _fit_trial(est, rho_fit, X, y, groups):
