@@ -187,7 +187,7 @@ def _reject_booleans(estimator, names):
         if isinstance(value, (bool, np.bool_)):
             raise ValueError(
                 f"The '{name}' parameter must be a number, got the boolean {value!r}. "
-                f"Pass a number, e.g. {name}=1.0.")
+                "Pass an int or float instead.")
 
 
 class BasePersonalizedEstimator(BaseEstimator):

@@ -16,7 +16,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._export import _leaves
-from ..base import BasePersonalizedEstimator, quiet_numerics
+from ..base import BasePersonalizedEstimator, _reject_booleans, quiet_numerics
 from ..pipeline import personalize, transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
@@ -228,11 +228,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     def _check_params(self):
         self._validate_params()
-        for name in ("epsilon", "delta", "n_iter", "stopping_shape", "validation_size",
-                     "score_clip", "score_share"):
-            if isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"The '{name}' parameter must be a number, got "
-                                 f"{getattr(self, name)!r}.")
+        _reject_booleans(self, ("epsilon", "delta", "n_iter", "stopping_shape",
+                                "validation_size", "score_clip", "score_share"))
         clip = self._public_score_clip()
         if clip is not None and not MIN_CLIP <= clip < np.inf:
             raise ValueError(
