@@ -54,8 +54,9 @@ NOTES = """
   (``prepare``: the estimator's validation and blocks of each partition, once per
   fit; ``prepare_split``: FedRep's keyed S^0/S^1 split; ``_spectral_block``: the
   private initialisation; ``fedrep_round`` / ``sgd_round``: the rounds;
-  ``_final_heads_block``: the final heads and cold start; ``collect_*``: personal
-  parts).
+  ``final_statistics``, ``_head_norms``, ``_clipped_heads``, ``_offsets``: FedRep's
+  final heads and cold start; ``collect_*``: personal parts, e.g.
+  ``collect__personal_block``, ``collect_personal_refit``).
 """
 
 

@@ -74,6 +74,7 @@ class ReleasedModel:
 
 
 def _leaves(obj):
+    """The leaves of a composite (any depth, "drop"/"passthrough"/None steps included)."""
     children = _children(obj)
     return [obj] if children is None else [x for _, c in children for x in _leaves(c)]
 

@@ -24,7 +24,7 @@ from .exceptions import PrivacyLeakWarning
 from .privacy import MIN_CLIP as _MIN_CLIP
 from .privacy import Releaser
 from .utils._executor import LocalExecutor
-from .utils._grouped import UserIndex, id_kinds, make_blocks
+from .utils._grouped import UserIndex, _to_numpy, id_kinds, make_blocks
 from .utils._random import FitRandomness
 
 __all__ = ["BasePersonalizedEstimator", "FitData", "FitResult",
@@ -180,6 +180,16 @@ class FitResult:
     not_covered: tuple = ()
 
 
+def _reject_booleans(estimator, names):
+    """Reject a boolean in the numeric parameters ``names`` (numeric constraints admit it)."""
+    for name in names:
+        value = getattr(estimator, name)
+        if isinstance(value, (bool, np.bool_)):
+            raise ValueError(
+                f"The '{name}' parameter must be a number, got the boolean {value!r}. "
+                "Pass an int or float instead.")
+
+
 class BasePersonalizedEstimator(BaseEstimator):
     """Base class for user-level DP personalized estimators.
 
@@ -237,12 +247,7 @@ class BasePersonalizedEstimator(BaseEstimator):
 
     def _validate_privacy_params(self):
         """Checks ``_parameter_constraints`` cannot express (booleans, ``*clip*`` range)."""
-        for name in ("epsilon", "delta"):
-            value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)):
-                raise ValueError(
-                    f"The '{name}' parameter must be a float, got the boolean {value!r}. "
-                    f"Pass a number, e.g. {name}=1.0.")
+        _reject_booleans(self, ("epsilon", "delta"))
         for name, value in self.get_params(deep=False).items():
             if "clip" not in name or value is None or isinstance(value, str):
                 continue
@@ -372,9 +377,7 @@ class BasePersonalizedEstimator(BaseEstimator):
                 warnings.warn(_dropped_groups_message(name), UserWarning,
                               stacklevel=_caller_stacklevel())
             return np.full(n_samples, -1, dtype=np.intp)
-        if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
-            groups = groups.to_numpy()
-        groups = np.asarray(groups)
+        groups = _to_numpy(groups)
         if groups.ndim != 1 or groups.shape[0] != n_samples:
             raise ValueError(f"groups must be 1-D with one user id per row of X: expected "
                              f"shape ({n_samples},), got {groups.shape}.")

@@ -6,7 +6,7 @@ import operator
 
 import numpy as np
 
-from ..utils._grouped import UserIndex
+from ..utils._grouped import UserIndex, _to_numpy
 from ..utils._random import hash_ids
 from ._executor import _quiet_call, concat_chunks, submit_quiet
 
@@ -31,11 +31,9 @@ class RawPartition:
 
 def _raw_from_arrays(X, y, groups, labels=None):
     """A :class:`RawPartition` from array-likes (pandas objects converted)."""
-    X = np.asarray(X.to_numpy() if hasattr(X, "to_numpy") else X)
+    X, y, groups = _to_numpy(X), _to_numpy(y), _to_numpy(groups)
     if X.ndim == 1:
         X = X[:, None]
-    y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
-    groups = groups.to_numpy() if hasattr(groups, "to_numpy") else np.asarray(groups)
     if groups.ndim != 1:
         raise ValueError(f"groups must be 1-D (one user id per row), got shape "
                          f"{groups.shape}.")

@@ -8,7 +8,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import (BasePersonalizedEstimator, PersonalizedClassifierMixin,
-                    _check_finite_output, linear_predictions, scaled_linear_scores)
+                    _check_finite_output, _reject_booleans, linear_predictions,
+                    scaled_linear_scores)
 from ..privacy._plan import phase_shares
 from ._algorithms import jl_margin
 from ._labels import check_label_domain
@@ -221,10 +222,7 @@ class JLMarginClassifier(PersonalizedClassifierMixin, BasePersonalizedEstimator)
         # sklearn's finiteness check sums X: an overflow warning would leak (DESIGN 7)
         with np.errstate(over="ignore", invalid="ignore"):
             data = super()._validate_fit_data(X, y, groups)
-        for name in ("margin", "clip_quantile", "personal_ridge"):
-            if isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"The '{name}' parameter must be a float, got the "
-                                 f"boolean {getattr(self, name)!r}.")
+        _reject_booleans(self, ("margin", "clip_quantile", "personal_ridge"))
         classes = self._public_classes()
         if isinstance(classes, np.ndarray):
             if classes.ndim != 1 or classes.shape[0] < 2:

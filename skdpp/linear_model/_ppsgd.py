@@ -6,7 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..base import BasePersonalizedEstimator
+from ..base import BasePersonalizedEstimator, _reject_booleans
 from ..privacy._plan import phase_shares
 from ._algorithms import ppsgd
 from ._representation import _LinearRegressor
@@ -195,11 +195,8 @@ class PPSGDRegressor(_LinearRegressor):
 
     def _validate_fit_data(self, X, y, groups):
         data = super()._validate_fit_data(X, y, groups)
-        for name in ("alpha", "learning_rate", "sample_rate", "noise_multiplier"):
-            value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)):
-                raise ValueError(
-                    f"The '{name}' parameter must be a number, got the boolean {value!r}.")
+        _reject_booleans(
+            self, ("alpha", "learning_rate", "sample_rate", "noise_multiplier"))
         if not np.isfinite(self.learning_rate):
             raise ValueError(
                 f"learning_rate must be a finite positive float, got {self.learning_rate!r}. "

@@ -15,7 +15,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from ..base import BasePersonalizedEstimator, quiet_numerics
+from .._export import _leaves
+from ..base import BasePersonalizedEstimator, _reject_booleans, quiet_numerics
 from ..pipeline import personalize, transform_then
 from ..exceptions import PrivacyBudgetError, PrivacyLeakWarning
 from ..privacy import MIN_CLIP, BudgetPlan, Releaser, gaussian_epsilon, mechanisms
@@ -27,7 +28,7 @@ from ..privacy._tuning import (STOPPING_DISTRIBUTIONS, RandomStopping,
                                largest_root_below, release_validation_score, report_rho,
                                zcdp_epsilon)
 from ..privacy.report import NON_PRIVATE_NOTE, PhaseReport, non_private_wording
-from ..utils._grouped import UserBlock, UserIndex, canonical_order
+from ..utils._grouped import UserBlock, UserIndex, _to_numpy, canonical_order
 from ..utils._random import (DerivedRandomState, hash_ids, keyed_bits, noise_is_seeded,
                              row_hashes, seed_sequence)
 
@@ -227,11 +228,8 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     def _check_params(self):
         self._validate_params()
-        for name in ("epsilon", "delta", "n_iter", "stopping_shape", "validation_size",
-                     "score_clip", "score_share"):
-            if isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"The '{name}' parameter must be a number, got "
-                                 f"{getattr(self, name)!r}.")
+        _reject_booleans(self, ("epsilon", "delta", "n_iter", "stopping_shape",
+                                "validation_size", "score_clip", "score_share"))
         clip = self._public_score_clip()
         if clip is not None and not MIN_CLIP <= clip < np.inf:
             raise ValueError(
@@ -319,7 +317,7 @@ class PrivateRandomizedSearchCV(MetaEstimatorMixin, BaseEstimator):
         if y is None:
             raise ValueError(f"y must have one value per row of X ({_num_samples(X)} rows).")
         index = UserIndex.from_groups(groups, _num_samples(X))
-        groups = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+        groups = _to_numpy(groups)
         n_users = int(index.n_users)
         delta = float(self.delta)
         BasePersonalizedEstimator._check_delta(self, n_users)
@@ -626,14 +624,11 @@ def _take_back_seed(est):
 
 
 def _set_on_leaves(est, name, value):
-    """Set ``name`` to ``value`` on ``est`` or, for a Pipeline, on every step at any
-    depth that has that parameter."""
-    children = _children(est)
-    if children is not None:
-        for _, child in children:
-            _set_on_leaves(child, name, value)
-    elif hasattr(est, "get_params") and name in est.get_params(deep=False):
-        est.set_params(**{name: value})
+    """Set ``name`` to ``value`` on every leaf of ``est`` (:func:`skdpp._export._leaves`:
+    itself, or a Pipeline's steps at any depth) that has that parameter."""
+    for leaf in _leaves(est):
+        if hasattr(leaf, "get_params") and name in leaf.get_params(deep=False):
+            leaf.set_params(**{name: value})
 
 
 def _fit_trial(est, rho_fit, X, y, groups):

@@ -10,7 +10,7 @@ from sklearn.model_selection import BaseCrossValidator, BaseShuffleSplit
 from sklearn.utils import check_random_state, indexable
 from sklearn.utils._indexing import _safe_indexing
 
-from ..utils._grouped import UserIndex, rank_within_user
+from ..utils._grouped import UserIndex, _to_numpy, rank_within_user
 
 __all__ = ["PerUserKFold", "PerUserShuffleSplit", "per_user_train_test_split"]
 
@@ -268,7 +268,7 @@ def per_user_train_test_split(*arrays, groups, test_size=0.2, random_state=None,
     _check_int("min_train_rows", min_train_rows, 1)
     arrays = indexable(*arrays)
     index = _check_groups(groups, arrays[0], "per_user_train_test_split")
-    groups_arr = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+    groups_arr = _to_numpy(groups)
     test_mask = (rank_within_user(index, check_random_state(random_state))
                  < _n_test_per_row(index, test_size, int(min_train_rows)))
     train, test = np.flatnonzero(~test_mask), np.flatnonzero(test_mask)

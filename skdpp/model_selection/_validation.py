@@ -12,6 +12,7 @@ from sklearn.utils._indexing import _safe_indexing
 from sklearn.utils.metadata_routing import MetadataRouter, get_routing_for_object
 from sklearn.utils.parallel import Parallel, delayed
 
+from ..utils._grouped import _to_numpy
 from ._split import PerUserKFold, _check_groups
 
 __all__ = ["cross_val_predict"]
@@ -108,7 +109,7 @@ def cross_val_predict(estimator, X, y=None, *, groups, cv=None, n_jobs=None, ver
             f"(or use sklearn.config_context(enable_metadata_routing=True)).")
     X, y = indexable(X, y)
     n_samples = _check_groups(groups, X, "cross_val_predict").n_samples
-    ids = np.asarray(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+    ids = _to_numpy(groups)
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
         cv = PerUserKFold(n_splits=int(cv))
     cv = PerUserKFold() if cv is None else check_cv(cv)

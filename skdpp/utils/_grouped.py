@@ -34,6 +34,11 @@ _is_missing_ufunc = np.frompyfunc(_is_missing_scalar, 1, 1)
 _type_key_ufunc = np.frompyfunc(lambda v: f"{type(v).__module__}.{type(v).__qualname__}", 1, 1)
 
 
+def _to_numpy(values):
+    """``values`` as a numpy array (pandas objects through ``to_numpy``), shape kept."""
+    return np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values)
+
+
 def _as_id_array(groups, name="groups"):
     if hasattr(groups, "to_numpy") and not isinstance(groups, np.ndarray):
         groups = groups.to_numpy()

@@ -239,11 +239,11 @@ def _variance_floor(stats, variance_floor):
     return np.broadcast_to((float(variance_floor) / stats.sp ** 2)[:, None], stats.r.shape)
 
 
-def cold_statistic_heads(stats, variance_floor):
-    """Each user's contribution to the cold-start head: its least-squares head, or with
-    ``variance_floor`` its ridge head ``(P_c^T P_c + floor n_i I) v = P_c^T y_c``
-    (:data:`COLD_VARIANCE_FLOOR`). The user's rows only: sensitivity unchanged."""
-    if not variance_floor:
+def cold_statistic_heads(stats, floored):
+    """Each user's contribution to the cold-start head: its least-squares head, or if
+    ``floored`` (scaled features) its ridge head ``(P_c^T P_c + floor n_i I) v = P_c^T
+    y_c`` (:data:`COLD_VARIANCE_FLOOR`). The user's rows only: sensitivity unchanged."""
+    if not floored:
         return stats.raw_heads
     with np.errstate(all="ignore"):
         m = np.maximum(stats.counts, 1).astype(np.float64)[:, None]
@@ -254,14 +254,13 @@ def cold_statistic_heads(stats, variance_floor):
     return heads
 
 
-def _head_norms(block, state, variance_floor):
-    return unit_rows(cold_statistic_heads(state.stats, variance_floor))[1], state
+def _head_norms(block, state, floored):
+    return unit_rows(cold_statistic_heads(state.stats, floored))[1], state
 
 
 def _clipped_heads(block, state, config):
-    clip, variance_floor = config
-    return clip_by_norm(cold_statistic_heads(state.stats, variance_floor), clip).sum(axis=0), \
-        state
+    clip, floored = config
+    return clip_by_norm(cold_statistic_heads(state.stats, floored), clip).sum(axis=0), state
 
 
 def _offsets(block, state, config):
@@ -297,10 +296,10 @@ def cold_head_shrinkage(head, sigma):
     return max(factor, 0.0) * head
 
 
-def _cold_head(executor, release, head_clip_norm, variance_floor, n_users, k):
+def _cold_head(executor, release, head_clip_norm, floored, n_users, k):
     """The cold-start head: the released ``sum_i clip(v_i, C_head)`` (sensitivity ``2
     C_head``) over the public ``n``, shrunk by its public noise (post-processing)."""
-    total = executor.map(_clipped_heads, (head_clip_norm, variance_floor))
+    total = executor.map(_clipped_heads, (head_clip_norm, floored))
     sensitivity = None if head_clip_norm is None else 2.0 * head_clip_norm
     noisy = release.gaussian("cold_start", total, sensitivity=sensitivity,
                              clip_norm=head_clip_norm)
@@ -506,16 +505,15 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
     personal parts (:func:`personal_parts`, post-processing) and the
     :class:`~skdpp.base.FitResult` (``bounds``, ``notes``: the iterations')."""
     fit_intercept, n_users, k = bool(config.fit_intercept), meta["n_users"], U.shape[1]
-    variance_floor = VARIANCE_FLOOR if begun.scaled else 0.0
     bounds = {**begun.bounds, **bounds}
     executor.map(final_statistics, (U, config.personal_rows, fit_intercept))
     head_clip = config.head_clip_norm
     if head_clip == "auto" and config.cold_start:
-        head_clip = auto_bound(executor, release, _head_norms, variance_floor,
+        head_clip = auto_bound(executor, release, _head_norms, begun.scaled,
                                quantile=float(config.clip_quantile), n_users=n_users)
     head, intercept, intercept_scale, labels = np.zeros(k), 0.0, None, begun.labels
     if config.cold_start:
-        head = _cold_head(executor, release, head_clip, variance_floor, n_users, k)
+        head = _cold_head(executor, release, head_clip, begun.scaled, n_users, k)
         if fit_intercept:
             head, intercept, intercept_scale, labels = cold_start_levels(
                 release, lambda v, fn: executor.map(_offsets, (v, fn)), head,
@@ -523,7 +521,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
                 labels=labels,
                 reduce_votes=lambda v, b, b0: executor.map(head_votes, (U, v, b, b0)))
     prior = PersonalPrior(head, float(intercept), intercept_scale,
-                          float(config.personal_ridge), fit_intercept, variance_floor)
+                          float(config.personal_ridge), fit_intercept,
+                          VARIANCE_FLOOR if begun.scaled else 0.0)
     heads, intercepts = executor.collect(_personal_block, prior)
     bounds["head_clip_norm"] = head_clip
     attributes = _attributes(executor, config, bounds, U, heads, intercepts, head,
