@@ -53,10 +53,15 @@ X2_MF = _xfail(2, "AdaptiveWeightMF at 300 users and epsilon=0.1 is the fallback
                "is bounded but worse than 1.1x the global mean")
 X2_JL = _xfail(2, "JL's cold start predicts the minority label at eps=0.1")
 X4 = _xfail(4, "shift/scale invariance within 0.002 at epsilon=1 (the scales' gate is shut)")
+X4_SPLIT = _xfail(4, "at epsilon=inf a rescaled column changes the row-content keys and so "
+                  "the keyed S0/S1 split: one seed's RMSE moves by the split's seed-to-seed "
+                  "spread (sd 0.0035 over 6 seeds; the mean over 6 seeds moves by +0.0028 +- "
+                  "0.0021 for FedRep, +0.0020 +- 0.0018 for AltMin). A decade-aligned quantile "
+                  "grid makes the scales exactly proportional but leaves this gap (+0.006)")
 # (name, variant, epsilon) of the invariance cases still open
 INVARIANCE_OPEN = {
-    ("fedrep", "standardised", 1.0), ("altmin", "standardised", 1.0),
-    ("fedrep", "scale", np.inf), ("altmin", "scale", np.inf)}
+    ("fedrep", "standardised", 1.0): X4, ("altmin", "standardised", 1.0): X4,
+    ("fedrep", "scale", np.inf): X4_SPLIT, ("altmin", "scale", np.inf): X4_SPLIT}
 
 
 # --------------------------------------------------------------------------- #
@@ -182,7 +187,7 @@ def _inv_params():
     for name in ("fedrep", "altmin", "ppsgd"):
         for variant in ("shift", "scale", "standardised"):
             for eps in (1.0, np.inf):
-                marks = X4 if (name, variant, eps) in INVARIANCE_OPEN else ()
+                marks = INVARIANCE_OPEN.get((name, variant, eps), ())
                 out.append(pytest.param(name, variant, eps, marks=marks,
                                         id=f"{name}-{variant}-{eps:g}"))
     return out
