@@ -230,3 +230,37 @@ def test_no_groups_degrades_toward_the_prior(name):
     err, cold, lo, hi = _fit(name, 4.0, groups=False)
     assert err <= 1.1 * _global_mean_rmse(), err
     assert LABEL_LO - SLACK <= lo and hi <= LABEL_HI + SLACK, (lo, hi)
+
+
+def test_astray_label_range_end_is_mended():
+    """Item 2: with the raw timestamp, 300 users and ε = 1, seed 1's search for the low
+    end of FedRep's label range goes astray; that end is mended from released values
+    (before: unclamped, and a known user was predicted -964 on the 0.5-5 scale)."""
+    Xtr, Xte, _, _, ytr, _, gtr, gte = _data(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = skdpp.PrivateFedRepRegressor(epsilon=1.0, random_state=1)
+        est.fit(_features(Xtr, "timestamp"), ytr, groups=gtr)
+        pred = np.concatenate([est.predict(_features(Xte, "timestamp"), groups=g)
+                               for g in (gte, np.full(gte.shape, -1))])
+    lo, hi = est.label_range_
+    assert any("went astray): that side is the other end mirrored" in note
+               for note in est.privacy_report_.notes)
+    assert np.isfinite(lo) and np.isfinite(hi)
+    assert lo <= pred.min() and pred.max() <= hi
+    assert np.sqrt(np.mean((pred[:gte.size] - _data(1)[5]) ** 2)) < 1.2
+
+
+@pytest.mark.parametrize("labels,level,ok,expected", [
+    ((1.0, 5.0), 3.0, True, (1.0, 5.0)),
+    ((-np.inf, 5.0), 3.0, True, (-1.0, 5.0)),
+    ((4.0, 5.0), 3.0, True, (-1.0, 5.0)),  # the low end above the level: astray
+    ((1.0, np.inf), 3.0, True, (1.0, 7.0)),
+    ((1.0, 2.0), 3.0, True, (1.0, 7.0)),
+    ((-np.inf, 5.0), 3.0, False, (-np.inf, 5.0)),  # the level itself astray: no clamp
+    ((4.0, 2.0), 3.0, True, (-np.inf, np.inf)),  # both ends astray: no clamp
+])
+def test_mended_label_range(labels, level, ok, expected):
+    from skdpp.linear_model._auto import mended_label_range
+
+    assert mended_label_range(labels, level, ok) == expected

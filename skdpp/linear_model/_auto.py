@@ -241,9 +241,8 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
                       labels=None, reduce_votes=None):
     """The cold-start part ``(head or zeros, intercept, radius, labels)``: two private
     locations, of the users' mean labels and of their offsets ``ȳ_i - <x̄_i, head>``
-    (``reduce_offsets(v, fn)``), and the head rules of :ref:`auto_rules`; an end of
-    ``labels`` on the wrong side of the mean labels' location (the ends are
-    quantiles ``q <= 0.5`` of the extremes) becomes infinite. Post-processing."""
+    (``reduce_offsets(v, fn)``), the head rules of :ref:`auto_rules` and
+    :func:`mended_label_range`. Post-processing."""
     kwargs = dict(n_users=n_users, search_phase=CLIP_PHASE, mean_phase="cold_start",
                   radius_quantile=clip_quantile, return_shift=True)
     zeros = np.zeros_like(head)
@@ -257,9 +256,8 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
                 1.0 - 4.0 * float(release.noise_multiplier("cold_start")) / max(n_users, 1))
     level_ok = abs(level_shift) <= limit
     offsets_ok = abs(shift) <= limit
-    if labels is not None:  # (an astray level can only remove a clamp, never add one)
-        lo, hi = labels
-        labels = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
+    if labels is not None:
+        labels = mended_label_range(labels, level, level_ok)
     if level_ok != offsets_ok:  # one of them astray: the other one
         keep = offsets_ok
     else:  # both central (or both flagged: no evidence either way)
@@ -272,6 +270,29 @@ def cold_start_levels(release, reduce_offsets, head, *, n_users, clip_quantile,
     if keep:
         return head, intercept, radius, labels
     return zeros, level, level_radius, labels
+
+
+#: An astray end of the label range becomes the sound end mirrored about the mean
+#: labels' location at this many times its distance.
+ASTRAY_END_MIRROR = 2.0
+
+
+def mended_label_range(labels, level, level_ok):
+    """``labels`` with each astray end mended (post-processing of released values).
+
+    An end on the wrong side of ``level`` (the users' mean labels' location; the ends
+    are quantiles ``q <= 0.5`` of the users' extremes), or off the grid (infinite),
+    went astray. If ``level_ok`` and the other end is sound, the astray end is that end
+    mirrored about ``level`` at :data:`ASTRAY_END_MIRROR` times its distance (so the
+    predictions stay bounded); else it is infinite (no clamp on that side)."""
+    lo, hi = labels
+    lo, hi = (lo if lo <= level else -np.inf, hi if hi >= level else np.inf)
+    if level_ok and np.isfinite(level) and np.isfinite(lo) != np.isfinite(hi):
+        if np.isfinite(hi):
+            lo = level - ASTRAY_END_MIRROR * (hi - level)
+        else:
+            hi = level + ASTRAY_END_MIRROR * (level - lo)
+    return float(lo), float(hi)
 
 
 def released_predictions(pred, codes, label_range, local_only, own_ranges=None):
@@ -430,8 +451,9 @@ def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
     return float(clip_norm) > GRADIENT_BOUND_SLACK * float(feature_scale) * width
 
 
-def scaling_notes(scaled, dropped, labels, bounds):
-    """Report notes of the feature scales, the label range and grid-edge bounds."""
+def scaling_notes(scaled, dropped, labels, bounds, searched=None):
+    """Report notes of the feature scales, the label range (``searched``: as released
+    by :func:`label_range`, before :func:`mended_label_range`) and grid-edge bounds."""
     notes = [
         f"Per-feature scales: each column's {FEATURE_SCALE_QUANTILE:g}-quantile of the users' "
         f"within-user ranges (one noisy bisection per column, {FEATURE_SCALE_STEPS} Gaussian "
@@ -451,11 +473,16 @@ def scaling_notes(scaled, dropped, labels, bounds):
         notes.append(f"{dropped} column(s) got a scale on the lower edge of the public grid "
                      f"(constant within most users, or noise): dropped (scale inf); "
                      f"post-processing, no privacy cost.")
-    if not all(np.isfinite(labels)):
+    searched = labels if searched is None else searched
+    if not all(np.isfinite(labels)) or tuple(labels) != tuple(searched):
+        mended = "that side is not clamped"
+        if all(np.isfinite(labels)):
+            mended = ("that side is the other end mirrored about that location at "
+                      f"{ASTRAY_END_MIRROR:g} times its distance")
         notes.append("An end of the label range fell on the edge of its public grid, or on "
                      "the wrong side of the released location of the users' mean labels "
-                     "(its search went astray): that side is not clamped (post-processing, "
-                     "no privacy cost).")
+                     f"(its search went astray): {mended} (post-processing, no privacy "
+                     "cost).")
     edge = sorted(name for name, value in bounds.items() if at_grid_edge(value))
     if edge:
         notes.append(f"{', '.join(edge)}: on the lower edge of the public grid (statistics "

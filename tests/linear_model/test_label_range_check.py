@@ -2,8 +2,9 @@
 
 Every user's mean label lies between its minimum and maximum, so the released
 location of the mean labels (:func:`~skdpp.linear_model._auto.cold_start_levels`)
-must lie inside the released label range; an end on the wrong side is dropped
-(no clamp on that side) instead of clamping every prediction to it.
+must lie inside the released label range; an end on the wrong side is mended
+(the other end mirrored about the location, ``_auto.mended_label_range``)
+instead of clamping every prediction to it.
 """
 
 import warnings
@@ -31,7 +32,7 @@ def _ratings(n_users=300, rows=8, seed=0):
                                          (PrivAltMinRegressor, representation),
                                          (PPSGDRegressor, ppsgd)])
 @pytest.mark.parametrize("check", [True, False])
-def test_astray_label_range_end_is_dropped(cls, module, check, monkeypatch):
+def test_astray_label_range_end_is_mended(cls, module, check, monkeypatch):
     X, y, g = _ratings()
     monkeypatch.setattr(module, "label_range", lambda *a, **k: ASTRAY)
     if not check:  # broken variant: the range is not checked against the location
@@ -46,10 +47,12 @@ def test_astray_label_range_end_is_dropped(cls, module, check, monkeypatch):
         est = cls(epsilon=np.inf, random_state=0).fit(X, y, groups=g)
     pred = est.predict(X, groups=g)
     if check:
-        assert est.label_range_[0] == -np.inf and est.label_range_[1] == ASTRAY[1]
+        lo, hi = est.label_range_
+        assert -np.inf < lo < y.min() and hi == ASTRAY[1]  # mirrored: clamps nothing here
         assert np.mean(pred <= ASTRAY[0]) > 0.9
         assert np.sqrt(np.mean((pred - y) ** 2)) < 0.8
-        assert any("wrong side" in note for note in est.privacy_report_.notes)
+        assert any("wrong side" in note and "mirrored" in note
+                   for note in est.privacy_report_.notes)
     else:
         assert np.all(pred >= ASTRAY[0])  # every prediction clamped up to 4.8
 

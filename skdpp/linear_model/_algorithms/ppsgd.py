@@ -240,7 +240,7 @@ def _run(executor, release, randomness, meta, config):
         # an "auto" bound at the lower edge of its grid: contributions about 0, the
         # weights are noise and discarded (post-processing)
         w = np.zeros_like(w)
-    intercept, intercept_scale = 0.0, None
+    intercept, intercept_scale, searched = 0.0, None, labels
     if config.cold_start:
         # keeps w only when it narrows the spread of mean levels (post-processing)
         w, intercept, intercept_scale, labels = cold_start_levels(
@@ -266,8 +266,8 @@ def _run(executor, release, randomness, meta, config):
     notes = _notes(config, z)
     if config.labelled:
         released += ("feature_scales_",) * scaled + ("label_range_",)
-        notes += scaling_notes(scaled, dropped, labels,
-                               {"clip_norm": clip_norm, "feature_scale": scale})
+        notes += scaling_notes(scaled, dropped, labels, {"clip_norm": clip_norm,
+                                                         "feature_scale": scale}, searched)
         if astray:
             notes += (
                 "The released clip_norm exceeds what any user's gradient at w = 0 can "

@@ -544,7 +544,8 @@ def finish(executor, release, meta, config, begun, U, bounds, notes):
             + _auto.COLD_START_NOTE.format(head="the cold-start head"),)
     if config.label_range:
         released += ("feature_scales_",) * begun.scaled + ("label_range_",)
-        notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds)
+        notes += scaling_notes(begun.scaled, begun.dropped, labels, bounds,
+                               begun.labels)
     return FitResult(attributes, released=released, local=_LOCAL, notes=notes)
 
 
