@@ -11,7 +11,7 @@ measures the same on real MovieLens):
   column and at a small budget;
 - adding the raw timestamp column changes the test RMSE by <= 0.01 (+ slack);
 - shifting / scaling one column (the year) by public constants changes the test
-  RMSE by <= 0.002 (+ slack);
+  RMSE by <= 0.002 (+ slack) (these two: the mean over seeds of the paired changes);
 - a tiny budget (or every row its own user) degrades toward the cold-start
   prior: RMSE <= 1.1x the global-mean baseline.
 
@@ -52,16 +52,18 @@ X2_MF = _xfail(2, "AdaptiveWeightMF at 300 users and epsilon=0.1 is the fallback
                "median: known users predict their own mean, new users the prior 0, which "
                "is bounded but worse than 1.1x the global mean")
 X2_JL = _xfail(2, "JL's cold start predicts the minority label at eps=0.1")
-X4 = _xfail(4, "shift/scale invariance within 0.002 at epsilon=1 (the scales' gate is shut)")
-X4_SPLIT = _xfail(4, "at epsilon=inf a rescaled column changes the row-content keys and so "
-                  "the keyed S0/S1 split: one seed's RMSE moves by the split's seed-to-seed "
-                  "spread (sd 0.0035 over 6 seeds; the mean over 6 seeds moves by +0.0028 +- "
-                  "0.0021 for FedRep, +0.0020 +- 0.0018 for AltMin). A decade-aligned quantile "
-                  "grid makes the scales exactly proportional but leaves this gap (+0.006)")
+X4 = _xfail(4, "at epsilon=1 with 300 users the per-feature scales are not released (their "
+            "public noise gate is shut), so the year in its own units costs FedRep and "
+            "AltMin 0.02-0.03 RMSE against the year scaled by 1e-3 or standardised (mean "
+            "over 6 seeds, se <= 0.008)")
 # (name, variant, epsilon) of the invariance cases still open
-INVARIANCE_OPEN = {
-    ("fedrep", "standardised", 1.0): X4, ("altmin", "standardised", 1.0): X4,
-    ("fedrep", "scale", np.inf): X4_SPLIT, ("altmin", "scale", np.inf): X4_SPLIT}
+INVARIANCE_OPEN = {(name, variant, 1.0): X4 for name in ("fedrep", "altmin")
+                   for variant in ("scale", "standardised")}
+#: Items 1 and 4 compare a variant with the raw features by the mean over these seeds of
+#: the paired (same split, same random_state) differences: one seed's difference also
+#: holds the seed-to-seed spread of the keyed S0/S1 split (row-content keys change with
+#: a column's units), sd about 0.0035 at epsilon=inf.
+PAIRED_SEEDS = range(6)
 
 
 # --------------------------------------------------------------------------- #
@@ -161,6 +163,13 @@ def test_no_catastrophic_fit_over_seeds(name):
     assert np.all(errors.max(axis=0) <= 1.5 * np.median(errors, axis=0)), errors
 
 
+def _paired_change(name, epsilon, variant):
+    """Mean over :data:`PAIRED_SEEDS` of (variant - raw) (test error, cold-start error)."""
+    return np.mean([np.subtract(_fit(name, epsilon, variant, seed)[:2],
+                                _fit(name, epsilon, "raw", seed)[:2])
+                    for seed in PAIRED_SEEDS], axis=0)
+
+
 @pytest.mark.parametrize("name,epsilon", [
     pytest.param("fedrep", 1.0, marks=X1), ("fedrep", np.inf),
     pytest.param("altmin", 1.0, marks=X1), ("altmin", np.inf),
@@ -168,9 +177,9 @@ def test_no_catastrophic_fit_over_seeds(name):
     ("jl", 1.0), ("jl", np.inf)])
 def test_timestamp_column_changes_little(name, epsilon):
     """Item 1: a raw timestamp column (passthrough) changes the personal and the
-    cold-start test error by <= 0.01 (+ slack)."""
-    base, with_ts = _fit(name, epsilon, "raw")[:2], _fit(name, epsilon, "timestamp")[:2]
-    assert np.all(np.abs(np.subtract(with_ts, base)) <= TOL_TIMESTAMP), (base, with_ts)
+    cold-start test error by <= 0.01 (+ slack), mean over seeds."""
+    change = _paired_change(name, epsilon, "timestamp")
+    assert np.all(np.abs(change) <= TOL_TIMESTAMP), change
 
 
 @pytest.mark.parametrize("name,epsilon", [
@@ -197,9 +206,10 @@ def _inv_params():
 def test_shift_scale_invariance(name, variant, epsilon):
     """Items 1 and 4: the year shifted by 1e4, scaled by 1e-3 or standardised by
     public constants changes the personal and the cold-start RMSE by <= 0.002
-    (+ slack). (JL is held to this in the benchmark only: not a target of item 4.)"""
-    base, other = _fit(name, epsilon, "raw")[:2], _fit(name, epsilon, variant)[:2]
-    assert np.all(np.abs(np.subtract(other, base)) <= TOL_INVARIANCE), (base, other)
+    (+ slack), mean over seeds. (JL is held to this in the benchmark only: not a
+    target of item 4.)"""
+    change = _paired_change(name, epsilon, variant)
+    assert np.all(np.abs(change) <= TOL_INVARIANCE), change
 
 
 def _tiny_params():
