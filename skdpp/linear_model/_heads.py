@@ -95,11 +95,18 @@ def batched_solve(A, b, *, ridge=0.0):
     return x[..., 0] if vector else x
 
 
-def _relative_ridge(A, counts):
-    """``c tr(A_i) / k``, ``c = _HEAD_RIDGE`` (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
+def _relative_ridge(A, counts, per_column=False):
+    """The tiny relative ridge of each system, shape (n, k): ``c tr(A_i) / k`` on every
+    coordinate (latent heads: coordinates in one unit, and the minimum-norm limit for
+    fewer rows than ``k``), or with ``per_column`` ``c A_i,jj`` (raw features, each in
+    its own units: the trace let a raw timestamp column shrink every 0/1 column of a
+    user to its prior); ``c = _HEAD_RIDGE`` (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
     k = A.shape[-1]
-    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)
-    return c * np.trace(A, axis1=1, axis2=2) / max(k, 1)
+    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)[:, None]
+    if per_column:
+        return c * np.einsum("nii->ni", A)
+    return np.broadcast_to(c * np.trace(A, axis1=1, axis2=2)[:, None] / max(k, 1),
+                           A.shape[:2])
 
 
 def _cramer(M, rhs):
@@ -120,7 +127,7 @@ def solve_heads(A, r, counts):
     k = A.shape[-1]
     with np.errstate(all="ignore"):  # non-finite systems are solved as 0 below
         lam = np.maximum(_relative_ridge(A, counts), np.finfo(np.float64).tiny)
-        M = A + lam[:, None, None] * np.eye(k)
+        M = A + lam[:, :, None] * np.eye(k)
     if k != 2:
         return _solve_stack(M, r)
     v, bad = _cramer(M, r)
@@ -129,10 +136,11 @@ def solve_heads(A, r, counts):
     return v
 
 
-def shrunk_heads(A, r, prior, penalty, counts):
+def shrunk_heads(A, r, prior, penalty, counts, *, per_column=False):
     """``(A_i + diag(q_i)) v_i = r_i + q_i p_i``: the minimiser of ``sum_r (y_r - <p_r,
-    v>)^2 + sum_j q_ij (v_j - p_ij)^2`` (``q``: ``penalty`` plus the relative ridge);
-    no rows or an infinite penalty: the ``prior``; other non-finite systems: 0.
+    v>)^2 + sum_j q_ij (v_j - p_ij)^2`` (``q``: ``penalty`` plus the relative ridge,
+    ``per_column`` as in :func:`_relative_ridge`); no rows or an infinite penalty: the
+    ``prior``; other non-finite systems: 0.
 
     Examples
     --------
@@ -148,7 +156,7 @@ def shrunk_heads(A, r, prior, penalty, counts):
     if penalty.ndim == 1:
         penalty = penalty[:, None]
     with np.errstate(all="ignore"):
-        total = np.broadcast_to(penalty + _relative_ridge(A, counts)[:, None], (n, k))
+        total = np.broadcast_to(penalty + _relative_ridge(A, counts, per_column), (n, k))
         M = A + total[:, :, None] * np.eye(k)
         rhs = r + total * prior
         # no rows and no penalty, or an infinite penalty: the prior

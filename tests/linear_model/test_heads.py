@@ -75,6 +75,32 @@ def test_shrunk_heads_solve_the_penalised_normal_equations(k):
                                  np.full(n, 5))[2:])
 
 
+@pytest.mark.parametrize("per_column", [True, False])
+def test_shrunk_heads_per_column_ridge_follows_each_column_units(per_column):
+    """PPSGD's refit solves in raw feature units: with ``per_column`` the relative ridge
+    is ``c A_jj``, so a column in 1e9 times larger units (a raw timestamp) gives the
+    same fit with that coordinate 1e9 times smaller. Broken variant: the trace-based
+    ridge (``per_column=False``) lets that column shrink the others to the prior."""
+    from skdpp.linear_model._heads import shrunk_heads
+
+    rng = np.random.default_rng(0)
+    n, m, k = 5, 8, 3
+    X = rng.standard_normal((n, m, k))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal((n, m))
+    units = np.array([1.0, 1.0, 1e9])
+    out = []
+    for d in (np.ones(k), units):
+        Xd = X * d
+        A, r = np.einsum("nri,nrj->nij", Xd, Xd), np.einsum("nri,nr->ni", Xd, y)
+        q = 0.3 * np.einsum("nii->ni", A) / m  # a penalty in the column's own units
+        out.append(shrunk_heads(A, r, np.zeros(k), q, np.full(n, m),
+                                per_column=per_column) * d)
+    if per_column:
+        assert_allclose(out[1], out[0], rtol=1e-9)
+    else:
+        assert np.abs(out[1][:, :2]).max() < 0.5 * np.abs(out[0][:, :2]).max()
+
+
 # --------------------------------------------------------------------------- #
 # Per-system decisions (issue 19, joint DP): replacing one system of a stack
 # leaves every other system's solution bit-for-bit identical.

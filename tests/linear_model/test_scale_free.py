@@ -191,3 +191,27 @@ def test_scaling_gate_is_public():
     shut = PPSGDRegressor(epsilon=16.0, random_state=0).fit(X, y, groups=g)
     assert not shut.local_only_
     assert shut.feature_scales_ is None and shut.label_range_ is not None
+
+
+@pytest.mark.parametrize("per_column", [True, False])
+def test_ppsgd_personal_offsets_survive_an_unscaled_timestamp(per_column, monkeypatch):
+    """Without per-feature scales (switched off here; the gate shuts them at small
+    budgets) a raw timestamp column must not shrink PPSGD's other personal offsets to 0:
+    the refit's relative ridge is per column (``_heads._relative_ridge``). Broken
+    variant: the trace-based ridge on raw features (offsets 300x smaller)."""
+    from skdpp.linear_model import _heads
+
+    monkeypatch.setattr(_auto, "SCALE_FEATURES", False)
+    if not per_column:
+        ridge = _heads._relative_ridge
+        monkeypatch.setattr(_heads, "_relative_ridge",
+                            lambda A, counts, per_column=False: ridge(A, counts))
+    X, y, g, ts, test = _data(n_users=200)
+    norms = []
+    for Xv in (X, np.column_stack([X, ts])):
+        est = PPSGDRegressor(epsilon=np.inf, random_state=0).fit(Xv, y, groups=g)
+        norms.append(np.median(np.linalg.norm(est.offsets_[:, :X.shape[1]], axis=1)))
+    if per_column:
+        assert norms[1] >= 0.5 * norms[0], norms
+    else:
+        assert norms[1] < 0.1 * norms[0], norms

@@ -391,7 +391,7 @@ def personal_refit(block, state, prior):
     - <x_r, w + theta>)^2 + λ_i sum_j v_ij theta_j^2`` (``λ_i``:
     :func:`~skdpp.linear_model._auto.shrinkage_penalty`), levels by
     :func:`~skdpp.linear_model._auto.shrink_levels`; non-finite: the prior."""
-    from .._heads import _solve_stack, shrunk_heads
+    from .._heads import _relative_ridge, _solve_stack, shrunk_heads
 
     config = prior.config
     state = _with_state(block, state, config)
@@ -419,12 +419,12 @@ def personal_refit(block, state, prior):
                 Aw = A @ w
                 rss_w = np.maximum(yy - 2.0 * r @ w + Aw @ w, 0.0)
                 dof = m - d - n_fixed
-                tau = 1e-10 * np.trace(A, axis1=1, axis2=2) / max(d, 1)
                 rich = dof >= 1
                 n_eff = np.maximum(m - n_fixed, 1.0)
                 s2 = rss_w / n_eff
                 if rich.any():
-                    beta = _solve_stack(A[rich] + tau[rich, None, None] * np.eye(d), r[rich])
+                    ridge = _relative_ridge(A[rich], m[rich], per_column=True)
+                    beta = _solve_stack(A[rich] + ridge[:, :, None] * np.eye(d), r[rich])
                     rss = np.maximum(yy[rich] - np.einsum("ij,ij->i", beta, r[rich]), 0.0)
                     s2[rich] = rss / dof[rich]
                 var_y = yy / n_eff
@@ -432,7 +432,8 @@ def personal_refit(block, state, prior):
                 penalty = shrinkage_penalty(kappa, d, s2, var_y, D,
                                             float(prior.variance_floor))
                 # theta = argmin ||y - X (w + theta)||^2 + sum_j q_j theta_j^2
-                t = shrunk_heads(A, r - Aw, np.zeros(d), penalty, sub.counts)
+                t = shrunk_heads(A, r - Aw, np.zeros(d), penalty, sub.counts,
+                                 per_column=True)  # raw features: own units
                 t[~np.isfinite(t).all(axis=1)] = 0.0
             theta[u] = t
             sigma2[u] = s2
