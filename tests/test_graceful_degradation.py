@@ -42,10 +42,10 @@ def _xfail(item, why):
 
 
 X1 = _xfail(1, "at epsilon=1 with 300 users the per-feature scales are not released "
-            "(their public noise gate is shut), so a raw timestamp still moves the fit: "
-            "personal RMSE +0.014 FedRep, +0.037 AltMin, +0.028 PPSGD (mean over 6 seeds; "
-            "PPSGD was +0.12 before its refit's ridge became per column). On MovieLens "
-            "(610 users, 20 seeds) all three are within 0.01")
+            "(their public noise gate is shut), so a raw timestamp still moves the "
+            "fit: personal RMSE +0.014 FedRep, +0.037 AltMin, +0.028 PPSGD (mean over "
+            "6 seeds; PPSGD was +0.12 before its refit's ridge became per column). On "
+            "MovieLens (610 users, 20 seeds) all three are within 0.01")
 X2 = _xfail(2, "300 users at epsilon=0.1 is the fallback fit (public useless-fit rule) with "
             "epsilon * n_users = 30, below what even one private median of the users' "
             "mean labels needs (about 76): new users get the prior 0, which is bounded "
@@ -55,10 +55,10 @@ X2_MF = _xfail(2, "AdaptiveWeightMF at 300 users and epsilon=0.1 is the fallback
                "median: known users predict their own mean, new users the prior 0, which "
                "is bounded but worse than 1.1x the global mean")
 X2_JL = _xfail(2, "JL's cold start predicts the minority label at eps=0.1")
-X4 = _xfail(4, "at epsilon=1 with 300 users the per-feature scales are not released (their "
-            "public noise gate is shut), so the year in its own units costs FedRep and "
-            "AltMin 0.02-0.03 RMSE against the year scaled by 1e-3 or standardised (mean "
-            "over 6 seeds, se <= 0.008)")
+X4 = _xfail(4, "at epsilon=1 with 300 users the per-feature scales are not released "
+            "(their public noise gate is shut), so the year in its own units costs "
+            "FedRep and AltMin 0.02-0.03 RMSE against the year scaled by 1e-3 or "
+            "standardised (mean over 6 seeds, se <= 0.008)")
 # (name, variant, epsilon) of the invariance cases still open
 INVARIANCE_OPEN = {(name, variant, 1.0): X4 for name in ("fedrep", "altmin")
                    for variant in ("scale", "standardised")}
@@ -167,7 +167,7 @@ def test_no_catastrophic_fit_over_seeds(name):
 
 
 def _paired_change(name, epsilon, variant):
-    """Mean over :data:`PAIRED_SEEDS` of (variant - raw) (test error, cold-start error)."""
+    """Mean over :data:`PAIRED_SEEDS` of (variant - raw): (test error, cold error)."""
     return np.mean([np.subtract(_fit(name, epsilon, variant, seed)[:2],
                                 _fit(name, epsilon, "raw", seed)[:2])
                     for seed in PAIRED_SEEDS], axis=0)

@@ -162,7 +162,8 @@ def shrunk_heads(A, r, prior, penalty, counts, *, per_column=False):
     if penalty.ndim == 1:
         penalty = penalty[:, None]
     with np.errstate(all="ignore"):
-        total = np.broadcast_to(penalty + _relative_ridge(A, counts, per_column), (n, k))
+        ridge = _relative_ridge(A, counts, per_column)
+        total = np.broadcast_to(penalty + ridge, (n, k))
         M = A + total[:, :, None] * np.eye(k)
         rhs = r + total * prior
         # no rows and no penalty, or an infinite penalty: the prior

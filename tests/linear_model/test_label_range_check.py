@@ -48,7 +48,7 @@ def test_astray_label_range_end_is_mended(cls, module, check, monkeypatch):
     pred = est.predict(X, groups=g)
     if check:
         lo, hi = est.label_range_
-        assert -np.inf < lo < y.min() and hi == ASTRAY[1]  # mirrored: clamps nothing here
+        assert -np.inf < lo < y.min() and hi == ASTRAY[1]  # mirrored: clamps nothing
         assert np.mean(pred <= ASTRAY[0]) > 0.9
         assert np.sqrt(np.mean((pred - y) ** 2)) < 0.8
         assert any("wrong side" in note and "mirrored" in note

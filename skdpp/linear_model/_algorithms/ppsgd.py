@@ -266,8 +266,8 @@ def _run(executor, release, randomness, meta, config):
     notes = _notes(config, z)
     if config.labelled:
         released += ("feature_scales_",) * scaled + ("label_range_",)
-        notes += scaling_notes(scaled, dropped, labels, {"clip_norm": clip_norm,
-                                                         "feature_scale": scale}, searched)
+        bounds = {"clip_norm": clip_norm, "feature_scale": scale}
+        notes += scaling_notes(scaled, dropped, labels, bounds, searched)
         if astray:
             notes += (
                 "The released clip_norm exceeds what any user's gradient at w = 0 can "

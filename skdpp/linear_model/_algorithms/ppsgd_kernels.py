@@ -424,7 +424,8 @@ def personal_refit(block, state, prior):
                 s2 = rss_w / n_eff
                 if rich.any():
                     ridge = _relative_ridge(A[rich], m[rich], per_column=True)
-                    beta = _solve_stack(A[rich] + ridge[:, :, None] * np.eye(d), r[rich])
+                    M = A[rich] + ridge[:, :, None] * np.eye(d)
+                    beta = _solve_stack(M, r[rich])
                     rss = np.maximum(yy[rich] - np.einsum("ij,ij->i", beta, r[rich]), 0.0)
                     s2[rich] = rss / dof[rich]
                 var_y = yy / n_eff
