@@ -10,9 +10,7 @@ test lists which arrays are not bit-identical. Elsewhere (CI's machine, the floo
 job's old numpy) floating-point results legitimately differ in the last bits, and a
 private fit could amplify that (a noisy comparison turning the other way), so there
 the tolerance is 1e-8. Measured: the floor environment (numpy 1.24.1, scipy 1.10.0,
-scikit-learn 1.8.0) reproduces every stored array within 1.1e-12, except PPSGD's
-MovieLens personal parts, within 1.4e-9 (its refit's per-column relative ridge leaves
-columns collinear within a user at a condition of about 1e8).
+scikit-learn 1.8.0) reproduces every stored array within 1.1e-12.
 """
 
 import warnings

@@ -43,7 +43,7 @@ def _xfail(item, why):
 
 X1 = _xfail(1, "at epsilon=1 with 300 users the per-feature scales are not released "
             "(their public noise gate is shut), so a raw timestamp still moves the "
-            "fit: personal RMSE +0.014 FedRep, +0.037 AltMin, +0.028 PPSGD (mean over "
+            "fit: personal RMSE +0.014 FedRep, +0.037 AltMin, +0.027 PPSGD (mean over "
             "6 seeds; PPSGD was +0.12 before its refit's ridge became per column). On "
             "MovieLens (610 users, 20 seeds) all three are within 0.01")
 X2 = _xfail(2, "300 users at epsilon=0.1 is the fallback fit (public useless-fit rule) with "

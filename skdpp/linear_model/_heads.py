@@ -16,10 +16,6 @@ __all__ = ["batched_solve", "gram_ridge_solve", "psd_floor_solve", "psd_ridge_so
 # below k rows, about the minimum-norm least-squares head.
 _HEAD_RIDGE = 1e-10
 _HEAD_RIDGE_DEFICIENT = 1e-6
-# per column: relative to each column's own variance, so columns collinear within a
-# user keep a condition of about 1e8 (1e-10: PPSGD's MovieLens refit differed by 6e-8
-# between the floor and current numpy builds; 1e-8: by 1.4e-9)
-_COLUMN_RIDGE = 1e-8
 
 
 def _fill_each(X, ok, fn, *arrays):
@@ -104,13 +100,16 @@ def _relative_ridge(A, counts, per_column=False):
     coordinate (latent heads: coordinates in one unit, and the minimum-norm limit for
     fewer rows than ``k``), or with ``per_column`` ``c A_i,jj`` (raw features, each in
     its own units: the trace let a raw timestamp column shrink every 0/1 column of a
-    user to its prior); ``c = _HEAD_RIDGE`` (``_COLUMN_RIDGE`` per column,
-    ``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
+    user to its prior; at least ``eps tr(A_i) / k``, so a column constant within the
+    user keeps the system regular: without it such users took the pseudo-inverse,
+    whose results differ between numpy builds); ``c = _HEAD_RIDGE``
+    (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
     k = A.shape[-1]
-    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT,
-                 _COLUMN_RIDGE if per_column else _HEAD_RIDGE)[:, None]
-    if per_column:
-        return c * np.einsum("nii->ni", A)
+    c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)[:, None]
+    if per_column:  # a column constant within the user (A_jj = 0) stays solvable
+        diag = np.einsum("nii->ni", A)
+        mean = np.trace(A, axis1=1, axis2=2)[:, None] / max(k, 1)
+        return c * np.maximum(diag, np.finfo(np.float64).eps * mean)
     return np.broadcast_to(c * np.trace(A, axis1=1, axis2=2)[:, None] / max(k, 1),
                            A.shape[:2])
 
