@@ -451,7 +451,7 @@ def gradient_bound_inconsistent(clip_norm, feature_scale, labels, centred):
     return float(clip_norm) > GRADIENT_BOUND_SLACK * float(feature_scale) * width
 
 
-def scaling_notes(scaled, dropped, labels, bounds, searched=None):
+def scaling_notes(scaled, dropped, labels, bounds, searched):
     """Report notes of the feature scales, the label range (``searched``: as released
     by :func:`label_range`, before :func:`mended_label_range`) and grid-edge bounds."""
     notes = [
@@ -473,7 +473,6 @@ def scaling_notes(scaled, dropped, labels, bounds, searched=None):
         notes.append(f"{dropped} column(s) got a scale on the lower edge of the public grid "
                      f"(constant within most users, or noise): dropped (scale inf); "
                      f"post-processing, no privacy cost.")
-    searched = labels if searched is None else searched
     if not all(np.isfinite(labels)) or tuple(labels) != tuple(searched):
         mended = "that side is not clamped"
         if all(np.isfinite(labels)):

@@ -106,12 +106,11 @@ def _relative_ridge(A, counts, per_column=False):
     (``_HEAD_RIDGE_DEFICIENT`` below ``k`` rows)."""
     k = A.shape[-1]
     c = np.where(np.asarray(counts) < k, _HEAD_RIDGE_DEFICIENT, _HEAD_RIDGE)[:, None]
+    trace = np.trace(A, axis1=1, axis2=2)[:, None]
     if per_column:  # a column constant within the user (A_jj = 0) stays solvable
-        diag = np.einsum("nii->ni", A)
-        mean = np.trace(A, axis1=1, axis2=2)[:, None] / max(k, 1)
-        return c * np.maximum(diag, np.finfo(np.float64).eps * mean)
-    return np.broadcast_to(c * np.trace(A, axis1=1, axis2=2)[:, None] / max(k, 1),
-                           A.shape[:2])
+        floor = np.finfo(np.float64).eps * (trace / max(k, 1))
+        return c * np.maximum(np.einsum("nii->ni", A), floor)
+    return np.broadcast_to(c * trace / max(k, 1), A.shape[:2])
 
 
 def _cramer(M, rhs):
