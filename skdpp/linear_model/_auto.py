@@ -336,8 +336,11 @@ def useless_fit_message(clip_noise, n_users, name, fallback=None, level=False):
                "new users the prior 0 (too few users even for one private median: "
                "epsilon * n_users below about 76)")
         text += f". Instead, {fallback} and {new}"
-    return (f"{text}. Use more users or a larger epsilon. (A data-independent rule: "
-            f"n_users, epsilon, delta and the plan.)")
+    remedy = "" if fallback is None or level else (
+        ", or subtract a public constant from y (e.g. the middle of the label scale): "
+        "new users then get that constant")
+    return (f"{text}. Use more users or a larger epsilon{remedy}. (A data-independent "
+            f"rule: n_users, epsilon, delta and the plan.)")
 
 
 class FallbackPlan(BudgetPlan):

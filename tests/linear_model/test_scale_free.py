@@ -127,9 +127,12 @@ def test_tiny_budget_degrades_to_local_fits_and_the_median(cls, epsilon):
     # 60 users at epsilon 0.1 or 2: the plan predicts a useless fit (public rule)
     X, y, g, ts, _ = _data(n_users=60, m=10)
     X = np.c_[X, ts]
-    with pytest.warns(UselessFitWarning, match="noise std"):
+    with pytest.warns(UselessFitWarning, match="noise std") as record:
         est = cls(epsilon=epsilon, random_state=0).fit(X, y, groups=g)
     assert est.local_only_ and est.label_range_ is None
+    # the remedy for the prior 0 is named only where new users get it
+    remedy = "subtract a public constant from y"
+    assert any(remedy in str(w.message) for w in record) == (epsilon * 60 < 76)
     known = est.predict(X, groups=g)
     # each known user's own ridge fit: no worse than predicting the global mean
     assert np.sqrt(np.mean((known - y) ** 2)) < np.std(y)
