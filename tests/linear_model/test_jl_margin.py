@@ -10,6 +10,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.utils._param_validation import InvalidParameterError
 
+from skdpp.exceptions import PrivacyLeakWarning
 from skdpp.linear_model._algorithms import jl_margin as jla
 from skdpp.linear_model._algorithms import jl_margin as jlc
 from skdpp.linear_model import _labels as labels_mod
@@ -1085,12 +1086,28 @@ def test_too_few_published_labels_fall_back_on_observed_labels_not_covered():
     """Few users at epsilon=1: the selection publishes < 2 labels (a DP outcome)."""
     X, y, g = make_margin_data(20, 4, 6, seed=27)
     clf = JLMarginClassifier(random_state=0, **SMALL)
-    with pytest.warns(UserWarning, match="does NOT cover"):
+    with pytest.warns(PrivacyLeakWarning, match="does NOT cover"):
         clf.fit(X, y, groups=g)
     assert_array_equal(clf.classes_, ["neg", "pos"])
     assert not clf.privacy_report_.is_private
     assert "NOT FULLY PRIVATE" in str(clf.privacy_report_)
     assert "labels" in {p.name for p in clf.privacy_report_.phases}
+
+
+def test_privacy_leak_warnings_as_errors_make_the_fallback_fail():
+    """The documented strict mode: no model that leaves its guarantee is returned."""
+    X, y, g = make_margin_data(20, 4, 6, seed=27)
+    clf = JLMarginClassifier(random_state=0, **SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        with pytest.raises(PrivacyLeakWarning, match="published 0 label|published 1 label"):
+            clf.fit(X, y, groups=g)
+    assert not hasattr(clf, "classes_") and not hasattr(clf, "privacy_report_")
+    # a public label set is private, so strict mode lets it through
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        given = JLMarginClassifier(random_state=0, classes=["neg", "pos"], **SMALL)
+        assert given.fit(X, y, groups=g).privacy_report_.is_private
 
 
 def test_random_candidates_are_pure_dp():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...base import FitResult, _caller_stacklevel
+from ...exceptions import PrivacyLeakWarning
 from ...privacy import BudgetPlan
 from ...privacy._plan import resolve_clip_share
 from ...privacy._product import product_exponential
@@ -213,7 +214,9 @@ def _label_set(executor, release, config):
                 f"clears a threshold): falling back on the labels observed in y, which "
                 f"the privacy guarantee does NOT cover (see privacy_report_). Pass the "
                 f"label set as `classes` (public, free), or raise epsilon or "
-                f"budget_shares['labels'].", UserWarning, stacklevel=_caller_stacklevel())
+                f"budget_shares['labels']. (To make such a fit fail instead: "
+                f"warnings.simplefilter('error', skdpp.PrivacyLeakWarning).)",
+                PrivacyLeakWarning, stacklevel=_caller_stacklevel())
             covered = False
     if not covered:  # "observed" or the fallback: every label present
         classes = counts.labels if counts is not None else np.empty(0)
