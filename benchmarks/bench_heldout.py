@@ -19,6 +19,12 @@ their range; the cold-start RMSE at most 1.1 x the global-mean baseline where
 ``epsilon * n_users >= 76`` (below, new users get the documented prior 0); the
 personal RMSE at most 1.05 x the per-user-mean baseline.
 
+``JLMarginClassifier`` (defaults: the label set selected privately) classifies
+"rating >= 4" on the same data at ε = 0.5, 1, 3, 8; checks: its error at most the
+per-user majority's + 0.05 and its cold-start error at most the global majority's +
+0.05 (worst seed); the table counts the fits whose report is not fully private (the
+label selection's fallback).
+
 Run::
 
     nice -n 5 python benchmarks/bench_heldout.py [--seeds 3] [--tag TAG]
@@ -34,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from skdpp import PPSGDRegressor, PrivAltMinRegressor, PrivateFedRepRegressor
+from skdpp import (JLMarginClassifier, PPSGDRegressor, PrivAltMinRegressor,
+                   PrivateFedRepRegressor)
 from skdpp.model_selection import per_user_train_test_split
 from skdpp.privacy._quantile import median_found
 
@@ -43,6 +50,7 @@ ESTIMATORS = {"fedrep": PrivateFedRepRegressor, "altmin": PrivAltMinRegressor,
               "ppsgd": PPSGDRegressor}
 N_USERS = (150, 400)
 EPSILONS = (0.5, 1.0, 3.0)
+JL_EPSILONS = (0.5, 1.0, 3.0, 8.0)
 LABELS = (0.5, 5.0)
 SLACK = 0.25 * (LABELS[1] - LABELS[0])
 
@@ -108,6 +116,49 @@ def run(seeds):
     return rows
 
 
+def run_jl(seeds):
+    rows = []
+    for n_users in N_USERS:
+        for seed in range(seeds):
+            X, y, g = make_data(n_users, seed)
+            X_tr, X_te, y_tr, y_te, g_tr, g_te = per_user_train_test_split(
+                X, (y >= 4).astype(int), groups=g, test_size=0.25, random_state=seed)
+            pos = np.bincount(g_tr, y_tr, minlength=n_users)
+            majority = (2 * pos > np.bincount(g_tr, minlength=n_users)).astype(int)
+            per_user = float(np.mean(majority[g_te] != y_te))
+            global_majority = float(np.mean(int(2 * y_tr.sum() > y_tr.size) != y_te))
+            for eps in JL_EPSILONS:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    est = JLMarginClassifier(epsilon=eps, random_state=seed).fit(
+                        X_tr, y_tr, groups=g_tr)
+                    known = est.predict(X_te, groups=g_te)
+                    cold = est.predict(X_te, groups=np.full(g_te.size, -1))
+                rows.append(dict(
+                    n_users=n_users, seed=seed, epsilon=eps, error=float(np.mean(
+                        known != y_te)), per_user_majority=per_user,
+                    cold=float(np.mean(cold != y_te)), global_majority=global_majority,
+                    private=bool(est.privacy_report_.is_private)))
+                print(f"n_users={n_users} seed={seed} eps={eps:g} jl: error "
+                      f"{rows[-1]['error']:.3f} (per-user majority {per_user:.3f})",
+                      flush=True)
+    return rows
+
+
+def jl_checks(rows):
+    out = []
+    for n_users, eps in sorted({(r["n_users"], r["epsilon"]) for r in rows}):
+        sel = [r for r in rows if (r["n_users"], r["epsilon"]) == (n_users, eps)]
+        setting = f"jl, {n_users} users, eps={eps:g}"
+        gap = max(r["error"] - r["per_user_majority"] for r in sel)
+        out.append((setting, "error <= per-user majority + 0.05 (worst seed)",
+                    f"{gap:+.3f}", gap <= 0.05))
+        gap = max(r["cold"] - r["global_majority"] for r in sel)
+        out.append((setting, "cold <= global majority + 0.05 (worst seed)",
+                    f"{gap:+.3f}", gap <= 0.05))
+    return out
+
+
 def checks(rows):
     """``(setting, target, value, pass)`` per estimator, ``n_users`` and ε."""
     out = []
@@ -133,14 +184,16 @@ def checks(rows):
     return out
 
 
-def report(rows, args):
+def report(rows, jl_rows, args):
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"heldout{args.tag}"
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    found = checks(rows)
+    for path, table in ((stem.with_suffix(".csv"), rows),
+                        (stem.with_name(stem.name + "_jl.csv"), jl_rows)):
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
+    found = checks(rows) + jl_checks(jl_rows)
     lines = ["# Held-out defaults check (issue 20)", "",
              f"Command: `nice -n 5 python benchmarks/bench_heldout.py --seeds {args.seeds}"
              f"{' --tag ' + args.tag if args.tag else ''}` (the data: module docstring; "
@@ -163,6 +216,17 @@ def report(rows, args):
             f"{m['per_user_mean']:.3f} | {m['cold']:.3f} | {m['global_mean']:.3f} | "
             f"{sum(r['local_only'] for r in sel)}/{len(sel)} | "
             f"{', '.join(sorted({r['warned'] for r in sel}))} |")
+    lines += ["", "## JLMarginClassifier, mean over seeds", "",
+              "| users | eps | error | per-user majority | cold | global majority "
+              "| not fully private |", "|---|---|---|---|---|---|---|"]
+    for n_users, eps in sorted({(r["n_users"], r["epsilon"]) for r in jl_rows}):
+        sel = [r for r in jl_rows if (r["n_users"], r["epsilon"]) == (n_users, eps)]
+        m = {k: np.mean([r[k] for r in sel]) for k in
+             ("error", "per_user_majority", "cold", "global_majority")}
+        lines.append(f"| {n_users} | {eps:g} | {m['error']:.3f} | "
+                     f"{m['per_user_majority']:.3f} | {m['cold']:.3f} | "
+                     f"{m['global_majority']:.3f} | "
+                     f"{sum(not r['private'] for r in sel)}/{len(sel)} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -172,7 +236,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
-    report(run(args.seeds), args)
+    report(run(args.seeds), run_jl(args.seeds), args)
 
 
 if __name__ == "__main__":

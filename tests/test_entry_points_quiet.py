@@ -278,9 +278,14 @@ def test_jl_labels_of_overflowing_rows_are_exact(n_classes):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         labels = est.predict(X_big, groups=g[:20])
-    # The exact labels: the linear part of the decision values dominates.
-    scores = est.decision_function(X_big / 1e308, groups=g[:20]) \
-        - (est.intercepts_[g[:20]] if n_classes > 2 else est.intercepts_[g[:20], 0])
-    expected = est.classes_[(scores > 0).astype(int)] if n_classes == 2 \
-        else est.classes_[np.argmax(scores, axis=1)]
+    # The exact labels: the linear part of the decision values dominates; among equal
+    # linear parts (a head without slope: 0) the intercept decides.
+    bias = est.intercepts_[g[:20]] if n_classes > 2 else est.intercepts_[g[:20], 0]
+    linear = est.decision_function(X_big / 1e308, groups=g[:20]) - bias
+    if n_classes == 2:
+        expected = est.classes_[np.where(linear != 0, linear > 0, bias > 0).astype(int)]
+    else:
+        top = linear == linear.max(axis=1, keepdims=True)
+        expected = est.classes_[np.argmax(np.where(top, bias, -np.inf), axis=1)]
+    assert np.any(linear == 0) and np.any(linear != 0)  # both kinds of heads
     np.testing.assert_array_equal(labels, expected)

@@ -342,6 +342,71 @@ def test_intercept_heads_keep_a_bias_only_where_the_rows_call_for_one():
     assert kept[: n_users // 2].mean() < 0.25 and kept[n_users // 2:].mean() > 0.5
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_loo_log_loss_tracks_refits_without_each_row(fit_intercept):
+    """The approximate leave-one-out loss: above the training loss, near exact refits."""
+    rng = np.random.RandomState(6)
+    n_users, m = 6, 9
+    codes = np.repeat(np.arange(n_users), m)
+    F = rng.randn(codes.size, 2)
+    w = rng.randn(n_users, 2)
+    f = np.einsum("rk,rk->r", F, w[codes])
+    y = np.where(rng.rand(codes.size) < 1 / (1 + np.exp(-f)), 1.0, -1.0)
+    seg, Fs, ys = segments(codes, F, y, n_users=n_users)
+    kw = dict(prior_bias=0.3, ridge=1.0, fit_intercept=fit_intercept)
+    v, b, ok, loo = ms.logistic_heads(seg, Fs, ys, loo=True, **kw)
+    assert ok.all()
+    train = seg.segment_sum(np.logaddexp(0, -ys * (np.einsum("rk,rk->r", Fs, v[seg.row_user])
+                                                   + b[seg.row_user])))
+    exact = np.zeros(n_users)
+    for j in range(ys.size):  # refit without row j; score row j
+        rest = np.arange(ys.size) != j
+        seg2, F2, y2 = segments(seg.row_user[rest], Fs[rest], ys[rest], n_users=n_users)
+        v2, b2, _ = ms.logistic_heads(seg2, F2, y2, **kw)
+        u = seg.row_user[j]
+        exact[u] += np.logaddexp(0, -ys[j] * (Fs[j] @ v2[u] + b2[u]))
+    assert np.all(loo > train)
+    assert_allclose(loo, exact, rtol=0.3)
+
+
+def test_intercept_only_heads_match_the_featureless_logistic_fit():
+    """The label-count shortcut is logistic_heads with zero features (users without
+    rows included)."""
+    rng = np.random.RandomState(8)
+    codes = np.repeat(np.arange(50), rng.randint(1, 20, 50))
+    y = np.where(rng.rand(codes.size) < 0.7, 1.0, -1.0)
+    seg, ys = segments(codes, y, n_users=55)
+    _, b1, ok1, loo1 = ms.logistic_heads(seg, np.zeros((ys.size, 0)), ys, prior_bias=0.4,
+                                         ridge=3.0, fit_intercept=True, loo=True)
+    b2, ok2, loo2 = ms.intercept_only_heads(seg, ys, prior_bias=0.4, ridge=3.0)
+    assert_array_equal(ok2, ok1)
+    assert not ok2[50:].any()
+    assert_allclose(b2, b1, rtol=1e-12, atol=1e-12)
+    assert_allclose(loo2[ok2], loo1[ok1], rtol=1e-12)
+
+
+def test_personal_heads_drop_slopes_fitted_to_noise():
+    """A user keeps its slope iff it lowers the approximate leave-one-out loss."""
+    rng = np.random.RandomState(7)
+    n_users, m = 200, 10
+    codes = np.repeat(np.arange(n_users), m)
+    F = rng.randn(codes.size, 2)
+    w = rng.randn(n_users, 2) * 4.0
+    signal = np.arange(n_users) < n_users // 2        # the other half: labels are noise
+    f = np.where(signal[codes], np.einsum("rk,rk->r", F, w[codes]), 0.0)
+    y = np.where(rng.rand(codes.size) < 1 / (1 + np.exp(-f)), 1.0, -1.0)
+    seg, Fs, ys = segments(codes, F, y, n_users=n_users)
+    v, b, ok = ms.personal_heads(seg, Fs, ys, prior_bias=0.0, ridge=1.0)
+    assert ok.all()
+    dropped = np.all(v == 0, axis=1)
+    assert dropped[signal].mean() < 0.2 and dropped[~signal].mean() > 0.5
+    kept = ms.intercept_heads(seg, Fs, ys, prior_bias=0.0, ridge=1.0)
+    assert_array_equal(v[~dropped], kept[0][~dropped])
+    assert_array_equal(b[~dropped], kept[1][~dropped])
+    b0, _, _ = ms.intercept_only_heads(seg, ys, prior_bias=0.0, ridge=1.0)
+    assert_array_equal(b[dropped], b0[dropped])  # the intercept-only head
+
+
 def _capture_selection(monkeypatch):
     """Patch the exponential mechanism's sampler to record its inputs."""
     calls = []
