@@ -698,11 +698,13 @@ class UserBlock:
         """Per-user Gram matrices of row-aligned ``A`` (:func:`segment_outer_sum`)."""
         return segment_outer_sum(A, None, UserIndex(np.arange(self.n_users), self.row_user))
 
-    def segment_sum_wide(self, values, dtype=np.float64):
+    def segment_sum_wide(self, values, dtype=np.float64, weights=None):
         """Per-user sums of a wide ``(n_rows, p)`` array, one sparse product in the result
-        type of ``dtype`` and ``values`` (float32 counts exact up to ``2**24`` rows)."""
-        owner = sp.csr_matrix((np.ones(self.n_rows, dtype=dtype),
-                               np.arange(self.n_rows), self.offsets),
+        type of ``dtype`` and ``values`` (float32 counts exact up to ``2**24`` rows);
+        ``weights`` (n_rows,): of ``weights[:, None] * values``, without forming it."""
+        data = np.ones(self.n_rows, dtype=dtype) if weights is None \
+            else np.asarray(weights, dtype=dtype)
+        owner = sp.csr_matrix((data, np.arange(self.n_rows), self.offsets),
                               shape=(self.n_users, self.n_rows))
         return np.asarray(owner @ values)
 

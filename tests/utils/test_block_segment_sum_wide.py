@@ -33,3 +33,16 @@ def test_segment_sum_wide_counts_bools_in_float32_and_empty_users_are_zero():
     want = np.array([flags[block.row_user == u].sum(axis=0) for u in range(4)])
     assert_array_equal(got, want)
     assert_array_equal(got[2], 0.0)
+
+
+def test_segment_sum_wide_with_weights_is_the_sum_of_the_weighted_rows():
+    """The weights enter as the sparse matrix's entries, without forming
+    ``weights[:, None] * values``."""
+    rng = np.random.default_rng(2)
+    groups = rng.integers(0, 9, size=200)
+    X = rng.standard_normal((200, 9))
+    block = _block(groups, X)
+    rows, w = block.take(X), rng.random(200)
+    got = block.segment_sum_wide(rows, weights=w)
+    assert_allclose(got, block.segment_sum(w[:, None] * rows), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got, block.segment_sum_wide(rows))  # the weights are used

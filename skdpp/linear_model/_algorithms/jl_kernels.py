@@ -510,8 +510,8 @@ def logistic_heads(seg, F, y, *, prior_bias, ridge, fit_intercept, loo=False):
     y = np.asarray(y, dtype=np.float64)
     for _ in range(_NEWTON_STEPS):  # Newton iterations (vectorised over users)
         p = expit(-y * np.einsum("rq,rq->r", A, seg.expand(theta)))  # sigma(-y f)
-        grad = total(A * (-y * p)[:, None]) + np.einsum("uij,uj->ui", R, theta - theta0)
-        hess = total(outer * (p * (1.0 - p))[:, None]).reshape(n_users, q, q)
+        grad = total(A, weights=-y * p) + np.einsum("uij,uj->ui", R, theta - theta0)
+        hess = total(outer, weights=p * (1.0 - p)).reshape(n_users, q, q)
         step = batched_solve(hess + R, grad)
         size = np.sqrt(np.maximum(np.einsum("ui,uij,uj->u", step, C, step), 0.0))
         step *= np.minimum(1.0, _MAX_STEP / np.maximum(size, 1e-300))[:, None]
@@ -541,7 +541,7 @@ def _loo_log_loss(seg, A, outer, y, theta, R):
         f = np.einsum("rq,rq->r", A, seg.expand(theta))
         p = expit(-y * f)
         w = p * (1.0 - p)
-        hess = total(outer * w[:, None]).reshape(-1, q, q) + R
+        hess = total(outer, weights=w).reshape(-1, q, q) + R
         inv = batched_solve(hess, np.broadcast_to(np.eye(q), hess.shape))
         h = np.einsum("rq,rqs,rs->r", A, seg.expand(inv), A)
         f_out = f + h / np.maximum(1.0 - w * h, 1e-12) * (-y * p)
