@@ -81,67 +81,69 @@ def _rmse(pred, y):
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
-def run(seeds):
-    rows = []
+def _splits(seeds, target=lambda y: y):
+    """``(n_users, seed, X_tr, X_te, y_tr, y_te, g_tr, g_te)`` of every data set."""
     for n_users in N_USERS:
         for seed in range(seeds):
             X, y, g = make_data(n_users, seed)
-            X_tr, X_te, y_tr, y_te, g_tr, g_te = per_user_train_test_split(
-                X, y, groups=g, test_size=0.25, random_state=seed)
-            sums = np.bincount(g_tr, y_tr, minlength=n_users)
-            means = sums / np.maximum(np.bincount(g_tr, minlength=n_users), 1)
-            per_user, global_mean = _rmse(means[g_te], y_te), _rmse(y_tr.mean(), y_te)
-            for eps in EPSILONS:
-                for name, cls in ESTIMATORS.items():
-                    t0 = time.perf_counter()
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
-                        est = cls(epsilon=eps, random_state=seed).fit(X_tr, y_tr,
-                                                                      groups=g_tr)
-                        known = est.predict(X_te, groups=g_te)
-                        cold = est.predict(X_te, groups=np.full(g_te.size, -1))
-                    seconds = time.perf_counter() - t0
-                    warned = sorted({w.category.__name__ for w in caught})
-                    lo, hi = min(known.min(), cold.min()), max(known.max(), cold.max())
-                    rows.append(dict(
-                        n_users=n_users, seed=seed, epsilon=eps, estimator=name,
-                        personal=_rmse(known, y_te), cold=_rmse(cold, y_te),
-                        per_user_mean=per_user, global_mean=global_mean, lo=lo, hi=hi,
-                        median_found=median_found(eps, n_users),
-                        local_only=bool(getattr(est, "local_only_", False)),
-                        warned=" ".join(warned) or "none", seconds=seconds))
-                    print(f"n_users={n_users} seed={seed} eps={eps:g} {name}: personal "
-                          f"{rows[-1]['personal']:.3f} cold {rows[-1]['cold']:.3f} "
-                          f"({seconds:.1f} s)", flush=True)
+            yield (n_users, seed) + tuple(per_user_train_test_split(
+                X, target(y), groups=g, test_size=0.25, random_state=seed))
+
+
+def run(seeds):
+    rows = []
+    for n_users, seed, X_tr, X_te, y_tr, y_te, g_tr, g_te in _splits(seeds):
+        sums = np.bincount(g_tr, y_tr, minlength=n_users)
+        means = sums / np.maximum(np.bincount(g_tr, minlength=n_users), 1)
+        per_user, global_mean = _rmse(means[g_te], y_te), _rmse(y_tr.mean(), y_te)
+        for eps in EPSILONS:
+            for name, cls in ESTIMATORS.items():
+                t0 = time.perf_counter()
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    est = cls(epsilon=eps, random_state=seed).fit(X_tr, y_tr,
+                                                                  groups=g_tr)
+                    known = est.predict(X_te, groups=g_te)
+                    cold = est.predict(X_te, groups=np.full(g_te.size, -1))
+                seconds = time.perf_counter() - t0
+                warned = sorted({w.category.__name__ for w in caught})
+                lo, hi = min(known.min(), cold.min()), max(known.max(), cold.max())
+                rows.append(dict(
+                    n_users=n_users, seed=seed, epsilon=eps, estimator=name,
+                    personal=_rmse(known, y_te), cold=_rmse(cold, y_te),
+                    per_user_mean=per_user, global_mean=global_mean, lo=lo, hi=hi,
+                    median_found=median_found(eps, n_users),
+                    local_only=bool(getattr(est, "local_only_", False)),
+                    warned=" ".join(warned) or "none", seconds=seconds))
+                print(f"n_users={n_users} seed={seed} eps={eps:g} {name}: personal "
+                      f"{rows[-1]['personal']:.3f} cold {rows[-1]['cold']:.3f} "
+                      f"({seconds:.1f} s)", flush=True)
     return rows
 
 
 def run_jl(seeds):
     rows = []
-    for n_users in N_USERS:
-        for seed in range(seeds):
-            X, y, g = make_data(n_users, seed)
-            X_tr, X_te, y_tr, y_te, g_tr, g_te = per_user_train_test_split(
-                X, (y >= 4).astype(int), groups=g, test_size=0.25, random_state=seed)
-            pos = np.bincount(g_tr, y_tr, minlength=n_users)
-            majority = (2 * pos > np.bincount(g_tr, minlength=n_users)).astype(int)
-            per_user = float(np.mean(majority[g_te] != y_te))
-            global_majority = float(np.mean(int(2 * y_tr.sum() > y_tr.size) != y_te))
-            for eps in JL_EPSILONS:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    est = JLMarginClassifier(epsilon=eps, random_state=seed).fit(
-                        X_tr, y_tr, groups=g_tr)
-                    known = est.predict(X_te, groups=g_te)
-                    cold = est.predict(X_te, groups=np.full(g_te.size, -1))
-                rows.append(dict(
-                    n_users=n_users, seed=seed, epsilon=eps, error=float(np.mean(
-                        known != y_te)), per_user_majority=per_user,
-                    cold=float(np.mean(cold != y_te)), global_majority=global_majority,
-                    private=bool(est.privacy_report_.is_private)))
-                print(f"n_users={n_users} seed={seed} eps={eps:g} jl: error "
-                      f"{rows[-1]['error']:.3f} (per-user majority {per_user:.3f})",
-                      flush=True)
+    for n_users, seed, X_tr, X_te, y_tr, y_te, g_tr, g_te in _splits(
+            seeds, lambda y: (y >= 4).astype(int)):
+        pos = np.bincount(g_tr, y_tr, minlength=n_users)
+        majority = (2 * pos > np.bincount(g_tr, minlength=n_users)).astype(int)
+        per_user = float(np.mean(majority[g_te] != y_te))
+        global_majority = float(np.mean(int(2 * y_tr.sum() > y_tr.size) != y_te))
+        for eps in JL_EPSILONS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est = JLMarginClassifier(epsilon=eps, random_state=seed).fit(
+                    X_tr, y_tr, groups=g_tr)
+                known = est.predict(X_te, groups=g_te)
+                cold = est.predict(X_te, groups=np.full(g_te.size, -1))
+            rows.append(dict(
+                n_users=n_users, seed=seed, epsilon=eps, error=float(np.mean(
+                    known != y_te)), per_user_majority=per_user,
+                cold=float(np.mean(cold != y_te)), global_majority=global_majority,
+                private=bool(est.privacy_report_.is_private)))
+            print(f"n_users={n_users} seed={seed} eps={eps:g} jl: error "
+                  f"{rows[-1]['error']:.3f} (per-user majority {per_user:.3f})",
+                  flush=True)
     return rows
 
 
@@ -168,7 +170,8 @@ def checks(rows):
                == (name, n_users, eps)]
         setting = f"{name}, {n_users} users, eps={eps:g}"
         lo, hi = min(r["lo"] for r in sel), max(r["hi"] for r in sel)
-        out.append((setting, "predictions in the labels +- 25 %", f"[{lo:.2f}, {hi:.2f}]",
+        out.append((setting, "predictions in the labels +- 25 %",
+                    f"[{lo:.2f}, {hi:.2f}]",
                     LABELS[0] - SLACK <= lo and hi <= LABELS[1] + SLACK))
         ratio = max(r["personal"] / r["per_user_mean"] for r in sel)
         out.append((setting, "personal <= 1.05 x per-user mean (worst seed)",
@@ -195,15 +198,17 @@ def report(rows, jl_rows, args):
             writer.writerows(table)
     found = checks(rows) + jl_checks(jl_rows)
     lines = ["# Held-out defaults check (issue 20)", "",
-             f"Command: `nice -n 5 python benchmarks/bench_heldout.py --seeds {args.seeds}"
-             f"{' --tag ' + args.tag if args.tag else ''}` (the data: module docstring; "
+             "Command: `nice -n 5 python benchmarks/bench_heldout.py "
+             f"--seeds {args.seeds}{' --tag ' + args.tag if args.tag else ''}` "
+             "(the data: module docstring; "
              "drawn after the defaults were set and not used to set any).", "",
              f"Passed {sum(c[3] for c in found)} of {len(found)} checks.", "",
              "| setting | target | value | pass |", "|---|---|---|---|"]
     lines += [f"| {s} | {t} | {v} | {'PASS' if ok else '**FAIL**'} |"
               for s, t, v, ok in found]
     lines += ["", "## Mean over seeds", "",
-              "| estimator | users | eps | personal | per-user mean | cold | global mean "
+              "| estimator | users | eps | personal | per-user mean | cold "
+              "| global mean "
               "| local_only_ | warned |", "|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["estimator"], r["n_users"], r["epsilon"]) for r in rows})
     for name, n_users, eps in keys:

@@ -157,14 +157,16 @@ def main():
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # the tiny-catalogue warning
-                    mf = AdaptiveWeightMF(epsilon=eps, items=items, budget_shares=shares,
+                    mf = AdaptiveWeightMF(epsilon=eps, items=items,
+                                          budget_shares=shares,
                                           random_state=seed).fit(X_tr, y_tr, g_tr)
                 pos = np.minimum(np.searchsorted(items_tr, mf.item_ids_), items_tr.size - 1)
                 true_counts = np.where(items_tr[pos] == mf.item_ids_, counts_tr[pos], 0)
                 for row in evaluate(mf, X_tr, X_te, y_te, g_te, true_counts):
                     out.append((catalogue, eps, seed, mf.n_items_) + row)
-                rmse = float(np.sqrt(np.mean((mf.predict(X_te, groups=g_te) - y_te) ** 2)))
-                out.append((catalogue, eps, seed, mf.n_items_, "all", "-", "rmse", rmse))
+                err = mf.predict(X_te, groups=g_te) - y_te
+                out.append((catalogue, eps, seed, mf.n_items_, "all", "-", "rmse",
+                            float(np.sqrt(np.mean(err ** 2)))))
                 print(f"{catalogue} eps={eps:g} seed={seed} items={mf.n_items_} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
     RESULTS.mkdir(exist_ok=True)
@@ -200,8 +202,8 @@ def report(out, args):
              "a non-private reference.", ""]
     if args.counts_share is not None:
         lines += [f"Every fit: budget_shares={{'counts': {args.counts_share:g}}} (the "
-                  "other phases at their defaults). The blend's weight is the default's; "
-                  "the even-id grid below is for reference.", ""]
+                  "other phases at their defaults). The blend's weight is the "
+                  "default's; the even-id grid below is for reference.", ""]
     else:
         lines += [
             "Reading (3 seeds, written by hand): the default blend (factor score "
@@ -241,7 +243,8 @@ def report(out, args):
         cells = [_mean(out, catalogue=catalogue, epsilon=e, ranking="rmse")
                  for e in eps_list]
         lines.append(f"| {catalogue} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
-    lines += ["", "## Choice of the blend (even user ids, relevant = all, public catalogue)",
+    lines += ["", "## Choice of the blend (even user ids, relevant = all, public "
+              "catalogue)",
               "",
               "| form:weight | " + " | ".join(f"eps={e:g}" for e in eps_list) + " |",
               "|---|" + "---|" * len(eps_list)]

@@ -533,7 +533,7 @@ def _loo_log_loss(seg, A, outer, y, theta, R):
     One Newton step from the fit without row ``j`` (Sherman-Morrison):
     ``f_-j = f_j + h_j / (1 - w_j h_j) * l'_j`` with ``l'_j = -y_j sigma(-y_j f_j)``,
     ``w_j = sigma(f_j) sigma(-f_j)`` and ``h_j = a_j^T H^-1 a_j``, ``H`` the penalised
-    Hessian at ``theta`` (the approximate leave-one-out of Rahnama Rad and Maleki, 2020).
+    Hessian at ``theta`` (approximate leave-one-out: Rahnama Rad and Maleki, 2020).
     Invariant to the per-user standardisation of the design. Local."""
     total = seg.segment_sum_wide
     q = A.shape[1]
@@ -554,8 +554,8 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge, loo=False):
     intercept costs the paper's model 0.02 accuracy at 10 rows per user). Local.
     ``loo=True``: also the chosen fit's approximate leave-one-out log-loss."""
     (v1, b1, ok1, *loo1), (v0, b0, ok0, *loo0) = (
-        logistic_heads(seg, F, y, prior_bias=prior_bias, ridge=ridge, fit_intercept=True,
-                       loo=loo),
+        logistic_heads(seg, F, y, prior_bias=prior_bias, ridge=ridge,
+                       fit_intercept=True, loo=loo),
         logistic_heads(seg, F, y, prior_bias=0.0, ridge=ridge, fit_intercept=False,
                        loo=loo))
     y = np.asarray(y, dtype=np.float64)
@@ -573,7 +573,7 @@ def intercept_heads(seg, F, y, *, prior_bias, ridge, loo=False):
 
 
 def intercept_only_heads(seg, y, *, prior_bias, ridge):
-    """``(intercepts, ok, loo)``: :func:`logistic_heads` without features (``loo=True``),
+    """``(intercepts, ok, loo)``: :func:`logistic_heads` without features (``loo``),
     from each user's label counts: the same Newton steps, trust region and penalty
     (``ridge / 4`` pseudo-rows at ``prior_bias``) in O(n_users) per step. Local."""
     y = np.asarray(y, dtype=np.float64)
@@ -584,7 +584,7 @@ def intercept_only_heads(seg, y, *, prior_bias, ridge):
     b = np.full(m.shape, float(prior_bias))
     with np.errstate(**_QUIET):
         for _ in range(_NEWTON_STEPS):
-            up, down = expit(-b), expit(b)   # sigma(-f) of a positive, of a negative row
+            up, down = expit(-b), expit(b)  # sigma(-f) of a positive, a negative row
             grad = neg * down - pos * up + R * (b - prior_bias)
             step = grad / (m * up * down + R)
             b -= np.clip(step, -_MAX_STEP, _MAX_STEP)
