@@ -782,7 +782,7 @@ def heads_block(block, state, bc):
             F = X @ bc.embeddings[p]
         if bc.fit_intercept:
             v, b, ok = personal_heads(seg, F, Y[:, p], ridge=bc.ridge,
-                                       prior_bias=float(bc.cold_start_intercepts[p]))
+                                      prior_bias=float(bc.cold_start_intercepts[p]))
         else:
             v, b, ok = logistic_heads(seg, F, Y[:, p], prior_bias=0.0, ridge=bc.ridge,
                                       fit_intercept=False)
